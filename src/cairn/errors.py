@@ -1,0 +1,213 @@
+"""Every error Cairn raises on purpose, in one tree.
+
+Each class carries the HTTP ``status`` and the snake_case ``code`` of the contract
+(SPEC §5-§7.4). The API renders them as ``{"error": {"code", "message"}}``, the CLI
+as one line on stderr with exit status 1 (2 for usage), the agent tools as a tool
+result. The message is one sentence a person (or a model) can act on.
+
+    CairnError                        500 internal_error
+    ├── BadRequest                    400
+    │   ├── InvalidSpaceRef           400 invalid_space_ref
+    │   ├── UnknownParameter          400 unknown_parameter
+    │   ├── UnsupportedVisibility     400 unsupported_visibility
+    │   └── InvalidRequest            400 invalid_request
+    ├── Unauthenticated               401 unauthenticated
+    ├── PlanRequired                  402 plan_required
+    ├── Forbidden                     403 forbidden
+    │   ├── MemberRoleRequired        403 member_role_required
+    │   ├── PlatformAuthorityRequired 403 platform_authority_required
+    │   └── CsrfRequired              403 csrf_required
+    ├── NotFound                      404 not_found
+    │   ├── TeamNotFound              404 team_not_found
+    │   ├── RepoNotFound              404 repo_not_found
+    │   └── RecordNotFound            404 record_not_found
+    ├── Conflict                      409 conflict
+    │   └── MemoryOff                 409 memory_off
+    ├── PreconditionFailed            412 precondition_failed
+    ├── TooLarge                      413
+    │   ├── QuotaExceeded             413 quota_exceeded
+    │   ├── DocumentTooLarge          413 document_too_large
+    │   ├── ImportTooLarge            413 import_too_large
+    │   └── BodyTooLarge              413 body_too_large
+    ├── Unprocessable                 422
+    │   ├── InvalidPath               422 invalid_path
+    │   ├── SecretDetected            422 secret_detected
+    │   ├── InvalidDocument           422 invalid_document
+    │   └── InvalidArchive            422 invalid_archive
+    ├── RateLimited                   429 rate_limited
+    └── StoreUnavailable              503 store_unavailable
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class CairnError(Exception):
+    """Root of every deliberate Cairn error."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: ``{"error": {"code", "message", **details}}``."""
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body.update(self.details)
+        return {"error": body}
+
+
+class BadRequest(CairnError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidSpaceRef(BadRequest):
+    code = "invalid_space_ref"
+
+
+class UnknownParameter(BadRequest):
+    code = "unknown_parameter"
+
+
+class UnsupportedVisibility(BadRequest):
+    code = "unsupported_visibility"
+
+
+class InvalidRequest(BadRequest):
+    code = "invalid_request"
+
+
+class Unauthenticated(CairnError):
+    status = 401
+    code = "unauthenticated"
+
+
+class PlanRequired(CairnError):
+    status = 402
+    code = "plan_required"
+
+
+class Forbidden(CairnError):
+    status = 403
+    code = "forbidden"
+
+
+class MemberRoleRequired(Forbidden):
+    code = "member_role_required"
+
+
+class PlatformAuthorityRequired(Forbidden):
+    code = "platform_authority_required"
+
+
+class CsrfRequired(Forbidden):
+    code = "csrf_required"
+
+
+class NotFound(CairnError):
+    status = 404
+    code = "not_found"
+
+
+class TeamNotFound(NotFound):
+    code = "team_not_found"
+
+
+class RepoNotFound(NotFound):
+    code = "repo_not_found"
+
+
+class RecordNotFound(NotFound):
+    code = "record_not_found"
+
+
+class Conflict(CairnError):
+    status = 409
+    code = "conflict"
+
+
+class MemoryOff(Conflict):
+    code = "memory_off"
+
+
+class PreconditionFailed(CairnError):
+    status = 412
+    code = "precondition_failed"
+
+
+class TooLarge(CairnError):
+    status = 413
+    code = "too_large"
+
+
+class QuotaExceeded(TooLarge):
+    """A write would take a counter past its quota.
+
+    ``details`` carries ``limit`` (which counter: ``document``, ``space``, ``team``,
+    ``instance`` or ``tree``), ``used_bytes``, ``quota_bytes`` and ``needed_bytes``.
+    """
+
+    code = "quota_exceeded"
+
+
+class DocumentTooLarge(TooLarge):
+    code = "document_too_large"
+
+
+class ImportTooLarge(TooLarge):
+    code = "import_too_large"
+
+
+class BodyTooLarge(TooLarge):
+    code = "body_too_large"
+
+
+class Unprocessable(CairnError):
+    status = 422
+    code = "unprocessable"
+
+
+class InvalidPath(Unprocessable):
+    code = "invalid_path"
+
+
+class SecretDetected(Unprocessable):
+    code = "secret_detected"
+
+
+class InvalidDocument(Unprocessable):
+    code = "invalid_document"
+
+
+class InvalidArchive(Unprocessable):
+    code = "invalid_archive"
+
+
+class RateLimited(CairnError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = retry_after
+
+
+class StoreUnavailable(CairnError):
+    status = 503
+    code = "store_unavailable"
+
+
+def all_error_classes() -> list[type[CairnError]]:
+    """Every class of the tree, root first (used by the docs test)."""
+    out: list[type[CairnError]] = []
+    stack: list[type[CairnError]] = [CairnError]
+    while stack:
+        cls = stack.pop(0)
+        out.append(cls)
+        stack.extend(cls.__subclasses__())
+    return out

@@ -1,0 +1,98 @@
+"""Who is asking: the identity every route and use-case receives (SPEC §7).
+
+The HTTP auth layer builds a :class:`Principal` per request from a credential (API
+key, browser session, admin token, service token) after reading memberships fresh
+from the database (never cached: a removed member's very next request is refused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class TeamRole(StrEnum):
+    VIEWER = "viewer"
+    CONFIG_EDITOR = "config_editor"
+    MEMBER = "member"
+    ADMIN = "admin"
+
+
+class OrgRole(StrEnum):
+    OWNER = "owner"
+    ADMIN = "admin"
+    MEMBER = "member"
+
+
+class Plan(StrEnum):
+    FREE = "free"
+    PRO = "pro"
+    PRO_PLUS = "pro_plus"
+    ENTERPRISE = "enterprise"
+
+
+#: Plans that include team memory records.
+MEMORY_PLANS = frozenset({Plan.PRO_PLUS, Plan.ENTERPRISE})
+
+TEAM_ROLE_RANK: dict[TeamRole, int] = {
+    TeamRole.VIEWER: 0,
+    TeamRole.CONFIG_EDITOR: 1,
+    TeamRole.MEMBER: 2,
+    TeamRole.ADMIN: 3,
+}
+
+
+class CredentialKind(StrEnum):
+    API_KEY = "api_key"
+    SESSION = "session"
+    ADMIN_TOKEN = "admin_token"
+    SERVICE_TOKEN = "service_token"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller, with its active team resolved.
+
+    ``team_id`` is the active team (the API key's team, or the session's
+    ``X-Cairn-Team``), empty for the admin/service token. ``team_role`` is the
+    effective rung in that team: an org owner/admin ranks as team ``admin``.
+    ``project_ids`` is None for an unlimited member, else the projects the
+    membership is limited to. ``csrf_ok`` is True for every credential but a browser
+    session whose mutation lacked a valid ``X-CSRF-Token``.
+    """
+
+    kind: CredentialKind
+    user_id: str = ""
+    team_id: str = ""
+    org_id: str = ""
+    team_role: TeamRole | None = None
+    org_role: OrgRole | None = None
+    super_admin: bool = False
+    project_ids: frozenset[str] | None = None
+    csrf_ok: bool = True
+
+    @property
+    def platform_authority(self) -> bool:
+        """A super-admin or the admin token (or local single-tenant mode)."""
+        return self.super_admin or self.kind in (CredentialKind.ADMIN_TOKEN, CredentialKind.LOCAL)
+
+    @property
+    def is_org_admin(self) -> bool:
+        return self.org_role in (OrgRole.OWNER, OrgRole.ADMIN)
+
+    def has_rung(self, role: TeamRole) -> bool:
+        if self.kind is CredentialKind.LOCAL:
+            return True
+        if self.team_role is None:
+            return False
+        return TEAM_ROLE_RANK[self.team_role] >= TEAM_ROLE_RANK[role]
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this caller."""
+        if self.kind is CredentialKind.ADMIN_TOKEN:
+            return "admin-token"
+        if self.kind is CredentialKind.LOCAL:
+            return "local"
+        return f"user:{self.user_id}"

@@ -1,0 +1,97 @@
+"""Document paths: one document, one spelling (SPEC §3).
+
+:func:`validate_doc_path` is the single validator every boundary and every store
+runs. A path that is valid but not canonical is refused with an error that names
+the canonical form, so a caller (or a model) can correct itself.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from cairn.errors import InvalidPath
+
+MAX_PATH_BYTES = 512
+MAX_PATH_SEGMENTS = 16
+DOC_SUFFIX = ".md"
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def canonical_form(path: str) -> str | None:
+    """The canonical spelling of ``path``, or None when no repair makes sense.
+
+    Repairs only what has exactly one reading: ``./`` prefixes, empty segments,
+    ``.`` segments, a trailing ``/`` and a non-NFC form.
+    """
+    norm = unicodedata.normalize("NFC", path)
+    parts = [p for p in norm.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def validate_doc_path(path: object) -> str:
+    """Return ``path`` when it is a valid canonical document path, else raise InvalidPath."""
+    if not isinstance(path, str):
+        raise InvalidPath("path must be a string")
+    if path == "":
+        raise InvalidPath("path is empty; give a relative path ending in .md, e.g. 'MEMORY.md'")
+    if "\x00" in path or _CONTROL.search(path):
+        raise InvalidPath("path may not contain NUL or control characters")
+    if "\\" in path:
+        raise InvalidPath(f"path {path!r} may not contain '\\'; separate segments with '/'")
+    if path.startswith("/") or _DRIVE.match(path):
+        raise InvalidPath(f"path {path!r} is absolute; give a path relative to the space")
+    segments = path.split("/")
+    if ".." in segments:
+        raise InvalidPath(f"path {path!r} may not contain a '..' segment")
+    canonical = canonical_form(path)
+    if canonical is None:
+        raise InvalidPath(f"path {path!r} names no document; give e.g. 'MEMORY.md'")
+    if canonical != path:
+        raise InvalidPath(f"path {path!r} is not canonical; use {canonical!r}", canonical=canonical)
+    if not path.endswith(DOC_SUFFIX) or segments[-1] == DOC_SUFFIX:
+        raise InvalidPath(f"path {path!r} must name a Markdown document ending in '.md'")
+    size = len(path.encode("utf-8"))
+    if size > MAX_PATH_BYTES:
+        raise InvalidPath(f"path is {size} bytes long; the limit is {MAX_PATH_BYTES}")
+    if len(segments) > MAX_PATH_SEGMENTS:
+        raise InvalidPath(
+            f"path is {len(segments)} segments deep; the limit is {MAX_PATH_SEGMENTS}"
+        )
+    return path
+
+
+def validate_dir_prefix(prefix: object) -> str:
+    """Validate a directory prefix for listing: ``''`` (the whole space) or ``a/b``.
+
+    A trailing ``/`` is refused like any other non-canonical spelling.
+    """
+    if prefix is None or prefix == "":
+        return ""
+    if not isinstance(prefix, str):
+        raise InvalidPath("dir must be a string")
+    if "\x00" in prefix or _CONTROL.search(prefix) or "\\" in prefix:
+        raise InvalidPath("dir may not contain '\\', NUL or control characters")
+    if prefix.startswith("/") or _DRIVE.match(prefix):
+        raise InvalidPath(f"dir {prefix!r} is absolute; give a directory relative to the space")
+    if ".." in prefix.split("/"):
+        raise InvalidPath(f"dir {prefix!r} may not contain a '..' segment")
+    canonical = canonical_form(prefix)
+    if canonical is None:
+        return ""
+    if canonical != prefix:
+        raise InvalidPath(
+            f"dir {prefix!r} is not canonical; use {canonical!r}", canonical=canonical
+        )
+    if len(prefix.encode("utf-8")) > MAX_PATH_BYTES:
+        raise InvalidPath(f"dir is longer than {MAX_PATH_BYTES} bytes")
+    return prefix
+
+
+def in_dir(path: str, prefix: str) -> bool:
+    """Whether document ``path`` lies under directory ``prefix`` ('' is the whole space)."""
+    return prefix == "" or path.startswith(prefix + "/")

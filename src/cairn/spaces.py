@@ -1,0 +1,168 @@
+"""Spaces: the addressing of a tree of Markdown documents (SPEC §2).
+
+A space is addressed by a :class:`SpaceRef`. Validation happens here, once, and
+every boundary (HTTP, CLI, tools) and every store calls :meth:`SpaceRef.validated`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from cairn.errors import InvalidSpaceRef
+
+
+class Visibility(StrEnum):
+    PRIVATE = "private"
+    BOT = "bot"
+    PROJECT = "project"
+    CROSS_PROJECT = "cross_project"
+    USER = "user"
+    ORG = "org"
+    GLOBAL = "global"
+
+
+ALLOWED_VISIBILITIES: tuple[str, ...] = tuple(v.value for v in Visibility)
+
+#: Qualifiers each visibility takes (required). Others are ignored and left out of the id.
+REQUIRED_QUALIFIERS: dict[Visibility, frozenset[str]] = {
+    Visibility.PRIVATE: frozenset(),
+    Visibility.BOT: frozenset({"project", "bot"}),
+    Visibility.PROJECT: frozenset({"project"}),
+    Visibility.CROSS_PROJECT: frozenset(),
+    Visibility.USER: frozenset({"user"}),
+    Visibility.ORG: frozenset(),
+    Visibility.GLOBAL: frozenset(),
+}
+
+MAX_SEGMENT_CHARS = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+#: Reserved space name of the auto-memory runner (SPEC §9.3).
+AUTO_MEMORY_SPACE = "auto-memory"
+
+
+def parse_visibility(value: str) -> Visibility:
+    """The :class:`Visibility` named by ``value``, or an error naming the allowed values."""
+    try:
+        return Visibility(value)
+    except ValueError:
+        raise InvalidSpaceRef(
+            f"unknown visibility {value!r}; use one of: {', '.join(ALLOWED_VISIBILITIES)}",
+            field="visibility",
+        ) from None
+
+
+def validate_segment(field: str, value: str) -> str:
+    """Check one qualifier or name: a single non-empty path segment of at most 128 chars."""
+    if not isinstance(value, str) or value == "":
+        raise InvalidSpaceRef(f"{field} must be a non-empty string", field=field)
+    if len(value) > MAX_SEGMENT_CHARS:
+        raise InvalidSpaceRef(
+            f"{field} is {len(value)} characters long; the limit is {MAX_SEGMENT_CHARS}",
+            field=field,
+        )
+    if value in (".", ".."):
+        raise InvalidSpaceRef(f"{field} may not be {value!r}", field=field)
+    for bad, label in (("/", "'/'"), ("\\", "'\\'"), (":", "':'")):
+        if bad in value:
+            raise InvalidSpaceRef(f"{field} may not contain {label}", field=field)
+    if _CONTROL.search(value):
+        raise InvalidSpaceRef(f"{field} may not contain NUL or control characters", field=field)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceRef:
+    """The address of one space.
+
+    ``tenant`` is the team id (empty for ``global``); ``tenant`` and ``user`` never
+    come from a request parameter: the boundary stamps them from the identity.
+    """
+
+    visibility: Visibility
+    name: str
+    tenant: str = ""
+    project: str = ""
+    bot: str = ""
+    user: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        visibility: str | Visibility,
+        name: str,
+        *,
+        tenant: str = "",
+        project: str | None = None,
+        bot: str | None = None,
+        user: str | None = None,
+    ) -> SpaceRef:
+        """Make a validated ref, dropping the qualifiers the visibility does not take."""
+        vis = visibility if isinstance(visibility, Visibility) else parse_visibility(visibility)
+        takes = REQUIRED_QUALIFIERS[vis]
+        ref = cls(
+            visibility=vis,
+            name=name,
+            tenant="" if vis is Visibility.GLOBAL else tenant,
+            project=(project or "") if "project" in takes else "",
+            bot=(bot or "") if "bot" in takes else "",
+            user=(user or "") if "user" in takes else "",
+        )
+        return ref.validated()
+
+    def validated(self) -> SpaceRef:
+        """Return ``self`` when every rule of SPEC §2 holds, else raise InvalidSpaceRef."""
+        if not isinstance(self.visibility, Visibility):
+            parse_visibility(str(self.visibility))
+        validate_segment("name", self.name)
+        takes = REQUIRED_QUALIFIERS[self.visibility]
+        for field in ("project", "bot", "user"):
+            value: str = getattr(self, field)
+            if field in takes:
+                if not value:
+                    raise InvalidSpaceRef(
+                        f"visibility {self.visibility.value!r} requires {field}", field=field
+                    )
+                validate_segment(field, value)
+            elif value:
+                raise InvalidSpaceRef(
+                    f"visibility {self.visibility.value!r} does not take {field}", field=field
+                )
+        if self.tenant:
+            if self.visibility is Visibility.GLOBAL:
+                raise InvalidSpaceRef("a global space carries no tenant", field="tenant")
+            validate_segment("tenant", self.tenant)
+        return self
+
+    @property
+    def is_global(self) -> bool:
+        return self.visibility is Visibility.GLOBAL
+
+    @property
+    def id(self) -> str:
+        """``v1:<visibility>:<tenant>:<project>:<bot>:<user>:<name>``."""
+        return ":".join(
+            ("v1", self.visibility.value, self.tenant, self.project, self.bot, self.user, self.name)
+        )
+
+    def with_tenant(self, tenant: str) -> SpaceRef:
+        return replace(self, tenant="" if self.is_global else tenant).validated()
+
+
+def encode_workdir_key(path: str | os.PathLike[str]) -> str:
+    """The project key of a directory: readable basename plus a hash of its real path.
+
+    ``<basename reduced to [A-Za-z0-9._-], at most 40 chars>-<12 hex of sha256(realpath)>``.
+    Always a valid segment, whatever the directory is called.
+    """
+    real = os.path.realpath(os.fspath(path))
+    base = os.path.basename(real.rstrip(os.sep)) or "root"
+    base = unicodedata.normalize("NFKD", base)
+    reduced = re.sub(r"[^A-Za-z0-9._-]", "", base)[:40].strip(".") or "dir"
+    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{reduced}-{digest}"

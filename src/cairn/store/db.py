@@ -1,0 +1,188 @@
+"""SQL plumbing shared by every SQL-backed part of Cairn (documents, identity, records).
+
+* :func:`make_engine` turns ``sqlite:///path`` or ``postgresql://...`` into a
+  SQLAlchemy engine (pysqlite in WAL mode; psycopg 3 with a connection pool).
+* :func:`write_transaction` / :func:`read_transaction` open a transaction; on SQLite
+  a write transaction is ``BEGIN IMMEDIATE`` so concurrent writers queue on the
+  database lock instead of failing at commit.
+* :class:`Migration` and :func:`upgrade`: each component keeps an ordered list of
+  migrations; applied ones are recorded in ``cairn_migrations`` (component, version).
+* :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from cairn.errors import InvalidRequest, StoreUnavailable
+
+metadata_migrations = sa.MetaData()
+
+migrations_table = sa.Table(
+    "cairn_migrations",
+    metadata_migrations,
+    sa.Column("component", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("description", sa.String(256), nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``sqlite:///path`` and ``postgresql://...``; pick the psycopg 3 driver."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://") :]
+    if url.startswith(("postgresql+psycopg://", "sqlite://")):
+        return url
+    raise InvalidRequest(
+        f"unsupported database URL {url.split(':', 1)[0]!r}; "
+        "use sqlite:///path/to/cairn.db or postgresql://user@host/db"
+    )
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    """An engine for ``url``, configured for Cairn's transaction discipline."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": 60, "check_same_thread": False},
+            pool_pre_ping=False,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_timeout=30,
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite."""
+    with translated_errors():
+        if is_sqlite(engine):
+            with engine.connect() as conn:
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    yield conn
+        else:
+            with engine.begin() as conn:
+                yield conn
+
+
+@contextlib.contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    with translated_errors(), engine.connect() as conn, conn.begin():
+        yield conn
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Driver failures (connection refused, database gone, disk I/O) → StoreUnavailable."""
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise StoreUnavailable(
+            "the database cannot be reached right now; try again shortly"
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One step of a component's schema. ``up`` may branch on ``conn.dialect.name``."""
+
+    component: str
+    version: int
+    description: str
+    up: Callable[[Connection], None]
+
+
+def upgrade(engine: Engine, migrations: Sequence[Migration]) -> list[Migration]:
+    """Apply every migration not yet recorded, in order; return those applied.
+
+    Each runs in its own transaction with its record, under a lock (an advisory lock
+    on PostgreSQL, BEGIN IMMEDIATE on SQLite), so replicas starting together are safe.
+    """
+    applied: list[Migration] = []
+    with write_transaction(engine) as conn:
+        _lock(conn)
+        metadata_migrations.create_all(conn, checkfirst=True)
+    for m in migrations:
+        with write_transaction(engine) as conn:
+            _lock(conn)
+            done = conn.execute(
+                sa.select(migrations_table.c.version).where(
+                    migrations_table.c.component == m.component,
+                    migrations_table.c.version == m.version,
+                )
+            ).first()
+            if done:
+                continue
+            m.up(conn)
+            conn.execute(
+                migrations_table.insert().values(
+                    component=m.component,
+                    version=m.version,
+                    description=m.description,
+                    applied_at=utcnow(),
+                )
+            )
+            applied.append(m)
+    return applied
+
+
+def applied_versions(engine: Engine) -> set[tuple[str, int]]:
+    with read_transaction(engine) as conn:
+        if not sa.inspect(conn).has_table("cairn_migrations"):
+            return set()
+        rows = conn.execute(sa.select(migrations_table.c.component, migrations_table.c.version))
+        return {(r[0], r[1]) for r in rows}
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(872361)"))

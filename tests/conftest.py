@@ -1,0 +1,80 @@
+"""Shared fixtures: real PostgreSQL and Redis, a fresh database per test module.
+
+Tests that need PostgreSQL or Redis skip visibly when ``CAIRN_TEST_POSTGRES_URL`` /
+``CAIRN_TEST_REDIS_URL`` are unset, except under ``CI=true`` where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+POSTGRES_URL = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
+REDIS_URL = os.environ.get("CAIRN_TEST_REDIS_URL", "")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _require(env_name: str, what: str) -> None:
+    message = f"{what} not configured: set {env_name} (CAIRN_TEST_ env) to run this test"
+    if IN_CI:
+        pytest.fail(f"{message}; under CI=true tests that need {what} may not skip")
+    pytest.skip(message)
+
+
+def require_postgres() -> str:
+    if not POSTGRES_URL:
+        _require("CAIRN_TEST_POSTGRES_URL", "postgres")
+    return POSTGRES_URL
+
+
+def require_redis() -> str:
+    if not REDIS_URL:
+        _require("CAIRN_TEST_REDIS_URL", "redis")
+    return REDIS_URL
+
+
+def _admin_url(url: str) -> tuple[str, str]:
+    """(base URL without database, database name)."""
+    base, _, dbname = url.rpartition("/")
+    return base, dbname
+
+
+def create_postgres_database() -> str:
+    """Create ``test_<uuid>`` on the test server and return its URL."""
+    import psycopg
+
+    url = require_postgres()
+    base, dbname = _admin_url(url)
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{base}/{name}"
+
+
+def drop_postgres_database(url: str) -> None:
+    import psycopg
+
+    base, name = _admin_url(url)
+    admin = f"{base}/{_admin_url(POSTGRES_URL)[1]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test module."""
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis URL with a unique key prefix namespace flushed afterwards (db 0)."""
+    url = require_redis()
+    yield url
