@@ -148,6 +148,32 @@ def current_platform_grant() -> PlatformGrant | None:
     return _platform_grant.get()
 
 
+# --- Attribution of global writes -----------------------------------------------------------
+#
+# A global ref carries no tenant, so a store cannot tell which team wrote to it. The
+# boundary that knows the caller's active team (the HTTP layer, per request) names it
+# here; the SQL stores then debit that team's counter for the bytes of a global write
+# (attribution, never enforcement) and credit it on a shrink or delete. Unset (the
+# admin token, the local CLI) means no team is debited.
+
+_attribution_team: ContextVar[str | None] = ContextVar("cairn_attribution_team", default=None)
+
+
+@contextlib.contextmanager
+def with_attribution_team(team_id: str | None) -> Iterator[None]:
+    """Attribute global writes in this block to ``team_id`` (``None`` or '' = nobody)."""
+    token = _attribution_team.set(team_id or None)
+    try:
+        yield
+    finally:
+        _attribution_team.reset(token)
+
+
+def current_attribution_team() -> str | None:
+    """The team global writes are attributed to in this context, if any."""
+    return _attribution_team.get()
+
+
 def authorize_space_write(ref: SpaceRef) -> None:
     """AuthorizeSpaceWrite: refuse a global mutation without platform authority."""
     if ref.is_global and _platform_grant.get() is None:

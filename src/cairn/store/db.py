@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,8 +56,26 @@ def normalize_url(url: str) -> str:
     )
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """An engine for ``url``, configured for Cairn's transaction discipline."""
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def validate_schema_name(schema: str) -> str:
+    """A PostgreSQL schema name Cairn will put on a search_path: ``[a-z_][a-z0-9_]*``."""
+    if not _SCHEMA_NAME.match(schema):
+        raise InvalidRequest(
+            f"schema {schema!r} is not a plain identifier; use lowercase letters, digits "
+            "and '_' (at most 63 characters, not starting with a digit)"
+        )
+    return schema
+
+
+def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
+    """An engine for ``url``, configured for Cairn's transaction discipline.
+
+    ``schema`` (PostgreSQL only; ignored for SQLite, which has no schemas) puts every
+    connection's ``search_path`` on that schema, so one database can hold several
+    independent Cairn schemas (tests use a fresh one each). It does not create it.
+    """
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = sa.engine.make_url(url).database
@@ -69,11 +88,16 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
+    connect_args: dict[str, Any] = {}
+    if schema is not None:
+        connect_args["options"] = f"-csearch_path={validate_schema_name(schema)}"
     return sa.create_engine(
         url,
+        connect_args=connect_args,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=False,
+        pool_recycle=1800,
         pool_timeout=30,
     )
 

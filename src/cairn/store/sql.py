@@ -1,0 +1,589 @@
+"""The SQL document store: SQLite (embedded default, WAL) and PostgreSQL (psycopg 3).
+
+One code path over SQLAlchemy Core for both databases; the only dialect-specific
+parts are the ``INSERT ... ON CONFLICT`` construct (each dialect has its own) and
+``SELECT ... FOR UPDATE``, which SQLite does not need (its write transactions are
+``BEGIN IMMEDIATE``, serialised on the database lock) and SQLAlchemy leaves out there.
+
+Tenancy (SPEC §10): every row carries its tenant (``tenant_id``; ``''`` for global,
+"carries none"), every document statement addresses the tenant, the space key and the
+full space id, and a non-global ref without a tenant is refused before any I/O.
+
+Quotas (SPEC §4): a write or delete runs in ONE write transaction that
+
+1. locks the current document row (``FOR UPDATE``; a concurrent creator of the same
+   path is caught by ``ON CONFLICT DO NOTHING`` and the row is read again),
+2. writes the document,
+3. charges the size delta to the space counter (sub-cap), then the team counter (or,
+   for global, the instance counter) with a compare-and-swap upsert whose ``WHERE
+   used_bytes + :d <= quota`` is evaluated by the database on the locked, latest row
+   version — so under READ COMMITTED no update is lost and no counter passes its
+   quota, across threads, processes and replicas,
+4. for global, debits the attributed team (see
+   :func:`cairn.store.base.with_attribution_team`) without enforcement.
+
+Credits (shrink, delete) clamp at zero. Locks are always taken in the order document →
+space counter → team/instance counter → attributed team counter, so writers cannot
+deadlock one another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection, Engine
+
+from cairn.errors import (
+    Conflict,
+    InvalidDocument,
+    InvalidRequest,
+    InvalidSpaceRef,
+    NotFound,
+    PreconditionFailed,
+    QuotaExceeded,
+    StoreUnavailable,
+)
+from cairn.paths import validate_dir_prefix, validate_doc_path
+from cairn.quota import Limits, check_document_size
+from cairn.secrets import check_no_secrets
+from cairn.spaces import SpaceRef, validate_segment
+from cairn.store.base import (
+    Document,
+    DocumentInfo,
+    MemoryStore,
+    Usage,
+    WriteResult,
+    authorize_space_write,
+    content_etag,
+    current_attribution_team,
+)
+from cairn.store.db import (
+    make_engine,
+    read_transaction,
+    upgrade,
+    utcnow,
+    validate_schema_name,
+    write_transaction,
+)
+from cairn.store.sql_schema import (
+    MIGRATIONS,
+    memory_documents,
+    memory_space_usage,
+    memory_tenant_usage,
+)
+
+#: The reserved ``tenant_id`` of global rows and of the instance counter.
+NO_TENANT = ""
+#: Stands in for "no sub-cap" in the compare-and-swap (far above any real byte count).
+_UNCAPPED = 2**62
+#: iter_documents holds at most this many documents, and about this many bytes, at once.
+ITER_BATCH_DOCS = 64
+ITER_BATCH_BYTES = 4 * 1024 * 1024
+_ITER_META_PAGE = 256
+#: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
+_WRITE_ATTEMPTS = 8
+
+D = memory_documents
+S = memory_space_usage
+T = memory_tenant_usage
+
+
+def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+def _space_key(space_id: str) -> str:
+    return hashlib.sha256(space_id.encode("utf-8")).hexdigest()
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands timestamps back naive (they were stored as UTC); PostgreSQL in the
+    # session time zone.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _exceeded(limit: str, used: int, quota: int, needed: int) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"{limit} quota exceeded: {used} of {quota} bytes used, the write needs {needed} more",
+        limit=limit,
+        used_bytes=used,
+        quota_bytes=quota,
+        needed_bytes=needed,
+    )
+
+
+def _check_quota_value(quota_bytes: object) -> int:
+    if isinstance(quota_bytes, bool) or not isinstance(quota_bytes, int) or quota_bytes < 0:
+        raise InvalidRequest(
+            f"memory_quota_bytes {quota_bytes!r} is not a byte count; give a whole number >= 0"
+        )
+    return quota_bytes
+
+
+class _Statements:
+    """Every statement the store runs, built once per dialect so compilation is cached."""
+
+    def __init__(self, dialect: str) -> None:
+        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+        doc_where = (
+            D.c.tenant_id == _bp("t"),
+            D.c.space_key == _bp("k"),
+            D.c.space_id == _bp("sid"),
+        )
+        one_doc = (*doc_where, D.c.path == _bp("p"))
+        in_dir = (D.c.path >= _bp("lo"), D.c.path < _bp("hi"))
+        after = D.c.path > _bp("after")
+        meta_cols = (D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
+
+        self.lock_doc = sa.select(D.c.size_bytes, D.c.etag).where(*one_doc).with_for_update()
+        self.read_doc = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
+            *one_doc
+        )
+        self.insert_doc = (
+            insert(D)
+            .values(
+                tenant_id=_bp("t"),
+                space_key=_bp("k"),
+                space_id=_bp("sid"),
+                path=_bp("p"),
+                visibility=_bp("vis"),
+                content=_bp("content"),
+                size_bytes=_bp("size"),
+                etag=_bp("etag"),
+                updated_at=_bp("now"),
+            )
+            .on_conflict_do_nothing(index_elements=[D.c.tenant_id, D.c.space_key, D.c.path])
+            # RETURNING, not rowcount: a driver need not report the rowcount of an INSERT.
+            .returning(D.c.size_bytes)
+        )
+        self.update_doc = (
+            sa.update(D)
+            .where(*one_doc)
+            .values(
+                content=_bp("content"),
+                size_bytes=_bp("size"),
+                etag=_bp("etag"),
+                updated_at=_bp("now"),
+            )
+        )
+        self.delete_doc = sa.delete(D).where(*one_doc)
+        self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
+        self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
+        page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(_ITER_META_PAGE)
+        self.page_all = page.where(*doc_where, after)
+        self.page_dir = page.where(*doc_where, *in_dir, after)
+        self.fetch_docs = (
+            sa.select(D.c.path, D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag)
+            .where(*doc_where, D.c.path.in_(sa.bindparam("paths", expanding=True)))
+            .order_by(D.c.path)
+        )
+
+        delta = _bp("d", sa.BigInteger)
+        # used + d, clamped at zero for credits.
+        s_new = sa.case((S.c.used_bytes + delta < 0, 0), else_=S.c.used_bytes + delta)
+        t_new = sa.case((T.c.used_bytes + delta < 0, 0), else_=T.c.used_bytes + delta)
+        # The compare-and-swap: a credit always passes, a charge only within the quota.
+        self.charge_space = (
+            insert(S)
+            .values(
+                tenant_id=_bp("t"),
+                space_key=_bp("k"),
+                space_id=_bp("sid"),
+                used_bytes=_bp("fresh", sa.BigInteger),
+            )
+            .on_conflict_do_update(
+                index_elements=[S.c.tenant_id, S.c.space_key],
+                set_={S.c.used_bytes: s_new},
+                where=sa.or_(delta <= 0, S.c.used_bytes + delta <= _bp("cap", sa.BigInteger)),
+            )
+            .returning(S.c.used_bytes)
+        )
+        tenant_row = {
+            "tenant_id": _bp("t"),
+            "used_bytes": _bp("fresh", sa.BigInteger),
+            "quota_bytes": _bp("default_quota", sa.BigInteger),
+        }
+        self.charge_tenant = (
+            insert(T)
+            .values(**tenant_row)
+            .on_conflict_do_update(
+                index_elements=[T.c.tenant_id],
+                set_={T.c.used_bytes: t_new},
+                where=sa.or_(delta <= 0, T.c.used_bytes + delta <= T.c.quota_bytes),
+            )
+            .returning(T.c.used_bytes, T.c.quota_bytes)
+        )
+        # Attribution of a global write: debit (or credit) without enforcement.
+        self.attribute_tenant = (
+            insert(T)
+            .values(**tenant_row)
+            .on_conflict_do_update(index_elements=[T.c.tenant_id], set_={T.c.used_bytes: t_new})
+        )
+        self.set_quota = (
+            insert(T)
+            .values(tenant_id=_bp("t"), used_bytes=0, quota_bytes=_bp("q", sa.BigInteger))
+            .on_conflict_do_update(
+                index_elements=[T.c.tenant_id],
+                set_={T.c.quota_bytes: _bp("q", sa.BigInteger)},
+            )
+        )
+        self.space_used = sa.select(S.c.used_bytes).where(
+            S.c.tenant_id == _bp("t"), S.c.space_key == _bp("k"), S.c.space_id == _bp("sid")
+        )
+        self.tenant_used = sa.select(T.c.used_bytes, T.c.quota_bytes).where(
+            T.c.tenant_id == _bp("t")
+        )
+
+
+class SqlStore(MemoryStore):
+    """The :class:`MemoryStore` over SQLite or PostgreSQL.
+
+    ``limits`` gives the document cap, the sub-caps per visibility, and the quotas a
+    team counter and the instance counter start at when first created; after that the
+    quota on the counter row (``set_team_quota`` / ``set_instance_quota``) is the one
+    enforced. The store is safe to share between threads and to run in many processes
+    (and, on PostgreSQL, many replicas) over one database.
+    """
+
+    capabilities = frozenset({"private", "team_aggregate", "multiprocess"})
+
+    def __init__(self, engine: Engine, limits: Limits = Limits()) -> None:  # noqa: B008 - frozen
+        self.engine = engine
+        self.limits = limits
+        self._sql = _Statements(engine.dialect.name)
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        limits: Limits = Limits(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        schema: str | None = None,
+    ) -> SqlStore:
+        """Connect to ``url`` (``sqlite:///path`` or ``postgresql://...``) and migrate.
+
+        ``schema`` (PostgreSQL) keeps every table in that schema, creating it if
+        missing; SQLite has no schemas and ignores it.
+        """
+        try:
+            engine = make_engine(url, schema=schema)
+        except OSError as exc:
+            # Only the SQLite branch touches the filesystem; the URL is not echoed, as a
+            # database URL may carry a password.
+            raise StoreUnavailable(
+                f"cannot create the directory of the SQLite database ({exc.strerror or exc}); "
+                "check the path and its permissions"
+            ) from exc
+        try:
+            if schema is not None and engine.dialect.name == "postgresql":
+                with write_transaction(engine) as conn:
+                    # Serialise with other processes opening the same schema right now:
+                    # IF NOT EXISTS alone can still collide on the catalog's unique index.
+                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(872362)")
+                    conn.exec_driver_sql(
+                        f'CREATE SCHEMA IF NOT EXISTS "{validate_schema_name(schema)}"'
+                    )
+            upgrade(engine, MIGRATIONS)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, limits)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- Addressing ---------------------------------------------------------------------
+
+    @staticmethod
+    def _address(ref: SpaceRef) -> dict[str, str]:
+        """Validate ``ref`` and return its row address; refuse a tenant-less team ref."""
+        ref = ref.validated()
+        if not ref.is_global and not ref.tenant:
+            raise InvalidSpaceRef(
+                f"space {ref.id!r} has no tenant; every {ref.visibility.value!r} space "
+                "belongs to a team, so the caller must stamp the team id onto the ref",
+                field="tenant",
+            )
+        space_id = ref.id
+        return {"t": ref.tenant or NO_TENANT, "k": _space_key(space_id), "sid": space_id}
+
+    @staticmethod
+    def _dir_range(prefix: str) -> dict[str, str]:
+        # Every path under "a/b" sorts in ["a/b/", "a/b0"): '0' follows '/' in code points.
+        return {"lo": prefix + "/", "hi": prefix + "0"}
+
+    # --- Reads --------------------------------------------------------------------------
+
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        addr = self._address(ref)
+        path = validate_doc_path(path)
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(self._sql.read_doc, {**addr, "p": path}).first()
+        if row is None:
+            raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
+        return Document(path, row.content, row.size_bytes, _aware(row.updated_at), row.etag)
+
+    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
+        addr = self._address(ref)
+        prefix = validate_dir_prefix(dir)
+        with read_transaction(self.engine) as conn:
+            if prefix:
+                rows = conn.execute(self._sql.list_dir, {**addr, **self._dir_range(prefix)})
+            else:
+                rows = conn.execute(self._sql.list_all, addr)
+            return [DocumentInfo(r.path, r.size_bytes, _aware(r.updated_at), r.etag) for r in rows]
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        """Stream documents in path order, a bounded batch at a time.
+
+        Each batch is read in its own short transaction (so a slow consumer holds no
+        connection or lock); a document removed between batches is skipped, one
+        added behind the cursor is not seen.
+        """
+        addr = self._address(ref)
+        prefix = validate_dir_prefix(dir)
+        return self._iter(addr, prefix)
+
+    def _iter(self, addr: dict[str, str], prefix: str) -> Iterator[Document]:
+        page_stmt = self._sql.page_dir if prefix else self._sql.page_all
+        params: dict[str, Any] = {**addr, **(self._dir_range(prefix) if prefix else {})}
+        after = ""
+        while True:
+            with read_transaction(self.engine) as conn:
+                meta = conn.execute(page_stmt, {**params, "after": after}).all()
+            if not meta:
+                return
+            for batch in _batches([(m.path, m.size_bytes) for m in meta]):
+                with read_transaction(self.engine) as conn:
+                    rows = conn.execute(self._sql.fetch_docs, {**addr, "paths": batch}).all()
+                for r in rows:
+                    yield Document(r.path, r.content, r.size_bytes, _aware(r.updated_at), r.etag)
+                del rows
+            if len(meta) < _ITER_META_PAGE:
+                return
+            after = meta[-1].path
+
+    def usage(self, ref: SpaceRef) -> Usage:
+        addr = self._address(ref)
+        ref = ref.validated()
+        aggregate, default = self._aggregate(ref)
+        with read_transaction(self.engine) as conn:
+            used = conn.execute(self._sql.space_used, addr).scalar()
+            team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
+        team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
+        return Usage(ref.id, used or 0, self.limits.subcap(ref.visibility), team_used, team_quota)
+
+    # --- Writes -------------------------------------------------------------------------
+
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> WriteResult:
+        ref = ref.validated()
+        authorize_space_write(ref)
+        addr = self._address(ref)
+        path = validate_doc_path(path)
+        data = _encode(content)
+        size = len(data)
+        check_document_size(size, self.limits.max_document)
+        check_no_secrets(content)
+        attributed = self._attributed_team(ref)
+        etag = content_etag(data)
+        doc: dict[str, Any] = {
+            **addr,
+            "p": path,
+            "vis": ref.visibility.value,
+            "content": content,
+            "size": size,
+            "etag": etag,
+            "now": utcnow(),
+        }
+        with write_transaction(self.engine) as conn:
+            created, old_size = self._put(conn, doc, if_match, if_none_match)
+            if size != old_size:
+                self._charge(conn, ref, addr, size - old_size, attributed)
+        return WriteResult(path, size, etag, created)
+
+    def _put(
+        self,
+        conn: Connection,
+        doc: dict[str, Any],
+        if_match: str | None,
+        if_none_match: bool,
+    ) -> tuple[bool, int]:
+        """Create or replace the row; return (created, size it had before)."""
+        path = doc["p"]
+        for _ in range(_WRITE_ATTEMPTS):
+            current = conn.execute(self._sql.lock_doc, doc).first()
+            if current is None:
+                if if_match is not None:
+                    raise PreconditionFailed(
+                        f"{path!r} does not exist, so it cannot match etag {if_match!r}",
+                        path=path,
+                    )
+                if conn.execute(self._sql.insert_doc, doc).first() is not None:
+                    return True, 0
+                # A concurrent writer created it and has committed: lock and replace it.
+                continue
+            if if_none_match:
+                raise PreconditionFailed(
+                    f"{path!r} already exists; drop the create-only condition to replace it",
+                    path=path,
+                )
+            if if_match is not None and current.etag != if_match:
+                raise PreconditionFailed(
+                    f"{path!r} changed meanwhile (its etag is now {current.etag!r}); "
+                    "read it again and retry",
+                    path=path,
+                    etag=current.etag,
+                )
+            conn.execute(self._sql.update_doc, doc)
+            return False, int(current.size_bytes)
+        raise Conflict(f"{path!r} is being created and removed concurrently; retry the write")
+
+    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
+        ref = ref.validated()
+        authorize_space_write(ref)
+        addr = self._address(ref)
+        path = validate_doc_path(path)
+        attributed = self._attributed_team(ref)
+        key = {**addr, "p": path}
+        with write_transaction(self.engine) as conn:
+            current = conn.execute(self._sql.lock_doc, key).first()
+            if current is None:
+                raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
+            if if_match is not None and current.etag != if_match:
+                raise PreconditionFailed(
+                    f"{path!r} changed meanwhile (its etag is now {current.etag!r}); "
+                    "read it again and retry",
+                    path=path,
+                    etag=current.etag,
+                )
+            conn.execute(self._sql.delete_doc, key)
+            if current.size_bytes:
+                self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
+
+    def _aggregate(self, ref: SpaceRef) -> tuple[str, int]:
+        """The counter a space answers to, and the quota it starts at."""
+        if ref.is_global:
+            return NO_TENANT, self.limits.instance_quota
+        return ref.tenant, self.limits.team_quota
+
+    @staticmethod
+    def _attributed_team(ref: SpaceRef) -> str | None:
+        if not ref.is_global:
+            return None
+        team = current_attribution_team()
+        return validate_segment("attribution team", team) if team else None
+
+    def _charge(
+        self,
+        conn: Connection,
+        ref: SpaceRef,
+        addr: dict[str, str],
+        delta: int,
+        attributed: str | None,
+    ) -> None:
+        """Apply ``delta`` to every counter of the space, refusing past a quota."""
+        fresh = max(delta, 0)
+        subcap = self.limits.subcap(ref.visibility)
+        cap = subcap if subcap > 0 else _UNCAPPED
+        row = conn.execute(
+            self._sql.charge_space, {**addr, "d": delta, "fresh": fresh, "cap": cap}
+        ).first()
+        if row is None:
+            used = conn.execute(self._sql.space_used, addr).scalar() or 0
+            raise _exceeded("space", int(used), subcap, delta)
+        if delta > 0 and row.used_bytes > cap:  # a counter created by this very write
+            raise _exceeded("space", 0, subcap, delta)
+
+        tenant, default = self._aggregate(ref)
+        params = {"t": tenant, "d": delta, "fresh": fresh, "default_quota": default}
+        row = conn.execute(self._sql.charge_tenant, params).first()
+        if row is None or (delta > 0 and row.used_bytes > row.quota_bytes):
+            limit = "instance" if ref.is_global else "team"
+            if row is not None:  # a counter created by this very write, over its quota
+                raise _exceeded(limit, 0, int(row.quota_bytes), delta)
+            current = conn.execute(self._sql.tenant_used, {"t": tenant}).one()
+            raise _exceeded(limit, int(current.used_bytes), int(current.quota_bytes), delta)
+
+        if attributed is not None:
+            conn.execute(
+                self._sql.attribute_tenant,
+                {
+                    "t": attributed,
+                    "d": delta,
+                    "fresh": fresh,
+                    "default_quota": self.limits.team_quota,
+                },
+            )
+
+    # --- Admin --------------------------------------------------------------------------
+
+    def set_team_quota(self, tenant: str, quota_bytes: int) -> None:
+        """Re-cap a team's counter (creating it, empty, if the team never wrote)."""
+        self._set_quota(validate_segment("tenant", tenant), _check_quota_value(quota_bytes))
+
+    def set_instance_quota(self, quota_bytes: int) -> None:
+        """Re-cap the tenant-less instance counter that global writes answer to."""
+        self._set_quota(NO_TENANT, _check_quota_value(quota_bytes))
+
+    def team_usage(self, tenant: str) -> tuple[int, int]:
+        """(bytes used, quota) of a team's counter; a team that never wrote has the default."""
+        return self._tenant_usage(validate_segment("tenant", tenant), self.limits.team_quota)
+
+    def instance_usage(self) -> tuple[int, int]:
+        """(bytes used, quota) of the instance counter."""
+        return self._tenant_usage(NO_TENANT, self.limits.instance_quota)
+
+    def _set_quota(self, tenant: str, quota_bytes: int) -> None:
+        with write_transaction(self.engine) as conn:
+            conn.execute(self._sql.set_quota, {"t": tenant, "q": quota_bytes})
+
+    def _tenant_usage(self, tenant: str, default: int) -> tuple[int, int]:
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(self._sql.tenant_used, {"t": tenant}).first()
+        return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
+
+
+def _encode(content: object) -> bytes:
+    if not isinstance(content, str):
+        raise InvalidDocument("content must be a string of UTF-8 Markdown")
+    if "\x00" in content:
+        raise InvalidDocument("content may not contain NUL characters; remove them and retry")
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidDocument(
+            f"content is not valid Unicode at character {exc.start} (a lone surrogate); "
+            "send UTF-8 Markdown"
+        ) from None
+
+
+def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:
+    """Group paths into batches of at most ITER_BATCH_DOCS documents and about
+    ITER_BATCH_BYTES bytes (a document larger than that is a batch of its own)."""
+    batch: list[str] = []
+    total = 0
+    for path, size in items:
+        if batch and (len(batch) >= ITER_BATCH_DOCS or total + size > ITER_BATCH_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(path)
+        total += size
+    if batch:
+        yield batch
+
+
+__all__ = ["NO_TENANT", "SqlStore"]

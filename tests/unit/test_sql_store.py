@@ -1,0 +1,592 @@
+"""The SQL store on SQLite and PostgreSQL: tenancy, counters, compare-and-swap, streaming.
+
+Behaviour every adapter shares is in tests/conformance/; this module covers what is
+particular to the SQL store: rows stamped with their tenant, the team / instance
+counters and their attribution, concurrency across threads and processes, and the
+translation of driver failures.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import threading
+import tracemalloc
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cairn.errors import (
+    DocumentTooLarge,
+    InvalidDocument,
+    InvalidPath,
+    InvalidRequest,
+    InvalidSpaceRef,
+    NotFound,
+    PlatformAuthorityRequired,
+    PreconditionFailed,
+    QuotaExceeded,
+    SecretDetected,
+    StoreUnavailable,
+)
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store import sql as sql_module
+from cairn.store.base import with_attribution_team, with_platform_write_authority
+from cairn.store.db import make_engine
+from cairn.store.sql import NO_TENANT, SqlStore
+from cairn.store.sql_schema import memory_documents, memory_tenant_usage
+
+TEAM = "team-a"
+OTHER = "team-b"
+
+
+def project(tenant: str = TEAM, name: str = "notes", proj: str = "p1") -> SpaceRef:
+    return SpaceRef.build(Visibility.PROJECT, name, tenant=tenant, project=proj)
+
+
+GLOBAL = SpaceRef.build(Visibility.GLOBAL, "catalogue")
+
+
+@dataclass
+class Backend:
+    """Where a test's stores live: a SQLite file, or a fresh PostgreSQL schema."""
+
+    kind: str
+    url: str
+    schema: str | None
+    opened: list[SqlStore] = field(default_factory=list)
+
+    def open(self, limits: Limits = Limits()) -> SqlStore:  # noqa: B008
+        store = SqlStore.open(self.url, limits, schema=self.schema)
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        b = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None)
+    else:
+        url: str = request.getfixturevalue("postgres_url")
+        b = Backend("postgres", url, f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        yield b
+    finally:
+        for store in b.opened:
+            store.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> SqlStore:
+    return backend.open()
+
+
+def rows(store: SqlStore, table: sa.Table) -> list[sa.Row[object]]:
+    with store.engine.connect() as conn:
+        return list(conn.execute(sa.select(table)))
+
+
+# --- Tenancy -------------------------------------------------------------------------------
+
+
+def test_rows_carry_their_tenant_and_full_space_id(store: SqlStore) -> None:
+    store.write(project(TEAM), "a.md", "alpha")
+    store.write(project(OTHER), "a.md", "other team")
+    with with_platform_write_authority("test"):
+        store.write(GLOBAL, "g.md", "shared")
+
+    stamped = {
+        (r.tenant_id, r.space_id, r.path, r.visibility) for r in rows(store, memory_documents)
+    }
+    assert stamped == {
+        (TEAM, project(TEAM).id, "a.md", "project"),
+        (OTHER, project(OTHER).id, "a.md", "project"),
+        (NO_TENANT, GLOBAL.id, "g.md", "global"),
+    }
+    # The same name in another team is another space.
+    assert store.read(project(TEAM), "a.md").content == "alpha"
+    assert store.read(project(OTHER), "a.md").content == "other team"
+
+
+def test_document_primary_key_leads_with_tenant(store: SqlStore) -> None:
+    with store.engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        for table in ("memory_documents", "memory_space_usage", "memory_tenant_usage"):
+            assert inspector.get_pk_constraint(table)["constrained_columns"][0] == "tenant_id"
+
+
+def test_tenantless_team_ref_is_refused_before_any_io(tmp_path: Path) -> None:
+    # Both engines fail on first use (nothing listens on port 1; a directory is no
+    # database), so anything but InvalidSpaceRef would mean the store touched them.
+    dead = [
+        SqlStore(make_engine("postgresql://postgres@127.0.0.1:1/none")),
+        SqlStore(make_engine(f"sqlite:///{tmp_path}")),
+    ]
+    tenantless = SpaceRef(Visibility.ORG, "notes")
+    for store in dead:
+        calls: list[Callable[[], object]] = [
+            partial(store.read, tenantless, "a.md"),
+            partial(store.write, tenantless, "a.md", "x"),
+            partial(store.delete, tenantless, "a.md"),
+            partial(store.list, tenantless),
+            partial(store.usage, tenantless),
+            partial(store.iter_documents, tenantless),  # refuses when called, not iterated
+        ]
+        for call in calls:
+            with pytest.raises(InvalidSpaceRef) as info:
+                call()
+            assert info.value.details["field"] == "tenant"
+        with pytest.raises(StoreUnavailable):
+            store.list(project())
+        store.close()
+
+
+def test_invalid_ref_and_path_are_refused(store: SqlStore) -> None:
+    with pytest.raises(InvalidSpaceRef):
+        store.read(SpaceRef(Visibility.BOT, "n", tenant=TEAM, project="p"), "a.md")
+    with pytest.raises(InvalidSpaceRef):
+        store.list(SpaceRef(Visibility.GLOBAL, "n", tenant=TEAM))
+    with pytest.raises(InvalidPath, match="not canonical") as info:
+        store.write(project(), "a//b.md", "x")
+    assert info.value.details["canonical"] == "a/b.md"
+
+
+# --- Documents -----------------------------------------------------------------------------
+
+
+def test_write_read_list_delete(store: SqlStore) -> None:
+    ref = project()
+    first = store.write(ref, "topics/deploy.md", "# Deploy\n")
+    assert first.created and first.size_bytes == 9
+    again = store.write(ref, "topics/deploy.md", "# Deploy\nstep 1\n")
+    assert not again.created and again.etag != first.etag
+    doc = store.read(ref, "topics/deploy.md")
+    assert doc.content == "# Deploy\nstep 1\n" and doc.etag == again.etag
+    assert doc.updated_at.utcoffset() == timedelta(0)
+    store.delete(ref, "topics/deploy.md")
+    with pytest.raises(NotFound):
+        store.read(ref, "topics/deploy.md")
+    with pytest.raises(NotFound):
+        store.delete(ref, "topics/deploy.md")
+
+
+def test_listing_sorts_by_code_point_and_filters_by_directory(store: SqlStore) -> None:
+    ref = project()
+    paths = ["b.md", "B.md", "a.md", "a/z.md", "a/b/c.md", "ab/x.md", "é.md", "a-b.md", "Z.md"]
+    for p in paths:
+        store.write(ref, p, p)
+    assert [d.path for d in store.list(ref)] == sorted(paths)
+    assert [d.path for d in store.list(ref, "a")] == ["a/b/c.md", "a/z.md"]
+    assert [d.path for d in store.list(ref, "a/b")] == ["a/b/c.md"]
+    assert store.list(ref, "missing") == []
+    assert [d.path for d in store.iter_documents(ref, "a")] == ["a/b/c.md", "a/z.md"]
+
+
+def test_preconditions(store: SqlStore) -> None:
+    ref = project()
+    with pytest.raises(PreconditionFailed):
+        store.write(ref, "a.md", "x", if_match="nope")
+    made = store.write(ref, "a.md", "x", if_none_match=True)
+    with pytest.raises(PreconditionFailed):
+        store.write(ref, "a.md", "y", if_none_match=True)
+    with pytest.raises(PreconditionFailed):
+        store.write(ref, "a.md", "y", if_match="stale")
+    with pytest.raises(PreconditionFailed):
+        store.delete(ref, "a.md", if_match="stale")
+    assert store.read(ref, "a.md").content == "x"
+    replaced = store.write(ref, "a.md", "yy", if_match=made.etag)
+    store.delete(ref, "a.md", if_match=replaced.etag)
+    assert store.usage(ref).used_bytes == 0
+
+
+def test_refused_bodies_store_nothing(store: SqlStore) -> None:
+    ref = project()
+    small = SqlStore(store.engine, Limits(max_document=8))
+    with pytest.raises(DocumentTooLarge):
+        small.write(ref, "a.md", "123456789")
+    with pytest.raises(SecretDetected):
+        store.write(ref, "a.md", "key AKIAABCDEFGHIJKLMNOP here")
+    with pytest.raises(InvalidDocument):
+        store.write(ref, "a.md", "nul \x00 byte")
+    with pytest.raises(InvalidDocument):
+        store.write(ref, "a.md", "lone \ud800 surrogate")
+    assert store.list(ref) == [] and store.usage(ref).team_used_bytes == 0
+
+
+def test_global_mutations_need_platform_authority(store: SqlStore) -> None:
+    with pytest.raises(PlatformAuthorityRequired):
+        store.write(GLOBAL, "g.md", "x")
+    with with_platform_write_authority("test"):
+        store.write(GLOBAL, "g.md", "x")
+    with pytest.raises(PlatformAuthorityRequired):
+        store.delete(GLOBAL, "g.md")
+    assert store.read(GLOBAL, "g.md").content == "x"
+
+
+# --- Counters ------------------------------------------------------------------------------
+
+
+def test_counters_follow_writes_shrinks_and_deletes(store: SqlStore) -> None:
+    a, b = project(name="a"), project(name="b")
+    store.write(a, "x.md", "x" * 100)
+    store.write(b, "y.md", "y" * 50)
+    assert store.usage(a).used_bytes == 100
+    assert store.usage(a).team_used_bytes == 150
+    store.write(a, "x.md", "x" * 30)  # shrink credits
+    assert (store.usage(a).used_bytes, store.team_usage(TEAM)[0]) == (30, 80)
+    store.delete(b, "y.md")
+    assert (store.usage(b).used_bytes, store.team_usage(TEAM)[0]) == (0, 30)
+    assert store.team_usage(OTHER) == (0, Limits().team_quota)
+    assert store.usage(project(OTHER)).team_used_bytes == 0
+
+
+def test_space_subcap_refuses_with_details(backend: Backend) -> None:
+    store = backend.open(Limits().with_subcap(Visibility.PROJECT, 100))
+    ref = project()
+    store.write(ref, "a.md", "a" * 60)
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(ref, "b.md", "b" * 41)
+    assert info.value.details == {
+        "limit": "space",
+        "used_bytes": 60,
+        "quota_bytes": 100,
+        "needed_bytes": 41,
+    }
+    with pytest.raises(QuotaExceeded) as first:
+        store.write(project(name="fresh"), "c.md", "c" * 101)
+    assert first.value.details["used_bytes"] == 0
+    assert [d.path for d in store.list(ref)] == ["a.md"]
+    assert store.team_usage(TEAM)[0] == 60
+    store.write(ref, "a.md", "a" * 100)  # growing within the cap is fine
+    assert store.usage(ref).used_bytes == 100
+
+
+def test_team_aggregate_refuses_and_admin_recaps(backend: Backend) -> None:
+    store = backend.open(Limits(team_quota=100))
+    store.write(project(name="one"), "a.md", "a" * 70)
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(project(name="two"), "b.md", "b" * 31)
+    assert info.value.details == {
+        "limit": "team",
+        "used_bytes": 70,
+        "quota_bytes": 100,
+        "needed_bytes": 31,
+    }
+    assert store.list(project(name="two")) == []
+    assert store.usage(project(name="two")).used_bytes == 0
+    store.set_team_quota(TEAM, 200)
+    store.write(project(name="two"), "b.md", "b" * 31)
+    assert store.team_usage(TEAM) == (101, 200)
+    # Lowering the quota below usage refuses growth but lets shrinks through.
+    store.set_team_quota(TEAM, 50)
+    with pytest.raises(QuotaExceeded):
+        store.write(project(name="two"), "b.md", "b" * 32)
+    store.write(project(name="two"), "b.md", "b")
+    assert store.team_usage(TEAM) == (71, 50)
+    # A team that never wrote gets a counter at the given quota.
+    store.set_team_quota(OTHER, 5)
+    assert store.team_usage(OTHER) == (0, 5)
+    with pytest.raises(QuotaExceeded):
+        store.write(project(OTHER), "a.md", "123456")
+
+
+def test_counter_created_by_a_write_over_its_default_quota_is_refused(backend: Backend) -> None:
+    store = backend.open(Limits(team_quota=10, instance_quota=10))
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(project(), "a.md", "x" * 11)
+    assert info.value.details["limit"] == "team"
+    with with_platform_write_authority("test"), pytest.raises(QuotaExceeded) as info:
+        store.write(GLOBAL, "a.md", "x" * 11)
+    assert info.value.details["limit"] == "instance"
+    assert store.team_usage(TEAM)[0] == 0 and store.instance_usage()[0] == 0
+
+
+def test_admin_input_is_checked(store: SqlStore) -> None:
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(InvalidRequest):
+            store.set_team_quota(TEAM, bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequest):
+            store.set_instance_quota(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSpaceRef):
+        store.set_team_quota("", 10)
+    with pytest.raises(InvalidSpaceRef):
+        store.team_usage("a/b")
+
+
+def test_global_charges_instance_and_debits_attributed_team(backend: Backend) -> None:
+    store = backend.open(Limits(team_quota=10))
+    store.set_instance_quota(100)
+    with with_platform_write_authority("admin-token"):
+        store.write(GLOBAL, "plain.md", "p" * 5)  # no team named: no attribution
+        assert store.instance_usage() == (5, 100)
+        assert store.team_usage(TEAM)[0] == 0
+        with with_attribution_team(TEAM):
+            # Attribution is not enforcement: 40 bytes land on a team capped at 10.
+            store.write(GLOBAL, "a.md", "a" * 40)
+        assert store.team_usage(TEAM) == (40, 10)
+        assert store.instance_usage() == (45, 100)
+        usage = store.usage(GLOBAL)
+        assert (usage.used_bytes, usage.quota_bytes) == (45, 0)
+        assert (usage.team_used_bytes, usage.team_quota_bytes) == (45, 100)
+        with with_attribution_team(TEAM), pytest.raises(QuotaExceeded) as info:
+            store.write(GLOBAL, "b.md", "b" * 56)
+        assert info.value.details["limit"] == "instance"
+        assert store.team_usage(TEAM)[0] == 40  # the refused write debited nobody
+        # The team is charged nothing of its own for the global bytes' sake.
+        with pytest.raises(QuotaExceeded):
+            store.write(project(), "t.md", "t")
+
+
+def test_attribution_credit_lands_on_the_shrinking_team_and_clamps(store: SqlStore) -> None:
+    with with_platform_write_authority("user:1"):
+        with with_attribution_team(TEAM):
+            store.write(GLOBAL, "a.md", "a" * 30)
+        with with_attribution_team(OTHER):
+            store.write(GLOBAL, "a.md", "a" * 10)  # OTHER shrinks it: credited, clamped
+        assert store.team_usage(OTHER)[0] == 0
+        assert store.team_usage(TEAM)[0] == 30
+        with with_attribution_team(TEAM):
+            store.delete(GLOBAL, "a.md")
+        assert store.team_usage(TEAM)[0] == 20
+    assert store.instance_usage()[0] == 0
+
+
+def test_counters_clamp_at_zero(store: SqlStore) -> None:
+    ref = project()
+    store.write(ref, "a.md", "a" * 50)
+    # A counter that drifted below the bytes stored (e.g. restored from an older
+    # backup) must not go negative when the documents go.
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(memory_tenant_usage).values(used_bytes=10))
+    store.delete(ref, "a.md")
+    assert store.team_usage(TEAM)[0] == 0
+    assert store.usage(ref).used_bytes == 0
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(-1, 120)),
+        max_size=14,
+    )
+)
+def test_counters_match_a_model(store: SqlStore, ops: list[tuple[str, int, int]]) -> None:
+    """Any sequence of writes/deletes: counters equal stored bytes, refusals exactly when
+    the model says a limit would be passed (sub-cap 150 per space, team quota 200)."""
+    tenant = f"team-{uuid.uuid4().hex[:8]}"
+    limited = SqlStore(store.engine, Limits().with_subcap(Visibility.PROJECT, 150))
+    limited.set_team_quota(tenant, 200)
+    model: dict[tuple[str, int], int] = {}
+    for space, doc, size in ops:
+        ref, path = project(tenant, name=space), f"d{doc}.md"
+        if size < 0:
+            if (space, doc) in model:
+                limited.delete(ref, path)
+                del model[(space, doc)]
+            continue
+        delta = size - model.get((space, doc), 0)
+        space_used = sum(v for (s, _), v in model.items() if s == space)
+        refused = delta > 0 and (space_used + delta > 150 or sum(model.values()) + delta > 200)
+        try:
+            limited.write(ref, path, "x" * size)
+            model[(space, doc)] = size
+            assert not refused
+        except QuotaExceeded:
+            assert refused
+    assert limited.team_usage(tenant)[0] == sum(model.values())
+    for space in ("a", "b"):
+        stored = sum(d.size_bytes for d in limited.list(project(tenant, name=space)))
+        assert limited.usage(project(tenant, name=space)).used_bytes == stored
+
+
+# --- Concurrency ---------------------------------------------------------------------------
+
+
+def test_cas_holds_under_threads(backend: Backend) -> None:
+    store = backend.open(Limits(team_quota=1000))
+    start = threading.Barrier(6)
+
+    def writer(worker: int) -> int:
+        start.wait()
+        done = 0
+        for i in range(5):
+            try:
+                store.write(project(name=f"s{worker % 2}"), f"w{worker}-{i}.md", "x" * 100)
+                done += 1
+            except QuotaExceeded:
+                pass
+        return done
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        written = sum(pool.map(writer, range(6)))
+    assert written == 10
+    stored = sum(d.size_bytes for n in ("s0", "s1") for d in store.list(project(name=n)))
+    assert store.team_usage(TEAM) == (stored, 1000)
+    assert stored == 1000
+
+
+def test_concurrent_writers_of_one_path_keep_counters_exact(backend: Backend) -> None:
+    store = backend.open()
+    ref = project()
+    start = threading.Barrier(6)
+
+    def writer(worker: int) -> list[bool]:
+        start.wait()
+        return [store.write(ref, "same.md", "y" * (worker * 10 + i)).created for i in range(1, 6)]
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        created = [c for batch in pool.map(writer, range(6)) for c in batch]
+    assert created.count(True) == 1  # the insert race has exactly one winner
+    final = store.read(ref, "same.md").size_bytes
+    assert store.usage(ref).used_bytes == final
+    assert store.team_usage(TEAM)[0] == final
+
+
+def _process_writer(url: str, schema: str | None, worker: int) -> tuple[bool, int]:
+    """Runs in a child process: race the others to create one path, then write
+    50-byte documents until the team quota refuses."""
+    store = SqlStore(make_engine(url, schema=schema), Limits(team_quota=600))
+    try:
+        created = store.write(project(), "shared.md", "s" * (10 + worker)).created
+        done = 0
+        for i in range(6):
+            try:
+                store.write(project(), f"p{worker}-{i}.md", "z" * 50)
+                done += 1
+            except QuotaExceeded:
+                pass
+    finally:
+        store.close()
+    return created, done
+
+
+@pytest.mark.slow
+def test_cas_holds_across_processes(backend: Backend) -> None:
+    store = backend.open(Limits(team_quota=600))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(3, mp_context=ctx) as pool:
+        futures = [pool.submit(_process_writer, backend.url, backend.schema, w) for w in range(3)]
+        results = [f.result() for f in futures]
+    assert [created for created, _ in results].count(True) == 1
+    # shared.md holds 10-12 bytes, so exactly 11 of the 18 50-byte documents fit in 600.
+    assert sum(done for _, done in results) == 11
+    stored = sum(d.size_bytes for d in store.list(project()))
+    assert store.team_usage(TEAM) == (stored, 600)
+    assert store.usage(project()).used_bytes == stored
+
+
+# --- Streaming -----------------------------------------------------------------------------
+
+
+def test_iter_documents_pages_in_order(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sql_module, "_ITER_META_PAGE", 7)
+    monkeypatch.setattr(sql_module, "ITER_BATCH_DOCS", 3)
+    store = backend.open()
+    ref = project()
+    paths = sorted(f"n{i:02d}.md" for i in range(23))
+    for p in paths:
+        store.write(ref, p, f"body of {p}")
+    docs = store.iter_documents(ref)
+    first = next(docs)
+    store.delete(ref, "n20.md")  # removed behind the cursor: skipped, not an error
+    rest = list(docs)
+    assert [d.path for d in [first, *rest]] == [p for p in paths if p != "n20.md"]
+    assert all(d.content == f"body of {d.path}" for d in rest)
+
+
+def test_iter_documents_memory_stays_bounded(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_module, "ITER_BATCH_BYTES", 256 * 1024)
+    store = backend.open()
+    ref = project()
+    body = "m" * (128 * 1024)
+    for i in range(24):  # 3 MiB in all
+        store.write(ref, f"m{i:02d}.md", body)
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in store.iter_documents(ref))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 24
+    assert peak < 1536 * 1024, f"iterating 3 MiB peaked at {peak} bytes"
+
+
+def test_batches_bound_count_and_bytes() -> None:
+    items = [(f"{i}.md", size) for i, size in enumerate([10, 10, 5_000_000, 10] + [1] * 100)]
+    batches = list(sql_module._batches(items))
+    assert [p for b in batches for p in b] == [p for p, _ in items]
+    assert batches[0] == ["0.md", "1.md"] and batches[1] == ["2.md"]
+    assert all(len(b) <= sql_module.ITER_BATCH_DOCS for b in batches)
+
+
+# --- Statements and failures ---------------------------------------------------------------
+
+
+def test_a_write_is_a_few_statements(store: SqlStore) -> None:
+    ref = project()
+    store.write(ref, "a.md", "a")
+    seen: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if not statement.lstrip().upper().startswith(("BEGIN", "PRAGMA", "SELECT 1")):
+            seen.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        store.write(ref, "a.md", "ab")
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", count)
+    on_documents = [s for s in seen if "memory_documents" in s]
+    assert len(on_documents) == 2  # lock + update
+    assert len(seen) == 4  # + space counter + team counter
+
+
+def test_dead_postgres_is_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailable):
+        SqlStore.open("postgresql://postgres@127.0.0.1:1/cairn")
+
+
+def test_unwritable_sqlite_path_is_store_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreUnavailable):
+        SqlStore.open(f"sqlite:///{blocker / 'sub' / 'cairn.db'}")
+    with pytest.raises(StoreUnavailable):
+        SqlStore.open(f"sqlite:///{tmp_path}")  # a directory is no database
+
+
+def test_reopening_migrates_nothing_and_keeps_data(backend: Backend) -> None:
+    first = backend.open()
+    first.write(project(), "a.md", "kept")
+    first.close()
+    again = backend.open()
+    assert again.read(project(), "a.md").content == "kept"
+    assert again.team_usage(TEAM)[0] == 4
+
+
+@pytest.mark.postgres
+def test_postgres_schemas_are_independent(postgres_url: str) -> None:
+    one = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:16]}")
+    other = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        one.write(project(), "a.md", "one")
+        assert other.list(project()) == []
+        assert [d.path for d in one.list(project())] == ["a.md"]
+    finally:
+        one.close()
+        other.close()
+    with pytest.raises(InvalidRequest):
+        SqlStore.open(postgres_url, schema='x"; drop table users; --')
