@@ -1,0 +1,33 @@
+"""Auto-memory: one persisted directory for an agent's own MEMORY.md (SPEC §9.3).
+
+``cairn run`` resolves one space (visibility ``bot``, name ``auto-memory``, project
+= the repository root), materialises it into a directory, points the backend at
+it, runs the command and folds the edits back — also when the command failed or was
+interrupted.
+"""
+
+from cairn.automemory.prompt import render_prompt
+from cairn.automemory.runner import RunOptions, run_command, run_with_auto_memory
+from cairn.automemory.space import (
+    auto_memory_ref,
+    decide_auto_memory,
+    repository_root,
+    resolve_bot_id,
+)
+from cairn.automemory.sync import Snapshot, SyncReport, fold_back, materialise, sync_deadline
+
+__all__ = [
+    "RunOptions",
+    "Snapshot",
+    "SyncReport",
+    "auto_memory_ref",
+    "decide_auto_memory",
+    "fold_back",
+    "materialise",
+    "render_prompt",
+    "repository_root",
+    "resolve_bot_id",
+    "run_command",
+    "run_with_auto_memory",
+    "sync_deadline",
+]

@@ -1,0 +1,238 @@
+"""``cairn run``: run an agent command with auto-memory, and always fold the notes back.
+
+Exit status: the command's own. A command killed by signal N exits ``128 + N`` (the
+shell's convention: 143 for SIGTERM, 130 for SIGINT); a command that cannot be
+started exits 127 (not found) or 126 (not executable). Nothing the sync does changes
+the status.
+
+Signals: SIGINT, SIGTERM and SIGHUP received while the command runs are forwarded to
+it — except a SIGINT typed at a terminal where ``cairn`` is in the foreground process
+group, which the terminal has already delivered to the command (forwarding it again
+would count as a second Ctrl-C). Once the command has exited, the same signals are
+acknowledged and ignored until the bounded sync has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from cairn.agentconfig import AUTO_MEMORY_BACKENDS, INERT_BACKENDS
+from cairn.automemory.prompt import render_prompt
+from cairn.automemory.sync import (
+    Snapshot,
+    SyncReport,
+    Warn,
+    fold_back,
+    materialise,
+    sync_deadline,
+)
+from cairn.errors import CairnError, StoreUnavailable
+from cairn.service import SpaceService
+from cairn.spaces import SpaceRef
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(slots=True)
+class RunOptions:
+    """A command to run and the environment it runs in."""
+
+    command: Sequence[str]
+    backend: str | None = None
+    cwd: str | None = None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether this process group is the foreground group of a controlling terminal: then
+    a Ctrl-C reaches the command straight from the terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class _Child:
+    """The running command, as the signal handler sees it.
+
+    The handler only forwards and records: printing from a signal handler could
+    re-enter a write to stderr that the interrupted code was in the middle of.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.finished = False
+        self.pending: list[int] = []
+        self.ignored: list[int] = []
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.finished:
+            self.ignored.append(signum)
+            return
+        if signum == signal.SIGINT and _in_terminal_foreground():
+            return
+        if self.proc is None:
+            self.pending.append(signum)  # delivered as soon as the command has started
+            return
+        self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        for signum in self.pending:
+            self._send(signum)
+        self.pending.clear()
+
+
+@contextmanager
+def _forwarding(child: _Child) -> Iterator[None]:
+    previous = {s: signal.signal(s, child.handle) for s in _FORWARDED}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _start_and_wait(child: _Child, opts: RunOptions, env: Mapping[str, str], warn: Warn) -> int:
+    argv = list(opts.command)
+    try:
+        try:
+            proc = subprocess.Popen(argv, env=dict(env), cwd=opts.cwd)
+        except FileNotFoundError:
+            warn(f"command not found: {argv[0]!r}")
+            return 127
+        except PermissionError:
+            warn(f"command not executable: {argv[0]!r}")
+            return 126
+        except OSError as exc:
+            warn(f"cannot start {argv[0]!r}: {exc.strerror}")
+            return 126
+        child.started(proc)
+        rc = proc.wait()
+        return 128 - rc if rc < 0 else rc
+    finally:
+        child.finished = True
+
+
+def run_command(opts: RunOptions, warn: Warn) -> int:
+    """Run the command as it is (auto-memory off), forwarding signals."""
+    if not opts.command:
+        raise CairnError("no command to run; give it after '--'")
+    child = _Child()
+    with _forwarding(child):
+        return _start_and_wait(child, opts, opts.environ, warn)
+
+
+def point_backend(
+    command: Sequence[str],
+    backend: str | None,
+    directory: Path,
+    prompt_file: Path,
+    environ: Mapping[str, str],
+    warn: Warn,
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that point ``backend`` at ``directory``.
+
+    Every command gets ``CAIRN_AUTO_MEMORY_DIR``. ``claude_code`` gets
+    ``--settings '{"autoMemoryDirectory": DIR}'`` appended; ``claw`` and ``pi`` get the
+    rendered ``# Auto memory`` section in ``CAIRN_AUTO_MEMORY_PROMPT`` and, as a file,
+    at ``CAIRN_AUTO_MEMORY_PROMPT_FILE``.
+    """
+    argv = list(command)
+    env = dict(environ)
+    env["CAIRN_AUTO_MEMORY_DIR"] = str(directory)
+    if backend == "claude_code":
+        argv += ["--settings", json.dumps({"autoMemoryDirectory": str(directory)})]
+    elif backend in ("claw", "pi"):
+        prompt = render_prompt(directory)
+        prompt_file.write_text(prompt, encoding="utf-8")
+        env["CAIRN_AUTO_MEMORY_PROMPT"] = prompt
+        env["CAIRN_AUTO_MEMORY_PROMPT_FILE"] = str(prompt_file)
+    elif backend in INERT_BACKENDS:
+        warn(
+            f"backend {backend!r} ignores auto-memory (only "
+            f"{', '.join(sorted(AUTO_MEMORY_BACKENDS))} consume it); the directory is still "
+            "offered in CAIRN_AUTO_MEMORY_DIR"
+        )
+    return argv, env
+
+
+def run_with_auto_memory(service: SpaceService, ref: SpaceRef, opts: RunOptions, warn: Warn) -> int:
+    """Materialise ``ref``, run the command pointed at it, fold the edits back.
+
+    The materialised directory is removed after a clean sync; when some Markdown
+    could not be persisted it is kept, and named, so nothing the agent wrote is lost.
+    A failure to load the space before the command starts is an error (the command
+    does not run): running an agent on a memory it cannot see would look like an
+    empty memory.
+    """
+    if not opts.command:
+        raise CairnError("no command to run; give it after '--'")
+    workdir = Path(tempfile.mkdtemp(prefix="cairn-auto-memory-"))
+    directory = workdir / "memory"
+    directory.mkdir()
+    try:
+        snapshot = materialise(service, ref, directory)
+    except (CairnError, OSError) as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        why = f"{exc.code}: {exc.message}" if isinstance(exc, CairnError) else str(exc)
+        raise StoreUnavailable(
+            f"cannot load the auto-memory space ({why}); "
+            "run with --auto-memory off to run without it"
+        ) from None
+    argv, env = point_backend(
+        opts.command,
+        opts.backend,
+        directory,
+        workdir / "auto-memory-prompt.md",
+        opts.environ,
+        warn,
+    )
+    child = _Child()
+    with _forwarding(child):
+        status = _start_and_wait(child, RunOptions(argv, opts.backend, opts.cwd), env, warn)
+        report = _sync(service, ref, directory, snapshot, warn)
+    for signum in child.ignored:
+        warn(f"{signal.Signals(signum).name} arrived while saving memory; the sync finished first")
+    if report.ok:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        warn(f"{len(report.failed)} note(s) could not be saved; they are kept in {directory}")
+    return status
+
+
+def _sync(
+    service: SpaceService, ref: SpaceRef, directory: Path, snapshot: Snapshot, warn: Warn
+) -> SyncReport:
+    try:
+        return fold_back(
+            service, ref, directory, snapshot, deadline=sync_deadline(directory), warn=warn
+        )
+    except Exception as exc:  # the sync must never change the command's outcome
+        warn(f"saving auto-memory failed: {type(exc).__name__}: {exc}")
+        report = SyncReport()
+        report.failed.append((str(directory), "sync failed"))
+        return report

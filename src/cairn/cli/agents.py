@@ -1,0 +1,232 @@
+"""``cairn mcp``, ``cairn run``, ``cairn validate``, ``cairn auto-memory prompt`` (SPEC §9)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+from cairn.agentconfig import ALL_BACKENDS, AgentConfig, MemoryBlock, Severity, load_config
+from cairn.automemory.prompt import render_prompt
+from cairn.automemory.runner import RunOptions, run_command, run_with_auto_memory
+from cairn.automemory.space import auto_memory_ref, decide_auto_memory, resolve_bot_id
+from cairn.cli.common import (
+    UsageError,
+    add_server_args,
+    add_space_args,
+    cli_command,
+    open_store,
+    space_ref_from_args,
+)
+from cairn.errors import CairnError, InvalidRequest
+from cairn.service import SpaceService
+from cairn.spaces import Visibility
+from cairn.tools.dispatch import MemoryTools, RecordsSearcher, ref_for_block
+
+DEFAULT_MCP_PORT = 8421
+
+
+def _warn(message: str) -> None:
+    print(f"cairn: warning: {message}", file=sys.stderr, flush=True)
+
+
+# --- cairn validate -----------------------------------------------------------------------
+
+
+def _validate(args: argparse.Namespace) -> int:
+    errors = 0
+    for file in args.files:
+        try:
+            config = load_config(file)
+        except CairnError as exc:
+            print(f"{file}:1: C100 error: {exc.message}")
+            errors += 1
+            continue
+        for d in config.diagnostics:
+            print(d.render())
+            if d.severity is Severity.ERROR:
+                errors += 1
+    return 1 if errors else 0
+
+
+# --- cairn mcp ----------------------------------------------------------------------------
+
+
+def _load_valid_config(path: str) -> AgentConfig:
+    config = load_config(path)
+    for d in config.diagnostics:
+        if d.severity is Severity.WARNING:
+            _warn(d.render())
+    config.raise_on_errors()
+    return config
+
+
+def _searcher(args: argparse.Namespace) -> RecordsSearcher | None:
+    if not args.server:
+        return None
+    from cairn.tools.records import HttpRecordsSearcher
+
+    return HttpRecordsSearcher(args.server, args.token, team=args.team)
+
+
+def build_tools(args: argparse.Namespace) -> MemoryTools:
+    """The tools ``cairn mcp`` serves, from ``--config`` or the space flags."""
+    store, tenant = open_store(args)
+    service = SpaceService(store)
+    searcher = _searcher(args)
+    if args.config:
+        config = _load_valid_config(args.config)
+        block = config.memory or MemoryBlock()
+        if not block.enabled:
+            raise InvalidRequest(
+                f"{args.config}: the memory block has enabled: false; nothing to serve"
+            )
+        # Explicit flags refine the block (so one config can serve several bots).
+        overrides: dict[str, Any] = {}
+        for flag in ("bot", "user", "name"):
+            if getattr(args, flag) is not None:
+                overrides[flag] = getattr(args, flag)
+        if args.project is not None:
+            overrides["project"] = os.path.abspath(args.project)
+        if args.visibility is not None:
+            overrides["visibility"] = _agent_visibility(args.visibility)
+        block = replace(block, **overrides)
+        ref = ref_for_block(block, tenant=tenant, bot_fallback=config.directory_name)
+        return MemoryTools.from_block(
+            block, service, ref, read_only=args.read_only, searcher=searcher
+        )
+    args.visibility = _agent_visibility(args.visibility or Visibility.BOT.value).value
+    args.name = args.name or "default"
+    ref = space_ref_from_args(args, tenant)
+    return MemoryTools(service, ref, write=not args.read_only, searcher=searcher)
+
+
+def _agent_visibility(raw: str) -> Visibility:
+    vis = Visibility(raw)
+    if vis is Visibility.PRIVATE:
+        raise UsageError(
+            "--visibility private has no durable home for an agent (C170); "
+            "use bot, project, cross_project, user, org or global"
+        )
+    return vis
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from cairn.mcp.server import serve_http, serve_stdio
+
+    tools = build_tools(args)
+    if args.http:
+        print(
+            f"cairn: serving MCP (streamable HTTP) at http://{args.host}:{args.port}/mcp "
+            f"with tools: {', '.join(tools.names)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        serve_http(tools, args.host, args.port)
+    else:
+        serve_stdio(tools)
+    return 0
+
+
+# --- cairn run ----------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("give the command to run after '--', e.g. cairn run --bot b -- claude")
+    config = _load_valid_config(args.config) if args.config else None
+    backend = args.backend or (config.backend if config else None)
+    on = decide_auto_memory(args.auto_memory, config, os.environ)
+    if not on:
+        return run_command(RunOptions(command, backend), _warn)
+    bot = resolve_bot_id(args.bot, config)
+    store, tenant = open_store(args)
+    try:
+        ref = auto_memory_ref(bot, os.getcwd(), tenant=tenant)
+        return run_with_auto_memory(SpaceService(store), ref, RunOptions(command, backend), _warn)
+    finally:
+        store.close()
+
+
+# --- cairn auto-memory prompt ---------------------------------------------------------------
+
+
+def _prompt(args: argparse.Namespace) -> int:
+    directory = args.dir or os.environ.get("CAIRN_AUTO_MEMORY_DIR")
+    if not directory:
+        raise UsageError(
+            "give --dir DIR (or run under cairn run, which sets CAIRN_AUTO_MEMORY_DIR)"
+        )
+    if not os.path.isdir(directory):
+        raise UsageError(f"--dir {directory!r} is not a directory")
+    sys.stdout.write(render_prompt(directory))
+    return 0
+
+
+# --- Registration ---------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    """Add ``mcp``, ``run``, ``validate`` and ``auto-memory`` to the ``cairn`` parser."""
+    p = subparsers.add_parser(
+        "mcp",
+        help="serve the memory tools over MCP (stdio, or streamable HTTP with --http)",
+        description="Serve memory_read, memory_write, memory_list (and memory_search with "
+        "--server) over MCP, for one space named by --config FILE or the space flags.",
+    )
+    p.add_argument("--config", metavar="FILE", help="an agent configuration with a memory block")
+    add_space_args(p)
+    # None = not given, so that with --config only explicit flags refine the block.
+    p.set_defaults(visibility=None, name=None)
+    p.add_argument("--read-only", action="store_true", help="withhold memory_write")
+    add_server_args(p)
+    p.add_argument(
+        "--team",
+        default=os.environ.get("CAIRN_TEAM") or None,
+        help="team id for memory_search (env CAIRN_TEAM; default: the credential's team)",
+    )
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="--http address (default 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_MCP_PORT, help=f"--http port ({DEFAULT_MCP_PORT})"
+    )
+    p.set_defaults(func=cli_command(_mcp))
+
+    r = subparsers.add_parser(
+        "run",
+        help="run an agent command with auto-memory",
+        description="Run COMMAND with its auto-memory directory materialised from the bot's "
+        "'auto-memory' space, and fold the edits back afterwards.",
+    )
+    r.add_argument("--auto-memory", choices=["on", "off"], default=None)
+    r.add_argument("--bot", default=None, help="the bot id (else scope.bot, else config dir)")
+    r.add_argument("--backend", choices=list(ALL_BACKENDS), default=None)
+    r.add_argument("--config", metavar="FILE", help="an agent configuration file")
+    add_server_args(r)
+    r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    r.set_defaults(func=cli_command(_run))
+
+    v = subparsers.add_parser(
+        "validate",
+        help="check agent configuration files",
+        description="Print FILE:LINE: CODE message for each finding; exit 1 on any error.",
+    )
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.set_defaults(func=_validate)
+
+    a = subparsers.add_parser("auto-memory", help="auto-memory helpers")
+    asub = a.add_subparsers(dest="auto_memory_command", metavar="COMMAND")
+    asub.required = True
+    ap = asub.add_parser(
+        "prompt",
+        help="print the '# Auto memory' system-prompt section for a memory directory",
+    )
+    ap.add_argument(
+        "--dir", default=None, help="the memory directory (default $CAIRN_AUTO_MEMORY_DIR)"
+    )
+    ap.set_defaults(func=cli_command(_prompt))

@@ -1,0 +1,384 @@
+"""The one tool dispatcher: runs a tool call against a store or a server (SPEC §9.1).
+
+:class:`MemoryTools` is configured once, for one space, and then answers every call
+with a :class:`ToolResult`. It never raises: a refusal comes back as a result with
+``is_error`` set and a text a model can act on — the canonical path to retry with,
+the bytes of quota left, the reason a write is refused.
+
+The same code runs against the local filesystem store and against a server: both
+are a :class:`~cairn.store.base.MemoryStore` (the server one speaks REST), wrapped
+in :class:`~cairn.service.SpaceService`. ``memory_search`` needs a
+:class:`RecordsSearcher`; without one the tool is not offered.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cairn.agentconfig import MemoryBlock
+from cairn.errors import (
+    CairnError,
+    DocumentTooLarge,
+    InvalidPath,
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+)
+from cairn.service import SpaceService
+from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
+from cairn.tools.schemas import (
+    MEMORY_LIST,
+    MEMORY_READ,
+    MEMORY_SEARCH,
+    MEMORY_WRITE,
+    SPECS,
+    ToolSpec,
+)
+
+#: The notice a run gets instead of ``memory_write`` on a global space (SPEC §9.1).
+WRITE_REFUSED_GLOBAL = (
+    "<workspace_memory_write_refused>\n"
+    "memory_write is not available in this run: the configured memory space is global "
+    "(shared by the whole instance), and writing it is a platform act that a run never "
+    "carries the authority for. memory_read and memory_list work as usual; keep anything "
+    "you need to remember in a space of your own (visibility bot or project).\n"
+    "</workspace_memory_write_refused>"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call returns: text for the model, ``is_error`` for a refusal.
+
+    ``code`` is the error code of a refusal (``invalid_path``, ``quota_exceeded``...);
+    ``data`` carries the structured form of the answer (or of the refusal's details).
+    """
+
+    is_error: bool
+    text: str
+    code: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class RecordsSearcher(Protocol):
+    """Searches the team's memory records (SPEC §6); raises CairnError on a refusal."""
+
+    def search(self, query: str, repo_id: str | None, limit: int | None) -> dict[str, Any]:
+        """The search answer: ``{"state", "notice", "results": [...]}``."""
+        ...
+
+
+def ref_for_block(
+    block: MemoryBlock,
+    *,
+    tenant: str = "",
+    cwd: str | None = None,
+    default_user: str | None = None,
+    bot_fallback: str | None = None,
+) -> SpaceRef:
+    """The space a memory block addresses.
+
+    ``project`` is the block's directory (else ``cwd``, else the current directory),
+    encoded as in SPEC §2; ``user`` defaults to the login name; ``bot`` to
+    ``bot_fallback`` (the configuration file's directory name).
+    """
+    project_dir = block.project or cwd or os.getcwd()
+    user = block.user or default_user or _login_name()
+    bot = block.bot or bot_fallback
+    if block.visibility is Visibility.BOT and not bot:
+        raise InvalidRequest(
+            "a bot memory space needs a bot id: set memory.scope.bot or pass --bot"
+        )
+    return SpaceRef.build(
+        block.visibility,
+        block.name,
+        tenant=tenant,
+        project=encode_workdir_key(project_dir),
+        bot=bot,
+        user=user,
+    )
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"
+
+
+class MemoryTools:
+    """The agent tools over one space, plus the team's records where reachable.
+
+    ``write`` False withholds ``memory_write`` (``write: false``, ``--read-only``);
+    on a global space it is always withheld and :attr:`notices` carries the
+    ``<workspace_memory_write_refused>`` block for the agent's context.
+    """
+
+    def __init__(
+        self,
+        service: SpaceService,
+        ref: SpaceRef,
+        *,
+        write: bool = True,
+        searcher: RecordsSearcher | None = None,
+        autoload: tuple[str, ...] = (),
+    ) -> None:
+        self.service = service
+        self.ref = ref.validated()
+        self.write_enabled = write and not self.ref.is_global
+        self.searcher = searcher
+        self.autoload = autoload
+
+    @classmethod
+    def from_block(
+        cls,
+        block: MemoryBlock,
+        service: SpaceService,
+        ref: SpaceRef,
+        *,
+        read_only: bool = False,
+        searcher: RecordsSearcher | None = None,
+    ) -> MemoryTools:
+        """Tools as a memory block declares them (``--read-only`` withholds write too)."""
+        if not block.enabled:
+            raise InvalidRequest("the memory block has enabled: false; there are no tools to serve")
+        return cls(
+            service,
+            ref,
+            write=block.can_write and not read_only,
+            searcher=searcher,
+            autoload=block.autoload,
+        )
+
+    # --- What is offered -------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tools offered, in a stable order."""
+        out = [MEMORY_READ, MEMORY_LIST]
+        if self.write_enabled:
+            out.insert(1, MEMORY_WRITE)
+        if self.searcher is not None:
+            out.append(MEMORY_SEARCH)
+        return tuple(out)
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return [SPECS[n] for n in self.names]
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        return [s.anthropic() for s in self.specs]
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        return [s.openai() for s in self.specs]
+
+    @property
+    def notices(self) -> list[str]:
+        """System-context notices for the agent (the global write refusal)."""
+        return [WRITE_REFUSED_GLOBAL] if self.ref.is_global else []
+
+    def autoload_documents(self) -> list[tuple[str, str]]:
+        """``(path, content)`` of each autoload document that exists, in declared order."""
+        out: list[tuple[str, str]] = []
+        for path in self.autoload:
+            try:
+                out.append((path, self.service.read(self.ref, path).content))
+            except NotFound:
+                continue
+        return out
+
+    def context_text(self) -> str:
+        """What goes into the agent's context at start: notices, then autoload documents."""
+        parts = list(self.notices)
+        for path, content in self.autoload_documents():
+            fence = _fence_for(content)
+            parts.append(f"Memory document {path}:\n{fence}markdown\n{content}\n{fence}")
+        return "\n\n".join(parts)
+
+    # --- The dispatcher ----------------------------------------------------------------------
+
+    def dispatch(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
+        """Run one tool call; always a :class:`ToolResult`, never an exception."""
+        try:
+            args = dict(arguments or {})
+            if name == MEMORY_READ:
+                return self._read(args)
+            if name == MEMORY_LIST:
+                return self._list(args)
+            if name == MEMORY_WRITE:
+                return self._write(args)
+            if name == MEMORY_SEARCH:
+                return self._search(args)
+            return _error(
+                "unknown_tool",
+                f"there is no tool {name!r} here; the tools are: {', '.join(self.names)}",
+            )
+        except CairnError as exc:
+            return error_result(exc)
+        except Exception as exc:  # a tool call must never raise into the agent loop
+            return _error("internal_error", f"the tool failed unexpectedly: {type(exc).__name__}")
+
+    def _read(self, args: dict[str, Any]) -> ToolResult:
+        _only(args, MEMORY_READ, {"path"})
+        path = _str_arg(args, "path")
+        try:
+            doc = self.service.read(self.ref, path)
+        except NotFound:
+            return _error(
+                "not_found",
+                f"no document at {path!r} in this memory space yet; "
+                "call memory_list to see what exists",
+                path=path,
+            )
+        return ToolResult(
+            False,
+            doc.content,
+            data={"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag},
+        )
+
+    def _list(self, args: dict[str, Any]) -> ToolResult:
+        _only(args, MEMORY_LIST, {"dir"})
+        directory = args.get("dir") or ""
+        if not isinstance(directory, str):
+            raise InvalidRequest("dir must be a string such as 'topics'")
+        docs = self.service.list(self.ref, directory)
+        rows = [
+            {
+                "path": d.path,
+                "size_bytes": d.size_bytes,
+                "updated_at": d.updated_at.isoformat(),
+                "etag": d.etag,
+            }
+            for d in docs
+        ]
+        if not rows:
+            where = f" under {directory!r}" if directory else ""
+            text = f"no documents{where} in this memory space yet"
+        else:
+            text = "\n".join(
+                f"{r['path']}\t{r['size_bytes']} bytes\tupdated {r['updated_at']}" for r in rows
+            )
+        return ToolResult(False, text, data={"documents": rows})
+
+    def _write(self, args: dict[str, Any]) -> ToolResult:
+        if not self.write_enabled:
+            if self.ref.is_global:
+                return _error("write_refused", WRITE_REFUSED_GLOBAL)
+            return _error(
+                "write_refused",
+                "memory_write is not available: this memory space is read-only for this run "
+                "(write: false or --read-only); use memory_read and memory_list",
+            )
+        _only(args, MEMORY_WRITE, {"path", "content", "if_match"})
+        path = _str_arg(args, "path")
+        content = args.get("content")
+        if not isinstance(content, str):
+            raise InvalidRequest("content must be a string: the whole Markdown body")
+        if_match = args.get("if_match")
+        if if_match is not None and not isinstance(if_match, str):
+            raise InvalidRequest("if_match must be a string etag")
+        result = self.service.write(self.ref, path, content, if_match=if_match)
+        verb = "created" if result.created else "replaced"
+        return ToolResult(
+            False,
+            f"{verb} {result.path} ({result.size_bytes} bytes, etag {result.etag})",
+            data={
+                "path": result.path,
+                "size_bytes": result.size_bytes,
+                "etag": result.etag,
+                "created": result.created,
+            },
+        )
+
+    def _search(self, args: dict[str, Any]) -> ToolResult:
+        if self.searcher is None:
+            return _error(
+                "unknown_tool",
+                "memory_search is not available: team records are reachable only through a "
+                "server (cairn mcp --server URL --token KEY)",
+            )
+        _only(args, MEMORY_SEARCH, {"query", "repo_id", "limit"})
+        query = _str_arg(args, "query")
+        repo_id = args.get("repo_id")
+        if repo_id is not None and not isinstance(repo_id, str):
+            raise InvalidRequest("repo_id must be a string")
+        limit = args.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidRequest("limit must be a whole number from 1 to 50")
+        answer = self.searcher.search(query, repo_id, limit)
+        return ToolResult(False, render_search(answer), data=answer)
+
+
+def render_search(answer: Mapping[str, Any]) -> str:
+    """A search answer as text: the notice, then each result's header and fenced text."""
+    if answer.get("state") == "off":
+        return "team memory is off for this team; there are no records to search"
+    results = answer.get("results") or []
+    lines: list[str] = []
+    notice = answer.get("notice")
+    if notice:
+        lines.append(str(notice))
+    if not results:
+        lines.append("no records matched")
+    for r in results:
+        lines.append(
+            f"record {r.get('id')} (repo {r.get('repo_id') or '-'}, score {r.get('score')}, "
+            f"saved {r.get('created_at')}):"
+        )
+        lines.append(str(r.get("text", "")))
+    return "\n".join(lines)
+
+
+def error_result(exc: CairnError) -> ToolResult:
+    """A CairnError as a tool result, with the detail a model needs to correct itself."""
+    data: dict[str, Any] = dict(exc.details)
+    text = f"{exc.code}: {exc.message}"
+    if isinstance(exc, InvalidPath) and exc.details.get("canonical"):
+        canonical = str(exc.details["canonical"])
+        if repr(canonical) not in exc.message:
+            text += f". Retry with path {canonical!r}."
+    elif isinstance(exc, QuotaExceeded):
+        quota = int(exc.details.get("quota_bytes", 0))
+        used = int(exc.details.get("used_bytes", 0))
+        left = max(0, quota - used)
+        data["quota_left_bytes"] = left
+        text += (
+            f". {left} bytes are left in the {exc.details.get('limit', 'space')} quota; "
+            "shorten the content or delete notes you no longer need, then retry."
+        )
+    elif isinstance(exc, DocumentTooLarge):
+        data["quota_left_bytes"] = int(exc.details.get("quota_bytes", 0))
+        text += ". Split the content into several smaller documents."
+    return ToolResult(True, text, code=exc.code, data=data)
+
+
+def _error(code: str, text: str, **data: Any) -> ToolResult:
+    body = text if text.startswith("<") else f"{code}: {text}"
+    return ToolResult(True, body, code=code, data=dict(data))
+
+
+def _only(args: Mapping[str, Any], tool: str, allowed: set[str]) -> None:
+    extra = sorted(set(args) - allowed)
+    if extra:
+        raise InvalidRequest(
+            f"{tool} does not take {', '.join(extra)}; it takes {', '.join(sorted(allowed))}"
+        )
+
+
+def _str_arg(args: Mapping[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} is required and must be a string")
+    return value
+
+
+def _fence_for(text: str) -> str:
+    longest, run = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)

@@ -1,0 +1,94 @@
+"""``cairn mcp`` over stdio, driven by the mcp SDK's own client against the real process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from cairn.service import SpaceService
+from cairn.spaces import SpaceRef, encode_workdir_key
+from cairn.store.base import with_platform_write_authority
+from cairn.store.fs import FilesystemStore
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
+
+
+def _params(home: Path, *args: str, cwd: Path | None = None) -> StdioServerParameters:
+    argv = cairn_argv()
+    return StdioServerParameters(
+        command=argv[0], args=[*argv[1:], "mcp", *args], env=cairn_env(home), cwd=cwd
+    )
+
+
+def test_stdio_tools_round_trip(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    project.mkdir()
+
+    async def main() -> None:
+        params = _params(home, "--bot", "whats-next", "--project", str(project))
+        with open(tmp_path / "server.log", "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    await exercise_tools(session)
+
+    anyio.run(main)
+    # The write landed in the local filesystem store, where `cairn memory` would see it.
+    ref = SpaceRef.build(
+        "bot", "default", tenant="local", project=encode_workdir_key(project), bot="whats-next"
+    )
+    doc = FilesystemStore(home / "spaces").read(ref, "MEMORY.md")
+    assert doc.content == "# kept\n"
+
+
+def test_stdio_read_only_withholds_write(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ref = SpaceRef.build("project", "inbox", tenant="local", project=encode_workdir_key(tmp_path))
+    SpaceService(FilesystemStore(home / "spaces")).write(ref, "MEMORY.md", "untouched")
+
+    async def main() -> None:
+        params = _params(
+            home, "--visibility", "project", "--name", "inbox", "--read-only", cwd=tmp_path
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                text = await assert_write_withheld(session, notice=False)
+                assert "read-only" in text
+                got = await session.call_tool("memory_read", {"path": "MEMORY.md"})
+                assert got.content[0].type == "text" and got.content[0].text == "untouched"
+
+    anyio.run(main)
+    assert FilesystemStore(home / "spaces").read(ref, "MEMORY.md").content == "untouched"
+
+
+def test_stdio_global_block_reads_and_lists_with_the_refusal_notice(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ref = SpaceRef.build("global", "catalogue")
+    with with_platform_write_authority("test-operator"):
+        SpaceService(FilesystemStore(home / "spaces")).write(ref, "catalogue.md", "shared")
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        "memory:\n  visibility: global\n  scope: {name: catalogue}\n  autoload: [catalogue.md]\n"
+    )
+
+    async def main() -> None:
+        params = _params(home, "--config", str(config))
+        with open(tmp_path / "server.log", "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    await assert_write_withheld(session, notice=True)
+                    # The autoload document is in the context the server hands over.
+                    assert "shared" in (session.instructions or "")
+                    listed = await session.call_tool("memory_list", {})
+                    assert listed.structured_content is not None
+                    assert [d["path"] for d in listed.structured_content["documents"]] == [
+                        "catalogue.md"
+                    ]
+
+    anyio.run(main)
+    # The C319 warning reached the operator on stderr.
+    assert "C319" in (tmp_path / "server.log").read_text()
+    assert FilesystemStore(home / "spaces").read(ref, "catalogue.md").content == "shared"
