@@ -1,0 +1,182 @@
+"""Document write/read latency and throughput, and export/import MB/s, per store adapter.
+
+Runs every adapter available in this checkout side by side, in one process:
+
+* ``fs``       — the filesystem store in a temporary directory;
+* ``sqlite``   — ``cairn.store.sql.SqlStore`` on a temporary SQLite file (when present);
+* ``postgres`` — the same on ``CAIRN_TEST_POSTGRES_URL`` in a throw-away schema (when set).
+
+    .venv/bin/python bench/bench_store.py                # defaults: about a minute
+    .venv/bin/python bench/bench_store.py --small-count 2000 --large-count 300
+
+Prints figures; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from cairn.quota import GiB, Limits
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.base import ImportStrategy, MemoryStore
+from cairn.store.fs import FilesystemStore
+
+#: Roomy limits: the benchmark measures speed, not refusals.
+BENCH_LIMITS = Limits(max_document=2 * 1024 * 1024, team_quota=64 * GiB).with_subcap(
+    Visibility.PROJECT, 0
+)
+WORDS = "cairn memory agent note deploy quota space tree markdown export import team".split()
+
+
+@dataclass
+class Result:
+    adapter: str
+    figures: dict[str, str] = field(default_factory=dict)
+
+
+def body(size: int, seed: int) -> str:
+    """Prose-like Markdown of ``size`` bytes (ASCII), different for every seed."""
+    out: list[str] = [f"# note {seed}\n"]
+    n = len(out[0])
+    i = seed
+    while n < size:
+        word = WORDS[i % len(WORDS)] + (" " if i % 11 else ".\n")
+        out.append(word)
+        n += len(word)
+        i += 7
+    return "".join(out)[:size]
+
+
+@contextlib.contextmanager
+def adapters(tmp: str, only: list[str]) -> Iterator[list[tuple[str, MemoryStore]]]:
+    opened: list[tuple[str, MemoryStore]] = []
+    schema = ""
+    pg_url = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
+    try:
+        if "fs" in only:
+            opened.append(("fs", FilesystemStore(os.path.join(tmp, "fs"), BENCH_LIMITS)))
+        sql = _sql_module()
+        if sql is not None and "sqlite" in only:
+            url = f"sqlite:///{os.path.join(tmp, 'bench.db')}"
+            opened.append(("sqlite", sql.SqlStore.open(url, BENCH_LIMITS)))
+        if sql is not None and pg_url and "postgres" in only:
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            opened.append(("postgres", sql.SqlStore.open(pg_url, BENCH_LIMITS, schema=schema)))
+        yield opened
+    finally:
+        for _, store in opened:
+            store.close()
+        if schema:
+            _drop_schema(pg_url, schema)
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _sql_module() -> Any:
+    try:
+        return importlib.import_module("cairn.store.sql")
+    except ModuleNotFoundError:
+        return None
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def bench_adapter(name: str, store: MemoryStore, args: argparse.Namespace) -> Result:
+    result = Result(name)
+    tenant = "bench"
+    for label, size, count in (
+        ("1 KB", 1024, args.small_count),
+        ("100 KB", 100 * 1024, args.large_count),
+    ):
+        ref = SpaceRef.build("project", f"docs-{size}", tenant=tenant, project="bench")
+        docs = [(f"d{i // 100}/doc-{i}.md", body(size, i)) for i in range(count)]
+        writes = [timed(partial(store.write, ref, p, c)) for p, c in docs]
+        reads = [timed(partial(store.read, ref, p)) for p, _ in docs]
+        for kind, samples in (("write", writes), ("read", reads)):
+            total = sum(samples)
+            result.figures[f"{kind} {label} p50 ms"] = f"{pct(samples, 50) * 1e3:.2f}"
+            result.figures[f"{kind} {label} p95 ms"] = f"{pct(samples, 95) * 1e3:.2f}"
+            result.figures[f"{kind} {label} docs/s"] = f"{count / total:,.0f}"
+            result.figures[f"{kind} {label} MB/s"] = f"{count * size / total / 1e6:.1f}"
+
+    # Export and import of the 100 KB space (plus the 1 KB one when it is the larger).
+    ref = SpaceRef.build("project", f"docs-{100 * 1024}", tenant=tenant, project="bench")
+    used = store.usage(ref).used_bytes
+    sink = io.BytesIO()
+    export_s = timed(lambda: store.export(ref, sink))
+    target = SpaceRef.build("project", "imported", tenant=tenant, project="bench")
+    sink.seek(0)
+    import_s = timed(lambda: store.import_archive(target, sink, ImportStrategy.OVERWRITE))
+    assert store.usage(target).used_bytes == used, "import did not reproduce the space"
+    result.figures["export MB/s"] = f"{used / export_s / 1e6:.1f}"
+    result.figures["import MB/s"] = f"{used / import_s / 1e6:.1f}"
+    result.figures["archive MB"] = f"{len(sink.getvalue()) / 1e6:.2f}"
+    return result
+
+
+def print_table(results: list[Result]) -> None:
+    rows = list(results[0].figures) if results else []
+    width = max([len(r) for r in rows] + [6])
+    cols = [max(len(r.adapter), *(len(v) for v in r.figures.values())) for r in results]
+    header = "metric".ljust(width) + "".join(
+        f"  {r.adapter:>{c}}" for r, c in zip(results, cols, strict=True)
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        cells = "".join(
+            f"  {r.figures.get(row, '-'):>{c}}" for r, c in zip(results, cols, strict=True)
+        )
+        print(row.ljust(width) + cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small-count", type=int, default=1000, help="1 KB documents")
+    parser.add_argument("--large-count", type=int, default=200, help="100 KB documents")
+    parser.add_argument(
+        "--adapters", default="fs,sqlite,postgres", help="comma-separated subset to run"
+    )
+    args = parser.parse_args(argv)
+    only = [a.strip() for a in args.adapters.split(",") if a.strip()]
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp, adapters(tmp, only) as stores:
+        results = []
+        for name, store in stores:
+            start = time.perf_counter()
+            results.append(bench_adapter(name, store, args))
+            print(f"# {name}: {time.perf_counter() - start:.1f} s", flush=True)
+    print(
+        f"\n{args.small_count} x 1 KB and {args.large_count} x 100 KB documents per adapter; "
+        "export/import over the 100 KB space\n"
+    )
+    print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

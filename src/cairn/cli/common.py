@@ -1,0 +1,232 @@
+"""Shared command-line plumbing: space flags, store selection, progress, output.
+
+Every command that addresses a space uses the same flags and the same rules
+(SPEC §8), so ``cairn memory``, ``cairn mcp`` and ``cairn run`` agree:
+
+``add_space_args(parser, default_visibility)``
+    adds ``--visibility`` (default given), ``--name`` (default ``default``),
+    ``--project`` (a directory, default the current one), ``--bot`` (required for
+    ``bot``) and ``--user`` (for ``user``, default the login name).
+``space_ref_from_args(args, tenant)``
+    turns them into a validated :class:`~cairn.spaces.SpaceRef`; the project
+    directory becomes its key with :func:`~cairn.spaces.encode_workdir_key`.
+    A missing or invalid flag raises :class:`UsageError`.
+``add_server_args(parser)`` / ``open_store(args)``
+    ``--server URL`` / ``--token T`` (or ``CAIRN_SERVER`` / ``CAIRN_TOKEN``): with a
+    server, an ``HttpMemoryStore``; without, :func:`local_store`.
+``cairn_home()`` / ``local_store()``
+    ``$CAIRN_HOME`` (default ``~/.cairn``) and the filesystem store under
+    ``$CAIRN_HOME/spaces``.
+``progress(description, total=None)``
+    a context manager yielding ``advance(n)``; a rich progress bar on stderr when
+    stderr is a terminal, silent otherwise.
+``cli_command(func)``
+    wraps a handler so a :class:`UsageError` prints one line and exits 2 (other
+    :class:`~cairn.errors.CairnError` are left to ``cairn.cli.main``: one line, exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import getpass
+import importlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from cairn.errors import InvalidRequest, InvalidSpaceRef, StoreUnavailable
+from cairn.quota import Limits
+from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, encode_workdir_key
+from cairn.store.base import MemoryStore
+
+#: The tenant of every space of the local (filesystem) store.
+LOCAL_TENANT = "local"
+DEFAULT_SPACE_NAME = "default"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(InvalidRequest):
+    """A command line that cannot be run as given: exit status 2 (see :func:`cli_command`)."""
+
+
+def cairn_home() -> Path:
+    """``$CAIRN_HOME``, default ``~/.cairn`` (not created here)."""
+    raw = os.environ.get("CAIRN_HOME", "").strip()
+    return Path(raw).expanduser() if raw else Path.home() / ".cairn"
+
+
+def local_store(limits: Limits | None = None) -> MemoryStore:
+    """The filesystem store under ``$CAIRN_HOME/spaces``.
+
+    ``limits`` None reads the ``CAIRN_MEMORY_*`` overrides from the environment.
+    """
+    from cairn.store.fs import FilesystemStore
+
+    return FilesystemStore(cairn_home() / "spaces", limits)
+
+
+def add_space_args(parser: argparse.ArgumentParser, default_visibility: str = "bot") -> None:
+    """Add the flags that address a space (SPEC §8)."""
+    group = parser.add_argument_group("space")
+    group.add_argument(
+        "--visibility",
+        default=default_visibility,
+        choices=list(ALLOWED_VISIBILITIES),
+        help=f"the space's visibility (default {default_visibility})",
+    )
+    group.add_argument(
+        "--name", default=DEFAULT_SPACE_NAME, help="the space's name (default 'default')"
+    )
+    group.add_argument(
+        "--project",
+        default=None,
+        metavar="DIR",
+        help="the project directory for bot/project spaces (default: the current directory)",
+    )
+    group.add_argument("--bot", default=None, help="the bot id (required for --visibility bot)")
+    group.add_argument(
+        "--user", default=None, help="the user for --visibility user (default: your login name)"
+    )
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--server`` / ``--token`` (defaults ``CAIRN_SERVER`` / ``CAIRN_TOKEN``)."""
+    group = parser.add_argument_group("server")
+    group.add_argument(
+        "--server",
+        default=os.environ.get("CAIRN_SERVER") or None,
+        metavar="URL",
+        help="talk to a Cairn server instead of the local store (env CAIRN_SERVER)",
+    )
+    group.add_argument(
+        "--token",
+        default=os.environ.get("CAIRN_TOKEN") or None,
+        help="the API key for --server (env CAIRN_TOKEN)",
+    )
+
+
+def space_ref_from_args(args: argparse.Namespace, tenant: str) -> SpaceRef:
+    """The validated space named by the flags of :func:`add_space_args`.
+
+    Raises :class:`UsageError` for a missing ``--bot`` or a flag value that is not a
+    valid segment (the message names the flag and the rule).
+    """
+    visibility = Visibility(args.visibility)
+    project: str | None = None
+    if visibility in (Visibility.BOT, Visibility.PROJECT):
+        directory = args.project or os.getcwd()
+        if not os.path.isdir(directory):
+            raise UsageError(f"--project {directory!r} is not a directory; give a project folder")
+        project = encode_workdir_key(directory)
+    if visibility is Visibility.BOT and not args.bot:
+        raise UsageError("--visibility bot needs --bot ID (or pick another --visibility)")
+    user: str | None = None
+    if visibility is Visibility.USER:
+        user = args.user or _login_name()
+    try:
+        return SpaceRef.build(
+            visibility, args.name, tenant=tenant, project=project, bot=args.bot, user=user
+        )
+    except InvalidSpaceRef as exc:
+        field = exc.details.get("field")
+        flag = f"--{field}: " if field in ("name", "bot", "user", "project") else ""
+        raise UsageError(f"{flag}{exc.message}") from exc
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        raise UsageError("cannot tell your login name; pass --user NAME") from None
+
+
+def open_store(args: argparse.Namespace) -> tuple[MemoryStore, str]:
+    """(store, tenant) for the flags of :func:`add_server_args`.
+
+    With ``--server`` the store is ``cairn.store.http.HttpMemoryStore`` (imported only
+    then) and the tenant is empty: the server stamps it from the credential.
+    """
+    server: str | None = getattr(args, "server", None)
+    if not server:
+        return local_store(), LOCAL_TENANT
+    try:
+        module = importlib.import_module("cairn.store.http")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cairn.store.http":
+            raise
+        raise StoreUnavailable(
+            "this installation has no HTTP client store (cairn.store.http); "
+            "drop --server to use the local store"
+        ) from None
+    store_cls: Any = module.HttpMemoryStore
+    store: MemoryStore = store_cls(server, getattr(args, "token", None))
+    return store, ""
+
+
+def cli_command(func: Handler) -> Handler:
+    """Map :class:`UsageError` to one line on stderr and exit status 2."""
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except UsageError as exc:
+            print(f"cairn: usage: {exc.message}", file=sys.stderr)
+            return 2
+
+    return wrapper
+
+
+def stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def progress(
+    description: str, total: int | None = None, *, enabled: bool | None = None
+) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``; show a rich progress bar on stderr when it is a terminal.
+
+    ``enabled`` forces the bar on or off (default: whether stderr is a TTY).
+    """
+    show = stderr_is_tty() if enabled is None else enabled
+    if not show:
+        yield lambda _n: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn()]
+    columns += [MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+
+        yield advance
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns

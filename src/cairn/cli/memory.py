@@ -1,0 +1,345 @@
+"""``cairn memory du|ls|cat|put|rm|export|import``: the CLI over one space (SPEC §8).
+
+Thin: each verb parses its flags, resolves the space with :mod:`cairn.cli.common`
+and calls :class:`~cairn.service.SpaceService`. Without ``--server`` the store is the
+filesystem store under ``$CAIRN_HOME/spaces`` (tenant ``local``); with it, the HTTP
+client store. Exit status: 0 done, 1 refused (one line on stderr), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from cairn.cli.common import (
+    UsageError,
+    add_server_args,
+    add_space_args,
+    cli_command,
+    human_bytes,
+    open_store,
+    progress,
+    space_ref_from_args,
+    stderr_is_tty,
+)
+from cairn.errors import InvalidDocument
+from cairn.service import SpaceService
+from cairn.spaces import SpaceRef
+from cairn.store.base import (
+    Document,
+    DocumentInfo,
+    ImportReport,
+    ImportStrategy,
+    MemoryStore,
+    Usage,
+    WriteResult,
+    with_platform_write_authority,
+)
+
+#: Who the audit log names for a global import from the local console.
+LOCAL_CLI_ACTOR = "local-cli"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``cairn memory`` and its verbs."""
+    memory = subparsers.add_parser(
+        "memory",
+        help="read, write, export and import a knowledge space",
+        description="Work on one knowledge space: the local store, or a server with --server.",
+    )
+    verbs = memory.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+        parser = verbs.add_parser(name, help=help_text, description=help_text)
+        add_space_args(parser, "bot")
+        add_server_args(parser)
+        parser.set_defaults(func=cli_command(handler))
+        return parser
+
+    du = verb("du", "show the space's usage against its quotas", _du)
+    du.add_argument("--json", action="store_true", help="print the usage as JSON")
+
+    ls = verb("ls", "list the space's documents", _ls)
+    ls.add_argument("dir", nargs="?", default="", metavar="DIR", help="a directory prefix")
+    ls.add_argument("--json", action="store_true", help="print the listing as JSON")
+
+    cat = verb("cat", "print one document", _cat)
+    cat.add_argument("path", metavar="PATH")
+
+    put = verb("put", "write one document (from --file, else stdin)", _put)
+    put.add_argument("path", metavar="PATH")
+    put.add_argument("--file", metavar="F", help="read the content from F (default: stdin)")
+    put.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+    rm = verb("rm", "remove one document", _rm)
+    rm.add_argument("path", metavar="PATH")
+    rm.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+    export = verb("export", "write the space as a .tar.gz (stdout when --out is omitted)", _export)
+    export.add_argument("--out", metavar="F", help="the archive to write (default: stdout)")
+
+    imp = verb("import", "merge a .tar.gz into the space (stdin when --in is omitted)", _import)
+    imp.add_argument("--in", dest="infile", metavar="F", help="the archive (default: stdin)")
+    imp.add_argument(
+        "--strategy",
+        default=ImportStrategy.SKIP.value,
+        choices=[s.value for s in ImportStrategy],
+        help="what to do with a document that exists: skip (default), overwrite, rename",
+    )
+    imp.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+@contextlib.contextmanager
+def _open(args: argparse.Namespace) -> Iterator[tuple[SpaceService, SpaceRef, bool]]:
+    """(service, space, whether it is the local store); the store is closed afterwards."""
+    store, tenant = open_store(args)
+    try:
+        ref = space_ref_from_args(args, tenant)
+        yield SpaceService(store), ref, not getattr(args, "server", None)
+    finally:
+        store.close()
+
+
+def _du(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        usage = service.usage(ref)
+        if args.json:
+            print(json.dumps(_usage_json(usage)))
+            return 0
+        print(f"space  {usage.space_id}")
+        print(f"used   {_of(usage.used_bytes, usage.quota_bytes)}")
+        print(f"total  {_of(usage.team_used_bytes, usage.team_quota_bytes)}  (all spaces)")
+        return 0
+
+
+def _usage_json(usage: Usage) -> dict[str, Any]:
+    return {
+        "space_id": usage.space_id,
+        "used_bytes": usage.used_bytes,
+        "quota_bytes": usage.quota_bytes,
+        "team_used_bytes": usage.team_used_bytes,
+        "team_quota_bytes": usage.team_quota_bytes,
+    }
+
+
+def _of(used: int, quota: int) -> str:
+    if quota <= 0:
+        return f"{human_bytes(used)} (no cap)"
+    return f"{human_bytes(used)} of {human_bytes(quota)} ({100 * used / quota:.1f}%)"
+
+
+def _ls(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        docs = service.list(ref, args.dir)
+        if args.json:
+            print(json.dumps({"documents": [_info_json(d) for d in docs]}))
+            return 0
+        for d in docs:
+            when = d.updated_at.strftime("%Y-%m-%d %H:%M")
+            print(f"{human_bytes(d.size_bytes):>10}  {when}  {d.path}")
+        return 0
+
+
+def _info_json(info: DocumentInfo) -> dict[str, Any]:
+    return {
+        "path": info.path,
+        "size_bytes": info.size_bytes,
+        "updated_at": info.updated_at.isoformat(),
+        "etag": info.etag,
+    }
+
+
+def _cat(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        doc: Document = service.read(ref, args.path)
+        sys.stdout.write(doc.content)
+        sys.stdout.flush()
+        return 0
+
+
+def _put(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        if args.file:
+            try:
+                raw = Path(args.file).read_bytes()
+            except OSError as exc:
+                raise UsageError(f"--file {args.file!r}: {exc.strerror or exc}") from None
+        else:
+            raw = sys.stdin.buffer.read()
+        try:
+            content = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidDocument(
+                f"the content is not valid UTF-8 (byte {exc.start}); save it as UTF-8 Markdown"
+            ) from None
+        result: WriteResult = service.write(ref, args.path, content, if_match=args.if_match)
+        verb = "created" if result.created else "replaced"
+        print(f"{verb} {result.path} ({human_bytes(result.size_bytes)}, etag {result.etag})")
+        return 0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        service.delete(ref, args.path, if_match=args.if_match)
+        print(f"removed {args.path}")
+        return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        if not args.out and _is_tty(sys.stdout):
+            raise UsageError("refusing to write a binary archive to a terminal; use --out FILE")
+        total = len(service.list(ref)) if stderr_is_tty() else None
+        with progress("exporting", total) as advance:
+            counted = SpaceService(_CountingStore(service.store, advance))
+            if args.out:
+                with _replacing(Path(args.out)) as sink:
+                    count = counted.export(ref, sink)
+            else:
+                count = counted.export(ref, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+        where = args.out or "stdout"
+        print(f"exported {count} document(s) of {ref.id} to {where}", file=sys.stderr)
+        return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, local):
+        if not args.infile and _is_tty(sys.stdin):
+            raise UsageError("no archive: use --in FILE or pipe a .tar.gz into stdin")
+        strategy = ImportStrategy(args.strategy)
+        with contextlib.ExitStack() as stack:
+            source: BinaryIO
+            if args.infile:
+                try:
+                    source = stack.enter_context(open(args.infile, "rb"))
+                except OSError as exc:
+                    raise UsageError(f"--in {args.infile!r}: {exc.strerror or exc}") from None
+            else:
+                source = sys.stdin.buffer
+            if local:
+                # The operator at their own console, on their own store: the one CLI grant
+                # of platform authority (SPEC §5 "Global"). A server decides for itself.
+                stack.enter_context(with_platform_write_authority(LOCAL_CLI_ACTOR))
+            advance = stack.enter_context(progress("importing"))
+            counted = SpaceService(_CountingStore(service.store, advance))
+            report = counted.import_archive(ref, source, strategy)
+        _print_report(report, as_json=args.json)
+        return 0
+
+
+def _print_report(report: ImportReport, *, as_json: bool) -> None:
+    if as_json:
+        body = {
+            "written": report.written,
+            "skipped": report.skipped,
+            "renamed": report.renamed,
+            "rejected": [{"path": r.path, "reason": r.reason} for r in report.rejected],
+        }
+        print(json.dumps(body))
+        return
+    print(
+        f"written {len(report.written)}, skipped {len(report.skipped)}, "
+        f"renamed {len(report.renamed)}, rejected {len(report.rejected)}"
+    )
+    for path in report.written:
+        print(f"  written   {path}")
+    for path in report.skipped:
+        print(f"  skipped   {path} (exists)")
+    for old, new in report.renamed.items():
+        print(f"  renamed   {old} -> {new}")
+    for rejected in report.rejected:
+        print(f"  rejected  {rejected.path}: {rejected.reason}")
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _replacing(target: Path) -> Iterator[BinaryIO]:
+    """Write ``target`` through a temp file beside it: a failed export leaves no half file."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        with open(tmp, "wb") as sink:
+            yield sink
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise UsageError(f"--out {str(target)!r}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+class _CountingStore(MemoryStore):
+    """Delegates to ``inner`` and calls ``advance(1)`` per document exported or written.
+
+    A store with its own export/import (the HTTP client streams them) keeps them; the
+    bar then shows time only.
+    """
+
+    def __init__(self, inner: MemoryStore, advance: Callable[[int], None]) -> None:
+        self.inner = inner
+        self.advance = advance
+        self.capabilities = inner.capabilities
+        # The archive module reads the document cap from ``limits`` when a store has one.
+        self.limits = getattr(inner, "limits", None)
+
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        return self.inner.read(ref, path)
+
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> WriteResult:
+        result = self.inner.write(
+            ref, path, content, if_match=if_match, if_none_match=if_none_match
+        )
+        self.advance(1)
+        return result
+
+    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
+        self.inner.delete(ref, path, if_match=if_match)
+
+    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
+        return self.inner.list(ref, dir)
+
+    def usage(self, ref: SpaceRef) -> Usage:
+        return self.inner.usage(ref)
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        for doc in self.inner.iter_documents(ref, dir):
+            yield doc
+            self.advance(1)
+
+    def export(self, ref: SpaceRef, sink: BinaryIO) -> int:
+        if type(self.inner).export is not MemoryStore.export:
+            return self.inner.export(ref, sink)
+        return super().export(ref, sink)
+
+    def import_archive(
+        self, ref: SpaceRef, source: BinaryIO, strategy: ImportStrategy = ImportStrategy.SKIP
+    ) -> ImportReport:
+        if type(self.inner).import_archive is not MemoryStore.import_archive:
+            return self.inner.import_archive(ref, source, strategy)
+        return super().import_archive(ref, source, strategy)
+
+    def close(self) -> None:
+        self.inner.close()

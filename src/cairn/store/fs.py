@@ -1,0 +1,746 @@
+"""The filesystem store: a plain tree of Markdown files a person can open.
+
+Layout under ``root`` (the CLI uses ``$CAIRN_HOME/spaces``)::
+
+    <root>/<visibility>/<tenant>/[<project>/][<bot>/][<user>/]<name>/<document path>
+    <root>/.cairn-usage.json     quota counters (tree total + one total per space)
+    <root>/.cairn.lock           the lock every writer takes (fcntl.flock)
+
+Only the qualifiers the visibility takes appear, in that order, so
+``bot/local/myrepo-1a2b3c4d5e6f/whats-next/default/MEMORY.md`` is the document
+``MEMORY.md`` of bot ``whats-next``'s space ``default``.
+
+Every on-disk name is an injective encoding of one segment (see :func:`encode_segment`):
+ordinary names are kept verbatim; an empty tenant (``global``) is ``_``; a segment that
+would be ambiguous or too long for a file name (starts with ``~``, equals ``_``, is
+over 200 UTF-8 bytes, or is a *directory* of a document path ending in ``.md``) is
+spelled with ``~`` markers and, when long, split over nested directories. So two
+different refs never share a directory, a document ``a.md`` and a directory ``a.md/``
+can coexist, and any valid path fits the 255-byte file-name limit.
+
+Writes are atomic (temp file in the target directory, fsync, ``os.replace``, fsync of
+the directory) and serialised across threads and processes by an exclusive
+``flock``. Every path is walked one component at a time with ``O_NOFOLLOW``: a
+symbolic link inside the tree is never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cairn.errors import (
+    Conflict,
+    InvalidDocument,
+    InvalidPath,
+    NotFound,
+    PreconditionFailed,
+    StoreUnavailable,
+    UnsupportedVisibility,
+)
+from cairn.paths import validate_dir_prefix, validate_doc_path
+from cairn.quota import Counter, Limits, check_document_size, clamp, subcap_or_none
+from cairn.secrets import check_no_secrets
+from cairn.spaces import REQUIRED_QUALIFIERS, SpaceRef, Visibility
+from cairn.store.base import (
+    Document,
+    DocumentInfo,
+    MemoryStore,
+    Usage,
+    WriteResult,
+    authorize_space_write,
+    content_etag,
+)
+
+STATE_FILE = ".cairn-usage.json"
+LOCK_FILE = ".cairn.lock"
+TEMP_PREFIX = ".cairn-tmp-"
+TEMP_SUFFIX = ".tmp"
+#: Longest segment (UTF-8 bytes) kept verbatim as one file name; longer ones are split.
+MAX_VERBATIM_BYTES = 200
+_STATE_VERSION = 1
+_QUALIFIER_ORDER = ("project", "bot", "user")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ETAG_CACHE_MAX = 50_000
+
+#: On-disk name components (an alias: the class below defines a method called ``list``).
+Components = list[str]
+Infos = list[DocumentInfo]
+
+# --- Name encoding --------------------------------------------------------------------------
+#
+# Markers: "~+" continues a long segment in the next component; the last component
+# of an escaped segment is "~." (document file), "~d" (directory of a document path)
+# or "~q" (a space qualifier or name). "_" alone is the empty tenant.
+
+_FINAL_MARK = {"file": "~.", "dir": "~d", "qual": "~q"}
+
+
+def _chunks(segment: str) -> list[str]:
+    out: list[str] = []
+    current = ""
+    size = 0
+    for ch in segment:
+        n = len(ch.encode("utf-8", "surrogatepass"))
+        if current and size + n > MAX_VERBATIM_BYTES:
+            out.append(current)
+            current, size = "", 0
+        current += ch
+        size += n
+    out.append(current)
+    return out
+
+
+def encode_segment(segment: str, kind: str) -> list[str]:
+    """The on-disk components of one segment; ``kind`` is ``file``, ``dir`` or ``qual``."""
+    if kind == "qual" and segment == "":
+        return ["_"]
+    verbatim = (
+        not segment.startswith("~")
+        and segment != "_"
+        and len(segment.encode("utf-8")) <= MAX_VERBATIM_BYTES
+        and not (kind == "dir" and segment.endswith(".md"))
+    )
+    if verbatim:
+        return [segment]
+    parts = _chunks(segment)
+    return ["~+" + p for p in parts[:-1]] + [_FINAL_MARK[kind] + parts[-1]]
+
+
+def encode_doc_path(path: str) -> list[str]:
+    """The on-disk components of a (validated) document path, relative to its space."""
+    segments = path.split("/")
+    out: list[str] = []
+    for seg in segments[:-1]:
+        out.extend(encode_segment(seg, "dir"))
+    out.extend(encode_segment(segments[-1], "file"))
+    return out
+
+
+def encode_dir_prefix(prefix: str) -> list[str]:
+    out: list[str] = []
+    for seg in prefix.split("/") if prefix else []:
+        out.extend(encode_segment(seg, "dir"))
+    return out
+
+
+def space_components(ref: SpaceRef) -> list[str]:
+    """The on-disk components of a space's directory, relative to the store root."""
+    out = [ref.visibility.value]
+    out.extend(encode_segment(ref.tenant, "qual"))
+    takes = REQUIRED_QUALIFIERS[ref.visibility]
+    for field in _QUALIFIER_ORDER:
+        if field in takes:
+            out.extend(encode_segment(getattr(ref, field), "qual"))
+    out.extend(encode_segment(ref.name, "qual"))
+    return out
+
+
+@dataclass(slots=True)
+class _State:
+    """The quota counters: the whole-tree total and one total per space id."""
+
+    tree: int
+    spaces: dict[str, int]
+    dirty: bool = False
+
+    def to_json(self) -> bytes:
+        body: dict[str, object] = {"version": _STATE_VERSION, "dirty": self.dirty}
+        body.update(tree=self.tree, spaces=dict(sorted(self.spaces.items())))
+        return json.dumps(body, indent=1).encode("utf-8")
+
+    @classmethod
+    def parse(cls, raw: bytes) -> _State | None:
+        try:
+            body = json.loads(raw)
+            tree = body["tree"]
+            spaces = body["spaces"]
+            ok = (
+                body.get("version") == _STATE_VERSION
+                and isinstance(tree, int)
+                and tree >= 0
+                and isinstance(spaces, dict)
+                and all(isinstance(k, str) and isinstance(v, int) for k, v in spaces.items())
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not ok:
+            return None
+        return cls(tree, {str(k): int(v) for k, v in spaces.items()}, bool(body.get("dirty")))
+
+
+class FilesystemStore(MemoryStore):
+    """A :class:`~cairn.store.base.MemoryStore` over a directory tree (SPEC §10).
+
+    ``limits`` defaults to :meth:`Limits.from_env` (``CAIRN_MEMORY_QUOTA_<VISIBILITY>``,
+    ``CAIRN_MEMORY_QUOTA_ORG_TOTAL``, ``CAIRN_MEMORY_MAX_DOC``); an invalid value is an
+    :class:`~cairn.errors.InvalidRequest` naming the variable. One whole-tree counter
+    (``limits.team_quota``) is charged for every write, global included. ``private``
+    spaces are refused on every document operation (they have no durable home here).
+
+    Counters live in ``<root>/.cairn-usage.json``. They are self-healing: a missing,
+    corrupt or *dirty* state file (a writer died between marking it and finishing) is
+    rebuilt from the files by :meth:`recount`, which an operator may also call after
+    editing the tree by hand.
+    """
+
+    capabilities = frozenset({"tree_aggregate", "multiprocess"})
+
+    def __init__(self, root: str | os.PathLike[str], limits: Limits | None = None) -> None:
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        self.limits = limits if limits is not None else Limits.from_env(os.environ)
+        self._etags: dict[tuple[int, ...], str] = {}
+
+    # --- The interface --------------------------------------------------------------------
+
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        ref = self._checked(ref)
+        path = validate_doc_path(path)
+        with _os_errors(path):
+            got = self._read_file(space_components(ref) + encode_doc_path(path), path)
+        if got is None:
+            raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
+        data, st = got
+        return _document(path, data, st)
+
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> WriteResult:
+        authorize_space_write(ref)
+        ref = self._checked(ref)
+        path = validate_doc_path(path)
+        data = _encode_content(content)
+        check_document_size(len(data), self.limits.max_document)
+        check_no_secrets(content)
+        space = space_components(ref)
+        doc = encode_doc_path(path)
+        with _os_errors(path), self._locked():
+            state = self._load_state_locked()
+            existing = self._read_file(space + doc, path, want_data=if_match is not None)
+            old_size = existing[1].st_size if existing else 0
+            if if_match is not None and (existing is None or _etag(existing[0]) != if_match):
+                raise PreconditionFailed(
+                    f"document {path!r} changed (or is absent); read it again and retry",
+                    path=path,
+                )
+            if if_none_match and existing is not None:
+                raise PreconditionFailed(f"document {path!r} already exists", path=path)
+            delta = len(data) - old_size
+            self._check_quota(ref, state, delta)
+            self._mutate(state, ref, delta, lambda: self._replace_file(space, doc, path, data))
+        return WriteResult(path, len(data), content_etag(data), created=existing is None)
+
+    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
+        authorize_space_write(ref)
+        ref = self._checked(ref)
+        path = validate_doc_path(path)
+        space = space_components(ref)
+        doc = encode_doc_path(path)
+        with _os_errors(path), self._locked():
+            state = self._load_state_locked()
+            existing = self._read_file(space + doc, path, want_data=if_match is not None)
+            if existing is None:
+                raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
+            if if_match is not None and _etag(existing[0]) != if_match:
+                raise PreconditionFailed(
+                    f"document {path!r} changed; read it again and retry", path=path
+                )
+            delta = -existing[1].st_size
+            self._mutate(state, ref, delta, lambda: self._remove_file(space, doc, path))
+
+    def list(self, ref: SpaceRef, dir: str = "") -> Infos:
+        ref = self._checked(ref)
+        prefix = validate_dir_prefix(dir)
+        out: Infos = []
+        with _os_errors(prefix):
+            for doc_path, comps, st in self._walk_space(ref, prefix):
+                etag = self._cached_etag(st)
+                if etag is None:
+                    got = self._read_file(space_components(ref) + comps, doc_path)
+                    if got is None:  # removed while listing
+                        continue
+                    st = got[1]
+                    etag = self._remember_etag(got[1], got[0])
+                out.append(DocumentInfo(doc_path, st.st_size, _mtime(st), etag))
+        out.sort(key=lambda info: info.path)
+        return out
+
+    def usage(self, ref: SpaceRef) -> Usage:
+        ref = self._checked(ref)
+        state = self._peek_state()
+        return Usage(
+            space_id=ref.id,
+            used_bytes=state.spaces.get(ref.id, 0),
+            quota_bytes=self.limits.subcap(ref.visibility),
+            team_used_bytes=state.tree,
+            team_quota_bytes=self.limits.team_quota,
+        )
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        # Validate now, not at the first next(): a bad ref fails at the call.
+        ref = self._checked(ref)
+        prefix = validate_dir_prefix(dir)
+        return self._iter_documents(ref, prefix)
+
+    def _iter_documents(self, ref: SpaceRef, prefix: str) -> Iterator[Document]:
+        space = space_components(ref)
+        # Names only are held (sorted); each body is read when its turn comes.
+        with _os_errors(prefix):
+            entries = sorted((p, c) for p, c, _ in self._walk_space(ref, prefix))
+        for doc_path, comps in entries:
+            with _os_errors(doc_path):
+                got = self._read_file(space + comps, doc_path)
+            if got is not None:
+                yield _document(doc_path, got[0], got[1])
+
+    # --- Counters -------------------------------------------------------------------------
+
+    def recount(self) -> int:
+        """Recompute every counter from the documents on disk and rewrite the state file.
+
+        Runs under the writers' lock. Called on its own when the state file is missing,
+        corrupt or left dirty by a writer that died mid-write; call it after adding or
+        editing files by hand. Returns the whole-tree total in bytes.
+        """
+        with _os_errors(""), self._locked():
+            return self._recount_locked().tree
+
+    def _recount_locked(self) -> _State:
+        spaces: dict[str, int] = {}
+        for vis in Visibility:
+            if vis is Visibility.PRIVATE:
+                continue
+            fields = ["tenant", *(f for f in _QUALIFIER_ORDER if f in REQUIRED_QUALIFIERS[vis])]
+            for values, comps in self._walk_qualifiers([vis.value], [], len(fields) + 1):
+                quals = dict(zip(fields, values[:-1], strict=True))
+                try:
+                    ref = SpaceRef(visibility=vis, name=values[-1], **quals).validated()
+                except Exception:  # a directory the store did not make: not a space
+                    continue
+                if space_components(ref) != comps:
+                    continue
+                total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
+                if total:
+                    spaces[ref.id] = total
+        state = _State(sum(spaces.values()), spaces)
+        self._save_state(state, sync_data=True, sync_dir=True)
+        return state
+
+    def _check_quota(self, ref: SpaceRef, state: _State, delta: int) -> None:
+        space_cap = subcap_or_none(self.limits.subcap(ref.visibility))
+        Counter("space", state.spaces.get(ref.id, 0), space_cap).check(delta)
+        Counter("tree", state.tree, self.limits.team_quota).check(delta)
+
+    def _mutate(self, state: _State, ref: SpaceRef, delta: int, change: Callable[[], None]) -> None:
+        """Apply ``change`` (the file operation) and charge ``delta``, crash-safely.
+
+        The state is first marked dirty, so a process (or machine) dying between the file
+        operation and the counter update leaves a state the next writer recounts. Only
+        the *rename* of the dirty state must be durable (directory fsync): if its bytes
+        were lost, the torn file fails to parse and is recounted just the same.
+        """
+        state.dirty = True
+        self._save_state(state, sync_data=False, sync_dir=True)
+        try:
+            change()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._recount_locked()
+            raise
+        state.tree = clamp(state.tree + delta)
+        used = clamp(state.spaces.get(ref.id, 0) + delta)
+        if used:
+            state.spaces[ref.id] = used
+        else:
+            state.spaces.pop(ref.id, None)
+        state.dirty = False
+        # A lost or torn write of this clean state leaves the dirty one: self-healing.
+        self._save_state(state, sync_data=False, sync_dir=False)
+
+    def _peek_state(self) -> _State:
+        if not self.root.is_dir():
+            return _State(0, {})
+        with _os_errors(""):
+            state = self._read_state()
+            if state is not None and not state.dirty:
+                return state
+            with self._locked():  # wait for the writer, or heal after a dead one
+                return self._load_state_locked()
+
+    def _load_state_locked(self) -> _State:
+        state = self._read_state()
+        if state is None or state.dirty:
+            state = self._recount_locked()
+        return state
+
+    def _read_state(self) -> _State | None:
+        try:
+            raw = (self.root / STATE_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+        return _State.parse(raw)
+
+    def _save_state(self, state: _State, *, sync_data: bool, sync_dir: bool) -> None:
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _atomic_write(fd, STATE_FILE, state.to_json(), sync_data=sync_data, sync_dir=sync_dir)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    # --- Files ----------------------------------------------------------------------------
+
+    def _checked(self, ref: SpaceRef) -> SpaceRef:
+        ref = ref.validated()
+        if ref.visibility is Visibility.PRIVATE:
+            raise UnsupportedVisibility(
+                "the filesystem store has no durable home for private spaces; "
+                "use another visibility (bot, project, cross_project, user, org, global)"
+            )
+        return ref
+
+    def _open_root(self) -> int | None:
+        try:
+            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+
+    def _open_dirs(self, comps: Components, path: str, *, create: bool = False) -> int | None:
+        """A descriptor of the directory ``root/comps``, walked without following links.
+
+        ``None`` when a component is absent (and ``create`` is false).
+        """
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        fd = self._open_root()
+        if fd is None:
+            return None
+        try:
+            for comp in comps:
+                try:
+                    nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(comp, 0o755, dir_fd=fd)
+                    nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        _refuse_entry(fd, comp, path)
+                    raise
+                os.close(fd)
+                fd = nfd
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _read_file(
+        self, comps: Components, path: str, *, want_data: bool = True
+    ) -> tuple[bytes, os.stat_result] | None:
+        """(content, stat) of the regular file ``root/comps``; None when absent."""
+        dfd = self._open_dirs(comps[:-1], path)
+        if dfd is None:
+            return None
+        try:
+            try:
+                fd = os.open(comps[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    _refuse_entry(dfd, comps[-1], path)
+                raise
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise Conflict(
+                        f"{path!r} is a directory or special file in the filesystem store, "
+                        "not a document; move it aside",
+                        path=path,
+                    )
+                data = _read_all(fd) if want_data else b""
+                return data, st
+            finally:
+                os.close(fd)
+        finally:
+            os.close(dfd)
+
+    def _replace_file(self, space: Components, doc: Components, path: str, data: bytes) -> None:
+        dfd = self._open_dirs(space + doc[:-1], path, create=True)
+        assert dfd is not None  # create=True always yields a directory
+        try:
+            _atomic_write(dfd, doc[-1], data)
+        finally:
+            os.close(dfd)
+
+    def _remove_file(self, space: Components, doc: Components, path: str) -> None:
+        comps = space + doc
+        dfd = self._open_dirs(comps[:-1], path)
+        if dfd is None:
+            return
+        try:
+            os.unlink(comps[-1], dir_fd=dfd)
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        # Tidy empty directories the document leaves behind, up to (not including) the
+        # space's own directory; a person browsing the tree sees no dead folders.
+        for depth in range(len(comps) - 1, len(space), -1):
+            parent = self._open_dirs(comps[: depth - 1], path)
+            if parent is None:
+                return
+            try:
+                os.rmdir(comps[depth - 1], dir_fd=parent)
+            except OSError:
+                return
+            finally:
+                os.close(parent)
+
+    def _walk_space(
+        self, ref: SpaceRef, prefix: str
+    ) -> Iterator[tuple[str, Components, os.stat_result]]:
+        """(document path, its components, stat) of each listable document under prefix."""
+        start = encode_dir_prefix(prefix)
+        try:
+            fd = self._open_dirs(space_components(ref) + start, prefix)
+        except Conflict:
+            return  # a link or a file where a directory would be: nothing to list
+        if fd is None:
+            return
+        base = prefix.split("/") if prefix else []
+        yield from _walk_docs(fd, base, start, "")
+
+    def _walk_qualifiers(
+        self, comps: Components, values: Components, want: int, pending: str = ""
+    ) -> Iterator[tuple[Components, Components]]:
+        """(decoded segments, components) of each directory ``want`` segments down."""
+        fd = self._open_dirs(comps, "")
+        if fd is None:
+            return
+        try:
+            names = [e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False)]
+        finally:
+            os.close(fd)
+        for name in sorted(names):
+            seg, more = _decode_component(name, pending, "qual")
+            if seg is None and more is None:
+                continue
+            if more is not None:
+                yield from self._walk_qualifiers([*comps, name], values, want, more)
+                continue
+            assert seg is not None
+            found = [*values, seg]
+            if len(found) == want:
+                yield found, [*comps, name]
+            else:
+                yield from self._walk_qualifiers([*comps, name], found, want)
+
+    def _cached_etag(self, st: os.stat_result) -> str | None:
+        return self._etags.get(_stat_key(st))
+
+    def _remember_etag(self, st: os.stat_result, data: bytes) -> str:
+        if len(self._etags) >= _ETAG_CACHE_MAX:
+            self._etags.clear()
+        etag = content_etag(data)
+        self._etags[_stat_key(st)] = etag
+        return etag
+
+
+# --- Helpers --------------------------------------------------------------------------------
+
+
+def _decode_component(name: str, pending: str, kind: str) -> tuple[str | None, str | None]:
+    """(a completed segment, or the continued partial segment); (None, None) = not ours."""
+    if name.startswith("~+") and len(name) > 2:
+        return None, pending + name[2:]
+    if name.startswith(_FINAL_MARK[kind]):
+        return pending + name[2:], None
+    if name.startswith("~") or pending:
+        return None, None
+    if kind == "qual" and name == "_":
+        return "", None
+    return name, None
+
+
+def _walk_docs(
+    fd: int, segs: list[str], comps: list[str], pending: str
+) -> Iterator[tuple[str, list[str], os.stat_result]]:
+    """Recursively list regular ``.md`` files below ``fd`` (closed on return)."""
+    try:
+        entries = sorted(os.scandir(fd), key=lambda e: e.name)
+        files: list[tuple[str, os.stat_result]] = []
+        dirs: list[str] = []
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            if entry.is_file(follow_symlinks=False):
+                files.append((entry.name, entry.stat(follow_symlinks=False)))
+            elif entry.is_dir(follow_symlinks=False):
+                dirs.append(entry.name)
+        for name, st in files:
+            seg, _ = _decode_component(name, pending, "file")
+            if seg is None:
+                continue
+            path = "/".join([*segs, seg])
+            try:
+                validate_doc_path(path)
+            except InvalidPath:
+                continue  # temp files, non-Markdown files, foreign names
+            rel = [*comps, name]
+            if encode_doc_path(path) != rel:
+                continue  # a name the store would spell differently: not one of its documents
+            yield path, rel, st
+        for name in dirs:
+            seg, more = _decode_component(name, pending, "dir")
+            if seg is None and more is None:
+                continue
+            if seg is not None and encode_segment(seg, "dir")[-1] != name:
+                continue  # e.g. a hand-made 'x.md/' directory the store would spell '~dx.md'
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # replaced by a link or removed meanwhile: never followed
+            next_segs = segs if seg is None else [*segs, seg]
+            yield from _walk_docs(sub, next_segs, [*comps, name], more or "")
+    finally:
+        os.close(fd)
+
+
+def _refuse_entry(dir_fd: int, name: str, path: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise Conflict(
+            f"{path!r} passes through a symbolic link in the filesystem store; the store "
+            "never follows links: replace the link with a directory or file",
+            path=path,
+        )
+    raise Conflict(
+        f"{path!r} passes through a file where the store needs a directory; move it aside",
+        path=path,
+    )
+
+
+def _atomic_write(
+    dir_fd: int, name: str, data: bytes, *, sync_data: bool = True, sync_dir: bool = True
+) -> None:
+    """Write ``name`` in ``dir_fd`` all-or-nothing: temp file, fsync, rename, fsync dir."""
+    tmp = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync_data:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    if sync_dir:
+        os.fsync(dir_fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _encode_content(content: object) -> bytes:
+    if not isinstance(content, str):
+        raise InvalidDocument(
+            f"content must be text (a str), not {type(content).__name__}; send UTF-8 Markdown"
+        )
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidDocument(
+            "content is not valid Unicode text (it has lone surrogates); send UTF-8 Markdown"
+        ) from None
+
+
+def _document(path: str, data: bytes, st: os.stat_result) -> Document:
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidDocument(
+            f"document {path!r} on disk is not valid UTF-8; fix or remove the file", path=path
+        ) from None
+    return Document(path, content, len(data), _mtime(st), content_etag(data))
+
+
+def _etag(data: bytes) -> str:
+    return content_etag(data)
+
+
+def _mtime(st: os.stat_result) -> datetime:
+    return datetime.fromtimestamp(st.st_mtime, UTC)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@contextlib.contextmanager
+def _os_errors(path: str) -> Iterator[None]:
+    """Translate operating-system failures at the adapter boundary."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise InvalidPath(
+                f"path {path!r} is too long for the filesystem under this store's root; "
+                "use shorter names",
+                path=path,
+            ) from exc
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreUnavailable("the filesystem holding the store is full") from exc
+        raise StoreUnavailable(
+            f"the filesystem store failed: {exc.strerror or exc} ({exc.errno})"
+        ) from exc
+
+
+__all__ = [
+    "FilesystemStore",
+    "encode_doc_path",
+    "encode_segment",
+    "space_components",
+]
