@@ -1,0 +1,251 @@
+"""A small multi-replica deployment for tests: N real ``cairn serve`` processes over
+one fresh PostgreSQL database and one Redis (with a key prefix of its own).
+
+:func:`start_cluster` starts the replicas on free loopback ports, waits for each
+``/readyz`` and returns a :class:`Cluster`; :func:`provision` sets up a tenant
+through the admin API exactly as an operator would (org, team, user, API key,
+browser session). Nothing here reaches into the database behind the service's back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ADMIN_TOKEN = "deploy-admin-token-0123456789abcdefghijklmnop"
+SERVICE_TOKEN = "deploy-service-token-0123456789abcdefghijklm"
+PASSWORD = "correct horse battery staple"
+CAIRN = str(Path(sys.executable).with_name("cairn"))
+READY_TIMEOUT_SECONDS = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Replica:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Cluster:
+    """Replicas sharing one database and one Redis prefix."""
+
+    database_url: str
+    redis_url: str
+    redis_prefix: str
+    replicas: list[Replica] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        return [r.url for r in self.replicas]
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {r.url}\n{r.log_text()}" for r in self.replicas)
+
+
+def replica_env(home: Path, redis_url: str, prefix: str) -> dict[str, str]:
+    """The environment every replica shares: same tokens, same Redis.
+
+    ``CAIRN_KEY_HASH_SECRET`` is left unset on purpose: the replicas, started together on
+    an empty database, must agree on the one secret created there, or an API key minted
+    through one replica would not verify on the other."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        {
+            "CAIRN_HOME": str(home),
+            "CAIRN_ADMIN_TOKEN": ADMIN_TOKEN,
+            "CAIRN_SERVICE_TOKEN": SERVICE_TOKEN,
+            "CAIRN_REDIS_URL": redis_url,
+            "CAIRN_REDIS_PREFIX": prefix,
+            # Cheap password hashes: sign-in speed is not what these tests are about.
+            "CAIRN_ARGON2_TIME_COST": "1",
+            "CAIRN_ARGON2_MEMORY_KIB": "8192",
+        }
+    )
+    return env
+
+
+def _wait_ready(replica: Replica) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if replica.proc.poll() is not None:
+            raise AssertionError(f"cairn serve exited early:\n{replica.log_text()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{replica.url}/readyz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"cairn serve never answered /readyz 200:\n{replica.log_text()}")
+
+
+def _stop(replica: Replica) -> None:
+    if replica.proc.poll() is None:
+        replica.proc.send_signal(signal.SIGTERM)
+        try:
+            replica.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            replica.proc.kill()
+            replica.proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def start_cluster(
+    database_url: str, redis_url: str, workdir: Path, replicas: int = 2
+) -> Iterator[Cluster]:
+    """Start ``replicas`` processes *together* (their migrations race on purpose: the
+    advisory lock must serialise them), wait until all are ready, stop them after."""
+    prefix = f"cairn-deploy-test:{uuid.uuid4().hex}:"
+    cluster = Cluster(database_url, redis_url, prefix)
+    env = replica_env(workdir / "home", redis_url, prefix)
+    try:
+        for i in range(replicas):
+            port = free_port()
+            log = workdir / f"replica-{i}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [CAIRN, "serve", "--host", "127.0.0.1", "--port", str(port)]
+                    + ["--database", database_url],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            cluster.replicas.append(Replica(f"http://127.0.0.1:{port}", proc, log))
+        for replica in cluster.replicas:
+            _wait_ready(replica)
+        yield cluster
+    finally:
+        for replica in cluster.replicas:
+            _stop(replica)
+        _flush_prefix(redis_url, prefix)
+
+
+def _flush_prefix(redis_url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One org on plan pro_plus with one team; ``user`` is an org owner and a team
+    member, ``key`` its API key in the team, ``session`` its browser cookie + CSRF."""
+
+    org_id: str
+    team_id: str
+    user_id: str
+    email: str
+    key: str
+    session_cookie: str
+    csrf_token: str
+
+    @property
+    def key_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    @property
+    def session_headers(self) -> dict[str, str]:
+        return {
+            "Cookie": f"cairn_session={self.session_cookie}",
+            "X-CSRF-Token": self.csrf_token,
+            "X-Cairn-Team": self.team_id,
+        }
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def expect(response: httpx.Response, status: int) -> Any:
+    """The JSON answer of ``response``, which must have ``status``."""
+    assert response.status_code == status, (
+        f"{response.request.method} {response.request.url} -> "
+        f"{response.status_code} {response.text}"
+    )
+    return response.json() if response.content else None
+
+
+def provision(base_url: str, quota_bytes: int) -> Tenant:
+    """Set up one tenant through the admin API of the replica at ``base_url``."""
+    admin = admin_headers()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+        user = expect(
+            http.post(
+                "/api/admin/users",
+                json={"email": email, "password": PASSWORD, "name": "Owner"},
+                headers=admin,
+            ),
+            201,
+        )["id"]
+        org = expect(
+            http.post(
+                "/api/admin/orgs", json={"name": "Deploy Co", "plan": "pro_plus"}, headers=admin
+            ),
+            201,
+        )["id"]
+        expect(
+            http.post(
+                f"/api/admin/orgs/{org}/members",
+                json={"user_id": user, "role": "owner"},
+                headers=admin,
+            ),
+            201,
+        )
+        team = expect(
+            http.post("/api/admin/teams", json={"org_id": org, "name": "core"}, headers=admin),
+            201,
+        )["id"]
+        expect(
+            http.post(
+                f"/api/admin/teams/{team}/members",
+                json={"user_id": user, "role": "member"},
+                headers=admin,
+            ),
+            201,
+        )
+        patched = expect(
+            http.patch(
+                f"/api/admin/orgs/{org}", json={"memory_quota_bytes": quota_bytes}, headers=admin
+            ),
+            200,
+        )
+        assert patched["teams_updated"] == [team] and patched["teams_failed"] == [], patched
+        key = expect(
+            http.post(
+                "/api/admin/api-keys",
+                json={"user_id": user, "team_id": team, "name": "deploy"},
+                headers=admin,
+            ),
+            201,
+        )["key"]
+        login = http.post("/api/auth/login", json={"email": email, "password": PASSWORD})
+        csrf = expect(login, 200)["csrf_token"]
+        cookie = login.cookies.get("cairn_session")
+        assert cookie, f"login set no cairn_session cookie: {login.headers}"
+    return Tenant(org, team, user, email, key, cookie, csrf)
