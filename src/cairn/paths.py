@@ -17,6 +17,8 @@ MAX_PATH_SEGMENTS = 16
 DOC_SUFFIX = ".md"
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Lone surrogates (e.g. a JSON "\udce9" escape) are not Unicode text and cannot be stored.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
@@ -41,6 +43,8 @@ def validate_doc_path(path: object) -> str:
         raise InvalidPath("path is empty; give a relative path ending in .md, e.g. 'MEMORY.md'")
     if "\x00" in path or _CONTROL.search(path):
         raise InvalidPath("path may not contain NUL or control characters")
+    if _SURROGATE.search(path):
+        raise InvalidPath("path is not valid Unicode (it contains a lone surrogate); send UTF-8")
     if "\\" in path:
         raise InvalidPath(f"path {path!r} may not contain '\\'; separate segments with '/'")
     if path.startswith("/") or _DRIVE.match(path):
@@ -52,6 +56,12 @@ def validate_doc_path(path: object) -> str:
     if canonical is None:
         raise InvalidPath(f"path {path!r} names no document; give e.g. 'MEMORY.md'")
     if canonical != path:
+        # Name the canonical form only when it is itself a valid path; otherwise the
+        # caller needs the reason the canonical form fails (too long, not .md, ...).
+        try:
+            validate_doc_path(canonical)
+        except InvalidPath as exc:
+            raise InvalidPath(f"path {path!r} is not canonical and {exc.message}") from None
         raise InvalidPath(f"path {path!r} is not canonical; use {canonical!r}", canonical=canonical)
     if not path.endswith(DOC_SUFFIX) or segments[-1] == DOC_SUFFIX:
         raise InvalidPath(f"path {path!r} must name a Markdown document ending in '.md'")
@@ -74,8 +84,8 @@ def validate_dir_prefix(prefix: object) -> str:
         return ""
     if not isinstance(prefix, str):
         raise InvalidPath("dir must be a string")
-    if "\x00" in prefix or _CONTROL.search(prefix) or "\\" in prefix:
-        raise InvalidPath("dir may not contain '\\', NUL or control characters")
+    if "\x00" in prefix or _CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
+        raise InvalidPath("dir may not contain '\\', NUL, control characters or lone surrogates")
     if prefix.startswith("/") or _DRIVE.match(prefix):
         raise InvalidPath(f"dir {prefix!r} is absolute; give a directory relative to the space")
     if ".." in prefix.split("/"):
@@ -84,6 +94,10 @@ def validate_dir_prefix(prefix: object) -> str:
     if canonical is None:
         return ""
     if canonical != prefix:
+        try:  # refuse for the canonical form's own reason when it is invalid too
+            validate_dir_prefix(canonical)
+        except InvalidPath as exc:
+            raise InvalidPath(f"dir {prefix!r} is not canonical and {exc.message}") from None
         raise InvalidPath(
             f"dir {prefix!r} is not canonical; use {canonical!r}", canonical=canonical
         )

@@ -41,6 +41,8 @@ REQUIRED_QUALIFIERS: dict[Visibility, frozenset[str]] = {
 
 MAX_SEGMENT_CHARS = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Lone surrogates (e.g. a JSON "\udce9" escape) are not Unicode text and cannot be stored.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: Reserved space name of the auto-memory runner (SPEC §9.3).
 AUTO_MEMORY_SPACE = "auto-memory"
@@ -73,6 +75,10 @@ def validate_segment(field: str, value: str) -> str:
             raise InvalidSpaceRef(f"{field} may not contain {label}", field=field)
     if _CONTROL.search(value):
         raise InvalidSpaceRef(f"{field} may not contain NUL or control characters", field=field)
+    if _SURROGATE.search(value):
+        raise InvalidSpaceRef(
+            f"{field} is not valid Unicode (it contains a lone surrogate)", field=field
+        )
     return value
 
 

@@ -33,7 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import BinaryIO
 
-from cairn.errors import PlatformAuthorityRequired
+from cairn.errors import InvalidDocument, PlatformAuthorityRequired
 from cairn.spaces import SpaceRef
 
 
@@ -104,6 +104,27 @@ class ImportReport:
     skipped: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
     rejected: list[Rejected] = field(default_factory=list)
+
+
+def encode_document(content: object) -> bytes:
+    """The UTF-8 bytes of a document body, or InvalidDocument naming what is wrong.
+
+    Every adapter stores exactly these bytes, so they agree on what a document is: text,
+    no NUL (PostgreSQL cannot store one), no lone surrogate.
+    """
+    if not isinstance(content, str):
+        raise InvalidDocument(
+            f"content must be text (a str), not {type(content).__name__}; send UTF-8 Markdown"
+        )
+    if "\x00" in content:
+        raise InvalidDocument("content may not contain NUL characters; remove them and retry")
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidDocument(
+            f"content is not valid Unicode at character {exc.start} (a lone surrogate); "
+            "send UTF-8 Markdown"
+        ) from None
 
 
 def content_etag(data: bytes) -> str:

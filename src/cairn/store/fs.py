@@ -59,6 +59,7 @@ from cairn.store.base import (
     WriteResult,
     authorize_space_write,
     content_etag,
+    encode_document,
 )
 
 STATE_FILE = ".cairn-usage.json"
@@ -224,7 +225,7 @@ class FilesystemStore(MemoryStore):
         authorize_space_write(ref)
         ref = self._checked(ref)
         path = validate_doc_path(path)
-        data = _encode_content(content)
+        data = encode_document(content)
         check_document_size(len(data), self.limits.max_document)
         check_no_secrets(content)
         space = space_components(ref)
@@ -682,19 +683,6 @@ def _read_all(fd: int) -> bytes:
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
-
-
-def _encode_content(content: object) -> bytes:
-    if not isinstance(content, str):
-        raise InvalidDocument(
-            f"content must be text (a str), not {type(content).__name__}; send UTF-8 Markdown"
-        )
-    try:
-        return content.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidDocument(
-            "content is not valid Unicode text (it has lone surrogates); send UTF-8 Markdown"
-        ) from None
 
 
 def _document(path: str, data: bytes, st: os.stat_result) -> Document:

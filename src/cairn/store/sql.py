@@ -41,7 +41,6 @@ from sqlalchemy.engine import Connection, Engine
 
 from cairn.errors import (
     Conflict,
-    InvalidDocument,
     InvalidRequest,
     InvalidSpaceRef,
     NotFound,
@@ -62,6 +61,7 @@ from cairn.store.base import (
     authorize_space_write,
     content_etag,
     current_attribution_team,
+    encode_document,
 )
 from cairn.store.db import (
     make_engine,
@@ -394,7 +394,7 @@ class SqlStore(MemoryStore):
         authorize_space_write(ref)
         addr = self._address(ref)
         path = validate_doc_path(path)
-        data = _encode(content)
+        data = encode_document(content)
         size = len(data)
         check_document_size(size, self.limits.max_document)
         check_no_secrets(content)
@@ -555,20 +555,6 @@ class SqlStore(MemoryStore):
         with read_transaction(self.engine) as conn:
             row = conn.execute(self._sql.tenant_used, {"t": tenant}).first()
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
-
-
-def _encode(content: object) -> bytes:
-    if not isinstance(content, str):
-        raise InvalidDocument("content must be a string of UTF-8 Markdown")
-    if "\x00" in content:
-        raise InvalidDocument("content may not contain NUL characters; remove them and retry")
-    try:
-        return content.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidDocument(
-            f"content is not valid Unicode at character {exc.start} (a lone surrogate); "
-            "send UTF-8 Markdown"
-        ) from None
 
 
 def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:

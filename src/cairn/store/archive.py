@@ -1,0 +1,461 @@
+"""Export and import of a space as a gzipped tarball (SPEC §5 "Export/import").
+
+Built once on the :class:`~cairn.store.base.MemoryStore` interface, so every adapter
+streams and validates archives the same way; ``MemoryStore.export`` and
+``MemoryStore.import_archive`` call the two functions here.
+
+Export
+    :func:`export_space` streams ``tarfile`` mode ``"w|gz"`` over
+    ``store.iter_documents``: one regular-file member per document at its path, mode
+    0644, mtime = ``updated_at`` (whole seconds), uid/gid 0 and no owner names. At most
+    one document is held in memory at a time, whatever the size of the space.
+
+Import
+    :func:`import_space` never extracts anything to disk. It spools the *compressed*
+    upload (a :class:`tempfile.SpooledTemporaryFile`: a copy of the upload, in memory
+    while small) and makes two streaming passes over it:
+
+    1. **validate** — decompress and walk every tar header, counting decompressed bytes
+       as they are produced, without keeping any content. Anything wrong with the
+       archive as a whole stops the import here, before a single write:
+       not gzip, not tar, corrupt or truncated (:class:`~cairn.errors.InvalidArchive`,
+       422); past the bound (:class:`~cairn.errors.ImportTooLarge`, 413). The bound is
+       checked while decompressing, so a gzip bomb is refused as soon as it passes the
+       bound, never expanded further.
+    2. **write** — walk the archive again and send each acceptable member through
+       ``store.write`` (quota, size, secrets, authority). What is wrong with one member
+       lands in ``ImportReport.rejected`` with a reason; the rest lands.
+
+The bound
+    The content of an archive (the sum of the members' declared sizes) may not exceed
+    what the space could possibly hold: its effective quota from ``store.usage`` — the
+    smaller of the space sub-cap (0 = none) and the team / tree / instance aggregate —
+    and never :data:`IMPORT_HARD_CEILING`. The decompressed stream as a whole may exceed
+    the content only by :data:`HEADER_ALLOWANCE` per member plus :data:`STREAM_SLACK`
+    (headers, padding, the end-of-archive blocks). At most :data:`MAX_IMPORT_MEMBERS`
+    members.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
+from typing import IO, BinaryIO, Final
+
+from cairn.errors import (
+    CairnError,
+    DocumentTooLarge,
+    ImportTooLarge,
+    InvalidArchive,
+    InvalidRequest,
+    PreconditionFailed,
+    TooLarge,
+    Unprocessable,
+)
+from cairn.paths import DOC_SUFFIX, validate_doc_path
+from cairn.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
+from cairn.secrets import check_no_secrets
+from cairn.spaces import SpaceRef
+from cairn.store.base import (
+    ImportReport,
+    ImportStrategy,
+    MemoryStore,
+    Rejected,
+    authorize_space_write,
+)
+
+#: No import ever decompresses to more than this, whatever the quotas say.
+IMPORT_HARD_CEILING: Final = 2 * GiB
+#: No import has more members than this (directories, links and rejects included).
+MAX_IMPORT_MEMBERS: Final = 100_000
+#: Decompressed bytes allowed per member on top of its content: the ustar header, a
+#: PAX or GNU long-name extension for a 512-byte path, and the padding to 512 bytes.
+HEADER_ALLOWANCE: Final = 4 * KiB
+#: Decompressed bytes allowed once per archive: end-of-archive blocks, record padding,
+#: and the read-ahead of the tar reader.
+STREAM_SLACK: Final = 64 * KiB
+#: A PAX or GNU long-name header extension larger than this is not a real archive.
+MAX_HEADER_EXTENSION: Final = 64 * KiB
+#: The compressed upload is kept in memory up to this size, then on a temporary file.
+SPOOL_IN_MEMORY: Final = 1 * MiB
+
+_CHUNK: Final = 64 * KiB
+_ACCEPTED_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+_HEADER_EXTENSIONS: Final = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
+# Not part of tarfile's declared API (nor its stubs), but stable since Python 3.2.
+_EOF_HEADER: type[tarfile.HeaderError] = tarfile.EOFHeaderError  # type: ignore[attr-defined]
+_EMPTY_HEADER: type[tarfile.HeaderError] = tarfile.EmptyHeaderError  # type: ignore[attr-defined]
+_TRUNCATED_HEADER: type[tarfile.HeaderError] = tarfile.TruncatedHeaderError  # type: ignore[attr-defined]
+
+
+# --- Export --------------------------------------------------------------------------------
+
+
+def export_space(store: MemoryStore, ref: SpaceRef, sink: BinaryIO) -> int:
+    """Stream the space as a gzipped tarball into ``sink``; return the document count.
+
+    ``sink`` only needs ``write``; nothing is sought. Memory stays flat: the tar stream
+    is written as documents arrive from ``store.iter_documents``.
+    """
+    ref = ref.validated()
+    count = 0
+    with tarfile.open(fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT) as tar:
+        for doc in store.iter_documents(ref):
+            data = doc.content.encode("utf-8")
+            info = tarfile.TarInfo(doc.path)
+            info.type = tarfile.REGTYPE
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = int(doc.updated_at.timestamp())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+            count += 1
+    return count
+
+
+# --- Import --------------------------------------------------------------------------------
+
+
+def import_space(
+    store: MemoryStore,
+    ref: SpaceRef,
+    source: BinaryIO,
+    strategy: ImportStrategy | str = ImportStrategy.SKIP,
+) -> ImportReport:
+    """Merge the gzipped tarball read from ``source`` into the space.
+
+    ``strategy``: ``skip`` keeps an existing document, ``overwrite`` replaces it,
+    ``rename`` writes the incoming one to ``<stem>-<n>.md`` with the smallest free
+    ``n >= 1``. Raises InvalidArchive / ImportTooLarge (nothing written) for what is
+    wrong with the archive as a whole, PlatformAuthorityRequired for a global space
+    without authority; everything wrong with one member is reported in ``rejected``.
+    """
+    ref = ref.validated()
+    strategy = _parse_strategy(strategy)
+    authorize_space_write(ref)
+    content_bound = _content_bound(store, ref)
+    stream_bound = min(
+        content_bound + MAX_IMPORT_MEMBERS * HEADER_ALLOWANCE + STREAM_SLACK, IMPORT_HARD_CEILING
+    )
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+        # gzip adds a few bytes per 16 KiB stored block at worst; anything beyond that
+        # cannot decompress within the bound, so stop copying it.
+        _spool(source, spool, stream_bound + stream_bound // 100 + STREAM_SLACK)
+        spool.seek(0)
+        _validate(spool, content_bound)
+        spool.seek(0)
+        return _write_members(store, ref, spool, strategy)
+
+
+def _parse_strategy(strategy: ImportStrategy | str) -> ImportStrategy:
+    try:
+        return ImportStrategy(strategy)
+    except ValueError:
+        allowed = ", ".join(s.value for s in ImportStrategy)
+        raise InvalidRequest(
+            f"unknown import strategy {strategy!r}; use one of: {allowed}", field="strategy"
+        ) from None
+
+
+def _content_bound(store: MemoryStore, ref: SpaceRef) -> int:
+    """What the space could possibly hold: min(sub-cap (0 = none), aggregate, ceiling)."""
+    usage = store.usage(ref)
+    bound = min(IMPORT_HARD_CEILING, max(usage.team_quota_bytes, 0))
+    if usage.quota_bytes > 0:
+        bound = min(bound, usage.quota_bytes)
+    return bound
+
+
+def _spool(source: BinaryIO, spool: IO[bytes], limit: int) -> None:
+    copied = 0
+    while chunk := source.read(_CHUNK):
+        copied += len(chunk)
+        if copied > limit:
+            raise ImportTooLarge(
+                f"the archive is larger than {limit} bytes compressed, more than this space "
+                "could hold; import a smaller archive or raise the quota",
+                limit_bytes=limit,
+            )
+        spool.write(chunk)
+
+
+class _CountingReader:
+    """The decompressed stream, counted as it is produced, refused past its bound.
+
+    ``GzipFile.read(n)`` inflates at most ``n`` bytes, so nothing beyond one read of the
+    tar reader is ever expanded past the bound.
+    """
+
+    def __init__(self, compressed: IO[bytes], limit: Callable[[], int]) -> None:
+        self._gz = gzip.GzipFile(fileobj=compressed, mode="rb")
+        self._limit = limit
+        self.count = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        if size < 0:
+            size = _CHUNK
+        data = self._gz.read(size)
+        self.count += len(data)
+        limit = self._limit()
+        if self.count > limit:
+            raise ImportTooLarge(
+                f"the archive expands past {limit} bytes, more than this space could hold; "
+                "import a smaller archive or raise the quota",
+                limit_bytes=limit,
+            )
+        return data
+
+    # The rest of the file protocol tarfile's type declares; a stream is never written.
+    def write(self, b: bytes, /) -> int:
+        raise io.UnsupportedOperation("read-only stream")
+
+    def tell(self) -> int:
+        return self.count
+
+    def seek(self, pos: int, /) -> int:
+        raise io.UnsupportedOperation("not seekable")
+
+    def close(self) -> None:
+        self._gz.close()
+
+
+class _GuardedTarInfo(tarfile.TarInfo):
+    """Refuses oversized PAX / GNU long-name extensions before tarfile reads them whole."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_EXTENSIONS and self.size > MAX_HEADER_EXTENSION:
+            raise InvalidArchive(
+                f"the archive has a {self.size}-byte header extension; "
+                f"the limit is {MAX_HEADER_EXTENSION} bytes",
+            )
+        result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
+        return result
+
+
+def _members(reader: _CountingReader) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
+    """Every member of the tar stream, in order, then a check that it ended properly.
+
+    Unlike ``TarFile.next`` this keeps no list of members, and tells a proper end of
+    archive (a zero block) from a stream that stops short or turns to garbage.
+    """
+    tar = tarfile.open(
+        fileobj=reader,
+        mode="r|",
+        tarinfo=_GuardedTarInfo,
+        encoding="utf-8",
+        errors="surrogateescape",
+    )
+    # The first header was read by ``open``; tarfile keeps it until the first next().
+    member: tarfile.TarInfo | None = tar.firstmember  # type: ignore[attr-defined]
+    tar.firstmember = None  # type: ignore[attr-defined]
+    while member is not None:
+        yield tar, member
+        if tar.offset != tar.fileobj.tell():
+            # Skip the rest of the member's data (stream mode reads through it).
+            tar.fileobj.seek(tar.offset - 1)
+            if not tar.fileobj.read(1):
+                raise InvalidArchive("the archive is truncated inside a member's data")
+        try:
+            member = tar.tarinfo.fromtarfile(tar)
+        except _EOF_HEADER:
+            member = None
+        except (_EMPTY_HEADER, _TRUNCATED_HEADER):
+            raise InvalidArchive(
+                "the archive is truncated: it stops before its end-of-archive marker"
+            ) from None
+        except tarfile.HeaderError as exc:
+            raise InvalidArchive(f"the archive has a corrupt member header: {exc}") from None
+
+
+def _validate(spool: IO[bytes], content_bound: int) -> None:
+    """Pass 1: the archive is gzip, tar, complete, and within the bound."""
+    members = 0
+    declared = 0
+
+    def stream_limit() -> int:
+        return min(
+            content_bound + max(members, 1) * HEADER_ALLOWANCE + STREAM_SLACK,
+            IMPORT_HARD_CEILING,
+        )
+
+    reader = _CountingReader(spool, stream_limit)
+    try:
+        for _tar, member in _members(reader):
+            members += 1
+            if members > MAX_IMPORT_MEMBERS:
+                raise ImportTooLarge(
+                    f"the archive has more than {MAX_IMPORT_MEMBERS} members; split it",
+                    limit_members=MAX_IMPORT_MEMBERS,
+                )
+            declared += max(member.size, 0)
+            if declared > content_bound:
+                raise ImportTooLarge(
+                    f"the archive holds more than {content_bound} bytes of content, more "
+                    "than this space could hold; import a smaller archive or raise the quota",
+                    limit_bytes=content_bound,
+                )
+        # Read to the end of the gzip stream: this checks its CRC and length trailer,
+        # and counts trailing bytes (a bomb can hide after the end-of-archive marker).
+        while reader.read(_CHUNK):
+            pass
+    except CairnError:
+        raise
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InvalidArchive(_archive_error(exc)) from None
+    finally:
+        reader.close()
+
+
+def _archive_error(exc: BaseException) -> str:
+    if isinstance(exc, gzip.BadGzipFile):
+        return "the upload is not a gzip file; send a .tar.gz archive"
+    if isinstance(exc, EOFError):
+        return "the archive is truncated: the gzip stream ends early"
+    if isinstance(exc, zlib.error):
+        return "the archive is corrupt: the gzip data does not decompress"
+    if isinstance(exc, tarfile.ReadError) and str(exc) in ("empty file", "truncated header"):
+        return "the archive is not a tar archive (or is empty); send a .tar.gz archive"
+    return f"the archive is not a valid tar archive ({exc}); send a .tar.gz archive"
+
+
+def _write_members(
+    store: MemoryStore,
+    ref: SpaceRef,
+    spool: IO[bytes],
+    strategy: ImportStrategy,
+) -> ImportReport:
+    """Pass 2: send each acceptable member through ``store.write``."""
+    report = ImportReport()
+    seen: set[str] = set()
+    max_doc = _max_document(store)
+    reader = _CountingReader(spool, lambda: IMPORT_HARD_CEILING)
+    try:
+        for tar, member in _members(reader):
+            shown = _shown_name(member.name)
+            reason = _type_reason(member)
+            if reason is not None:
+                report.rejected.append(Rejected(shown, reason))
+                continue
+            try:
+                member.name.encode("utf-8")
+            except UnicodeEncodeError:
+                report.rejected.append(Rejected(shown, "the member name is not valid UTF-8"))
+                continue
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            try:
+                path = validate_doc_path(name)
+            except CairnError as exc:
+                report.rejected.append(Rejected(shown, exc.message))
+                continue
+            if path in seen:
+                report.rejected.append(
+                    Rejected(path, "duplicate: the archive names this path more than once")
+                )
+                continue
+            seen.add(path)
+            try:
+                check_document_size(member.size, max_doc)
+            except DocumentTooLarge as exc:
+                report.rejected.append(Rejected(path, exc.message))
+                continue
+            extracted = tar.extractfile(member)
+            data = extracted.read() if extracted is not None else b""
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.rejected.append(
+                    Rejected(path, f"the content is not valid UTF-8 (byte {exc.start})")
+                )
+                continue
+            try:
+                check_no_secrets(text)
+                _write_one(store, ref, path, text, strategy, report)
+            except (TooLarge, Unprocessable) as exc:
+                report.rejected.append(Rejected(path, exc.message))
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        # Pass 1 read the very same bytes; this means the spool itself failed.
+        raise InvalidArchive(_archive_error(exc)) from None
+    finally:
+        reader.close()
+    return report
+
+
+def _write_one(
+    store: MemoryStore,
+    ref: SpaceRef,
+    path: str,
+    text: str,
+    strategy: ImportStrategy,
+    report: ImportReport,
+) -> None:
+    if strategy is ImportStrategy.OVERWRITE:
+        store.write(ref, path, text)
+        report.written.append(path)
+        return
+    try:
+        # Create-only: the existence check and the write are one atomic step.
+        store.write(ref, path, text, if_none_match=True)
+        report.written.append(path)
+        return
+    except PreconditionFailed:
+        if strategy is ImportStrategy.SKIP:
+            report.skipped.append(path)
+            return
+    stem = path[: -len(DOC_SUFFIX)]
+    n = 1
+    while True:
+        candidate = validate_doc_path(f"{stem}-{n}{DOC_SUFFIX}")
+        try:
+            store.write(ref, candidate, text, if_none_match=True)
+        except PreconditionFailed:
+            n += 1
+            continue
+        report.renamed[path] = candidate
+        return
+
+
+def _type_reason(member: tarfile.TarInfo) -> str | None:
+    """Why a member is not a regular file, or None when it is one."""
+    if member.type in _ACCEPTED_TYPES and not member.isdir():
+        return None
+    kind = (
+        "a symbolic link"
+        if member.issym()
+        else "a hard link"
+        if member.islnk()
+        else "a directory"
+        if member.isdir()
+        else "a character device"
+        if member.ischr()
+        else "a block device"
+        if member.isblk()
+        else "a FIFO"
+        if member.isfifo()
+        else "a sparse file"
+        if member.type == tarfile.GNUTYPE_SPARSE
+        else f"of unsupported type {member.type!r}"
+    )
+    return f"the member is {kind}; only regular .md files are imported"
+
+
+def _shown_name(name: str) -> str:
+    """A member name safe to report: undecodable bytes become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _max_document(store: MemoryStore) -> int:
+    """The store's document cap, to skip reading an oversized member into memory."""
+    limits = getattr(store, "limits", None)
+    value = getattr(limits, "max_document", None)
+    return value if isinstance(value, int) else DEFAULT_MAX_DOCUMENT_SIZE
