@@ -1,0 +1,223 @@
+"""Fixtures of the records tests: one engine per backend, and a small team world.
+
+The ``engine`` fixture is parametrized over SQLite and PostgreSQL (a fresh database
+per test module); tests share it and isolate themselves by creating their own org
+and team ids (:func:`make_world`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from tests.conftest import create_postgres_database, drop_postgres_database
+
+from cairn.identity import schema as ids
+from cairn.identity.principal import CredentialKind, Principal
+from cairn.records import schema as rschema
+from cairn.records.service import set_enabled
+from cairn.store.db import make_engine, upgrade, write_transaction
+
+MIGRATIONS = [*ids.MIGRATIONS, *rschema.MIGRATIONS]
+
+
+def open_engine(backend: str, tmp_dir: str) -> tuple[Engine, str]:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_dir}/records.db"
+    else:
+        url = create_postgres_database()
+    engine = make_engine(url)
+    upgrade(engine, MIGRATIONS)
+    return engine, url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    backend = str(request.param)
+    eng, url = open_engine(backend, str(tmp_path_factory.mktemp("records")))
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+        if backend == "postgres":
+            drop_postgres_database(url)
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class World:
+    """One org with one team, two projects (one repo each) and a user per role.
+
+    ``limited`` is a team member limited to project A; ``member`` is unlimited;
+    ``owner`` and ``admin`` are org owner/admin without a team membership row;
+    ``outsider`` belongs to another team of another org.
+    """
+
+    engine: Engine
+    org_id: str
+    team_id: str
+    project_a: str
+    project_b: str
+    repo_a: str
+    repo_b: str
+    owner: str
+    admin: str
+    member: str
+    limited: str
+    viewer: str
+    other_team: str
+    other_repo: str
+    outsider: str
+
+    def principal(
+        self, user: str, kind: CredentialKind = CredentialKind.API_KEY, *, csrf_ok: bool = True
+    ) -> Principal:
+        team = self.other_team if user == self.outsider else self.team_id
+        return Principal(kind=kind, user_id=user, team_id=team, csrf_ok=csrf_ok)
+
+
+def make_world(engine: Engine, *, plan: str = "pro_plus", enabled: bool = True) -> World:
+    now = datetime.now(UTC)
+    org, other_org = _id("org"), _id("org")
+    team, other_team = _id("team"), _id("team")
+    pa, pb, po = _id("proj"), _id("proj"), _id("proj")
+    ra, rb, ro = _id("repo"), _id("repo"), _id("repo")
+    users = {
+        name: _id("user") for name in ("owner", "admin", "member", "limited", "viewer", "outsider")
+    }
+    with write_transaction(engine) as conn:
+        conn.execute(
+            ids.orgs.insert(),
+            [
+                {"id": org, "name": "Acme", "plan": plan, "created_at": now},
+                {"id": other_org, "name": "Other", "plan": "enterprise", "created_at": now},
+            ],
+        )
+        conn.execute(
+            ids.users.insert(),
+            [{"id": u, "email": f"{u}@example.com", "created_at": now} for u in users.values()],
+        )
+        conn.execute(
+            ids.teams.insert(),
+            [
+                {"id": team, "org_id": org, "name": "core", "created_at": now},
+                {"id": other_team, "org_id": other_org, "name": "other", "created_at": now},
+            ],
+        )
+        conn.execute(
+            ids.org_members.insert(),
+            [
+                {"org_id": org, "user_id": users["owner"], "role": "owner"},
+                {"org_id": org, "user_id": users["admin"], "role": "admin"},
+                {"org_id": org, "user_id": users["member"], "role": "member"},
+                {"org_id": other_org, "user_id": users["outsider"], "role": "member"},
+            ],
+        )
+        conn.execute(
+            ids.team_members.insert(),
+            [
+                {
+                    "team_id": team,
+                    "user_id": users["member"],
+                    "role": "member",
+                    "projects_limited": False,
+                    "created_at": now,
+                },
+                {
+                    "team_id": team,
+                    "user_id": users["limited"],
+                    "role": "member",
+                    "projects_limited": True,
+                    "created_at": now,
+                },
+                {
+                    "team_id": team,
+                    "user_id": users["viewer"],
+                    "role": "viewer",
+                    "projects_limited": False,
+                    "created_at": now,
+                },
+                {
+                    "team_id": other_team,
+                    "user_id": users["outsider"],
+                    "role": "member",
+                    "projects_limited": False,
+                    "created_at": now,
+                },
+            ],
+        )
+        conn.execute(
+            ids.team_member_projects.insert(),
+            [{"team_id": team, "user_id": users["limited"], "project_id": pa}],
+        )
+        conn.execute(
+            ids.projects.insert(),
+            [
+                {"team_id": team, "id": pa, "name": "a", "created_at": now},
+                {"team_id": team, "id": pb, "name": "b", "created_at": now},
+                {"team_id": other_team, "id": po, "name": "o", "created_at": now},
+            ],
+        )
+        conn.execute(
+            ids.repos.insert(),
+            [
+                {"team_id": team, "id": ra, "project_id": pa, "name": "ra", "created_at": now},
+                {"team_id": team, "id": rb, "project_id": pb, "name": "rb", "created_at": now},
+                {
+                    "team_id": other_team,
+                    "id": ro,
+                    "project_id": po,
+                    "name": "ro",
+                    "created_at": now,
+                },
+            ],
+        )
+    if enabled:
+        set_enabled(engine, team, True)
+        set_enabled(engine, other_team, True)
+    return World(
+        engine,
+        org,
+        team,
+        pa,
+        pb,
+        ra,
+        rb,
+        users["owner"],
+        users["admin"],
+        users["member"],
+        users["limited"],
+        users["viewer"],
+        other_team,
+        ro,
+        users["outsider"],
+    )
+
+
+def remove_member(engine: Engine, team_id: str, user_id: str) -> None:
+    with write_transaction(engine) as conn:
+        conn.execute(
+            ids.team_members.delete().where(
+                ids.team_members.c.team_id == team_id, ids.team_members.c.user_id == user_id
+            )
+        )
+
+
+def set_plan(engine: Engine, org_id: str, plan: str) -> None:
+    with write_transaction(engine) as conn:
+        conn.execute(sa.update(ids.orgs).where(ids.orgs.c.id == org_id).values(plan=plan))
+
+
+@pytest.fixture
+def world(engine: Engine) -> World:
+    return make_world(engine)

@@ -1,0 +1,169 @@
+"""End to end: two real ``cairn serve`` processes over one database and one Redis
+share the per-team search limit (SPEC §6 rate), and see each other's records."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.records.conftest import make_world
+
+from cairn.identity.keys import load_key_hasher
+from cairn.identity.service import IdentityService
+from cairn.records.ratelimit import RedisRateLimiter
+from cairn.schema import upgrade_all
+from cairn.store.db import make_engine
+
+pytestmark = pytest.mark.slow
+
+SERVICE = "e2e-service-token"
+ADMIN = "e2e-admin-token"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    urls: list[str]
+    team: str
+    key: str
+    prefix: str
+    redis_url: str
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise AssertionError(f"cairn serve exited early:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"cairn serve did not become healthy:\n{log.read_text()}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cluster(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    if request.param == "sqlite":
+        db_url = f"sqlite:///{tmp_path}/shared.db"
+    else:
+        db_url = create_postgres_database()
+    engine = make_engine(db_url)
+    upgrade_all(engine)
+    world = make_world(engine)
+    identity = IdentityService(engine, load_key_hasher(engine, None))
+    key = identity.create_api_key(world.member, world.team_id)[1]
+    engine.dispose()
+
+    prefix = f"e2e:{uuid.uuid4().hex}:"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
+        "CAIRN_HOME": str(tmp_path / "home"),
+        "CAIRN_REDIS_URL": redis_url,
+        "CAIRN_REDIS_PREFIX": prefix,
+        "CAIRN_SERVICE_TOKEN": SERVICE,
+        "CAIRN_ADMIN_TOKEN": ADMIN,
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for i in range(2):
+            port = _free_port()
+            log = tmp_path / f"serve{i}.log"
+            with open(log, "wb") as out:
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "cairn.cli.main",
+                            "serve",
+                            "--port",
+                            str(port),
+                            "--database",
+                            db_url,
+                        ],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            urls.append(f"http://127.0.0.1:{port}")
+        for proc, url, i in zip(procs, urls, range(2), strict=True):
+            _wait_ready(proc, url, tmp_path / f"serve{i}.log")
+        yield Cluster(urls, world.team_id, key, prefix, redis_url)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if request.param == "postgres":
+            drop_postgres_database(db_url)
+
+
+def _search(c: Cluster, server: int, query: str = "rollback") -> httpx.Response:
+    return httpx.post(
+        f"{c.urls[server]}/api/teams/{c.team}/memory/search",
+        json={"query": query},
+        headers={"Authorization": f"Bearer {c.key}"},
+        timeout=30,
+    )
+
+
+def test_two_servers_share_records_and_limits(cluster: Cluster) -> None:
+    c = cluster
+    saved = httpx.post(
+        f"{c.urls[0]}/api/internal/teams/{c.team}/memory",
+        json={"text": "Automated the canary rollback for the payments API"},
+        headers={"Authorization": f"Bearer {SERVICE}"},
+        timeout=30,
+    )
+    assert saved.status_code == 201, saved.text
+    # Warm both servers (first requests import lazily) and let the window pass.
+    hit = _search(c, 1)
+    assert [r["id"] for r in hit.json()["results"]] == [saved.json()["id"]]
+    time.sleep(1.1)
+
+    # A burst of 8 concurrent searches spread over both servers: 5 admitted, the rest 429.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda i: _search(c, i % 2), range(8)))
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200] * 5 + [429] * 3, [r.text for r in answers]
+    refused = [r for r in answers if r.status_code == 429]
+    assert all(r.json()["error"]["code"] == "rate_limited" for r in refused)
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+
+    # In flight: ten searches of the team held elsewhere (another replica's limiter on
+    # the same Redis) leave no slot on either server until one finishes.
+    holder = RedisRateLimiter(c.redis_url, prefix=c.prefix, rate=1000)
+    held = [holder.acquire(c.team) for _ in range(10)]
+    time.sleep(1.1)  # only the in-flight limit is left in play
+    for server in (0, 1):
+        r = _search(c, server)
+        assert r.status_code == 429 and "at once" in r.json()["error"]["message"]
+    held.pop()()
+    assert _search(c, 1).status_code == 200
+    for release in held:
+        release()
+    holder.close()

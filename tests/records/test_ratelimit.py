@@ -1,0 +1,159 @@
+"""The per-team search limit: 5 a second, 10 in flight, in process and across
+processes sharing one Redis (SPEC §6)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cairn.errors import RateLimited
+from cairn.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _redis(url: str, **kw: float) -> RedisRateLimiter:
+    return RedisRateLimiter(url, prefix=f"test:{uuid.uuid4().hex}:", **kw)  # type: ignore[arg-type]
+
+
+def test_local_sixth_in_one_second_is_refused() -> None:
+    clock = FakeClock()
+    limiter = LocalRateLimiter(clock=clock)
+    for _ in range(5):
+        limiter.acquire("t")()
+    with pytest.raises(RateLimited) as info:
+        limiter.acquire("t")
+    assert info.value.retry_after >= 1
+    limiter.acquire("other")()  # per team
+    clock.now += 1.0
+    limiter.acquire("t")()
+
+
+def test_local_eleventh_in_flight_is_refused() -> None:
+    limiter = LocalRateLimiter(rate=100)
+    releases = [limiter.acquire("t") for _ in range(10)]
+    with pytest.raises(RateLimited, match="at once"):
+        limiter.acquire("t")
+    releases[0]()
+    releases[0]()  # releasing twice frees one slot only
+    limiter.acquire("t")
+    with pytest.raises(RateLimited):
+        limiter.acquire("t")
+
+
+def test_refused_acquire_takes_nothing() -> None:
+    clock = FakeClock()
+    limiter = LocalRateLimiter(clock=clock)
+    for _ in range(5):
+        limiter.acquire("t")()
+    for _ in range(20):
+        with pytest.raises(RateLimited):
+            limiter.acquire("t")
+    clock.now += 1.0
+    for _ in range(5):
+        limiter.acquire("t")()
+
+
+def test_redis_rate_and_in_flight(redis_url: str) -> None:
+    limiter = _redis(redis_url)
+    for _ in range(5):
+        limiter.acquire("t")()
+    with pytest.raises(RateLimited, match="a second"):
+        limiter.acquire("t")
+    limiter.acquire("u")()
+    time.sleep(1.05)  # the sliding window moves on the Redis clock
+    limiter.acquire("t")()
+
+    wide = _redis(redis_url, rate=1000)
+    held = [wide.acquire("t") for _ in range(10)]
+    with pytest.raises(RateLimited, match="at once"):
+        wide.acquire("t")
+    held.pop()()
+    held.append(wide.acquire("t"))
+    for release in held:
+        release()
+    limiter.close()
+    wide.close()
+
+
+def test_redis_crashed_holder_does_not_wedge(redis_url: str) -> None:
+    limiter = _redis(redis_url, rate=1000, in_flight_ttl=0.3)
+    for _ in range(10):
+        limiter.acquire("t")  # never released: a replica that died mid-search
+    with pytest.raises(RateLimited):
+        limiter.acquire("t")
+    time.sleep(0.4)
+    limiter.acquire("t")()
+    limiter.close()
+
+
+def _acquire_in_child(
+    url: str, prefix: str, rate: int, count: int, ready: Any, results: Any
+) -> None:
+    limiter = RedisRateLimiter(url, prefix=prefix, rate=rate)
+    ready.wait()
+    admitted, refused = 0, 0
+    held: list[Callable[[], None]] = []
+    for _ in range(count):
+        try:
+            held.append(limiter.acquire("shared"))
+            admitted += 1
+        except RateLimited:
+            refused += 1
+    results.put((admitted, refused))
+    ready.wait()  # hold the slots until both processes have counted
+
+
+def _two_processes(url: str, rate: int, count: int) -> list[tuple[int, int]]:
+    ctx = mp.get_context("spawn")
+    prefix = f"test:{uuid.uuid4().hex}:"
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_acquire_in_child, args=(url, prefix, rate, count, barrier, results))
+        for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_share_in_flight_limit(redis_url: str) -> None:
+    # Each process tries 8 concurrent searches; together only 10 may be in flight.
+    out = _two_processes(redis_url, rate=1000, count=8)
+    assert sum(a for a, _ in out) == 10
+    assert sum(r for _, r in out) == 6
+
+
+@pytest.mark.slow
+def test_two_processes_share_rate_limit(redis_url: str) -> None:
+    # 4 attempts each within well under a second: only 5 admitted in total.
+    out = _two_processes(redis_url, rate=5, count=4)
+    assert sum(a for a, _ in out) == 5
+    assert sum(r for _, r in out) == 3
+
+
+def test_make_rate_limiter_picks_backend(redis_url: str) -> None:
+    from cairn.records.ratelimit import make_rate_limiter
+
+    limiter: RateLimiter = make_rate_limiter({})
+    assert isinstance(limiter, LocalRateLimiter)
+    limiter = make_rate_limiter({"CAIRN_REDIS_URL": redis_url})
+    assert isinstance(limiter, RedisRateLimiter)
+    limiter.close()
