@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+
 from tests.conftest import (
     create_postgres_database,
     drop_postgres_database,

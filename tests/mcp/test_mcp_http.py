@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from cairn.spaces import SpaceRef, encode_workdir_key
 from cairn.store.fs import FilesystemStore
-from mcp import ClientSession
 from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
 
 

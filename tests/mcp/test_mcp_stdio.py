@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from cairn.service import SpaceService
 from cairn.spaces import SpaceRef, encode_workdir_key
 from cairn.store.base import with_platform_write_authority
 from cairn.store.fs import FilesystemStore
-from mcp import ClientSession, StdioServerParameters, stdio_client
 from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
 
 

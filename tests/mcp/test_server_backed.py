@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from cairn.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
-from mcp import ClientSession, StdioServerParameters, stdio_client
 from tests.automemory.agent_script import AGENT
 from tests.mcp.helpers import cairn_argv, cairn_env
 

@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from tests.conftest import create_postgres_database, drop_postgres_database
 
 from cairn.identity import schema as ids
 from cairn.identity.principal import CredentialKind, Principal
 from cairn.records import schema as rschema
 from cairn.records.service import set_enabled
 from cairn.store.db import make_engine, upgrade, write_transaction
+from tests.conftest import create_postgres_database, drop_postgres_database
 
 MIGRATIONS = [*ids.MIGRATIONS, *rschema.MIGRATIONS]
 

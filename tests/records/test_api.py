@@ -13,7 +13,6 @@ from argon2 import PasswordHasher
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
-from tests.records.conftest import World, make_world, set_plan
 
 from cairn import records
 from cairn.api.app import create_app
@@ -26,6 +25,7 @@ from cairn.identity.service import IdentityService
 from cairn.records.ratelimit import LocalRateLimiter, RedisRateLimiter
 from cairn.records.render import NOTICE, render_text
 from cairn.store.db import make_engine, write_transaction
+from tests.records.conftest import World, make_world, set_plan
 
 SERVICE = "svc-token-for-tests"
 ADMIN = "admin-token-for-tests"
@@ -465,7 +465,7 @@ def test_openapi_lists_the_routes(app: FastAPI) -> None:
         "/api/teams/{team}/memory/search",
         "/api/internal/teams/{team}/memory",
         "/api/teams/{team}/memory",
-        "/api/teams/{team}/memory/{record_id}",
+        "/api/teams/{team}/memory/{id}",
         "/api/teams/{team}/memory-settings",
     ):
         assert path in paths

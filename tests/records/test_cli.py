@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.engine import Engine
-from tests.records.conftest import World
 
 from cairn import records
 from cairn.cli.main import main
 from cairn.records.access import Action, resolve
 from cairn.records.service import list_records
+from tests.records.conftest import World
 
 
 def _url(engine: Engine) -> str:

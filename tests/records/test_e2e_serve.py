@@ -16,14 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.records.conftest import make_world
 
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
 from cairn.records.ratelimit import RedisRateLimiter
 from cairn.schema import upgrade_all
 from cairn.store.db import make_engine
+from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.records.conftest import make_world
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.records.conftest import World
 
 from cairn import records
 from cairn.records.access import Action, resolve
@@ -12,6 +11,7 @@ from cairn.records.ratelimit import LocalRateLimiter
 from cairn.records.schema import team_key
 from cairn.records.search import index_terms, query_terms
 from cairn.records.service import search
+from tests.records.conftest import World
 
 
 def _found(world: World, query: str) -> list[str]:

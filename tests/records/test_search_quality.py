@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
-from tests.records.conftest import make_world
 
 from cairn.records.access import Action, resolve
 from cairn.records.quality import evaluate, load_corpus, load_jsonl
+from tests.records.conftest import make_world
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

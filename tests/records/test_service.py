@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.engine import Engine
-from tests.records.conftest import World, make_world, remove_member, set_plan
 
 from cairn import records
 from cairn.errors import (
@@ -25,6 +24,7 @@ from cairn.records import service
 from cairn.records.access import Action, TeamAccess, resolve
 from cairn.records.ratelimit import LocalRateLimiter
 from cairn.records.render import NOTICE, render_text
+from tests.records.conftest import World, make_world, remove_member, set_plan
 
 
 def _search(world: World, user: str, query: str, **kw: object) -> dict[str, object]:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from tests.conftest import create_postgres_database, drop_postgres_database
 
 from cairn import schema
 from cairn.store import sql_schema
 from cairn.store.db import applied_versions, make_engine, upgrade
+from tests.conftest import create_postgres_database, drop_postgres_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -71,6 +71,9 @@ class Principal:
     super_admin: bool = False
     project_ids: frozenset[str] | None = None
     csrf_ok: bool = True
+    #: True for a session whose user has several teams and sent no ``X-Cairn-Team``:
+    #: ``team_id`` is then empty and a team-scoped route asks for the header.
+    team_choice_needed: bool = False
 
     @property
     def platform_authority(self) -> bool:

@@ -137,3 +137,28 @@ def _create_v1(conn: Connection) -> None:
 MIGRATIONS = [
     Migration("identity", 1, "orgs, teams, users, memberships, credentials, audit", _create_v1),
 ]
+
+
+# --- v2: server secrets ---------------------------------------------------------------------
+#
+# The key-hash secret of API keys and sessions, when CAIRN_KEY_HASH_SECRET is not set: one
+# random value created on first start and kept here so keys survive restarts and replicas
+# agree on it.
+
+#: v2 tables live in their own MetaData so v1's create_all stays exactly what v1 created.
+metadata_v2 = sa.MetaData()
+
+server_secrets = sa.Table(
+    "server_secrets",
+    metadata_v2,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+)
+
+
+def _create_v2(conn: Connection) -> None:
+    server_secrets.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(Migration("identity", 2, "server secrets (key-hash secret)", _create_v2))

@@ -15,9 +15,9 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.engine import Engine
 
@@ -181,8 +181,13 @@ async def list_records(team: str, request: Request, who: AnyPrincipal) -> dict[s
     )
 
 
-@router.delete("/api/teams/{team}/memory/{record_id}", status_code=204, summary="Delete one record")
-async def delete_record(team: str, record_id: str, request: Request, who: AnyPrincipal) -> Response:
+@router.delete("/api/teams/{team}/memory/{id}", status_code=204, summary="Delete one record")
+async def delete_record(
+    team: str,
+    record_id: Annotated[str, Path(alias="id", description="The record's id")],
+    request: Request,
+    who: AnyPrincipal,
+) -> Response:
     access = await _access(request, who, team, Action.MANAGE)
     await _call(service.delete, _engine(request), access, record_id)
     return Response(status_code=204)

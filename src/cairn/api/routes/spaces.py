@@ -1,0 +1,499 @@
+"""Knowledge-space routes (SPEC §5): thin — resolve the space, check the rung, call the service.
+
+The space is named by query parameters only: ``name``, ``visibility`` (default
+``project``), ``project``, ``bot``. The tenant (the active team) and the user come
+from the credential; a request naming ``tenant``, ``team`` or ``user`` — or any
+parameter the route does not take — is refused ``400 unknown_parameter``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from cairn.api.deps import AppState, Principal, State, require_csrf
+from cairn.api.routes.common import AUTH_ERRORS, error_responses
+from cairn.api.streams import AsyncBodyReader, iter_export
+from cairn.errors import (
+    Forbidden,
+    ImportTooLarge,
+    InvalidDocument,
+    InvalidRequest,
+    MemberRoleRequired,
+    PlatformAuthorityRequired,
+    TeamNotFound,
+    UnknownParameter,
+)
+from cairn.identity import principal as p
+from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, parse_visibility
+from cairn.store.base import (
+    DocumentInfo,
+    ImportStrategy,
+    with_attribution_team,
+    with_platform_write_authority,
+)
+
+router = APIRouter(tags=["spaces"])
+
+SPACE_PARAMS = ("name", "visibility", "project", "bot")
+_IDENTITY_PARAMS = {"tenant", "team", "user"}
+
+# Documented constraints only (json_schema_extra): the domain validators check them and
+# answer with the domain's codes (invalid_space_ref, invalid_path), not FastAPI's.
+_SEGMENT = {"minLength": 1, "maxLength": 128, "pattern": r"^[^/\\:\x00-\x1f\x7f-\x9f]+$"}
+
+Name = Annotated[str, Query(description="The space's name (required).", json_schema_extra=_SEGMENT)]
+VisibilityParam = Annotated[
+    str,
+    Query(
+        description="The space's visibility (default project).",
+        json_schema_extra={"enum": list(ALLOWED_VISIBILITIES)},
+    ),
+]
+ProjectParam = Annotated[
+    str | None,
+    Query(description="Project key (visibilities bot, project).", json_schema_extra=_SEGMENT),
+]
+BotParam = Annotated[
+    str | None, Query(description="Bot id (visibility bot).", json_schema_extra=_SEGMENT)
+]
+PathParam = Annotated[
+    str,
+    Query(
+        description="Document path: relative, canonical, ending in .md (e.g. notes/deploy.md).",
+        json_schema_extra={"minLength": 4, "maxLength": 512, "pattern": r"\.md$"},
+    ),
+]
+
+
+class DocumentInfoOut(BaseModel):
+    path: str
+    size_bytes: int
+    updated_at: str
+    etag: str
+
+
+class DocsOut(BaseModel):
+    documents: list[DocumentInfoOut]
+
+
+class DocOut(DocumentInfoOut):
+    content: str
+
+
+class WriteOut(BaseModel):
+    path: str
+    size_bytes: int
+    etag: str
+    created: bool
+
+
+class UsageOut(BaseModel):
+    space_id: str
+    used_bytes: int
+    quota_bytes: int
+    team_used_bytes: int
+    team_quota_bytes: int
+
+
+class RejectedOut(BaseModel):
+    path: str
+    reason: str
+
+
+class ImportOut(BaseModel):
+    written: list[str]
+    skipped: list[str]
+    renamed: dict[str, str]
+    rejected: list[RejectedOut]
+
+
+def check_params(request: Request, allowed: tuple[str, ...]) -> None:
+    """Refuse any query parameter the route does not take."""
+    for key in request.query_params:
+        if key in _IDENTITY_PARAMS:
+            raise UnknownParameter(
+                f"parameter {key!r} is not accepted: the team and user come from your "
+                "credential, never from the request",
+                field=key,
+            )
+        if key not in allowed:
+            raise UnknownParameter(
+                f"unknown parameter {key!r}; this route takes: {', '.join(allowed)}", field=key
+            )
+
+
+def resolve_space(
+    request: Request,
+    who: p.Principal,
+    allowed: tuple[str, ...],
+    name: str,
+    visibility: str,
+    project: str | None,
+    bot: str | None,
+) -> SpaceRef:
+    """The space the request names, stamped with the caller's team and user."""
+    check_params(request, allowed)
+    if parse_visibility(visibility) is Visibility.GLOBAL:
+        return SpaceRef.build(Visibility.GLOBAL, name)
+    if who.team_choice_needed:
+        raise InvalidRequest(
+            "you belong to several teams: send the X-Cairn-Team header naming the active one",
+            field="X-Cairn-Team",
+        )
+    if not who.team_id:
+        raise Forbidden(
+            "this credential acts in no team, so it has no team spaces; use a team member's "
+            "API key (or visibility=global)"
+        )
+    if who.team_role is None:
+        raise TeamNotFound("this credential's user is no longer a member of its team")
+    return SpaceRef.build(
+        visibility, name, tenant=who.team_id, project=project, bot=bot, user=who.user_id
+    )
+
+
+def authorize_mutation(who: p.Principal, ref: SpaceRef) -> None:
+    """CSRF for sessions, then platform authority for global or the member rung."""
+    require_csrf(who)
+    if ref.is_global:
+        if not who.platform_authority:
+            raise PlatformAuthorityRequired(
+                "changing a global space needs platform authority (a super-admin or the "
+                "admin token)"
+            )
+        return
+    if not who.has_rung(p.TeamRole.MEMBER):
+        raise MemberRoleRequired(
+            f"changing documents needs the member role in the team; yours is "
+            f"{who.team_role.value if who.team_role else 'none'}"
+        )
+
+
+@contextlib.contextmanager
+def mutation_context(who: p.Principal, ref: SpaceRef) -> Iterator[None]:
+    """Grant platform authority (proven just now) and name the attribution team."""
+    if ref.is_global and who.platform_authority:
+        # Attribution goes to the caller's active team, and only while it is a member.
+        team = who.team_id if who.team_role is not None else None
+        with with_platform_write_authority(who.actor), with_attribution_team(team):
+            yield
+    else:
+        yield
+
+
+def _info(d: DocumentInfo) -> dict[str, Any]:
+    return {
+        "path": d.path,
+        "size_bytes": d.size_bytes,
+        "updated_at": d.updated_at.isoformat(),
+        "etag": d.etag,
+    }
+
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        description="Only if the document's etag is still this one (else 412).",
+    ),
+]
+
+
+def _if_match(raw: str | None) -> str | None:
+    """The etag of an If-Match header: quoted or bare, a weak ``W/`` prefix ignored."""
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw.startswith("W/"):
+        raw = raw[2:]
+    return raw.strip('"')
+
+
+@router.get(
+    "/api/memory/usage",
+    response_model=UsageOut,
+    responses=error_responses(*AUTH_ERRORS),
+    summary="Bytes used against quotas for one space",
+)
+def usage(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+) -> dict[str, Any]:
+    ref = resolve_space(request, who, SPACE_PARAMS, name, visibility, project, bot)
+    u = state.spaces.usage(ref)
+    return {
+        "space_id": u.space_id,
+        "used_bytes": u.used_bytes,
+        "quota_bytes": u.quota_bytes,
+        "team_used_bytes": u.team_used_bytes,
+        "team_quota_bytes": u.team_quota_bytes,
+    }
+
+
+@router.get(
+    "/api/memory/docs",
+    response_model=DocsOut,
+    responses=error_responses(*AUTH_ERRORS, 422),
+    summary="List the documents of a space, sorted by path",
+)
+def list_docs(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+    dir: Annotated[
+        str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
+    ] = "",
+) -> dict[str, Any]:
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "dir"), name, visibility, project, bot)
+    return {"documents": [_info(d) for d in state.spaces.list(ref, dir)]}
+
+
+_ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
+
+
+@router.get(
+    "/api/memory/doc",
+    response_model=DocOut,
+    responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
+    summary="Read one document (ETag header = its etag)",
+)
+def read_doc(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    path: PathParam,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+) -> JSONResponse:
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    doc = state.spaces.read(ref, path)
+    body = {**_info(doc.info), "content": doc.content}
+    return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
+
+
+_PUT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["content"],
+                    "properties": {"content": {"type": "string"}},
+                    "additionalProperties": False,
+                }
+            },
+            "text/markdown": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _parse_put_body(request: Request, raw: bytes) -> str:
+    """The document of a PUT: raw text/markdown (or text/plain), else a JSON object
+    ``{"content"}`` (also when no Content-Type is sent)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in ("text/markdown", "text/plain", "text/x-markdown"):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidDocument("the document body is not valid UTF-8") from None
+    if ctype not in ("application/json", ""):
+        raise InvalidRequest(
+            'send the document as application/json {"content": "..."} or as a raw '
+            "text/markdown body",
+            field="content-type",
+        )
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("the request body is not valid JSON", field="body") from None
+    if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+        raise InvalidRequest('the body must be {"content": "<markdown>"}', field="content")
+    extra = sorted(set(body) - {"content"})
+    if extra:
+        raise InvalidRequest(
+            f"field {extra[0]!r} is not accepted; send only content", field=extra[0]
+        )
+    return str(body["content"])
+
+
+@router.put(
+    "/api/memory/doc",
+    response_model=WriteOut,
+    status_code=200,
+    responses={
+        200: {"headers": _ETAG},
+        201: {"description": "Created", "model": WriteOut, "headers": _ETAG},
+        **error_responses(*AUTH_ERRORS, 412, 413, 422),
+    },
+    openapi_extra=_PUT_BODY,
+    summary="Create (201) or replace (200) one document; If-Match for a conditional write",
+)
+async def write_doc(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    path: PathParam,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+    if_match_header: IfMatch = None,
+) -> JSONResponse:
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    authorize_mutation(who, ref)
+    content = _parse_put_body(request, await request.body())
+    if_match = _if_match(if_match_header)
+
+    def run() -> JSONResponse:
+        with mutation_context(who, ref):
+            result = state.spaces.write(ref, path, content, if_match=if_match)
+        body = {
+            "path": result.path,
+            "size_bytes": result.size_bytes,
+            "etag": result.etag,
+            "created": result.created,
+        }
+        return JSONResponse(
+            body, status_code=201 if result.created else 200, headers={"ETag": f'"{result.etag}"'}
+        )
+
+    return await anyio.to_thread.run_sync(run)
+
+
+@router.delete(
+    "/api/memory/doc",
+    status_code=204,
+    response_class=Response,
+    responses=error_responses(*AUTH_ERRORS, 412, 422),
+    summary="Delete one document",
+)
+def delete_doc(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    path: PathParam,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+    if_match_header: IfMatch = None,
+) -> Response:
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    authorize_mutation(who, ref)
+    with mutation_context(who, ref):
+        state.spaces.delete(ref, path, if_match=_if_match(if_match_header))
+    return Response(status_code=204)
+
+
+@router.get(
+    "/api/memory/export",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "A gzipped tarball of the space's documents",
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **error_responses(*AUTH_ERRORS),
+    },
+    summary="Export a space as a .tar.gz (streamed)",
+)
+def export_space(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+) -> StreamingResponse:
+    ref = resolve_space(request, who, SPACE_PARAMS, name, visibility, project, bot)
+    # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
+    state.spaces.usage(ref)
+    return StreamingResponse(
+        iter_export(lambda sink: state.spaces.export(ref, sink)),
+        media_type="application/gzip",
+        headers={"Content-Disposition": 'attachment; filename="memory-export.tar.gz"'},
+    )
+
+
+_IMPORT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.post(
+    "/api/memory/import",
+    response_model=ImportOut,
+    responses=error_responses(*AUTH_ERRORS, 413, 422),
+    openapi_extra=_IMPORT_BODY,
+    summary="Merge a .tar.gz into a space under a strategy (skip|overwrite|rename)",
+)
+async def import_space(
+    request: Request,
+    who: Principal,
+    state: State,
+    name: Name,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+    strategy: Annotated[str, Query(description="skip (default), overwrite or rename.")] = "skip",
+) -> dict[str, Any]:
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), name, visibility, project, bot)
+    authorize_mutation(who, ref)
+    try:
+        how = ImportStrategy(strategy)
+    except ValueError:
+        raise InvalidRequest(
+            f"strategy {strategy!r} is unknown; use skip, overwrite or rename", field="strategy"
+        ) from None
+    return await _run_import(request, who, state, ref, how)
+
+
+async def _run_import(
+    request: Request, who: p.Principal, state: AppState, ref: SpaceRef, how: ImportStrategy
+) -> dict[str, Any]:
+    reader = AsyncBodyReader(request.stream(), state.settings.max_import_bytes)
+
+    def run() -> dict[str, Any]:
+        with mutation_context(who, ref):
+            report = state.spaces.import_archive(ref, reader, how)  # type: ignore[arg-type]
+        return {
+            "written": report.written,
+            "skipped": report.skipped,
+            "renamed": report.renamed,
+            "rejected": [{"path": r.path, "reason": r.reason} for r in report.rejected],
+        }
+
+    try:
+        return await anyio.to_thread.run_sync(run)
+    except Exception:
+        if reader.too_large:
+            raise ImportTooLarge(
+                f"the import upload is over {reader.limit} bytes (CAIRN_MAX_IMPORT_BYTES)",
+                quota_bytes=reader.limit,
+            ) from None
+        raise

@@ -1,0 +1,569 @@
+"""Identity use-cases: users, orgs, teams, memberships, projects, repositories, API keys,
+browser sessions, credential resolution and the platform audit log (SPEC §7).
+
+Shared by the admin API (``cairn.api.routes.admin``) and the operator CLI
+(``cairn admin ...``), so both do exactly the same thing. Memberships are read from
+the database on every call: nothing here caches who belongs where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy.engine import Connection, Engine
+
+from cairn.errors import Conflict, InvalidRequest, NotFound, TeamNotFound, Unauthenticated
+from cairn.identity import audit
+from cairn.identity import schema as t
+from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
+from cairn.identity.principal import CredentialKind, OrgRole, Principal, TeamRole
+from cairn.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
+from cairn.service import AuditEvent
+from cairn.store.db import read_transaction, utcnow, write_transaction
+
+MIN_PASSWORD_CHARS = 8
+_UNSET: Any = object()
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A new browser session: the cookie value and CSRF token are shown once."""
+
+    token: str
+    csrf_token: str
+    user: dict[str, Any]
+    teams: list[dict[str, Any]]
+
+
+class IdentityService:
+    """Identity over the ``cairn.identity.schema`` tables of one database."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        hasher: KeyHasher,
+        *,
+        session_ttl_seconds: int = 14 * 24 * 3600,
+        passwords: PasswordHasher | None = None,
+    ) -> None:
+        self.engine = engine
+        self.hasher = hasher
+        self.session_ttl = timedelta(seconds=session_ttl_seconds)
+        self._passwords = passwords or PasswordHasher()
+
+    # --- users, orgs, teams --------------------------------------------------------------
+
+    def create_user(
+        self, email: str, password: str | None = None, name: str = "", super_admin: bool = False
+    ) -> str:
+        email = email.strip().lower()
+        if "@" not in email or len(email) > 320 or any(c.isspace() for c in email):
+            raise InvalidRequest(f"email {email!r} is not an email address", field="email")
+        if password is not None and len(password) < MIN_PASSWORD_CHARS:
+            raise InvalidRequest(
+                f"password must be at least {MIN_PASSWORD_CHARS} characters", field="password"
+            )
+        pw_hash = self._passwords.hash(password) if password is not None else None
+        user_id = new_id("user")
+        with write_transaction(self.engine) as conn:
+            if conn.execute(sa.select(t.users.c.id).where(t.users.c.email == email)).first():
+                raise Conflict(f"a user with email {email!r} already exists", field="email")
+            conn.execute(
+                t.users.insert().values(
+                    id=user_id,
+                    email=email,
+                    name=clean_name("name", name, required=False),
+                    password_hash=pw_hash,
+                    super_admin=bool(super_admin),
+                    created_at=utcnow(),
+                )
+            )
+        return user_id
+
+    def create_org(self, name: str, plan: str = "free") -> str:
+        org_id = new_id("org")
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                t.orgs.insert().values(
+                    id=org_id,
+                    name=clean_name("name", name),
+                    plan=parse_plan(plan).value,
+                    memory_quota_bytes=None,
+                    created_at=utcnow(),
+                )
+            )
+        return org_id
+
+    def get_org(self, org_id: str) -> dict[str, Any]:
+        with read_transaction(self.engine) as conn:
+            return self._org(conn, org_id)
+
+    def _org(self, conn: Connection, org_id: str) -> dict[str, Any]:
+        row = conn.execute(sa.select(t.orgs).where(t.orgs.c.id == org_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no org with id {org_id!r}")
+        return {
+            "id": row["id"],
+            "name": row["name"],
+            "plan": row["plan"],
+            "memory_quota_bytes": row["memory_quota_bytes"],
+        }
+
+    def update_org(
+        self, org_id: str, *, plan: str | None = None, memory_quota_bytes: Any = _UNSET
+    ) -> dict[str, Any]:
+        """Change the plan and/or the org's memory quota (None = back to the default).
+
+        Re-capping the teams' counters is the caller's job (it needs the store).
+        """
+        values: dict[str, Any] = {}
+        if plan is not None:
+            values["plan"] = parse_plan(plan).value
+        if memory_quota_bytes is not _UNSET:
+            if memory_quota_bytes is not None and (
+                not isinstance(memory_quota_bytes, int) or memory_quota_bytes < 0
+            ):
+                raise InvalidRequest(
+                    "memory_quota_bytes must be a whole number of bytes >= 0, or null",
+                    field="memory_quota_bytes",
+                )
+            values["memory_quota_bytes"] = memory_quota_bytes
+        with write_transaction(self.engine) as conn:
+            self._org(conn, org_id)
+            if values:
+                conn.execute(t.orgs.update().where(t.orgs.c.id == org_id).values(**values))
+            return self._org(conn, org_id)
+
+    def org_team_ids(self, org_id: str) -> list[str]:
+        with read_transaction(self.engine) as conn:
+            self._org(conn, org_id)
+            rows = conn.execute(
+                sa.select(t.teams.c.id).where(t.teams.c.org_id == org_id).order_by(t.teams.c.id)
+            )
+            return [str(r[0]) for r in rows]
+
+    def add_org_member(self, org_id: str, user_id: str, role: str) -> None:
+        org_role = parse_org_role(role)
+        with write_transaction(self.engine) as conn:
+            self._org(conn, org_id)
+            self._user(conn, user_id)
+            conn.execute(
+                t.org_members.delete().where(
+                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
+                )
+            )
+            conn.execute(
+                t.org_members.insert().values(org_id=org_id, user_id=user_id, role=org_role.value)
+            )
+
+    def create_team(self, org_id: str, name: str) -> str:
+        team_id = new_id("team")
+        with write_transaction(self.engine) as conn:
+            self._org(conn, org_id)
+            conn.execute(
+                t.teams.insert().values(
+                    id=team_id, org_id=org_id, name=clean_name("name", name), created_at=utcnow()
+                )
+            )
+        return team_id
+
+    def team_org_id(self, team_id: str) -> str:
+        with read_transaction(self.engine) as conn:
+            return str(self._team(conn, team_id)["org_id"])
+
+    def _team(self, conn: Connection, team_id: str) -> dict[str, Any]:
+        row = conn.execute(sa.select(t.teams).where(t.teams.c.id == team_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no team with id {team_id!r}")
+        return dict(row)
+
+    def _user(self, conn: Connection, user_id: str) -> dict[str, Any]:
+        row = conn.execute(sa.select(t.users).where(t.users.c.id == user_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no user with id {user_id!r}")
+        return dict(row)
+
+    def add_team_member(
+        self, team_id: str, user_id: str, role: str, projects: list[str] | None = None
+    ) -> None:
+        """Add (or update) a membership; ``projects`` limits it to those of the team's projects."""
+        team_role = parse_team_role(role)
+        with write_transaction(self.engine) as conn:
+            self._team(conn, team_id)
+            self._user(conn, user_id)
+            if projects is not None:
+                known = {
+                    str(r[0])
+                    for r in conn.execute(
+                        sa.select(t.projects.c.id).where(t.projects.c.team_id == team_id)
+                    )
+                }
+                unknown = [p for p in projects if p not in known]
+                if unknown:
+                    raise InvalidRequest(
+                        f"project {unknown[0]!r} is not a project of team {team_id!r}",
+                        field="projects",
+                    )
+            key = (t.team_members.c.team_id == team_id, t.team_members.c.user_id == user_id)
+            conn.execute(t.team_members.delete().where(*key))
+            conn.execute(
+                t.team_member_projects.delete().where(
+                    t.team_member_projects.c.team_id == team_id,
+                    t.team_member_projects.c.user_id == user_id,
+                )
+            )
+            conn.execute(
+                t.team_members.insert().values(
+                    team_id=team_id,
+                    user_id=user_id,
+                    role=team_role.value,
+                    projects_limited=projects is not None,
+                    created_at=utcnow(),
+                )
+            )
+            for project_id in sorted(set(projects or [])):
+                conn.execute(
+                    t.team_member_projects.insert().values(
+                        team_id=team_id, user_id=user_id, project_id=project_id
+                    )
+                )
+
+    def remove_team_member(self, team_id: str, user_id: str) -> None:
+        with write_transaction(self.engine) as conn:
+            self._team(conn, team_id)
+            gone = conn.execute(
+                t.team_members.delete().where(
+                    t.team_members.c.team_id == team_id, t.team_members.c.user_id == user_id
+                )
+            ).rowcount
+            conn.execute(
+                t.team_member_projects.delete().where(
+                    t.team_member_projects.c.team_id == team_id,
+                    t.team_member_projects.c.user_id == user_id,
+                )
+            )
+            if not gone:
+                raise NotFound(f"user {user_id!r} is not a member of team {team_id!r}")
+
+    def create_project(self, team_id: str, name: str) -> str:
+        project_id = new_id("proj")
+        with write_transaction(self.engine) as conn:
+            self._team(conn, team_id)
+            conn.execute(
+                t.projects.insert().values(
+                    team_id=team_id,
+                    id=project_id,
+                    name=clean_name("name", name),
+                    created_at=utcnow(),
+                )
+            )
+        return project_id
+
+    def create_repo(self, project_id: str, name: str) -> str:
+        repo_id = new_id("repo")
+        with write_transaction(self.engine) as conn:
+            row = conn.execute(
+                sa.select(t.projects.c.team_id).where(t.projects.c.id == project_id)
+            ).first()
+            if row is None:
+                raise NotFound(f"no project with id {project_id!r}")
+            conn.execute(
+                t.repos.insert().values(
+                    team_id=row[0],
+                    id=repo_id,
+                    project_id=project_id,
+                    name=clean_name("name", name),
+                    created_at=utcnow(),
+                )
+            )
+        return repo_id
+
+    # --- API keys -----------------------------------------------------------------------
+
+    def create_api_key(self, user_id: str, team_id: str, name: str = "") -> tuple[str, str]:
+        """Mint a key for ``user_id`` acting in ``team_id``; return ``(id, key)``.
+
+        The key itself is returned here once and never stored (only its HMAC).
+        """
+        key = new_api_key()
+        key_id = new_id("key")
+        with write_transaction(self.engine) as conn:
+            self._user(conn, user_id)
+            self._team(conn, team_id)
+            if self._effective_role(conn, user_id, team_id)[0] is None:
+                raise InvalidRequest(
+                    f"user {user_id!r} is not a member of team {team_id!r}; add them first",
+                    field="team_id",
+                )
+            conn.execute(
+                t.api_keys.insert().values(
+                    id=key_id,
+                    user_id=user_id,
+                    team_id=team_id,
+                    name=clean_name("name", name, required=False),
+                    key_hash=self.hasher.hash(key),
+                    created_at=utcnow(),
+                    revoked_at=None,
+                )
+            )
+        return key_id, key
+
+    def revoke_api_key(self, key_id: str) -> None:
+        with write_transaction(self.engine) as conn:
+            done = conn.execute(
+                t.api_keys.update()
+                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            ).rowcount
+            if not done:
+                raise NotFound(f"no active API key with id {key_id!r}")
+
+    # --- resolving credentials ----------------------------------------------------------
+
+    def _effective_role(
+        self, conn: Connection, user_id: str, team_id: str
+    ) -> tuple[TeamRole | None, str, OrgRole | None, frozenset[str] | None]:
+        """(effective team role, org id, org role, project limit) of a user in a team."""
+        team = conn.execute(sa.select(t.teams.c.org_id).where(t.teams.c.id == team_id)).first()
+        if team is None:
+            return None, "", None, None
+        org_id = str(team[0])
+        org_row = conn.execute(
+            sa.select(t.org_members.c.role).where(
+                t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
+            )
+        ).first()
+        org_role = OrgRole(org_row[0]) if org_row else None
+        member = conn.execute(
+            sa.select(t.team_members.c.role, t.team_members.c.projects_limited).where(
+                t.team_members.c.team_id == team_id, t.team_members.c.user_id == user_id
+            )
+        ).first()
+        if org_role in (OrgRole.OWNER, OrgRole.ADMIN):
+            return TeamRole.ADMIN, org_id, org_role, None
+        if member is None:
+            return None, org_id, org_role, None
+        limit: frozenset[str] | None = None
+        if member[1]:
+            limit = frozenset(
+                str(r[0])
+                for r in conn.execute(
+                    sa.select(t.team_member_projects.c.project_id).where(
+                        t.team_member_projects.c.team_id == team_id,
+                        t.team_member_projects.c.user_id == user_id,
+                    )
+                )
+            )
+        return TeamRole(member[0]), org_id, org_role, limit
+
+    def principal_for_api_key(self, key: str) -> Principal | None:
+        """The principal of a live API key, or None. A key whose user left its team
+        resolves with ``team_role=None`` (routes then answer ``team_not_found``)."""
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(
+                sa.select(t.api_keys.c.user_id, t.api_keys.c.team_id, t.users.c.super_admin)
+                .join(t.users, t.users.c.id == t.api_keys.c.user_id)
+                .where(
+                    t.api_keys.c.key_hash == self.hasher.hash(key),
+                    t.api_keys.c.revoked_at.is_(None),
+                )
+            ).first()
+            if row is None:
+                return None
+            user_id, team_id = str(row[0]), str(row[1])
+            role, org_id, org_role, limit = self._effective_role(conn, user_id, team_id)
+        return Principal(
+            kind=CredentialKind.API_KEY,
+            user_id=user_id,
+            team_id=team_id,
+            org_id=org_id,
+            team_role=role,
+            org_role=org_role,
+            super_admin=bool(row[2]),
+            project_ids=limit,
+        )
+
+    def principal_in_team(self, base: Principal, team_id: str) -> Principal:
+        """``base`` (a user credential) acting in ``team_id``.
+
+        Raises TeamNotFound when the team does not exist, the user is not a member
+        (nor an owner/admin of its org), or ``base`` is an API key of another team.
+        """
+        if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
+            raise TeamNotFound(f"no team {team_id!r} for this credential")
+        with read_transaction(self.engine) as conn:
+            role, org_id, org_role, limit = self._effective_role(conn, base.user_id, team_id)
+        if role is None:
+            raise TeamNotFound(f"no team {team_id!r} for this credential")
+        return Principal(
+            kind=base.kind,
+            user_id=base.user_id,
+            team_id=team_id,
+            org_id=org_id,
+            team_role=role,
+            org_role=org_role,
+            super_admin=base.super_admin,
+            project_ids=limit,
+            csrf_ok=base.csrf_ok,
+        )
+
+    def user_teams(self, user_id: str) -> list[dict[str, Any]]:
+        """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
+        with read_transaction(self.engine) as conn:
+            return self._user_teams(conn, user_id)
+
+    def _user_teams(self, conn: Connection, user_id: str) -> list[dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        rows = conn.execute(
+            sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id, t.team_members.c.role)
+            .join(t.team_members, t.team_members.c.team_id == t.teams.c.id)
+            .where(t.team_members.c.user_id == user_id)
+        )
+        for r in rows:
+            out[r[0]] = {"id": r[0], "name": r[1], "org_id": r[2], "role": r[3]}
+        rows = conn.execute(
+            sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id)
+            .join(t.org_members, t.org_members.c.org_id == t.teams.c.org_id)
+            .where(
+                t.org_members.c.user_id == user_id,
+                t.org_members.c.role.in_([OrgRole.OWNER.value, OrgRole.ADMIN.value]),
+            )
+        )
+        for r in rows:
+            out[r[0]] = {"id": r[0], "name": r[1], "org_id": r[2], "role": TeamRole.ADMIN.value}
+        return [out[k] for k in sorted(out)]
+
+    # --- browser sessions ---------------------------------------------------------------
+
+    def login(self, email: str, password: str) -> Session:
+        """Check a password and open a session; Unauthenticated when either is wrong."""
+        wrong = Unauthenticated("the email or password is wrong")
+        with read_transaction(self.engine) as conn:
+            row = (
+                conn.execute(sa.select(t.users).where(t.users.c.email == email.strip().lower()))
+                .mappings()
+                .first()
+            )
+        if row is None or not row["password_hash"]:
+            raise wrong
+        try:
+            self._passwords.verify(row["password_hash"], password)
+        except (VerificationError, InvalidHashError):
+            raise wrong from None
+        token, csrf = new_token(), new_token()
+        now = utcnow()
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                t.sessions.insert().values(
+                    id_hash=self.hasher.hash(token),
+                    user_id=row["id"],
+                    csrf_hash=self.hasher.hash(csrf),
+                    created_at=now,
+                    expires_at=now + self.session_ttl,
+                )
+            )
+            # Expired sessions are dropped on the way, so the table does not grow forever.
+            conn.execute(t.sessions.delete().where(t.sessions.c.expires_at < now))
+            teams = self._user_teams(conn, row["id"])
+        user = {
+            "id": row["id"],
+            "email": row["email"],
+            "name": row["name"],
+            "super_admin": bool(row["super_admin"]),
+        }
+        return Session(token=token, csrf_token=csrf, user=user, teams=teams)
+
+    def logout(self, token: str) -> None:
+        with write_transaction(self.engine) as conn:
+            conn.execute(t.sessions.delete().where(t.sessions.c.id_hash == self.hasher.hash(token)))
+
+    def principal_for_session(
+        self, token: str, *, csrf_token: str | None, mutating: bool, team_header: str | None
+    ) -> Principal | None:
+        """The principal of a live session cookie, or None.
+
+        ``csrf_ok`` is False when a mutating request lacks the session's CSRF token.
+        The active team is ``team_header`` (TeamNotFound when the user cannot act in it),
+        else the user's only team; with several and no header, ``team_choice_needed``.
+        """
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(
+                sa.select(
+                    t.sessions.c.user_id,
+                    t.sessions.c.csrf_hash,
+                    t.sessions.c.expires_at,
+                    t.users.c.super_admin,
+                )
+                .join(t.users, t.users.c.id == t.sessions.c.user_id)
+                .where(t.sessions.c.id_hash == self.hasher.hash(token))
+            ).first()
+            if row is None or _aware(row[2]) <= utcnow():
+                return None
+            user_id = str(row[0])
+            csrf_ok = not mutating or (
+                csrf_token is not None and self.hasher.matches(csrf_token, str(row[1]))
+            )
+            teams = [x["id"] for x in self._user_teams(conn, user_id)]
+        base = Principal(
+            kind=CredentialKind.SESSION, user_id=user_id, super_admin=bool(row[3]), csrf_ok=csrf_ok
+        )
+        if team_header:
+            return self.principal_in_team(base, team_header)
+        if len(teams) == 1:
+            return self.principal_in_team(base, teams[0])
+        if len(teams) > 1:
+            return Principal(
+                kind=base.kind,
+                user_id=user_id,
+                super_admin=base.super_admin,
+                csrf_ok=csrf_ok,
+                team_choice_needed=True,
+            )
+        return base
+
+    def is_org_member(self, principal: Principal, org_id: str) -> bool:
+        """Whether ``principal`` may read org-wide figures of ``org_id``.
+
+        Org members of any role, and members of any of its teams; an API key only for
+        the org of its own team.
+        """
+        if principal.kind is CredentialKind.API_KEY:
+            return principal.team_role is not None and principal.org_id == org_id
+        if not principal.user_id:
+            return False
+        with read_transaction(self.engine) as conn:
+            if conn.execute(
+                sa.select(t.org_members.c.role).where(
+                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == principal.user_id
+                )
+            ).first():
+                return True
+            return (
+                conn.execute(
+                    sa.select(t.team_members.c.team_id)
+                    .join(t.teams, t.teams.c.id == t.team_members.c.team_id)
+                    .where(
+                        t.teams.c.org_id == org_id, t.team_members.c.user_id == principal.user_id
+                    )
+                ).first()
+                is not None
+            )
+
+    # --- audit ----------------------------------------------------------------------------
+
+    def record_audit(self, event: AuditEvent) -> None:
+        """The audit sink of :class:`cairn.service.SpaceService`."""
+        audit.record(self.engine, event)
+
+    def list_audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        return audit.newest_first(self.engine, limit)

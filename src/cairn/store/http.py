@@ -1,0 +1,251 @@
+"""``HttpMemoryStore``: the :class:`~cairn.store.base.MemoryStore` over a Cairn server's REST
+API (SPEC §5), for ``cairn memory --server`` and the tools.
+
+Errors come back as the same :mod:`cairn.errors` classes the server raised (mapped
+from the ``{"error": {"code"}}`` body); a server that cannot be reached is
+:class:`~cairn.errors.StoreUnavailable`. Export and import stream: neither holds a
+whole archive in memory.
+
+The server stamps the tenant and user from the token, so ``ref.tenant`` and
+``ref.user`` are not sent (and cannot name another team's space).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, BinaryIO
+
+import httpx
+
+from cairn import errors
+from cairn.spaces import SpaceRef
+from cairn.store.base import (
+    Document,
+    DocumentInfo,
+    ImportReport,
+    ImportStrategy,
+    MemoryStore,
+    Rejected,
+    Usage,
+    WriteResult,
+)
+
+_CHUNK = 64 * 1024
+_BY_CODE: dict[str, type[errors.CairnError]] = {
+    cls.code: cls for cls in reversed(errors.all_error_classes())
+}
+_BY_STATUS: dict[int, type[errors.CairnError]] = {
+    400: errors.BadRequest,
+    401: errors.Unauthenticated,
+    402: errors.PlanRequired,
+    403: errors.Forbidden,
+    404: errors.NotFound,
+    409: errors.Conflict,
+    412: errors.PreconditionFailed,
+    413: errors.TooLarge,
+    422: errors.Unprocessable,
+    429: errors.RateLimited,
+    503: errors.StoreUnavailable,
+}
+
+
+def error_from_response(response: httpx.Response) -> errors.CairnError:
+    """The :mod:`cairn.errors` instance an error answer stands for."""
+    code, message, details = "", f"the server answered HTTP {response.status_code}", {}
+    try:
+        body = response.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict):
+            code = str(err.get("code", ""))
+            message = str(err.get("message", message))
+            details = {k: v for k, v in err.items() if k not in ("code", "message")}
+    except ValueError:
+        pass
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code, errors.CairnError)
+    if cls is errors.RateLimited:
+        try:
+            retry = float(response.headers.get("retry-after", "1"))
+        except ValueError:
+            retry = 1.0
+        return errors.RateLimited(message, retry_after=retry, **details)
+    return cls(message, **details)
+
+
+def _when(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+class HttpMemoryStore(MemoryStore):
+    """A store that is a Cairn server: ``HttpMemoryStore("http://127.0.0.1:8420", token)``.
+
+    ``team`` sets ``X-Cairn-Team`` (only needed for session-style credentials of users
+    in several teams; an API key already names its team).
+    """
+
+    capabilities = frozenset({"private", "team_aggregate", "multiprocess"})
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        team: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"User-Agent": "cairn-http-store"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if team:
+            headers["X-Cairn-Team"] = team
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    @staticmethod
+    def _params(ref: SpaceRef, **extra: str) -> dict[str, str]:
+        ref = ref.validated()
+        params = {"name": ref.name, "visibility": ref.visibility.value}
+        if ref.project:
+            params["project"] = ref.project
+        if ref.bot:
+            params["bot"] = ref.bot
+        params.update(extra)
+        return params
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._client.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(
+                f"cannot reach the Cairn server at {self._client.base_url}: {exc}"
+            ) from exc
+        if response.status_code >= 400:
+            raise error_from_response(response)
+        return response
+
+    # --- the six -------------------------------------------------------------------------
+
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
+        return Document(
+            path=body["path"],
+            content=body["content"],
+            size_bytes=int(body["size_bytes"]),
+            updated_at=_when(body["updated_at"]),
+            etag=body["etag"],
+        )
+
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> WriteResult:
+        if if_none_match and self.exists(ref, path):
+            # Not atomic over HTTP: a create racing another create may still replace it.
+            raise errors.PreconditionFailed(f"document {path!r} already exists")
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
+        body = self._request(
+            "PUT",
+            "/api/memory/doc",
+            params=self._params(ref, path=path),
+            json={"content": content},
+            headers=headers,
+        ).json()
+        return WriteResult(
+            path=body["path"],
+            size_bytes=int(body["size_bytes"]),
+            etag=body["etag"],
+            created=bool(body["created"]),
+        )
+
+    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
+        self._request(
+            "DELETE", "/api/memory/doc", params=self._params(ref, path=path), headers=headers
+        )
+
+    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
+        params = self._params(ref, dir=dir) if dir else self._params(ref)
+        body = self._request("GET", "/api/memory/docs", params=params).json()
+        return [
+            DocumentInfo(
+                path=d["path"],
+                size_bytes=int(d["size_bytes"]),
+                updated_at=_when(d["updated_at"]),
+                etag=d["etag"],
+            )
+            for d in body["documents"]
+        ]
+
+    def usage(self, ref: SpaceRef) -> Usage:
+        body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
+        return Usage(
+            space_id=body["space_id"],
+            used_bytes=int(body["used_bytes"]),
+            quota_bytes=int(body["quota_bytes"]),
+            team_used_bytes=int(body["team_used_bytes"]),
+            team_quota_bytes=int(body["team_quota_bytes"]),
+        )
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        for info in self.list(ref, dir):
+            try:
+                yield self.read(ref, info.path)
+            except errors.NotFound:
+                continue  # deleted since the listing
+
+    # --- streaming export / import -------------------------------------------------------
+
+    def export(self, ref: SpaceRef, sink: BinaryIO) -> int:
+        """Stream the server's tarball into ``sink``; return the document count listed."""
+        count = len(self.list(ref))
+        try:
+            with self._client.stream(
+                "GET", "/api/memory/export", params=self._params(ref)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_from_response(response)
+                for chunk in response.iter_bytes(_CHUNK):
+                    sink.write(chunk)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(f"the export from the server failed: {exc}") from exc
+        return count
+
+    def import_archive(
+        self,
+        ref: SpaceRef,
+        source: BinaryIO,
+        strategy: ImportStrategy = ImportStrategy.SKIP,
+    ) -> ImportReport:
+        def chunks() -> Iterator[bytes]:
+            while True:
+                data = source.read(_CHUNK)
+                if not data:
+                    return
+                yield data
+
+        body = self._request(
+            "POST",
+            "/api/memory/import",
+            params=self._params(ref, strategy=ImportStrategy(strategy).value),
+            content=chunks(),
+            headers={"Content-Type": "application/gzip"},
+        ).json()
+        return ImportReport(
+            written=list(body["written"]),
+            skipped=list(body["skipped"]),
+            renamed=dict(body["renamed"]),
+            rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
+        )

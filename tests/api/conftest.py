@@ -1,0 +1,63 @@
+"""API test fixtures: one app per test module and database kind (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from cairn.api.app import create_app
+from cairn.api.settings import Settings
+from tests.api.world import ADMIN_TOKEN, SERVICE_TOKEN, World, build_world
+from tests.conftest import create_postgres_database, drop_postgres_database
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A fresh, empty database of each kind for the test module."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+def make_settings(database_url: str, **overrides: object) -> Settings:
+    base: dict[str, object] = {
+        "database_url": database_url,
+        "admin_token": ADMIN_TOKEN,
+        "service_token": SERVICE_TOKEN,
+        "key_hash_secret": "test-key-hash-secret-0123456789",
+        # Cheap password hashes keep the suite fast; production keeps argon2's defaults.
+        "argon2_time_cost": 1,
+        "argon2_memory_kib": 1024,
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def app(database_url: str) -> Iterator[FastAPI]:
+    application = create_app(make_settings(database_url))
+    try:
+        yield application
+    finally:
+        application.state.engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def world(app: FastAPI, client: TestClient) -> World:
+    return build_world(app, client)

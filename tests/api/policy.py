@@ -1,0 +1,311 @@
+"""The declared access policy: for every route of the app, what each credential gets.
+
+A :class:`Row` names one route (``method`` and the path *template* exactly as the app
+registers it), a ``build`` function that turns a :class:`~tests.api.world.World` into
+a concrete request that would succeed for an allowed caller (setting up whatever it
+needs), and ``expect``: credential → :data:`OK` or the exact refusal
+``(status, code)``. Credentials are :data:`tests.api.world.CREDENTIALS`.
+
+Several rows may name one route (e.g. a team space and a global space). Every route
+of the app must appear in at least one row: ``test_policy.test_every_route_is_declared``
+fails otherwise. Rows of the records routes live in ``tests/records/policy.py`` (their
+owner's) or, while that does not exist, ``tests/api/policy_records.py`` (a module-level
+``ROWS: list[Row]``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.api.world import (
+    CREDENTIALS,
+    GLOBAL_SPACE,
+    SEED_PATH,
+    SPACE,
+    World,
+    tarball,
+    unique,
+)
+
+OK = "ok"
+Outcome = str | tuple[int, str]
+
+UNAUTH = (401, "unauthenticated")
+FORBIDDEN = (403, "forbidden")
+MEMBER_REQUIRED = (403, "member_role_required")
+PLATFORM_REQUIRED = (403, "platform_authority_required")
+CSRF = (403, "csrf_required")
+
+
+@dataclass(frozen=True)
+class Req:
+    method: str
+    url: str
+    params: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    path: str
+    build: Callable[[World], Req]
+    expect: dict[str, Outcome]
+    variant: str = ""
+    #: Log in anew for session credentials (the request ends the session).
+    fresh_session: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.method} {self.path}" + (f" [{self.variant}]" if self.variant else "")
+
+
+def policy(default: Outcome, **overrides: Outcome) -> dict[str, Outcome]:
+    """Every credential gets ``default`` unless named in ``overrides``."""
+    unknown = set(overrides) - set(CREDENTIALS)
+    assert not unknown, f"unknown credentials {unknown}"
+    return {cred: overrides.get(cred, default) for cred in CREDENTIALS}
+
+
+PUBLIC = policy(OK)
+READ_TEAM = policy(
+    OK, none=UNAUTH, service_token=FORBIDDEN, admin_token=FORBIDDEN, super_admin=FORBIDDEN
+)
+READ_GLOBAL = policy(OK, none=UNAUTH, service_token=FORBIDDEN)
+MUTATE_TEAM = policy(
+    OK,
+    none=UNAUTH,
+    service_token=FORBIDDEN,
+    admin_token=FORBIDDEN,
+    super_admin=FORBIDDEN,
+    viewer=MEMBER_REQUIRED,
+    config_editor=MEMBER_REQUIRED,
+    session_no_csrf=CSRF,
+)
+MUTATE_GLOBAL = policy(
+    PLATFORM_REQUIRED,
+    none=UNAUTH,
+    service_token=FORBIDDEN,
+    session_no_csrf=CSRF,
+    admin_token=OK,
+    super_admin=OK,
+)
+ADMIN_ONLY = policy(FORBIDDEN, none=UNAUTH, admin_token=OK, super_admin=OK)
+SIGNED_IN = policy(OK, none=UNAUTH, service_token=FORBIDDEN)
+SIGNED_IN_MUTATION = policy(OK, none=UNAUTH, service_token=FORBIDDEN, session_no_csrf=CSRF)
+
+
+def get(url: str, **params: str) -> Callable[[World], Req]:
+    return lambda _w: Req("GET", url, params=dict(params))
+
+
+def _put(space: dict[str, str]) -> Callable[[World], Req]:
+    return lambda _w: Req(
+        "PUT", "/api/memory/doc", {**space, "path": f"{unique('put')}.md"}, {"content": "# hi"}
+    )
+
+
+def _delete(global_space: bool) -> Callable[[World], Req]:
+    def build(w: World) -> Req:
+        path = f"{unique('del')}.md"
+        w.seed(path, global_space=global_space)
+        return Req(
+            "DELETE", "/api/memory/doc", {**(GLOBAL_SPACE if global_space else SPACE), "path": path}
+        )
+
+    return build
+
+
+def _import(space: dict[str, str]) -> Callable[[World], Req]:
+    return lambda _w: Req(
+        "POST",
+        "/api/memory/import",
+        space,
+        content=tarball({f"{unique('imp')}.md": "# imported"}),
+        headers={"Content-Type": "application/gzip"},
+    )
+
+
+def _admin(
+    method: str, url: Callable[[World], str], body: Callable[[World], Any]
+) -> Callable[[World], Req]:
+    return lambda w: Req(method, url(w), json=body(w))
+
+
+def _team_member_body(w: World) -> dict[str, Any]:
+    return {"user_id": w.scratch_user(), "role": "viewer"}
+
+
+def _remove_member(w: World) -> Req:
+    user = w.scratch_user()
+    w.identity.add_team_member(w.team_id, user, "viewer")
+    return Req("DELETE", f"/api/admin/teams/{w.team_id}/members/{user}")
+
+
+def _api_key_body(w: World) -> dict[str, Any]:
+    user = w.scratch_user()
+    w.identity.add_team_member(w.team_id, user, "member")
+    return {"user_id": user, "team_id": w.team_id}
+
+
+def _revoke_key(w: World) -> Req:
+    user = w.scratch_user()
+    w.identity.add_team_member(w.team_id, user, "member")
+    key_id, _ = w.identity.create_api_key(user, w.team_id)
+    return Req("DELETE", f"/api/admin/api-keys/{key_id}")
+
+
+def _login(w: World) -> Req:
+    from tests.api.world import PASSWORD
+
+    return Req("POST", "/api/auth/login", json={"email": w.emails["login"], "password": PASSWORD})
+
+
+DOC = {**SPACE, "path": SEED_PATH}
+GDOC = {**GLOBAL_SPACE, "path": SEED_PATH}
+
+ROWS: list[Row] = [
+    Row("GET", "/healthz", get("/healthz"), PUBLIC),
+    Row("GET", "/readyz", get("/readyz"), PUBLIC),
+    Row("GET", "/metrics", get("/metrics"), PUBLIC),
+    Row("GET", "/openapi.json", get("/openapi.json"), PUBLIC),
+    Row("GET", "/docs", get("/docs"), PUBLIC),
+    Row("GET", "/docs/oauth2-redirect", get("/docs/oauth2-redirect"), PUBLIC),
+    Row("GET", "/redoc", get("/redoc"), PUBLIC),
+    Row("POST", "/api/auth/login", _login, PUBLIC),
+    Row(
+        "POST",
+        "/api/auth/logout",
+        lambda _w: Req("POST", "/api/auth/logout"),
+        SIGNED_IN_MUTATION,
+        fresh_session=True,
+    ),
+    Row("GET", "/api/memory/usage", get("/api/memory/usage", **SPACE), READ_TEAM),
+    Row(
+        "GET", "/api/memory/usage", get("/api/memory/usage", **GLOBAL_SPACE), READ_GLOBAL, "global"
+    ),
+    Row("GET", "/api/memory/docs", get("/api/memory/docs", **SPACE), READ_TEAM),
+    Row("GET", "/api/memory/docs", get("/api/memory/docs", **GLOBAL_SPACE), READ_GLOBAL, "global"),
+    Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC), READ_TEAM),
+    Row("GET", "/api/memory/doc", get("/api/memory/doc", **GDOC), READ_GLOBAL, "global"),
+    Row("PUT", "/api/memory/doc", _put(SPACE), MUTATE_TEAM),
+    Row("PUT", "/api/memory/doc", _put(GLOBAL_SPACE), MUTATE_GLOBAL, "global"),
+    Row("DELETE", "/api/memory/doc", _delete(False), MUTATE_TEAM),
+    Row("DELETE", "/api/memory/doc", _delete(True), MUTATE_GLOBAL, "global"),
+    Row("GET", "/api/memory/export", get("/api/memory/export", **SPACE), READ_TEAM),
+    Row(
+        "GET",
+        "/api/memory/export",
+        get("/api/memory/export", **GLOBAL_SPACE),
+        READ_GLOBAL,
+        "global",
+    ),
+    Row("POST", "/api/memory/import", _import(SPACE), MUTATE_TEAM),
+    Row("POST", "/api/memory/import", _import(GLOBAL_SPACE), MUTATE_GLOBAL, "global"),
+    Row(
+        "GET",
+        "/api/orgs/{id}/usage",
+        lambda w: Req("GET", f"/api/orgs/{w.org_id}/usage"),
+        SIGNED_IN,
+    ),
+    Row(
+        "POST",
+        "/api/admin/users",
+        _admin(
+            "POST",
+            lambda _w: "/api/admin/users",
+            lambda _w: {"email": f"{unique('u')}@example.com"},
+        ),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/orgs",
+        _admin("POST", lambda _w: "/api/admin/orgs", lambda _w: {"name": "o"}),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "PATCH",
+        "/api/admin/orgs/{id}",
+        _admin("PATCH", lambda w: f"/api/admin/orgs/{w.org_id}", lambda _w: {"plan": "pro_plus"}),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/orgs/{id}/members",
+        _admin(
+            "POST",
+            lambda w: f"/api/admin/orgs/{w.org_id}/members",
+            lambda w: {"user_id": w.scratch_user(), "role": "member"},
+        ),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/teams",
+        _admin("POST", lambda _w: "/api/admin/teams", lambda w: {"org_id": w.org_id, "name": "t"}),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/teams/{id}/members",
+        _admin("POST", lambda w: f"/api/admin/teams/{w.team_id}/members", _team_member_body),
+        ADMIN_ONLY,
+    ),
+    Row("DELETE", "/api/admin/teams/{id}/members/{user_id}", _remove_member, ADMIN_ONLY),
+    Row(
+        "POST",
+        "/api/admin/teams/{id}/projects",
+        _admin(
+            "POST", lambda w: f"/api/admin/teams/{w.team_id}/projects", lambda _w: {"name": "p"}
+        ),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/projects/{id}/repos",
+        _admin(
+            "POST", lambda w: f"/api/admin/projects/{w.project_id}/repos", lambda _w: {"name": "r"}
+        ),
+        ADMIN_ONLY,
+    ),
+    Row(
+        "POST",
+        "/api/admin/api-keys",
+        _admin("POST", lambda _w: "/api/admin/api-keys", _api_key_body),
+        ADMIN_ONLY,
+    ),
+    Row("DELETE", "/api/admin/api-keys/{id}", _revoke_key, ADMIN_ONLY),
+    Row(
+        "PATCH",
+        "/api/admin/instance",
+        _admin(
+            "PATCH", lambda _w: "/api/admin/instance", lambda _w: {"memory_quota_bytes": 1 << 30}
+        ),
+        ADMIN_ONLY,
+    ),
+    Row("GET", "/api/admin/audit", get("/api/admin/audit"), ADMIN_ONLY),
+]
+
+
+#: Rows for routes owned elsewhere (a module-level ``ROWS: list[Row]``): the records
+#: owner's ``tests/records/policy.py`` when it exists, else ``tests/api/policy_records.py``.
+EXTRA_ROW_MODULES = ("tests.records.policy", "tests.api.policy_records")
+
+
+def all_rows() -> list[Row]:
+    """These rows plus the first of :data:`EXTRA_ROW_MODULES` that exists."""
+    for name in EXTRA_ROW_MODULES:
+        try:
+            extra = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        return [*ROWS, *extra.ROWS]
+    return list(ROWS)

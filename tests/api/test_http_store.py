@@ -1,0 +1,58 @@
+"""HttpMemoryStore's mapping of answers back to cairn.errors (the e2e test drives it live)."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from cairn import errors
+from cairn.spaces import SpaceRef
+from cairn.store.http import HttpMemoryStore, error_from_response
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (401, "unauthenticated", errors.Unauthenticated),
+        (403, "member_role_required", errors.MemberRoleRequired),
+        (403, "platform_authority_required", errors.PlatformAuthorityRequired),
+        (404, "not_found", errors.NotFound),
+        (412, "precondition_failed", errors.PreconditionFailed),
+        (413, "quota_exceeded", errors.QuotaExceeded),
+        (422, "invalid_path", errors.InvalidPath),
+        (503, "store_unavailable", errors.StoreUnavailable),
+    ],
+)
+def test_error_bodies_map_to_the_same_classes(status: int, code: str, cls: type) -> None:
+    response = httpx.Response(
+        status, json={"error": {"code": code, "message": "why", "limit": "team"}}
+    )
+    err = error_from_response(response)
+    assert type(err) is cls and err.message == "why" and err.details == {"limit": "team"}
+
+
+def test_rate_limited_keeps_retry_after() -> None:
+    response = httpx.Response(
+        429,
+        json={"error": {"code": "rate_limited", "message": "slow down"}},
+        headers={"Retry-After": "7"},
+    )
+    err = error_from_response(response)
+    assert isinstance(err, errors.RateLimited) and err.retry_after == 7.0
+
+
+def test_a_body_that_is_not_the_error_shape_maps_by_status() -> None:
+    err = error_from_response(httpx.Response(404, text="<html>nope</html>"))
+    assert type(err) is errors.NotFound
+
+
+def test_an_unreachable_server_is_store_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = HttpMemoryStore(f"http://127.0.0.1:{port}", "cairn_x", timeout=2)
+    with pytest.raises(errors.StoreUnavailable):
+        store.list(SpaceRef.build("project", "n", project="p"))
+    store.close()

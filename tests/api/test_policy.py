@@ -1,0 +1,65 @@
+"""One parametrized test over the declared policy table (tests/api/policy.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.api.policy import OK, Row, all_rows
+from tests.api.world import CREDENTIALS, World
+
+ROWS = all_rows()
+CASES = [(row, cred) for row in ROWS for cred in CREDENTIALS]
+
+
+def _flatten(routes: list[Any], prefix: str, out: set[tuple[str, str]]) -> None:
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:  # FastAPI keeps included routers nested
+            context = getattr(route, "include_context", None)
+            _flatten(list(included.routes), prefix + getattr(context, "prefix", ""), out)
+            continue
+        methods = getattr(route, "methods", None) or ()
+        path = prefix + str(getattr(route, "path", ""))
+        out.update((m, path) for m in methods if m != "HEAD")
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (method, path template) the app answers, HEAD aside."""
+    out: set[tuple[str, str]] = set()
+    _flatten(list(app.routes), "", out)
+    return out
+
+
+def test_every_route_is_declared(app: FastAPI) -> None:
+    declared = {(row.method, row.path) for row in ROWS}
+    missing = app_routes(app) - declared
+    assert not missing, f"routes with no row in the policy table: {sorted(missing)}"
+    stale = declared - app_routes(app)
+    assert not stale, f"policy rows naming no route of the app: {sorted(stale)}"
+
+
+def test_every_row_names_every_credential() -> None:
+    for row in ROWS:
+        assert set(row.expect) == set(CREDENTIALS), row.id
+
+
+@pytest.mark.parametrize(("row", "cred"), CASES, ids=[f"{r.id}-{c}" for r, c in CASES])
+def test_policy(row: Row, cred: str, world: World, client: TestClient) -> None:
+    req = row.build(world)
+    headers = {**world.headers(cred, fresh=row.fresh_session), **req.headers}
+    response = client.request(
+        req.method, req.url, params=req.params, json=req.json, content=req.content, headers=headers
+    )
+    client.cookies.clear()
+    expected = row.expect[cred]
+    if isinstance(expected, str):
+        assert expected == OK
+        assert 200 <= response.status_code < 300, (response.status_code, response.text)
+        return
+    status, code = expected
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code, response.text
