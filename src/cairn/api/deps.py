@@ -82,7 +82,8 @@ class AppState:
     login_throttle: LoginThrottle
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    # async on purpose: it does no I/O, and a sync dependency costs a threadpool hop.
     s = request.app.state
     return AppState(
         settings=s.settings,
