@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from tests.api.world import World
 
-EXAMPLES = 2
+EXAMPLES = 5
 #: Two checks judge the requests rather than the answers, and do not fit this API: a
 #: schema cannot say everything the domain validators check (a canonical path, a
 #: segment that is not ".."), so a schema-valid request may still be refused with a 4xx
