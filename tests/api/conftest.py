@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -13,13 +15,18 @@ from cairn.api.settings import Settings
 from tests.api.world import ADMIN_TOKEN, SERVICE_TOKEN, World, build_world
 from tests.conftest import create_postgres_database, drop_postgres_database
 
+#: The database kinds every API and end-to-end test module runs on.
+DATABASE_KINDS = ["sqlite", "postgres"]
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def database_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """A fresh, empty database of each kind for the test module."""
-    if request.param == "sqlite":
+
+@contextlib.contextmanager
+def fresh_database(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a new, empty database of ``kind`` (``sqlite`` or ``postgres``).
+
+    A PostgreSQL database is dropped on exit (and skipped without
+    ``CAIRN_TEST_POSTGRES_URL``, see ``tests/conftest.py``).
+    """
+    if kind == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
         return
     url = create_postgres_database()
@@ -27,6 +34,24 @@ def database_url(
         yield url
     finally:
         drop_postgres_database(url)
+
+
+def database_fixture(name: str) -> Any:
+    """A module-scoped fixture called ``name``, run once per kind of :data:`DATABASE_KINDS`,
+    that yields the URL of a :func:`fresh_database` (the end-to-end tests make theirs here).
+    """
+
+    def fixture(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[str]:
+        """A fresh, empty database of each kind for the test module."""
+        with fresh_database(request.param, tmp_path_factory) as url:
+            yield url
+
+    return pytest.fixture(fixture, scope="module", params=DATABASE_KINDS, name=name)
+
+
+database_url = database_fixture("database_url")
 
 
 def make_settings(database_url: str, **overrides: object) -> Settings:

@@ -24,7 +24,7 @@ import pytest
 from cairn.errors import MemberRoleRequired, NotFound, PlatformAuthorityRequired
 from cairn.spaces import SpaceRef
 from cairn.store.http import HttpMemoryStore
-from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.api.conftest import database_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -37,18 +37,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def database(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('e2e')}/cairn.db"
-        return
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
+# A fresh, empty SQLite and PostgreSQL database for the module (as the API tests have).
+database = database_fixture("database")
 
 
 @pytest.fixture(scope="module")

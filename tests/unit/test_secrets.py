@@ -700,6 +700,7 @@ def test_docs_list_every_kind() -> None:
     [
         "docs/secrets.md",
         "src/cairn/secrets.py",
+        "src/cairn/secret_shapes.py",
         "tests/unit/test_secrets.py",
         "bench/bench_secrets.py",
     ],

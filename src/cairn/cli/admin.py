@@ -8,28 +8,16 @@ so scripts can read it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from cairn.api.settings import default_database_url
+from cairn.cli.common import add_database_arg, open_engine, print_json
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
 from cairn.quota import Limits
 from cairn.schema import upgrade_all
-from cairn.store.db import make_engine
-
-
-def _database_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database",
-        metavar="URL",
-        default=None,
-        help="sqlite:///path or postgresql://... (default $CAIRN_DATABASE_URL, else "
-        "sqlite:///$CAIRN_HOME/cairn.db)",
-    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,20 +74,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_run_admin)
 
     for parser in verbs.choices.values():
-        _database_arg(parser)
+        add_database_arg(parser)
 
     db = subparsers.add_parser("db", help="database maintenance")
     db_verbs = db.add_subparsers(dest="db_command", metavar="VERB")
     db_verbs.required = True
     p = db_verbs.add_parser("upgrade", help="apply every pending schema migration")
-    _database_arg(p)
+    add_database_arg(p)
     p.set_defaults(func=_db_upgrade)
-
-
-def _engine(args: argparse.Namespace) -> Engine:
-    engine = make_engine(args.database or default_database_url(os.environ))
-    upgrade_all(engine)
-    return engine
 
 
 def _identity(engine: Engine) -> IdentityService:
@@ -107,18 +89,9 @@ def _identity(engine: Engine) -> IdentityService:
     return IdentityService(engine, load_key_hasher(engine, secret))
 
 
-def _print(obj: dict[str, Any]) -> int:
-    print(json.dumps(obj))
-    return 0
-
-
 def _run_admin(args: argparse.Namespace) -> int:
-    engine = _engine(args)
-    try:
-        identity = _identity(engine)
-        return _print(_OPS[args.admin_command](identity, engine, args))
-    finally:
-        engine.dispose()
+    with open_engine(args) as engine:
+        return print_json(_OPS[args.admin_command](_identity(engine), engine, args))
 
 
 def _op_create_user(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
@@ -182,9 +155,6 @@ _OPS = {
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    engine = make_engine(args.database or default_database_url(os.environ))
-    try:
+    with open_engine(args, upgrade=False) as engine:
         applied = upgrade_all(engine)
-    finally:
-        engine.dispose()
-    return _print({"applied": [f"{m.component}:{m.version}" for m in applied]})
+    return print_json({"applied": [f"{m.component}:{m.version}" for m in applied]})

@@ -17,6 +17,12 @@ Every command that addresses a space uses the same flags and the same rules
 ``cairn_home()`` / ``local_store()``
     ``$CAIRN_HOME`` (default ``~/.cairn``) and the filesystem store under
     ``$CAIRN_HOME/spaces``.
+``add_database_arg(parser)`` / ``database_url(args)`` / ``open_engine(args)``
+    ``--database URL`` for the commands on the server's database (``serve``,
+    ``admin``, ``db``, ``records``): the flag, else ``CAIRN_DATABASE_URL``, else
+    ``sqlite:///$CAIRN_HOME/cairn.db``; ``open_engine`` applies pending migrations.
+``print_json(obj)``
+    one JSON object on stdout, exit status 0 (operator commands' output).
 ``progress(description, total=None)``
     a context manager yielding ``advance(n)``; a rich progress bar on stderr when
     stderr is a terminal, silent otherwise.
@@ -32,16 +38,20 @@ import contextlib
 import functools
 import getpass
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.errors import InvalidRequest, InvalidSpaceRef, StoreUnavailable
 from cairn.quota import Limits
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, encode_workdir_key
 from cairn.store.base import MemoryStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 #: The tenant of every space of the local (filesystem) store.
 LOCAL_TENANT = "local"
@@ -68,6 +78,50 @@ def local_store(limits: Limits | None = None) -> MemoryStore:
     from cairn.store.fs import FilesystemStore
 
     return FilesystemStore(cairn_home() / "spaces", limits)
+
+
+def add_database_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--database URL``, read by :func:`database_url`."""
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        default=None,
+        help="sqlite:///path or postgresql://... (default $CAIRN_DATABASE_URL, else "
+        "sqlite:///$CAIRN_HOME/cairn.db)",
+    )
+
+
+def database_url(args: argparse.Namespace) -> str:
+    """``--database``, else ``$CAIRN_DATABASE_URL``, else ``sqlite:///$CAIRN_HOME/cairn.db``."""
+    from cairn.api.settings import default_database_url
+
+    url: str | None = args.database
+    return url or default_database_url(os.environ)
+
+
+@contextlib.contextmanager
+def open_engine(args: argparse.Namespace, *, upgrade: bool = True) -> Iterator[Engine]:
+    """An engine on :func:`database_url`, disposed on exit.
+
+    With ``upgrade`` (the default) every pending schema migration is applied first, so
+    a command can run on a new database.
+    """
+    from cairn.schema import upgrade_all
+    from cairn.store.db import make_engine
+
+    engine = make_engine(database_url(args))
+    try:
+        if upgrade:
+            upgrade_all(engine)
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def print_json(obj: dict[str, Any]) -> int:
+    """Print ``obj`` as one JSON line on stdout; exit status 0."""
+    print(json.dumps(obj))
+    return 0
 
 
 def add_space_args(parser: argparse.ArgumentParser, default_visibility: str = "bot") -> None:

@@ -9,29 +9,12 @@ does it periodically). Output is one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from typing import Any
-
-from sqlalchemy.engine import Engine
 
 from cairn import records
-from cairn.api.settings import default_database_url
+from cairn.cli.common import add_database_arg, open_engine, print_json
 from cairn.errors import InvalidRequest
 from cairn.records.service import iso
-from cairn.schema import upgrade_all
-from cairn.store.db import make_engine
-
-
-def _database_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database",
-        metavar="URL",
-        default=None,
-        help="sqlite:///path or postgresql://... (default $CAIRN_DATABASE_URL, else "
-        "sqlite:///$CAIRN_HOME/cairn.db)",
-    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,29 +28,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source = add.add_mutually_exclusive_group()
     source.add_argument("--text", default=None, help="the record text (else --file, else stdin)")
     source.add_argument("--file", default=None, help="read the record text from this file")
-    _database_arg(add)
+    add_database_arg(add)
     add.set_defaults(func=_add)
 
     purge = verbs.add_parser("purge", help="delete every expired record now")
-    _database_arg(purge)
+    add_database_arg(purge)
     purge.set_defaults(func=_purge)
 
     for verb, enabled in (("enable", True), ("disable", False)):
         p = verbs.add_parser(verb, help=f"turn team memory {'on' if enabled else 'off'}")
         p.add_argument("--team", required=True, help="the team id")
-        _database_arg(p)
+        add_database_arg(p)
         p.set_defaults(func=_set_enabled, enabled=enabled)
-
-
-def _engine(args: argparse.Namespace) -> Engine:
-    engine = make_engine(args.database or default_database_url(os.environ))
-    upgrade_all(engine)
-    return engine
-
-
-def _print(obj: dict[str, Any]) -> int:
-    print(json.dumps(obj))
-    return 0
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -81,30 +53,21 @@ def _add(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"cannot read {args.file!r} as UTF-8 text: {exc}") from exc
     else:
         text = sys.stdin.read()
-    engine = _engine(args)
-    try:
+    with open_engine(args) as engine:
         record = records.save(engine, args.team, text, repo_id=args.repo)
-    finally:
-        engine.dispose()
-    return _print({"id": record.id, "expires_at": iso(record.expires_at)})
+    return print_json({"id": record.id, "expires_at": iso(record.expires_at)})
 
 
 def _purge(args: argparse.Namespace) -> int:
-    engine = _engine(args)
-    try:
+    with open_engine(args) as engine:
         removed = records.purge_expired(engine)
-    finally:
-        engine.dispose()
-    return _print({"purged": removed})
+    return print_json({"purged": removed})
 
 
 def _set_enabled(args: argparse.Namespace) -> int:
     from cairn.records.access import team_for_save
 
-    engine = _engine(args)
-    try:
+    with open_engine(args) as engine:
         team_for_save(engine, args.team)  # 404 team_not_found for an unknown team
         records.set_enabled(engine, args.team, bool(args.enabled))
-    finally:
-        engine.dispose()
-    return _print({"team_id": args.team, "enabled": bool(args.enabled)})
+    return print_json({"team_id": args.team, "enabled": bool(args.enabled)})

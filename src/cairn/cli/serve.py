@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from cairn.api.settings import Settings, default_database_url
+from cairn.api.settings import Settings
+from cairn.cli.common import add_database_arg, database_url
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,13 +18,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8420, help="port to listen on (8420)")
-    parser.add_argument(
-        "--database",
-        metavar="URL",
-        default=None,
-        help="sqlite:///path or postgresql://... (default $CAIRN_DATABASE_URL, else "
-        "sqlite:///$CAIRN_HOME/cairn.db)",
-    )
+    add_database_arg(parser)
     parser.add_argument(
         "--local",
         action="store_true",
@@ -48,10 +43,26 @@ def run(args: argparse.Namespace) -> int:
         )
     settings = Settings.from_env(
         os.environ,
-        database_url=args.database or default_database_url(os.environ),
+        database_url=database_url(args),
         local=args.local,
     )
     app = create_app(settings)
+    print(_banner(args, settings), file=sys.stderr)
     # Our own access log carries the request id; uvicorn's would duplicate it.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
     return 0
+
+
+def _banner(args: argparse.Namespace, settings: Settings) -> str:
+    """What a person starting the server needs to know: where it is and how to get in."""
+    url = settings.database_url
+    shown_db = url.split("@", 1)[-1] if "@" in url else url  # never print a password
+    lines = [f"cairn serve: listening on http://{args.host}:{args.port} (database {shown_db})"]
+    if settings.local:
+        lines.append("cairn serve: local mode: no authentication, one team 'local'")
+    elif not settings.admin_token:
+        lines.append(
+            "cairn serve: CAIRN_ADMIN_TOKEN is not set; set it to use the admin API, or create "
+            "a super-admin with: cairn admin create-user --email E --password P --super-admin"
+        )
+    return "\n".join(lines)

@@ -1,22 +1,10 @@
 """The filesystem store: a plain tree of Markdown files a person can open.
 
-Layout under ``root`` (the CLI uses ``$CAIRN_HOME/spaces``)::
+The tree's layout and the spelling of every on-disk name (how a :class:`SpaceRef` and a
+document path become directory and file names) are :mod:`cairn.store.fs_layout`; this
+module does the file operations::
 
     <root>/<visibility>/<tenant>/[<project>/][<bot>/][<user>/]<name>/<document path>
-    <root>/.cairn-usage.json     quota counters (tree total + one total per space)
-    <root>/.cairn.lock           the lock every writer takes (fcntl.flock)
-
-Only the qualifiers the visibility takes appear, in that order, so
-``bot/local/myrepo-1a2b3c4d5e6f/whats-next/default/MEMORY.md`` is the document
-``MEMORY.md`` of bot ``whats-next``'s space ``default``.
-
-Every on-disk name is an injective encoding of one segment (see :func:`encode_segment`):
-ordinary names are kept verbatim; an empty tenant (``global``) is ``_``; a segment that
-would be ambiguous or too long for a file name (starts with ``~``, equals ``_``, is
-over 200 UTF-8 bytes, or is a *directory* of a document path ending in ``.md``) is
-spelled with ``~`` markers and, when long, split over nested directories. So two
-different refs never share a directory, a document ``a.md`` and a directory ``a.md/``
-can coexist, and any valid path fits the 255-byte file-name limit.
 
 Writes are atomic (temp file in the target directory, fsync, ``os.replace``, fsync of
 the directory) and serialised across threads and processes by an exclusive
@@ -29,12 +17,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,7 +36,7 @@ from cairn.errors import (
 from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Counter, Limits, check_document_size, clamp, subcap_or_none
 from cairn.secrets import check_no_secrets
-from cairn.spaces import REQUIRED_QUALIFIERS, SpaceRef, Visibility
+from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import (
     Document,
     DocumentInfo,
@@ -61,122 +47,30 @@ from cairn.store.base import (
     content_etag,
     encode_document,
 )
+from cairn.store.fs_layout import (
+    LOCK_FILE,
+    MAX_VERBATIM_BYTES,
+    STATE_FILE,
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
+    Components,
+    UsageState,
+    decode_component,
+    directory_named,
+    document_named,
+    encode_dir_prefix,
+    encode_doc_path,
+    encode_segment,
+    space_components,
+    space_depth,
+    space_named,
+)
 
-STATE_FILE = ".cairn-usage.json"
-LOCK_FILE = ".cairn.lock"
-TEMP_PREFIX = ".cairn-tmp-"
-TEMP_SUFFIX = ".tmp"
-#: Longest segment (UTF-8 bytes) kept verbatim as one file name; longer ones are split.
-MAX_VERBATIM_BYTES = 200
-_STATE_VERSION = 1
-_QUALIFIER_ORDER = ("project", "bot", "user")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ETAG_CACHE_MAX = 50_000
 
-#: On-disk name components (an alias: the class below defines a method called ``list``).
-Components = list[str]
+# An alias: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
-
-# --- Name encoding --------------------------------------------------------------------------
-#
-# Markers: "~+" continues a long segment in the next component; the last component
-# of an escaped segment is "~." (document file), "~d" (directory of a document path)
-# or "~q" (a space qualifier or name). "_" alone is the empty tenant.
-
-_FINAL_MARK = {"file": "~.", "dir": "~d", "qual": "~q"}
-
-
-def _chunks(segment: str) -> list[str]:
-    out: list[str] = []
-    current = ""
-    size = 0
-    for ch in segment:
-        n = len(ch.encode("utf-8", "surrogatepass"))
-        if current and size + n > MAX_VERBATIM_BYTES:
-            out.append(current)
-            current, size = "", 0
-        current += ch
-        size += n
-    out.append(current)
-    return out
-
-
-def encode_segment(segment: str, kind: str) -> list[str]:
-    """The on-disk components of one segment; ``kind`` is ``file``, ``dir`` or ``qual``."""
-    if kind == "qual" and segment == "":
-        return ["_"]
-    verbatim = (
-        not segment.startswith("~")
-        and segment != "_"
-        and len(segment.encode("utf-8")) <= MAX_VERBATIM_BYTES
-        and not (kind == "dir" and segment.endswith(".md"))
-    )
-    if verbatim:
-        return [segment]
-    parts = _chunks(segment)
-    return ["~+" + p for p in parts[:-1]] + [_FINAL_MARK[kind] + parts[-1]]
-
-
-def encode_doc_path(path: str) -> list[str]:
-    """The on-disk components of a (validated) document path, relative to its space."""
-    segments = path.split("/")
-    out: list[str] = []
-    for seg in segments[:-1]:
-        out.extend(encode_segment(seg, "dir"))
-    out.extend(encode_segment(segments[-1], "file"))
-    return out
-
-
-def encode_dir_prefix(prefix: str) -> list[str]:
-    out: list[str] = []
-    for seg in prefix.split("/") if prefix else []:
-        out.extend(encode_segment(seg, "dir"))
-    return out
-
-
-def space_components(ref: SpaceRef) -> list[str]:
-    """The on-disk components of a space's directory, relative to the store root."""
-    out = [ref.visibility.value]
-    out.extend(encode_segment(ref.tenant, "qual"))
-    takes = REQUIRED_QUALIFIERS[ref.visibility]
-    for field in _QUALIFIER_ORDER:
-        if field in takes:
-            out.extend(encode_segment(getattr(ref, field), "qual"))
-    out.extend(encode_segment(ref.name, "qual"))
-    return out
-
-
-@dataclass(slots=True)
-class _State:
-    """The quota counters: the whole-tree total and one total per space id."""
-
-    tree: int
-    spaces: dict[str, int]
-    dirty: bool = False
-
-    def to_json(self) -> bytes:
-        body: dict[str, object] = {"version": _STATE_VERSION, "dirty": self.dirty}
-        body.update(tree=self.tree, spaces=dict(sorted(self.spaces.items())))
-        return json.dumps(body, indent=1).encode("utf-8")
-
-    @classmethod
-    def parse(cls, raw: bytes) -> _State | None:
-        try:
-            body = json.loads(raw)
-            tree = body["tree"]
-            spaces = body["spaces"]
-            ok = (
-                body.get("version") == _STATE_VERSION
-                and isinstance(tree, int)
-                and tree >= 0
-                and isinstance(spaces, dict)
-                and all(isinstance(k, str) and isinstance(v, int) for k, v in spaces.items())
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-        if not ok:
-            return None
-        return cls(tree, {str(k): int(v) for k, v in spaces.items()}, bool(body.get("dirty")))
 
 
 class FilesystemStore(MemoryStore):
@@ -234,7 +128,7 @@ class FilesystemStore(MemoryStore):
             state = self._load_state_locked()
             existing = self._read_file(space + doc, path, want_data=if_match is not None)
             old_size = existing[1].st_size if existing else 0
-            if if_match is not None and (existing is None or _etag(existing[0]) != if_match):
+            if if_match is not None and (existing is None or content_etag(existing[0]) != if_match):
                 raise PreconditionFailed(
                     f"document {path!r} changed (or is absent); read it again and retry",
                     path=path,
@@ -257,7 +151,7 @@ class FilesystemStore(MemoryStore):
             existing = self._read_file(space + doc, path, want_data=if_match is not None)
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
-            if if_match is not None and _etag(existing[0]) != if_match:
+            if if_match is not None and content_etag(existing[0]) != if_match:
                 raise PreconditionFailed(
                     f"document {path!r} changed; read it again and retry", path=path
                 )
@@ -321,33 +215,30 @@ class FilesystemStore(MemoryStore):
         with _os_errors(""), self._locked():
             return self._recount_locked().tree
 
-    def _recount_locked(self) -> _State:
+    def _recount_locked(self) -> UsageState:
         spaces: dict[str, int] = {}
         for vis in Visibility:
             if vis is Visibility.PRIVATE:
                 continue
-            fields = ["tenant", *(f for f in _QUALIFIER_ORDER if f in REQUIRED_QUALIFIERS[vis])]
-            for values, comps in self._walk_qualifiers([vis.value], [], len(fields) + 1):
-                quals = dict(zip(fields, values[:-1], strict=True))
-                try:
-                    ref = SpaceRef(visibility=vis, name=values[-1], **quals).validated()
-                except Exception:  # a directory the store did not make: not a space
-                    continue
-                if space_components(ref) != comps:
+            for values, comps in self._walk_qualifiers([vis.value], [], space_depth(vis)):
+                ref = space_named(vis, values, comps)
+                if ref is None:
                     continue
                 total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
                 if total:
                     spaces[ref.id] = total
-        state = _State(sum(spaces.values()), spaces)
+        state = UsageState(sum(spaces.values()), spaces)
         self._save_state(state, sync_data=True, sync_dir=True)
         return state
 
-    def _check_quota(self, ref: SpaceRef, state: _State, delta: int) -> None:
+    def _check_quota(self, ref: SpaceRef, state: UsageState, delta: int) -> None:
         space_cap = subcap_or_none(self.limits.subcap(ref.visibility))
         Counter("space", state.spaces.get(ref.id, 0), space_cap).check(delta)
         Counter("tree", state.tree, self.limits.team_quota).check(delta)
 
-    def _mutate(self, state: _State, ref: SpaceRef, delta: int, change: Callable[[], None]) -> None:
+    def _mutate(
+        self, state: UsageState, ref: SpaceRef, delta: int, change: Callable[[], None]
+    ) -> None:
         """Apply ``change`` (the file operation) and charge ``delta``, crash-safely.
 
         The state is first marked dirty, so a process (or machine) dying between the file
@@ -373,9 +264,9 @@ class FilesystemStore(MemoryStore):
         # A lost or torn write of this clean state leaves the dirty one: self-healing.
         self._save_state(state, sync_data=False, sync_dir=False)
 
-    def _peek_state(self) -> _State:
+    def _peek_state(self) -> UsageState:
         if not self.root.is_dir():
-            return _State(0, {})
+            return UsageState(0, {})
         with _os_errors(""):
             state = self._read_state()
             if state is not None and not state.dirty:
@@ -383,20 +274,20 @@ class FilesystemStore(MemoryStore):
             with self._locked():  # wait for the writer, or heal after a dead one
                 return self._load_state_locked()
 
-    def _load_state_locked(self) -> _State:
+    def _load_state_locked(self) -> UsageState:
         state = self._read_state()
         if state is None or state.dirty:
             state = self._recount_locked()
         return state
 
-    def _read_state(self) -> _State | None:
+    def _read_state(self) -> UsageState | None:
         try:
             raw = (self.root / STATE_FILE).read_bytes()
         except FileNotFoundError:
             return None
-        return _State.parse(raw)
+        return UsageState.parse(raw)
 
-    def _save_state(self, state: _State, *, sync_data: bool, sync_dir: bool) -> None:
+    def _save_state(self, state: UsageState, *, sync_data: bool, sync_dir: bool) -> None:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _atomic_write(fd, STATE_FILE, state.to_json(), sync_data=sync_data, sync_dir=sync_dir)
@@ -550,7 +441,7 @@ class FilesystemStore(MemoryStore):
         finally:
             os.close(fd)
         for name in sorted(names):
-            seg, more = _decode_component(name, pending, "qual")
+            seg, more = decode_component(name, pending, "qual")
             if seg is None and more is None:
                 continue
             if more is not None:
@@ -577,19 +468,6 @@ class FilesystemStore(MemoryStore):
 # --- Helpers --------------------------------------------------------------------------------
 
 
-def _decode_component(name: str, pending: str, kind: str) -> tuple[str | None, str | None]:
-    """(a completed segment, or the continued partial segment); (None, None) = not ours."""
-    if name.startswith("~+") and len(name) > 2:
-        return None, pending + name[2:]
-    if name.startswith(_FINAL_MARK[kind]):
-        return pending + name[2:], None
-    if name.startswith("~") or pending:
-        return None, None
-    if kind == "qual" and name == "_":
-        return "", None
-    return name, None
-
-
 def _walk_docs(
     fd: int, segs: list[str], comps: list[str], pending: str
 ) -> Iterator[tuple[str, list[str], os.stat_result]]:
@@ -606,24 +484,14 @@ def _walk_docs(
             elif entry.is_dir(follow_symlinks=False):
                 dirs.append(entry.name)
         for name, st in files:
-            seg, _ = _decode_component(name, pending, "file")
-            if seg is None:
-                continue
-            path = "/".join([*segs, seg])
-            try:
-                validate_doc_path(path)
-            except InvalidPath:
-                continue  # temp files, non-Markdown files, foreign names
-            rel = [*comps, name]
-            if encode_doc_path(path) != rel:
-                continue  # a name the store would spell differently: not one of its documents
-            yield path, rel, st
+            path = document_named(segs, comps, name, pending)
+            if path is not None:
+                yield path, [*comps, name], st
         for name in dirs:
-            seg, more = _decode_component(name, pending, "dir")
-            if seg is None and more is None:
+            step = directory_named(name, pending)
+            if step is None:
                 continue
-            if seg is not None and encode_segment(seg, "dir")[-1] != name:
-                continue  # e.g. a hand-made 'x.md/' directory the store would spell '~dx.md'
+            seg, more = step
             try:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError:
@@ -695,10 +563,6 @@ def _document(path: str, data: bytes, st: os.stat_result) -> Document:
     return Document(path, content, len(data), _mtime(st), content_etag(data))
 
 
-def _etag(data: bytes) -> str:
-    return content_etag(data)
-
-
 def _mtime(st: os.stat_result) -> datetime:
     return datetime.fromtimestamp(st.st_mtime, UTC)
 
@@ -726,7 +590,13 @@ def _os_errors(path: str) -> Iterator[None]:
         ) from exc
 
 
+# The layout's public names stay importable from here (``cairn.store.fs`` predates the split).
 __all__ = [
+    "LOCK_FILE",
+    "MAX_VERBATIM_BYTES",
+    "STATE_FILE",
+    "TEMP_PREFIX",
+    "TEMP_SUFFIX",
     "FilesystemStore",
     "encode_doc_path",
     "encode_segment",
