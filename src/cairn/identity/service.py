@@ -22,6 +22,7 @@ from cairn.identity import audit
 from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
 from cairn.identity.principal import CredentialKind, OrgRole, Principal, TeamRole
+from cairn.identity.standing import PRINCIPAL_FOR_KEY, ROLE_IN_TEAM, role_from_row
 from cairn.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
 from cairn.service import AuditEvent
 from cairn.store.db import read_transaction, utcnow, write_transaction
@@ -334,20 +335,20 @@ class IdentityService:
         self, conn: Connection, user_id: str, team_id: str
     ) -> tuple[TeamRole | None, str, OrgRole | None, frozenset[str] | None]:
         """(effective team role, org id, org role, project limit) of a user in a team."""
-        row = conn.execute(_ROLE_IN_TEAM, {"u": user_id, "t": team_id}).first()
+        row = conn.execute(ROLE_IN_TEAM, {"u": user_id, "t": team_id}).first()
         if row is None:
             return None, "", None, None
-        return _role_from_row(conn, row, user_id, team_id)
+        return role_from_row(conn, row, user_id, team_id)
 
     def principal_for_api_key(self, key: str) -> Principal | None:
         """The principal of a live API key, or None. A key whose user left its team
         resolves with ``team_role=None`` (routes then answer ``team_not_found``)."""
         with read_transaction(self.engine) as conn:
-            row = conn.execute(_PRINCIPAL_FOR_KEY, {"h": self.hasher.hash(key)}).first()
+            row = conn.execute(PRINCIPAL_FOR_KEY, {"h": self.hasher.hash(key)}).first()
             if row is None:
                 return None
             user_id, team_id = str(row.user_id), str(row.team_id)
-            role, org_id, org_role, limit = _role_from_row(conn, row, user_id, team_id)
+            role, org_id, org_role, limit = role_from_row(conn, row, user_id, team_id)
         return Principal(
             kind=CredentialKind.API_KEY,
             user_id=user_id,
@@ -533,85 +534,3 @@ class IdentityService:
 
     def list_audit(self, limit: int = 100) -> list[dict[str, Any]]:
         return audit.newest_first(self.engine, limit)
-
-
-# --- Credential resolution runs on every request: one round trip, statements built once. ----
-
-_org = t.org_members.alias("om")
-_member = t.team_members.alias("m")
-
-#: A user's standing in one team: the team's org, their org role and their team membership.
-_ROLE_IN_TEAM = (
-    sa.select(
-        t.teams.c.org_id,
-        _org.c.role.label("org_role"),
-        _member.c.role.label("team_role"),
-        _member.c.projects_limited,
-    )
-    .select_from(
-        t.teams.outerjoin(
-            _org, sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == sa.bindparam("u"))
-        ).outerjoin(
-            _member,
-            sa.and_(_member.c.team_id == t.teams.c.id, _member.c.user_id == sa.bindparam("u")),
-        )
-    )
-    .where(t.teams.c.id == sa.bindparam("t"))
-)
-
-#: A live API key with its user and that user's standing in the key's team.
-_PRINCIPAL_FOR_KEY = (
-    sa.select(
-        t.api_keys.c.user_id,
-        t.api_keys.c.team_id,
-        t.users.c.super_admin,
-        t.teams.c.org_id,
-        _org.c.role.label("org_role"),
-        _member.c.role.label("team_role"),
-        _member.c.projects_limited,
-    )
-    .select_from(
-        t.api_keys.join(t.users, t.users.c.id == t.api_keys.c.user_id)
-        .outerjoin(t.teams, t.teams.c.id == t.api_keys.c.team_id)
-        .outerjoin(
-            _org,
-            sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == t.api_keys.c.user_id),
-        )
-        .outerjoin(
-            _member,
-            sa.and_(
-                _member.c.team_id == t.api_keys.c.team_id,
-                _member.c.user_id == t.api_keys.c.user_id,
-            ),
-        )
-    )
-    .where(t.api_keys.c.key_hash == sa.bindparam("h"), t.api_keys.c.revoked_at.is_(None))
-)
-
-_PROJECT_LIMIT = sa.select(t.team_member_projects.c.project_id).where(
-    t.team_member_projects.c.team_id == sa.bindparam("t"),
-    t.team_member_projects.c.user_id == sa.bindparam("u"),
-)
-
-
-def _role_from_row(
-    conn: Connection, row: Any, user_id: str, team_id: str
-) -> tuple[TeamRole | None, str, OrgRole | None, frozenset[str] | None]:
-    """Read (team role, org id, org role, project limit) off a _ROLE_IN_TEAM-shaped row.
-
-    An org owner/admin ranks as team admin, unlimited; only a limited membership costs
-    a second query (its project list).
-    """
-    if row.org_id is None:
-        return None, "", None, None
-    org_id = str(row.org_id)
-    org_role = OrgRole(row.org_role) if row.org_role else None
-    if org_role in (OrgRole.OWNER, OrgRole.ADMIN):
-        return TeamRole.ADMIN, org_id, org_role, None
-    if row.team_role is None:
-        return None, org_id, org_role, None
-    limit: frozenset[str] | None = None
-    if row.projects_limited:
-        rows = conn.execute(_PROJECT_LIMIT, {"t": team_id, "u": user_id})
-        limit = frozenset(str(r[0]) for r in rows)
-    return TeamRole(row.team_role), org_id, org_role, limit
