@@ -40,11 +40,11 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
-from bench_common import bench_world  # noqa: E402
 
 import bench_records  # noqa: E402
 import bench_store  # noqa: E402
 from cairn.store.db import make_engine  # noqa: E402
+from records_world import bench_world  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
 CAIRN = str(Path(sys.executable).with_name("cairn"))
