@@ -74,7 +74,8 @@ def load_key_hasher(engine: Engine, configured: str | None) -> KeyHasher:
                     )
                 )
         except sa.exc.IntegrityError:
-            pass  # another replica created it first; read theirs
+            # Another replica created it first: read theirs below.
+            pass
         with read_transaction(engine) as conn:
             row = conn.execute(
                 sa.select(server_secrets.c.value).where(server_secrets.c.name == _SECRET_NAME)

@@ -203,7 +203,8 @@ class RedisRateLimiter:
             try:
                 self._redis.zrem(flight_key, token)
             except self._errors:
-                pass  # the member's deadline frees the slot anyway
+                # Redis is unreachable: the member's deadline frees the slot anyway.
+                pass
 
         return release
 

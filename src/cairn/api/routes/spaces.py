@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
@@ -130,17 +131,35 @@ def check_params(request: Request, allowed: tuple[str, ...]) -> None:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class SpaceQuery:
+    """The query parameters that name a space (tenant and user are never among them)."""
+
+    name: str
+    visibility: str
+    project: str | None
+    bot: str | None
+
+
+async def space_query(
+    name: Name,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+) -> SpaceQuery:
+    # async on purpose: no I/O, so no threadpool hop.
+    return SpaceQuery(name, visibility, project, bot)
+
+
+Space = Annotated[SpaceQuery, Depends(space_query)]
+
+
 def resolve_space(
-    request: Request,
-    who: p.Principal,
-    allowed: tuple[str, ...],
-    name: str,
-    visibility: str,
-    project: str | None,
-    bot: str | None,
+    request: Request, who: p.Principal, allowed: tuple[str, ...], space: SpaceQuery
 ) -> SpaceRef:
     """The space the request names, stamped with the caller's team and user."""
     check_params(request, allowed)
+    name, visibility, project, bot = space.name, space.visibility, space.project, space.bot
     if parse_visibility(visibility) is Visibility.GLOBAL:
         return SpaceRef.build(Visibility.GLOBAL, name)
     if who.team_choice_needed:
@@ -227,12 +246,9 @@ def usage(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    space: Space,
 ) -> dict[str, Any]:
-    ref = resolve_space(request, who, SPACE_PARAMS, name, visibility, project, bot)
+    ref = resolve_space(request, who, SPACE_PARAMS, space)
     u = state.spaces.usage(ref)
     return {
         "space_id": u.space_id,
@@ -253,15 +269,12 @@ def list_docs(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    space: Space,
     dir: Annotated[
         str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
     ] = "",
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "dir"), name, visibility, project, bot)
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "dir"), space)
     # A JSONResponse skips re-validating every item against DocsOut (which still
     # documents the answer): on a large listing that validation was most of the work.
     return JSONResponse({"documents": [_info(d) for d in state.spaces.list(ref, dir)]})
@@ -280,13 +293,10 @@ def read_doc(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
+    space: Space,
     path: PathParam,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
     doc = state.spaces.read(ref, path)
     body = {**_info(doc.info), "content": doc.content}
     return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
@@ -355,14 +365,11 @@ async def write_doc(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
+    space: Space,
     path: PathParam,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
     if_match_header: IfMatch = None,
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
     authorize_mutation(who, ref)
     content = _parse_put_body(request, await request.body())
     if_match = _if_match(if_match_header)
@@ -394,14 +401,11 @@ def delete_doc(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
+    space: Space,
     path: PathParam,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
     if_match_header: IfMatch = None,
 ) -> Response:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), name, visibility, project, bot)
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
     authorize_mutation(who, ref)
     with mutation_context(who, ref):
         state.spaces.delete(ref, path, if_match=_if_match(if_match_header))
@@ -424,12 +428,9 @@ def export_space(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    space: Space,
 ) -> StreamingResponse:
-    ref = resolve_space(request, who, SPACE_PARAMS, name, visibility, project, bot)
+    ref = resolve_space(request, who, SPACE_PARAMS, space)
     # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
     state.spaces.usage(ref)
     return StreamingResponse(
@@ -458,13 +459,10 @@ async def import_space(
     request: Request,
     who: Principal,
     state: State,
-    name: Name,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    space: Space,
     strategy: Annotated[str, Query(description="skip (default), overwrite or rename.")] = "skip",
 ) -> dict[str, Any]:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), name, visibility, project, bot)
+    ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), space)
     authorize_mutation(who, ref)
     try:
         how = ImportStrategy(strategy)
