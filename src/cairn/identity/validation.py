@@ -2,40 +2,35 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import TypeVar
+
 from cairn.errors import InvalidRequest
 from cairn.identity.principal import OrgRole, Plan, TeamRole
 
+E = TypeVar("E", bound=StrEnum)
+
+
+def _parse(enum: type[E], value: object, field: str, what: str) -> E:
+    try:
+        return enum(str(value))
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise InvalidRequest(
+            f"{field} {value!r} is not {what}; use one of: {allowed}", field=field
+        ) from None
+
 
 def parse_team_role(value: object) -> TeamRole:
-    try:
-        return TeamRole(str(value))
-    except ValueError:
-        raise InvalidRequest(
-            f"role {value!r} is not a team role; use one of: "
-            + ", ".join(r.value for r in TeamRole),
-            field="role",
-        ) from None
+    return _parse(TeamRole, value, "role", "a team role")
 
 
 def parse_org_role(value: object) -> OrgRole:
-    try:
-        return OrgRole(str(value))
-    except ValueError:
-        raise InvalidRequest(
-            f"role {value!r} is not an org role; use one of: "
-            + ", ".join(r.value for r in OrgRole),
-            field="role",
-        ) from None
+    return _parse(OrgRole, value, "role", "an org role")
 
 
 def parse_plan(value: object) -> Plan:
-    try:
-        return Plan(str(value))
-    except ValueError:
-        raise InvalidRequest(
-            f"plan {value!r} is unknown; use one of: " + ", ".join(p.value for p in Plan),
-            field="plan",
-        ) from None
+    return _parse(Plan, value, "plan", "a known plan")
 
 
 def clean_name(field: str, value: str, *, required: bool = True) -> str:
