@@ -56,3 +56,28 @@ def test_an_unreachable_server_is_store_unavailable() -> None:
     with pytest.raises(errors.StoreUnavailable):
         store.list(SpaceRef.build("project", "n", project="p"))
     store.close()
+
+
+def _unreachable_store() -> HttpMemoryStore:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return HttpMemoryStore(f"http://127.0.0.1:{port}", "cairn_x", timeout=2)
+
+
+@pytest.mark.parametrize("content", ["a\x00b", "lone \udce9 surrogate", b"bytes", None])
+def test_a_body_that_is_no_document_is_refused_before_any_request(content: object) -> None:
+    # The server is unreachable: reaching it would be StoreUnavailable, not InvalidDocument.
+    store = _unreachable_store()
+    with pytest.raises(errors.InvalidDocument):
+        store.write(SpaceRef.build("project", "n", project="p"), "a.md", content)  # type: ignore[arg-type]
+    store.close()
+
+
+def test_an_unknown_import_strategy_names_the_allowed_ones() -> None:
+    import io
+
+    store = _unreachable_store()
+    with pytest.raises(errors.InvalidRequest, match="skip, overwrite, rename"):
+        store.import_archive(SpaceRef.build("project", "n", project="p"), io.BytesIO(), "merge")  # type: ignore[arg-type]
+    store.close()

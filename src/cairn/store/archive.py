@@ -51,7 +51,6 @@ from cairn.errors import (
     DocumentTooLarge,
     ImportTooLarge,
     InvalidArchive,
-    InvalidRequest,
     PreconditionFailed,
     TooLarge,
     Unprocessable,
@@ -65,6 +64,7 @@ from cairn.store.base import (
     MemoryStore,
     Rejected,
     authorize_space_write,
+    parse_import_strategy,
 )
 
 #: No import ever decompresses to more than this, whatever the quotas say.
@@ -141,7 +141,7 @@ def import_space(
     without authority; everything wrong with one member is reported in ``rejected``.
     """
     ref = ref.validated()
-    strategy = _parse_strategy(strategy)
+    strategy = parse_import_strategy(strategy)
     authorize_space_write(ref)
     content_bound = _content_bound(store, ref)
     stream_bound = min(
@@ -155,16 +155,6 @@ def import_space(
         _validate(spool, content_bound)
         spool.seek(0)
         return _write_members(store, ref, spool, strategy)
-
-
-def _parse_strategy(strategy: ImportStrategy | str) -> ImportStrategy:
-    try:
-        return ImportStrategy(strategy)
-    except ValueError:
-        allowed = ", ".join(s.value for s in ImportStrategy)
-        raise InvalidRequest(
-            f"unknown import strategy {strategy!r}; use one of: {allowed}", field="strategy"
-        ) from None
 
 
 def _content_bound(store: MemoryStore, ref: SpaceRef) -> int:

@@ -33,7 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import BinaryIO
 
-from cairn.errors import InvalidDocument, PlatformAuthorityRequired
+from cairn.errors import InvalidDocument, InvalidRequest, PlatformAuthorityRequired
 from cairn.spaces import SpaceRef
 
 
@@ -90,6 +90,17 @@ class ImportStrategy(StrEnum):
     SKIP = "skip"
     OVERWRITE = "overwrite"
     RENAME = "rename"
+
+
+def parse_import_strategy(strategy: ImportStrategy | str) -> ImportStrategy:
+    """The strategy named by ``strategy``, or InvalidRequest naming the allowed values."""
+    try:
+        return ImportStrategy(strategy)
+    except ValueError:
+        allowed = ", ".join(s.value for s in ImportStrategy)
+        raise InvalidRequest(
+            f"unknown import strategy {strategy!r}; use one of: {allowed}", field="strategy"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,8 @@ from cairn.store.base import (
     Rejected,
     Usage,
     WriteResult,
+    encode_document,
+    parse_import_strategy,
 )
 
 _CHUNK = 64 * 1024
@@ -83,7 +85,9 @@ class HttpMemoryStore(MemoryStore):
     in several teams; an API key already names its team).
     """
 
-    capabilities = frozenset({"private", "team_aggregate", "multiprocess"})
+    # Quotas and platform authority are the server's: it enforces them (this client has
+    # no set_team_quota, and a global write is authorized by the server from the token).
+    capabilities = frozenset({"private"})
 
     def __init__(
         self,
@@ -151,6 +155,7 @@ class HttpMemoryStore(MemoryStore):
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> WriteResult:
+        data = encode_document(content)  # the same refusal as every store, before any I/O
         if if_none_match and self.exists(ref, path):
             # Not atomic over HTTP: a create racing another create may still replace it.
             raise errors.PreconditionFailed(f"document {path!r} already exists")
@@ -159,8 +164,8 @@ class HttpMemoryStore(MemoryStore):
             "PUT",
             "/api/memory/doc",
             params=self._params(ref, path=path),
-            json={"content": content},
-            headers=headers,
+            content=data,
+            headers={**headers, "Content-Type": "text/markdown; charset=utf-8"},
         ).json()
         return WriteResult(
             path=body["path"],
@@ -239,7 +244,7 @@ class HttpMemoryStore(MemoryStore):
         body = self._request(
             "POST",
             "/api/memory/import",
-            params=self._params(ref, strategy=ImportStrategy(strategy).value),
+            params=self._params(ref, strategy=parse_import_strategy(strategy).value),
             content=chunks(),
             headers={"Content-Type": "application/gzip"},
         ).json()

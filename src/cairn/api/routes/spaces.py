@@ -37,6 +37,7 @@ from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, parse_visib
 from cairn.store.base import (
     DocumentInfo,
     ImportStrategy,
+    parse_import_strategy,
     with_attribution_team,
     with_platform_write_authority,
 )
@@ -464,13 +465,7 @@ async def import_space(
 ) -> dict[str, Any]:
     ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), space)
     authorize_mutation(who, ref)
-    try:
-        how = ImportStrategy(strategy)
-    except ValueError:
-        raise InvalidRequest(
-            f"strategy {strategy!r} is unknown; use skip, overwrite or rename", field="strategy"
-        ) from None
-    return await _run_import(request, who, state, ref, how)
+    return await _run_import(request, who, state, ref, parse_import_strategy(strategy))
 
 
 async def _run_import(
