@@ -9,8 +9,8 @@ shapes that need more than one pattern (private key blocks, Discord bot tokens) 
 scanned there too.
 
 Rules every pattern here keeps, so that scanning stays linear in the length of the text
-(``tests/unit/test_secrets.py`` checks them): it starts with a literal or sits behind a
-keyword prefilter (``keywords``), every repetition is bounded, no quantified group
+(``tests/unit/test_secrets.py`` checks them): it starts with one of its declared
+``prefixes`` or is anchored on ``keywords``, every repetition is bounded, no quantified group
 contains another repetition, and what follows a repetition cannot continue its
 character class (so :func:`rx` may make every repetition possessive).
 """
@@ -35,9 +35,13 @@ class Detector:
 
     kind: str  # the kind reported (with ``kinds``: only the family's name)
     pattern: re.Pattern[str]
-    # Prefilter: the pattern can only match where one of these substrings occurs. ``None``
-    # means the pattern starts with a literal, and the engine's own prefix search (which
-    # skips ordinary text at memory speed) is the prefilter.
+    # Literal-prefix detectors: every match starts with one of these strings. The engine
+    # finds every detector's prefixes in one search and tries the pattern only where one
+    # starts (``tests/unit/test_secrets.py`` checks that the list covers every string the
+    # pattern can start with).
+    prefixes: tuple[str, ...] = ()
+    # Anchored detectors only: the pattern can only match near where one of these
+    # substrings occurs (see ``anchored``). ``None`` for literal-prefix detectors.
     keywords: tuple[str, ...] | None = None
     # Keywords are looked up in the lower-cased text (context words such as "mailgun").
     fold: bool = False
@@ -217,7 +221,7 @@ def _assigned(
     return Detector(
         kind,
         rx(name + _ASSIGN + value),
-        (keyword,),
+        keywords=(keyword,),
         fold=True,
         anchored=True,
         reach=reach,
@@ -257,6 +261,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "github_token",
         rx(r"gh(?P<k>[pousr])_[A-Za-z0-9]{36,251}" + _EH),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
         kinds={
             "p": "github_personal_access_token",
             "o": "github_oauth_token",
@@ -266,33 +271,49 @@ DETECTORS: tuple[Detector, ...] = (
         },
     ),
     Detector(
-        "github_fine_grained_token", rx(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59,200}" + _EH)
+        "github_fine_grained_token",
+        rx(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59,200}" + _EH),
+        ("github_pat_",),
     ),
     # GitLab (docs.gitlab.com "Token prefixes")
     Detector(
         "gitlab_personal_access_token",
         rx(r"glpat-[A-Za-z0-9_-]{20,300}(?:\.[A-Za-z0-9]{2}\.[A-Za-z0-9]{7,12})?" + _E),
+        ("glpat-",),
     ),
-    Detector("gitlab_deploy_token", rx(r"gldt-[A-Za-z0-9_-]{20,300}" + _E)),
+    Detector("gitlab_deploy_token", rx(r"gldt-[A-Za-z0-9_-]{20,300}" + _E), ("gldt-",)),
     Detector(
         "gitlab_runner_token",
         rx(r"(?:glrt-|glrtr-|GR1348941)[A-Za-z0-9_-]{20,300}" + _E),
-        ("glrt", "GR1348941"),
+        ("glrt-", "glrtr-", "GR1348941"),
     ),
     Detector(
         "gitlab_token",
         rx(r"gl(?:cbt|ptt|ft|imt|agent|oas|soat|ffct|wt)-[A-Za-z0-9_-]{20,300}" + _E),
+        (
+            "glcbt-",
+            "glptt-",
+            "glft-",
+            "glimt-",
+            "glagent-",
+            "gloas-",
+            "glsoat-",
+            "glffct-",
+            "glwt-",
+        ),
     ),
     # Slack (api.slack.com/authentication/token-types)
     Detector(
         "slack_token",
         rx(r"xox(?P<k>[abeoprs])-[0-9]{1,13}-[A-Za-z0-9-]{20,250}" + _EH),
+        ("xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-"),
         kinds={"b": "slack_bot_token", "p": "slack_user_token"}
         | dict.fromkeys("aeors", "slack_token"),
     ),
     Detector(
         "slack_app_token",
         rx(r"xapp-[0-9]{1,2}-[A-Z0-9]{9,12}-[0-9]{10,16}-[a-f0-9]{32,80}" + _EH),
+        ("xapp-",),
     ),
     Detector(
         "slack_webhook_url",
@@ -300,19 +321,30 @@ DETECTORS: tuple[Detector, ...] = (
             r"hooks\.slack\.com/(?:services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{20,40}"
             r"|(?:workflows|triggers)/T[A-Z0-9]{6,12}/[A-Za-z0-9/]{30,120})" + _EH
         ),
+        ("hooks.slack.com/",),
         bounded=False,
     ),
     # Stripe (docs.stripe.com/keys)
-    Detector("stripe_secret_key", rx(r"sk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH)),
-    Detector("stripe_restricted_key", rx(r"rk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH)),
-    Detector("stripe_webhook_secret", rx(r"whsec_[A-Za-z0-9+/]{32,88}" + _EH)),
+    Detector(
+        "stripe_secret_key",
+        rx(r"sk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH),
+        ("sk_live_", "sk_test_"),
+    ),
+    Detector(
+        "stripe_restricted_key",
+        rx(r"rk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH),
+        ("rk_live_", "rk_test_"),
+    ),
+    Detector("stripe_webhook_secret", rx(r"whsec_[A-Za-z0-9+/]{32,88}" + _EH), ("whsec_",)),
     # Google
-    Detector("google_api_key", rx(r"AIza[A-Za-z0-9_-]{35}" + _E)),
-    Detector("google_oauth_client_secret", rx(r"GOCSPX-[A-Za-z0-9_-]{28}" + _E)),
-    Detector("google_oauth_access_token", rx(r"ya29\.[A-Za-z0-9_-]{30,2048}" + _E)),
+    Detector("google_api_key", rx(r"AIza[A-Za-z0-9_-]{35}" + _E), ("AIza",)),
+    Detector("google_oauth_client_secret", rx(r"GOCSPX-[A-Za-z0-9_-]{28}" + _E), ("GOCSPX-",)),
+    Detector("google_oauth_access_token", rx(r"ya29\.[A-Za-z0-9_-]{30,2048}" + _E), ("ya29.",)),
     # AI providers
     Detector(
-        "anthropic_api_key", rx(r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{32,256}" + _E)
+        "anthropic_api_key",
+        rx(r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{32,256}" + _E),
+        ("sk-ant-",),
     ),
     Detector(
         "openai_api_key",
@@ -320,14 +352,15 @@ DETECTORS: tuple[Detector, ...] = (
             r"sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}"
             r"|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})" + _E
         ),
+        ("sk-",),
     ),
     Detector(
         "huggingface_token", rx(r"(?:hf_|api_org_)[A-Za-z0-9]{34}" + _EH), ("hf_", "api_org_")
     ),
-    Detector("groq_api_key", rx(r"gsk_[A-Za-z0-9]{52}" + _EH)),
-    Detector("xai_api_key", rx(r"xai-[A-Za-z0-9]{80}" + _EH)),
-    Detector("replicate_api_token", rx(r"r8_[A-Za-z0-9]{37}" + _EH)),
-    Detector("perplexity_api_key", rx(r"pplx-[A-Za-z0-9]{48}" + _EH)),
+    Detector("groq_api_key", rx(r"gsk_[A-Za-z0-9]{52}" + _EH), ("gsk_",)),
+    Detector("xai_api_key", rx(r"xai-[A-Za-z0-9]{80}" + _EH), ("xai-",)),
+    Detector("replicate_api_token", rx(r"r8_[A-Za-z0-9]{37}" + _EH), ("r8_",)),
+    Detector("perplexity_api_key", rx(r"pplx-[A-Za-z0-9]{48}" + _EH), ("pplx-",)),
     # Key material and signed tokens
     Detector(
         "jwt",
@@ -335,25 +368,29 @@ DETECTORS: tuple[Detector, ...] = (
             r"(eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,2048})\.[A-Za-z0-9_-]{10,16384}\.[A-Za-z0-9_-]{16,1024}"
             + _E
         ),
+        ("eyJ",),
         check=_jwt_header,
     ),
     Detector(
         "age_secret_key",
         rx(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}" + _EH),
+        ("AGE-SECRET-KEY-1",),
         check=_age_key,
     ),
     # Package registries, hosting, infrastructure
-    Detector("npm_access_token", rx(r"npm_[A-Za-z0-9]{36}" + _EH)),
+    Detector("npm_access_token", rx(r"npm_[A-Za-z0-9]{36}" + _EH), ("npm_",)),
     Detector(
         "pypi_api_token",
         rx(r"pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,1000}" + _E),
+        ("pypi-AgEIcHlwaS5vcmc", "pypi-AgENdGVzdC5weXBpLm9yZw"),
     ),
-    Detector("docker_hub_token", rx(r"dckr_pat_[A-Za-z0-9_-]{27,40}" + _E)),
-    Detector("sendgrid_api_key", rx(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E)),
-    Detector("twilio_api_key", rx(r"SK[0-9a-fA-F]{32}" + _EH)),
+    Detector("docker_hub_token", rx(r"dckr_pat_[A-Za-z0-9_-]{27,40}" + _E), ("dckr_pat_",)),
+    Detector("sendgrid_api_key", rx(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E), ("SG.",)),
+    Detector("twilio_api_key", rx(r"SK[0-9a-fA-F]{32}" + _EH), ("SK",)),
     Detector(
         "twilio_auth_token",
         rx(r"AC[0-9a-f]{32}:([0-9a-f]{32})" + _EH),
+        ("AC",),
         group=1,
     ),
     _assigned(
@@ -368,6 +405,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "digitalocean_token",
         rx(r"do(?P<k>[opr])_v1_[a-f0-9]{64}" + _EH),
+        ("dop_v1_", "doo_v1_", "dor_v1_"),
         kinds={
             "p": "digitalocean_personal_access_token",
             "o": "digitalocean_oauth_token",
@@ -377,6 +415,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "shopify_token",
         rx(r"shp(?P<k>at|ss|ca|pa)_[a-fA-F0-9]{32}" + _EH),
+        ("shpat_", "shpss_", "shpca_", "shppa_"),
         kinds={
             "at": "shopify_access_token",
             "ss": "shopify_shared_secret",
@@ -399,11 +438,11 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "azure_ad_client_secret",
         rx(r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"),
-        ("Q~",),
+        keywords=("Q~",),
         anchored=True,
         offsets=(4,),
     ),
-    Detector("vault_token", rx(r"hv[sbr]\.[A-Za-z0-9_-]{90,400}" + _E)),
+    Detector("vault_token", rx(r"hv[sbr]\.[A-Za-z0-9_-]{90,400}" + _E), ("hvs.", "hvb.", "hvr.")),
     _assigned(
         "vault_token",
         # The legacy "s." shape is far too short to stand alone: only as a Vault token value.
@@ -412,14 +451,15 @@ DETECTORS: tuple[Detector, ...] = (
         "vault",
         offsets=(0, 2),
     ),
-    Detector("databricks_token", rx(r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?" + _EH)),
-    Detector("atlassian_api_token", rx(r"ATATT3[A-Za-z0-9_=-]{150,250}" + _E)),
+    Detector("databricks_token", rx(r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?" + _EH), ("dapi",)),
+    Detector("atlassian_api_token", rx(r"ATATT3[A-Za-z0-9_=-]{150,250}" + _E), ("ATATT3",)),
     Detector(
         "linear_token",
         rx(r"lin_(?:(?P<k>api)_[A-Za-z0-9]{40}|oauth_[a-f0-9]{64})" + _EH),
+        ("lin_api_", "lin_oauth_"),
         kinds={"api": "linear_api_key", "": "linear_oauth_token"},
     ),
-    Detector("postman_api_key", rx(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _EH)),
+    Detector("postman_api_key", rx(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _EH), ("PMAK-",)),
     Detector(
         "grafana_token",
         rx(
@@ -428,34 +468,38 @@ DETECTORS: tuple[Detector, ...] = (
         ),
         ("glsa_", "glc_eyJ"),
     ),
-    Detector("doppler_token", rx(r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}" + _EH)),
+    Detector(
+        "doppler_token",
+        rx(r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}" + _EH),
+        ("dp.pt.", "dp.st.", "dp.ct.", "dp.sa.", "dp.scim.", "dp.audit."),
+    ),
     Detector(
         "sentry_token",
         rx(r"(?:sntryu_[a-f0-9]{64}|sntrys_eyJ[A-Za-z0-9+/=_]{60,400})" + _EH),
         ("sntryu_", "sntrys_"),
     ),
-    Detector("notion_token", rx(r"ntn_[0-9]{11}[A-Za-z0-9]{35}" + _EH)),
-    Detector("heroku_api_key", rx(r"HRKU-AA[A-Za-z0-9_-]{58}" + _E)),
-    Detector("new_relic_user_key", rx(r"NRAK-[A-Z0-9]{27}" + _EH)),
-    Detector("supabase_token", rx(r"sbp_[a-f0-9]{40}" + _EH)),
+    Detector("notion_token", rx(r"ntn_[0-9]{11}[A-Za-z0-9]{35}" + _EH), ("ntn_",)),
+    Detector("heroku_api_key", rx(r"HRKU-AA[A-Za-z0-9_-]{58}" + _E), ("HRKU-AA",)),
+    Detector("new_relic_user_key", rx(r"NRAK-[A-Z0-9]{27}" + _EH), ("NRAK-",)),
+    Detector("supabase_token", rx(r"sbp_[a-f0-9]{40}" + _EH), ("sbp_",)),
     # Chat and mail
     Detector(
         "discord_webhook_url",
         rx(r"discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/[A-Za-z0-9_-]{60,68}" + _E),
-        ("discord",),
+        ("discord.com/api/webhooks/", "discordapp.com/api/webhooks/"),
         bounded=False,
     ),
     Detector(
         "telegram_bot_token",
         rx(r"[0-9]{5,16}:A[A-Za-z0-9_-]{34}" + _E),
-        (":A",),
+        keywords=(":A",),
         anchored=True,
         offsets=tuple(range(16, 4, -1)),  # leftmost start first
     ),
     Detector(
         "mailgun_api_key",
         rx(r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _EH),
-        ("mailgun",),
+        keywords=("mailgun",),
         fold=True,
         anchored=True,
         reach=250,
@@ -464,7 +508,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "mailchimp_api_key",
         rx(r"[0-9a-f]{32}-us[0-9]{1,2}" + _EH),
-        ("-us",),
+        keywords=("-us",),
         anchored=True,
         offsets=(32,),
     ),

@@ -18,12 +18,16 @@ Three functions are the whole interface:
 * :func:`mask` replaces each secret with ``[REDACTED:<kind>]``. Records and search
   queries are masked before they are stored, logged or sent anywhere.
 
-Cost is linear in the length of the text. Every pattern starts with a literal (so the
-regex engine's prefix search skips ordinary prose at memory speed) or sits behind a
-keyword prefilter, every repetition is bounded, and no quantified group contains
-another repetition, so no input can make a pattern backtrack more than a constant
-amount per position (``tests/unit/test_secrets.py`` checks the patterns' structure and
-runs adversarial inputs; ``bench/bench_secrets.py`` prints the throughput).
+Cost is linear in the length of the text. Every pattern starts with one of its declared
+literal prefixes or is anchored on keywords; all prefixes and keywords are searched for
+together (grouped by a rare character they share: about twenty passes, instead of one or
+two per detector) and each detector then runs only where it is triggered, with the same
+findings as each searching the whole text (the previous engine, kept as
+``_raw_reference``, is what the tests compare with).
+Every repetition is bounded and no quantified group contains another repetition, so no
+input can make a pattern backtrack more than a constant amount per position
+(``tests/unit/test_secrets.py`` checks the patterns' structure and runs adversarial
+inputs; ``bench/bench_secrets.py`` prints the throughput before and after).
 
 The table of shapes is :mod:`cairn.secret_shapes`; this module is the engine that runs
 it, plus the two shapes a single pattern cannot express (private key blocks and Discord
@@ -32,6 +36,7 @@ bot tokens).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -156,34 +161,195 @@ def _private_keys(text: str) -> list[tuple[int, int]]:
 
 
 # --- the engine ------------------------------------------------------------------------
+#
+# One search finds every trigger: each literal-prefix detector's prefixes, the keywords
+# of the anchored detectors that look them up case-sensitively, and "PRIVATE KEY". A
+# second one over the lower-cased text finds the case-insensitive keywords. Each detector
+# then runs only where its triggers are, instead of every detector searching the whole
+# text (about sixty passes). The result is the same as a full search: a literal-prefix match
+# can only start at one of its prefixes, and the anchored detectors were only ever run
+# at their keywords.
+
+_PEM_TRIGGER = "PRIVATE KEY"
+_PEM = -1  # owner id of the private key gate among the trigger literals
+
+# The regex engine searches for a pattern that starts with one literal character at
+# memory speed, but for a pattern that starts with any of several characters it tests
+# each character of the text in turn, several times slower; and its cost at each place
+# where the first character does occur is about that of a hundred characters skipped.
+# So the literals are grouped by an *anchor* character they contain, one pattern per
+# group: the anchor, then lookbehind and lookahead for the rest of each literal. Anchors
+# are characters that are rare in prose and shared by many literals, in this order of
+# preference; a literal with none of them is searched for on its own.
+_ANCHORS = "_-.~QJKG"
 
 
-class _Present:
-    """Which keywords occur in a text, each looked up once."""
+class _Group:
+    """The literals anchored on one character, and the pattern that finds them.
 
-    __slots__ = ("_folded", "_seen", "_text")
+    A group of one literal is searched for from its anchor on (the regex engine's fast
+    literal search stops only where the anchor occurs) and confirmed backwards, and
+    every match is an occurrence. In a larger group each alternative ends with an empty
+    capture group, so ``lastindex`` names the literal that matched; ``also[k]`` lists the
+    other literals that can occur at the same anchor (``"sk-"`` inside ``"sk-ant-"``),
+    checked one by one.
+    """
 
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._folded: str | None = None
-        self._seen: dict[tuple[str, bool], bool] = {}
+    __slots__ = ("also", "literals", "pattern", "single")
 
-    def folded(self) -> str:
-        # Lower-casing is only for finding keywords; spans come from the original text.
-        if self._folded is None:
-            self._folded = self._text.lower()
-        return self._folded
+    def __init__(self, anchor: str, members: list[tuple[str, int]]) -> None:
+        # The order of the alternatives in ``pattern`` (and so of their groups): literals
+        # that start with the anchor first, see ``_alternatives``.
+        members = sorted(members, key=lambda member: member[1] != 0)
+        self.literals = tuple(members)
+        self.also = tuple(
+            tuple(
+                (other, j)
+                for other, j in members
+                if other != literal and _agree(literal, i, other, j)
+            )
+            for literal, i in members
+        )
+        literal, i = members[0]
+        # Matching the rest of the literal after the anchor consumes it; that must not
+        # swallow the anchor of an overlapping next occurrence (a literal that repeats
+        # itself within that length, like "abab").
+        self.single = len(members) == 1 and not any(
+            literal.startswith(literal[d:]) for d in range(1, len(literal) - i)
+        )
+        if self.single:
+            before = f"(?<={re.escape(literal)})" if i else ""
+            self.pattern = re.compile(re.escape(literal[i:]) + before)
+            return
+        alts: list[str] = []
+        for literal, i in members:
+            before = f"(?<={re.escape(literal[: i + 1])})" if i else ""
+            after = f"(?={re.escape(literal[i + 1 :])})" if i + 1 < len(literal) else ""
+            alts.append(before + after + "()")
+        self.pattern = re.compile(re.escape(anchor) + _alternatives(anchor, members, alts))
 
-    def any(self, keywords: Iterable[str], fold: bool) -> bool:
-        for kw in keywords:
-            key = (kw, fold)
-            hit = self._seen.get(key)
-            if hit is None:
-                hit = kw in (self.folded() if fold else self._text)
-                self._seen[key] = hit
-            if hit:
-                return True
-        return False
+
+def _agree(a: str, i: int, b: str, j: int) -> bool:
+    """Whether ``a`` and ``b`` can both occur with their anchors (``a[i]``, ``b[j]``) at
+    the same place of a text: they agree wherever they overlap."""
+    shift = j - i  # b starts this many characters before a
+    return all(b[k + shift] == ch for k, ch in enumerate(a) if 0 <= k + shift < len(b))
+
+
+def _alternatives(anchor: str, members: list[tuple[str, int]], alts: list[str]) -> str:
+    at_start = [alt for (_, i), alt in zip(members, alts, strict=True) if not i]
+    inside = [(lit, i, alt) for (lit, i), alt in zip(members, alts, strict=True) if i]
+    branches = list(at_start)
+    if inside:
+        # A one-character test first (the character before the anchor) rejects most
+        # anchors of prose before the alternatives are tried one by one.
+        first = ""
+        if len(inside) > 2:
+            chars = "".join(re.escape(c) for c in sorted({lit[i - 1] for lit, i, _ in inside}))
+            first = f"(?<=[{chars}]{re.escape(anchor)})"
+        branches.append(first + "(?:" + "|".join(alt for _, _, alt in inside) + ")")
+    return "(?:" + "|".join(branches) + ")"
+
+
+def _groups(literals: Iterable[str]) -> list[_Group]:
+    grouped: dict[str, list[tuple[str, int]]] = {}
+    alone: list[tuple[str, int]] = []
+    for literal in sorted(set(literals)):
+        anchor = next((a for a in _ANCHORS if a in literal), "")
+        if anchor:
+            grouped.setdefault(anchor, []).append((literal, literal.index(anchor)))
+        else:
+            # At least two characters from the anchor on: the regex engine then checks the
+            # second one in its fast scan instead of trying a match at every anchor.
+            rarest = max(range(max(1, len(literal) - 1)), key=lambda i: _rarity(literal[i]))
+            alone.append((literal, rarest))
+    groups = [_Group(a, members) for a, members in sorted(grouped.items())]
+    groups += [_Group(literal[i], [(literal, i)]) for literal, i in alone]
+    return groups
+
+
+# Characters from the most to the least frequent in prose and Markdown (lower-case letters
+# in their English order, digits, capitals); anything else counts as rarer still.
+_COMMONNESS = " \netaoinshrdlcumwfgypbv.,kjxqz-/:0123456789ETAOINSHRDLCUMWFGYPBVKJXQZ"
+
+
+def _rarity(ch: str) -> int:
+    rank = _COMMONNESS.find(ch)
+    return len(_COMMONNESS) if rank == -1 else rank
+
+
+def _owners(pairs: Iterable[tuple[str, int]]) -> dict[str, tuple[int, ...]]:
+    owners: dict[str, list[int]] = {}
+    for literal, owner in pairs:
+        owners.setdefault(literal, []).append(owner)
+    return {literal: tuple(ids) for literal, ids in owners.items()}
+
+
+_EXACT_OWNERS = _owners(
+    [
+        (literal, index)
+        for index, det in enumerate(_DETECTORS)
+        for literal in ((det.keywords or ()) if det.anchored else det.prefixes)
+        if not (det.anchored and det.fold)
+    ]
+    + [(_PEM_TRIGGER, _PEM)]
+)
+_FOLDED_OWNERS = _owners(
+    (kw, index)
+    for index, det in enumerate(_DETECTORS)
+    if det.anchored and det.fold
+    for kw in det.keywords or ()
+)
+_EXACT_GROUPS = _groups(_EXACT_OWNERS)
+_FOLDED_GROUPS = _groups(_FOLDED_OWNERS)
+
+
+# Above this many occurrences per character of text, a group's literals are too dense
+# to visit one by one from Python (runs of "sk-sk-sk-…"): its owners fall back to
+# searching the whole text, as every detector once did.
+_DENSE = 1 / 256
+
+
+def _find(
+    text: str, groups: list[_Group], owners: dict[str, tuple[int, ...]], limit: bool = True
+) -> tuple[dict[int, list[int]], set[int]]:
+    """Where each owner's literals occur in ``text``: sorted start positions per owner (a
+    detector's index, or :data:`_PEM`), overlapping occurrences included; and (with
+    ``limit``) the owners whose literals were too dense to list (:data:`_DENSE`), which
+    must search ``text`` themselves."""
+    found: dict[int, list[int]] = {}
+    dense: set[int] = set()
+    budget = 64 + int(len(text) * _DENSE) if limit else len(text)
+    for group in groups:
+        literals, also = group.literals, group.also
+        if group.single:
+            literal, i = literals[0]
+            first = itertools.islice(group.pattern.finditer(text), budget + 1)
+            starts = [m.start() - i for m in first]
+            if len(starts) > budget:
+                dense.update(owners[literal])
+                continue
+            for owner in owners[literal] if starts else ():
+                found.setdefault(owner, []).extend(starts)
+            continue
+        hits = 0
+        for m in group.pattern.finditer(text):
+            hits += 1
+            if hits > budget:
+                dense.update(owner for literal, _ in literals for owner in owners[literal])
+                break
+            at = m.start()
+            k = m.lastindex - 1  # type: ignore[operator]  # every alternative has a group
+            literal, i = literals[k]
+            for owner in owners[literal]:
+                found.setdefault(owner, []).append(at - i)
+            for other, j in also[k]:
+                if at >= j and text.startswith(other, at - j):
+                    for owner in owners[other]:
+                        found.setdefault(owner, []).append(at - j)
+    for positions in found.values():
+        positions.sort()
+    return found, dense
 
 
 def _is_filler(value: str) -> bool:
@@ -191,22 +357,39 @@ def _is_filler(value: str) -> bool:
     return len(tail) >= 8 and set(tail) <= FILLER
 
 
-def _positions(haystack: str, keywords: Iterable[str]) -> list[int]:
-    found: list[int] = []
-    for kw in keywords:
-        pos = haystack.find(kw)
-        while pos != -1:
-            found.append(pos)
-            pos = haystack.find(kw, pos + 1)
-    found.sort()
-    return found
+# Trying a pattern at one position from Python costs about what the regex engine's own
+# search spends skipping this many characters of text.
+_MATCH_COST = 256
 
 
-def _anchored(det: Detector, text: str, haystack: str) -> Iterator[re.Match[str]]:
-    assert det.keywords is not None
+def _at_prefixes(det: Detector, text: str, positions: list[int]) -> Iterable[re.Match[str]]:
+    """What ``det.pattern.finditer(text)`` yields, for a pattern whose every match starts
+    at one of ``positions`` (sorted): the leftmost match, then the leftmost from where it
+    ended. Where the positions are dense the engine's own search from the first one is
+    cheaper than a call per position; it finds the same matches, since none can start
+    before the first position."""
+    first = positions[0]
+    if len(positions) * _MATCH_COST > len(text) - first:
+        return det.pattern.finditer(text, first)
+    return _each_prefix(det, text, positions)
+
+
+def _each_prefix(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
+    last_end = -1
+    for pos in positions:
+        if pos < last_end:
+            continue
+        m = det.pattern.match(text, pos)
+        if m is not None:
+            last_end = m.end()
+            yield m
+
+
+def _anchored(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
+    """Matches of an anchored detector around its keyword ``positions`` (sorted)."""
     last_end = -1
     if det.offsets:
-        for pos in _positions(haystack, det.keywords):
+        for pos in positions:
             for back in det.offsets:
                 if back <= pos and pos - back >= last_end:
                     m = det.pattern.match(text, pos - back)
@@ -216,7 +399,7 @@ def _anchored(det: Detector, text: str, haystack: str) -> Iterator[re.Match[str]
                         break
         return
     windows: list[tuple[int, int]] = []
-    for pos in _positions(haystack, det.keywords):
+    for pos in positions:
         hi = min(len(text), pos + det.reach)
         if windows and pos <= windows[-1][1]:
             windows[-1] = (windows[-1][0], hi)  # merged: every character searched once
@@ -237,27 +420,97 @@ def _anchored(det: Detector, text: str, haystack: str) -> Iterator[re.Match[str]
             yield m
 
 
-def _matches(det: Detector, text: str, present: _Present) -> Iterable[re.Match[str]]:
-    if not det.anchored:
-        return det.pattern.finditer(text)
-    haystack = present.folded() if det.fold else text
-    if len(haystack) != len(text):
-        # A few characters change length when lower-cased; then positions do not carry
-        # over and the whole text is searched instead (correct, just slower).
-        return det.pattern.finditer(text)
-    return _anchored(det, text, haystack)
+def _positions(haystack: str, keywords: Iterable[str]) -> list[int]:
+    """Sorted positions of every occurrence of every keyword, found one keyword at a time."""
+    found: list[int] = []
+    for kw in keywords:
+        pos = haystack.find(kw)
+        while pos != -1:
+            found.append(pos)
+            pos = haystack.find(kw, pos + 1)
+    found.sort()
+    return found
 
 
 def _raw(text: str) -> list[tuple[int, int, int, str]]:
-    """Every match of every detector as ``(start, end, priority, kind)``, overlaps included."""
+    """Every match of every detector as ``(start, end, priority, kind)``, overlaps included,
+    in detector order (``mask`` relies on that order when one value has two kinds)."""
     found: list[tuple[int, int, int, str]] = []
     if not text:
         return found
-    present = _Present(text)
+    exact, dense = _find(text, _EXACT_GROUPS, _EXACT_OWNERS)
+    folded_text = text.lower() if _FOLDED_OWNERS else text
+    # A few characters change length when lower-cased; then positions in the lower-cased
+    # text do not carry over, and those detectors search the whole text instead (correct,
+    # just slower) when one of their keywords occurs at all.
+    aligned = len(folded_text) == len(text)
+    # The keyword detectors visit every keyword position anyway: no limit.
+    folded = _find(folded_text, _FOLDED_GROUPS, _FOLDED_OWNERS, limit=False)[0] if aligned else {}
     for priority, det in enumerate(_DETECTORS):
-        if det.keywords is not None and not present.any(det.keywords, det.fold):
+        matches: Iterable[re.Match[str]]
+        if det.anchored and det.fold:
+            if aligned:
+                matches = _anchored(det, text, folded.get(priority, []))
+            elif any(kw in folded_text for kw in det.keywords or ()):
+                matches = det.pattern.finditer(text)
+            else:
+                continue
+        elif priority in dense:
+            if det.anchored:
+                matches = _anchored(det, text, _positions(text, det.keywords or ()))
+            else:
+                matches = det.pattern.finditer(text)
+        elif priority not in exact:
             continue
-        for m in _matches(det, text, present):
+        elif det.anchored:
+            matches = _anchored(det, text, exact[priority])
+        else:
+            matches = _at_prefixes(det, text, exact[priority])
+        for m in matches:
+            if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
+                continue
+            if det.check is not None and not det.check(m):
+                continue
+            start, end = m.span(det.group)
+            if not det.filler_ok and _is_filler(text[start:end]):
+                continue
+            found.append((start, end, priority, det.kind_of(m)))
+    if _PEM in exact or _PEM in dense:
+        found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
+    late = len(_DETECTORS)
+    found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))
+    return found
+
+
+# --- the reference engine --------------------------------------------------------------
+#
+# The engine as it was before the one-pass trigger search: every detector searching the
+# whole text (or its keywords' positions in it). Kept, unchanged, only so that the tests
+# can check that ``_raw`` finds exactly what it finds, and the benchmark can print both.
+
+
+def _raw_reference(text: str) -> list[tuple[int, int, int, str]]:
+    """What :func:`_raw` returns, computed the slow, obvious way (for tests and benchmarks)."""
+    found: list[tuple[int, int, int, str]] = []
+    if not text:
+        return found
+    folded_text: str | None = None
+    for priority, det in enumerate(_DETECTORS):
+        matches: Iterable[re.Match[str]]
+        if det.anchored:
+            assert det.keywords is not None
+            if det.fold and folded_text is None:
+                folded_text = text.lower()
+            haystack = folded_text if det.fold and folded_text is not None else text
+            if not any(kw in haystack for kw in det.keywords):
+                continue
+            if len(haystack) != len(text):
+                matches = det.pattern.finditer(text)
+            else:
+                matches = _anchored(det, text, _positions(haystack, det.keywords))
+        else:
+            matches = det.pattern.finditer(text)
+        for m in matches:
             if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
                 continue
             if det.check is not None and not det.check(m):

@@ -727,3 +727,152 @@ def test_check_message_counts_the_other_findings() -> None:
     assert "npm_access_token" in info.value.message
     assert "line 2" in info.value.message
     assert "1 more" in info.value.message
+
+
+# --- the one-pass trigger search finds exactly what a full search finds -------------------
+
+_TRIGGER_WORDS = sorted(
+    {p for d in secrets._DETECTORS for p in d.prefixes}
+    | {k for d in secrets._DETECTORS for k in d.keywords or ()}
+    | {k.upper() for d in secrets._DETECTORS if d.fold for k in d.keywords or ()}
+    | {"PRIVATE KEY", "-----BEGIN ", "-----END ", "İ", "K", "ſecret", "Secret", "AccountKey="}
+)
+_MARKDOWN = [
+    "# Title\n\n",
+    "## Setup\n",
+    "- item one\n- [x] done\n",
+    "1. first\n2. second\n",
+    "```bash\nexport TOKEN=$TOKEN\n```\n",
+    "> quoted: see `config.yaml`\n",
+    "| key | value |\n|---|---|\n| a | b |\n",
+    "[link](https://example.com/a/b?c=d#e) and <http://localhost:8080/x>\n",
+    "**bold** _em_ ~~strike~~ `code_span`\n",
+]
+_NEAR = [c.near_miss for c in CASES]
+_WHOLE = [_doc(c)[0] for c in CASES]
+_RANDOM = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
+_MIXED = st.one_of(
+    _FILLER,
+    _RANDOM,
+    st.sampled_from(_SECRETS),
+    st.sampled_from(_WHOLE),
+    st.sampled_from(_NEAR),
+    st.sampled_from(BENIGN),
+    st.sampled_from(_MARKDOWN),
+    st.sampled_from(_TRIGGER_WORDS),
+)
+
+
+def _same_as_reference(text: str) -> None:
+    assert secrets._raw(text) == secrets._raw_reference(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_MIXED, max_size=14))
+def test_scan_finds_exactly_what_the_reference_engine_finds(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    _same_as_reference(text)
+    # Spliced: a piece cut into the middle of another, so triggers straddle boundaries.
+    if len(pieces) >= 2:
+        half = len(pieces[0]) // 2
+        _same_as_reference(pieces[0][:half] + pieces[1] + pieces[0][half:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_arbitrary_text_matches_the_reference_engine(text: str) -> None:
+    _same_as_reference(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [*_WHOLE, *_NEAR, *BENIGN, *ADVERSARIAL.values(), "\n".join(_WHOLE), "".join(_SECRETS)],
+)
+def test_fixed_inputs_match_the_reference_engine(text: str) -> None:
+    _same_as_reference(text)
+    assert scan(text) == scan_reference(text)
+
+
+def scan_reference(text: str) -> list[Finding]:
+    """``scan`` over the reference engine's raw findings (the same resolution of overlaps)."""
+    raw = sorted(secrets._raw_reference(text), key=lambda r: (r[0], r[0] - r[1], r[2]))
+    out: list[Finding] = []
+    last_end = 0
+    for start, end, _priority, kind in raw:
+        if start >= last_end:
+            out.append(Finding(kind, text.count("\n", 0, start) + 1, start, end))
+            last_end = end
+    return out
+
+
+def test_overlapping_triggers_are_all_found() -> None:
+    # "sk-" inside "sk-ant-", "AC" inside "ACCA", "gsk_" around "sk_": every occurrence of
+    # every literal is a trigger, even where occurrences overlap.
+    ant = "sk-" + "ant-api03-" + rnd(URLSAFE, 93) + "AA"
+    stripe = "sk" + "_live_" + rnd(ALNUM, 24)
+    for text in (ant, "g" + stripe, "x " + stripe, "sk-sk-" + ant[3:], "://://a:b@c"):
+        _same_as_reference(text)
+    assert [f.kind for f in scan("note " + ant)] == ["anthropic_api_key"]
+
+
+def _leading(node: Any, limit: int = 64) -> tuple[set[str], bool]:
+    """Every literal string a parsed pattern must start with, expanded until the first
+    item that is not a literal, a small class, a group, an alternation or an optional
+    group (lookarounds are skipped: zero width); and whether the whole pattern was
+    expanded (if not, the strings are only the start of a match)."""
+    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    items = list(node.data if isinstance(node, _parser.SubPattern) else node)
+    heads = {""}
+    for op, av in items:
+        options: set[str] | None = None
+        complete = True
+        if op is c.LITERAL:
+            options = {chr(av)}
+        elif op is c.IN and all(o in (c.LITERAL, c.RANGE) for o, _ in av):
+            chars: set[str] = set()
+            for o, v in av:
+                chars |= {chr(v)} if o is c.LITERAL else {chr(x) for x in range(v[0], v[1] + 1)}
+            options = chars if len(chars) <= 8 else None
+        elif op is c.SUBPATTERN and not av[1]:  # no inline flags (case-insensitive)
+            options, complete = _leading(av[-1], limit)
+        elif op is c.BRANCH:
+            options = set()
+            for alt in av[1]:
+                more, done = _leading(alt, limit)
+                options |= more
+                complete = complete and done
+        elif op in (c.MAX_REPEAT, c.POSSESSIVE_REPEAT) and (av[0], av[1]) == (0, 1):
+            more, complete = _leading(av[2], limit)
+            options = {""} | more
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            continue
+        if not options or len(heads) * len(options) > limit:
+            return heads, False
+        heads = {h + o for h in heads for o in options}
+        if not complete:
+            return heads, False
+    return heads, True
+
+
+def test_prefixes_cover_every_start_of_every_pattern() -> None:
+    from re import _parser  # type: ignore[attr-defined]
+
+    for det in secrets._DETECTORS:
+        if det.anchored:
+            assert det.keywords and not det.prefixes, det.kind
+            continue
+        assert det.prefixes and det.keywords is None, det.kind
+        starts, _ = _leading(_parser.parse(det.pattern.pattern, det.pattern.flags))
+        uncovered = sorted(s for s in starts if not any(s.startswith(p) for p in det.prefixes))
+        assert starts != {""} and uncovered == [], det.kind
+
+
+def test_the_prefix_check_catches_a_missing_prefix() -> None:
+    from re import _parser  # type: ignore[attr-defined]
+
+    starts, complete = _leading(_parser.parse(r"gh[pousr]_[A-Za-z0-9]{36}"))
+    assert not complete
+    assert starts == {"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}
+    assert [s for s in starts if not any(s.startswith(p) for p in ("ghp_", "gho_"))]
