@@ -2,8 +2,10 @@
 
 Every test takes ``store_factory`` and runs once per registered adapter. A factory
 takes a :class:`~cairn.quota.Limits`, so tests build stores with small quotas the same
-way on every adapter. A test that needs optional behaviour skips on the store's
-declared ``capabilities`` — never on the adapter's name.
+way on every adapter. A test that needs optional behaviour says so with
+``@pytest.mark.requires("capability", ...)``; it is generated only for the adapters whose
+store declares those ``capabilities`` (never chosen by the adapter's name), so nothing in
+the suite skips.
 
 Adding an adapter = one more entry in :data:`OPENERS` (and a branch in
 :meth:`StoreSpec.open`, which child processes of the concurrency test call).
@@ -20,7 +22,7 @@ import pytest
 
 from cairn.quota import Limits
 from cairn.store.base import MemoryStore
-from tests.conformance.helpers import StoreSpec
+from tests.conformance.helpers import StoreSpec, declared_capabilities
 
 #: kind → builder of a fresh, empty location: (pytest request, a fresh directory) → spec.
 Opener = Callable[[pytest.FixtureRequest, Path, Limits], StoreSpec]
@@ -71,7 +73,19 @@ class StoreFactory:
             store.close()
 
 
-@pytest.fixture(params=sorted(OPENERS))
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test over every adapter that declares what its ``requires`` marks name."""
+    if "store_factory" not in metafunc.fixturenames:
+        return
+    needed: set[str] = set()
+    for mark in metafunc.definition.iter_markers("requires"):
+        needed.update(mark.args)
+    kinds = [k for k in sorted(OPENERS) if needed <= declared_capabilities(k)]
+    assert kinds, f"no adapter declares {sorted(needed)}: the test would never run"
+    metafunc.parametrize("store_factory", kinds, indirect=True)
+
+
+@pytest.fixture
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     factory = StoreFactory(request.param, request, tmp_path)
     try:
@@ -84,9 +98,3 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
 def store(store_factory: StoreFactory) -> MemoryStore:
     """A store of this adapter with the default limits."""
     return store_factory(Limits())
-
-
-def require(store: MemoryStore, capability: str) -> None:
-    """Skip unless the store declares ``capability`` (never skip on the adapter name)."""
-    if capability not in store.capabilities:
-        pytest.skip(f"store does not declare the {capability!r} capability")

@@ -32,6 +32,17 @@ class StoreSpec:
         return SqlStore.open(self.target, self.limits, schema=self.schema)
 
 
+def declared_capabilities(kind: str) -> frozenset[str]:
+    """What the adapter of ``kind`` declares (its class attribute; never a name test)."""
+    if kind == "fs":
+        from cairn.store.fs import FilesystemStore
+
+        return FilesystemStore.capabilities
+    from cairn.store.sql import SqlStore
+
+    return SqlStore.capabilities
+
+
 def project_ref(tenant: str = TEAM, name: str = "notes", project: str = "proj-1") -> SpaceRef:
     return SpaceRef.build(Visibility.PROJECT, name, tenant=tenant, project=project)
 

@@ -12,10 +12,12 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from cairn.quota import KiB, Limits, MiB
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import MemoryStore
-from tests.conformance.conftest import StoreFactory, require
+from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import ref_for
 from tests.conformance.workers import observer_process, writer_process
 
@@ -29,6 +31,7 @@ def stored_bytes(store: MemoryStore, ref: SpaceRef) -> int:
     return sum(len(d.content.encode("utf-8")) for d in store.iter_documents(ref))
 
 
+@pytest.mark.requires("multiprocess")
 def test_concurrent_writers_keep_every_counter_exact(
     store_factory: StoreFactory, tmp_path: Path
 ) -> None:
@@ -37,7 +40,6 @@ def test_concurrent_writers_keep_every_counter_exact(
     )
     spec = store_factory.spec(limits)
     store = store_factory.open(spec)
-    require(store, "multiprocess")
     project, glob = ref_for(Visibility.PROJECT), ref_for(Visibility.GLOBAL)
     refs = [project, project, glob]  # two thirds of the writes go to the capped space
     stop = tmp_path / "stop"

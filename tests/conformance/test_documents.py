@@ -19,7 +19,6 @@ from cairn.errors import (
 )
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import MemoryStore, content_etag, with_platform_write_authority
-from tests.conformance.conftest import require
 from tests.conformance.helpers import OTHER_TEAM, TEAM, project_ref, ref_for
 
 # Refs built without SpaceRef.build, so only the store's own validation stands in the way.
@@ -56,8 +55,8 @@ def test_store_validates_the_ref_itself(store: MemoryStore) -> None:
                 pytest.fail(f"{name} accepted {ref!r}")
 
 
+@pytest.mark.requires("team_aggregate")
 def test_multi_tenant_store_refuses_a_team_ref_without_tenant(store: MemoryStore) -> None:
-    require(store, "team_aggregate")
     ref = SpaceRef(Visibility.ORG, "n")
     for op in OPERATIONS.values():
         with pytest.raises(InvalidSpaceRef, match="tenant"):
@@ -78,8 +77,8 @@ def test_private_follows_the_capability(store: MemoryStore) -> None:
             pytest.fail(f"{name} served a private space")
 
 
+@pytest.mark.requires("private")
 def test_private_space_is_a_team_space(store: MemoryStore) -> None:
-    require(store, "private")
     ref = ref_for(Visibility.PRIVATE)
     store.write(ref, "a.md", "mine")
     assert store.read(ref, "a.md").content == "mine"

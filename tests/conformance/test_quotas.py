@@ -14,7 +14,7 @@ from cairn.store.base import (
     with_attribution_team,
     with_platform_write_authority,
 )
-from tests.conformance.conftest import StoreFactory, require
+from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import OTHER_TEAM, TEAM, project_ref, ref_for
 
 TEAM_VISIBILITIES = [v for v in Visibility if v is not Visibility.GLOBAL]
@@ -57,11 +57,20 @@ def test_document_cap_zero_allows_only_empty(store_factory: StoreFactory) -> Non
         store.write(ref, "a.md", "x")
 
 
-@pytest.mark.parametrize("visibility", TEAM_VISIBILITIES, ids=str)
+@pytest.mark.parametrize(
+    "visibility", [v for v in TEAM_VISIBILITIES if v is not Visibility.PRIVATE], ids=str
+)
 def test_subcap_per_visibility(store_factory: StoreFactory, visibility: Visibility) -> None:
+    check_subcap(store_factory, visibility)
+
+
+@pytest.mark.requires("private")
+def test_subcap_of_a_private_space(store_factory: StoreFactory) -> None:
+    check_subcap(store_factory, Visibility.PRIVATE)
+
+
+def check_subcap(store_factory: StoreFactory, visibility: Visibility) -> None:
     store = store_factory(Limits().with_subcap(visibility, 100))
-    if visibility is Visibility.PRIVATE:
-        require(store, "private")
     ref = ref_for(visibility)
     store.write(ref, "a.md", "a" * 60)
     with pytest.raises(QuotaExceeded) as info:
@@ -140,9 +149,9 @@ def test_freed_bytes_can_be_reused(store_factory: StoreFactory) -> None:
     assert store.usage(ref).used_bytes == 100
 
 
+@pytest.mark.requires("team_aggregate")
 def test_team_aggregate(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=1000))
-    require(store, "team_aggregate")
     store.write(ref_for(Visibility.PROJECT), "a.md", "p" * 600)
     store.write(ref_for(Visibility.ORG), "a.md", "o" * 300)
     with pytest.raises(QuotaExceeded) as info:
@@ -167,9 +176,9 @@ def test_team_aggregate(store_factory: StoreFactory) -> None:
     assert admin(store).team_usage(TEAM) == (600, 500)
 
 
+@pytest.mark.requires("team_aggregate")
 def test_instance_aggregate_with_attribution(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=100, instance_quota=1000))
-    require(store, "team_aggregate")
     glob = ref_for(Visibility.GLOBAL)
     with with_platform_write_authority("user:1"), with_attribution_team(TEAM):
         # The team's counter is debited past its own quota: attribution, not enforcement.
@@ -205,9 +214,9 @@ def test_instance_aggregate_with_attribution(store_factory: StoreFactory) -> Non
     assert admin(store).team_usage(TEAM) == (250, 10_000)
 
 
+@pytest.mark.requires("team_aggregate")
 def test_attribution_credit_clamps_at_zero(store_factory: StoreFactory) -> None:
     store = store_factory(Limits())
-    require(store, "team_aggregate")
     glob = ref_for(Visibility.GLOBAL)
     with with_platform_write_authority("user:1"), with_attribution_team(TEAM):
         store.write(glob, "a.md", "g" * 500)
@@ -221,9 +230,9 @@ def test_attribution_credit_clamps_at_zero(store_factory: StoreFactory) -> None:
     assert admin(store).instance_usage()[0] == 0
 
 
+@pytest.mark.requires("tree_aggregate")
 def test_tree_aggregate_charges_every_write(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=1000))
-    require(store, "tree_aggregate")
     store.write(ref_for(Visibility.PROJECT), "a.md", "p" * 400)
     store.write(ref_for(Visibility.ORG, tenant=OTHER_TEAM), "a.md", "o" * 300)
     with with_platform_write_authority("test"):
@@ -242,9 +251,9 @@ def test_tree_aggregate_charges_every_write(store_factory: StoreFactory) -> None
     assert store.usage(ref_for(Visibility.BOT)).team_used_bytes == 1000
 
 
+@pytest.mark.requires("tree_aggregate")
 def test_tree_aggregate_zero_refuses_growth(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=0))
-    require(store, "tree_aggregate")
     ref = project_ref()
     with pytest.raises(QuotaExceeded) as info:
         store.write(ref, "a.md", "x")
