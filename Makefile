@@ -26,6 +26,7 @@ run: install
 lint: dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: dev
 	$(BIN)/mypy --strict src

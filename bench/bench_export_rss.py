@@ -31,7 +31,7 @@ import psutil
 
 from cairn.quota import GiB, Limits, MiB
 from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
-from cairn.store.base import MemoryStore, with_platform_write_authority
+from cairn.store.base import MemoryStore
 from cairn.store.fs import FilesystemStore
 
 DOC_BYTES = 128 * 1024
@@ -42,7 +42,7 @@ SQL_CHILD = """
 import sys
 from cairn.quota import GiB, Limits
 from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy, with_platform_write_authority
+from cairn.store.base import ImportStrategy
 from cairn.store.sql import SqlStore
 verb, url, archive, project, bot = sys.argv[1:6]
 limits = Limits(team_quota=4 * GiB).with_subcap(Visibility.BOT, 2 * GiB)
@@ -52,7 +52,7 @@ if verb == "export":
     with open(archive, "wb") as sink:
         store.export(ref, sink)
 else:
-    with open(archive, "rb") as source, with_platform_write_authority("bench"):
+    with open(archive, "rb") as source:
         report = store.import_archive(ref, source, ImportStrategy.SKIP)
     assert not report.rejected, report.rejected
 store.close()
@@ -154,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             import_cmd = [*child, "import", url, str(archive), project, "dst"]
 
         start = time.perf_counter()
-        with with_platform_write_authority("bench"):
-            count = build(store, src, args.mib * MiB)
+        count = build(store, src, args.mib * MiB)  # a bot space: no platform authority
         used = store.usage(src).used_bytes
         print(
             f"built {count} documents, {used / MiB:.1f} MiB ({args.adapter}) "

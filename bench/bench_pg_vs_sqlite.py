@@ -43,7 +43,7 @@ import psycopg  # noqa: E402
 
 import bench_records  # noqa: E402
 import bench_store  # noqa: E402
-from cairn.store.db import make_engine  # noqa: E402
+from cairn.db import make_engine  # noqa: E402
 from records_world import bench_world  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
@@ -102,9 +102,9 @@ def records_figures(url: str, records: int) -> dict[str, str]:
     engine = make_engine(url)
     try:
         rng = random.Random(7)
-        teams = bench_world(engine, bench_records.TEAMS)
-        bench_records._fill(engine, teams, max(1, records // bench_records.TEAMS), rng)
-        p50, p95, _hits = bench_records._search_latency(engine, teams, rng)
+        world = bench_world(engine, bench_records.TEAMS)
+        bench_records._fill(engine, world, max(1, records // bench_records.TEAMS), rng)
+        p50, p95, _hits = bench_records._search_latency(world, rng)
     finally:
         engine.dispose()
     label = f"{records // 1000}k"

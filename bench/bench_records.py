@@ -7,9 +7,10 @@ and save throughput. Prints figures; asserts nothing.
 
 Records are realistic work summaries (bench/make_records_corpus.py's templates),
 spread evenly over the teams (interleaved) and bulk-inserted; each size adds to the
-previous one. A search is the whole library call (settings check, rate limiter,
-ranked query of one team, rendering) with ``limit`` 10, on a random team, for a
-query of 2-4 words drawn from the same vocabulary.
+previous one. A search is the whole use-case, ``RecordService.search`` (access,
+settings check, rate limiter, ranked query of one team, rendering) as a member of a
+random team, with ``limit`` 10, for a query of 2-4 words drawn from the same
+vocabulary.
 """
 
 from __future__ import annotations
@@ -32,14 +33,10 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
-from cairn.records.access import TeamAccess  # noqa: E402
-from cairn.records.ratelimit import LocalRateLimiter  # noqa: E402
-from cairn.records.schema import records  # noqa: E402
-from cairn.records.search import index_terms  # noqa: E402
-from cairn.records.service import RETENTION, save, save_many, search  # noqa: E402
-from cairn.store.db import make_engine, write_transaction  # noqa: E402
+from cairn.db import make_engine  # noqa: E402
+from cairn.records.store import RETENTION, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
-from records_world import bench_world  # noqa: E402
+from records_world import BenchWorld, bench_world  # noqa: E402
 
 TEAMS = 1000
 SEARCHES = 400
@@ -52,39 +49,36 @@ def _query_words() -> list[str]:
     return sorted(set(words))
 
 
-def _fill(
-    engine: Engine, teams: list[tuple[str, TeamAccess]], per_team: int, rng: random.Random
-) -> float:
+def _fill(engine: Engine, world: BenchWorld, per_team: int, rng: random.Random) -> float:
     """Add ``per_team`` records to every team, interleaved (as real saves arrive);
     return rows per second.
 
-    Bulk loading writes rows directly, without masking: the generated texts hold no
-    secrets, and masking every record would dominate the build of 1M rows. The save
-    paths, masking included, are measured by :func:`_save_paths`.
+    Bulk loading goes straight to the store (``RecordWriter.insert``, which indexes
+    each row), without masking: the generated texts hold no secrets, and masking every
+    record would dominate the build of 1M rows. The save use-cases, masking included,
+    are measured by :func:`_save_paths`.
     """
     start = time.perf_counter()
     now = datetime.now(UTC)
-    batch: list[dict[str, object]] = []
-    order = [team for team, _ in teams for _ in range(per_team)]
+    batch: list[Record] = []
+    order = [team for team, _ in world.teams for _ in range(per_team)]
     rng.shuffle(order)
     for team in order:
-        text = _filler(rng)
         batch.append(
-            {
-                "team_id": team,
-                "id": "rec_" + uuid.uuid4().hex,
-                "repo_id": None,
-                "text": text,
-                "terms": index_terms(team, text),
-                "created_at": now,
-                "expires_at": now + RETENTION,
-            }
+            Record(
+                id="rec_" + uuid.uuid4().hex,
+                team_id=team,
+                repo_id=None,
+                text=_filler(rng),
+                created_at=now,
+                expires_at=now + RETENTION,
+            )
         )
         if len(batch) >= 20_000:
-            _insert(engine, batch)
+            _insert(world, batch)
             batch = []
     if batch:
-        _insert(engine, batch)
+        _insert(world, batch)
     rate = len(order) / (time.perf_counter() - start)
     # Fresh planner statistics, as autovacuum would have gathered by then.
     with engine.connect() as conn:
@@ -93,66 +87,63 @@ def _fill(
     return rate
 
 
-def _insert(engine: Engine, rows: list[dict[str, object]]) -> None:
-    with write_transaction(engine) as conn:
-        conn.execute(records.insert(), rows)
+def _insert(world: BenchWorld, rows: list[Record]) -> None:
+    with world.store.writing() as tx:
+        tx.insert(rows)
 
 
-def _search_latency(
-    engine: Engine, teams: list[tuple[str, TeamAccess]], rng: random.Random
-) -> tuple[float, float, float]:
+def _search_latency(world: BenchWorld, rng: random.Random) -> tuple[float, float, float]:
     words = _query_words()
-    limiter = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
     timings: list[float] = []
     hits = 0
     for i in range(SEARCHES + 20):
-        _, access = rng.choice(teams)
+        team, member = rng.choice(world.teams)
         query = " ".join(rng.sample(words, rng.randint(2, 4)))
         t0 = time.perf_counter()
-        answer = search(engine, access, query, limit=10, limiter=limiter)
+        answer = world.records.search(member, team, query, limit=10)
         elapsed = (time.perf_counter() - t0) * 1000
         if i >= 20:  # the first few warm the connection pool and caches
             timings.append(elapsed)
-            hits += len(answer["results"])
+            hits += len(answer.hits)
     timings.sort()
     p50 = statistics.median(timings)
     p95 = timings[int(len(timings) * 0.95) - 1]
     return p50, p95, hits / SEARCHES
 
 
-def _save_paths(engine: Engine, team: str, rng: random.Random) -> tuple[float, float]:
-    """(single ``save()`` calls per second, ``save_many`` records per second)."""
+def _save_paths(world: BenchWorld, team: str, rng: random.Random) -> tuple[float, float]:
+    """(single ``save_as_server()`` calls per second, ``save_many`` records per second)."""
     n = 500
     start = time.perf_counter()
     for _ in range(n):
-        save(engine, team, _filler(rng))
+        world.records.save_as_server(team, _filler(rng))
     single = n / (time.perf_counter() - start)
-    items = [(_filler(rng), None) for _ in range(10_000)]
+    items: list[tuple[str, str | None]] = [(_filler(rng), None) for _ in range(10_000)]
     start = time.perf_counter()
-    save_many(engine, team, items)
+    world.records.save_many(team, items)
     return single, len(items) / (time.perf_counter() - start)
 
 
 def run(url: str, label: str, sizes: list[int]) -> None:
     engine = make_engine(url)
     rng = random.Random(7)
-    teams = bench_world(engine, TEAMS)
+    world = bench_world(engine, TEAMS)
     total = 0
     print(f"[{label}] {TEAMS} teams")
     for size in sizes:
         per_team = (size - total) // TEAMS
-        rate = _fill(engine, teams, per_team, rng)
+        rate = _fill(engine, world, per_team, rng)
         total += per_team * TEAMS
-        p50, p95, avg_hits = _search_latency(engine, teams, rng)
+        p50, p95, avg_hits = _search_latency(world, rng)
         print(
             f"[{label}] records={total:>9,} (bulk load {rate:>7,.0f} rows/s) | "
             f"search limit 10: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  "
             f"(avg {avg_hits:.1f} results)",
             flush=True,
         )
-    single, many = _save_paths(engine, teams[0][0], rng)
+    single, many = _save_paths(world, world.teams[0][0], rng)
     print(
-        f"[{label}] save throughput: save() {single:,.0f}/s (one transaction each), "
+        f"[{label}] save throughput: save_as_server() {single:,.0f}/s (one transaction each), "
         f"save_many() {many:,.0f} records/s (masked, indexed)",
         flush=True,
     )

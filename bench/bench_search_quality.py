@@ -5,6 +5,8 @@
 
 The corpus is ``tests/data/records_corpus.jsonl`` with the queries of
 ``tests/data/records_queries.jsonl`` (regenerate with bench/make_records_corpus.py).
+It measures the SQL store's ranking (``cairn.records.quality``): the records are
+stored and searched as a member who sees the whole team.
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import psycopg  # noqa: E402
 
+from cairn.db import make_engine  # noqa: E402
 from cairn.records.quality import evaluate, load_corpus, load_jsonl  # noqa: E402
-from cairn.store.db import make_engine  # noqa: E402
 from records_world import bench_world  # noqa: E402
 
 
 def run(url: str, label: str) -> None:
     engine = make_engine(url)
-    team, access = bench_world(engine, teams=1)[0]
+    world = bench_world(engine, teams=1)
+    team = world.teams[0][0]
     corpus = load_jsonl(ROOT / "tests" / "data" / "records_corpus.jsonl")
     queries = load_jsonl(ROOT / "tests" / "data" / "records_queries.jsonl")
-    id_map = load_corpus(engine, team, corpus)
-    report = evaluate(engine, access, id_map, queries)
+    id_map = load_corpus(world.store, team, corpus)
+    report = evaluate(world.store, team, id_map, queries)
     print(
         f"{label:10s} records={len(corpus)} queries={report.queries} "
         f"recall@{report.k}={report.recall_at_k:.3f} MRR={report.mrr:.3f}"

@@ -40,6 +40,7 @@ result. The message is one sentence a person (or a model) can act on.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 
@@ -211,3 +212,43 @@ def all_error_classes() -> list[type[CairnError]]:
         out.append(cls)
         stack.extend(cls.__subclasses__())
     return out
+
+
+_BY_STATUS: dict[int, type[CairnError]] = {
+    400: BadRequest,
+    401: Unauthenticated,
+    402: PlanRequired,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    412: PreconditionFailed,
+    413: TooLarge,
+    422: Unprocessable,
+    429: RateLimited,
+    503: StoreUnavailable,
+}
+
+
+def error_from_wire(status: int, content: bytes, retry_after: str | None = None) -> CairnError:
+    """The error a Cairn server's answer stands for: the class named by the JSON body's
+    ``{"error": {"code", "message", ...}}`` (else by the HTTP ``status``), with its
+    details; ``retry_after`` is the answer's Retry-After header."""
+    code, message, details = "", f"the server answered HTTP {status}", {}
+    try:
+        body = json.loads(content)
+    except (ValueError, RecursionError):
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        code = str(err.get("code", ""))
+        message = str(err.get("message", message))
+        details = {k: v for k, v in err.items() if k not in ("code", "message")}
+    by_code = {cls.code: cls for cls in reversed(all_error_classes())}
+    cls = by_code.get(code) or _BY_STATUS.get(status, CairnError)
+    if cls is RateLimited:
+        try:
+            retry = float(retry_after or "1")
+        except ValueError:
+            retry = 1.0
+        return RateLimited(message, retry_after=retry, **details)
+    return cls(message, **details)

@@ -6,30 +6,19 @@ Each component keeps its own ordered list, recorded per component in
 
 from __future__ import annotations
 
-import importlib
-
 from sqlalchemy.engine import Engine
 
-from cairn.store.db import Migration, upgrade
+from cairn.db import Migration, upgrade
+from cairn.identity import schema as identity_schema
+from cairn.records import schema as records_schema
+from cairn.store import sql_schema
 
-COMPONENT_MODULES = (
-    "cairn.identity.schema",
-    "cairn.store.sql_schema",
-    "cairn.records.schema",
-)
+_COMPONENTS = (identity_schema, sql_schema, records_schema)
+COMPONENT_MODULES = tuple(component.__name__ for component in _COMPONENTS)
 
 
 def all_migrations() -> list[Migration]:
-    out: list[Migration] = []
-    for name in COMPONENT_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        out.extend(module.MIGRATIONS)
-    return out
+    return [migration for component in _COMPONENTS for migration in component.MIGRATIONS]
 
 
 def upgrade_all(engine: Engine) -> list[Migration]:

@@ -1,7 +1,8 @@
 """Spaces: the addressing of a tree of Markdown documents (SPEC §2).
 
-A space is addressed by a :class:`SpaceRef`. Validation happens here, once, and
-every boundary (HTTP, CLI, tools) and every store calls :meth:`SpaceRef.validated`.
+A space is addressed by a :class:`SpaceRef`, valid by construction: every rule of
+SPEC §2 is checked when one is made, here and nowhere else, so a ``SpaceRef`` that
+exists is a valid one and no layer checks it again.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class SpaceRef:
     bot: str = ""
     user: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.visibility, Visibility):
+            # A plain string names a visibility too; keep the enum.
+            object.__setattr__(self, "visibility", parse_visibility(str(self.visibility)))
+        self._check()
+
     @classmethod
     def build(
         cls,
@@ -108,10 +115,10 @@ class SpaceRef:
         bot: str | None = None,
         user: str | None = None,
     ) -> SpaceRef:
-        """Make a validated ref, dropping the qualifiers the visibility does not take."""
+        """Make a ref, dropping the qualifiers the visibility does not take."""
         vis = visibility if isinstance(visibility, Visibility) else parse_visibility(visibility)
         takes = REQUIRED_QUALIFIERS[vis]
-        ref = cls(
+        return cls(
             visibility=vis,
             name=name,
             tenant="" if vis is Visibility.GLOBAL else tenant,
@@ -119,12 +126,9 @@ class SpaceRef:
             bot=(bot or "") if "bot" in takes else "",
             user=(user or "") if "user" in takes else "",
         )
-        return ref.validated()
 
-    def validated(self) -> SpaceRef:
-        """Return ``self`` when every rule of SPEC §2 holds, else raise InvalidSpaceRef."""
-        if not isinstance(self.visibility, Visibility):
-            parse_visibility(str(self.visibility))
+    def _check(self) -> None:
+        """Raise InvalidSpaceRef unless every rule of SPEC §2 holds."""
         validate_segment("name", self.name)
         takes = REQUIRED_QUALIFIERS[self.visibility]
         for field in ("project", "bot", "user"):
@@ -143,7 +147,6 @@ class SpaceRef:
             if self.visibility is Visibility.GLOBAL:
                 raise InvalidSpaceRef("a global space carries no tenant", field="tenant")
             validate_segment("tenant", self.tenant)
-        return self
 
     @property
     def is_global(self) -> bool:
@@ -157,7 +160,7 @@ class SpaceRef:
         )
 
     def with_tenant(self, tenant: str) -> SpaceRef:
-        return replace(self, tenant="" if self.is_global else tenant).validated()
+        return replace(self, tenant="" if self.is_global else tenant)
 
 
 def encode_workdir_key(path: str | os.PathLike[str]) -> str:

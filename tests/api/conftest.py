@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from cairn.api.app import create_app
-from cairn.api.settings import Settings
+from cairn.config import Config
 from tests.api.world import ADMIN_TOKEN, SERVICE_TOKEN, World, build_world
 from tests.conftest import create_postgres_database, drop_postgres_database
 
@@ -54,7 +54,7 @@ def database_fixture(name: str) -> Any:
 database_url = database_fixture("database_url")
 
 
-def make_settings(database_url: str, **overrides: object) -> Settings:
+def make_settings(database_url: str, **overrides: object) -> Config:
     base: dict[str, object] = {
         "database_url": database_url,
         "admin_token": ADMIN_TOKEN,
@@ -65,7 +65,7 @@ def make_settings(database_url: str, **overrides: object) -> Settings:
         "argon2_memory_kib": 1024,
     }
     base.update(overrides)
-    return Settings(**base)  # type: ignore[arg-type]
+    return Config(**base)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def app(database_url: str) -> Iterator[FastAPI]:
     try:
         yield application
     finally:
-        application.state.engine.dispose()
+        application.state.runtime.engine.dispose()
 
 
 @pytest.fixture(scope="module")

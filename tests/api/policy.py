@@ -9,13 +9,11 @@ needs), and ``expect``: credential → :data:`OK` or the exact refusal
 Several rows may name one route (e.g. a team space and a global space). Every route
 of the app must appear in at least one row: ``test_policy.test_every_route_is_declared``
 fails otherwise. Rows of the records routes live in ``tests/records/policy.py`` (their
-owner's) or, while that does not exist, ``tests/api/policy_records.py`` (a module-level
-``ROWS: list[Row]``).
+owner's module-level ``ROWS: list[Row]``).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,19 +291,8 @@ ROWS: list[Row] = [
 ]
 
 
-#: Rows for routes owned elsewhere (a module-level ``ROWS: list[Row]``): the records
-#: owner's ``tests/records/policy.py`` when it exists, else ``tests/api/policy_records.py``.
-EXTRA_ROW_MODULES = ("tests.records.policy", "tests.api.policy_records")
-
-
 def all_rows() -> list[Row]:
-    """These rows plus the first of :data:`EXTRA_ROW_MODULES` that exists."""
-    for name in EXTRA_ROW_MODULES:
-        try:
-            extra = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        return [*ROWS, *extra.ROWS]
-    return list(ROWS)
+    """These rows plus the records routes' rows (``tests/records/policy.py``, their owner's)."""
+    from tests.records import policy as records_policy
+
+    return [*ROWS, *records_policy.ROWS]

@@ -50,7 +50,8 @@ def test_validation_errors_are_400_naming_the_field(client: TestClient) -> None:
 
 def test_missing_name_and_bad_visibility(client: TestClient, world: World) -> None:
     r = client.get("/api/memory/docs", headers=key(world))
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    # A missing name is a bad space reference (issue 9's defect list), not a bare 400.
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_space_ref"
     r = client.get(
         "/api/memory/docs", params={"name": "n", "visibility": "team"}, headers=key(world)
     )
@@ -134,7 +135,7 @@ def test_chunked_json_over_the_limit_is_413_on_any_route(database_url: str) -> N
         h = {**admin_headers(), "Content-Type": "application/json"}
         r = c.post("/api/admin/orgs", content=chunks(), headers=h)
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
-    app.state.engine.dispose()
+    app.state.runtime.engine.dispose()
 
 
 def test_import_reports_and_refuses_bad_archives(client: TestClient, world: World) -> None:
@@ -171,7 +172,7 @@ def test_import_upload_cap(database_url: str, world: World) -> None:
 
         r = c.post("/api/memory/import", params=SPACE, content=chunks(), headers=h)
         assert r.status_code == 413 and r.json()["error"]["code"] == "import_too_large"
-    app.state.engine.dispose()
+    app.state.runtime.engine.dispose()
 
 
 def test_export_round_trips_into_another_space(client: TestClient, world: World) -> None:
@@ -239,7 +240,7 @@ def test_keys_are_stored_only_as_hashes(app: FastAPI, world: World) -> None:
 
     from cairn.identity.schema import api_keys
 
-    with app.state.engine.connect() as conn:
+    with app.state.runtime.engine.connect() as conn:
         hashes = [r[0] for r in conn.execute(sa.select(api_keys.c.key_hash))]
     assert world.keys["member"].startswith("cairn_") and len(world.keys["member"]) > 40
     assert world.keys["member"] not in hashes
@@ -430,14 +431,14 @@ def test_readyz_reports_an_unreachable_database(tmp_path: object) -> None:
 
     path = os.path.join(str(tmp_path), "gone", "cairn.db")
     app = create_app(make_settings(f"sqlite:///{path}"))
-    app.state.engine.dispose()  # drop pooled connections, then the database itself
+    app.state.runtime.engine.dispose()  # drop pooled connections, then the database itself
     shutil.rmtree(os.path.dirname(path))
     with TestClient(app) as c:
         assert c.get("/healthz").status_code == 200
         r = c.get("/readyz")
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
         assert "store_errors" in c.get("/metrics").text
-    app.state.engine.dispose()
+    app.state.runtime.engine.dispose()
 
 
 def test_unexpected_errors_are_plain_500(database_url: str) -> None:
@@ -455,7 +456,7 @@ def test_unexpected_errors_are_plain_500(database_url: str) -> None:
         r = c.get("/boom")
     assert r.status_code == 500
     assert r.json() == {"error": {"code": "internal_error", "message": "internal error; see logs"}}
-    app.state.engine.dispose()
+    app.state.runtime.engine.dispose()
 
 
 def test_local_mode_needs_no_credential(tmp_path: object) -> None:
@@ -473,4 +474,4 @@ def test_local_mode_needs_no_credential(tmp_path: object) -> None:
         assert c.post("/api/admin/users", json={"email": "a@b.c"}).status_code == 404
         buf = io.BytesIO(c.get("/api/memory/export", params={"name": "n", "project": "p"}).content)
         assert buf.getvalue()[:2] == b"\x1f\x8b"
-    app.state.engine.dispose()
+    app.state.runtime.engine.dispose()

@@ -177,7 +177,10 @@ def test_foreign_space_looks_empty_and_stays_untouched(
                 bot=qual.get("bot"),
                 user=other.user_id,
             )
-            assert app.state.store.read(ref, "notes/doc.md").content == f"secret of {other.label}"
+            assert (
+                app.state.runtime.store.read(ref, "notes/doc.md").content
+                == f"secret of {other.label}"
+            )
 
 
 def test_import_never_lands_in_a_foreign_space(
@@ -202,7 +205,10 @@ def test_import_never_lands_in_a_foreign_space(
             )
             assert mine.json()["content"] == "mine"
             ref = SpaceRef.build("org", foreign["name"], tenant=other.team_id)
-            assert app.state.store.read(ref, "notes/doc.md").content == f"secret of {other.label}"
+            assert (
+                app.state.runtime.store.read(ref, "notes/doc.md").content
+                == f"secret of {other.label}"
+            )
             client.delete(
                 "/api/memory/doc",
                 params={**foreign, "path": "notes/doc.md"},

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from cairn.identity.service import IdentityService
 from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore, with_platform_write_authority
+from cairn.store.base import MemoryStore, PlatformGrant
 
 ADMIN_TOKEN = "test-admin-token-abcdefghijklmnopqrstuvwxyz"
 SERVICE_TOKEN = "test-service-token-abcdefghijklmnopqrstuvwx"
@@ -78,12 +78,12 @@ class World:
 
     @property
     def identity(self) -> IdentityService:
-        identity: IdentityService = self.app.state.identity
+        identity: IdentityService = self.app.state.runtime.identity
         return identity
 
     @property
     def store(self) -> MemoryStore:
-        store: MemoryStore = self.app.state.store
+        store: MemoryStore = self.app.state.runtime.store
         return store
 
     def post(self, path: str, body: dict[str, object]) -> dict[str, object]:
@@ -128,8 +128,8 @@ class World:
 
     def seed(self, path: str, *, global_space: bool = False) -> None:
         if global_space:
-            with with_platform_write_authority("test"):
-                self.store.write(SpaceRef.build("global", GLOBAL_SPACE["name"]), path, "seed")
+            glob = SpaceRef.build("global", GLOBAL_SPACE["name"])
+            self.store.write(glob, path, "seed", grant=PlatformGrant("test"))
         else:
             self.store.write(self.team_ref(), path, "seed")
 

@@ -15,10 +15,14 @@ from typing import Any
 import pytest
 
 from cairn.cli.main import main
-from cairn.service import SpaceService
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import AUTO_MEMORY_SPACE, SpaceRef, Visibility, encode_workdir_key
 from cairn.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
+
+#: The operator at the local console, as the CLI and `cairn run` act.
+ME = console_principal("local")
 
 BOT = "whats-next"
 
@@ -88,7 +92,7 @@ def env(tmp_path: Path) -> Env:
     e = Env(tmp_path, tmp_path / "home", repo, agent, tmp_path / "report.json")
     svc = SpaceService(e.store)
     for path, body in (("MEMORY.md", "# Index\n"), ("old.md", "stale\n"), ("keep.md", "kept\n")):
-        svc.write(e.ref, path, body)
+        svc.write(ME, e.ref, path, body)
     return e
 
 

@@ -23,10 +23,14 @@ from cairn.automemory import (
 from cairn.automemory.sync import sync_budget
 from cairn.cli.main import main
 from cairn.errors import InvalidRequest
-from cairn.service import SpaceService
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import AUTO_MEMORY_SPACE, Visibility, encode_workdir_key
 from cairn.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
+
+#: The operator at the local console, as the CLI and `cairn run` act.
+ME = console_principal("local")
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -121,7 +125,7 @@ def test_budget_grows_with_what_there_is_to_persist() -> None:
 def test_a_sync_past_its_deadline_persists_nothing_and_says_so(tmp_path: Path) -> None:
     svc = SpaceService(FilesystemStore(tmp_path / "spaces"))
     ref = auto_memory_ref("b", tmp_path, tenant="local")
-    svc.write(ref, "MEMORY.md", "v1")
+    svc.write(ME, ref, "MEMORY.md", "v1")
     directory = tmp_path / "dir"
     directory.mkdir()
     snap = materialise(svc, ref, directory)
@@ -139,13 +143,13 @@ def test_a_sync_past_its_deadline_persists_nothing_and_says_so(tmp_path: Path) -
 def test_a_concurrent_change_is_not_overwritten(tmp_path: Path) -> None:
     svc = SpaceService(FilesystemStore(tmp_path / "spaces"))
     ref = auto_memory_ref("b", tmp_path, tenant="local")
-    svc.write(ref, "MEMORY.md", "v1")
-    svc.write(ref, "gone.md", "g1")
+    svc.write(ME, ref, "MEMORY.md", "v1")
+    svc.write(ME, ref, "gone.md", "g1")
     directory = tmp_path / "dir"
     directory.mkdir()
     snap = materialise(svc, ref, directory)
-    svc.write(ref, "MEMORY.md", "another run")  # lands while this run works
-    svc.write(ref, "gone.md", "g2")
+    svc.write(ME, ref, "MEMORY.md", "another run")  # lands while this run works
+    svc.write(ME, ref, "gone.md", "g2")
     (directory / "MEMORY.md").write_text("this run")
     (directory / "gone.md").unlink()
     warnings: list[str] = []

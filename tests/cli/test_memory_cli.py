@@ -279,7 +279,6 @@ def test_server_flags_come_from_the_environment(
 def test_progress_counts_documents_exported_and_written(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cairn.cli.memory import _CountingStore
     from cairn.store.base import ImportStrategy
 
     store = local_store()
@@ -287,13 +286,14 @@ def test_progress_counts_documents_exported_and_written(
     for i in range(4):
         store.write(ref, f"n{i}.md", str(i))
     ticks: list[int] = []
-    counted = _CountingStore(store, ticks.append)
     sink = io.BytesIO()
-    assert counted.export(ref, sink) == 4
+    assert store.export(ref, sink, progress=ticks.append) == 4
     assert ticks == [1, 1, 1, 1]
     ticks.clear()
     sink.seek(0)
-    report = counted.import_archive(bot_ref(Path.cwd(), "b9"), sink, ImportStrategy.SKIP)
+    report = store.import_archive(
+        bot_ref(Path.cwd(), "b9"), sink, ImportStrategy.SKIP, progress=ticks.append
+    )
     assert len(report.written) == len(ticks) == 4
     with progress("shown", 2, enabled=True) as advance:
         advance(2)

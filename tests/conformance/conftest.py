@@ -9,6 +9,11 @@ the suite skips.
 
 Adding an adapter = one more entry in :data:`OPENERS` (and a branch in
 :meth:`StoreSpec.open`, which child processes of the concurrency test call).
+
+The adapters: ``fs``, ``sqlite``, ``postgres``, and ``http`` — the
+:class:`~cairn.store.http.HttpMemoryStore` as a client of an in-process Cairn app in
+local mode, whose own store is a fresh SQLite store with the test's limits
+(:class:`~tests.conformance.helpers.ServedHttpStore`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,17 @@ def _postgres(request: pytest.FixtureRequest, where: Path, limits: Limits) -> St
     return StoreSpec("postgres", url, limits, schema=f"s_{uuid.uuid4().hex[:12]}")
 
 
-OPENERS: dict[str, Opener] = {"fs": _fs, "sqlite": _sqlite, "postgres": _postgres}
+def _http(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
+    # A client of an in-process Cairn app (local mode) over a fresh SQLite store in `where`.
+    return StoreSpec("http", str(where), limits)
+
+
+OPENERS: dict[str, Opener] = {
+    "fs": _fs,
+    "sqlite": _sqlite,
+    "postgres": _postgres,
+    "http": _http,
+}
 
 
 class StoreFactory:

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
 
 from cairn.quota import Limits
+from cairn.service.access import LOCAL_PRINCIPAL
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import MemoryStore, Usage
+from cairn.store.http import HttpMemoryStore
 
-TEAM = "team-a"
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+#: The team and user the refs of the suite carry: those of the local principal, so that a
+#: client of a local-mode server (which stamps every ref with the caller's team and user)
+#: addresses exactly the spaces the test names, and reports the same space ids.
+TEAM = LOCAL_PRINCIPAL.team_id
+USER = LOCAL_PRINCIPAL.user_id
+#: A second team: only stores that declare ``tenant_addressing`` can name its spaces.
 OTHER_TEAM = "team-b"
 
 
@@ -27,6 +41,8 @@ class StoreSpec:
             from cairn.store.fs import FilesystemStore
 
             return FilesystemStore(self.target, self.limits)
+        if self.kind == "http":
+            return ServedHttpStore(Path(self.target), self.limits)
         from cairn.store.sql import SqlStore
 
         return SqlStore.open(self.target, self.limits, schema=self.schema)
@@ -38,9 +54,67 @@ def declared_capabilities(kind: str) -> frozenset[str]:
         from cairn.store.fs import FilesystemStore
 
         return FilesystemStore.capabilities
+    if kind == "http":
+        return ServedHttpStore.capabilities
     from cairn.store.sql import SqlStore
 
     return SqlStore.capabilities
+
+
+#: Framing headers, recomputed for the body as it is handed on.
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
+
+
+class _AppTransport(httpx.BaseTransport):
+    """Serves an httpx client's requests from an in-process app, through its TestClient.
+
+    The TestClient speaks its own HTTP client library, so each request and answer is
+    handed across as method, URL, headers and body.
+    """
+
+    def __init__(self, client: TestClient) -> None:
+        self._client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        headers = [(k, v) for k, v in request.headers.multi_items() if k not in _FRAMING]
+        answer = self._client.request(
+            request.method, str(request.url), headers=headers, content=request.read()
+        )
+        return httpx.Response(
+            answer.status_code,
+            headers=[(k, v) for k, v in answer.headers.multi_items() if k not in _FRAMING],
+            content=answer.content,
+        )
+
+
+class ServedHttpStore(HttpMemoryStore):
+    """The HTTP adapter, talking to a Cairn app of its own served in this process.
+
+    The app runs in local single-tenant mode (every request is the local principal, who
+    has platform authority) over a fresh SQL store in ``home`` (SQLite) with ``limits``.
+    Closing the client shuts the app down and closes that store.
+    """
+
+    def __init__(self, home: Path, limits: Limits) -> None:
+        from fastapi.testclient import TestClient
+
+        from cairn.api.app import app_for
+        from cairn.config import Config
+        from cairn.runtime import open_runtime
+
+        url = f"sqlite:///{home / 'cairn.db'}"
+        config = Config(home=home, database_url=url, local=True)
+        runtime = open_runtime(config, limits=limits)
+        self._app_client = TestClient(app_for(runtime))
+        self._app_client.__enter__()  # one event loop and lifespan for the store's life
+        super().__init__(str(self._app_client.base_url), transport=_AppTransport(self._app_client))
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            # Ends the app's lifespan, which closes its runtime (and the engine it made).
+            self._app_client.__exit__(None, None, None)
 
 
 def project_ref(tenant: str = TEAM, name: str = "notes", project: str = "proj-1") -> SpaceRef:
@@ -49,9 +123,7 @@ def project_ref(tenant: str = TEAM, name: str = "notes", project: str = "proj-1"
 
 def ref_for(visibility: Visibility, tenant: str = TEAM, name: str = "notes") -> SpaceRef:
     """A valid ref of any visibility, with every qualifier it takes filled in."""
-    return SpaceRef.build(
-        visibility, name, tenant=tenant, project="proj-1", bot="bot-1", user="user-1"
-    )
+    return SpaceRef.build(visibility, name, tenant=tenant, project="proj-1", bot="bot-1", user=USER)
 
 
 Snapshot = tuple[list[tuple[str, int, str]], Usage]

@@ -17,12 +17,7 @@ from cairn.errors import (
 )
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import (
-    ImportReport,
-    ImportStrategy,
-    MemoryStore,
-    with_platform_write_authority,
-)
+from cairn.store.base import ImportReport, ImportStrategy, MemoryStore, PlatformGrant
 from tests.conformance.archives import (
     bomb_declared,
     bomb_trailing,
@@ -53,9 +48,14 @@ def export_bytes(store: MemoryStore, ref: SpaceRef) -> bytes:
 
 
 def do_import(
-    store: MemoryStore, ref: SpaceRef, data: bytes, strategy: str = "skip"
+    store: MemoryStore,
+    ref: SpaceRef,
+    data: bytes,
+    strategy: str = "skip",
+    *,
+    grant: PlatformGrant | None = None,
 ) -> ImportReport:
-    return store.import_archive(ref, io.BytesIO(data), ImportStrategy(strategy))
+    return store.import_archive(ref, io.BytesIO(data), ImportStrategy(strategy), grant=grant)
 
 
 def test_export_members_are_plain_files(store: MemoryStore) -> None:
@@ -208,14 +208,21 @@ def test_each_member_goes_through_write(store_factory: StoreFactory) -> None:
     assert store.usage(ref).used_bytes == 3300
 
 
+@pytest.mark.requires("platform_grants")
 def test_global_import_needs_authority(store: MemoryStore) -> None:
     ref = ref_for(Visibility.GLOBAL)
     with pytest.raises(PlatformAuthorityRequired):
         do_import(store, ref, INCOMING)
     assert store.list(ref) == []
-    with with_platform_write_authority("cli"):
-        report = do_import(store, ref, INCOMING)
+    report = do_import(store, ref, INCOMING, grant=PlatformGrant("cli"))
     assert len(report.written) == 4
+
+
+def test_global_import_with_platform_authority(store: MemoryStore) -> None:
+    ref = ref_for(Visibility.GLOBAL)
+    report = do_import(store, ref, INCOMING, grant=PlatformGrant("cli"))
+    assert report.written == ["a.md", "b.md", "c.md", "topics/x.md"]
+    assert contents(store, ref)["topics/x.md"] == "new x"
 
 
 # --- The hostile corpus --------------------------------------------------------------------

@@ -9,11 +9,7 @@ import pytest
 from cairn.errors import DocumentTooLarge, QuotaExceeded
 from cairn.quota import Limits
 from cairn.spaces import Visibility
-from cairn.store.base import (
-    MemoryStore,
-    with_attribution_team,
-    with_platform_write_authority,
-)
+from cairn.store.base import MemoryStore, PlatformGrant
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import OTHER_TEAM, TEAM, project_ref, ref_for
 
@@ -112,8 +108,7 @@ def test_global_has_no_subcap(store_factory: StoreFactory) -> None:
         limits = limits.with_subcap(vis, 10)
     store = store_factory(limits)
     ref = ref_for(Visibility.GLOBAL)
-    with with_platform_write_authority("test"):
-        store.write(ref, "catalogue.md", "g" * 5000)
+    store.write(ref, "catalogue.md", "g" * 5000, grant=PlatformGrant("test"))
     assert store.usage(ref).used_bytes == 5000
     assert store.usage(ref).quota_bytes == 0
 
@@ -149,7 +144,7 @@ def test_freed_bytes_can_be_reused(store_factory: StoreFactory) -> None:
     assert store.usage(ref).used_bytes == 100
 
 
-@pytest.mark.requires("team_aggregate")
+@pytest.mark.requires("team_aggregate", "tenant_addressing")
 def test_team_aggregate(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=1000))
     store.write(ref_for(Visibility.PROJECT), "a.md", "p" * 600)
@@ -180,27 +175,27 @@ def test_team_aggregate(store_factory: StoreFactory) -> None:
 def test_instance_aggregate_with_attribution(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=100, instance_quota=1000))
     glob = ref_for(Visibility.GLOBAL)
-    with with_platform_write_authority("user:1"), with_attribution_team(TEAM):
-        # The team's counter is debited past its own quota: attribution, not enforcement.
-        store.write(glob, "a.md", "g" * 700)
-        assert admin(store).team_usage(TEAM) == (700, 100)
-        assert admin(store).instance_usage() == (700, 1000)
-        usage = store.usage(glob)
-        assert (usage.used_bytes, usage.team_used_bytes, usage.team_quota_bytes) == (
-            700,
-            700,
-            1000,
-        )
-        with pytest.raises(QuotaExceeded) as info:
-            store.write(glob, "b.md", "g" * 400)
-        assert_refusal(info.value, "instance", 700, 1000, 400)
-        assert admin(store).team_usage(TEAM) == (700, 100)
-        store.write(glob, "a.md", "g" * 200)  # shrink credits both
-        assert admin(store).team_usage(TEAM) == (200, 100)
-        assert admin(store).instance_usage() == (200, 1000)
+    member = PlatformGrant("user:1", attribution_team=TEAM)
+    # The team's counter is debited past its own quota: attribution, not enforcement.
+    store.write(glob, "a.md", "g" * 700, grant=member)
+    assert admin(store).team_usage(TEAM) == (700, 100)
+    assert admin(store).instance_usage() == (700, 1000)
+    usage = store.usage(glob)
+    assert (usage.used_bytes, usage.team_used_bytes, usage.team_quota_bytes) == (
+        700,
+        700,
+        1000,
+    )
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(glob, "b.md", "g" * 400, grant=member)
+    assert_refusal(info.value, "instance", 700, 1000, 400)
+    assert admin(store).team_usage(TEAM) == (700, 100)
+    store.write(glob, "a.md", "g" * 200, grant=member)  # shrink credits both
+    assert admin(store).team_usage(TEAM) == (200, 100)
+    assert admin(store).instance_usage() == (200, 1000)
     admin(store).set_instance_quota(2000)
-    with with_platform_write_authority("admin-token"):  # no team: nothing attributed
-        store.write(glob, "b.md", "g" * 1500)
+    # No team: nothing attributed.
+    store.write(glob, "b.md", "g" * 1500, grant=PlatformGrant("admin-token"))
     assert admin(store).instance_usage() == (1700, 2000)
     assert admin(store).team_usage(TEAM) == (200, 100)
     # The attributed bytes do count against the team's own later team-space writes.
@@ -218,33 +213,30 @@ def test_instance_aggregate_with_attribution(store_factory: StoreFactory) -> Non
 def test_attribution_credit_clamps_at_zero(store_factory: StoreFactory) -> None:
     store = store_factory(Limits())
     glob = ref_for(Visibility.GLOBAL)
-    with with_platform_write_authority("user:1"), with_attribution_team(TEAM):
-        store.write(glob, "a.md", "g" * 500)
-    with with_platform_write_authority("user:2"), with_attribution_team(OTHER_TEAM):
-        store.write(glob, "a.md", "g" * 100)  # the other team shrinks it: credited 400
+    other = PlatformGrant("user:2", attribution_team=OTHER_TEAM)
+    store.write(glob, "a.md", "g" * 500, grant=PlatformGrant("user:1", attribution_team=TEAM))
+    store.write(glob, "a.md", "g" * 100, grant=other)  # the other team shrinks it: credited 400
     assert admin(store).team_usage(OTHER_TEAM)[0] == 0
     assert admin(store).team_usage(TEAM)[0] == 500
-    with with_platform_write_authority("user:2"), with_attribution_team(OTHER_TEAM):
-        store.delete(glob, "a.md")
+    store.delete(glob, "a.md", grant=other)
     assert admin(store).team_usage(OTHER_TEAM)[0] == 0
     assert admin(store).instance_usage()[0] == 0
 
 
-@pytest.mark.requires("tree_aggregate")
+@pytest.mark.requires("tree_aggregate", "tenant_addressing")
 def test_tree_aggregate_charges_every_write(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(team_quota=1000))
     store.write(ref_for(Visibility.PROJECT), "a.md", "p" * 400)
     store.write(ref_for(Visibility.ORG, tenant=OTHER_TEAM), "a.md", "o" * 300)
-    with with_platform_write_authority("test"):
-        store.write(ref_for(Visibility.GLOBAL), "a.md", "g" * 200)
+    store.write(ref_for(Visibility.GLOBAL), "a.md", "g" * 200, grant=PlatformGrant("test"))
     for vis in (Visibility.BOT, Visibility.GLOBAL):
         usage = store.usage(ref_for(vis))
         assert (usage.team_used_bytes, usage.team_quota_bytes) == (900, 1000)
     with pytest.raises(QuotaExceeded) as info:
         store.write(ref_for(Visibility.BOT), "a.md", "b" * 200)
     assert_refusal(info.value, "tree", 900, 1000, 200)
-    with with_platform_write_authority("test"), pytest.raises(QuotaExceeded) as info:
-        store.write(ref_for(Visibility.GLOBAL), "b.md", "g" * 101)
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(ref_for(Visibility.GLOBAL), "b.md", "g" * 101, grant=PlatformGrant("test"))
     assert_refusal(info.value, "tree", 900, 1000, 101)
     store.delete(ref_for(Visibility.PROJECT), "a.md")
     store.write(ref_for(Visibility.BOT), "a.md", "b" * 500)

@@ -9,7 +9,7 @@ import time
 
 from cairn.errors import NotFound, QuotaExceeded
 from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore, with_platform_write_authority
+from cairn.store.base import MemoryStore, PlatformGrant
 from tests.conformance.helpers import StoreSpec
 
 #: Paths shared by every writer, so writers overwrite and delete each other's documents.
@@ -30,22 +30,22 @@ def writer_process(
 
     def writer(n: int) -> None:
         rng = random.Random(seed * 1000 + n)
-        with with_platform_write_authority("concurrency-test"):
-            for _ in range(ops):
-                ref = rng.choice(refs)
-                path = rng.choice(PATHS)
-                try:
-                    if rng.random() < 0.25:
-                        store.delete(ref, path)
-                    else:
-                        size = rng.choice((0, rng.randrange(max_size), rng.randrange(max_size)))
-                        store.write(ref, path, chr(97 + n % 26) * size)
-                except QuotaExceeded:
-                    refusals.append(1)
-                except NotFound:
-                    pass
-                except Exception as exc:  # reported to the parent, which fails the test
-                    errors.append(f"{type(exc).__name__}: {exc}")
+        grant = PlatformGrant("concurrency-test")
+        for _ in range(ops):
+            ref = rng.choice(refs)
+            path = rng.choice(PATHS)
+            try:
+                if rng.random() < 0.25:
+                    store.delete(ref, path, grant=grant)
+                else:
+                    size = rng.choice((0, rng.randrange(max_size), rng.randrange(max_size)))
+                    store.write(ref, path, chr(97 + n % 26) * size, grant=grant)
+            except QuotaExceeded:
+                refusals.append(1)
+            except NotFound:
+                pass
+            except Exception as exc:  # reported to the parent, which fails the test
+                errors.append(f"{type(exc).__name__}: {exc}")
 
     pool = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
     for t in pool:

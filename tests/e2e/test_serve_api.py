@@ -206,10 +206,10 @@ def test_db_upgrade_is_idempotent(database: str, env: dict[str, str], server: st
 
 
 def test_serve_defaults_to_cairn_home(tmp_path: Path) -> None:
-    from cairn.api.settings import Settings
+    from cairn.config import Config
 
-    settings = Settings.from_env({"CAIRN_HOME": str(tmp_path)})
+    settings = Config.from_env({"CAIRN_HOME": str(tmp_path)})
     assert settings.database_url == f"sqlite:///{tmp_path}/cairn.db"
-    assert Settings.from_env({"CAIRN_DATABASE_URL": "postgresql://x/y"}).database_url.startswith(
+    assert Config.from_env({"CAIRN_DATABASE_URL": "postgresql://x/y"}).database_url.startswith(
         "postgresql://"
     )

@@ -7,9 +7,10 @@ from pathlib import Path
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from cairn.service import SpaceService
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef, encode_workdir_key
-from cairn.store.base import with_platform_write_authority
+from cairn.store.base import PlatformGrant
 from cairn.store.fs import FilesystemStore
 from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
 
@@ -45,7 +46,9 @@ def test_stdio_tools_round_trip(tmp_path: Path) -> None:
 def test_stdio_read_only_withholds_write(tmp_path: Path) -> None:
     home = tmp_path / "home"
     ref = SpaceRef.build("project", "inbox", tenant="local", project=encode_workdir_key(tmp_path))
-    SpaceService(FilesystemStore(home / "spaces")).write(ref, "MEMORY.md", "untouched")
+    SpaceService(FilesystemStore(home / "spaces")).write(
+        console_principal("local"), ref, "MEMORY.md", "untouched"
+    )
 
     async def main() -> None:
         params = _params(
@@ -66,8 +69,9 @@ def test_stdio_read_only_withholds_write(tmp_path: Path) -> None:
 def test_stdio_global_block_reads_and_lists_with_the_refusal_notice(tmp_path: Path) -> None:
     home = tmp_path / "home"
     ref = SpaceRef.build("global", "catalogue")
-    with with_platform_write_authority("test-operator"):
-        SpaceService(FilesystemStore(home / "spaces")).write(ref, "catalogue.md", "shared")
+    FilesystemStore(home / "spaces").write(
+        ref, "catalogue.md", "shared", grant=PlatformGrant("test-operator")
+    )
     config = tmp_path / "agent.yaml"
     config.write_text(
         "memory:\n  visibility: global\n  scope: {name: catalogue}\n  autoload: [catalogue.md]\n"

@@ -2,12 +2,15 @@
 
 The ``engine`` fixture is parametrized over SQLite and PostgreSQL (a fresh database
 per test module); tests share it and isolate themselves by creating their own org
-and team ids (:func:`make_world`).
+and team ids (:func:`make_world`). :func:`records_of` is the records service over an
+engine as the server builds it (with a search limit no test reaches), and
+:func:`access_of` the access model it uses.
 """
 
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,14 +19,46 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cairn.db import make_engine, upgrade, write_transaction
 from cairn.identity import schema as ids
-from cairn.identity.principal import CredentialKind, Principal
+from cairn.identity.keys import load_key_hasher
+from cairn.identity.service import IdentityService
+from cairn.principal import CredentialKind, Principal
 from cairn.records import schema as rschema
-from cairn.records.service import set_enabled
-from cairn.store.db import make_engine, upgrade, write_transaction
+from cairn.records.ratelimit import LocalRateLimiter, RateLimiter
+from cairn.service.access import Access
+from cairn.service.records import RecordService, build_record_service
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 MIGRATIONS = [*ids.MIGRATIONS, *rschema.MIGRATIONS]
+
+_identities: weakref.WeakKeyDictionary[Engine, IdentityService] = weakref.WeakKeyDictionary()
+_services: weakref.WeakKeyDictionary[Engine, RecordService] = weakref.WeakKeyDictionary()
+
+
+def identity_of(engine: Engine) -> IdentityService:
+    """The identity service over ``engine`` (one per engine: its key hasher is read once)."""
+    identity = _identities.get(engine)
+    if identity is None:
+        identity = _identities[engine] = IdentityService(engine, load_key_hasher(engine, None))
+    return identity
+
+
+def access_of(engine: Engine) -> Access:
+    """The access model over ``engine``'s identity tables."""
+    return Access(identity_of(engine))
+
+
+def records_of(engine: Engine, limiter: RateLimiter | None = None) -> RecordService:
+    """The records service over ``engine``, as the server builds it; without
+    ``limiter``, one shared service whose search limit no test reaches."""
+    if limiter is not None:
+        return build_record_service(engine, identity_of(engine), limiter)
+    service = _services.get(engine)
+    if service is None:
+        unlimited = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
+        service = _services[engine] = build_record_service(engine, identity_of(engine), unlimited)
+    return service
 
 
 def open_engine(backend: str, tmp_dir: str) -> tuple[Engine, str]:
@@ -78,6 +113,10 @@ class World:
     other_team: str
     other_repo: str
     outsider: str
+
+    @property
+    def records(self) -> RecordService:
+        return records_of(self.engine)
 
     def principal(
         self, user: str, kind: CredentialKind = CredentialKind.API_KEY, *, csrf_ok: bool = True
@@ -183,8 +222,8 @@ def make_world(engine: Engine, *, plan: str = "pro_plus", enabled: bool = True) 
             ],
         )
     if enabled:
-        set_enabled(engine, team, True)
-        set_enabled(engine, other_team, True)
+        records_of(engine).set_enabled_as_server(team, True)
+        records_of(engine).set_enabled_as_server(other_team, True)
     return World(
         engine,
         org,

@@ -14,18 +14,17 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from cairn import records
 from cairn.api.app import create_app
-from cairn.api.settings import Settings
+from cairn.config import Config
+from cairn.db import make_engine, write_transaction
 from cairn.errors import RecordNotFound
 from cairn.identity import schema as ids
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.principal import CredentialKind
 from cairn.identity.service import IdentityService
-from cairn.records.ratelimit import LocalRateLimiter, RedisRateLimiter
+from cairn.principal import CredentialKind
+from cairn.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from cairn.records.render import NOTICE, render_text
-from cairn.store.db import make_engine, write_transaction
-from tests.records.conftest import World, make_world, set_plan
+from cairn.service.records import build_record_service
+from tests.records.conftest import World, identity_of, make_world, records_of, set_plan
 
 SERVICE = "svc-token-for-tests"
 ADMIN = "admin-token-for-tests"
@@ -34,14 +33,22 @@ PASSWORD = "correct horse battery staple"
 
 @pytest.fixture(scope="module")
 def app(engine: Engine) -> Iterator[FastAPI]:
-    settings = Settings(database_url="unused://", service_token=SERVICE, admin_token=ADMIN)
+    settings = Config(database_url="unused://", service_token=SERVICE, admin_token=ADMIN)
     yield create_app(settings, engine=engine)
+
+
+def use_limiter(app: FastAPI, limiter: RateLimiter, engine: Engine | None = None) -> None:
+    """The app's records service anew, with ``limiter`` (and over ``engine``, when given)."""
+    state = app.state
+    state.records = build_record_service(
+        engine or state.runtime.engine, state.runtime.identity, limiter
+    )
 
 
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
     # A fresh generous limiter per test; rate tests install their own.
-    app.state.records_limiter = LocalRateLimiter(rate=10_000)
+    use_limiter(app, LocalRateLimiter(rate=10_000))
     with TestClient(app) as c:
         yield c
 
@@ -59,7 +66,7 @@ class Creds:
 @pytest.fixture
 def creds(engine: Engine) -> Creds:
     world = make_world(engine)
-    identity = IdentityService(engine, load_key_hasher(engine, None))
+    identity = identity_of(engine)
     keys = {}
     for user in (world.owner, world.admin, world.member, world.limited, world.viewer):
         keys[user] = identity.create_api_key(user, world.team_id)[1]
@@ -140,7 +147,7 @@ def test_settings_routes(client: TestClient, creds: Creds) -> None:
 def test_list_pagination_over_http(client: TestClient, creds: Creds) -> None:
     w = creds.world
     for i in range(60):
-        records.save(w.engine, w.team_id, f"record {i}")
+        w.records.save_as_server(w.team_id, f"record {i}")
     url = f"/api/teams/{w.team_id}/memory"
     first = client.get(url, headers=creds.key(w.member)).json()
     assert len(first["records"]) == 50
@@ -183,7 +190,7 @@ def test_404_team_not_found(client: TestClient, creds: Creds) -> None:
 
 def test_403_forbidden(client: TestClient, creds: Creds) -> None:
     w = creds.world
-    rec = records.save(w.engine, w.team_id, "keep me")
+    rec = w.records.save_as_server(w.team_id, "keep me")
     delete_url = f"/api/teams/{w.team_id}/memory/{rec.id}"
     settings_url = f"/api/teams/{w.team_id}/memory-settings"
     # An API key can never delete a record or change the setting, even the owner's.
@@ -210,7 +217,7 @@ def test_403_forbidden(client: TestClient, creds: Creds) -> None:
 
 def test_403_csrf_required(client: TestClient, creds: Creds) -> None:
     w = creds.world
-    rec = records.save(w.engine, w.team_id, "keep me too")
+    rec = w.records.save_as_server(w.team_id, "keep me too")
     h = session(client, creds, w.owner)
     no_csrf = {"X-Cairn-Team": w.team_id}
     r = client.delete(f"/api/teams/{w.team_id}/memory/{rec.id}", headers=no_csrf)
@@ -276,7 +283,7 @@ def test_402_plan_required(client: TestClient, creds: Creds) -> None:
 
 def test_200_off_and_409_memory_off(client: TestClient, creds: Creds) -> None:
     w = creds.world
-    records.set_enabled(w.engine, w.team_id, False)
+    w.records.set_enabled_as_server(w.team_id, False)
     r = search(client, w.team_id, creds.key(w.member))
     assert r.status_code == 200 and r.json()["state"] == "off" and r.json()["results"] == []
     assert code(save(client, w.team_id, SERVICE_H, text="x")) == (409, "memory_off")
@@ -305,7 +312,7 @@ def test_404_repo_not_found(client: TestClient, creds: Creds) -> None:
 
 def test_429_rate_limited(app: FastAPI, client: TestClient, creds: Creds) -> None:
     w = creds.world
-    app.state.records_limiter = LocalRateLimiter()
+    use_limiter(app, LocalRateLimiter())
     for _ in range(5):
         assert search(client, w.team_id, creds.key(w.member)).status_code == 200
     r = search(client, w.team_id, creds.key(w.member))
@@ -316,7 +323,7 @@ def test_429_rate_limited(app: FastAPI, client: TestClient, creds: Creds) -> Non
 def test_429_in_flight(app: FastAPI, client: TestClient, creds: Creds) -> None:
     w = creds.world
     limiter = LocalRateLimiter(rate=10_000)
-    app.state.records_limiter = limiter
+    use_limiter(app, limiter)
     held = [limiter.acquire(w.team_id) for _ in range(10)]
     r = search(client, w.team_id, creds.key(w.member))
     assert code(r) == (429, "rate_limited") and "Retry-After" in r.headers
@@ -327,17 +334,17 @@ def test_429_in_flight(app: FastAPI, client: TestClient, creds: Creds) -> None:
 def test_503_store_unavailable(app: FastAPI, client: TestClient, creds: Creds) -> None:
     w = creds.world
     # The records store (and the limiter's Redis) unreachable; identity still answers.
-    app.state.records_limiter = RedisRateLimiter("redis://127.0.0.1:1/0")
+    use_limiter(app, RedisRateLimiter("redis://127.0.0.1:1/0"))
     assert code(search(client, w.team_id, creds.key(w.member))) == (503, "store_unavailable")
-    good = app.state.engine
-    app.state.engine = make_engine("postgresql://postgres@127.0.0.1:1/nowhere")
+    nowhere = make_engine("postgresql://postgres@127.0.0.1:1/nowhere")
+    use_limiter(app, LocalRateLimiter(rate=10_000), nowhere)
     try:
         assert code(save(client, w.team_id, SERVICE_H, text="x")) == (503, "store_unavailable")
         r = client.get(f"/api/teams/{w.team_id}/memory", headers=creds.key(w.member))
         assert code(r) == (503, "store_unavailable")
     finally:
-        app.state.engine.dispose()
-        app.state.engine = good
+        nowhere.dispose()
+        use_limiter(app, LocalRateLimiter(rate=10_000))
 
 
 def test_removed_member_refused_at_once(client: TestClient, creds: Creds) -> None:
@@ -390,9 +397,9 @@ def test_refusal_order(app: FastAPI, client: TestClient, creds: Creds, engine: E
     r = search(client, lapsed.team_id, lapsed_h, repo_id=lapsed.other_repo)
     assert r.status_code == 200 and r.json()["state"] == "off"
     # Repo before rate: with the team's rate used up, a bad repo is still a 404.
-    records.set_enabled(engine, lapsed.team_id, True)
+    records_of(engine).set_enabled_as_server(lapsed.team_id, True)
     limiter = LocalRateLimiter()
-    app.state.records_limiter = limiter
+    use_limiter(app, limiter)
     for _ in range(5):
         limiter.acquire(lapsed.team_id)()
     r = search(client, lapsed.team_id, lapsed_h, repo_id=lapsed.other_repo)
@@ -400,7 +407,7 @@ def test_refusal_order(app: FastAPI, client: TestClient, creds: Creds, engine: E
     assert code(search(client, lapsed.team_id, lapsed_h)) == (429, "rate_limited")
     # Save: plan before off before repo.
     set_plan(engine, lapsed.org_id, "free")
-    records.set_enabled(engine, lapsed.team_id, False)
+    records_of(engine).set_enabled_as_server(lapsed.team_id, False)
     assert code(save(client, lapsed.team_id, SERVICE_H, text="x", repo_id="nope"))[1] == (
         "plan_required"
     )
@@ -439,7 +446,7 @@ def test_purge_runs_periodically(app: FastAPI, creds: Creds) -> None:
     from cairn.api.routes.records import purge_periodically
 
     w = creds.world
-    old = records.save(w.engine, w.team_id, "stale", now=datetime.now(UTC) - timedelta(days=400))
+    old = w.records.save_as_server(w.team_id, "stale", now=datetime.now(UTC) - timedelta(days=400))
 
     async def run_briefly() -> None:
         task = asyncio.create_task(purge_periodically(app, interval=0.05))
@@ -450,13 +457,7 @@ def test_purge_runs_periodically(app: FastAPI, creds: Creds) -> None:
 
     asyncio.run(run_briefly())
     with pytest.raises(RecordNotFound):
-        from cairn.records.access import Action, resolve
-        from cairn.records.service import delete
-
-        access = resolve(
-            w.engine, w.principal(w.owner, CredentialKind.SESSION), w.team_id, Action.MANAGE
-        )
-        delete(w.engine, access, old.id)
+        w.records.delete(w.principal(w.owner, CredentialKind.SESSION), w.team_id, old.id)
 
 
 def test_openapi_lists_the_routes(app: FastAPI) -> None:

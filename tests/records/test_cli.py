@@ -8,10 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn import records
 from cairn.cli.main import main
-from cairn.records.access import Action, resolve
-from cairn.records.service import list_records
 from tests.records.conftest import World
 
 
@@ -39,12 +36,11 @@ def test_add_and_purge(
     )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    access = resolve(engine, world.principal(world.member), world.team_id, Action.READ)
-    listed = list_records(engine, access)["records"]
-    assert [r["id"] for r in listed] == [out["id"]]
-    assert "AKIA" not in listed[0]["text"]
+    listed = world.records.list(world.principal(world.member), world.team_id).records
+    assert [r.id for r in listed] == [out["id"]]
+    assert "AKIA" not in listed[0].text
 
-    records.save(engine, world.team_id, "old", now=datetime.now(UTC) - timedelta(days=400))
+    world.records.save_as_server(world.team_id, "old", now=datetime.now(UTC) - timedelta(days=400))
     assert main(["records", "purge", "--database", url]) == 0
     assert json.loads(capsys.readouterr().out)["purged"] >= 1
 

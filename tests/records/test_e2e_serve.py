@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cairn.db import make_engine
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
 from cairn.records.ratelimit import RedisRateLimiter
 from cairn.schema import upgrade_all
-from cairn.store.db import make_engine
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
 

@@ -5,19 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn import records
-from cairn.records.access import Action, resolve
-from cairn.records.ratelimit import LocalRateLimiter
 from cairn.records.schema import team_key
 from cairn.records.search import index_terms, query_terms
-from cairn.records.service import search
 from tests.records.conftest import World
 
 
 def _found(world: World, query: str) -> list[str]:
-    access = resolve(world.engine, world.principal(world.member), world.team_id, Action.READ)
-    answer = search(world.engine, access, query, limiter=LocalRateLimiter(rate=10**6))
-    return [r["id"] for r in answer["results"]]
+    answer = world.records.search(world.principal(world.member), world.team_id, query)
+    return [hit.id for hit in answer.hits]
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,22 +28,22 @@ def test_every_token_carries_its_team(text: str, team_a: str, team_b: str) -> No
 def test_text_spelling_another_teams_tokens_does_not_cross(world: World) -> None:
     # A record of the other team whose text *is* this team's index tokens.
     forged = index_terms(world.team_id, "quarterly invoice audit")
-    records.save(world.engine, world.other_team, forged)
-    mine = records.save(world.engine, world.team_id, "prepared the quarterly invoice audit")
+    world.records.save_as_server(world.other_team, forged)
+    mine = world.records.save_as_server(world.team_id, "prepared the quarterly invoice audit")
     assert _found(world, "quarterly invoice audit") == [mine.id]
     assert _found(world, forged) == []
 
 
 def test_stemming_accents_and_other_scripts(world: World) -> None:
-    e, t = world.engine, world.team_id
-    stem = records.save(e, t, "Deploying the payments service twice a day")
-    accent = records.save(e, t, "Menu du café traduit en français")
-    other = records.save(e, t, "修复了 登录 页面的错误")
+    save, t = world.records.save_as_server, world.team_id
+    stem = save(t, "Deploying the payments service twice a day")
+    accent = save(t, "Menu du café traduit en français")
+    other = save(t, "修复了 登录 页面的错误")
     assert _found(world, "deployed payment") == [stem.id]
     assert _found(world, "cafe francais") == [accent.id]
     assert _found(world, "登录") == [other.id]
 
 
 def test_query_of_only_stop_words_finds_nothing(world: World) -> None:
-    records.save(world.engine, world.team_id, "the and of")
+    world.records.save_as_server(world.team_id, "the and of")
     assert _found(world, "the and of") == []

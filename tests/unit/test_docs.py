@@ -15,9 +15,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 def _route_paths() -> list[tuple[str, str]]:
     """Every (method, path) the app's OpenAPI document describes (it lists every route)."""
     from cairn.api.app import create_app
-    from cairn.api.settings import Settings
+    from cairn.config import Config
 
-    app = create_app(Settings(database_url="sqlite:///:memory:", local=True))
+    app = create_app(Config(database_url="sqlite:///:memory:", local=True))
     out = [
         (method.upper(), path)
         for path, ops in app.openapi()["paths"].items()

@@ -27,7 +27,7 @@ from cairn.errors import (
 )
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import content_etag, with_platform_write_authority
+from cairn.store.base import PlatformGrant, content_etag
 from cairn.store.fs import (
     LOCK_FILE,
     STATE_FILE,
@@ -52,8 +52,7 @@ def test_layout_is_a_plain_readable_tree(tmp_path: Path) -> None:
     user = SpaceRef.build("user", "notes", tenant="local", user="ann")
     store.write(user, "MEMORY.md", "u")
     assert (tmp_path / "spaces/user/local/ann/notes/MEMORY.md").read_text() == "u"
-    with with_platform_write_authority("test"):
-        store.write(SpaceRef.build("global", "catalog"), "a.md", "g")
+    store.write(SpaceRef.build("global", "catalog"), "a.md", "g", grant=PlatformGrant("test"))
     assert (tmp_path / "spaces/global/_/catalog/a.md").read_text() == "g"
     assert sorted(p.name for p in (tmp_path / "spaces").iterdir()) == [
         ".cairn-usage.json",
@@ -147,9 +146,8 @@ def test_private_is_refused_on_every_operation(tmp_path: Path) -> None:
 
 def test_refs_and_paths_are_validated_inside_the_store(tmp_path: Path) -> None:
     store = make(tmp_path)
-    bad = SpaceRef(Visibility.BOT, "n", tenant="t", project="p", bot="../x")
-    with pytest.raises(Exception) as exc:
-        store.write(bad, "a.md", "x")
+    with pytest.raises(Exception) as exc:  # a bad ref cannot even be made
+        store.write(SpaceRef(Visibility.BOT, "n", tenant="t", project="p", bot="../x"), "a.md", "x")
     assert getattr(exc.value, "code", "") == "invalid_space_ref"
     with pytest.raises(Exception) as exc:
         store.read(BOT, "../a.md")
@@ -162,8 +160,7 @@ def test_global_mutations_need_platform_authority(tmp_path: Path) -> None:
     ref = SpaceRef.build("global", "catalog")
     with pytest.raises(PlatformAuthorityRequired):
         store.write(ref, "a.md", "x")
-    with with_platform_write_authority("test"):
-        store.write(ref, "a.md", "x")
+    store.write(ref, "a.md", "x", grant=PlatformGrant("test"))
     with pytest.raises(PlatformAuthorityRequired):
         store.delete(ref, "a.md")
     assert store.read(ref, "a.md").content == "x"

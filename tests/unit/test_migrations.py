@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cairn import schema
+from cairn.db import applied_versions, make_engine, upgrade
 from cairn.store import sql_schema
-from cairn.store.db import applied_versions, make_engine, upgrade
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 

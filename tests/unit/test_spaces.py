@@ -104,7 +104,7 @@ def test_every_invalid_segment_is_refused(value: str, field: str) -> None:
             SpaceRef.build(vis, name, **kwargs)
         assert info.value.details["field"] == field
     else:
-        assert SpaceRef.build(vis, name, **kwargs).validated()
+        assert SpaceRef.build(vis, name, **kwargs)
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "a:b", "a\x00", "a\n", "x" * 129])
@@ -134,7 +134,7 @@ def test_required_qualifiers(vis: str, missing: str) -> None:
 def test_global_carries_no_tenant() -> None:
     assert SpaceRef.build("global", "n", tenant="t").tenant == ""
     with pytest.raises(InvalidSpaceRef):
-        SpaceRef(Visibility.GLOBAL, "n", tenant="t").validated()
+        SpaceRef(Visibility.GLOBAL, "n", tenant="t")
     assert SpaceRef.build("org", "n", tenant="t").with_tenant("u").tenant == "u"
 
 

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cairn.db import make_engine
 from cairn.errors import (
     DocumentTooLarge,
     InvalidDocument,
@@ -40,8 +41,7 @@ from cairn.errors import (
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store import sql as sql_module
-from cairn.store.base import with_attribution_team, with_platform_write_authority
-from cairn.store.db import make_engine
+from cairn.store.base import PlatformGrant
 from cairn.store.sql import NO_TENANT, SqlStore
 from cairn.store.sql_schema import memory_documents, memory_tenant_usage
 
@@ -101,8 +101,7 @@ def rows(store: SqlStore, table: sa.Table) -> list[sa.Row[object]]:
 def test_rows_carry_their_tenant_and_full_space_id(store: SqlStore) -> None:
     store.write(project(TEAM), "a.md", "alpha")
     store.write(project(OTHER), "a.md", "other team")
-    with with_platform_write_authority("test"):
-        store.write(GLOBAL, "g.md", "shared")
+    store.write(GLOBAL, "g.md", "shared", grant=PlatformGrant("test"))
 
     stamped = {
         (r.tenant_id, r.space_id, r.path, r.visibility) for r in rows(store, memory_documents)
@@ -225,8 +224,7 @@ def test_refused_bodies_store_nothing(store: SqlStore) -> None:
 def test_global_mutations_need_platform_authority(store: SqlStore) -> None:
     with pytest.raises(PlatformAuthorityRequired):
         store.write(GLOBAL, "g.md", "x")
-    with with_platform_write_authority("test"):
-        store.write(GLOBAL, "g.md", "x")
+    store.write(GLOBAL, "g.md", "x", grant=PlatformGrant("test"))
     with pytest.raises(PlatformAuthorityRequired):
         store.delete(GLOBAL, "g.md")
     assert store.read(GLOBAL, "g.md").content == "x"
@@ -304,8 +302,8 @@ def test_counter_created_by_a_write_over_its_default_quota_is_refused(backend: B
     with pytest.raises(QuotaExceeded) as info:
         store.write(project(), "a.md", "x" * 11)
     assert info.value.details["limit"] == "team"
-    with with_platform_write_authority("test"), pytest.raises(QuotaExceeded) as info:
-        store.write(GLOBAL, "a.md", "x" * 11)
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(GLOBAL, "a.md", "x" * 11, grant=PlatformGrant("test"))
     assert info.value.details["limit"] == "instance"
     assert store.team_usage(TEAM)[0] == 0 and store.instance_usage()[0] == 0
 
@@ -325,38 +323,36 @@ def test_admin_input_is_checked(store: SqlStore) -> None:
 def test_global_charges_instance_and_debits_attributed_team(backend: Backend) -> None:
     store = backend.open(Limits(team_quota=10))
     store.set_instance_quota(100)
-    with with_platform_write_authority("admin-token"):
-        store.write(GLOBAL, "plain.md", "p" * 5)  # no team named: no attribution
-        assert store.instance_usage() == (5, 100)
-        assert store.team_usage(TEAM)[0] == 0
-        with with_attribution_team(TEAM):
-            # Attribution is not enforcement: 40 bytes land on a team capped at 10.
-            store.write(GLOBAL, "a.md", "a" * 40)
-        assert store.team_usage(TEAM) == (40, 10)
-        assert store.instance_usage() == (45, 100)
-        usage = store.usage(GLOBAL)
-        assert (usage.used_bytes, usage.quota_bytes) == (45, 0)
-        assert (usage.team_used_bytes, usage.team_quota_bytes) == (45, 100)
-        with with_attribution_team(TEAM), pytest.raises(QuotaExceeded) as info:
-            store.write(GLOBAL, "b.md", "b" * 56)
-        assert info.value.details["limit"] == "instance"
-        assert store.team_usage(TEAM)[0] == 40  # the refused write debited nobody
-        # The team is charged nothing of its own for the global bytes' sake.
-        with pytest.raises(QuotaExceeded):
-            store.write(project(), "t.md", "t")
+    admin = PlatformGrant("admin-token")  # no team named: no attribution
+    attributed = PlatformGrant("admin-token", attribution_team=TEAM)
+    store.write(GLOBAL, "plain.md", "p" * 5, grant=admin)
+    assert store.instance_usage() == (5, 100)
+    assert store.team_usage(TEAM)[0] == 0
+    # Attribution is not enforcement: 40 bytes land on a team capped at 10.
+    store.write(GLOBAL, "a.md", "a" * 40, grant=attributed)
+    assert store.team_usage(TEAM) == (40, 10)
+    assert store.instance_usage() == (45, 100)
+    usage = store.usage(GLOBAL)
+    assert (usage.used_bytes, usage.quota_bytes) == (45, 0)
+    assert (usage.team_used_bytes, usage.team_quota_bytes) == (45, 100)
+    with pytest.raises(QuotaExceeded) as info:
+        store.write(GLOBAL, "b.md", "b" * 56, grant=attributed)
+    assert info.value.details["limit"] == "instance"
+    assert store.team_usage(TEAM)[0] == 40  # the refused write debited nobody
+    # The team is charged nothing of its own for the global bytes' sake.
+    with pytest.raises(QuotaExceeded):
+        store.write(project(), "t.md", "t")
 
 
 def test_attribution_credit_lands_on_the_shrinking_team_and_clamps(store: SqlStore) -> None:
-    with with_platform_write_authority("user:1"):
-        with with_attribution_team(TEAM):
-            store.write(GLOBAL, "a.md", "a" * 30)
-        with with_attribution_team(OTHER):
-            store.write(GLOBAL, "a.md", "a" * 10)  # OTHER shrinks it: credited, clamped
-        assert store.team_usage(OTHER)[0] == 0
-        assert store.team_usage(TEAM)[0] == 30
-        with with_attribution_team(TEAM):
-            store.delete(GLOBAL, "a.md")
-        assert store.team_usage(TEAM)[0] == 20
+    mine = PlatformGrant("user:1", attribution_team=TEAM)
+    store.write(GLOBAL, "a.md", "a" * 30, grant=mine)
+    # OTHER shrinks it: credited, clamped.
+    store.write(GLOBAL, "a.md", "a" * 10, grant=PlatformGrant("user:1", attribution_team=OTHER))
+    assert store.team_usage(OTHER)[0] == 0
+    assert store.team_usage(TEAM)[0] == 30
+    store.delete(GLOBAL, "a.md", grant=mine)
+    assert store.team_usage(TEAM)[0] == 20
     assert store.instance_usage()[0] == 0
 
 

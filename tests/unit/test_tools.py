@@ -13,9 +13,10 @@ import pytest
 from cairn.agentconfig import parse_config_text
 from cairn.errors import StoreUnavailable
 from cairn.quota import Limits
-from cairn.service import SpaceService
+from cairn.service.access import LOCAL_PRINCIPAL, console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
-from cairn.store.base import with_platform_write_authority
+from cairn.store.base import PlatformGrant
 from cairn.store.fs import FilesystemStore
 from cairn.tools import (
     TOOL_NAMES,
@@ -29,6 +30,7 @@ from cairn.tools import (
 from cairn.tools.records import HttpRecordsSearcher
 
 REF = SpaceRef.build("bot", "notes", tenant="local", project="proj-0123456789ab", bot="whats-next")
+ME = console_principal("local")
 
 
 @pytest.fixture
@@ -213,7 +215,7 @@ def test_unexpected_failure_is_still_a_result(tools: MemoryTools, tmp_path: Path
 
 def test_read_only_withholds_write(store: FilesystemStore) -> None:
     svc = SpaceService(store)
-    svc.write(REF, "MEMORY.md", "kept")
+    svc.write(ME, REF, "MEMORY.md", "kept")
     ro = MemoryTools(svc, REF, write=False)
     res = ro.dispatch("memory_write", {"path": "MEMORY.md", "content": "changed"})
     assert res.is_error and res.code == "write_refused" and "read-only" in res.text
@@ -222,8 +224,7 @@ def test_read_only_withholds_write(store: FilesystemStore) -> None:
 
 def test_global_block_reads_and_lists_but_never_writes(store: FilesystemStore) -> None:
     ref = SpaceRef.build("global", "catalogue")
-    with with_platform_write_authority("test-operator"):
-        SpaceService(store).write(ref, "catalogue.md", "shared")
+    store.write(ref, "catalogue.md", "shared", grant=PlatformGrant("test-operator"))
     config = parse_config_text(
         "memory:\n  visibility: global\n  scope: {name: catalogue}\n  write: true\n", "g.yaml"
     )
@@ -234,10 +235,12 @@ def test_global_block_reads_and_lists_but_never_writes(store: FilesystemStore) -
     assert [d["path"] for d in tools.dispatch("memory_list", {}).data["documents"]] == [
         "catalogue.md"
     ]
-    # Even inside a granted context a run's tool does not write global.
-    with with_platform_write_authority("test-operator"):
-        res = tools.dispatch("memory_write", {"path": "catalogue.md", "content": "defaced"})
-    assert res.is_error and res.text == WRITE_REFUSED_GLOBAL
+    # Even as a caller with platform authority a run's tool does not write global.
+    granted = MemoryTools.from_block(config.memory, SpaceService(store), ref, who=LOCAL_PRINCIPAL)
+    assert granted.names == ("memory_read", "memory_list")
+    for t in (tools, granted):
+        res = t.dispatch("memory_write", {"path": "catalogue.md", "content": "defaced"})
+        assert res.is_error and res.text == WRITE_REFUSED_GLOBAL
     assert tools.dispatch("memory_read", {"path": "catalogue.md"}).text == "shared"
 
 
@@ -254,7 +257,7 @@ def test_write_false_block(store: FilesystemStore) -> None:
 
 def test_autoload_documents_for_the_context(store: FilesystemStore) -> None:
     svc = SpaceService(store)
-    svc.write(REF, "MEMORY.md", "index ``` with a fence")
+    svc.write(ME, REF, "MEMORY.md", "index ``` with a fence")
     config = parse_config_text(
         "memory:\n  scope: {name: notes, bot: whats-next}\n  autoload: [MEMORY.md, gone.md]\n",
         "a.yaml",

@@ -36,8 +36,9 @@ from cairn.automemory.sync import (
     materialise,
     sync_deadline,
 )
-from cairn.errors import CairnError, StoreUnavailable
-from cairn.service import SpaceService
+from cairn.errors import CairnError, InvalidRequest, StoreUnavailable
+from cairn.principal import Principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -137,10 +138,22 @@ def _start_and_wait(child: _Child, opts: RunOptions, env: Mapping[str, str], war
         child.finished = True
 
 
+def _require_command(command: Sequence[str]) -> None:
+    """A missing or blank command is the caller's mistake (400), not a failure (500)."""
+    if not command:
+        raise InvalidRequest("no command to run; give it after '--', e.g. -- claude")
+    if not command[0].strip():
+        raise InvalidRequest(
+            f"the command to run is blank ({command[0]!r}); give a program after '--'"
+        )
+
+
 def run_command(opts: RunOptions, warn: Warn) -> int:
-    """Run the command as it is (auto-memory off), forwarding signals."""
-    if not opts.command:
-        raise CairnError("no command to run; give it after '--'")
+    """Run the command as it is (auto-memory off), forwarding signals.
+
+    Raises :class:`~cairn.errors.InvalidRequest` when there is no command to run.
+    """
+    _require_command(opts.command)
     child = _Child()
     with _forwarding(child):
         return _start_and_wait(child, opts, opts.environ, warn)
@@ -180,17 +193,24 @@ def point_backend(
     return argv, env
 
 
-def run_with_auto_memory(service: SpaceService, ref: SpaceRef, opts: RunOptions, warn: Warn) -> int:
-    """Materialise ``ref``, run the command pointed at it, fold the edits back.
+def run_with_auto_memory(
+    service: SpaceService,
+    ref: SpaceRef,
+    opts: RunOptions,
+    warn: Warn,
+    *,
+    who: Principal | None = None,
+) -> int:
+    """Materialise ``ref``, run the command pointed at it, fold the edits back as ``who``
+    (default: the local console).
 
     The materialised directory is removed after a clean sync; when some Markdown
     could not be persisted it is kept, and named, so nothing the agent wrote is lost.
     A failure to load the space before the command starts is an error (the command
     does not run): running an agent on a memory it cannot see would look like an
-    empty memory.
+    empty memory. No command to run is :class:`~cairn.errors.InvalidRequest`.
     """
-    if not opts.command:
-        raise CairnError("no command to run; give it after '--'")
+    _require_command(opts.command)
     workdir = Path(tempfile.mkdtemp(prefix="cairn-auto-memory-"))
     directory = workdir / "memory"
     directory.mkdir()
@@ -214,7 +234,7 @@ def run_with_auto_memory(service: SpaceService, ref: SpaceRef, opts: RunOptions,
     child = _Child()
     with _forwarding(child):
         status = _start_and_wait(child, RunOptions(argv, opts.backend, opts.cwd), env, warn)
-        report = _sync(service, ref, directory, snapshot, warn)
+        report = _sync(service, ref, directory, snapshot, warn, who)
     for signum in child.ignored:
         warn(f"{signal.Signals(signum).name} arrived while saving memory; the sync finished first")
     if report.ok:
@@ -225,12 +245,16 @@ def run_with_auto_memory(service: SpaceService, ref: SpaceRef, opts: RunOptions,
 
 
 def _sync(
-    service: SpaceService, ref: SpaceRef, directory: Path, snapshot: Snapshot, warn: Warn
+    service: SpaceService,
+    ref: SpaceRef,
+    directory: Path,
+    snapshot: Snapshot,
+    warn: Warn,
+    who: Principal | None,
 ) -> SyncReport:
     try:
-        return fold_back(
-            service, ref, directory, snapshot, deadline=sync_deadline(directory), warn=warn
-        )
+        deadline = sync_deadline(directory)
+        return fold_back(service, ref, directory, snapshot, deadline=deadline, warn=warn, who=who)
     except Exception as exc:  # the sync must never change the command's outcome
         warn(f"saving auto-memory failed: {type(exc).__name__}: {exc}")
         report = SyncReport()

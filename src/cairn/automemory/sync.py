@@ -21,11 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.documents import content_etag
 from cairn.errors import CairnError, InvalidPath, NotFound
 from cairn.paths import DOC_SUFFIX, validate_doc_path
-from cairn.service import SpaceService
+from cairn.principal import Principal
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef
-from cairn.store.base import content_etag
 
 Warn = Callable[[str], None]
 
@@ -99,7 +101,7 @@ def materialise(
     """Write every document of the space into ``directory`` (which must exist)."""
     root = Path(directory)
     snap = Snapshot()
-    for doc in service.store.iter_documents(ref.validated()):
+    for doc in service.iter_documents(ref):
         target = _target(root, doc.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         data = doc.content.encode("utf-8")
@@ -173,8 +175,10 @@ def fold_back(
     *,
     deadline: float,
     warn: Warn,
+    who: Principal | None = None,
 ) -> SyncReport:
-    """Persist the directory's additions, changes and deletions into the space.
+    """Persist the directory's additions, changes and deletions into the space, as
+    ``who`` (default: the local console).
 
     Deletions run first so that a run which tidied up frees quota for its new notes.
     Never raises a :class:`~cairn.errors.CairnError`: each refusal is a warning and
@@ -183,6 +187,7 @@ def fold_back(
     root = Path(directory)
     report = SyncReport()
     found, present = _scan(root, report, warn)
+    actor = who if who is not None else console_principal(ref.user or "local")
 
     def fail(path: str, reason: str) -> None:
         report.failed.append((path, reason))
@@ -198,7 +203,7 @@ def fold_back(
         if out_of_time(path):
             continue
         try:
-            service.delete(ref, path, if_match=snapshot.entries[path].etag)
+            service.delete(actor, ref, path, if_match=snapshot.entries[path].etag)
             report.deleted.append(path)
         except NotFound:
             report.deleted.append(path)
@@ -217,7 +222,8 @@ def fold_back(
             fail(item.path, "not valid UTF-8 text")
             continue
         try:
-            service.write(ref, item.path, content, if_match=before.etag if before else None)
+            etag = before.etag if before else None
+            service.write(actor, ref, item.path, content, if_match=etag)
             report.written.append(item.path)
         except CairnError as exc:
             fail(item.path, f"{exc.code}: {exc.message}")

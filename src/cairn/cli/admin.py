@@ -1,23 +1,29 @@
 """``cairn admin ...`` and ``cairn db upgrade``: operator commands on the server's database
-(SPEC §7.6), the same operations as the admin API (both call the identity service).
+(SPEC §7.6), the same operations as the admin API (both call
+:class:`cairn.service.admin.AdminService`).
 
-Each admin command prints one JSON object on stdout (``{"id": ...}`` for creations),
-so scripts can read it.
+The operator at their own console holds platform authority: every command acts as
+:data:`OPERATOR`. Each admin command prints one JSON object on
+stdout (``{"id": ...}`` for creations), so scripts can read it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
-from cairn.cli.common import add_database_arg, open_engine, print_json
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.quota import Limits
+from cairn import runtime
+from cairn.cli.common import add_database_arg, cli_config, open_engine, print_json
+from cairn.errors import InvalidRequest
+from cairn.principal import CredentialKind, Principal
 from cairn.schema import upgrade_all
+from cairn.service.admin import AdminService, build_admin_services
+
+#: Who the local operator is to the admin use-cases: whoever can open the server's
+#: database already holds the platform's authority, as the admin token does.
+OPERATOR = Principal(kind=CredentialKind.ADMIN_TOKEN)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,66 +90,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_db_upgrade)
 
 
-def _identity(engine: Engine) -> IdentityService:
-    secret = os.environ.get("CAIRN_KEY_HASH_SECRET") or None
-    return IdentityService(engine, load_key_hasher(engine, secret))
-
-
 def _run_admin(args: argparse.Namespace) -> int:
-    with open_engine(args) as engine:
-        return print_json(_OPS[args.admin_command](_identity(engine), engine, args))
+    # The runtime reads CAIRN_KEY_HASH_SECRET (else the secret kept in the database).
+    opened = runtime.open_runtime(cli_config(args))
+    try:
+        admin = build_admin_services(opened.identity, opened.store).admin
+        return print_json(_OPS[args.admin_command](admin, args))
+    finally:
+        opened.close()
 
 
-def _op_create_user(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    return {"id": i.create_user(a.email, a.password, a.name, a.super_admin)}
+def _op_create_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_user(OPERATOR, a.email, a.password, a.name, a.super_admin)}
 
 
-def _op_create_org(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    return {"id": i.create_org(a.name, a.plan)}
+def _op_create_org(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_org(OPERATOR, a.name, a.plan)}
 
 
-def _op_create_team(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    return {"id": i.create_team(a.org, a.name)}
+def _op_create_team(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_team(OPERATOR, a.org, a.name)}
 
 
-def _op_add_member(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
+def _op_add_member(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     if a.org:
-        i.add_org_member(a.org, a.user, a.role)
+        admin.add_org_member(OPERATOR, a.org, a.user, a.role)
         return {"org_id": a.org, "user_id": a.user, "role": a.role}
     projects = [x for x in a.projects.split(",") if x] if a.projects is not None else None
-    i.add_team_member(a.team, a.user, a.role, projects)
+    admin.add_team_member(OPERATOR, a.team, a.user, a.role, projects)
     return {"team_id": a.team, "user_id": a.user, "role": a.role}
 
 
-def _op_create_api_key(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    key_id, key = i.create_api_key(a.user, a.team, a.name)
-    return {"id": key_id, "key": key}
+def _op_create_api_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    created = admin.create_api_key(OPERATOR, a.user, a.team, a.name)
+    return {"id": created.id, "key": created.key}
 
 
-def _store(engine: Engine) -> Any:
-    from cairn.api.app import open_sql_store
-
-    return open_sql_store(engine, Limits())
-
-
-def _op_set_quota(i: IdentityService, e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    from cairn.identity.quotas import set_instance_quota, set_org_quota
-
+def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     if a.bytes < 0:
-        from cairn.errors import InvalidRequest
-
         raise InvalidRequest("--bytes must be a whole number >= 0")
     if a.instance:
-        set_instance_quota(_store(e), a.bytes)
+        admin.set_instance_quota(OPERATOR, a.bytes)
         return {"memory_quota_bytes": a.bytes}
-    return set_org_quota(i, _store(e), a.org, a.bytes)
+    done = admin.set_org_quota(OPERATOR, a.org, a.bytes)
+    return {
+        **asdict(done.org),
+        "teams_updated": list(done.teams_updated),
+        "teams_failed": list(done.teams_failed),
+    }
 
 
-def _op_set_plan(i: IdentityService, _e: Engine, a: argparse.Namespace) -> dict[str, Any]:
-    return i.update_org(a.org, plan=a.plan)
+def _op_set_plan(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return asdict(admin.update_org(OPERATOR, a.org, plan=a.plan))
 
 
-_OPS = {
+_OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = {
     "create-user": _op_create_user,
     "create-org": _op_create_org,
     "create-team": _op_create_team,

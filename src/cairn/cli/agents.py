@@ -17,11 +17,11 @@ from cairn.cli.common import (
     add_server_args,
     add_space_args,
     cli_command,
-    open_store,
+    open_spaces,
     space_ref_from_args,
+    spaces_for,
 )
-from cairn.errors import CairnError, InvalidRequest
-from cairn.service import SpaceService
+from cairn.errors import CairnError, InvalidRequest, InvalidSpaceRef
 from cairn.spaces import Visibility
 from cairn.tools.dispatch import MemoryTools, RecordsSearcher, ref_for_block
 
@@ -73,8 +73,8 @@ def _searcher(args: argparse.Namespace) -> RecordsSearcher | None:
 
 def build_tools(args: argparse.Namespace) -> MemoryTools:
     """The tools ``cairn mcp`` serves, from ``--config`` or the space flags."""
-    store, tenant = open_store(args)
-    service = SpaceService(store)
+    service, who = spaces_for(args)  # open for the life of the process
+    tenant = who.team_id
     searcher = _searcher(args)
     if args.config:
         config = _load_valid_config(args.config)
@@ -95,12 +95,12 @@ def build_tools(args: argparse.Namespace) -> MemoryTools:
         block = replace(block, **overrides)
         ref = ref_for_block(block, tenant=tenant, bot_fallback=config.directory_name)
         return MemoryTools.from_block(
-            block, service, ref, read_only=args.read_only, searcher=searcher
+            block, service, ref, read_only=args.read_only, searcher=searcher, who=who
         )
     args.visibility = _agent_visibility(args.visibility or Visibility.BOT.value).value
     args.name = args.name or "default"
     ref = space_ref_from_args(args, tenant)
-    return MemoryTools(service, ref, write=not args.read_only, searcher=searcher)
+    return MemoryTools(service, ref, write=not args.read_only, searcher=searcher, who=who)
 
 
 def _agent_visibility(raw: str) -> Visibility:
@@ -139,18 +139,29 @@ def _run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("give the command to run after '--', e.g. cairn run --bot b -- claude")
+    if not command[0].strip():
+        raise UsageError(f"the command after '--' is blank ({command[0]!r}); give a program")
     config = _load_valid_config(args.config) if args.config else None
     backend = args.backend or (config.backend if config else None)
     on = decide_auto_memory(args.auto_memory, config, os.environ)
     if not on:
         return run_command(RunOptions(command, backend), _warn)
-    bot = resolve_bot_id(args.bot, config)
-    store, tenant = open_store(args)
+    bot = _bot_id(args, config)
+    with open_spaces(args) as (service, who):
+        try:
+            ref = auto_memory_ref(bot, os.getcwd(), tenant=who.team_id)
+        except InvalidSpaceRef as exc:
+            if args.bot:  # else the id came from the config file: its content, exit 1
+                raise UsageError(f"--bot {args.bot!r}: {exc.message}") from None
+            raise
+        return run_with_auto_memory(service, ref, RunOptions(command, backend), _warn, who=who)
+
+
+def _bot_id(args: argparse.Namespace, config: AgentConfig | None) -> str:
     try:
-        ref = auto_memory_ref(bot, os.getcwd(), tenant=tenant)
-        return run_with_auto_memory(SpaceService(store), ref, RunOptions(command, backend), _warn)
-    finally:
-        store.close()
+        return resolve_bot_id(args.bot, config)
+    except InvalidRequest as exc:  # no --bot, no scope.bot, no config directory
+        raise UsageError(exc.message) from None
 
 
 # --- cairn auto-memory prompt ---------------------------------------------------------------

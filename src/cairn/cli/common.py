@@ -11,13 +11,14 @@ Every command that addresses a space uses the same flags and the same rules
     turns them into a validated :class:`~cairn.spaces.SpaceRef`; the project
     directory becomes its key with :func:`~cairn.spaces.encode_workdir_key`.
     A missing or invalid flag raises :class:`UsageError`.
-``add_server_args(parser)`` / ``open_store(args)``
+``add_server_args(parser)`` / ``open_store(args)`` / ``spaces_for(args)`` / ``open_spaces(args)``
     ``--server URL`` / ``--token T`` (or ``CAIRN_SERVER`` / ``CAIRN_TOKEN``): with a
-    server, an ``HttpMemoryStore``; without, :func:`local_store`.
+    server, an ``HttpMemoryStore``; without, :func:`local_store`. ``spaces_for`` wraps the
+    store in the space service, with who is acting; ``open_spaces`` closes it after.
 ``cairn_home()`` / ``local_store()``
     ``$CAIRN_HOME`` (default ``~/.cairn``) and the filesystem store under
     ``$CAIRN_HOME/spaces``.
-``add_database_arg(parser)`` / ``database_url(args)`` / ``open_engine(args)``
+``add_database_arg(parser)`` / ``cli_config(args)`` / ``open_engine(args)``
     ``--database URL`` for the commands on the server's database (``serve``,
     ``admin``, ``db``, ``records``): the flag, else ``CAIRN_DATABASE_URL``, else
     ``sqlite:///$CAIRN_HOME/cairn.db``; ``open_engine`` applies pending migrations.
@@ -37,21 +38,24 @@ import argparse
 import contextlib
 import functools
 import getpass
-import importlib
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cairn.errors import InvalidRequest, InvalidSpaceRef, StoreUnavailable
+from sqlalchemy.engine import Engine
+
+from cairn import runtime
+from cairn.config import Config
+from cairn.errors import InvalidRequest, InvalidSpaceRef
+from cairn.principal import Principal
 from cairn.quota import Limits
+from cairn.runtime import MemoryStore
+from cairn.service.access import console_principal, remote_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, encode_workdir_key
-from cairn.store.base import MemoryStore
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
 
 #: The tenant of every space of the local (filesystem) store.
 LOCAL_TENANT = "local"
@@ -64,20 +68,22 @@ class UsageError(InvalidRequest):
     """A command line that cannot be run as given: exit status 2 (see :func:`cli_command`)."""
 
 
+def cli_config(args: argparse.Namespace | None = None) -> Config:
+    """The environment's configuration, with the command's ``--database`` when it has one."""
+    return Config.from_env(database_url=getattr(args, "database", None))
+
+
 def cairn_home() -> Path:
     """``$CAIRN_HOME``, default ``~/.cairn`` (not created here)."""
-    raw = os.environ.get("CAIRN_HOME", "").strip()
-    return Path(raw).expanduser() if raw else Path.home() / ".cairn"
+    return cli_config().home
 
 
 def local_store(limits: Limits | None = None) -> MemoryStore:
     """The filesystem store under ``$CAIRN_HOME/spaces``.
 
-    ``limits`` None reads the ``CAIRN_MEMORY_*`` overrides from the environment.
+    ``limits`` None takes the configured ``CAIRN_MEMORY_*`` overrides.
     """
-    from cairn.store.fs import FilesystemStore
-
-    return FilesystemStore(cairn_home() / "spaces", limits)
+    return runtime.open_local_store(cli_config(), limits)
 
 
 def add_database_arg(parser: argparse.ArgumentParser) -> None:
@@ -91,28 +97,15 @@ def add_database_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def database_url(args: argparse.Namespace) -> str:
-    """``--database``, else ``$CAIRN_DATABASE_URL``, else ``sqlite:///$CAIRN_HOME/cairn.db``."""
-    from cairn.api.settings import default_database_url
-
-    url: str | None = args.database
-    return url or default_database_url(os.environ)
-
-
 @contextlib.contextmanager
 def open_engine(args: argparse.Namespace, *, upgrade: bool = True) -> Iterator[Engine]:
-    """An engine on :func:`database_url`, disposed on exit.
+    """An engine on the database of :func:`cli_config`, disposed on exit.
 
     With ``upgrade`` (the default) every pending schema migration is applied first, so
     a command can run on a new database.
     """
-    from cairn.schema import upgrade_all
-    from cairn.store.db import make_engine
-
-    engine = make_engine(database_url(args))
+    engine = runtime.open_engine(cli_config(args), migrate=upgrade)
     try:
-        if upgrade:
-            upgrade_all(engine)
         yield engine
     finally:
         engine.dispose()
@@ -150,16 +143,17 @@ def add_space_args(parser: argparse.ArgumentParser, default_visibility: str = "b
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--server`` / ``--token`` (defaults ``CAIRN_SERVER`` / ``CAIRN_TOKEN``)."""
+    config = cli_config()
     group = parser.add_argument_group("server")
     group.add_argument(
         "--server",
-        default=os.environ.get("CAIRN_SERVER") or None,
+        default=config.server,
         metavar="URL",
         help="talk to a Cairn server instead of the local store (env CAIRN_SERVER)",
     )
     group.add_argument(
         "--token",
-        default=os.environ.get("CAIRN_TOKEN") or None,
+        default=config.token,
         help="the API key for --server (env CAIRN_TOKEN)",
     )
 
@@ -202,24 +196,30 @@ def _login_name() -> str:
 def open_store(args: argparse.Namespace) -> tuple[MemoryStore, str]:
     """(store, tenant) for the flags of :func:`add_server_args`.
 
-    With ``--server`` the store is ``cairn.store.http.HttpMemoryStore`` (imported only
-    then) and the tenant is empty: the server stamps it from the credential.
+    With ``--server`` the store is ``cairn.store.http.HttpMemoryStore`` and the tenant is
+    empty: the server stamps it from the credential.
     """
     server: str | None = getattr(args, "server", None)
     if not server:
         return local_store(), LOCAL_TENANT
+    return runtime.open_remote_store(server, getattr(args, "token", None)), ""
+
+
+def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
+    """The space service over :func:`open_store`, and who is acting: the console on the
+    local store, a client of the server with ``--server``. The store stays open."""
+    store, tenant = open_store(args)
+    return SpaceService(store), console_principal("local") if tenant else remote_principal()
+
+
+@contextlib.contextmanager
+def open_spaces(args: argparse.Namespace) -> Iterator[tuple[SpaceService, Principal]]:
+    """:func:`spaces_for`, the store closed on exit."""
+    service, who = spaces_for(args)
     try:
-        module = importlib.import_module("cairn.store.http")
-    except ModuleNotFoundError as exc:
-        if exc.name != "cairn.store.http":
-            raise
-        raise StoreUnavailable(
-            "this installation has no HTTP client store (cairn.store.http); "
-            "drop --server to use the local store"
-        ) from None
-    store_cls: Any = module.HttpMemoryStore
-    store: MemoryStore = store_cls(server, getattr(args, "token", None))
-    return store, ""
+        yield service, who
+    finally:
+        service.store.close()
 
 
 def cli_command(func: Handler) -> Handler:

@@ -9,21 +9,15 @@ line on stderr and exit status 1; usage errors exit 2 (argparse's own convention
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from cairn.cli import admin, agents, memory, records, serve
 from cairn.errors import CairnError
 
-#: Command modules, each with ``register(subparsers)``. A module not yet present is skipped.
-COMMAND_MODULES = (
-    "cairn.cli.serve",
-    "cairn.cli.memory",
-    "cairn.cli.admin",
-    "cairn.cli.records",
-    "cairn.cli.agents",
-)
+#: Command modules, each with ``register(subparsers)``, in the order of ``cairn --help``.
+COMMAND_MODULES = (serve, memory, admin, records, agents)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -35,25 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = cast(Handler | None, getattr(args, "func", None))
-    if func is None:
-        parser.print_help(sys.stderr)
-        return 2
     try:
+        # Building the parser reads the configuration (flag defaults), which may be invalid.
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = cast(Handler | None, getattr(args, "func", None))
+        if func is None:
+            parser.print_help(sys.stderr)
+            return 2
         return func(args)
     except CairnError as exc:
         print(f"cairn: {exc.code}: {exc.message}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """``cairn memory du|ls|cat|put|rm|export|import``: the CLI over one space (SPEC §8).
 
 Thin: each verb parses its flags, resolves the space with :mod:`cairn.cli.common`
-and calls :class:`~cairn.service.SpaceService`. Without ``--server`` the store is the
+and calls :class:`~cairn.service.spaces.SpaceService`. Without ``--server`` the store is the
 filesystem store under ``$CAIRN_HOME/spaces`` (tenant ``local``); with it, the HTTP
 client store. Exit status: 0 done, 1 refused (one line on stderr), 2 usage.
 """
@@ -23,27 +23,16 @@ from cairn.cli.common import (
     add_space_args,
     cli_command,
     human_bytes,
-    open_store,
+    open_spaces,
     progress,
     space_ref_from_args,
     stderr_is_tty,
 )
+from cairn.documents import Document, DocumentInfo, ImportReport, ImportStrategy, Usage
 from cairn.errors import InvalidDocument
-from cairn.service import SpaceService
+from cairn.principal import Principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef
-from cairn.store.base import (
-    Document,
-    DocumentInfo,
-    ImportReport,
-    ImportStrategy,
-    MemoryStore,
-    Usage,
-    WriteResult,
-    with_platform_write_authority,
-)
-
-#: Who the audit log names for a global import from the local console.
-LOCAL_CLI_ACTOR = "local-cli"
 
 
 def register(subparsers: Any) -> None:
@@ -97,14 +86,10 @@ def register(subparsers: Any) -> None:
 
 
 @contextlib.contextmanager
-def _open(args: argparse.Namespace) -> Iterator[tuple[SpaceService, SpaceRef, bool]]:
-    """(service, space, whether it is the local store); the store is closed afterwards."""
-    store, tenant = open_store(args)
-    try:
-        ref = space_ref_from_args(args, tenant)
-        yield SpaceService(store), ref, not getattr(args, "server", None)
-    finally:
-        store.close()
+def _open(args: argparse.Namespace) -> Iterator[tuple[SpaceService, SpaceRef, Principal]]:
+    """(service, space, who is acting) for the flags; the store is closed afterwards."""
+    with open_spaces(args) as (service, who):
+        yield service, space_ref_from_args(args, who.team_id), who
 
 
 def _du(args: argparse.Namespace) -> int:
@@ -165,7 +150,7 @@ def _cat(args: argparse.Namespace) -> int:
 
 
 def _put(args: argparse.Namespace) -> int:
-    with _open(args) as (service, ref, _):
+    with _open(args) as (service, ref, who):
         if args.file:
             try:
                 raw = Path(args.file).read_bytes()
@@ -179,15 +164,15 @@ def _put(args: argparse.Namespace) -> int:
             raise InvalidDocument(
                 f"the content is not valid UTF-8 (byte {exc.start}); save it as UTF-8 Markdown"
             ) from None
-        result: WriteResult = service.write(ref, args.path, content, if_match=args.if_match)
+        result = service.write(who, ref, args.path, content, if_match=args.if_match)
         verb = "created" if result.created else "replaced"
         print(f"{verb} {result.path} ({human_bytes(result.size_bytes)}, etag {result.etag})")
         return 0
 
 
 def _rm(args: argparse.Namespace) -> int:
-    with _open(args) as (service, ref, _):
-        service.delete(ref, args.path, if_match=args.if_match)
+    with _open(args) as (service, ref, who):
+        service.delete(who, ref, args.path, if_match=args.if_match)
         print(f"removed {args.path}")
         return 0
 
@@ -198,12 +183,11 @@ def _export(args: argparse.Namespace) -> int:
             raise UsageError("refusing to write a binary archive to a terminal; use --out FILE")
         total = len(service.list(ref)) if stderr_is_tty() else None
         with progress("exporting", total) as advance:
-            counted = SpaceService(_CountingStore(service.store, advance))
             if args.out:
                 with _replacing(Path(args.out)) as sink:
-                    count = counted.export(ref, sink)
+                    count = service.export(ref, sink, progress=advance)
             else:
-                count = counted.export(ref, sys.stdout.buffer)
+                count = service.export(ref, sys.stdout.buffer, progress=advance)
                 sys.stdout.buffer.flush()
         where = args.out or "stdout"
         print(f"exported {count} document(s) of {ref.id} to {where}", file=sys.stderr)
@@ -211,7 +195,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    with _open(args) as (service, ref, local):
+    with _open(args) as (service, ref, who):
         if not args.infile and _is_tty(sys.stdin):
             raise UsageError("no archive: use --in FILE or pipe a .tar.gz into stdin")
         strategy = ImportStrategy(args.strategy)
@@ -224,13 +208,10 @@ def _import(args: argparse.Namespace) -> int:
                     raise UsageError(f"--in {args.infile!r}: {exc.strerror or exc}") from None
             else:
                 source = sys.stdin.buffer
-            if local:
-                # The operator at their own console, on their own store: the one CLI grant
-                # of platform authority (SPEC §5 "Global"). A server decides for itself.
-                stack.enter_context(with_platform_write_authority(LOCAL_CLI_ACTOR))
             advance = stack.enter_context(progress("importing"))
-            counted = SpaceService(_CountingStore(service.store, advance))
-            report = counted.import_archive(ref, source, strategy)
+            # At the local console this is the one act with platform authority (a global
+            # import, SPEC §5); through --server the server decides.
+            report = service.import_archive(who, ref, source, strategy, progress=advance)
         _print_report(report, as_json=args.json)
         return 0
 
@@ -281,65 +262,3 @@ def _replacing(target: Path) -> Iterator[BinaryIO]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
-
-
-class _CountingStore(MemoryStore):
-    """Delegates to ``inner`` and calls ``advance(1)`` per document exported or written.
-
-    A store with its own export/import (the HTTP client streams them) keeps them; the
-    bar then shows time only.
-    """
-
-    def __init__(self, inner: MemoryStore, advance: Callable[[int], None]) -> None:
-        self.inner = inner
-        self.advance = advance
-        self.capabilities = inner.capabilities
-        # The archive module reads the document cap from ``limits`` when a store has one.
-        self.limits = getattr(inner, "limits", None)
-
-    def read(self, ref: SpaceRef, path: str) -> Document:
-        return self.inner.read(ref, path)
-
-    def write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> WriteResult:
-        result = self.inner.write(
-            ref, path, content, if_match=if_match, if_none_match=if_none_match
-        )
-        self.advance(1)
-        return result
-
-    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
-        self.inner.delete(ref, path, if_match=if_match)
-
-    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
-        return self.inner.list(ref, dir)
-
-    def usage(self, ref: SpaceRef) -> Usage:
-        return self.inner.usage(ref)
-
-    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
-        for doc in self.inner.iter_documents(ref, dir):
-            yield doc
-            self.advance(1)
-
-    def export(self, ref: SpaceRef, sink: BinaryIO) -> int:
-        if type(self.inner).export is not MemoryStore.export:
-            return self.inner.export(ref, sink)
-        return super().export(ref, sink)
-
-    def import_archive(
-        self, ref: SpaceRef, source: BinaryIO, strategy: ImportStrategy = ImportStrategy.SKIP
-    ) -> ImportReport:
-        if type(self.inner).import_archive is not MemoryStore.import_archive:
-            return self.inner.import_archive(ref, source, strategy)
-        return super().import_archive(ref, source, strategy)
-
-    def close(self) -> None:
-        self.inner.close()

@@ -1,20 +1,23 @@
 """``cairn records add|purge|enable|disable``: operator commands on team memory
 records, on the database named by ``--database`` / ``CAIRN_DATABASE_URL``.
 
-``add`` goes through the same save path as the host application (masking, limits,
-plan and on/off gates); ``purge`` removes expired records once (the server also
-does it periodically). Output is one JSON object on stdout.
+Each calls :class:`~cairn.service.records.RecordService` as the server's own code:
+``add`` goes through the same save as the host application (masking, limits, plan
+and on/off gates); ``purge`` removes expired records once (the server also does it
+periodically). Output is one JSON object on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 
-from cairn import records
-from cairn.cli.common import add_database_arg, open_engine, print_json
+from cairn.cli.common import add_database_arg, cli_config, print_json
 from cairn.errors import InvalidRequest
-from cairn.records.service import iso
+from cairn.runtime import open_runtime
+from cairn.service.records import RecordService, build_record_service, iso
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +45,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.set_defaults(func=_set_enabled, enabled=enabled)
 
 
+@contextlib.contextmanager
+def _records(args: argparse.Namespace) -> Iterator[RecordService]:
+    """The records service on the command's database (migrated first)."""
+    runtime = open_runtime(cli_config(args))
+    try:
+        yield build_record_service(runtime.engine, runtime.identity, runtime.limiter)
+    finally:
+        runtime.close()
+
+
 def _add(args: argparse.Namespace) -> int:
     if args.text is not None:
         text = str(args.text)
@@ -53,21 +66,18 @@ def _add(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"cannot read {args.file!r} as UTF-8 text: {exc}") from exc
     else:
         text = sys.stdin.read()
-    with open_engine(args) as engine:
-        record = records.save(engine, args.team, text, repo_id=args.repo)
+    with _records(args) as records:
+        record = records.save_as_server(args.team, text, repo_id=args.repo)
     return print_json({"id": record.id, "expires_at": iso(record.expires_at)})
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with open_engine(args) as engine:
-        removed = records.purge_expired(engine)
+    with _records(args) as records:
+        removed = records.purge_expired()
     return print_json({"purged": removed})
 
 
 def _set_enabled(args: argparse.Namespace) -> int:
-    from cairn.records.access import team_for_save
-
-    with open_engine(args) as engine:
-        team_for_save(engine, args.team)  # 404 team_not_found for an unknown team
-        records.set_enabled(engine, args.team, bool(args.enabled))
+    with _records(args) as records:
+        records.set_enabled_as_server(args.team, bool(args.enabled))  # 404 for an unknown team
     return print_json({"team_id": args.team, "enabled": bool(args.enabled)})

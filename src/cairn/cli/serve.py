@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from cairn.api.settings import Settings
-from cairn.cli.common import add_database_arg, database_url
+from cairn.cli.common import add_database_arg
+from cairn.config import Config
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,26 +40,22 @@ def run(args: argparse.Namespace) -> int:
             "anyone who can reach it can read and write every space",
             file=sys.stderr,
         )
-    settings = Settings.from_env(
-        os.environ,
-        database_url=database_url(args),
-        local=args.local,
-    )
-    app = create_app(settings)
-    print(_banner(args, settings), file=sys.stderr)
+    config = Config.from_env(database_url=args.database, local=args.local)
+    app = create_app(config)
+    print(_banner(args, config), file=sys.stderr)
     # Our own access log carries the request id; uvicorn's would duplicate it.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
     return 0
 
 
-def _banner(args: argparse.Namespace, settings: Settings) -> str:
+def _banner(args: argparse.Namespace, config: Config) -> str:
     """What a person starting the server needs to know: where it is and how to get in."""
-    url = settings.database_url
+    url = config.database_url
     shown_db = url.split("@", 1)[-1] if "@" in url else url  # never print a password
     lines = [f"cairn serve: listening on http://{args.host}:{args.port} (database {shown_db})"]
-    if settings.local:
+    if config.local:
         lines.append("cairn serve: local mode: no authentication, one team 'local'")
-    elif not settings.admin_token:
+    elif not config.admin_token:
         lines.append(
             "cairn serve: CAIRN_ADMIN_TOKEN is not set; set it to use the admin API, or create "
             "a super-admin with: cairn admin create-user --email E --password P --super-admin"

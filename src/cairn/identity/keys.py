@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cairn.db import read_transaction, write_transaction
 from cairn.identity.schema import server_secrets
-from cairn.store.db import read_transaction, write_transaction
 
 #: Every API key starts with this, so a leaked key is recognisable (and secret scanners match).
 API_KEY_PREFIX = "cairn_"

@@ -1,5 +1,5 @@
 """Identity tables: orgs, teams, users, memberships, projects, repositories,
-credentials, sessions and the platform audit log (SPEC §7.1).
+credentials and sessions (SPEC §7.1).
 
 Every team-owned row carries ``team_id`` and leads its primary key with it, so the
 tables distribute by tenant (SPEC §10). Ids are opaque strings.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from cairn.store.db import Migration
+from cairn.db import Migration
 
 metadata = sa.MetaData()
 
@@ -118,20 +118,11 @@ sessions = sa.Table(
     sa.Column("expires_at", TS, nullable=False),
 )
 
-audit_events = sa.Table(
-    "audit_events",
-    metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("at", TS, nullable=False, index=True),
-    sa.Column("action", sa.String(64), nullable=False),
-    sa.Column("actor", sa.String(128), nullable=False),
-    sa.Column("space_id", sa.String(1024), nullable=False, server_default=""),
-    sa.Column("path", sa.String(1024), nullable=False, server_default=""),
-)
-
 
 def _create_v1(conn: Connection) -> None:
     metadata.create_all(conn)
+    # v1 also created the platform audit log (audit_events); the document store owns
+    # that table now, and its own migration 2 creates it where it is missing.
 
 
 MIGRATIONS = [

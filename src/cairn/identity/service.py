@@ -1,5 +1,5 @@
 """Identity use-cases: users, orgs, teams, memberships, projects, repositories, API keys,
-browser sessions, credential resolution and the platform audit log (SPEC §7).
+browser sessions and credential resolution (SPEC §7).
 
 Shared by the admin API (``cairn.api.routes.admin``) and the operator CLI
 (``cairn admin ...``), so both do exactly the same thing. Memberships are read from
@@ -8,7 +8,7 @@ the database on every call: nothing here caches who belongs where.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,18 +17,34 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Connection, Engine
 
+from cairn.db import read_transaction, utcnow, write_transaction
 from cairn.errors import Conflict, InvalidRequest, NotFound, TeamNotFound, Unauthenticated
-from cairn.identity import audit
 from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
-from cairn.identity.principal import CredentialKind, OrgRole, Principal, TeamRole
-from cairn.identity.standing import PRINCIPAL_FOR_KEY, ROLE_IN_TEAM, role_from_row
+from cairn.identity.standing import (
+    PRINCIPAL_FOR_KEY,
+    Standing,
+    standing_from_row,
+    standing_in_team,
+)
 from cairn.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
-from cairn.service import AuditEvent
-from cairn.store.db import read_transaction, utcnow, write_transaction
+from cairn.principal import CredentialKind, OrgRole, Principal, TeamRole
 
 MIN_PASSWORD_CHARS = 8
 _UNSET: Any = object()
+
+
+def _with_standing(base: Principal, team_id: str, standing: Standing) -> Principal:
+    return replace(
+        base,
+        team_id=team_id,
+        org_id=standing.org_id,
+        plan=standing.plan,
+        team_role=standing.team_role,
+        org_role=standing.org_role,
+        project_ids=standing.project_ids,
+        team_choice_needed=False,
+    )
 
 
 def _aware(value: datetime) -> datetime:
@@ -77,18 +93,24 @@ class IdentityService:
         pw_hash = self._passwords.hash(password) if password is not None else None
         user_id = new_id("user")
         with write_transaction(self.engine) as conn:
+            duplicate = Conflict(f"a user with email {email!r} already exists", field="email")
             if conn.execute(sa.select(t.users.c.id).where(t.users.c.email == email)).first():
-                raise Conflict(f"a user with email {email!r} already exists", field="email")
-            conn.execute(
-                t.users.insert().values(
-                    id=user_id,
-                    email=email,
-                    name=clean_name("name", name, required=False),
-                    password_hash=pw_hash,
-                    super_admin=bool(super_admin),
-                    created_at=utcnow(),
+                raise duplicate
+            try:
+                conn.execute(
+                    t.users.insert().values(
+                        id=user_id,
+                        email=email,
+                        name=clean_name("name", name, required=False),
+                        password_hash=pw_hash,
+                        super_admin=bool(super_admin),
+                        created_at=utcnow(),
+                    )
                 )
-            )
+            except sa.exc.IntegrityError as exc:
+                # A concurrent create of the same email passed the check too (PostgreSQL
+                # sees only committed rows); the unique index refused this one.
+                raise duplicate from exc
         return user_id
 
     def create_org(self, name: str, plan: str = "free") -> str:
@@ -163,9 +185,18 @@ class IdentityService:
                     t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
                 )
             )
-            conn.execute(
-                t.org_members.insert().values(org_id=org_id, user_id=user_id, role=org_role.value)
-            )
+            try:
+                conn.execute(
+                    t.org_members.insert().values(
+                        org_id=org_id, user_id=user_id, role=org_role.value
+                    )
+                )
+            except sa.exc.IntegrityError as exc:  # a concurrent add of the same member
+                raise Conflict(
+                    f"user {user_id!r} was added to org {org_id!r} by another request at the "
+                    "same moment; retry to apply this role",
+                    field="user_id",
+                ) from exc
 
     def create_team(self, org_id: str, name: str) -> str:
         team_id = new_id("team")
@@ -223,21 +254,28 @@ class IdentityService:
                     t.team_member_projects.c.user_id == user_id,
                 )
             )
-            conn.execute(
-                t.team_members.insert().values(
-                    team_id=team_id,
-                    user_id=user_id,
-                    role=team_role.value,
-                    projects_limited=projects is not None,
-                    created_at=utcnow(),
-                )
-            )
-            for project_id in sorted(set(projects or [])):
+            try:
                 conn.execute(
-                    t.team_member_projects.insert().values(
-                        team_id=team_id, user_id=user_id, project_id=project_id
+                    t.team_members.insert().values(
+                        team_id=team_id,
+                        user_id=user_id,
+                        role=team_role.value,
+                        projects_limited=projects is not None,
+                        created_at=utcnow(),
                     )
                 )
+                for project_id in sorted(set(projects or [])):
+                    conn.execute(
+                        t.team_member_projects.insert().values(
+                            team_id=team_id, user_id=user_id, project_id=project_id
+                        )
+                    )
+            except sa.exc.IntegrityError as exc:  # a concurrent add of the same member
+                raise Conflict(
+                    f"user {user_id!r} was added to team {team_id!r} by another request at the "
+                    "same moment; retry to apply this role",
+                    field="user_id",
+                ) from exc
 
     def remove_team_member(self, team_id: str, user_id: str) -> None:
         with write_transaction(self.engine) as conn:
@@ -301,7 +339,7 @@ class IdentityService:
         with write_transaction(self.engine) as conn:
             self._user(conn, user_id)
             self._team(conn, team_id)
-            if self._effective_role(conn, user_id, team_id)[0] is None:
+            if self._standing(conn, user_id, team_id).team_role is None:
                 raise InvalidRequest(
                     f"user {user_id!r} is not a member of team {team_id!r}; add them first",
                     field="team_id",
@@ -331,33 +369,33 @@ class IdentityService:
 
     # --- resolving credentials ----------------------------------------------------------
 
-    def _effective_role(
-        self, conn: Connection, user_id: str, team_id: str
-    ) -> tuple[TeamRole | None, str, OrgRole | None, frozenset[str] | None]:
-        """(effective team role, org id, org role, project limit) of a user in a team."""
-        row = conn.execute(ROLE_IN_TEAM, {"u": user_id, "t": team_id}).first()
-        if row is None:
-            return None, "", None, None
-        return role_from_row(conn, row, user_id, team_id)
+    @staticmethod
+    def _standing(conn: Connection, user_id: str, team_id: str) -> Standing:
+        return standing_in_team(conn, user_id, team_id) or Standing()
+
+    def standing(self, user_id: str, team_id: str) -> Standing | None:
+        """The user's standing in ``team_id`` (one query); None when there is no such team."""
+        with read_transaction(self.engine) as conn:
+            return standing_in_team(conn, user_id, team_id)
 
     def principal_for_api_key(self, key: str) -> Principal | None:
-        """The principal of a live API key, or None. A key whose user left its team
-        resolves with ``team_role=None`` (routes then answer ``team_not_found``)."""
+        """The principal of a live API key with its standing in the key's team, or None.
+
+        One query. A key whose user left its team resolves with ``team_role=None``
+        (routes then answer ``team_not_found``).
+        """
         with read_transaction(self.engine) as conn:
             row = conn.execute(PRINCIPAL_FOR_KEY, {"h": self.hasher.hash(key)}).first()
             if row is None:
                 return None
             user_id, team_id = str(row.user_id), str(row.team_id)
-            role, org_id, org_role, limit = role_from_row(conn, row, user_id, team_id)
-        return Principal(
-            kind=CredentialKind.API_KEY,
-            user_id=user_id,
-            team_id=team_id,
-            org_id=org_id,
-            team_role=role,
-            org_role=org_role,
-            super_admin=bool(row.super_admin),
-            project_ids=limit,
+            standing = standing_from_row(conn, row, user_id, team_id)
+        return _with_standing(
+            Principal(
+                kind=CredentialKind.API_KEY, user_id=user_id, super_admin=bool(row.super_admin)
+            ),
+            team_id,
+            standing,
         )
 
     def principal_in_team(self, base: Principal, team_id: str) -> Principal:
@@ -369,20 +407,10 @@ class IdentityService:
         if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
             raise TeamNotFound(f"no team {team_id!r} for this credential")
         with read_transaction(self.engine) as conn:
-            role, org_id, org_role, limit = self._effective_role(conn, base.user_id, team_id)
-        if role is None:
+            standing = self._standing(conn, base.user_id, team_id)
+        if standing.team_role is None:
             raise TeamNotFound(f"no team {team_id!r} for this credential")
-        return Principal(
-            kind=base.kind,
-            user_id=base.user_id,
-            team_id=team_id,
-            org_id=org_id,
-            team_role=role,
-            org_role=org_role,
-            super_admin=base.super_admin,
-            project_ids=limit,
-            csrf_ok=base.csrf_ok,
-        )
+        return _with_standing(base, team_id, standing)
 
     def user_teams(self, user_id: str) -> list[dict[str, Any]]:
         """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
@@ -498,20 +526,12 @@ class IdentityService:
             )
         return base
 
-    def is_org_member(self, principal: Principal, org_id: str) -> bool:
-        """Whether ``principal`` may read org-wide figures of ``org_id``.
-
-        Org members of any role, and members of any of its teams; an API key only for
-        the org of its own team.
-        """
-        if principal.kind is CredentialKind.API_KEY:
-            return principal.team_role is not None and principal.org_id == org_id
-        if not principal.user_id:
-            return False
+    def is_org_member(self, user_id: str, org_id: str) -> bool:
+        """Whether the user is a member of ``org_id`` (any role) or of one of its teams."""
         with read_transaction(self.engine) as conn:
             if conn.execute(
                 sa.select(t.org_members.c.role).where(
-                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == principal.user_id
+                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
                 )
             ).first():
                 return True
@@ -519,18 +539,7 @@ class IdentityService:
                 conn.execute(
                     sa.select(t.team_members.c.team_id)
                     .join(t.teams, t.teams.c.id == t.team_members.c.team_id)
-                    .where(
-                        t.teams.c.org_id == org_id, t.team_members.c.user_id == principal.user_id
-                    )
+                    .where(t.teams.c.org_id == org_id, t.team_members.c.user_id == user_id)
                 ).first()
                 is not None
             )
-
-    # --- audit ----------------------------------------------------------------------------
-
-    def record_audit(self, event: AuditEvent) -> None:
-        """The audit sink of :class:`cairn.service.SpaceService`."""
-        audit.record(self.engine, event)
-
-    def list_audit(self, limit: int = 100) -> list[dict[str, Any]]:
-        return audit.newest_first(self.engine, limit)

@@ -7,29 +7,33 @@ role and team role one by one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from cairn.identity import schema as t
-from cairn.identity.principal import OrgRole, TeamRole
+from cairn.principal import OrgRole, TeamRole
 
 _org = t.org_members.alias("om")
 _member = t.team_members.alias("m")
 
-#: A user's standing in one team: the team's org, their org role and their team membership.
+#: A user's standing in one team: the team's org and plan, their org role and membership.
 ROLE_IN_TEAM = (
     sa.select(
         t.teams.c.org_id,
+        t.orgs.c.plan,
         _org.c.role.label("org_role"),
         _member.c.role.label("team_role"),
         _member.c.projects_limited,
     )
     .select_from(
-        t.teams.outerjoin(
+        t.teams.join(t.orgs, t.orgs.c.id == t.teams.c.org_id)
+        .outerjoin(
             _org, sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == sa.bindparam("u"))
-        ).outerjoin(
+        )
+        .outerjoin(
             _member,
             sa.and_(_member.c.team_id == t.teams.c.id, _member.c.user_id == sa.bindparam("u")),
         )
@@ -44,6 +48,7 @@ PRINCIPAL_FOR_KEY = (
         t.api_keys.c.team_id,
         t.users.c.super_admin,
         t.teams.c.org_id,
+        t.orgs.c.plan,
         _org.c.role.label("org_role"),
         _member.c.role.label("team_role"),
         _member.c.projects_limited,
@@ -51,6 +56,7 @@ PRINCIPAL_FOR_KEY = (
     .select_from(
         t.api_keys.join(t.users, t.users.c.id == t.api_keys.c.user_id)
         .outerjoin(t.teams, t.teams.c.id == t.api_keys.c.team_id)
+        .outerjoin(t.orgs, t.orgs.c.id == t.teams.c.org_id)
         .outerjoin(
             _org,
             sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == t.api_keys.c.user_id),
@@ -72,24 +78,45 @@ PROJECT_LIMIT = sa.select(t.team_member_projects.c.project_id).where(
 )
 
 
-def role_from_row(
-    conn: Connection, row: Any, user_id: str, team_id: str
-) -> tuple[TeamRole | None, str, OrgRole | None, frozenset[str] | None]:
-    """Read (team role, org id, org role, project limit) off a ROLE_IN_TEAM-shaped row.
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A user's standing in one team, read in one query (never cached).
 
-    An org owner/admin ranks as team admin, unlimited; only a limited membership costs
-    a second query (its project list).
+    ``team_role`` is the effective rung: an org owner/admin ranks as team ``admin``
+    (unlimited) in every team of the org; None when the user acts in no such team.
+    ``project_ids`` is None for an unlimited standing, else the projects the
+    membership is limited to. ``plan`` is the org's plan.
     """
-    if row.org_id is None:
-        return None, "", None, None
-    org_id = str(row.org_id)
+
+    org_id: str = ""
+    plan: str = ""
+    org_role: OrgRole | None = None
+    team_role: TeamRole | None = None
+    project_ids: frozenset[str] | None = None
+
+
+def standing_from_row(conn: Connection, row: Any, user_id: str, team_id: str) -> Standing:
+    """The :class:`Standing` off a ROLE_IN_TEAM- or PRINCIPAL_FOR_KEY-shaped row.
+
+    Only a limited membership costs a second statement (its project list), in the same
+    transaction.
+    """
+    if row is None or row.org_id is None:
+        return Standing()
+    org_id, plan = str(row.org_id), str(row.plan or "")
     org_role = OrgRole(row.org_role) if row.org_role else None
     if org_role in (OrgRole.OWNER, OrgRole.ADMIN):
-        return TeamRole.ADMIN, org_id, org_role, None
+        return Standing(org_id, plan, org_role, TeamRole.ADMIN, None)
     if row.team_role is None:
-        return None, org_id, org_role, None
+        return Standing(org_id, plan, org_role, None, None)
     limit: frozenset[str] | None = None
     if row.projects_limited:
         rows = conn.execute(PROJECT_LIMIT, {"t": team_id, "u": user_id})
         limit = frozenset(str(r[0]) for r in rows)
-    return TeamRole(row.team_role), org_id, org_role, limit
+    return Standing(org_id, plan, org_role, TeamRole(row.team_role), limit)
+
+
+def standing_in_team(conn: Connection, user_id: str, team_id: str) -> Standing | None:
+    """The user's standing in ``team_id``; None when there is no such team."""
+    row = conn.execute(ROLE_IN_TEAM, {"u": user_id, "t": team_id}).first()
+    return None if row is None else standing_from_row(conn, row, user_id, team_id)

@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from cairn.errors import InvalidRequest
-from cairn.identity.principal import OrgRole, Plan, TeamRole
+from cairn.principal import OrgRole, Plan, TeamRole
 
 E = TypeVar("E", bound=StrEnum)
 

@@ -12,7 +12,6 @@ The autoload documents and the notices (the global write refusal) are the server
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import anyio
@@ -21,16 +20,10 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from cairn import __version__
 from cairn.tools.dispatch import MemoryTools
 
 SERVER_NAME = "cairn"
-
-
-def _version() -> str:
-    try:
-        return version("cairn-memory")
-    except PackageNotFoundError:
-        return "0"
 
 
 _BASE_INSTRUCTIONS = (
@@ -84,7 +77,7 @@ def build_server(tools: MemoryTools) -> Server[Any]:
 
     return Server(
         SERVER_NAME,
-        version=_version(),
+        version=__version__,
         title="Cairn memory",
         instructions=instructions_for(tools),
         on_list_tools=list_tools,

@@ -1,17 +1,22 @@
 """Team memory records (SPEC §6): short summaries of finished work for one team.
 
-The Python API the host application's server code uses::
+The component: the :class:`~cairn.records.store.RecordStore` interface and its SQL
+adapter (:mod:`cairn.records.sql`), tables and migrations (:mod:`.schema`), search
+tokens (:mod:`.search`), the fenced rendering of a record's text (:mod:`.render`),
+request bodies (:mod:`.models`), the per-team search rate limit (:mod:`.ratelimit`)
+and search-quality measurement (:mod:`.quality`). It decides no access: the
+use-cases — save, search, list, delete, settings, purge — are
+:class:`cairn.service.records.RecordService`'s, which every face (and the host
+application's own server code) calls::
 
-    from cairn import records
-    record = records.save(engine, team_id, "Fixed the flaky deploy ...", repo_id=repo)
-    records.purge_expired(engine)   # schedule it; the server does so itself
-
-Everything else (search, list, delete, settings) lives in
-:mod:`cairn.records.service`, behind :func:`cairn.records.access.resolve`.
+    from cairn.service.records import build_record_service
+    records = build_record_service(engine, identity, limiter)
+    records.save_as_server(team_id, "Fixed the flaky deploy ...", repo_id=repo)
 """
 
 from __future__ import annotations
 
-from cairn.records.service import Record, purge_expired, save, save_many, set_enabled
+from cairn.records.sql import SqlRecordStore
+from cairn.records.store import RETENTION, Record, RecordStore, ScoredRecord, new_record
 
-__all__ = ["Record", "purge_expired", "save", "save_many", "set_enabled"]
+__all__ = ["RETENTION", "Record", "RecordStore", "ScoredRecord", "SqlRecordStore", "new_record"]

@@ -1,8 +1,11 @@
 """Search-quality measurement over a labelled corpus (recall@k and MRR).
 
 Used by ``bench/bench_search_quality.py`` (prints the figures) and by the test that
-holds them above a floor. A corpus is JSON lines ``{"id", "text"}``; queries are JSON
-lines ``{"query", "relevant": [corpus ids]}``.
+holds them above a floor. It measures a :class:`~cairn.records.store.RecordStore`'s
+ranking directly: records are made as every save makes them
+(:func:`~cairn.records.store.new_record`) and searched as a member who sees the whole
+team. A corpus is JSON lines ``{"id", "text"}``; queries are JSON lines
+``{"query", "relevant": [corpus ids]}``.
 """
 
 from __future__ import annotations
@@ -12,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
-from cairn.records.access import TeamAccess
-from cairn.records.ratelimit import LocalRateLimiter
-from cairn.records.service import save_many, search
+from cairn.db import utcnow
+from cairn.records.store import RecordStore, new_record
+from cairn.secrets import mask
 
 
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -32,27 +33,35 @@ class QualityReport:
     k: int
 
 
-def load_corpus(engine: Engine, team_id: str, corpus: list[dict[str, Any]]) -> dict[str, str]:
-    """Save the corpus for ``team_id``; return record id → corpus id."""
-    ids = save_many(engine, team_id, [(str(item["text"]), None) for item in corpus])
-    return {rid: str(item["id"]) for rid, item in zip(ids, corpus, strict=True)}
+def load_corpus(
+    store: RecordStore, team_id: str, corpus: list[dict[str, Any]], chunk: int = 2000
+) -> dict[str, str]:
+    """Store the corpus as ``team_id``'s records; return record id → corpus id."""
+    now = utcnow()
+    made = [new_record(team_id, str(item["text"]), None, now) for item in corpus]
+    for start in range(0, len(made), chunk):
+        with store.writing() as tx:
+            tx.insert(made[start : start + chunk])
+    return {r.id: str(item["id"]) for r, item in zip(made, corpus, strict=True)}
 
 
 def evaluate(
-    engine: Engine,
-    access: TeamAccess,
+    store: RecordStore,
+    team_id: str,
     id_map: dict[str, str],
     queries: list[dict[str, Any]],
     k: int = 10,
 ) -> QualityReport:
     """Mean recall@k and mean reciprocal rank of the first relevant hit."""
-    limiter = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
     recall_sum = 0.0
     rr_sum = 0.0
+    now = utcnow()
     for q in queries:
         relevant = set(q["relevant"])
-        answer = search(engine, access, str(q["query"]), limit=k, limiter=limiter)
-        ranked = [id_map.get(r["id"], "") for r in answer["results"]]
+        query = mask(str(q["query"]))  # as the search use-case does
+        with store.reading() as tx:
+            hits = tx.search(team_id, query, repo_id=None, project_ids=None, limit=k, now=now)
+        ranked = [id_map.get(hit.record.id, "") for hit in hits]
         recall_sum += len(relevant.intersection(ranked)) / len(relevant)
         for rank, cid in enumerate(ranked, start=1):
             if cid in relevant:

@@ -12,22 +12,22 @@ Two implementations of one small interface:
 * :class:`LocalRateLimiter` — the same rules in process memory, for a single server.
 
 A refused acquisition takes nothing: it neither counts toward the rate nor holds a
-slot. :func:`make_rate_limiter` picks one from the environment.
+slot. :func:`rate_limiter` picks one for a Redis URL or none.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from cairn.config import Config
 from cairn.errors import RateLimited, StoreUnavailable
 
 SEARCHES_PER_SECOND = 5
@@ -212,11 +212,13 @@ class RedisRateLimiter:
         self._redis.close()
 
 
-def make_rate_limiter(env: dict[str, str] | None = None) -> RateLimiter:
-    """Redis when ``CAIRN_REDIS_URL`` is set (keys under ``CAIRN_REDIS_PREFIX``,
-    default ``cairn:``), in-process otherwise."""
-    env = dict(os.environ) if env is None else env
-    url = env.get("CAIRN_REDIS_URL", "").strip()
-    if url:
-        return RedisRateLimiter(url, prefix=env.get("CAIRN_REDIS_PREFIX", "cairn:"))
-    return LocalRateLimiter()
+def rate_limiter(redis_url: str | None, *, prefix: str = "cairn:") -> RateLimiter:
+    """Redis at ``redis_url`` (keys under ``prefix``) when given, in-process otherwise."""
+    return RedisRateLimiter(redis_url, prefix=prefix) if redis_url else LocalRateLimiter()
+
+
+def make_rate_limiter(env: Mapping[str, str] | None = None) -> RateLimiter:
+    """The limiter of ``CAIRN_REDIS_URL`` / ``CAIRN_REDIS_PREFIX`` in ``env`` (default:
+    the process environment), read through :class:`~cairn.config.Config`."""
+    config = Config.from_env(env)
+    return rate_limiter(config.redis_url, prefix=config.redis_prefix)

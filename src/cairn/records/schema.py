@@ -27,7 +27,7 @@ import secrets
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from cairn.store.db import Migration
+from cairn.db import Migration
 
 metadata = sa.MetaData()
 TS = sa.DateTime(timezone=True)

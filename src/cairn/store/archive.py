@@ -44,8 +44,10 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import IO, BinaryIO, Final
 
+from cairn.documents import PlatformGrant, Rejected, parse_import_strategy
 from cairn.errors import (
     CairnError,
     DocumentTooLarge,
@@ -62,9 +64,7 @@ from cairn.store.base import (
     ImportReport,
     ImportStrategy,
     MemoryStore,
-    Rejected,
-    authorize_space_write,
-    parse_import_strategy,
+    Progress,
 )
 
 #: No import ever decompresses to more than this, whatever the quotas say.
@@ -100,13 +100,14 @@ _TRUNCATED_HEADER: type[tarfile.HeaderError] = tarfile.TruncatedHeaderError  # t
 # --- Export --------------------------------------------------------------------------------
 
 
-def export_space(store: MemoryStore, ref: SpaceRef, sink: BinaryIO) -> int:
+def export_space(
+    store: MemoryStore, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None
+) -> int:
     """Stream the space as a gzipped tarball into ``sink``; return the document count.
 
     ``sink`` only needs ``write``; nothing is sought. Memory stays flat: the tar stream
     is written as documents arrive from ``store.iter_documents``.
     """
-    ref = ref.validated()
     count = 0
     with tarfile.open(fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT) as tar:
         for doc in store.iter_documents(ref):
@@ -120,6 +121,8 @@ def export_space(store: MemoryStore, ref: SpaceRef, sink: BinaryIO) -> int:
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
             count += 1
+            if progress is not None:
+                progress(1)
     return count
 
 
@@ -131,6 +134,9 @@ def import_space(
     ref: SpaceRef,
     source: BinaryIO,
     strategy: ImportStrategy | str = ImportStrategy.SKIP,
+    *,
+    grant: PlatformGrant | None = None,
+    progress: Progress | None = None,
 ) -> ImportReport:
     """Merge the gzipped tarball read from ``source`` into the space.
 
@@ -140,9 +146,10 @@ def import_space(
     wrong with the archive as a whole, PlatformAuthorityRequired for a global space
     without authority; everything wrong with one member is reported in ``rejected``.
     """
-    ref = ref.validated()
     strategy = parse_import_strategy(strategy)
-    authorize_space_write(ref)
+    store.check_authority(ref, grant)
+    if grant is not None:
+        grant = replace(grant, importing=True)
     content_bound = _content_bound(store, ref)
     stream_bound = min(
         content_bound + MAX_IMPORT_MEMBERS * HEADER_ALLOWANCE + STREAM_SLACK, IMPORT_HARD_CEILING
@@ -154,7 +161,7 @@ def import_space(
         spool.seek(0)
         _validate(spool, content_bound)
         spool.seek(0)
-        return _write_members(store, ref, spool, strategy)
+        return _write_members(store, ref, spool, strategy, grant, progress)
 
 
 def _content_bound(store: MemoryStore, ref: SpaceRef) -> int:
@@ -323,6 +330,8 @@ def _write_members(
     ref: SpaceRef,
     spool: IO[bytes],
     strategy: ImportStrategy,
+    grant: PlatformGrant | None,
+    progress: Progress | None,
 ) -> ImportReport:
     """Pass 2: send each acceptable member through ``store.write``."""
     report = ImportReport()
@@ -370,7 +379,9 @@ def _write_members(
             try:
                 # store.write refuses secret-shaped bodies (the MemoryStore contract), before
                 # it looks at the strategy's precondition: one scan per member, not two.
-                _write_one(store, ref, path, text, strategy, report)
+                _write_one(store, ref, path, text, strategy, report, grant)
+                if progress is not None:
+                    progress(1)
             except (TooLarge, Unprocessable) as exc:
                 report.rejected.append(Rejected(path, exc.message))
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
@@ -388,14 +399,15 @@ def _write_one(
     text: str,
     strategy: ImportStrategy,
     report: ImportReport,
+    grant: PlatformGrant | None,
 ) -> None:
     if strategy is ImportStrategy.OVERWRITE:
-        store.write(ref, path, text)
+        store.write(ref, path, text, grant=grant)
         report.written.append(path)
         return
     try:
         # Create-only: the existence check and the write are one atomic step.
-        store.write(ref, path, text, if_none_match=True)
+        store.write(ref, path, text, if_none_match=True, grant=grant)
         report.written.append(path)
         return
     except PreconditionFailed:
@@ -407,7 +419,7 @@ def _write_one(
     while True:
         candidate = validate_doc_path(f"{stem}-{n}{DOC_SUFFIX}")
         try:
-            store.write(ref, candidate, text, if_none_match=True)
+            store.write(ref, candidate, text, if_none_match=True, grant=grant)
         except PreconditionFailed:
             n += 1
             continue

@@ -1,20 +1,24 @@
 """The ``MemoryStore`` interface: one contract, several adapters.
 
-Every adapter (filesystem, SQLite, PostgreSQL) implements the six abstract methods
-below and passes the one conformance suite in ``tests/conformance/`` unchanged.
-Export and import are built on them here, once, so every adapter streams and
-validates archives the same way (see :mod:`cairn.store.archive`).
+Every adapter (filesystem, SQLite, PostgreSQL, a Cairn server over HTTP) implements
+the six abstract methods below and passes the one conformance suite in
+``tests/conformance/`` unchanged. What every write shares is written here once:
+:meth:`MemoryStore.write` and :meth:`MemoryStore.delete` validate the path, check
+platform authority, encode the body, bound its size and scan it for secrets, then
+hand the checked values to the adapter's ``_write`` / ``_delete``. Export and import
+are built on the same methods (see :mod:`cairn.store.archive`).
 
 Rules every adapter keeps (SPEC §2-§4, §10):
 
-* Every method takes the full :class:`~cairn.spaces.SpaceRef` and validates it
-  again (``ref.validated()``) and every path (``validate_doc_path``) before any I/O.
+* Every method takes the full :class:`~cairn.spaces.SpaceRef`, valid by construction.
   A non-global ref without a tenant is refused by the SQL stores before any I/O.
-* ``write`` and ``delete`` call :func:`authorize_space_write` first: a ``global``
-  mutation needs the platform authority of the current context.
+* A ``global`` mutation needs a :class:`~cairn.documents.PlatformGrant`, passed as the
+  ``grant`` argument by the service that proved the caller's authority; without one it
+  is :class:`~cairn.errors.PlatformAuthorityRequired`. The SQL stores write the audit
+  row of a global mutation in the mutation's own transaction.
 * A write that grows the tree is checked against the document cap, the space
   sub-cap, and the team aggregate (or, for global, the instance aggregate with the
-  writing team debited for attribution) atomically with the write. A refusal is
+  grant's attribution team debited) atomically with the write. A refusal is
   :class:`~cairn.errors.QuotaExceeded` naming the limit, bytes used, quota, need.
 * Content is UTF-8 Markdown; a body with a credential of a published shape is
   refused with :class:`~cairn.errors.SecretDetected` (``cairn.secrets``).
@@ -23,192 +27,98 @@ Rules every adapter keeps (SPEC §2-§4, §10):
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
-from cairn.errors import InvalidDocument, InvalidRequest, PlatformAuthorityRequired
+from cairn.documents import (
+    Document,
+    DocumentInfo,
+    ImportReport,
+    ImportStrategy,
+    PlatformGrant,
+    Usage,
+    WriteResult,
+    content_etag,
+    encode_document,
+)
+from cairn.errors import NotFound, PlatformAuthorityRequired, PreconditionFailed
+from cairn.paths import validate_doc_path
+from cairn.quota import Limits, check_document_size
+from cairn.secrets import check_no_secrets
 from cairn.spaces import SpaceRef
 
+__all__ = [
+    "Document",
+    "DocumentInfo",
+    "ImportReport",
+    "ImportStrategy",
+    "MemoryStore",
+    "PlatformGrant",
+    "Usage",
+    "WriteResult",
+    "authorize_space_write",
+    "content_etag",
+    "encode_document",
+]
+
 
 @dataclass(frozen=True, slots=True)
-class DocumentInfo:
-    """What a listing says of one document. ``updated_at`` is timezone-aware UTC."""
-
-    path: str
-    size_bytes: int
-    updated_at: datetime
-    etag: str
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    """One document with its content."""
+class CheckedWrite:
+    """A write past the prelude: canonical ``path``, ``content`` and its UTF-8 ``data``
+    within the document cap and free of secrets, its ``etag``, and the authority."""
 
     path: str
     content: str
-    size_bytes: int
-    updated_at: datetime
+    data: bytes
     etag: str
-
-    @property
-    def info(self) -> DocumentInfo:
-        return DocumentInfo(self.path, self.size_bytes, self.updated_at, self.etag)
+    if_match: str | None
+    if_none_match: bool
+    grant: PlatformGrant | None
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
+class CheckedDelete:
+    """A delete past the prelude: canonical ``path``, its condition and its authority."""
+
     path: str
-    size_bytes: int
-    etag: str
-    created: bool
+    if_match: str | None
+    grant: PlatformGrant | None
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Bytes used against quotas for one space.
+def check_precondition(
+    path: str, current_etag: str | None, if_match: str | None, if_none_match: bool = False
+) -> None:
+    """Refuse with PreconditionFailed unless the document's state meets the condition.
 
-    ``quota_bytes`` is the space's sub-cap (0 = none). ``team_*`` is the team
-    aggregate for a team space; for a ``global`` space it is the instance aggregate;
-    for the filesystem store it is the whole-tree aggregate.
+    ``current_etag`` is None when the document is absent; ``if_match`` demands that etag
+    (an absent document never matches); ``if_none_match`` demands absence.
     """
-
-    space_id: str
-    used_bytes: int
-    quota_bytes: int
-    team_used_bytes: int
-    team_quota_bytes: int
-
-
-class ImportStrategy(StrEnum):
-    SKIP = "skip"
-    OVERWRITE = "overwrite"
-    RENAME = "rename"
-
-
-def parse_import_strategy(strategy: ImportStrategy | str) -> ImportStrategy:
-    """The strategy named by ``strategy``, or InvalidRequest naming the allowed values."""
-    try:
-        return ImportStrategy(strategy)
-    except ValueError:
-        allowed = ", ".join(s.value for s in ImportStrategy)
-        raise InvalidRequest(
-            f"unknown import strategy {strategy!r}; use one of: {allowed}", field="strategy"
-        ) from None
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    path: str
-    reason: str
-
-
-@dataclass(slots=True)
-class ImportReport:
-    written: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    renamed: dict[str, str] = field(default_factory=dict)
-    rejected: list[Rejected] = field(default_factory=list)
-
-
-def encode_document(content: object) -> bytes:
-    """The UTF-8 bytes of a document body, or InvalidDocument naming what is wrong.
-
-    Every adapter stores exactly these bytes, so they agree on what a document is: text,
-    no NUL (PostgreSQL cannot store one), no lone surrogate.
-    """
-    if not isinstance(content, str):
-        raise InvalidDocument(
-            f"content must be text (a str), not {type(content).__name__}; send UTF-8 Markdown"
+    if if_match is not None and current_etag != if_match:
+        if current_etag is None:
+            raise PreconditionFailed(
+                f"{path!r} does not exist, so it cannot match etag {if_match!r}", path=path
+            )
+        raise PreconditionFailed(
+            f"{path!r} changed meanwhile (its etag is now {current_etag!r}); "
+            "read it again and retry",
+            path=path,
+            etag=current_etag,
         )
-    if "\x00" in content:
-        raise InvalidDocument("content may not contain NUL characters; remove them and retry")
-    try:
-        return content.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidDocument(
-            f"content is not valid Unicode at character {exc.start} (a lone surrogate); "
-            "send UTF-8 Markdown"
-        ) from None
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed(
+            f"{path!r} already exists; drop the create-only condition to replace it", path=path
+        )
 
 
-def content_etag(data: bytes) -> str:
-    """The etag of a document body: a content hash (quoted form is the HTTP layer's job)."""
-    return hashlib.sha256(data).hexdigest()[:32]
+#: Called with a count of documents done, for a progress bar.
+Progress = Callable[[int], None]
 
 
-# --- Platform write authority -------------------------------------------------------------
-#
-# A mutation of a global space is a platform act. The authority is a fact of the
-# context, set only where it has just been proven: `grep with_platform_write_authority`
-# is the audit of who grants it (the HTTP auth layer, the local CLI import).
-
-
-@dataclass(frozen=True, slots=True)
-class PlatformGrant:
-    """Who proved platform authority, for the audit log (``admin-token``, ``user:<id>``...)."""
-
-    actor: str
-
-
-_platform_grant: ContextVar[PlatformGrant | None] = ContextVar(
-    "cairn_platform_write_authority", default=None
-)
-
-
-@contextlib.contextmanager
-def with_platform_write_authority(actor: str) -> Iterator[PlatformGrant]:
-    """Grant platform write authority for the duration of the block.
-
-    Call it only right where the authority has just been proven.
-    """
-    grant = PlatformGrant(actor)
-    token = _platform_grant.set(grant)
-    try:
-        yield grant
-    finally:
-        _platform_grant.reset(token)
-
-
-def current_platform_grant() -> PlatformGrant | None:
-    return _platform_grant.get()
-
-
-# --- Attribution of global writes -----------------------------------------------------------
-#
-# A global ref carries no tenant, so a store cannot tell which team wrote to it. The
-# boundary that knows the caller's active team (the HTTP layer, per request) names it
-# here; the SQL stores then debit that team's counter for the bytes of a global write
-# (attribution, never enforcement) and credit it on a shrink or delete. Unset (the
-# admin token, the local CLI) means no team is debited.
-
-_attribution_team: ContextVar[str | None] = ContextVar("cairn_attribution_team", default=None)
-
-
-@contextlib.contextmanager
-def with_attribution_team(team_id: str | None) -> Iterator[None]:
-    """Attribute global writes in this block to ``team_id`` (``None`` or '' = nobody)."""
-    token = _attribution_team.set(team_id or None)
-    try:
-        yield
-    finally:
-        _attribution_team.reset(token)
-
-
-def current_attribution_team() -> str | None:
-    """The team global writes are attributed to in this context, if any."""
-    return _attribution_team.get()
-
-
-def authorize_space_write(ref: SpaceRef) -> None:
-    """AuthorizeSpaceWrite: refuse a global mutation without platform authority."""
-    if ref.is_global and _platform_grant.get() is None:
+def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
+    """Refuse a global mutation that comes without proven platform authority."""
+    if ref.is_global and grant is None:
         raise PlatformAuthorityRequired(
             "writing to a global space needs platform authority (a super-admin or the admin token)"
         )
@@ -229,6 +139,13 @@ class MemoryStore(ABC):
     * ``"tree_aggregate"`` — one whole-tree counter charged for every write
       (filesystem store).
     * ``"multiprocess"`` — safe for writers in several OS processes at once.
+    * ``"tenant_addressing"`` — serves the space of whatever ``ref.tenant`` names, so
+      one store holds several teams' spaces side by side (filesystem and SQL stores).
+      A client of a server (``HttpMemoryStore``) lacks it: the server stamps the
+      tenant and user from the credential, and only the caller's own team is reachable.
+    * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
+      :class:`~cairn.documents.PlatformGrant` itself. A client of a server lacks it:
+      the server decides from the caller's credential (and audits).
     """
 
     capabilities: frozenset[str] = frozenset()
@@ -238,25 +155,13 @@ class MemoryStore(ABC):
         """The document at ``path``; :class:`~cairn.errors.NotFound` when absent."""
 
     @abstractmethod
-    def write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> WriteResult:
-        """Create or replace the document at ``path``.
-
-        ``if_match``: refuse with PreconditionFailed unless the current etag equals it
-        (an absent document never matches). ``if_none_match``: refuse with
-        PreconditionFailed when the document exists (create-only).
-        """
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        """Store a write whose path, authority, encoding, size and secrets the prelude of
+        :meth:`write` has checked."""
 
     @abstractmethod
-    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
-        """Remove the document at ``path`` and credit its size; NotFound when absent."""
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
+        """Remove the document of a delete the prelude of :meth:`delete` has checked."""
 
     @abstractmethod
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
@@ -273,31 +178,84 @@ class MemoryStore(ABC):
 
     # --- Built on the six above ---------------------------------------------------------
 
-    def exists(self, ref: SpaceRef, path: str) -> bool:
-        from cairn.errors import NotFound
+    #: The limits this store enforces itself, or None when a server behind it does.
+    limits: Limits | None = None
 
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        """Create or replace the document at ``path``.
+
+        ``if_match``: refuse with PreconditionFailed unless the current etag equals it
+        (an absent document never matches). ``if_none_match``: refuse with
+        PreconditionFailed when the document exists (create-only). ``grant``: the
+        platform authority a ``global`` space needs (see the module's rules).
+        """
+        path = validate_doc_path(path)
+        self.check_authority(ref, grant)
+        data = encode_document(content)
+        if self.limits is not None:
+            check_document_size(len(data), self.limits.max_document)
+        check_no_secrets(content)
+        return self._write(
+            ref,
+            CheckedWrite(path, content, data, content_etag(data), if_match, if_none_match, grant),
+        )
+
+    def delete(
+        self,
+        ref: SpaceRef,
+        path: str,
+        *,
+        if_match: str | None = None,
+        grant: PlatformGrant | None = None,
+    ) -> None:
+        """Remove the document at ``path`` and credit its size; NotFound when absent."""
+        self.check_authority(ref, grant)
+        self._delete(ref, CheckedDelete(validate_doc_path(path), if_match, grant))
+
+    def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None:
+        """Refuse a global mutation without a grant, where this store decides authority."""
+        if "platform_grants" in self.capabilities:
+            authorize_space_write(ref, grant)
+
+    def exists(self, ref: SpaceRef, path: str) -> bool:
         try:
             self.read(ref, path)
         except NotFound:
             return False
         return True
 
-    def export(self, ref: SpaceRef, sink: BinaryIO) -> int:
-        """Write the space to ``sink`` as a gzipped tarball; return the document count."""
+    def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
+        """Write the space to ``sink`` as a gzipped tarball; return the document count.
+
+        ``progress(1)`` is called per document (an adapter that streams a server's
+        archive may not call it)."""
         from cairn.store.archive import export_space
 
-        return export_space(self, ref, sink)
+        return export_space(self, ref, sink, progress=progress)
 
     def import_archive(
         self,
         ref: SpaceRef,
         source: BinaryIO,
         strategy: ImportStrategy = ImportStrategy.SKIP,
+        *,
+        grant: PlatformGrant | None = None,
+        progress: Progress | None = None,
     ) -> ImportReport:
-        """Merge a gzipped tarball into the space under ``strategy`` (see archive module)."""
+        """Merge a gzipped tarball into the space under ``strategy`` (see archive module);
+        ``progress(1)`` per document written."""
         from cairn.store.archive import import_space
 
-        return import_space(self, ref, source, strategy)
+        return import_space(self, ref, source, strategy, grant=grant, progress=progress)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
         """Release connections, pools or locks."""

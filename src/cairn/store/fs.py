@@ -29,23 +29,22 @@ from cairn.errors import (
     InvalidDocument,
     InvalidPath,
     NotFound,
-    PreconditionFailed,
     StoreUnavailable,
     UnsupportedVisibility,
 )
 from cairn.paths import validate_dir_prefix, validate_doc_path
-from cairn.quota import Counter, Limits, check_document_size, clamp, subcap_or_none
-from cairn.secrets import check_no_secrets
+from cairn.quota import Counter, Limits, clamp, subcap_or_none
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import (
+    CheckedDelete,
+    CheckedWrite,
     Document,
     DocumentInfo,
     MemoryStore,
     Usage,
     WriteResult,
-    authorize_space_write,
+    check_precondition,
     content_etag,
-    encode_document,
 )
 from cairn.store.fs_layout import (
     LOCK_FILE,
@@ -88,7 +87,10 @@ class FilesystemStore(MemoryStore):
     editing the tree by hand.
     """
 
-    capabilities = frozenset({"tree_aggregate", "multiprocess"})
+    capabilities = frozenset(
+        {"tree_aggregate", "multiprocess", "tenant_addressing", "platform_grants"}
+    )
+    limits: Limits
 
     def __init__(self, root: str | os.PathLike[str], limits: Limits | None = None) -> None:
         self.root = Path(os.path.abspath(os.fspath(root)))
@@ -107,54 +109,33 @@ class FilesystemStore(MemoryStore):
         data, st = got
         return _document(path, data, st)
 
-    def write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> WriteResult:
-        authorize_space_write(ref)
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        # No audit log here: a filesystem store is one person's local tree.
         ref = self._checked(ref)
-        path = validate_doc_path(path)
-        data = encode_document(content)
-        check_document_size(len(data), self.limits.max_document)
-        check_no_secrets(content)
+        path, data = w.path, w.data
         space = space_components(ref)
         doc = encode_doc_path(path)
         with _os_errors(path), self._locked():
             state = self._load_state_locked()
-            existing = self._read_file(space + doc, path, want_data=if_match is not None)
-            old_size = existing[1].st_size if existing else 0
-            if if_match is not None and (existing is None or content_etag(existing[0]) != if_match):
-                raise PreconditionFailed(
-                    f"document {path!r} changed (or is absent); read it again and retry",
-                    path=path,
-                )
-            if if_none_match and existing is not None:
-                raise PreconditionFailed(f"document {path!r} already exists", path=path)
-            delta = len(data) - old_size
+            existing = self._read_file(space + doc, path, want_data=w.if_match is not None)
+            current = self._etag_of(existing, w.if_match is not None)
+            check_precondition(path, current, w.if_match, w.if_none_match)
+            delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
             self._mutate(state, ref, delta, lambda: self._replace_file(space, doc, path, data))
-        return WriteResult(path, len(data), content_etag(data), created=existing is None)
+        return WriteResult(path, len(data), w.etag, created=existing is None)
 
-    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
-        authorize_space_write(ref)
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         ref = self._checked(ref)
-        path = validate_doc_path(path)
+        path = d.path
         space = space_components(ref)
         doc = encode_doc_path(path)
         with _os_errors(path), self._locked():
             state = self._load_state_locked()
-            existing = self._read_file(space + doc, path, want_data=if_match is not None)
+            existing = self._read_file(space + doc, path, want_data=d.if_match is not None)
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
-            if if_match is not None and content_etag(existing[0]) != if_match:
-                raise PreconditionFailed(
-                    f"document {path!r} changed; read it again and retry", path=path
-                )
+            check_precondition(path, self._etag_of(existing, d.if_match is not None), d.if_match)
             delta = -existing[1].st_size
             self._mutate(state, ref, delta, lambda: self._remove_file(space, doc, path))
 
@@ -307,7 +288,6 @@ class FilesystemStore(MemoryStore):
     # --- Files ----------------------------------------------------------------------------
 
     def _checked(self, ref: SpaceRef) -> SpaceRef:
-        ref = ref.validated()
         if ref.visibility is Visibility.PRIVATE:
             raise UnsupportedVisibility(
                 "the filesystem store has no durable home for private spaces; "
@@ -453,6 +433,13 @@ class FilesystemStore(MemoryStore):
                 yield found, [*comps, name]
             else:
                 yield from self._walk_qualifiers([*comps, name], found, want)
+
+    @staticmethod
+    def _etag_of(existing: tuple[bytes, os.stat_result] | None, with_data: bool) -> str | None:
+        """The etag of a file read ``with_data`` ('' when read without); None when absent."""
+        if existing is None:
+            return None
+        return content_etag(existing[0]) if with_data else ""
 
     def _cached_etag(self, st: os.stat_result) -> str | None:
         return self._etags.get(_stat_key(st))

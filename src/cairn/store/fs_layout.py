@@ -142,7 +142,7 @@ def space_named(visibility: Visibility, segments: list[str], comps: Components) 
     fields = ["tenant", *_qualifiers(visibility)]
     quals = dict(zip(fields, segments[:-1], strict=True))
     try:
-        ref = SpaceRef(visibility=visibility, name=segments[-1], **quals).validated()
+        ref = SpaceRef(visibility=visibility, name=segments[-1], **quals)
     except Exception:  # a directory the store did not make: not a space
         return None
     return ref if space_components(ref) == comps else None

@@ -19,59 +19,34 @@ from typing import Any, BinaryIO
 import httpx
 
 from cairn import errors
+from cairn.documents import Rejected, parse_import_strategy
 from cairn.spaces import SpaceRef
 from cairn.store.base import (
+    CheckedDelete,
+    CheckedWrite,
     Document,
     DocumentInfo,
     ImportReport,
     ImportStrategy,
     MemoryStore,
-    Rejected,
+    PlatformGrant,
+    Progress,
     Usage,
     WriteResult,
-    encode_document,
-    parse_import_strategy,
+    check_precondition,
 )
 
 _CHUNK = 64 * 1024
-_BY_CODE: dict[str, type[errors.CairnError]] = {
-    cls.code: cls for cls in reversed(errors.all_error_classes())
-}
-_BY_STATUS: dict[int, type[errors.CairnError]] = {
-    400: errors.BadRequest,
-    401: errors.Unauthenticated,
-    402: errors.PlanRequired,
-    403: errors.Forbidden,
-    404: errors.NotFound,
-    409: errors.Conflict,
-    412: errors.PreconditionFailed,
-    413: errors.TooLarge,
-    422: errors.Unprocessable,
-    429: errors.RateLimited,
-    503: errors.StoreUnavailable,
-}
 
 
 def error_from_response(response: httpx.Response) -> errors.CairnError:
     """The :mod:`cairn.errors` instance an error answer stands for."""
-    code, message, details = "", f"the server answered HTTP {response.status_code}", {}
-    try:
-        body = response.json()
-        err = body.get("error") if isinstance(body, dict) else None
-        if isinstance(err, dict):
-            code = str(err.get("code", ""))
-            message = str(err.get("message", message))
-            details = {k: v for k, v in err.items() if k not in ("code", "message")}
-    except ValueError:
-        pass
-    cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code, errors.CairnError)
-    if cls is errors.RateLimited:
-        try:
-            retry = float(response.headers.get("retry-after", "1"))
-        except ValueError:
-            retry = 1.0
-        return errors.RateLimited(message, retry_after=retry, **details)
-    return cls(message, **details)
+    retry_after = response.headers.get("retry-after")
+    return errors.error_from_wire(response.status_code, response.read(), retry_after)
+
+
+def _if_match(etag: str | None) -> dict[str, str]:
+    return {"If-Match": f'"{etag}"'} if etag is not None else {}
 
 
 def _when(value: str) -> datetime:
@@ -114,7 +89,6 @@ class HttpMemoryStore(MemoryStore):
 
     @staticmethod
     def _params(ref: SpaceRef, **extra: str) -> dict[str, str]:
-        ref = ref.validated()
         params = {"name": ref.name, "visibility": ref.visibility.value}
         if ref.project:
             params["project"] = ref.project
@@ -146,26 +120,18 @@ class HttpMemoryStore(MemoryStore):
             etag=body["etag"],
         )
 
-    def write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> WriteResult:
-        data = encode_document(content)  # the same refusal as every store, before any I/O
-        if if_none_match and self.exists(ref, path):
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        # The grant only says the caller claims authority: the server checks it again
+        # from the token, and audits the write there.
+        if w.if_none_match and self.exists(ref, w.path):
             # Not atomic over HTTP: a create racing another create may still replace it.
-            raise errors.PreconditionFailed(f"document {path!r} already exists")
-        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
+            check_precondition(w.path, "", None, if_none_match=True)
         body = self._request(
             "PUT",
             "/api/memory/doc",
-            params=self._params(ref, path=path),
-            content=data,
-            headers={**headers, "Content-Type": "text/markdown; charset=utf-8"},
+            params=self._params(ref, path=w.path),
+            content=w.data,
+            headers={**_if_match(w.if_match), "Content-Type": "text/markdown; charset=utf-8"},
         ).json()
         return WriteResult(
             path=body["path"],
@@ -174,11 +140,9 @@ class HttpMemoryStore(MemoryStore):
             created=bool(body["created"]),
         )
 
-    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
-        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
-        self._request(
-            "DELETE", "/api/memory/doc", params=self._params(ref, path=path), headers=headers
-        )
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
+        params = self._params(ref, path=d.path)
+        self._request("DELETE", "/api/memory/doc", params=params, headers=_if_match(d.if_match))
 
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         params = self._params(ref, dir=dir) if dir else self._params(ref)
@@ -212,7 +176,7 @@ class HttpMemoryStore(MemoryStore):
 
     # --- streaming export / import -------------------------------------------------------
 
-    def export(self, ref: SpaceRef, sink: BinaryIO) -> int:
+    def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
         """Stream the server's tarball into ``sink``; return the document count listed."""
         count = len(self.list(ref))
         try:
@@ -233,7 +197,13 @@ class HttpMemoryStore(MemoryStore):
         ref: SpaceRef,
         source: BinaryIO,
         strategy: ImportStrategy = ImportStrategy.SKIP,
+        *,
+        grant: PlatformGrant | None = None,
+        progress: Progress | None = None,
     ) -> ImportReport:
+        # The server streams the archive in and out: no per-document progress here; and
+        # it decides platform authority from the credential.
+
         def chunks() -> Iterator[bytes]:
             while True:
                 data = source.read(_CHUNK)

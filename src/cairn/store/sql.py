@@ -19,8 +19,8 @@ Quotas (SPEC §4): a write or delete runs in ONE write transaction that
    used_bytes + :d <= quota`` is evaluated by the database on the locked, latest row
    version — so under READ COMMITTED no update is lost and no counter passes its
    quota, across threads, processes and replicas,
-4. for global, debits the attributed team (see
-   :func:`cairn.store.base.with_attribution_team`) without enforcement.
+4. for global, debits the grant's attribution team (``PlatformGrant.attribution_team``)
+   without enforcement, and writes the audit row — all in the write's one transaction.
 
 Credits (shrink, delete) clamp at zero. Locks are always taken in the order document →
 space counter → team/instance counter → attributed team counter, so writers cannot
@@ -30,6 +30,7 @@ deadlock one another.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -39,31 +40,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.errors import (
-    Conflict,
-    InvalidRequest,
-    InvalidSpaceRef,
-    NotFound,
-    PreconditionFailed,
-    QuotaExceeded,
-    StoreUnavailable,
-)
-from cairn.paths import validate_dir_prefix, validate_doc_path
-from cairn.quota import Limits, check_document_size
-from cairn.secrets import check_no_secrets
-from cairn.spaces import SpaceRef, validate_segment
-from cairn.store.base import (
-    Document,
-    DocumentInfo,
-    MemoryStore,
-    Usage,
-    WriteResult,
-    authorize_space_write,
-    content_etag,
-    current_attribution_team,
-    encode_document,
-)
-from cairn.store.db import (
+from cairn.db import (
     make_engine,
     read_transaction,
     upgrade,
@@ -71,8 +48,31 @@ from cairn.store.db import (
     validate_schema_name,
     write_transaction,
 )
+from cairn.errors import (
+    Conflict,
+    InvalidRequest,
+    InvalidSpaceRef,
+    NotFound,
+    QuotaExceeded,
+    StoreUnavailable,
+)
+from cairn.paths import validate_dir_prefix, validate_doc_path
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef, validate_segment
+from cairn.store.base import (
+    CheckedDelete,
+    CheckedWrite,
+    Document,
+    DocumentInfo,
+    MemoryStore,
+    PlatformGrant,
+    Usage,
+    WriteResult,
+    check_precondition,
+)
 from cairn.store.sql_schema import (
     MIGRATIONS,
+    audit_events,
     memory_documents,
     memory_space_usage,
     memory_tenant_usage,
@@ -88,6 +88,9 @@ ITER_BATCH_BYTES = 4 * 1024 * 1024
 _ITER_META_PAGE = 256
 #: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
 _WRITE_ATTEMPTS = 8
+
+#: Rows of the audit log (an alias: the class below defines a method called ``list``).
+AuditRows = list[dict[str, Any]]
 
 D = memory_documents
 S = memory_space_usage
@@ -251,7 +254,10 @@ class SqlStore(MemoryStore):
     (and, on PostgreSQL, many replicas) over one database.
     """
 
-    capabilities = frozenset({"private", "team_aggregate", "multiprocess"})
+    capabilities = frozenset(
+        {"private", "team_aggregate", "multiprocess", "tenant_addressing", "platform_grants"}
+    )
+    limits: Limits
 
     def __init__(self, engine: Engine, limits: Limits = Limits()) -> None:  # noqa: B008 - frozen
         self.engine = engine
@@ -303,7 +309,6 @@ class SqlStore(MemoryStore):
     @staticmethod
     def _address(ref: SpaceRef) -> dict[str, str]:
         """Validate ``ref`` and return its row address; refuse a tenant-less team ref."""
-        ref = ref.validated()
         if not ref.is_global and not ref.tenant:
             raise InvalidSpaceRef(
                 f"space {ref.id!r} has no tenant; every {ref.visibility.value!r} space "
@@ -371,7 +376,6 @@ class SqlStore(MemoryStore):
 
     def usage(self, ref: SpaceRef) -> Usage:
         addr = self._address(ref)
-        ref = ref.validated()
         aggregate, default = self._aggregate(ref)
         with read_transaction(self.engine) as conn:
             used = conn.execute(self._sql.space_used, addr).scalar()
@@ -381,111 +385,64 @@ class SqlStore(MemoryStore):
 
     # --- Writes -------------------------------------------------------------------------
 
-    def write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> WriteResult:
-        ref = ref.validated()
-        authorize_space_write(ref)
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         addr = self._address(ref)
-        path = validate_doc_path(path)
-        data = encode_document(content)
-        size = len(data)
-        check_document_size(size, self.limits.max_document)
-        check_no_secrets(content)
-        attributed = self._attributed_team(ref)
-        etag = content_etag(data)
+        size = len(w.data)
+        attributed = _attributed_team(w.grant)
         doc: dict[str, Any] = {
             **addr,
-            "p": path,
+            "p": w.path,
             "vis": ref.visibility.value,
-            "content": content,
+            "content": w.content,
             "size": size,
-            "etag": etag,
+            "etag": w.etag,
             "now": utcnow(),
         }
         with write_transaction(self.engine) as conn:
-            created, old_size = self._put(conn, doc, if_match, if_none_match)
+            created, old_size = self._put(conn, doc, w)
             if size != old_size:
                 self._charge(conn, ref, addr, size - old_size, attributed)
-        return WriteResult(path, size, etag, created)
+            if w.grant is not None and ref.is_global:
+                verb = "import" if w.grant.importing else "write"
+                _audit(conn, w.grant, verb, ref, w.path)
+        return WriteResult(w.path, size, w.etag, created)
 
-    def _put(
-        self,
-        conn: Connection,
-        doc: dict[str, Any],
-        if_match: str | None,
-        if_none_match: bool,
-    ) -> tuple[bool, int]:
+    def _put(self, conn: Connection, doc: dict[str, Any], w: CheckedWrite) -> tuple[bool, int]:
         """Create or replace the row; return (created, size it had before)."""
-        path = doc["p"]
         for _ in range(_WRITE_ATTEMPTS):
             current = conn.execute(self._sql.lock_doc, doc).first()
+            check_precondition(
+                w.path, current.etag if current else None, w.if_match, w.if_none_match
+            )
             if current is None:
-                if if_match is not None:
-                    raise PreconditionFailed(
-                        f"{path!r} does not exist, so it cannot match etag {if_match!r}",
-                        path=path,
-                    )
                 if conn.execute(self._sql.insert_doc, doc).first() is not None:
                     return True, 0
                 # A concurrent writer created it and has committed: lock and replace it.
                 continue
-            if if_none_match:
-                raise PreconditionFailed(
-                    f"{path!r} already exists; drop the create-only condition to replace it",
-                    path=path,
-                )
-            if if_match is not None and current.etag != if_match:
-                raise PreconditionFailed(
-                    f"{path!r} changed meanwhile (its etag is now {current.etag!r}); "
-                    "read it again and retry",
-                    path=path,
-                    etag=current.etag,
-                )
             conn.execute(self._sql.update_doc, doc)
             return False, int(current.size_bytes)
-        raise Conflict(f"{path!r} is being created and removed concurrently; retry the write")
+        raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
 
-    def delete(self, ref: SpaceRef, path: str, *, if_match: str | None = None) -> None:
-        ref = ref.validated()
-        authorize_space_write(ref)
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         addr = self._address(ref)
-        path = validate_doc_path(path)
-        attributed = self._attributed_team(ref)
-        key = {**addr, "p": path}
+        attributed = _attributed_team(d.grant)
+        key = {**addr, "p": d.path}
         with write_transaction(self.engine) as conn:
             current = conn.execute(self._sql.lock_doc, key).first()
             if current is None:
-                raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
-            if if_match is not None and current.etag != if_match:
-                raise PreconditionFailed(
-                    f"{path!r} changed meanwhile (its etag is now {current.etag!r}); "
-                    "read it again and retry",
-                    path=path,
-                    etag=current.etag,
-                )
+                raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
+            check_precondition(d.path, current.etag, d.if_match)
             conn.execute(self._sql.delete_doc, key)
             if current.size_bytes:
                 self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
+            if d.grant is not None and ref.is_global:
+                _audit(conn, d.grant, "delete", ref, d.path)
 
     def _aggregate(self, ref: SpaceRef) -> tuple[str, int]:
         """The counter a space answers to, and the quota it starts at."""
         if ref.is_global:
             return NO_TENANT, self.limits.instance_quota
         return ref.tenant, self.limits.team_quota
-
-    @staticmethod
-    def _attributed_team(ref: SpaceRef) -> str | None:
-        if not ref.is_global:
-            return None
-        team = current_attribution_team()
-        return validate_segment("attribution team", team) if team else None
 
     def _charge(
         self,
@@ -547,6 +504,17 @@ class SqlStore(MemoryStore):
         """(bytes used, quota) of the instance counter."""
         return self._tenant_usage(NO_TENANT, self.limits.instance_quota)
 
+    def audit_log(self, limit: int = 100) -> AuditRows:
+        """The newest ``limit`` audit rows of global mutations, newest first."""
+        A = audit_events
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(
+                sa.select(A.c.id, A.c.at, A.c.action, A.c.actor, A.c.space_id, A.c.path)
+                .order_by(A.c.at.desc(), A.c.id.desc())
+                .limit(limit)
+            ).mappings()
+            return [{**r, "at": _aware(r["at"])} for r in rows]
+
     def _set_quota(self, tenant: str, quota_bytes: int) -> None:
         with write_transaction(self.engine) as conn:
             conn.execute(self._sql.set_quota, {"t": tenant, "q": quota_bytes})
@@ -555,6 +523,25 @@ class SqlStore(MemoryStore):
         with read_transaction(self.engine) as conn:
             row = conn.execute(self._sql.tenant_used, {"t": tenant}).first()
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
+
+
+def _attributed_team(grant: PlatformGrant | None) -> str | None:
+    team = grant.attribution_team if grant is not None else None
+    return validate_segment("attribution team", team) if team else None
+
+
+def _audit(conn: Connection, grant: PlatformGrant, verb: str, ref: SpaceRef, path: str) -> None:
+    """The audit row of a global mutation, in the mutation's own transaction."""
+    conn.execute(
+        audit_events.insert().values(
+            id="evt_" + uuid.uuid4().hex,
+            at=utcnow(),
+            action=f"memory.global_{verb}",
+            actor=grant.actor,
+            space_id=ref.id,
+            path=path,
+        )
+    )
 
 
 def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from cairn.store.db import Migration
+from cairn.db import Migration
 
 COMPONENT = "documents"
 
@@ -75,3 +75,30 @@ MIGRATIONS: list[Migration] = [
         _v1_create_tables,
     ),
 ]
+
+
+# --- v2: the platform audit log -------------------------------------------------------------
+#
+# Every mutation of a global space writes one row here in the same transaction as the
+# mutation (SPEC §5 "Global"). The table was first created by identity's migration 1; it
+# belongs to the document store, which writes it, so this creates it where it is missing.
+
+audit_events = sa.Table(
+    "audit_events",
+    sa.MetaData(),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("at", TS, nullable=False, index=True),
+    sa.Column("action", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("space_id", sa.String(1024), nullable=False, server_default=""),
+    sa.Column("path", sa.String(1024), nullable=False, server_default=""),
+)
+
+
+def _v2_audit_events(conn: Connection) -> None:
+    audit_events.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(
+    Migration(COMPONENT, 2, "audit_events (the platform audit log)", _v2_audit_events)
+)

@@ -6,9 +6,10 @@ with a :class:`ToolResult`. It never raises: a refusal comes back as a result wi
 the bytes of quota left, the reason a write is refused.
 
 The same code runs against the local filesystem store and against a server: both
-are a :class:`~cairn.store.base.MemoryStore` (the server one speaks REST), wrapped
-in :class:`~cairn.service.SpaceService`. ``memory_search`` needs a
-:class:`RecordsSearcher`; without one the tool is not offered.
+are reached through :class:`~cairn.service.spaces.SpaceService`, with writes made as
+the :class:`~cairn.principal.Principal` the tools were given (the local console, or a
+server's client). ``memory_search`` needs a :class:`RecordsSearcher`; without one the
+tool is not offered.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from cairn.errors import (
     NotFound,
     QuotaExceeded,
 )
-from cairn.service import SpaceService
+from cairn.principal import Principal
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
 from cairn.tools.schemas import (
     MEMORY_LIST,
@@ -126,9 +129,11 @@ class MemoryTools:
         write: bool = True,
         searcher: RecordsSearcher | None = None,
         autoload: tuple[str, ...] = (),
+        who: Principal | None = None,
     ) -> None:
         self.service = service
-        self.ref = ref.validated()
+        self.ref = ref
+        self.who = who if who is not None else console_principal(ref.user or "local")
         self.write_enabled = write and not self.ref.is_global
         self.searcher = searcher
         self.autoload = autoload
@@ -142,6 +147,7 @@ class MemoryTools:
         *,
         read_only: bool = False,
         searcher: RecordsSearcher | None = None,
+        who: Principal | None = None,
     ) -> MemoryTools:
         """Tools as a memory block declares them (``--read-only`` withholds write too)."""
         if not block.enabled:
@@ -152,6 +158,7 @@ class MemoryTools:
             write=block.can_write and not read_only,
             searcher=searcher,
             autoload=block.autoload,
+            who=who,
         )
 
     # --- What is offered -------------------------------------------------------------------
@@ -281,7 +288,7 @@ class MemoryTools:
         if_match = args.get("if_match")
         if if_match is not None and not isinstance(if_match, str):
             raise InvalidRequest("if_match must be a string etag")
-        result = self.service.write(self.ref, path, content, if_match=if_match)
+        result = self.service.write(self.who, self.ref, path, content, if_match=if_match)
         verb = "created" if result.created else "replaced"
         return ToolResult(
             False,

@@ -6,8 +6,7 @@ from typing import Any
 
 import httpx
 
-from cairn.errors import StoreUnavailable
-from cairn.store.http import error_from_response
+from cairn.errors import StoreUnavailable, error_from_wire
 
 
 class HttpRecordsSearcher:
@@ -65,7 +64,7 @@ class HttpRecordsSearcher:
                 f"cannot reach the server at {self.base_url}: {type(exc).__name__}"
             ) from None
         if resp.status_code >= 400:
-            raise error_from_response(resp)
+            raise error_from_wire(resp.status_code, resp.content, resp.headers.get("retry-after"))
         try:
             payload = resp.json()
         except ValueError:

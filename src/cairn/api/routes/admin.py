@@ -1,40 +1,56 @@
 """The admin API (SPEC §7.3): super-admins and the admin token only.
 
-Thin over :class:`cairn.identity.service.IdentityService` (the operator CLI calls
-the same methods) and the store's quota counters.
+Thin over :class:`cairn.service.admin.AdminService` (the operator CLI calls the same
+use-cases) and :class:`cairn.service.audit.AuditService`; each use-case decides
+itself who may call it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from cairn.api.deps import State, authenticate, identity_of, require_csrf
+from cairn.api.deps import Principal
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
-from cairn.errors import Forbidden
-from cairn.identity import principal as p
-from cairn.identity.quotas import set_instance_quota, set_org_quota
-
-router = APIRouter(prefix="/api/admin", tags=["admin"])
+from cairn.service.access import require_platform_authority
+from cairn.service.admin import AdminService, OrgView
+from cairn.service.audit import AuditService
 
 
-def require_admin(request: Request) -> p.Principal:
-    """A super-admin or the admin token; 401 unsigned, 403 forbidden for anyone else."""
-    who = authenticate(request)
-    if not who.platform_authority:
-        raise Forbidden("the admin API is for super-admins and the admin token")
-    if request.method not in ("GET", "HEAD"):
-        require_csrf(who)
-    return who
+def refuse_early(request: Request, who: Principal) -> None:
+    """The use-cases' own authority check, run before the body is parsed, so a caller
+    without platform authority gets its 403 and never a 400 about a body it may not send."""
+    require_platform_authority(who, mutating=request.method not in ("GET", "HEAD"))
 
 
-Admin = Annotated[p.Principal, Depends(require_admin)]
+router = APIRouter(prefix="/api/admin", tags=["admin"], dependencies=[Depends(refuse_early)])
+
+
+# Async on purpose: they do no I/O, and a sync dependency costs a threadpool hop.
+async def admin_service(request: Request) -> AdminService:
+    """``app.state.admin``: every admin use-case."""
+    service: AdminService = request.app.state.admin
+    return service
+
+
+async def audit_service(request: Request) -> AuditService:
+    """``app.state.audit``: the platform audit log."""
+    service: AuditService = request.app.state.audit
+    return service
+
+
+Admin = Annotated[AdminService, Depends(admin_service)]
+Audit = Annotated[AuditService, Depends(audit_service)]
 ERRORS = error_responses(*AUTH_ERRORS, 409)
 
 Short = Annotated[str, Field(max_length=256)]
 Id = Annotated[str, Field(min_length=1, max_length=64)]
+# Strict: JSON true/false is not 1/0 and "5" is not 5 (a quota of `false` bytes is a mistake).
+QuotaBytes = Annotated[StrictInt, Field(ge=0, le=2**62)]
 
 
 class _Body(BaseModel):
@@ -45,7 +61,7 @@ class UserIn(_Body):
     email: Annotated[str, Field(min_length=3, max_length=320)]
     password: Annotated[str | None, Field(max_length=1024)] = None
     name: Short = ""
-    super_admin: bool = False
+    super_admin: StrictBool = False
 
 
 class OrgIn(_Body):
@@ -54,7 +70,7 @@ class OrgIn(_Body):
 
 
 class OrgPatchIn(_Body):
-    memory_quota_bytes: Annotated[int | None, Field(ge=0, le=2**62)] = None
+    memory_quota_bytes: QuotaBytes | None = None
     plan: str | None = None
 
 
@@ -85,7 +101,7 @@ class ApiKeyIn(_Body):
 
 
 class InstanceIn(_Body):
-    memory_quota_bytes: Annotated[int, Field(ge=0, le=2**62)]
+    memory_quota_bytes: QuotaBytes
 
 
 class IdOut(BaseModel):
@@ -128,85 +144,89 @@ class AuditOut(BaseModel):
     events: list[AuditEventOut]
 
 
+def _org_out(
+    org: OrgView, teams_updated: Sequence[str] = (), teams_failed: Sequence[str] = ()
+) -> dict[str, Any]:
+    return {**asdict(org), "teams_updated": list(teams_updated), "teams_failed": list(teams_failed)}
+
+
 @router.post("/users", status_code=201, response_model=IdOut, responses=ERRORS)
-def create_user(body: UserIn, who: Admin, state: State) -> dict[str, Any]:
-    uid = identity_of(state).create_user(body.email, body.password, body.name, body.super_admin)
-    return {"id": uid}
+def create_user(body: UserIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"id": admin.create_user(who, body.email, body.password, body.name, body.super_admin)}
 
 
 @router.post("/orgs", status_code=201, response_model=IdOut, responses=ERRORS)
-def create_org(body: OrgIn, who: Admin, state: State) -> dict[str, Any]:
-    return {"id": identity_of(state).create_org(body.name, body.plan)}
+def create_org(body: OrgIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"id": admin.create_org(who, body.name, body.plan)}
 
 
 @router.patch("/orgs/{id}", response_model=OrgOut, responses=ERRORS)
-def patch_org(id: str, body: OrgPatchIn, who: Admin, state: State) -> dict[str, Any]:
-    identity = identity_of(state)
+def patch_org(id: str, body: OrgPatchIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    # An explicit null quota puts the org's teams back at the default; absent leaves it.
     if "memory_quota_bytes" in body.model_fields_set:
-        return set_org_quota(identity, state.store, id, body.memory_quota_bytes, plan=body.plan)
-    org = identity.update_org(id, plan=body.plan)
-    return {**org, "teams_updated": [], "teams_failed": []}
+        done = admin.set_org_quota(who, id, body.memory_quota_bytes, plan=body.plan)
+        return _org_out(done.org, done.teams_updated, done.teams_failed)
+    return _org_out(admin.update_org(who, id, plan=body.plan))
 
 
 @router.post("/orgs/{id}/members", status_code=201, response_model=MemberOut, responses=ERRORS)
-def add_org_member(id: str, body: OrgMemberIn, who: Admin, state: State) -> dict[str, Any]:
-    identity_of(state).add_org_member(id, body.user_id, body.role)
+def add_org_member(id: str, body: OrgMemberIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    admin.add_org_member(who, id, body.user_id, body.role)
     return {"user_id": body.user_id, "role": body.role}
 
 
 @router.post("/teams", status_code=201, response_model=IdOut, responses=ERRORS)
-def create_team(body: TeamIn, who: Admin, state: State) -> dict[str, Any]:
-    return {"id": identity_of(state).create_team(body.org_id, body.name)}
+def create_team(body: TeamIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"id": admin.create_team(who, body.org_id, body.name)}
 
 
 @router.post("/teams/{id}/members", status_code=201, response_model=MemberOut, responses=ERRORS)
-def add_team_member(id: str, body: TeamMemberIn, who: Admin, state: State) -> dict[str, Any]:
-    identity_of(state).add_team_member(id, body.user_id, body.role, body.projects)
+def add_team_member(id: str, body: TeamMemberIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    admin.add_team_member(who, id, body.user_id, body.role, body.projects)
     return {"user_id": body.user_id, "role": body.role}
 
 
 @router.delete(
     "/teams/{id}/members/{user_id}", status_code=204, response_class=Response, responses=ERRORS
 )
-def remove_team_member(id: str, user_id: str, who: Admin, state: State) -> Response:
-    identity_of(state).remove_team_member(id, user_id)
+def remove_team_member(id: str, user_id: str, who: Principal, admin: Admin) -> Response:
+    admin.remove_team_member(who, id, user_id)
     return Response(status_code=204)
 
 
 @router.post("/teams/{id}/projects", status_code=201, response_model=IdOut, responses=ERRORS)
-def create_project(id: str, body: NameIn, who: Admin, state: State) -> dict[str, Any]:
-    return {"id": identity_of(state).create_project(id, body.name)}
+def create_project(id: str, body: NameIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"id": admin.create_project(who, id, body.name)}
 
 
 @router.post("/projects/{id}/repos", status_code=201, response_model=IdOut, responses=ERRORS)
-def create_repo(id: str, body: NameIn, who: Admin, state: State) -> dict[str, Any]:
-    return {"id": identity_of(state).create_repo(id, body.name)}
+def create_repo(id: str, body: NameIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"id": admin.create_repo(who, id, body.name)}
 
 
 @router.post("/api-keys", status_code=201, response_model=KeyOut, responses=ERRORS)
-def create_api_key(body: ApiKeyIn, who: Admin, state: State) -> dict[str, Any]:
-    key_id, key = identity_of(state).create_api_key(body.user_id, body.team_id, body.name)
-    return {"id": key_id, "key": key}
+def create_api_key(body: ApiKeyIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    created = admin.create_api_key(who, body.user_id, body.team_id, body.name)
+    return {"id": created.id, "key": created.key}
 
 
 @router.delete("/api-keys/{id}", status_code=204, response_class=Response, responses=ERRORS)
-def revoke_api_key(id: str, who: Admin, state: State) -> Response:
-    identity_of(state).revoke_api_key(id)
+def revoke_api_key(id: str, who: Principal, admin: Admin) -> Response:
+    admin.revoke_api_key(who, id)
     return Response(status_code=204)
 
 
 @router.patch("/instance", response_model=InstanceOut, responses=ERRORS)
-def patch_instance(body: InstanceIn, who: Admin, state: State) -> dict[str, Any]:
-    set_instance_quota(state.store, body.memory_quota_bytes)
+def patch_instance(body: InstanceIn, who: Principal, admin: Admin) -> dict[str, Any]:
+    admin.set_instance_quota(who, body.memory_quota_bytes)
     return {"memory_quota_bytes": body.memory_quota_bytes}
 
 
 @router.get("/audit", response_model=AuditOut, responses=ERRORS)
 def audit(
-    who: Admin,
-    state: State,
+    who: Principal,
+    audit_log: Audit,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many events.")] = 100,
 ) -> dict[str, Any]:
-    from cairn.identity import audit as audit_log
-
-    return {"events": audit_log.newest_first(state.engine, limit)}
+    events = audit_log.newest_first(who, limit)
+    return {"events": [{**asdict(e), "at": e.at.isoformat()} for e in events]}

@@ -1,19 +1,46 @@
-"""Browser sessions (SPEC §7.2): sign in with email and password, sign out."""
+"""Browser sessions (SPEC §7.2): sign in with email and password, sign out.
+
+Thin over :meth:`cairn.service.access.Credentials.sign_in` / ``sign_out``; failed
+sign-ins are throttled here (:class:`cairn.api.throttle.LoginThrottle`), per email
+and client address.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from cairn.api.deps import SESSION_COOKIE, MutatingPrincipal, State, identity_of
+from cairn.api.deps import SESSION_COOKIE, Principal
 from cairn.api.routes.common import error_responses
+from cairn.api.throttle import LoginThrottle
+from cairn.config import Config
 from cairn.errors import Unauthenticated
-from cairn.identity.principal import CredentialKind
+from cairn.service.access import Credentials
 
 router = APIRouter(tags=["auth"])
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFace:
+    """What these routes take from ``app.state``: ``credentials``, ``login_throttle``,
+    ``settings``."""
+
+    credentials: Credentials
+    throttle: LoginThrottle
+    settings: Config
+
+
+async def _session_face(request: Request) -> SessionFace:
+    # async on purpose: it does no I/O, and a sync dependency costs a threadpool hop.
+    state = request.app.state
+    return SessionFace(state.credentials, state.login_throttle, state.settings)
+
+
+Face = Annotated[SessionFace, Depends(_session_face)]
 
 
 class LoginIn(BaseModel):
@@ -48,30 +75,29 @@ class LoginOut(BaseModel):
     responses=error_responses(400, 401, 404, 429, 500, 503),
     summary="Sign in: sets the cairn_session cookie, answers the CSRF token",
 )
-def login(body: LoginIn, request: Request, state: State) -> JSONResponse:
-    identity = identity_of(state)
+def login(body: LoginIn, request: Request, face: Face) -> JSONResponse:
     client = request.client.host if request.client else "unknown"
     key = f"{body.email.strip().lower()}|{client}"
-    state.login_throttle.check(key)
+    face.throttle.check(key)
     try:
-        session = identity.login(body.email, body.password)
+        session = face.credentials.sign_in(body.email, body.password)
     except Unauthenticated:
-        state.login_throttle.failed(key)
+        face.throttle.failed(key)
         raise
-    state.login_throttle.succeeded(key)
+    face.throttle.succeeded(key)
     payload: dict[str, Any] = {
         "csrf_token": session.csrf_token,
-        "user": session.user,
-        "teams": session.teams,
+        "user": asdict(session.user),
+        "teams": [asdict(team) for team in session.teams],
     }
     response = JSONResponse(payload)
     response.set_cookie(
         SESSION_COOKIE,
         session.token,
-        max_age=state.settings.session_ttl_seconds,
+        max_age=face.settings.session_ttl_seconds,
         httponly=True,
         samesite="lax",
-        secure=state.settings.cookie_secure,
+        secure=face.settings.cookie_secure,
         path="/",
     )
     return response
@@ -84,10 +110,8 @@ def login(body: LoginIn, request: Request, state: State) -> JSONResponse:
     responses=error_responses(401, 403, 500, 503),
     summary="Sign out: ends the session and clears its cookie",
 )
-def logout(request: Request, who: MutatingPrincipal, state: State) -> Response:
-    token = request.cookies.get(SESSION_COOKIE)
-    if who.kind is CredentialKind.SESSION and token and state.identity is not None:
-        state.identity.logout(token)
+def logout(request: Request, who: Principal, face: Face) -> Response:
+    face.credentials.sign_out(who, request.cookies.get(SESSION_COOKIE))
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
     return response

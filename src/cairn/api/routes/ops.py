@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
 from cairn.api.deps import State
 from cairn.api.metrics import CONTENT_TYPE_LATEST
 from cairn.api.routes.common import error_responses
-from cairn.store.db import read_transaction
 
 router = APIRouter(tags=["operations"])
 
@@ -32,8 +30,7 @@ def healthz() -> dict[str, Any]:
     summary="The database is reachable",
 )
 def readyz(state: State) -> dict[str, Any]:
-    with read_transaction(state.engine) as conn:  # StoreUnavailable → 503
-        conn.execute(sa.text("SELECT 1"))
+    state.runtime.ping()  # StoreUnavailable → 503
     return {"status": "ready"}
 
 

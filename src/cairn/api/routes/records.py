@@ -1,10 +1,12 @@
-"""HTTP routes of team memory records (SPEC §6): thin layers over
-:mod:`cairn.records.service`.
+"""HTTP routes of team memory records (SPEC §6): thin faces over
+:class:`cairn.service.records.RecordService` (``request.app.state.records``).
 
-Bodies and query parameters are parsed *inside* each route, after the caller's team
-and role have been checked, so a request failing several checks gets the first in
-the contract's order (401 → 404 team → 403 → 400 → 402 → off → 404 repo → 429 →
-503) rather than FastAPI's body validation first.
+Each route reads its input, calls one use-case with the caller's principal and the
+team, and renders the answer's dataclass as the contract's JSON. The use-case
+resolves the caller's access itself, so the refusal order of the contract (401 →
+404 team → 403 → 400 → 402 → off → 404 repo → 429 → 503) holds; a body or query
+parameter that cannot even be read is a 400 too, but a caller who may not act in the
+team hears that first (:func:`_read`).
 """
 
 from __future__ import annotations
@@ -12,68 +14,72 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.engine import Engine
+from pydantic import BaseModel
 
 from cairn.api.deps import AnyPrincipal
-from cairn.api.routes.common import error_responses
-from cairn.errors import StoreUnavailable
-from cairn.records import service
-from cairn.records.access import Action, TeamAccess, resolve
-from cairn.records.models import (
+from cairn.api.records_bodies import (
     SaveRequest,
     SearchRequest,
     SettingsRequest,
     check_params,
     parse,
 )
-from cairn.records.ratelimit import RateLimiter, make_rate_limiter
+from cairn.api.routes.common import error_responses
+from cairn.errors import BadRequest, StoreUnavailable
+from cairn.principal import Principal
+from cairn.service.access import Action
+from cairn.service.records import (
+    MemorySettings,
+    RecordPage,
+    RecordService,
+    SearchAnswer,
+    iso,
+)
 
 log = logging.getLogger("cairn.records")
 
 T = TypeVar("T")
-
-DEFAULT_PURGE_INTERVAL_SECONDS = 3600.0
-
-_limiter_lock = threading.Lock()
+M = TypeVar("M", bound=BaseModel)
 
 
-def _engine(request: Request) -> Engine:
-    engine = getattr(request.app.state, "engine", None)
-    if engine is None:
+def _records(request: Request) -> RecordService:
+    records: RecordService | None = getattr(request.app.state, "records", None)
+    if records is None:
         raise StoreUnavailable("this deployment has no records store configured")
-    return engine  # type: ignore[no-any-return]
+    return records
 
 
-def _limiter(request: Request) -> RateLimiter:
-    """The app's search limiter, made on first use from ``CAIRN_REDIS_URL``."""
-    state = request.app.state
-    limiter = getattr(state, "records_limiter", None)
-    if limiter is None:
-        with _limiter_lock:
-            limiter = getattr(state, "records_limiter", None)
-            if limiter is None:
-                limiter = make_rate_limiter()
-                state.records_limiter = limiter
-    return limiter
+async def _read(
+    records: RecordService, who: Principal, team: str, action: Action, read: Callable[[], T]
+) -> T:
+    """``read()`` the request's input; when it cannot be read (400), a caller who may
+    not act in the team is refused for that first (404 / 403), as the contract orders.
+    On success the use-case resolves the caller once, itself."""
+    try:
+        return read()
+    except BadRequest:
+        await run_in_threadpool(records.check_access, who, team, action)
+        raise
 
 
-async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    return await run_in_threadpool(fn, *args, **kwargs)
+def _params(request: Request, *allowed: str) -> Callable[[], None]:
+    """The reading of a route without a body: only the query parameters it takes."""
+    return lambda: check_params(request.query_params.keys(), allowed)
 
 
-async def _access(
-    request: Request, who: Any, team: str, action: Action, params: tuple[str, ...] = ()
-) -> TeamAccess:
-    access = await _call(resolve, _engine(request), who, team, action)
-    check_params(request.query_params.keys(), params)
-    return access
+def _json(request: Request, raw: bytes, model: type[M]) -> Callable[[], M]:
+    """The reading of a route with a JSON body: no query parameter, the body as ``model``."""
+
+    def read() -> M:
+        check_params(request.query_params.keys(), ())
+        return parse(model, raw)
+
+    return read
 
 
 @contextlib.asynccontextmanager
@@ -90,22 +96,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def purge_periodically(app: FastAPI, interval: float | None = None) -> None:
-    """Run :func:`cairn.records.service.purge_expired` every ``interval`` seconds."""
+    """Run :meth:`RecordService.purge_expired` every ``interval`` seconds."""
     if interval is None:
-        raw = os.environ.get("CAIRN_RECORDS_PURGE_INTERVAL", "")
-        try:
-            interval = float(raw) if raw.strip() else DEFAULT_PURGE_INTERVAL_SECONDS
-        except ValueError:
-            interval = DEFAULT_PURGE_INTERVAL_SECONDS
+        interval = app.state.settings.records_purge_interval
     if interval <= 0:
         return
     while True:
         await asyncio.sleep(interval)
-        engine = getattr(app.state, "engine", None)
-        if engine is None:
+        records = getattr(app.state, "records", None)
+        if records is None:
             continue
         try:
-            removed = await run_in_threadpool(service.purge_expired, engine)
+            removed = await run_in_threadpool(records.purge_expired)
             if removed:
                 log.info("purged expired records", extra={"removed": removed})
         except Exception:  # a failed purge is retried next round; never kill the server
@@ -115,11 +117,54 @@ async def purge_periodically(app: FastAPI, interval: float | None = None) -> Non
 router = APIRouter(tags=["records"], lifespan=_lifespan)
 
 
-def setup(app: FastAPI) -> None:
-    """Called by ``create_app``: the search limiter (Redis when ``CAIRN_REDIS_URL``
-    is set), made once per app so every request of this replica shares it."""
-    if getattr(app.state, "records_limiter", None) is None:
-        app.state.records_limiter = make_rate_limiter()
+# --- rendering: the contract's JSON of each answer ------------------------------------------
+
+
+def _search_json(answer: SearchAnswer) -> dict[str, Any]:
+    return {
+        "state": answer.state.value,
+        "notice": answer.notice,
+        "results": [
+            {
+                "id": hit.id,
+                "repo_id": hit.repo_id,
+                "score": hit.score,
+                "created_at": iso(hit.created_at),
+                "text": hit.text,
+            }
+            for hit in answer.hits
+        ],
+    }
+
+
+def _page_json(page: RecordPage) -> dict[str, Any]:
+    return {
+        "state": page.state.value,
+        "notice": page.notice,
+        "records": [
+            {
+                "id": r.id,
+                "repo_id": r.repo_id,
+                "created_at": iso(r.created_at),
+                "expires_at": iso(r.expires_at),
+                "text": r.text,
+            }
+            for r in page.records
+        ],
+        "next_token": page.next_token,
+    }
+
+
+def _settings_json(settings: MemorySettings) -> dict[str, bool]:
+    return {
+        "enabled": settings.enabled,
+        "plan_allows": settings.plan_allows,
+        "store_ready": settings.store_ready,
+        "can_edit": settings.can_edit,
+    }
+
+
+# --- routes ------------------------------------------------------------------------------------
 
 
 _READ_ERRORS = error_responses(400, 401, 403, 404, 500, 503)
@@ -141,17 +186,13 @@ def _body(model: type[Any]) -> dict[str, Any]:
     summary="Search the team's memory records",
 )
 async def search_records(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    access = await _access(request, who, team, Action.READ)
-    body = parse(SearchRequest, await request.body())
-    return await _call(
-        service.search,
-        _engine(request),
-        access,
-        body.query,
-        repo_id=body.repo_id,
-        limit=body.limit,
-        limiter=_limiter(request),
+    records = _records(request)
+    read = _json(request, await request.body(), SearchRequest)
+    body = await _read(records, who, team, Action.READ, read)
+    answer = await run_in_threadpool(
+        records.search, who, team, body.query, repo_id=body.repo_id, limit=body.limit
     )
+    return _search_json(answer)
 
 
 @router.post(
@@ -162,23 +203,28 @@ async def search_records(team: str, request: Request, who: AnyPrincipal) -> dict
     summary="Save a record (the service token only)",
 )
 async def save_record(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    access = await _access(request, who, team, Action.SAVE)
-    body = parse(SaveRequest, await request.body())
-    record = await _call(service.save_for, _engine(request), access, body.text, body.repo_id)
-    return {"id": record.id, "expires_at": service.iso(record.expires_at)}
+    records = _records(request)
+    read = _json(request, await request.body(), SaveRequest)
+    body = await _read(records, who, team, Action.SAVE, read)
+    record = await run_in_threadpool(records.save, who, team, body.text, body.repo_id)
+    return {"id": record.id, "expires_at": iso(record.expires_at)}
 
 
 @router.get(
     "/api/teams/{team}/memory", responses=_READ_ERRORS, summary="List the team's memory records"
 )
 async def list_records(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    access = await _access(request, who, team, Action.READ, ("repo_id", "next_token"))
+    records = _records(request)
+    await _read(records, who, team, Action.READ, _params(request, "repo_id", "next_token"))
     q = request.query_params
-    repo_id = q.get("repo_id") or None
-    next_token = q.get("next_token") or None
-    return await _call(
-        service.list_records, _engine(request), access, repo_id=repo_id, next_token=next_token
+    page = await run_in_threadpool(
+        records.list,
+        who,
+        team,
+        repo_id=q.get("repo_id") or None,
+        next_token=q.get("next_token") or None,
     )
+    return _page_json(page)
 
 
 @router.delete("/api/teams/{team}/memory/{id}", status_code=204, summary="Delete one record")
@@ -188,8 +234,9 @@ async def delete_record(
     request: Request,
     who: AnyPrincipal,
 ) -> Response:
-    access = await _access(request, who, team, Action.MANAGE)
-    await _call(service.delete, _engine(request), access, record_id)
+    records = _records(request)
+    await _read(records, who, team, Action.MANAGE, _params(request))
+    await run_in_threadpool(records.delete, who, team, record_id)
     return Response(status_code=204)
 
 
@@ -199,9 +246,9 @@ async def delete_record(
     summary="The team's memory setting",
 )
 async def get_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
-    access = await _access(request, who, team, Action.READ)
-    settings = await _call(service.get_settings, _engine(request), access)
-    return settings.to_dict()
+    records = _records(request)
+    await _read(records, who, team, Action.READ, _params(request))
+    return _settings_json(await run_in_threadpool(records.get_settings, who, team))
 
 
 @router.put(
@@ -211,9 +258,8 @@ async def get_memory_settings(team: str, request: Request, who: AnyPrincipal) ->
     summary="Turn the team's memory on or off",
 )
 async def put_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
-    access = await _access(request, who, team, Action.MANAGE)
-    body = parse(SettingsRequest, await request.body())
-    engine = _engine(request)
-    await _call(service.set_enabled, engine, access.team_id, body.enabled)
-    settings = await _call(service.get_settings, engine, access)
-    return settings.to_dict()
+    records = _records(request)
+    read = _json(request, await request.body(), SettingsRequest)
+    body = await _read(records, who, team, Action.MANAGE, read)
+    settings = await run_in_threadpool(records.set_enabled, who, team, body.enabled)
+    return _settings_json(settings)

@@ -8,9 +8,6 @@ parameter the route does not take — is refused ``400 unknown_parameter``.
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -19,28 +16,19 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import AppState, Principal, State, require_csrf
+from cairn.api.deps import AppState, Principal, State
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
 from cairn.api.streams import AsyncBodyReader, iter_export
+from cairn.documents import DocumentInfo, ImportStrategy, parse_import_strategy
 from cairn.errors import (
-    Forbidden,
     ImportTooLarge,
     InvalidDocument,
     InvalidRequest,
-    MemberRoleRequired,
-    PlatformAuthorityRequired,
-    TeamNotFound,
     UnknownParameter,
 )
-from cairn.identity import principal as p
-from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, parse_visibility
-from cairn.store.base import (
-    DocumentInfo,
-    ImportStrategy,
-    parse_import_strategy,
-    with_attribution_team,
-    with_platform_write_authority,
-)
+from cairn.principal import Principal as Who
+from cairn.service.access import authorize_space_mutation, space_ref
+from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef
 
 router = APIRouter(tags=["spaces"])
 
@@ -156,60 +144,15 @@ Space = Annotated[SpaceQuery, Depends(space_query)]
 
 
 def resolve_space(
-    request: Request, who: p.Principal, allowed: tuple[str, ...], space: SpaceQuery
+    request: Request, who: Who, allowed: tuple[str, ...], space: SpaceQuery
 ) -> SpaceRef:
     """The space the request names, stamped with the caller's team and user."""
     check_params(request, allowed)
-    name, visibility, project, bot = space.name, space.visibility, space.project, space.bot
-    if parse_visibility(visibility) is Visibility.GLOBAL:
-        return SpaceRef.build(Visibility.GLOBAL, name)
-    if who.team_choice_needed:
-        raise InvalidRequest(
-            "you belong to several teams: send the X-Cairn-Team header naming the active one",
-            field="X-Cairn-Team",
-        )
-    if not who.team_id:
-        raise Forbidden(
-            "this credential acts in no team, so it has no team spaces; use a team member's "
-            "API key (or visibility=global)"
-        )
-    if who.team_role is None:
-        raise TeamNotFound("this credential's user is no longer a member of its team")
-    return SpaceRef.build(
-        visibility, name, tenant=who.team_id, project=project, bot=bot, user=who.user_id
-    )
+    return space_ref(who, space.name, space.visibility, project=space.project, bot=space.bot)
 
 
-def authorize_mutation(who: p.Principal, ref: SpaceRef) -> None:
-    """CSRF for sessions, then platform authority for global or the member rung."""
-    require_csrf(who)
-    if ref.is_global:
-        if not who.platform_authority:
-            raise PlatformAuthorityRequired(
-                "changing a global space needs platform authority (a super-admin or the "
-                "admin token)"
-            )
-        return
-    if not who.has_rung(p.TeamRole.MEMBER):
-        raise MemberRoleRequired(
-            f"changing documents needs the member role in the team; yours is "
-            f"{who.team_role.value if who.team_role else 'none'}"
-        )
-
-
-@contextlib.contextmanager
-def mutation_context(who: p.Principal, ref: SpaceRef) -> Iterator[None]:
-    """Grant platform authority (proven just now) and name the attribution team."""
-    if ref.is_global and who.platform_authority:
-        # Attribution goes to the caller's active team, and only while it is a member.
-        team = who.team_id if who.team_role is not None else None
-        with with_platform_write_authority(who.actor), with_attribution_team(team):
-            yield
-    else:
-        yield
-
-
-def _info(d: DocumentInfo) -> dict[str, Any]:
+def document_info_json(d: DocumentInfo) -> dict[str, Any]:
+    """The JSON of one document's metadata (listings, reads)."""
     return {
         "path": d.path,
         "size_bytes": d.size_bytes,
@@ -278,7 +221,7 @@ def list_docs(
     ref = resolve_space(request, who, (*SPACE_PARAMS, "dir"), space)
     # A JSONResponse skips re-validating every item against DocsOut (which still
     # documents the answer): on a large listing that validation was most of the work.
-    return JSONResponse({"documents": [_info(d) for d in state.spaces.list(ref, dir)]})
+    return JSONResponse({"documents": [document_info_json(d) for d in state.spaces.list(ref, dir)]})
 
 
 _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
@@ -299,7 +242,7 @@ def read_doc(
 ) -> JSONResponse:
     ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
     doc = state.spaces.read(ref, path)
-    body = {**_info(doc.info), "content": doc.content}
+    body = {**document_info_json(doc.info), "content": doc.content}
     return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
 
 
@@ -336,10 +279,10 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
             "text/markdown body",
             field="content-type",
         )
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("the request body is not valid JSON", field="body") from None
+    # Imported here, not at the top: this function is edited apart from the rest of the file.
+    from cairn.jsonbody import parse_json_body
+
+    body = parse_json_body(raw, hint='send {"content": "<markdown>"}')
     if not isinstance(body, dict) or not isinstance(body.get("content"), str):
         raise InvalidRequest('the body must be {"content": "<markdown>"}', field="content")
     extra = sorted(set(body) - {"content"})
@@ -371,13 +314,11 @@ async def write_doc(
     if_match_header: IfMatch = None,
 ) -> JSONResponse:
     ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
-    authorize_mutation(who, ref)
     content = _parse_put_body(request, await request.body())
     if_match = _if_match(if_match_header)
 
     def run() -> JSONResponse:
-        with mutation_context(who, ref):
-            result = state.spaces.write(ref, path, content, if_match=if_match)
+        result = state.spaces.write(who, ref, path, content, if_match=if_match)
         body = {
             "path": result.path,
             "size_bytes": result.size_bytes,
@@ -407,9 +348,7 @@ def delete_doc(
     if_match_header: IfMatch = None,
 ) -> Response:
     ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
-    authorize_mutation(who, ref)
-    with mutation_context(who, ref):
-        state.spaces.delete(ref, path, if_match=_if_match(if_match_header))
+    state.spaces.delete(who, ref, path, if_match=_if_match(if_match_header))
     return Response(status_code=204)
 
 
@@ -464,18 +403,19 @@ async def import_space(
     strategy: Annotated[str, Query(description="skip (default), overwrite or rename.")] = "skip",
 ) -> dict[str, Any]:
     ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), space)
-    authorize_mutation(who, ref)
-    return await _run_import(request, who, state, ref, parse_import_strategy(strategy))
+    how = parse_import_strategy(strategy)
+    # Refuse before the upload is read: the caller's rights do not depend on the archive.
+    authorize_space_mutation(who, ref)
+    return await _run_import(request, who, state, ref, how)
 
 
 async def _run_import(
-    request: Request, who: p.Principal, state: AppState, ref: SpaceRef, how: ImportStrategy
+    request: Request, who: Who, state: AppState, ref: SpaceRef, how: ImportStrategy
 ) -> dict[str, Any]:
     reader = AsyncBodyReader(request.stream(), state.settings.max_import_bytes)
 
     def run() -> dict[str, Any]:
-        with mutation_context(who, ref):
-            report = state.spaces.import_archive(ref, reader, how)  # type: ignore[arg-type]
+        report = state.spaces.import_archive(who, ref, reader, how)  # type: ignore[arg-type]
         return {
             "written": report.written,
             "skipped": report.skipped,

@@ -47,7 +47,19 @@ class CredentialKind(StrEnum):
     SESSION = "session"
     ADMIN_TOKEN = "admin_token"
     SERVICE_TOKEN = "service_token"
+    #: ``cairn serve --local``: single tenant, no authentication, every write allowed.
     LOCAL = "local"
+    #: The operator at their own console, on their own local store (the CLI, the agent
+    #: tools and ``cairn run`` without ``--server``): the member rung in the one local
+    #: team; platform authority only to import an archive into a global space.
+    CONSOLE = "console"
+    #: A client of a Cairn server (``--server``): the server authenticates the token and
+    #: decides every rule again, so locally nothing is refused.
+    REMOTE = "remote"
+
+
+#: Kinds that act for one person on a store of their own, or through a server.
+_SELF_SERVED = frozenset({CredentialKind.LOCAL, CredentialKind.CONSOLE, CredentialKind.REMOTE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +78,8 @@ class Principal:
     user_id: str = ""
     team_id: str = ""
     org_id: str = ""
+    #: The org's plan, when the credential's standing was resolved with it ('' otherwise).
+    plan: str = ""
     team_role: TeamRole | None = None
     org_role: OrgRole | None = None
     super_admin: bool = False
@@ -84,8 +98,13 @@ class Principal:
     def is_org_admin(self) -> bool:
         return self.org_role in (OrgRole.OWNER, OrgRole.ADMIN)
 
+    @property
+    def self_served(self) -> bool:
+        """Local mode, the local console or a server's client: no team standing to read."""
+        return self.kind in _SELF_SERVED
+
     def has_rung(self, role: TeamRole) -> bool:
-        if self.kind is CredentialKind.LOCAL:
+        if self.kind in _SELF_SERVED:
             return True
         if self.team_role is None:
             return False
@@ -98,4 +117,8 @@ class Principal:
             return "admin-token"
         if self.kind is CredentialKind.LOCAL:
             return "local"
+        if self.kind is CredentialKind.CONSOLE:
+            return "local-cli"
+        if self.kind is CredentialKind.REMOTE:
+            return "remote"
         return f"user:{self.user_id}"

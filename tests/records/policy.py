@@ -1,17 +1,16 @@
-"""Policy rows of the team memory record routes (SPEC §6), for ``tests/api/policy.py``.
+"""Policy rows of the team memory record routes (SPEC §6), for ``tests/api/policy.py``
+(which uses these instead of ``tests/api/policy_records.py`` while this module exists).
 
 Read routes take any member of the team (an org owner/admin included); deleting a
 record and changing the setting take an org owner or admin in a browser session with
 its CSRF token; saving takes only the service token. A caller who cannot act in the
 team gets ``404 team_not_found`` first; a token credential, which belongs to no team,
 gets ``403 forbidden`` (SPEC §6's order: 401 → 404 → 403).
-
-When ``tests/records/policy.py`` exists its rows are used instead of these.
 """
 
 from __future__ import annotations
 
-from cairn.records import service
+from cairn.service.records import RecordService
 from tests.api.policy import FORBIDDEN, OK, UNAUTH, Req, Row, policy
 from tests.api.world import World
 
@@ -34,25 +33,26 @@ MANAGE = policy(
 SAVE = policy(FORBIDDEN, none=UNAUTH, super_admin=TEAM_NOT_FOUND, service_token=OK)
 
 
-def _memory_on(w: World) -> None:
-    service.set_enabled(w.app.state.engine, w.team_id, True)
+def _records(w: World) -> RecordService:
+    records: RecordService = w.app.state.records
+    return records
 
 
 def _search(w: World) -> Req:
     # Memory off: the answer is 200 {"state": "off"} before the per-team search rate
     # applies, so running every credential back to back never meets 429.
-    service.set_enabled(w.app.state.engine, w.team_id, False)
+    _records(w).set_enabled_as_server(w.team_id, False)
     return Req("POST", f"/api/teams/{w.team_id}/memory/search", json={"query": "deploy"})
 
 
 def _save(w: World) -> Req:
-    _memory_on(w)
+    _records(w).set_enabled_as_server(w.team_id, True)
     return Req("POST", f"/api/internal/teams/{w.team_id}/memory", json={"text": "deployed v2"})
 
 
 def _delete(w: World) -> Req:
-    _memory_on(w)
-    record = service.save(w.app.state.engine, w.team_id, "a record to delete")
+    _records(w).set_enabled_as_server(w.team_id, True)
+    record = _records(w).save_as_server(w.team_id, "a record to delete")
     return Req("DELETE", f"/api/teams/{w.team_id}/memory/{record.id}")
 
 

@@ -1,5 +1,8 @@
 """Failed-login throttling: a sliding window of failures per (email, client address).
 
+Brute-force protection of ``POST /api/auth/login``, so it lives with the HTTP face: the
+route checks the key before signing in and records the outcome after.
+
 In-process: each replica counts its own failures, so N replicas allow at most N times
 the limit, which still turns password guessing from millions of tries into a trickle.
 """

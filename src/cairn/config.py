@@ -1,0 +1,237 @@
+"""Every setting of a Cairn process, read once from its ``CAIRN_*`` environment variables.
+
+:class:`Config` is the only reader of the environment: ``Config.from_env()`` reads the
+process environment (or a given mapping), ``Config(...)`` with keywords reads nothing and
+takes the defaults for the rest. Each field names its variable in full, so
+``grep CAIRN_X`` finds where it is read. A value that does not parse raises the
+:class:`~cairn.errors.InvalidRequest` naming the variable; an empty value means unset,
+except for the byte counts of the filesystem store, where it is an error too.
+
+Fields without a variable (``local``, ``max_json_bytes``, ``session_ttl_seconds``) are set
+by flags or by code. Derived values are methods: :meth:`Config.limits`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from cairn.errors import InvalidRequest
+from cairn.quota import Limits, MiB, _parse_bytes
+from cairn.spaces import Visibility
+
+# How a variable's text becomes a value. A keyword argument that is not text is taken
+# as given, so code and tests construct Config(...) with typed values.
+
+
+def _unset_when_empty(value: object) -> object:
+    return value or None
+
+
+def _unset_when_blank(value: object) -> object:
+    return (value.strip() or None) if isinstance(value, str) else value
+
+
+def _switch(value: object) -> object:
+    return value.lower() in ("1", "true", "yes") if isinstance(value, str) else value
+
+
+def _positive_whole_number(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = -1
+    if number <= 0:
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not a positive whole number; "
+            "fix or unset it"
+        )
+    return number
+
+
+def _seconds(value: object, info: ValidationInfo) -> object:
+    # Lenient on purpose: a purge interval that does not parse keeps the default.
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value) if value.strip() else _field(info).default
+    except ValueError:
+        return _field(info).default
+
+
+def _byte_count(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    return _parse_bytes(str(_field(info).validation_alias), value)
+
+
+def _field(info: ValidationInfo) -> FieldInfo:
+    return Config.model_fields[str(info.field_name)]
+
+
+_Text = Annotated[str | None, BeforeValidator(_unset_when_empty)]
+_PositiveInt = Annotated[int, BeforeValidator(_positive_whole_number)]
+_ByteCount = Annotated[int | None, BeforeValidator(_byte_count)]
+
+
+class Config(BaseSettings):
+    """Everything a Cairn process needs to know at start (see the module docstring)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CAIRN_", frozen=True, validate_by_name=True, validate_by_alias=True
+    )
+
+    # --- The server (docs/deploy.md lists each of these) ---------------------------------
+    #: Where local state lives (default ``~/.cairn``): the SQLite database, the CLI's spaces.
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".cairn", validation_alias="CAIRN_HOME"
+    )
+    #: Unset: ``sqlite:///$CAIRN_HOME/cairn.db``.
+    database_url: str = Field("", validation_alias="CAIRN_DATABASE_URL", validate_default=True)
+    #: The credentials of the operator and of the host application; None: no such credential.
+    admin_token: _Text = Field(None, validation_alias="CAIRN_ADMIN_TOKEN")
+    service_token: _Text = Field(None, validation_alias="CAIRN_SERVICE_TOKEN")
+    #: Key of the API key / session HMAC; None: the random secret kept in the database.
+    key_hash_secret: _Text = Field(None, validation_alias="CAIRN_KEY_HASH_SECRET")
+    #: Cap on an import upload (the compressed tarball).
+    max_import_bytes: _PositiveInt = Field(256 * MiB, validation_alias="CAIRN_MAX_IMPORT_BYTES")
+    login_failures_per_minute: _PositiveInt = Field(
+        5, validation_alias="CAIRN_LOGIN_FAILURES_PER_MINUTE"
+    )
+    cookie_secure: Annotated[bool, BeforeValidator(_switch)] = Field(
+        False, validation_alias="CAIRN_COOKIE_SECURE"
+    )
+    #: argon2id cost of password hashes (argon2-cffi's defaults: 3 passes over 64 MiB).
+    argon2_time_cost: _PositiveInt = Field(3, validation_alias="CAIRN_ARGON2_TIME_COST")
+    argon2_memory_kib: _PositiveInt = Field(65536, validation_alias="CAIRN_ARGON2_MEMORY_KIB")
+    #: The Redis of the records search limit; None: an in-process limit.
+    redis_url: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="CAIRN_REDIS_URL"
+    )
+    redis_prefix: str = Field("cairn:", validation_alias="CAIRN_REDIS_PREFIX")
+    #: Seconds between purges of expired records; 0 turns purging off.
+    records_purge_interval: Annotated[float, BeforeValidator(_seconds)] = Field(
+        3600.0, validation_alias="CAIRN_RECORDS_PURGE_INTERVAL"
+    )
+    #: Single-tenant mode (``cairn serve --local``): no authentication.
+    local: bool = False
+    #: Cap on a JSON (or raw Markdown) request body: a 2 MiB document plus JSON escaping.
+    max_json_bytes: int = 3 * MiB
+    session_ttl_seconds: int = 14 * 24 * 3600
+
+    # --- The command line and agents (docs/cli.md, docs/agents.md) -----------------------
+    server: _Text = Field(None, validation_alias="CAIRN_SERVER")
+    token: _Text = Field(None, validation_alias="CAIRN_TOKEN")
+    team: _Text = Field(None, validation_alias="CAIRN_TEAM")
+    #: As written: it ranks below ``--auto-memory`` and the agent config, so
+    #: :func:`cairn.automemory.space.decide_auto_memory` parses it only when it decides.
+    auto_memory: str | None = Field(None, validation_alias="CAIRN_AUTO_MEMORY")
+    #: Set by ``cairn run`` for the agent it starts.
+    auto_memory_dir: _Text = Field(None, validation_alias="CAIRN_AUTO_MEMORY_DIR")
+    #: The filesystem store's overrides (SPEC §4); None keeps the default.
+    memory_quota_private: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_PRIVATE")
+    memory_quota_bot: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_BOT")
+    memory_quota_project: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_PROJECT")
+    memory_quota_cross_project: _ByteCount = Field(
+        None, validation_alias="CAIRN_MEMORY_QUOTA_CROSS_PROJECT"
+    )
+    memory_quota_user: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_USER")
+    memory_quota_org: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_ORG")
+    memory_quota_global: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_QUOTA_GLOBAL")
+    #: The whole tree's aggregate (0 refuses every write that grows it).
+    memory_quota_org_total: _ByteCount = Field(
+        None, validation_alias="CAIRN_MEMORY_QUOTA_ORG_TOTAL"
+    )
+    #: The document cap (0 refuses every non-empty document).
+    memory_max_doc: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_MAX_DOC")
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return Path(value.strip()).expanduser() if value.strip() else Path.home() / ".cairn"
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object, info: ValidationInfo) -> object:
+        return value or "sqlite:///" + os.path.join(info.data["home"], "cairn.db")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **flags: Any) -> Config:
+        """The config of ``environ`` (default: the process environment).
+
+        ``flags`` are command-line values that win over the environment (``database_url``,
+        ``local``); a flag given as None is not given.
+        """
+        found = _Variables(cls, os.environ if environ is None else environ)()
+        found.update({name: value for name, value in flags.items() if value is not None})
+        return cls(**found)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keywords only: the environment is read by from_env, never behind a constructor.
+        return (init_settings,)
+
+    def limits(self) -> Limits:
+        """The filesystem store's limits: the defaults with the ``CAIRN_MEMORY_*`` overrides."""
+        default = Limits()
+        subcaps = dict(default.subcaps)
+        overrides = {
+            Visibility.PRIVATE: self.memory_quota_private,
+            Visibility.BOT: self.memory_quota_bot,
+            Visibility.PROJECT: self.memory_quota_project,
+            Visibility.CROSS_PROJECT: self.memory_quota_cross_project,
+            Visibility.USER: self.memory_quota_user,
+            Visibility.ORG: self.memory_quota_org,
+            Visibility.GLOBAL: self.memory_quota_global,
+        }
+        subcaps.update({vis: cap for vis, cap in overrides.items() if cap is not None})
+        return Limits(
+            max_document=_or(self.memory_max_doc, default.max_document),
+            subcaps=tuple(subcaps.items()),
+            team_quota=_or(self.memory_quota_org_total, default.team_quota),
+            instance_quota=default.instance_quota,
+        )
+
+
+class _Variables(PydanticBaseSettingsSource):
+    """The variables :class:`Config`'s fields name, looked up in one mapping."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        prefix = str(self.config.get("env_prefix", ""))
+        self._environ = {k: v for k, v in environ.items() if k.startswith(prefix)}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        name = field.validation_alias
+        return (self._environ.get(name) if isinstance(name, str) else None), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for field_name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, field_name)
+            if value is not None:
+                found[key] = value
+        return found
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value

@@ -1,0 +1,137 @@
+"""Documents: what a space holds, and what reading, writing and importing one reports.
+
+Plain values shared by every layer: the stores return them, the services pass them on,
+the faces render them. No I/O here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from cairn.errors import InvalidDocument, InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentInfo:
+    """What a listing says of one document. ``updated_at`` is timezone-aware UTC."""
+
+    path: str
+    size_bytes: int
+    updated_at: datetime
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One document with its content."""
+
+    path: str
+    content: str
+    size_bytes: int
+    updated_at: datetime
+    etag: str
+
+    @property
+    def info(self) -> DocumentInfo:
+        return DocumentInfo(self.path, self.size_bytes, self.updated_at, self.etag)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    path: str
+    size_bytes: int
+    etag: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Bytes used against quotas for one space.
+
+    ``quota_bytes`` is the space's sub-cap (0 = none). ``team_*`` is the team
+    aggregate for a team space; for a ``global`` space it is the instance aggregate;
+    for the filesystem store it is the whole-tree aggregate.
+    """
+
+    space_id: str
+    used_bytes: int
+    quota_bytes: int
+    team_used_bytes: int
+    team_quota_bytes: int
+
+
+class ImportStrategy(StrEnum):
+    SKIP = "skip"
+    OVERWRITE = "overwrite"
+    RENAME = "rename"
+
+
+def parse_import_strategy(strategy: ImportStrategy | str) -> ImportStrategy:
+    """The strategy named by ``strategy``, or InvalidRequest naming the allowed values."""
+    try:
+        return ImportStrategy(strategy)
+    except ValueError:
+        allowed = ", ".join(s.value for s in ImportStrategy)
+        raise InvalidRequest(
+            f"unknown import strategy {strategy!r}; use one of: {allowed}", field="strategy"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    path: str
+    reason: str
+
+
+@dataclass(slots=True)
+class ImportReport:
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+def encode_document(content: object) -> bytes:
+    """The UTF-8 bytes of a document body, or InvalidDocument naming what is wrong.
+
+    Every adapter stores exactly these bytes, so they agree on what a document is: text,
+    no NUL (PostgreSQL cannot store one), no lone surrogate.
+    """
+    if not isinstance(content, str):
+        raise InvalidDocument(
+            f"content must be text (a str), not {type(content).__name__}; send UTF-8 Markdown"
+        )
+    if "\x00" in content:
+        raise InvalidDocument("content may not contain NUL characters; remove them and retry")
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidDocument(
+            f"content is not valid Unicode at character {exc.start} (a lone surrogate); "
+            "send UTF-8 Markdown"
+        ) from None
+
+
+def content_etag(data: bytes) -> str:
+    """The etag of a document body: a content hash (quoted form is the HTTP layer's job)."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformGrant:
+    """Platform authority proven for one mutation of a ``global`` space.
+
+    Passed as an argument (never ambient state) from the service, which proved it, to
+    the store, which refuses a global mutation without one. ``actor`` names the caller
+    in the audit log (``admin-token``, ``user:<id>``, ``local``); ``attribution_team``
+    is the caller's active team, debited for the bytes of the write (attribution, not
+    enforcement), or None.
+    """
+
+    actor: str
+    attribution_team: str | None = None
+    #: True while an archive import writes under this grant (audited as an import).
+    importing: bool = False

@@ -1,0 +1,152 @@
+"""The composition root: what one Cairn process builds from its :class:`~cairn.config.Config`.
+
+:func:`open_runtime` connects to the server's database (migrating it unless told not to)
+and builds the pieces ``cairn serve`` and the operator commands share;
+:meth:`Runtime.close` releases what it opened. :func:`open_engine`,
+:func:`open_local_store` and :func:`open_remote_store` build the pieces the other
+commands need on their own. Nothing else constructs an engine, a store, the identity
+service or the search rate limiter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from argon2 import PasswordHasher
+from sqlalchemy.engine import Engine
+
+from cairn.config import Config
+from cairn.db import make_engine, read_transaction
+from cairn.identity.keys import load_key_hasher
+from cairn.identity.service import IdentityService
+from cairn.quota import Limits
+from cairn.records.ratelimit import RateLimiter, RedisRateLimiter, rate_limiter
+from cairn.schema import upgrade_all
+from cairn.service.access import Access, Credentials
+from cairn.service.admin import AdminService, build_admin_services
+from cairn.service.audit import AuditService
+from cairn.service.records import RecordService, build_record_service
+from cairn.service.spaces import SpaceService
+from cairn.store.base import MemoryStore
+from cairn.store.fs import FilesystemStore
+from cairn.store.http import HttpMemoryStore
+from cairn.store.sql import SqlStore
+
+# MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
+__all__ = [
+    "MemoryStore",
+    "Runtime",
+    "open_engine",
+    "open_local_store",
+    "open_remote_store",
+    "open_runtime",
+]
+
+
+@dataclass
+class Runtime:
+    """The process's shared pieces, built once by :func:`open_runtime`."""
+
+    config: Config
+    engine: Engine
+    #: The SQL document store (SQLite or PostgreSQL) over ``engine``.
+    store: SqlStore
+    #: Users, orgs, teams and credentials; None in local mode (no authentication).
+    identity: IdentityService | None
+    #: The records search limit: Redis when ``config.redis_url`` is set, else in-process.
+    limiter: RateLimiter
+
+    # --- Services: what the faces call -------------------------------------------------------
+    credentials: Credentials
+    access: Access
+    spaces: SpaceService
+    records: RecordService
+    admin: AdminService
+    audit: AuditService
+
+    #: Whether :meth:`close` disposes of ``engine`` (it does when open_runtime made it).
+    owns_engine: bool = False
+
+    def ping(self) -> None:
+        """Reach the database once (readiness); StoreUnavailable when it cannot."""
+        with read_transaction(self.engine) as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def close(self) -> None:
+        """Release the limiter's connections, and the engine if this runtime made it."""
+        if isinstance(self.limiter, RedisRateLimiter):
+            self.limiter.close()
+        if self.owns_engine:
+            self.engine.dispose()
+
+
+def open_runtime(
+    config: Config,
+    *,
+    engine: Engine | None = None,
+    migrate: bool = True,
+    limits: Limits | None = None,
+) -> Runtime:
+    """The runtime of ``config``, over ``engine`` when given (it stays the caller's).
+
+    Every pending migration is applied first unless ``migrate`` is False. ``limits``
+    are what new team and instance counters start at (default: SPEC §4's).
+    """
+    owns_engine = engine is None
+    if engine is None:
+        engine = make_engine(config.database_url)
+    if migrate:
+        upgrade_all(engine)
+    identity = None
+    if not config.local:
+        passwords = PasswordHasher(
+            time_cost=config.argon2_time_cost, memory_cost=config.argon2_memory_kib
+        )
+        identity = IdentityService(
+            engine,
+            load_key_hasher(engine, config.key_hash_secret),
+            session_ttl_seconds=config.session_ttl_seconds,
+            passwords=passwords,
+        )
+    # Counters start at the default limits; the admin API re-caps teams and the
+    # instance in the database (CAIRN_MEMORY_* are the filesystem store's overrides).
+    store = SqlStore(engine, limits or Limits())
+    limiter = rate_limiter(config.redis_url, prefix=config.redis_prefix)
+    admin = build_admin_services(identity, store)
+    return Runtime(
+        config=config,
+        engine=engine,
+        store=store,
+        identity=identity,
+        limiter=limiter,
+        credentials=Credentials(
+            identity, admin_token=config.admin_token, service_token=config.service_token
+        ),
+        access=Access(identity),
+        spaces=SpaceService(store),
+        records=build_record_service(engine, identity, limiter),
+        admin=admin.admin,
+        audit=admin.audit,
+        owns_engine=owns_engine,
+    )
+
+
+def open_engine(config: Config, *, migrate: bool = True) -> Engine:
+    """An engine on ``config.database_url``; every pending migration applied unless
+    ``migrate`` is False. The caller disposes of it."""
+    engine = make_engine(config.database_url)
+    if migrate:
+        upgrade_all(engine)
+    return engine
+
+
+def open_local_store(config: Config, limits: Limits | None = None) -> MemoryStore:
+    """The filesystem store under ``$CAIRN_HOME/spaces``, with ``limits`` (default: the
+    configured ``CAIRN_MEMORY_*`` overrides)."""
+    return FilesystemStore(config.home / "spaces", config.limits() if limits is None else limits)
+
+
+def open_remote_store(server: str, token: str | None) -> MemoryStore:
+    """The store that is the Cairn server at ``server``, reached with API key ``token``."""
+    return HttpMemoryStore(server, token)

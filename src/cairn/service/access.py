@@ -1,0 +1,465 @@
+"""The access model: who may do what, decided here and nowhere else (SPEC §4-§7).
+
+A face turns the credential of a request into a :class:`~cairn.principal.Principal`
+once, with :meth:`Credentials.authenticate` (an API key's standing in its team is read
+in that same query). Every use-case then takes the principal as an argument and asks
+this module for its decision:
+
+========================================  ===============================================
+rule                                      function
+========================================  ===============================================
+who is asking (§7)                        :meth:`Credentials.authenticate`
+signing in and out (§7.2)                 :meth:`Credentials.sign_in`, ``sign_out``
+acting in another team (§7)               :meth:`Credentials.in_team`
+the service token only saves records      :func:`require_user`, :meth:`Access.team_access`
+a session mutation needs its CSRF token   :func:`require_csrf`
+which space a request names (§2, §5)      :func:`space_ref`
+member rung / platform authority (§5)     :func:`authorize_space_mutation`
+records: team, role, plan, projects (§6)  :meth:`Access.team_access`
+org-wide figures (§5)                     :meth:`Access.may_read_org`
+the admin API (§7)                        :func:`require_platform_authority`
+========================================  ===============================================
+
+Membership and standing are never cached: a member removed a moment ago is refused on
+their very next request.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cairn.documents import PlatformGrant
+from cairn.errors import (
+    CsrfRequired,
+    Forbidden,
+    InvalidRequest,
+    MemberRoleRequired,
+    NotFound,
+    PlatformAuthorityRequired,
+    TeamNotFound,
+    Unauthenticated,
+)
+from cairn.identity.keys import API_KEY_PREFIX
+from cairn.identity.service import IdentityService
+from cairn.identity.standing import Standing
+from cairn.principal import MEMORY_PLANS, CredentialKind, OrgRole, Plan, Principal, TeamRole
+from cairn.records.models import is_clean_id
+from cairn.spaces import SpaceRef, Visibility, parse_visibility
+
+#: The implicit team of ``cairn serve --local`` and of the local CLI.
+LOCAL_TEAM = "local"
+
+#: Local single-tenant mode: one implicit team and user, every write allowed.
+LOCAL_PRINCIPAL = Principal(
+    kind=CredentialKind.LOCAL,
+    user_id="local",
+    team_id=LOCAL_TEAM,
+    team_role=TeamRole.ADMIN,
+)
+
+
+def console_principal(user: str) -> Principal:
+    """The operator at their own console, on the local store, as login ``user``."""
+    return Principal(kind=CredentialKind.CONSOLE, user_id=user, team_id=LOCAL_TEAM)
+
+
+def remote_principal(user: str = "") -> Principal:
+    """A client of a Cairn server: the server stamps the team and user from the token."""
+    return Principal(kind=CredentialKind.REMOTE, user_id=user)
+
+
+# --- Credentials -----------------------------------------------------------------------------
+
+
+class Credentials:
+    """Turns a request's credential into a :class:`Principal`.
+
+    Order: local mode → ``Authorization: Bearer`` (admin token, service token, API key)
+    → the session cookie. A bearer value that is present but wrong is a 401 even when a
+    cookie is also sent.
+    """
+
+    def __init__(
+        self,
+        identity: IdentityService | None,
+        *,
+        admin_token: str | None = None,
+        service_token: str | None = None,
+    ) -> None:
+        self._identity = identity
+        self._admin_token = admin_token
+        self._service_token = service_token
+
+    @property
+    def local(self) -> bool:
+        return self._identity is None
+
+    def authenticate(
+        self,
+        *,
+        authorization: str | None,
+        session: str | None,
+        csrf_token: str | None,
+        mutating: bool,
+        team_header: str | None,
+    ) -> Principal:
+        identity = self._identity
+        if identity is None:
+            return LOCAL_PRINCIPAL
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise Unauthenticated("send the credential as 'Authorization: Bearer <token>'")
+            if _same(self._admin_token, token):
+                return Principal(kind=CredentialKind.ADMIN_TOKEN)
+            if _same(self._service_token, token):
+                return Principal(kind=CredentialKind.SERVICE_TOKEN)
+            if token.startswith(API_KEY_PREFIX):
+                found = identity.principal_for_api_key(token)
+                if found is not None:
+                    return found
+            raise Unauthenticated("the bearer token is not a valid or live credential")
+        if session:
+            found = identity.principal_for_session(
+                session, csrf_token=csrf_token, mutating=mutating, team_header=team_header
+            )
+            if found is not None:
+                return found
+            raise Unauthenticated("the session has expired or was signed out; sign in again")
+        raise Unauthenticated(
+            "sign in: send 'Authorization: Bearer <API key>' or a cairn_session cookie"
+        )
+
+    def in_team(self, who: Principal, team_id: str) -> Principal:
+        """``who`` acting in ``team_id`` (``404 team_not_found`` when it cannot act there)."""
+        require_user(who)
+        if who.kind is CredentialKind.LOCAL:
+            if team_id != LOCAL_TEAM:
+                raise TeamNotFound(f"no team {team_id!r}; local mode has one team, 'local'")
+            return who
+        if self._identity is None:
+            raise TeamNotFound(f"no team {team_id!r} for this credential")
+        return self._identity.principal_in_team(who, team_id)
+
+    # --- Signing in and out: browser sessions (SPEC §7.2) ---------------------------------
+    # The login route throttles failed sign-ins around sign_in (brute-force protection is
+    # the HTTP face's concern: cairn.api.throttle).
+
+    def sign_in(self, email: str, password: str) -> SignedIn:
+        """Check a password and open a browser session.
+
+        ``401 unauthenticated`` when the email or the password is wrong (the same answer
+        for both); ``404 not_found`` in local mode, which has no users.
+        """
+        if self._identity is None:
+            raise NotFound("local mode has no identity store")
+        session = self._identity.login(email, password)
+        user = session.user
+        return SignedIn(
+            token=session.token,
+            csrf_token=session.csrf_token,
+            user=SessionUser(
+                id=str(user["id"]),
+                email=str(user["email"]),
+                name=str(user["name"]),
+                super_admin=bool(user["super_admin"]),
+            ),
+            teams=tuple(
+                SessionTeam(
+                    id=str(t["id"]),
+                    name=str(t["name"]),
+                    org_id=str(t["org_id"]),
+                    role=str(t["role"]),
+                )
+                for t in session.teams
+            ),
+        )
+
+    def sign_out(self, who: Principal, session_token: str | None) -> None:
+        """End the session ``session_token`` when ``who`` is that browser session.
+
+        A change, so a session must send its CSRF token; any other credential (an API
+        key, the admin token) has no session to end and signs out as a no-op.
+        """
+        require_user(who)
+        require_csrf(who)
+        if who.kind is CredentialKind.SESSION and session_token and self._identity is not None:
+            self._identity.logout(session_token)
+
+
+# --- Browser sessions (SPEC §7.2): what signing in answers -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUser:
+    id: str
+    email: str
+    name: str
+    super_admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTeam:
+    """A team the user acts in; ``role`` is ``admin`` in every team of an org it owns/admins."""
+
+    id: str
+    name: str
+    org_id: str
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """A new session: the cookie value (``token``) and the CSRF token are shown once."""
+
+    token: str = field(repr=False)
+    csrf_token: str = field(repr=False)
+    user: SessionUser
+    teams: tuple[SessionTeam, ...]
+
+
+def _same(expected: str | None, given: str) -> bool:
+    return bool(expected) and hmac.compare_digest(
+        str(expected).encode("utf-8"), given.encode("utf-8")
+    )
+
+
+# --- Rules every face shares ------------------------------------------------------------------
+
+
+def require_user(who: Principal) -> Principal:
+    """A signed-in user credential or the admin token: the service token only saves records."""
+    if who.kind is CredentialKind.SERVICE_TOKEN:
+        raise Forbidden("the service token may only save team memory records")
+    return who
+
+
+def require_csrf(who: Principal) -> None:
+    if not who.csrf_ok:
+        raise CsrfRequired(
+            "a browser-session request that changes data must send the X-CSRF-Token header "
+            "given at sign-in"
+        )
+
+
+def require_platform_authority(who: Principal, *, mutating: bool) -> Principal:
+    """A super-admin or the admin token (the admin API); CSRF for a session's change."""
+    require_user(who)
+    if not who.platform_authority:
+        raise Forbidden("the admin API is for super-admins and the admin token")
+    if mutating:
+        require_csrf(who)
+    return who
+
+
+# --- Knowledge spaces (SPEC §2, §5) ------------------------------------------------------------
+
+
+def space_ref(
+    who: Principal,
+    name: str,
+    visibility: str | Visibility = Visibility.PROJECT,
+    *,
+    project: str | None = None,
+    bot: str | None = None,
+    user: str | None = None,
+) -> SpaceRef:
+    """The space a caller names, stamped with the caller's team (and user).
+
+    The tenant never comes from the request: it is the principal's active team, and
+    the user is the principal's. Only a self-served principal (local mode, the local
+    console, a server's client) may name another user (the CLI's ``--user``).
+    """
+    vis = visibility if isinstance(visibility, Visibility) else parse_visibility(visibility)
+    if vis is Visibility.GLOBAL:
+        return SpaceRef.build(Visibility.GLOBAL, name)
+    if who.self_served:
+        return SpaceRef.build(
+            vis, name, tenant=who.team_id, project=project, bot=bot, user=user or who.user_id
+        )
+    if who.team_choice_needed:
+        raise InvalidRequest(
+            "you belong to several teams: send the X-Cairn-Team header naming the active one",
+            field="X-Cairn-Team",
+        )
+    if not who.team_id:
+        raise Forbidden(
+            "this credential acts in no team, so it has no team spaces; use a team member's "
+            "API key (or visibility=global)"
+        )
+    if who.team_role is None:
+        raise TeamNotFound("this credential's user is no longer a member of its team")
+    return SpaceRef.build(vis, name, tenant=who.team_id, project=project, bot=bot, user=who.user_id)
+
+
+def authorize_space_mutation(
+    who: Principal, ref: SpaceRef, *, importing: bool = False
+) -> PlatformGrant | None:
+    """CSRF for sessions, then platform authority for global or the member rung.
+
+    Returns the :class:`PlatformGrant` a global mutation carries to the store (the
+    caller's active team is debited for its bytes while it is a member), else None.
+    The local console has platform authority for one act only: importing an archive
+    into a global space of its own store. A server's client claims it, and the server
+    decides.
+    """
+    require_user(who)
+    require_csrf(who)
+    if ref.is_global:
+        console_import = importing and who.kind is CredentialKind.CONSOLE
+        remote = who.kind is CredentialKind.REMOTE
+        if not (who.platform_authority or console_import or remote):
+            raise PlatformAuthorityRequired(
+                "changing a global space needs platform authority (a super-admin or the "
+                "admin token)"
+            )
+        team = who.team_id if who.team_role is not None else None
+        return PlatformGrant(actor=who.actor, attribution_team=team or None)
+    if not who.has_rung(TeamRole.MEMBER):
+        raise MemberRoleRequired(
+            f"changing documents needs the member role in the team; yours is "
+            f"{who.team_role.value if who.team_role else 'none'}"
+        )
+    return None
+
+
+# --- Team memory records (SPEC §6) --------------------------------------------------------------
+
+
+class Action(StrEnum):
+    """What the caller wants to do with a team's records; decides the credential check."""
+
+    READ = "read"  # search, list, read settings: any team member
+    MANAGE = "manage"  # delete a record, change the setting: org owner/admin, browser
+    SAVE = "save"  # save a record: the service token only
+
+
+@dataclass(frozen=True, slots=True)
+class TeamAccess:
+    """A caller's standing in one team, as the records use-cases need it.
+
+    ``project_ids`` is None when the caller sees every record of the team (an
+    unlimited member, an org owner or admin, the service token), else the projects
+    whose repositories' records it may see. ``plan`` is the org's plan.
+    """
+
+    team_id: str
+    org_id: str
+    plan: str
+    project_ids: frozenset[str] | None
+    can_manage: bool
+
+    @property
+    def plan_allows(self) -> bool:
+        return self.plan in MEMORY_PLANS
+
+    @property
+    def visibility_fingerprint(self) -> str:
+        """Stable text naming what this caller can see (binds list page tokens)."""
+        if self.project_ids is None:
+            return "all"
+        return "p:" + ",".join(sorted(self.project_ids))
+
+
+def _team_not_found(team_id: str) -> TeamNotFound:
+    return TeamNotFound(
+        f"team {team_id!r} was not found, or you are not a member of it; "
+        "ask a team member to add you"
+    )
+
+
+class Access:
+    """The decisions that need the identity store: records access, org membership."""
+
+    def __init__(self, identity: IdentityService | None) -> None:
+        self._identity = identity
+
+    def _standing(self, user_id: str, team_id: str) -> Standing | None:
+        if self._identity is None or not is_clean_id(team_id):
+            return None
+        return self._identity.standing(user_id, team_id)
+
+    def team_access(self, who: Principal, team_id: str, action: Action) -> TeamAccess:
+        """The caller's access to ``team_id``'s records for ``action``, or the first refusal.
+
+        In the contract's order: no such team / not a member / an API key of another
+        team → ``404 team_not_found``; then the credential or role → ``403 forbidden``
+        or ``403 csrf_required``. A principal whose credential resolution already read
+        its standing in this team (an API key in its own team, a session with
+        ``X-Cairn-Team``) costs no further query.
+        """
+        if who.kind is CredentialKind.LOCAL:
+            # Single-tenant mode: one implicit team, everything allowed, no plan gate.
+            if team_id != LOCAL_TEAM:
+                raise _team_not_found(team_id)
+            return TeamAccess(team_id, "", Plan.ENTERPRISE.value, None, True)
+        if who.kind in (CredentialKind.SERVICE_TOKEN, CredentialKind.ADMIN_TOKEN):
+            standing = self._standing("", team_id)
+            if standing is None:
+                raise _team_not_found(team_id)
+            # Token credentials belong to no team: they pass the team check only for
+            # a team that exists, then meet the credential check.
+            if action is Action.SAVE and who.kind is CredentialKind.SERVICE_TOKEN:
+                return TeamAccess(team_id, standing.org_id, standing.plan, None, False)
+            raise Forbidden(
+                f"this credential cannot {action.value} team memory records; "
+                "use a team member's API key or browser session"
+            )
+        if who.kind is CredentialKind.API_KEY and who.team_id != team_id:
+            raise _team_not_found(team_id)
+        if who.plan and who.team_id == team_id:
+            standing = Standing(who.org_id, who.plan, who.org_role, who.team_role, who.project_ids)
+        else:
+            found = self._standing(who.user_id, team_id)
+            if found is None:
+                raise _team_not_found(team_id)
+            standing = found
+        if standing.team_role is None:
+            raise _team_not_found(team_id)
+        return _decide(who, team_id, standing, action)
+
+    def team_for_save(self, team_id: str) -> TeamAccess:
+        """The access the server's own code has when it saves for ``team_id``."""
+        standing = self._standing("", team_id)
+        if standing is None:
+            raise TeamNotFound(f"team {team_id!r} was not found; check the team id")
+        return TeamAccess(team_id, standing.org_id, standing.plan, None, False)
+
+    def may_read_org(self, who: Principal, org_id: str) -> bool:
+        """Org-wide figures: platform authority, org members of any role and members of
+        any of its teams; an API key only for the org of its own team."""
+        if who.platform_authority:
+            return True
+        if who.kind is CredentialKind.API_KEY:
+            return who.team_role is not None and who.org_id == org_id
+        if self._identity is None or not who.user_id:
+            return False
+        return self._identity.is_org_member(who.user_id, org_id)
+
+
+def _decide(who: Principal, team_id: str, standing: Standing, action: Action) -> TeamAccess:
+    org_admin = standing.org_role in (OrgRole.OWNER, OrgRole.ADMIN)
+    browser = who.kind is CredentialKind.SESSION
+    if action is Action.SAVE:
+        raise Forbidden(
+            "team memory records are saved only by the host application's server "
+            "(the service token); no user credential can save one"
+        )
+    if action is Action.MANAGE:
+        if not browser:
+            raise Forbidden(
+                "an API key cannot delete a record or change the memory setting; "
+                "a workspace owner or admin does it signed in, in a browser"
+            )
+        if not org_admin:
+            raise Forbidden(
+                "only a workspace owner or admin can delete a record or change the "
+                "memory setting; ask one of them"
+            )
+        require_csrf(who)
+    return TeamAccess(
+        team_id, standing.org_id, standing.plan, standing.project_ids, org_admin and browser
+    )

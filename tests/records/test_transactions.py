@@ -1,0 +1,98 @@
+"""A records search, save or listing over HTTP costs at most two database transactions,
+counting the credential's resolution: an API key's (or the team check of the service
+token) is one; the gates — the team's setting, the repository — and the query share
+the other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+
+from cairn.api.app import create_app
+from cairn.config import Config
+from cairn.records.ratelimit import LocalRateLimiter
+from cairn.service.records import build_record_service
+from tests.records.conftest import World, identity_of, make_world
+from tests.transactions import Transactions
+
+SERVICE = "svc-token-for-transaction-tests"
+
+
+@pytest.fixture(scope="module")
+def app(engine: Engine) -> FastAPI:
+    app = create_app(Config(database_url="unused://", service_token=SERVICE), engine=engine)
+    limiter = LocalRateLimiter(rate=10**6, max_in_flight=10**6)
+    app.state.records = build_record_service(engine, app.state.runtime.identity, limiter)
+    return app
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as c:
+        yield c
+
+
+def _key(world: World) -> dict[str, str]:
+    key = identity_of(world.engine).create_api_key(world.member, world.team_id)[1]
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _seed(world: World, n: int) -> None:
+    world.records.save_many(
+        world.team_id,
+        [(f"deploy note {i} for the payments service", world.repo_a) for i in range(n)],
+    )
+
+
+def test_search_takes_two_transactions(client: TestClient, engine: Engine) -> None:
+    world = make_world(engine)
+    _seed(world, 3)
+    headers = _key(world)
+    url = f"/api/teams/{world.team_id}/memory/search"
+    body = {"query": "deploy payments", "repo_id": world.repo_a}
+    client.post(url, json=body, headers=headers)  # warm: anything loaded once per process
+    count, r = Transactions(engine).during(lambda: client.post(url, json=body, headers=headers))
+    assert r.status_code == 200 and len(r.json()["results"]) == 3, r.text
+    assert count <= 2, count
+
+
+def test_save_takes_two_transactions(client: TestClient, engine: Engine) -> None:
+    world = make_world(engine)
+    url = f"/api/internal/teams/{world.team_id}/memory"
+    headers = {"Authorization": f"Bearer {SERVICE}"}
+    body = {"text": "rotated the deploy key", "repo_id": world.repo_a}
+    client.post(url, json=body, headers=headers)
+    count, r = Transactions(engine).during(lambda: client.post(url, json=body, headers=headers))
+    assert r.status_code == 201, r.text
+    assert count <= 2, count
+
+
+def test_list_takes_two_transactions(client: TestClient, engine: Engine) -> None:
+    world = make_world(engine)
+    _seed(world, 60)
+    headers = _key(world)
+    url = f"/api/teams/{world.team_id}/memory"
+    first = client.get(url, params={"repo_id": world.repo_a}, headers=headers).json()
+    params = {"repo_id": world.repo_a, "next_token": first["next_token"]}
+    count, r = Transactions(engine).during(lambda: client.get(url, params=params, headers=headers))
+    assert r.status_code == 200 and len(r.json()["records"]) == 10, r.text
+    assert count <= 2, count
+
+
+def test_a_refusal_before_the_store_costs_no_second_transaction(
+    client: TestClient, engine: Engine
+) -> None:
+    # A field outside its limit is refused after the caller's access, before the store.
+    world = make_world(engine)
+    headers = _key(world)
+    url = f"/api/teams/{world.team_id}/memory/search"
+    client.post(url, json={"query": "warm"}, headers=headers)
+    count, r = Transactions(engine).during(
+        lambda: client.post(url, json={"query": "q" * 1001}, headers=headers)
+    )
+    assert r.status_code == 400
+    assert count == 1, count
