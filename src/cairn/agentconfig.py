@@ -214,7 +214,8 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
                 f"visibility {raw!r} is not allowed ({why}); use one of: "
                 + ", ".join(AGENT_VISIBILITIES),
             )
-    name, bot, project, user = "default", None, None, None
+    project: str | None = None
+    scope: dict[str, str] = {}
     if "scope" in fields:
         scope_node = fields["scope"][1]
         if not isinstance(scope_node, MappingNode):
@@ -230,12 +231,7 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
                 elif key in ("name", "bot", "user"):
                     seg = _segment_field(c, value_node, f"memory.scope.{key}")
                     if seg is not None:
-                        if key == "name":
-                            name = seg
-                        elif key == "bot":
-                            bot = seg
-                        else:
-                            user = seg
+                        scope[key] = seg
                 else:
                     c.error(
                         key_node,
@@ -279,10 +275,10 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
     return MemoryBlock(
         enabled=enabled,
         visibility=visibility,
-        name=name,
-        bot=bot,
+        name=scope.get("name", "default"),
+        bot=scope.get("bot"),
         project=project,
-        user=user,
+        user=scope.get("user"),
         write=write,
         write_explicit=write_explicit,
         autoload=tuple(autoload),

@@ -18,13 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cairn.errors import InvalidRequest
-from cairn.quota import Limits, MiB, _parse_bytes
-from cairn.spaces import Visibility
+from cairn.quota import Limits, MiB
 
 # How a variable's text becomes a value. A keyword argument that is not text is taken
 # as given, so code and tests construct Config(...) with typed values.
@@ -42,21 +40,22 @@ def _switch(value: object) -> object:
     return value.lower() in ("1", "true", "yes") if isinstance(value, str) else value
 
 
+def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = -1
+    if number < least:
+        raise InvalidRequest(f"{_field(info).validation_alias}={value!r} is not {what}")
+    return number
+
+
 def _positive_whole_number(value: object, info: ValidationInfo) -> object:
     if not isinstance(value, str):
         return value
     if value.strip() == "":
         return _field(info).default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = -1
-    if number <= 0:
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not a positive whole number; "
-            "fix or unset it"
-        )
-    return number
+    return _whole_number(value, info, 1, "a positive whole number; fix or unset it")
 
 
 def _seconds(value: object, info: ValidationInfo) -> object:
@@ -72,7 +71,7 @@ def _seconds(value: object, info: ValidationInfo) -> object:
 def _byte_count(value: object, info: ValidationInfo) -> object:
     if not isinstance(value, str):
         return value
-    return _parse_bytes(str(_field(info).validation_alias), value)
+    return _whole_number(value, info, 0, "a byte count; set a whole number >= 0")
 
 
 def _field(info: ValidationInfo) -> FieldInfo:
@@ -84,11 +83,11 @@ _PositiveInt = Annotated[int, BeforeValidator(_positive_whole_number)]
 _ByteCount = Annotated[int | None, BeforeValidator(_byte_count)]
 
 
-class Config(BaseSettings):
+class Config(BaseModel):
     """Everything a Cairn process needs to know at start (see the module docstring)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CAIRN_", frozen=True, validate_by_name=True, validate_by_alias=True
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True
     )
 
     # --- The server (docs/deploy.md lists each of these) ---------------------------------
@@ -174,63 +173,26 @@ class Config(BaseSettings):
         ``flags`` are command-line values that win over the environment (``database_url``,
         ``local``); a flag given as None is not given.
         """
-        found = _Variables(cls, os.environ if environ is None else environ)()
+        environ = os.environ if environ is None else environ
+        found: dict[str, Any] = {
+            name: environ[field.validation_alias]
+            for name, field in cls.model_fields.items()
+            if isinstance(field.validation_alias, str) and field.validation_alias in environ
+        }
         found.update({name: value for name, value in flags.items() if value is not None})
         return cls(**found)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Keywords only: the environment is read by from_env, never behind a constructor.
-        return (init_settings,)
 
     def limits(self) -> Limits:
         """The filesystem store's limits: the defaults with the ``CAIRN_MEMORY_*`` overrides."""
         default = Limits()
-        subcaps = dict(default.subcaps)
-        overrides = {
-            Visibility.PRIVATE: self.memory_quota_private,
-            Visibility.BOT: self.memory_quota_bot,
-            Visibility.PROJECT: self.memory_quota_project,
-            Visibility.CROSS_PROJECT: self.memory_quota_cross_project,
-            Visibility.USER: self.memory_quota_user,
-            Visibility.ORG: self.memory_quota_org,
-            Visibility.GLOBAL: self.memory_quota_global,
-        }
-        subcaps.update({vis: cap for vis, cap in overrides.items() if cap is not None})
         return Limits(
             max_document=_or(self.memory_max_doc, default.max_document),
-            subcaps=tuple(subcaps.items()),
+            subcaps=tuple(
+                (vis, _or(getattr(self, f"memory_quota_{vis.value}"), cap))
+                for vis, cap in default.subcaps
+            ),
             team_quota=_or(self.memory_quota_org_total, default.team_quota),
-            instance_quota=default.instance_quota,
         )
-
-
-class _Variables(PydanticBaseSettingsSource):
-    """The variables :class:`Config`'s fields name, looked up in one mapping."""
-
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        super().__init__(settings_cls)
-        prefix = str(self.config.get("env_prefix", ""))
-        self._environ = {k: v for k, v in environ.items() if k.startswith(prefix)}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        name = field.validation_alias
-        return (self._environ.get(name) if isinstance(name, str) else None), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for field_name, field in self.settings_cls.model_fields.items():
-            value, key, _ = self.get_field_value(field, field_name)
-            if value is not None:
-                found[key] = value
-        return found
 
 
 def _or(value: int | None, default: int) -> int:

@@ -42,6 +42,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def utc(value: datetime) -> datetime:
+    """``value`` as aware UTC (SQLite hands back naive datetimes; every stored time is UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def normalize_url(url: str) -> str:
     """Accept ``sqlite:///path`` and ``postgresql://...``; pick the psycopg 3 driver."""
     if url.startswith("postgres://"):
@@ -120,15 +125,11 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-def is_sqlite(bind: Engine | Connection) -> bool:
-    return bind.dialect.name == "sqlite"
-
-
 @contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite."""
     with translated_errors():
-        if is_sqlite(engine):
+        if engine.dialect.name == "sqlite":
             with engine.connect() as conn:
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")
                 with conn.begin():

@@ -7,9 +7,10 @@ the faces render them. No I/O here.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from cairn.errors import InvalidDocument, InvalidRequest
 
@@ -22,6 +23,15 @@ class DocumentInfo:
     size_bytes: int
     updated_at: datetime
     etag: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON every face renders (API, ``cairn memory ls --json``, ``memory_list``)."""
+        return {
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "updated_at": self.updated_at.isoformat(),
+            "etag": self.etag,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +56,9 @@ class WriteResult:
     etag: str
     created: bool
 
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -61,6 +74,9 @@ class Usage:
     quota_bytes: int
     team_used_bytes: int
     team_quota_bytes: int
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class ImportStrategy(StrEnum):
@@ -92,6 +108,9 @@ class ImportReport:
     skipped: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
     rejected: list[Rejected] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def encode_document(content: object) -> bytes:

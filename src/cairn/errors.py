@@ -205,28 +205,14 @@ class StoreUnavailable(CairnError):
 
 def all_error_classes() -> list[type[CairnError]]:
     """Every class of the tree, root first (used by the docs test)."""
-    out: list[type[CairnError]] = []
-    stack: list[type[CairnError]] = [CairnError]
-    while stack:
-        cls = stack.pop(0)
-        out.append(cls)
-        stack.extend(cls.__subclasses__())
+    out: list[type[CairnError]] = [CairnError]
+    for cls in out:  # breadth-first: the list grows behind the loop
+        out.extend(cls.__subclasses__())
     return out
 
 
-_BY_STATUS: dict[int, type[CairnError]] = {
-    400: BadRequest,
-    401: Unauthenticated,
-    402: PlanRequired,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    412: PreconditionFailed,
-    413: TooLarge,
-    422: Unprocessable,
-    429: RateLimited,
-    503: StoreUnavailable,
-}
+#: The class an HTTP status stands for: each direct subclass of the root has its own.
+_BY_STATUS = {cls.status: cls for cls in CairnError.__subclasses__()}
 
 
 def error_from_wire(status: int, content: bytes, retry_after: str | None = None) -> CairnError:

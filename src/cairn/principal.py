@@ -34,12 +34,8 @@ class Plan(StrEnum):
 #: Plans that include team memory records.
 MEMORY_PLANS = frozenset({Plan.PRO_PLUS, Plan.ENTERPRISE})
 
-TEAM_ROLE_RANK: dict[TeamRole, int] = {
-    TeamRole.VIEWER: 0,
-    TeamRole.CONFIG_EDITOR: 1,
-    TeamRole.MEMBER: 2,
-    TeamRole.ADMIN: 3,
-}
+#: The rungs from the lowest up, in the order :class:`TeamRole` declares them.
+TEAM_ROLE_RANK: dict[TeamRole, int] = {role: rank for rank, role in enumerate(TeamRole)}
 
 
 class CredentialKind(StrEnum):
@@ -93,10 +89,6 @@ class Principal:
     def platform_authority(self) -> bool:
         """A super-admin or the admin token (or local single-tenant mode)."""
         return self.super_admin or self.kind in (CredentialKind.ADMIN_TOKEN, CredentialKind.LOCAL)
-
-    @property
-    def is_org_admin(self) -> bool:
-        return self.org_role in (OrgRole.OWNER, OrgRole.ADMIN)
 
     @property
     def self_served(self) -> bool:

@@ -8,10 +8,9 @@ overrides of the filesystem store treat 0 literally (refuse every growth).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cairn.errors import DocumentTooLarge, InvalidRequest, QuotaExceeded
+from cairn.errors import DocumentTooLarge, QuotaExceeded
 from cairn.spaces import Visibility
 
 KiB = 1024
@@ -109,40 +108,4 @@ class Limits:
         return dict(self.subcaps).get(visibility, DEFAULT_SUBCAPS[visibility])
 
     def with_subcap(self, visibility: Visibility, quota: int) -> Limits:
-        caps = dict(self.subcaps)
-        caps[visibility] = quota
-        return Limits(self.max_document, tuple(caps.items()), self.team_quota, self.instance_quota)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Limits:
-        """The filesystem store's overrides (SPEC §4).
-
-        ``CAIRN_MEMORY_QUOTA_<VISIBILITY>``, ``CAIRN_MEMORY_QUOTA_ORG_TOTAL`` (0 refuses
-        every write that grows the tree) and ``CAIRN_MEMORY_MAX_DOC`` (0 refuses every
-        non-empty document). A value that is not a non-negative integer is an error
-        naming the variable.
-        """
-        caps = dict(DEFAULT_SUBCAPS)
-        for vis in Visibility:
-            raw = environ.get(f"CAIRN_MEMORY_QUOTA_{vis.value.upper()}")
-            if raw is not None:
-                caps[vis] = _parse_bytes(f"CAIRN_MEMORY_QUOTA_{vis.value.upper()}", raw)
-        team = DEFAULT_TEAM_AGGREGATE_QUOTA
-        raw = environ.get("CAIRN_MEMORY_QUOTA_ORG_TOTAL")
-        if raw is not None:
-            team = _parse_bytes("CAIRN_MEMORY_QUOTA_ORG_TOTAL", raw)
-        max_doc = DEFAULT_MAX_DOCUMENT_SIZE
-        raw = environ.get("CAIRN_MEMORY_MAX_DOC")
-        if raw is not None:
-            max_doc = _parse_bytes("CAIRN_MEMORY_MAX_DOC", raw)
-        return cls(max_doc, tuple(caps.items()), team, DEFAULT_INSTANCE_QUOTA)
-
-
-def _parse_bytes(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidRequest(f"{name}={raw!r} is not a byte count; set a whole number >= 0")
-    return value
+        return replace(self, subcaps=tuple({**dict(self.subcaps), visibility: quota}.items()))

@@ -1,11 +1,8 @@
 """The composition root: what one Cairn process builds from its :class:`~cairn.config.Config`.
 
-:func:`open_runtime` connects to the server's database (migrating it unless told not to)
-and builds the pieces ``cairn serve`` and the operator commands share;
-:meth:`Runtime.close` releases what it opened. :func:`open_engine`,
-:func:`open_local_store` and :func:`open_remote_store` build the pieces the other
-commands need on their own. Nothing else constructs an engine, a store, the identity
-service or the search rate limiter.
+:func:`open_runtime` builds what ``cairn serve`` and the operator commands share; the
+other ``open_*`` functions build the pieces other commands need on their own. Nothing
+else constructs an engine, a store, the identity service or the search rate limiter.
 """
 
 from __future__ import annotations
@@ -24,24 +21,16 @@ from cairn.quota import Limits
 from cairn.records.ratelimit import RateLimiter, RedisRateLimiter, rate_limiter
 from cairn.schema import upgrade_all
 from cairn.service.access import Access, Credentials
-from cairn.service.admin import AdminService, build_admin_services
+from cairn.service.admin import AdminService
 from cairn.service.audit import AuditService
 from cairn.service.records import RecordService, build_record_service
 from cairn.service.spaces import SpaceService
-from cairn.store.base import MemoryStore
+
+# MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
+from cairn.store.base import MemoryStore as MemoryStore
 from cairn.store.fs import FilesystemStore
 from cairn.store.http import HttpMemoryStore
 from cairn.store.sql import SqlStore
-
-# MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
-__all__ = [
-    "MemoryStore",
-    "Runtime",
-    "open_engine",
-    "open_local_store",
-    "open_remote_store",
-    "open_runtime",
-]
 
 
 @dataclass
@@ -91,7 +80,8 @@ def open_runtime(
     """The runtime of ``config``, over ``engine`` when given (it stays the caller's).
 
     Every pending migration is applied first unless ``migrate`` is False. ``limits``
-    are what new team and instance counters start at (default: SPEC §4's).
+    are what new team and instance counters start at (default: SPEC §4's; the admin API
+    re-caps them in the database, and ``CAIRN_MEMORY_*`` are the filesystem store's).
     """
     owns_engine = engine is None
     if engine is None:
@@ -100,20 +90,14 @@ def open_runtime(
         upgrade_all(engine)
     identity = None
     if not config.local:
-        passwords = PasswordHasher(
-            time_cost=config.argon2_time_cost, memory_cost=config.argon2_memory_kib
-        )
         identity = IdentityService(
             engine,
             load_key_hasher(engine, config.key_hash_secret),
             session_ttl_seconds=config.session_ttl_seconds,
-            passwords=passwords,
+            passwords=PasswordHasher(config.argon2_time_cost, config.argon2_memory_kib),
         )
-    # Counters start at the default limits; the admin API re-caps teams and the
-    # instance in the database (CAIRN_MEMORY_* are the filesystem store's overrides).
     store = SqlStore(engine, limits or Limits())
     limiter = rate_limiter(config.redis_url, prefix=config.redis_prefix)
-    admin = build_admin_services(identity, store)
     return Runtime(
         config=config,
         engine=engine,
@@ -126,8 +110,8 @@ def open_runtime(
         access=Access(identity),
         spaces=SpaceService(store),
         records=build_record_service(engine, identity, limiter),
-        admin=admin.admin,
-        audit=admin.audit,
+        admin=AdminService(identity, store),
+        audit=AuditService(store),
         owns_engine=owns_engine,
     )
 

@@ -432,6 +432,21 @@ def _positions(haystack: str, keywords: Iterable[str]) -> list[int]:
     return found
 
 
+def _findings(
+    det: Detector, priority: int, text: str, matches: Iterable[re.Match[str]]
+) -> Iterator[tuple[int, int, int, str]]:
+    """The findings among ``det``'s ``matches``: word-bounded, checked, not filler."""
+    for m in matches:
+        if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
+            continue
+        if det.check is not None and not det.check(m):
+            continue
+        start, end = m.span(det.group)
+        if not det.filler_ok and _is_filler(text[start:end]):
+            continue
+        yield start, end, priority, det.kind_of(m)
+
+
 def _raw(text: str) -> list[tuple[int, int, int, str]]:
     """Every match of every detector as ``(start, end, priority, kind)``, overlaps included,
     in detector order (``mask`` relies on that order when one value has two kinds)."""
@@ -466,15 +481,7 @@ def _raw(text: str) -> list[tuple[int, int, int, str]]:
             matches = _anchored(det, text, exact[priority])
         else:
             matches = _at_prefixes(det, text, exact[priority])
-        for m in matches:
-            if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
-                continue
-            if det.check is not None and not det.check(m):
-                continue
-            start, end = m.span(det.group)
-            if not det.filler_ok and _is_filler(text[start:end]):
-                continue
-            found.append((start, end, priority, det.kind_of(m)))
+        found.extend(_findings(det, priority, text, matches))
     if _PEM in exact or _PEM in dense:
         found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
     late = len(_DETECTORS)
@@ -510,15 +517,7 @@ def _raw_reference(text: str) -> list[tuple[int, int, int, str]]:
                 matches = _anchored(det, text, _positions(haystack, det.keywords))
         else:
             matches = det.pattern.finditer(text)
-        for m in matches:
-            if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
-                continue
-            if det.check is not None and not det.check(m):
-                continue
-            start, end = m.span(det.group)
-            if not det.filler_ok and _is_filler(text[start:end]):
-                continue
-            found.append((start, end, priority, det.kind_of(m)))
+        found.extend(_findings(det, priority, text, matches))
     if "PRIVATE KEY" in text:
         found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
     late = len(_DETECTORS)
@@ -601,12 +600,9 @@ def mask(text: str) -> str:
                 cur_end = max(cur_end, end)
                 continue
             if cur_start >= 0:
-                parts.append(text[last:cur_start])
-                parts.append(f"[REDACTED:{cur_kind}]")
+                parts += [text[last:cur_start], f"[REDACTED:{cur_kind}]"]
                 last = cur_end
             cur_start, cur_end, cur_kind = start, end, kind
-        parts.append(text[last:cur_start])
-        parts.append(f"[REDACTED:{cur_kind}]")
-        parts.append(text[cur_end:])
+        parts += [text[last:cur_start], f"[REDACTED:{cur_kind}]", text[cur_end:]]
         text = "".join(parts)
     return text

@@ -29,15 +29,12 @@ class Visibility(StrEnum):
 
 ALLOWED_VISIBILITIES: tuple[str, ...] = tuple(v.value for v in Visibility)
 
-#: Qualifiers each visibility takes (required). Others are ignored and left out of the id.
-REQUIRED_QUALIFIERS: dict[Visibility, frozenset[str]] = {
-    Visibility.PRIVATE: frozenset(),
+#: Qualifiers each visibility takes (required): none but these. Others are ignored and
+#: left out of the id.
+REQUIRED_QUALIFIERS: dict[Visibility, frozenset[str]] = {v: frozenset() for v in Visibility} | {
     Visibility.BOT: frozenset({"project", "bot"}),
     Visibility.PROJECT: frozenset({"project"}),
-    Visibility.CROSS_PROJECT: frozenset(),
     Visibility.USER: frozenset({"user"}),
-    Visibility.ORG: frozenset(),
-    Visibility.GLOBAL: frozenset(),
 }
 
 MAX_SEGMENT_CHARS = 128
@@ -102,7 +99,25 @@ class SpaceRef:
         if not isinstance(self.visibility, Visibility):
             # A plain string names a visibility too; keep the enum.
             object.__setattr__(self, "visibility", parse_visibility(str(self.visibility)))
-        self._check()
+        # Every rule of SPEC §2, or InvalidSpaceRef.
+        validate_segment("name", self.name)
+        takes = REQUIRED_QUALIFIERS[self.visibility]
+        for field in ("project", "bot", "user"):
+            value: str = getattr(self, field)
+            if field in takes:
+                if not value:
+                    raise InvalidSpaceRef(
+                        f"visibility {self.visibility.value!r} requires {field}", field=field
+                    )
+                validate_segment(field, value)
+            elif value:
+                raise InvalidSpaceRef(
+                    f"visibility {self.visibility.value!r} does not take {field}", field=field
+                )
+        if self.tenant:
+            if self.visibility is Visibility.GLOBAL:
+                raise InvalidSpaceRef("a global space carries no tenant", field="tenant")
+            validate_segment("tenant", self.tenant)
 
     @classmethod
     def build(
@@ -126,27 +141,6 @@ class SpaceRef:
             bot=(bot or "") if "bot" in takes else "",
             user=(user or "") if "user" in takes else "",
         )
-
-    def _check(self) -> None:
-        """Raise InvalidSpaceRef unless every rule of SPEC §2 holds."""
-        validate_segment("name", self.name)
-        takes = REQUIRED_QUALIFIERS[self.visibility]
-        for field in ("project", "bot", "user"):
-            value: str = getattr(self, field)
-            if field in takes:
-                if not value:
-                    raise InvalidSpaceRef(
-                        f"visibility {self.visibility.value!r} requires {field}", field=field
-                    )
-                validate_segment(field, value)
-            elif value:
-                raise InvalidSpaceRef(
-                    f"visibility {self.visibility.value!r} does not take {field}", field=field
-                )
-        if self.tenant:
-            if self.visibility is Visibility.GLOBAL:
-                raise InvalidSpaceRef("a global space carries no tenant", field="tenant")
-            validate_segment("tenant", self.tenant)
 
     @property
     def is_global(self) -> bool:

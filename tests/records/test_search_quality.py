@@ -17,6 +17,9 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 # bm25 recall@10 0.891, MRR 0.792; PostgreSQL ts_rank_cd recall@10 0.845, MRR 0.733.
 # Floors sit just below, so a change that makes ranking worse fails here.
 FLOORS = {"sqlite": (0.88, 0.78), "postgresql": (0.83, 0.72)}
+#: The floors hold for the queries they were first measured on: the file's first 55.
+#: The paraphrased queries added after them are measured by bench/, per kind.
+MEASURED_QUERIES = 55
 
 
 def test_corpus_is_large_enough() -> None:
@@ -32,7 +35,8 @@ def test_recall_and_mrr_above_floor(engine: Engine) -> None:
     store = SqlRecordStore(engine)
     id_map = load_corpus(store, world.team_id, load_jsonl(DATA / "records_corpus.jsonl"))
     # Ranked as for a member who sees the whole team.
-    report = evaluate(store, world.team_id, id_map, load_jsonl(DATA / "records_queries.jsonl"))
+    queries = load_jsonl(DATA / "records_queries.jsonl")[:MEASURED_QUERIES]
+    report = evaluate(store, world.team_id, id_map, queries)
     recall_floor, mrr_floor = FLOORS[engine.dialect.name]
     assert report.recall_at_k >= recall_floor, report
     assert report.mrr >= mrr_floor, report

@@ -24,7 +24,7 @@ from cairn.principal import CredentialKind, OrgRole, Principal, TeamRole
 from cairn.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
 from cairn.schema import upgrade_all
 from cairn.service.access import LOCAL_PRINCIPAL, Credentials
-from cairn.service.admin import AdminService, CreatedKey, build_admin_services
+from cairn.service.admin import AdminService, CreatedKey
 from cairn.store.sql import SqlStore
 
 PASSWORD = "correct horse battery"
@@ -54,7 +54,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         passwords=PasswordHasher(time_cost=1, memory_cost=1024),
     )
     store = SqlStore(engine)
-    admin = build_admin_services(identity, store).admin
+    admin = AdminService(identity, store)
     org = identity.create_org("Acme", "pro_plus")
     team = identity.create_team(org, "core")
     email = f"member-{uuid.uuid4().hex[:8]}@example.com"

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cairn.config import Config
 from cairn.errors import (
     Conflict,
     DocumentTooLarge,
@@ -235,15 +236,16 @@ def test_zero_limits_refuse_growth_but_not_shrink(tmp_path: Path) -> None:
 
 
 def test_limits_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store takes its limits from the one reader of the environment, the config.
     monkeypatch.setenv("CAIRN_MEMORY_QUOTA_BOT", "5")
     monkeypatch.setenv("CAIRN_MEMORY_MAX_DOC", "1000")
-    store = FilesystemStore(tmp_path)
+    store = FilesystemStore(tmp_path, Config.from_env().limits())
     assert store.usage(BOT).quota_bytes == 5
     with pytest.raises(QuotaExceeded):
         store.write(BOT, "a.md", "x" * 6)
     monkeypatch.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", "lots")
     with pytest.raises(InvalidRequest, match="CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
-        FilesystemStore(tmp_path)
+        FilesystemStore(tmp_path, Config.from_env().limits())
 
 
 def test_counters_heal_from_a_missing_corrupt_or_dirty_state(tmp_path: Path) -> None:

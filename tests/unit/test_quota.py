@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cairn.config import Config
 from cairn.errors import DocumentTooLarge, InvalidRequest, QuotaExceeded
 from cairn.quota import (
     DEFAULT_INSTANCE_QUOTA,
@@ -94,7 +95,7 @@ def test_defaults_match_the_spec() -> None:
         Visibility.ORG: 1 * GiB,
         Visibility.GLOBAL: 0,
     }
-    assert Limits() == Limits.from_env({})
+    assert Limits() == Config.from_env({}).limits()
     check_document_size(2 * MiB)
     with pytest.raises(DocumentTooLarge):
         check_document_size(2 * MiB + 1)
@@ -110,10 +111,10 @@ env_values = st.dictionaries(
 
 
 @given(env_values)
-def test_limits_from_env(values: dict[str, int]) -> None:
+def test_config_limits(values: dict[str, int]) -> None:
     environ = {k: str(v) for k, v in values.items()}
     environ["CAIRN_UNRELATED"] = "x"
-    limits = Limits.from_env(environ)
+    limits = Config.from_env(environ).limits()
     for vis in Visibility:
         key = f"CAIRN_MEMORY_QUOTA_{vis.value.upper()}"
         assert limits.subcap(vis) == values.get(key, DEFAULT_SUBCAPS[vis])
@@ -123,17 +124,18 @@ def test_limits_from_env(values: dict[str, int]) -> None:
 
 
 @given(st.integers(min_value=0, max_value=1 << 40))
-def test_limits_from_env_tolerates_whitespace(value: int) -> None:
-    assert Limits.from_env({"CAIRN_MEMORY_MAX_DOC": f" {value}\n"}).max_document == value
+def test_config_limits_tolerate_whitespace(value: int) -> None:
+    config = Config.from_env({"CAIRN_MEMORY_MAX_DOC": f" {value}\n"})
+    assert config.limits().max_document == value
 
 
 @pytest.mark.parametrize("raw", ["-1", "1.5", "10MB", "", "0x10", "abc"])
 @pytest.mark.parametrize(
     "name", ["CAIRN_MEMORY_QUOTA_PROJECT", "CAIRN_MEMORY_QUOTA_ORG_TOTAL", "CAIRN_MEMORY_MAX_DOC"]
 )
-def test_limits_from_env_names_the_bad_variable(name: str, raw: str) -> None:
+def test_config_limits_name_the_bad_variable(name: str, raw: str) -> None:
     with pytest.raises(InvalidRequest) as info:
-        Limits.from_env({name: raw})
+        Config.from_env({name: raw})
     assert name in info.value.message
 
 

@@ -54,7 +54,6 @@ def app_for(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.settings = config
     app.state.credentials = runtime.credentials
-    app.state.access = runtime.access
     app.state.spaces = runtime.spaces
     app.state.records = runtime.records
     app.state.admin = runtime.admin

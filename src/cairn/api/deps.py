@@ -15,10 +15,6 @@ Aliases:
   unauthenticated`` when none, ``403 forbidden`` for the service token (it may only
   save records). CSRF is *not* enforced here: ``principal.csrf_ok`` says whether a
   session's mutation carried its token, and the service refuses in the contract's order.
-* :data:`MutatingPrincipal` — :data:`Principal` plus ``403 csrf_required`` for a
-  session mutation without a valid ``X-CSRF-Token``.
-* :data:`TeamPrincipal` — :data:`Principal` acting in the path parameter ``{team}``:
-  ``404 team_not_found`` when the credential cannot act there. The role is read fresh.
 * :data:`AnyPrincipal` — whatever credential was presented (service token included).
 * :data:`State` — the app's services (:class:`AppState`), set by
   :func:`cairn.api.app.create_app` on ``app.state``.
@@ -32,12 +28,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from cairn import principal as p
-from cairn.service.access import (
-    Access,
-    Credentials,
-    require_csrf,
-    require_user,
-)
+from cairn.service.access import Credentials, require_user
 from cairn.service.spaces import SpaceService
 
 if TYPE_CHECKING:
@@ -57,8 +48,6 @@ class AppState:
 
     settings: Config
     runtime: Runtime
-    credentials: Credentials
-    access: Access
     spaces: SpaceService
     metrics: Metrics
 
@@ -66,14 +55,7 @@ class AppState:
 async def get_state(request: Request) -> AppState:
     # async on purpose: it does no I/O, and a sync dependency costs a threadpool hop.
     s = request.app.state
-    return AppState(
-        settings=s.settings,
-        runtime=s.runtime,
-        credentials=s.credentials,
-        access=s.access,
-        spaces=s.spaces,
-        metrics=s.metrics,
-    )
+    return AppState(s.settings, s.runtime, s.spaces, s.metrics)
 
 
 def resolve_credential(request: Request) -> p.Principal:
@@ -102,21 +84,6 @@ def authenticate(request: Request) -> p.Principal:
     return require_user(resolve_credential(request))
 
 
-def authenticate_mutation(request: Request) -> p.Principal:
-    """:func:`authenticate`, refusing a session mutation without its CSRF token."""
-    principal = authenticate(request)
-    require_csrf(principal)
-    return principal
-
-
-def authenticate_team(team: str, request: Request) -> p.Principal:
-    """:func:`authenticate`, acting in the path's ``{team}`` (404 team_not_found otherwise)."""
-    credentials: Credentials = request.app.state.credentials
-    return credentials.in_team(authenticate(request), team)
-
-
 Principal = Annotated[p.Principal, Depends(authenticate)]
-MutatingPrincipal = Annotated[p.Principal, Depends(authenticate_mutation)]
-TeamPrincipal = Annotated[p.Principal, Depends(authenticate_team)]
 AnyPrincipal = Annotated[p.Principal, Depends(resolve_credential)]
 State = Annotated[AppState, Depends(get_state)]

@@ -57,9 +57,7 @@ _HTTP_CODES = {
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
-    body.update(extra)
-    return JSONResponse({"error": body}, status_code=status)
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
 
 def render_cairn_error(request: Request, exc: CairnError) -> JSONResponse:

@@ -88,8 +88,8 @@ class AsyncBodyReader(io.RawIOBase):
     """A blocking, read-only file over an async request body, for a worker thread.
 
     Each ``readinto`` that runs dry fetches the next chunk from the event loop
-    (``anyio.from_thread.run``). More than ``limit`` bytes raise ImportTooLarge and
-    set ``too_large`` (so the caller can report it even if a parser wrapped it).
+    (``anyio.from_thread.run``). More than ``limit`` bytes raise ImportTooLarge, kept
+    in ``refused`` (so the caller can report it even if a parser wrapped it).
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], limit: int) -> None:
@@ -98,7 +98,7 @@ class AsyncBodyReader(io.RawIOBase):
         self._eof = False
         self.limit = limit
         self.seen = 0
-        self.too_large = False
+        self.refused: ImportTooLarge | None = None
 
     def readable(self) -> bool:
         return True
@@ -118,11 +118,11 @@ class AsyncBodyReader(io.RawIOBase):
                 break
             self.seen += len(chunk)
             if self.seen > self.limit:
-                self.too_large = True
-                raise ImportTooLarge(
+                self.refused = ImportTooLarge(
                     f"the import upload is over {self.limit} bytes (CAIRN_MAX_IMPORT_BYTES)",
                     quota_bytes=self.limit,
                 )
+                raise self.refused
             self._buf = chunk
         n = min(len(view), len(self._buf))
         view[:n] = self._buf[:n]

@@ -41,14 +41,11 @@ def render_prompt(directory: str | os.PathLike[str]) -> str:
     if index is None:
         lines.append("`MEMORY.md` does not exist yet; create it when you have something to keep.")
     else:
-        shown = index[:MAX_INDEX_LINES]
-        lines.append("## MEMORY.md")
-        lines.append("")
-        lines.extend(shown)
+        lines += ["## MEMORY.md", "", *index[:MAX_INDEX_LINES]]
         if len(index) > MAX_INDEX_LINES:
-            lines.append("")
-            lines.append(
+            lines += [
+                "",
                 f"({len(index) - MAX_INDEX_LINES} more lines in MEMORY.md; read the file for "
-                "the rest, and keep the index shorter)"
-            )
+                "the rest, and keep the index shorter)",
+            ]
     return "\n".join(lines) + "\n"

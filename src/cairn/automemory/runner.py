@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -95,10 +95,8 @@ class _Child:
 
     def _send(self, signum: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with suppress(ProcessLookupError):
                 self.proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
@@ -223,13 +221,9 @@ def run_with_auto_memory(
             f"cannot load the auto-memory space ({why}); "
             "run with --auto-memory off to run without it"
         ) from None
+    prompt_file = workdir / "auto-memory-prompt.md"
     argv, env = point_backend(
-        opts.command,
-        opts.backend,
-        directory,
-        workdir / "auto-memory-prompt.md",
-        opts.environ,
-        warn,
+        opts.command, opts.backend, directory, prompt_file, opts.environ, warn
     )
     child = _Child()
     with _forwarding(child):
@@ -257,6 +251,4 @@ def _sync(
         return fold_back(service, ref, directory, snapshot, deadline=deadline, warn=warn, who=who)
     except Exception as exc:  # the sync must never change the command's outcome
         warn(f"saving auto-memory failed: {type(exc).__name__}: {exc}")
-        report = SyncReport()
-        report.failed.append((str(directory), "sync failed"))
-        return report
+        return SyncReport(failed=[(str(directory), "sync failed")])

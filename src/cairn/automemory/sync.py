@@ -45,11 +45,8 @@ class SnapshotEntry:
     disk_hash: str
 
 
-@dataclass(slots=True)
-class Snapshot:
-    """What the directory held when the command started, by document path."""
-
-    entries: dict[str, SnapshotEntry] = field(default_factory=dict)
+#: What the directory held when the command started, by document path.
+Snapshot = dict[str, SnapshotEntry]
 
 
 @dataclass(slots=True)
@@ -72,7 +69,7 @@ def sync_budget(total_bytes: int, files: int) -> float:
     return BASE_SECONDS + SECONDS_PER_FILE * files + SECONDS_PER_MIB * total_bytes / (1 << 20)
 
 
-def sync_deadline(directory: str | os.PathLike[str], now: float | None = None) -> float:
+def sync_deadline(directory: str | os.PathLike[str]) -> float:
     """A ``time.monotonic()`` deadline for folding ``directory`` back."""
     total, files = 0, 0
     for root, _dirs, names in os.walk(directory):
@@ -84,8 +81,7 @@ def sync_deadline(directory: str | os.PathLike[str], now: float | None = None) -
             if stat.S_ISREG(st.st_mode):
                 total += st.st_size
                 files += 1
-    start = time.monotonic() if now is None else now
-    return start + sync_budget(total, files)
+    return time.monotonic() + sync_budget(total, files)
 
 
 def _target(directory: Path, path: str) -> Path:
@@ -100,26 +96,20 @@ def materialise(
 ) -> Snapshot:
     """Write every document of the space into ``directory`` (which must exist)."""
     root = Path(directory)
-    snap = Snapshot()
+    snap: Snapshot = {}
     for doc in service.iter_documents(ref):
         target = _target(root, doc.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         data = doc.content.encode("utf-8")
         target.write_bytes(data)
-        snap.entries[doc.path] = SnapshotEntry(doc.etag, content_etag(data))
+        snap[doc.path] = SnapshotEntry(doc.etag, content_etag(data))
     return snap
 
 
-@dataclass(frozen=True, slots=True)
-class _Found:
-    path: str
-    data: bytes
-
-
-def _scan(root: Path, report: SyncReport, warn: Warn) -> tuple[list[_Found], set[str]]:
-    """Regular Markdown files under ``root``, and every relative name that exists at all
-    (a skipped entry is not a deletion)."""
-    found: list[_Found] = []
+def _scan(root: Path, report: SyncReport, warn: Warn) -> tuple[list[tuple[str, bytes]], set[str]]:
+    """``(path, bytes)`` of the regular Markdown files under ``root``, and every relative
+    name that exists at all (a skipped entry is not a deletion)."""
+    found: list[tuple[str, bytes]] = []
     present: set[str] = set()
 
     def skip(rel: str, reason: str) -> None:
@@ -137,34 +127,32 @@ def _scan(root: Path, report: SyncReport, warn: Warn) -> tuple[list[_Found], set
         for name in sorted(filenames):
             rel = prefix + name
             present.add(rel)
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except OSError as exc:
-                skip(rel, f"unreadable ({exc.strerror})")
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                skip(rel, "a symlink; symlinks are not persisted")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                skip(rel, "not a regular file")
-                continue
-            if not name.endswith(DOC_SUFFIX):
-                skip(rel, "not Markdown; only .md files are persisted")
-                continue
-            try:
-                validate_doc_path(rel)
-            except InvalidPath as exc:
-                skip(rel, exc.message)
-                continue
-            try:
-                with open(full, "rb") as fh:
-                    data = fh.read()
-            except OSError as exc:
-                skip(rel, f"unreadable ({exc.strerror})")
-                continue
-            found.append(_Found(rel, data))
+            data, reason = _read_document(os.path.join(dirpath, name), rel)
+            if data is None:
+                skip(rel, reason)
+            else:
+                found.append((rel, data))
     return found, present
+
+
+def _read_document(full: str, rel: str) -> tuple[bytes | None, str]:
+    """The bytes of the regular Markdown file ``full`` at document path ``rel``, or None
+    and the reason it is skipped."""
+    try:
+        st = os.lstat(full)
+        if stat.S_ISLNK(st.st_mode):
+            return None, "a symlink; symlinks are not persisted"
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if not rel.endswith(DOC_SUFFIX):
+            return None, "not Markdown; only .md files are persisted"
+        validate_doc_path(rel)
+        with open(full, "rb") as fh:
+            return fh.read(), ""
+    except InvalidPath as exc:
+        return None, exc.message
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
 
 
 def fold_back(
@@ -199,32 +187,31 @@ def fold_back(
             return True
         return False
 
-    for path in sorted(set(snapshot.entries) - present):
+    for path in sorted(set(snapshot) - present):
         if out_of_time(path):
             continue
         try:
-            service.delete(actor, ref, path, if_match=snapshot.entries[path].etag)
+            service.delete(actor, ref, path, if_match=snapshot[path].etag)
             report.deleted.append(path)
         except NotFound:
             report.deleted.append(path)
         except CairnError as exc:
             fail(path, f"delete refused: {exc.code}: {exc.message}")
 
-    for item in found:
-        before = snapshot.entries.get(item.path)
-        if before is not None and before.disk_hash == content_etag(item.data):
+    for path, data in found:
+        before = snapshot.get(path)
+        if before is not None and before.disk_hash == content_etag(data):
             continue
-        if out_of_time(item.path):
+        if out_of_time(path):
             continue
         try:
-            content = item.data.decode("utf-8")
+            content = data.decode("utf-8")
         except UnicodeDecodeError:
-            fail(item.path, "not valid UTF-8 text")
+            fail(path, "not valid UTF-8 text")
             continue
         try:
-            etag = before.etag if before else None
-            service.write(actor, ref, item.path, content, if_match=etag)
-            report.written.append(item.path)
+            service.write(actor, ref, path, content, if_match=before.etag if before else None)
+            report.written.append(path)
         except CairnError as exc:
-            fail(item.path, f"{exc.code}: {exc.message}")
+            fail(path, f"{exc.code}: {exc.message}")
     return report

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from cairn import runtime
-from cairn.cli.common import add_database_arg, cli_config, open_engine, print_json
+from cairn.cli.common import add_database_arg, open_engine, print_json, runtime_for
 from cairn.errors import InvalidRequest
 from cairn.principal import CredentialKind, Principal
 from cairn.schema import upgrade_all
-from cairn.service.admin import AdminService, build_admin_services
+from cairn.service.admin import AdminService
 
 #: Who the local operator is to the admin use-cases: whoever can open the server's
 #: database already holds the platform's authority, as the admin token does.
@@ -36,17 +35,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--password", default=None, help="at least 8 characters (omit: no sign-in)")
     p.add_argument("--name", default="")
     p.add_argument("--super-admin", action="store_true")
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("create-org", help="create an org")
     p.add_argument("--name", required=True)
     p.add_argument("--plan", default="free", help="free|pro|pro_plus|enterprise")
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("create-team", help="create a team in an org")
     p.add_argument("--org", required=True, help="org id")
     p.add_argument("--name", required=True)
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("add-member", help="add a user to a team (or, with --org, an org)")
     where = p.add_mutually_exclusive_group(required=True)
@@ -59,28 +55,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="team: viewer|config_editor|member|admin; org: owner|admin|member",
     )
     p.add_argument("--projects", default=None, help="comma-separated project ids (team only)")
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("create-api-key", help="mint an API key (shown once)")
     p.add_argument("--user", required=True, help="user id")
     p.add_argument("--team", required=True, help="team id the key acts in")
     p.add_argument("--name", default="")
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("set-quota", help="set an org's memory quota, or the instance's")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--org", help="org id")
     which.add_argument("--instance", action="store_true", help="the global-space quota")
     p.add_argument("--bytes", type=int, required=True, help="quota in bytes")
-    p.set_defaults(func=_run_admin)
 
     p = verbs.add_parser("set-plan", help="set an org's plan")
     p.add_argument("--org", required=True)
     p.add_argument("--plan", required=True, help="free|pro|pro_plus|enterprise")
-    p.set_defaults(func=_run_admin)
 
     for parser in verbs.choices.values():
         add_database_arg(parser)
+        parser.set_defaults(func=_run_admin)
 
     db = subparsers.add_parser("db", help="database maintenance")
     db_verbs = db.add_subparsers(dest="db_command", metavar="VERB")
@@ -92,12 +85,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run_admin(args: argparse.Namespace) -> int:
     # The runtime reads CAIRN_KEY_HASH_SECRET (else the secret kept in the database).
-    opened = runtime.open_runtime(cli_config(args))
-    try:
-        admin = build_admin_services(opened.identity, opened.store).admin
-        return print_json(_OPS[args.admin_command](admin, args))
-    finally:
-        opened.close()
+    with runtime_for(args) as opened:
+        return print_json(_OPS[args.admin_command](opened.admin, args))
 
 
 def _op_create_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:

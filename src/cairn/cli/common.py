@@ -1,35 +1,13 @@
 """Shared command-line plumbing: space flags, store selection, progress, output.
 
-Every command that addresses a space uses the same flags and the same rules
-(SPEC §8), so ``cairn memory``, ``cairn mcp`` and ``cairn run`` agree:
-
-``add_space_args(parser, default_visibility)``
-    adds ``--visibility`` (default given), ``--name`` (default ``default``),
-    ``--project`` (a directory, default the current one), ``--bot`` (required for
-    ``bot``) and ``--user`` (for ``user``, default the login name).
-``space_ref_from_args(args, tenant)``
-    turns them into a validated :class:`~cairn.spaces.SpaceRef`; the project
-    directory becomes its key with :func:`~cairn.spaces.encode_workdir_key`.
-    A missing or invalid flag raises :class:`UsageError`.
-``add_server_args(parser)`` / ``open_store(args)`` / ``spaces_for(args)`` / ``open_spaces(args)``
-    ``--server URL`` / ``--token T`` (or ``CAIRN_SERVER`` / ``CAIRN_TOKEN``): with a
-    server, an ``HttpMemoryStore``; without, :func:`local_store`. ``spaces_for`` wraps the
-    store in the space service, with who is acting; ``open_spaces`` closes it after.
-``cairn_home()`` / ``local_store()``
-    ``$CAIRN_HOME`` (default ``~/.cairn``) and the filesystem store under
-    ``$CAIRN_HOME/spaces``.
-``add_database_arg(parser)`` / ``cli_config(args)`` / ``open_engine(args)``
-    ``--database URL`` for the commands on the server's database (``serve``,
-    ``admin``, ``db``, ``records``): the flag, else ``CAIRN_DATABASE_URL``, else
-    ``sqlite:///$CAIRN_HOME/cairn.db``; ``open_engine`` applies pending migrations.
-``print_json(obj)``
-    one JSON object on stdout, exit status 0 (operator commands' output).
-``progress(description, total=None)``
-    a context manager yielding ``advance(n)``; a rich progress bar on stderr when
-    stderr is a terminal, silent otherwise.
-``cli_command(func)``
-    wraps a handler so a :class:`UsageError` prints one line and exits 2 (other
-    :class:`~cairn.errors.CairnError` are left to ``cairn.cli.main``: one line, exit 1).
+Every command that addresses a space takes the same flags under the same rules (SPEC §8),
+so ``cairn memory``, ``cairn mcp`` and ``cairn run`` agree: :func:`add_space_args` and
+:func:`space_ref_from_args` name the space; :func:`add_server_args` and :func:`spaces_for`
+pick the store (``--server`` / ``--token``, else the filesystem store under
+``$CAIRN_HOME/spaces``). The commands on the server's database (``serve``, ``admin``,
+``db``, ``records``) take :func:`add_database_arg`. A :class:`UsageError` is one line on
+stderr and exit status 2 (:func:`cli_command`); any other
+:class:`~cairn.errors.CairnError` is left to ``cairn.cli.main`` (one line, exit 1).
 """
 
 from __future__ import annotations
@@ -57,8 +35,6 @@ from cairn.service.access import console_principal, remote_principal
 from cairn.service.spaces import SpaceService
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, encode_workdir_key
 
-#: The tenant of every space of the local (filesystem) store.
-LOCAL_TENANT = "local"
 DEFAULT_SPACE_NAME = "default"
 
 Handler = Callable[[argparse.Namespace], int]
@@ -87,7 +63,7 @@ def local_store(limits: Limits | None = None) -> MemoryStore:
 
 
 def add_database_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--database URL``, read by :func:`database_url`."""
+    """Add ``--database URL``, read by :func:`cli_config`."""
     parser.add_argument(
         "--database",
         metavar="URL",
@@ -95,6 +71,11 @@ def add_database_arg(parser: argparse.ArgumentParser) -> None:
         help="sqlite:///path or postgresql://... (default $CAIRN_DATABASE_URL, else "
         "sqlite:///$CAIRN_HOME/cairn.db)",
     )
+
+
+def runtime_for(args: argparse.Namespace) -> contextlib.closing[runtime.Runtime]:
+    """The runtime on the database of :func:`cli_config` (migrated first), closed on exit."""
+    return contextlib.closing(runtime.open_runtime(cli_config(args)))
 
 
 @contextlib.contextmanager
@@ -193,23 +174,15 @@ def _login_name() -> str:
         raise UsageError("cannot tell your login name; pass --user NAME") from None
 
 
-def open_store(args: argparse.Namespace) -> tuple[MemoryStore, str]:
-    """(store, tenant) for the flags of :func:`add_server_args`.
-
-    With ``--server`` the store is ``cairn.store.http.HttpMemoryStore`` and the tenant is
-    empty: the server stamps it from the credential.
-    """
+def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
+    """The space service over the store the flags of :func:`add_server_args` name, and who
+    is acting: the local store as the console (team ``local``), or with ``--server`` the
+    HTTP client store as a client of the server, which stamps the team from the credential.
+    The store stays open."""
     server: str | None = getattr(args, "server", None)
     if not server:
-        return local_store(), LOCAL_TENANT
-    return runtime.open_remote_store(server, getattr(args, "token", None)), ""
-
-
-def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
-    """The space service over :func:`open_store`, and who is acting: the console on the
-    local store, a client of the server with ``--server``. The store stays open."""
-    store, tenant = open_store(args)
-    return SpaceService(store), console_principal("local") if tenant else remote_principal()
+        return SpaceService(local_store()), console_principal("local")
+    return SpaceService(runtime.open_remote_store(server, args.token)), remote_principal()
 
 
 @contextlib.contextmanager
@@ -236,9 +209,10 @@ def cli_command(func: Handler) -> Handler:
     return wrapper
 
 
-def stderr_is_tty() -> bool:
+def is_tty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (False for a closed or replaced stream)."""
     try:
-        return sys.stderr.isatty()
+        return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
 
@@ -251,7 +225,7 @@ def progress(
 
     ``enabled`` forces the bar on or off (default: whether stderr is a TTY).
     """
-    show = stderr_is_tty() if enabled is None else enabled
+    show = is_tty(sys.stderr) if enabled is None else enabled
     if not show:
         yield lambda _n: None
         return

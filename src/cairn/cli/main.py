@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from cairn.cli import admin, agents, memory, records, serve
+from cairn.cli.common import Handler
 from cairn.errors import CairnError
 
 #: Command modules, each with ``register(subparsers)``, in the order of ``cairn --help``.
 COMMAND_MODULES = (serve, memory, admin, records, agents)
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,12 +23,12 @@ from cairn.cli.common import (
     add_space_args,
     cli_command,
     human_bytes,
+    is_tty,
     open_spaces,
     progress,
     space_ref_from_args,
-    stderr_is_tty,
 )
-from cairn.documents import Document, DocumentInfo, ImportReport, ImportStrategy, Usage
+from cairn.documents import ImportReport, ImportStrategy
 from cairn.errors import InvalidDocument
 from cairn.principal import Principal
 from cairn.service.spaces import SpaceService
@@ -96,22 +96,12 @@ def _du(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, _):
         usage = service.usage(ref)
         if args.json:
-            print(json.dumps(_usage_json(usage)))
+            print(json.dumps(usage.as_json()))
             return 0
         print(f"space  {usage.space_id}")
         print(f"used   {_of(usage.used_bytes, usage.quota_bytes)}")
         print(f"total  {_of(usage.team_used_bytes, usage.team_quota_bytes)}  (all spaces)")
         return 0
-
-
-def _usage_json(usage: Usage) -> dict[str, Any]:
-    return {
-        "space_id": usage.space_id,
-        "used_bytes": usage.used_bytes,
-        "quota_bytes": usage.quota_bytes,
-        "team_used_bytes": usage.team_used_bytes,
-        "team_quota_bytes": usage.team_quota_bytes,
-    }
 
 
 def _of(used: int, quota: int) -> str:
@@ -124,7 +114,7 @@ def _ls(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, _):
         docs = service.list(ref, args.dir)
         if args.json:
-            print(json.dumps({"documents": [_info_json(d) for d in docs]}))
+            print(json.dumps({"documents": [d.as_json() for d in docs]}))
             return 0
         for d in docs:
             when = d.updated_at.strftime("%Y-%m-%d %H:%M")
@@ -132,19 +122,9 @@ def _ls(args: argparse.Namespace) -> int:
         return 0
 
 
-def _info_json(info: DocumentInfo) -> dict[str, Any]:
-    return {
-        "path": info.path,
-        "size_bytes": info.size_bytes,
-        "updated_at": info.updated_at.isoformat(),
-        "etag": info.etag,
-    }
-
-
 def _cat(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, _):
-        doc: Document = service.read(ref, args.path)
-        sys.stdout.write(doc.content)
+        sys.stdout.write(service.read(ref, args.path).content)
         sys.stdout.flush()
         return 0
 
@@ -179,9 +159,9 @@ def _rm(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, _):
-        if not args.out and _is_tty(sys.stdout):
+        if not args.out and is_tty(sys.stdout):
             raise UsageError("refusing to write a binary archive to a terminal; use --out FILE")
-        total = len(service.list(ref)) if stderr_is_tty() else None
+        total = len(service.list(ref)) if is_tty(sys.stderr) else None
         with progress("exporting", total) as advance:
             if args.out:
                 with _replacing(Path(args.out)) as sink:
@@ -196,7 +176,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, who):
-        if not args.infile and _is_tty(sys.stdin):
+        if not args.infile and is_tty(sys.stdin):
             raise UsageError("no archive: use --in FILE or pipe a .tar.gz into stdin")
         strategy = ImportStrategy(args.strategy)
         with contextlib.ExitStack() as stack:
@@ -218,13 +198,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _print_report(report: ImportReport, *, as_json: bool) -> None:
     if as_json:
-        body = {
-            "written": report.written,
-            "skipped": report.skipped,
-            "renamed": report.renamed,
-            "rejected": [{"path": r.path, "reason": r.reason} for r in report.rejected],
-        }
-        print(json.dumps(body))
+        print(json.dumps(report.as_json()))
         return
     print(
         f"written {len(report.written)}, skipped {len(report.skipped)}, "
@@ -238,13 +212,6 @@ def _print_report(report: ImportReport, *, as_json: bool) -> None:
         print(f"  renamed   {old} -> {new}")
     for rejected in report.rejected:
         print(f"  rejected  {rejected.path}: {rejected.reason}")
-
-
-def _is_tty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
 
 
 @contextlib.contextmanager

@@ -10,14 +10,11 @@ periodically). Output is one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
 
-from cairn.cli.common import add_database_arg, cli_config, print_json
+from cairn.cli.common import add_database_arg, print_json, runtime_for
 from cairn.errors import InvalidRequest
-from cairn.runtime import open_runtime
-from cairn.service.records import RecordService, build_record_service, iso
+from cairn.service.records import iso
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,16 +42,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.set_defaults(func=_set_enabled, enabled=enabled)
 
 
-@contextlib.contextmanager
-def _records(args: argparse.Namespace) -> Iterator[RecordService]:
-    """The records service on the command's database (migrated first)."""
-    runtime = open_runtime(cli_config(args))
-    try:
-        yield build_record_service(runtime.engine, runtime.identity, runtime.limiter)
-    finally:
-        runtime.close()
-
-
 def _add(args: argparse.Namespace) -> int:
     if args.text is not None:
         text = str(args.text)
@@ -66,18 +53,18 @@ def _add(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"cannot read {args.file!r} as UTF-8 text: {exc}") from exc
     else:
         text = sys.stdin.read()
-    with _records(args) as records:
-        record = records.save_as_server(args.team, text, repo_id=args.repo)
+    with runtime_for(args) as runtime:
+        record = runtime.records.save_as_server(args.team, text, repo_id=args.repo)
     return print_json({"id": record.id, "expires_at": iso(record.expires_at)})
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with _records(args) as records:
-        removed = records.purge_expired()
+    with runtime_for(args) as runtime:
+        removed = runtime.records.purge_expired()
     return print_json({"purged": removed})
 
 
 def _set_enabled(args: argparse.Namespace) -> int:
-    with _records(args) as records:
-        records.set_enabled_as_server(args.team, bool(args.enabled))  # 404 for an unknown team
+    with runtime_for(args) as runtime:  # an unknown team is a 404
+        runtime.records.set_enabled_as_server(args.team, bool(args.enabled))
     return print_json({"team_id": args.team, "enabled": bool(args.enabled)})

@@ -7,15 +7,15 @@ request's path. Only the hash is stored; the value is shown once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
-from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import read_transaction, write_transaction
+from cairn.db import read_transaction, utcnow, write_transaction
 from cairn.identity.schema import server_secrets
 
 #: Every API key starts with this, so a leaked key is recognisable (and secret scanners match).
@@ -61,24 +61,17 @@ def load_key_hasher(engine: Engine, configured: str | None) -> KeyHasher:
     """
     if configured:
         return KeyHasher(configured.encode("utf-8"))
+    stored = sa.select(server_secrets.c.value).where(server_secrets.c.name == _SECRET_NAME)
     with read_transaction(engine) as conn:
-        row = conn.execute(
-            sa.select(server_secrets.c.value).where(server_secrets.c.name == _SECRET_NAME)
-        ).first()
-    if row is None:
-        try:
-            with write_transaction(engine) as conn:
-                conn.execute(
-                    server_secrets.insert().values(
-                        name=_SECRET_NAME, value=secrets.token_hex(32), created_at=datetime.now(UTC)
-                    )
+        value = conn.execute(stored).scalar()
+    if value is None:
+        # Another replica may create it first: then read theirs.
+        with contextlib.suppress(sa.exc.IntegrityError), write_transaction(engine) as conn:
+            conn.execute(
+                server_secrets.insert().values(
+                    name=_SECRET_NAME, value=secrets.token_hex(32), created_at=utcnow()
                 )
-        except sa.exc.IntegrityError:
-            # Another replica created it first: read theirs below.
-            pass
+            )
         with read_transaction(engine) as conn:
-            row = conn.execute(
-                sa.select(server_secrets.c.value).where(server_secrets.c.name == _SECRET_NAME)
-            ).first()
-    assert row is not None
-    return KeyHasher(bytes.fromhex(str(row[0])))
+            value = conn.execute(stored).scalar_one()
+    return KeyHasher(bytes.fromhex(str(value)))

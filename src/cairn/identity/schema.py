@@ -7,6 +7,8 @@ tables distribute by tenant (SPEC §10). Ids are opaque strings.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -73,26 +75,23 @@ team_member_projects = sa.Table(
     sa.Column("project_id", sa.String(64), primary_key=True),
 )
 
-projects = sa.Table(
-    "projects",
-    metadata,
-    sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), primary_key=True),
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("name", sa.String(256), nullable=False),
-    sa.Column("created_at", TS, nullable=False),
-    sa.UniqueConstraint("id", name="uq_projects_id"),
-)
 
-repos = sa.Table(
-    "repos",
-    metadata,
-    sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), primary_key=True),
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("project_id", sa.String(64), nullable=False),
-    sa.Column("name", sa.String(256), nullable=False),
-    sa.Column("created_at", TS, nullable=False),
-    sa.UniqueConstraint("id", name="uq_repos_id"),
-)
+def _team_owned(name: str, *columns: sa.Column[Any]) -> sa.Table:
+    """A named thing of a team: keyed ``(team_id, id)``, its id unique on its own too."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), primary_key=True),
+        sa.Column("id", sa.String(64), primary_key=True),
+        *columns,
+        sa.Column("name", sa.String(256), nullable=False),
+        sa.Column("created_at", TS, nullable=False),
+        sa.UniqueConstraint("id", name=f"uq_{name}_id"),
+    )
+
+
+projects = _team_owned("projects")
+repos = _team_owned("repos", sa.Column("project_id", sa.String(64), nullable=False))
 
 api_keys = sa.Table(
     "api_keys",

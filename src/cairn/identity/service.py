@@ -9,7 +9,7 @@ the database on every call: nothing here caches who belongs where.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.db import read_transaction, utcnow, write_transaction
+from cairn.db import read_transaction, utc, utcnow, write_transaction
 from cairn.errors import Conflict, InvalidRequest, NotFound, TeamNotFound, Unauthenticated
 from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
@@ -47,9 +47,28 @@ def _with_standing(base: Principal, team_id: str, standing: Standing) -> Princip
     )
 
 
-def _aware(value: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+def _found(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
+    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent."""
+    row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
+    if row is None:
+        raise NotFound(f"no {what} with id {row_id!r}")
+    return dict(row)
+
+
+def _added_meanwhile(user_id: str, where: str) -> Conflict:
+    return Conflict(
+        f"user {user_id!r} was added to {where} by another request at the same moment; "
+        "retry to apply this role",
+        field="user_id",
+    )
+
+
+def _drop_membership(conn: Connection, team_id: str, user_id: str) -> bool:
+    """Remove a team membership and its project limit; whether there was one."""
+    key = {"team_id": team_id, "user_id": user_id}
+    gone = conn.execute(t.team_members.delete().filter_by(**key)).rowcount
+    conn.execute(t.team_member_projects.delete().filter_by(**key))
+    return gone > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +112,6 @@ class IdentityService:
         pw_hash = self._passwords.hash(password) if password is not None else None
         user_id = new_id("user")
         with write_transaction(self.engine) as conn:
-            duplicate = Conflict(f"a user with email {email!r} already exists", field="email")
-            if conn.execute(sa.select(t.users.c.id).where(t.users.c.email == email)).first():
-                raise duplicate
             try:
                 conn.execute(
                     t.users.insert().values(
@@ -107,10 +123,10 @@ class IdentityService:
                         created_at=utcnow(),
                     )
                 )
-            except sa.exc.IntegrityError as exc:
-                # A concurrent create of the same email passed the check too (PostgreSQL
-                # sees only committed rows); the unique index refused this one.
-                raise duplicate from exc
+            except sa.exc.IntegrityError as exc:  # the unique index on email refused it
+                raise Conflict(
+                    f"a user with email {email!r} already exists", field="email"
+                ) from exc
         return user_id
 
     def create_org(self, name: str, plan: str = "free") -> str:
@@ -132,15 +148,8 @@ class IdentityService:
             return self._org(conn, org_id)
 
     def _org(self, conn: Connection, org_id: str) -> dict[str, Any]:
-        row = conn.execute(sa.select(t.orgs).where(t.orgs.c.id == org_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"no org with id {org_id!r}")
-        return {
-            "id": row["id"],
-            "name": row["name"],
-            "plan": row["plan"],
-            "memory_quota_bytes": row["memory_quota_bytes"],
-        }
+        org = _found(conn, t.orgs, org_id, "org")
+        return {k: org[k] for k in ("id", "name", "plan", "memory_quota_bytes")}
 
     def update_org(
         self, org_id: str, *, plan: str | None = None, memory_quota_bytes: Any = _UNSET
@@ -162,8 +171,7 @@ class IdentityService:
                 )
             values["memory_quota_bytes"] = memory_quota_bytes
         with write_transaction(self.engine) as conn:
-            self._org(conn, org_id)
-            if values:
+            if values:  # an unknown org updates nothing, and _org refuses it below
                 conn.execute(t.orgs.update().where(t.orgs.c.id == org_id).values(**values))
             return self._org(conn, org_id)
 
@@ -179,12 +187,8 @@ class IdentityService:
         org_role = parse_org_role(role)
         with write_transaction(self.engine) as conn:
             self._org(conn, org_id)
-            self._user(conn, user_id)
-            conn.execute(
-                t.org_members.delete().where(
-                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
-                )
-            )
+            _found(conn, t.users, user_id, "user")
+            conn.execute(t.org_members.delete().filter_by(org_id=org_id, user_id=user_id))
             try:
                 conn.execute(
                     t.org_members.insert().values(
@@ -192,11 +196,7 @@ class IdentityService:
                     )
                 )
             except sa.exc.IntegrityError as exc:  # a concurrent add of the same member
-                raise Conflict(
-                    f"user {user_id!r} was added to org {org_id!r} by another request at the "
-                    "same moment; retry to apply this role",
-                    field="user_id",
-                ) from exc
+                raise _added_meanwhile(user_id, f"org {org_id!r}") from exc
 
     def create_team(self, org_id: str, name: str) -> str:
         team_id = new_id("team")
@@ -209,30 +209,14 @@ class IdentityService:
             )
         return team_id
 
-    def team_org_id(self, team_id: str) -> str:
-        with read_transaction(self.engine) as conn:
-            return str(self._team(conn, team_id)["org_id"])
-
-    def _team(self, conn: Connection, team_id: str) -> dict[str, Any]:
-        row = conn.execute(sa.select(t.teams).where(t.teams.c.id == team_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"no team with id {team_id!r}")
-        return dict(row)
-
-    def _user(self, conn: Connection, user_id: str) -> dict[str, Any]:
-        row = conn.execute(sa.select(t.users).where(t.users.c.id == user_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"no user with id {user_id!r}")
-        return dict(row)
-
     def add_team_member(
         self, team_id: str, user_id: str, role: str, projects: list[str] | None = None
     ) -> None:
         """Add (or update) a membership; ``projects`` limits it to those of the team's projects."""
         team_role = parse_team_role(role)
         with write_transaction(self.engine) as conn:
-            self._team(conn, team_id)
-            self._user(conn, user_id)
+            _found(conn, t.teams, team_id, "team")
+            _found(conn, t.users, user_id, "user")
             if projects is not None:
                 known = {
                     str(r[0])
@@ -246,14 +230,7 @@ class IdentityService:
                         f"project {unknown[0]!r} is not a project of team {team_id!r}",
                         field="projects",
                     )
-            key = (t.team_members.c.team_id == team_id, t.team_members.c.user_id == user_id)
-            conn.execute(t.team_members.delete().where(*key))
-            conn.execute(
-                t.team_member_projects.delete().where(
-                    t.team_member_projects.c.team_id == team_id,
-                    t.team_member_projects.c.user_id == user_id,
-                )
-            )
+            _drop_membership(conn, team_id, user_id)
             try:
                 conn.execute(
                     t.team_members.insert().values(
@@ -271,33 +248,18 @@ class IdentityService:
                         )
                     )
             except sa.exc.IntegrityError as exc:  # a concurrent add of the same member
-                raise Conflict(
-                    f"user {user_id!r} was added to team {team_id!r} by another request at the "
-                    "same moment; retry to apply this role",
-                    field="user_id",
-                ) from exc
+                raise _added_meanwhile(user_id, f"team {team_id!r}") from exc
 
     def remove_team_member(self, team_id: str, user_id: str) -> None:
         with write_transaction(self.engine) as conn:
-            self._team(conn, team_id)
-            gone = conn.execute(
-                t.team_members.delete().where(
-                    t.team_members.c.team_id == team_id, t.team_members.c.user_id == user_id
-                )
-            ).rowcount
-            conn.execute(
-                t.team_member_projects.delete().where(
-                    t.team_member_projects.c.team_id == team_id,
-                    t.team_member_projects.c.user_id == user_id,
-                )
-            )
-            if not gone:
+            _found(conn, t.teams, team_id, "team")
+            if not _drop_membership(conn, team_id, user_id):
                 raise NotFound(f"user {user_id!r} is not a member of team {team_id!r}")
 
     def create_project(self, team_id: str, name: str) -> str:
         project_id = new_id("proj")
         with write_transaction(self.engine) as conn:
-            self._team(conn, team_id)
+            _found(conn, t.teams, team_id, "team")
             conn.execute(
                 t.projects.insert().values(
                     team_id=team_id,
@@ -311,14 +273,10 @@ class IdentityService:
     def create_repo(self, project_id: str, name: str) -> str:
         repo_id = new_id("repo")
         with write_transaction(self.engine) as conn:
-            row = conn.execute(
-                sa.select(t.projects.c.team_id).where(t.projects.c.id == project_id)
-            ).first()
-            if row is None:
-                raise NotFound(f"no project with id {project_id!r}")
+            project = _found(conn, t.projects, project_id, "project")
             conn.execute(
                 t.repos.insert().values(
-                    team_id=row[0],
+                    team_id=project["team_id"],
                     id=repo_id,
                     project_id=project_id,
                     name=clean_name("name", name),
@@ -337,9 +295,10 @@ class IdentityService:
         key = new_api_key()
         key_id = new_id("key")
         with write_transaction(self.engine) as conn:
-            self._user(conn, user_id)
-            self._team(conn, team_id)
-            if self._standing(conn, user_id, team_id).team_role is None:
+            _found(conn, t.users, user_id, "user")
+            _found(conn, t.teams, team_id, "team")
+            standing = standing_in_team(conn, user_id, team_id)
+            if standing is None or standing.team_role is None:
                 raise InvalidRequest(
                     f"user {user_id!r} is not a member of team {team_id!r}; add them first",
                     field="team_id",
@@ -368,10 +327,6 @@ class IdentityService:
                 raise NotFound(f"no active API key with id {key_id!r}")
 
     # --- resolving credentials ----------------------------------------------------------
-
-    @staticmethod
-    def _standing(conn: Connection, user_id: str, team_id: str) -> Standing:
-        return standing_in_team(conn, user_id, team_id) or Standing()
 
     def standing(self, user_id: str, team_id: str) -> Standing | None:
         """The user's standing in ``team_id`` (one query); None when there is no such team."""
@@ -406,18 +361,13 @@ class IdentityService:
         """
         if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
             raise TeamNotFound(f"no team {team_id!r} for this credential")
-        with read_transaction(self.engine) as conn:
-            standing = self._standing(conn, base.user_id, team_id)
-        if standing.team_role is None:
+        standing = self.standing(base.user_id, team_id)
+        if standing is None or standing.team_role is None:
             raise TeamNotFound(f"no team {team_id!r} for this credential")
         return _with_standing(base, team_id, standing)
 
-    def user_teams(self, user_id: str) -> list[dict[str, Any]]:
-        """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
-        with read_transaction(self.engine) as conn:
-            return self._user_teams(conn, user_id)
-
     def _user_teams(self, conn: Connection, user_id: str) -> list[dict[str, Any]]:
+        """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
         out: dict[str, dict[str, Any]] = {}
         rows = conn.execute(
             sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id, t.team_members.c.role)
@@ -470,12 +420,8 @@ class IdentityService:
             # Expired sessions are dropped on the way, so the table does not grow forever.
             conn.execute(t.sessions.delete().where(t.sessions.c.expires_at < now))
             teams = self._user_teams(conn, row["id"])
-        user = {
-            "id": row["id"],
-            "email": row["email"],
-            "name": row["name"],
-            "super_admin": bool(row["super_admin"]),
-        }
+        user = {k: row[k] for k in ("id", "email", "name")}
+        user["super_admin"] = bool(row["super_admin"])
         return Session(token=token, csrf_token=csrf, user=user, teams=teams)
 
     def logout(self, token: str) -> None:
@@ -502,7 +448,7 @@ class IdentityService:
                 .join(t.users, t.users.c.id == t.sessions.c.user_id)
                 .where(t.sessions.c.id_hash == self.hasher.hash(token))
             ).first()
-            if row is None or _aware(row[2]) <= utcnow():
+            if row is None or utc(row[2]) <= utcnow():
                 return None
             user_id = str(row[0])
             csrf_ok = not mutating or (
@@ -516,30 +462,17 @@ class IdentityService:
             return self.principal_in_team(base, team_header)
         if len(teams) == 1:
             return self.principal_in_team(base, teams[0])
-        if len(teams) > 1:
-            return Principal(
-                kind=base.kind,
-                user_id=user_id,
-                super_admin=base.super_admin,
-                csrf_ok=csrf_ok,
-                team_choice_needed=True,
-            )
-        return base
+        return replace(base, team_choice_needed=True) if teams else base
 
     def is_org_member(self, user_id: str, org_id: str) -> bool:
         """Whether the user is a member of ``org_id`` (any role) or of one of its teams."""
+        in_org = sa.select(t.org_members.c.role).where(
+            t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
+        )
+        in_team = (
+            sa.select(t.team_members.c.team_id)
+            .join(t.teams, t.teams.c.id == t.team_members.c.team_id)
+            .where(t.teams.c.org_id == org_id, t.team_members.c.user_id == user_id)
+        )
         with read_transaction(self.engine) as conn:
-            if conn.execute(
-                sa.select(t.org_members.c.role).where(
-                    t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
-                )
-            ).first():
-                return True
-            return (
-                conn.execute(
-                    sa.select(t.team_members.c.team_id)
-                    .join(t.teams, t.teams.c.id == t.team_members.c.team_id)
-                    .where(t.teams.c.org_id == org_id, t.team_members.c.user_id == user_id)
-                ).first()
-                is not None
-            )
+            return any(conn.execute(q).first() is not None for q in (in_org, in_team))

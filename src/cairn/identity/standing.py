@@ -19,54 +19,41 @@ from cairn.principal import OrgRole, TeamRole
 _org = t.org_members.alias("om")
 _member = t.team_members.alias("m")
 
-#: A user's standing in one team: the team's org and plan, their org role and membership.
+#: The standing columns: the team's org and plan, the user's org role and membership.
+_STANDING = (
+    t.teams.c.org_id,
+    t.orgs.c.plan,
+    _org.c.role.label("org_role"),
+    _member.c.role.label("team_role"),
+    _member.c.projects_limited,
+)
+
+
+def _with_memberships(joined: sa.Join, user_id: sa.ColumnElement[Any]) -> sa.Join:
+    """``joined`` (a team and its org) with the user's membership of each, if any."""
+    in_org = sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == user_id)
+    in_team = sa.and_(_member.c.team_id == t.teams.c.id, _member.c.user_id == user_id)
+    return joined.outerjoin(_org, in_org).outerjoin(_member, in_team)
+
+
+#: A user's standing in one team.
 ROLE_IN_TEAM = (
-    sa.select(
-        t.teams.c.org_id,
-        t.orgs.c.plan,
-        _org.c.role.label("org_role"),
-        _member.c.role.label("team_role"),
-        _member.c.projects_limited,
-    )
+    sa.select(*_STANDING)
     .select_from(
-        t.teams.join(t.orgs, t.orgs.c.id == t.teams.c.org_id)
-        .outerjoin(
-            _org, sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == sa.bindparam("u"))
-        )
-        .outerjoin(
-            _member,
-            sa.and_(_member.c.team_id == t.teams.c.id, _member.c.user_id == sa.bindparam("u")),
-        )
+        _with_memberships(t.teams.join(t.orgs, t.orgs.c.id == t.teams.c.org_id), sa.bindparam("u"))
     )
     .where(t.teams.c.id == sa.bindparam("t"))
 )
 
 #: A live API key with its user and that user's standing in the key's team.
 PRINCIPAL_FOR_KEY = (
-    sa.select(
-        t.api_keys.c.user_id,
-        t.api_keys.c.team_id,
-        t.users.c.super_admin,
-        t.teams.c.org_id,
-        t.orgs.c.plan,
-        _org.c.role.label("org_role"),
-        _member.c.role.label("team_role"),
-        _member.c.projects_limited,
-    )
+    sa.select(t.api_keys.c.user_id, t.api_keys.c.team_id, t.users.c.super_admin, *_STANDING)
     .select_from(
-        t.api_keys.join(t.users, t.users.c.id == t.api_keys.c.user_id)
-        .outerjoin(t.teams, t.teams.c.id == t.api_keys.c.team_id)
-        .outerjoin(t.orgs, t.orgs.c.id == t.teams.c.org_id)
-        .outerjoin(
-            _org,
-            sa.and_(_org.c.org_id == t.teams.c.org_id, _org.c.user_id == t.api_keys.c.user_id),
-        )
-        .outerjoin(
-            _member,
-            sa.and_(
-                _member.c.team_id == t.api_keys.c.team_id,
-                _member.c.user_id == t.api_keys.c.user_id,
-            ),
+        _with_memberships(
+            t.api_keys.join(t.users, t.users.c.id == t.api_keys.c.user_id)
+            .outerjoin(t.teams, t.teams.c.id == t.api_keys.c.team_id)
+            .outerjoin(t.orgs, t.orgs.c.id == t.teams.c.org_id),
+            t.api_keys.c.user_id,
         )
     )
     .where(t.api_keys.c.key_hash == sa.bindparam("h"), t.api_keys.c.revoked_at.is_(None))

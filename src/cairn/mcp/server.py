@@ -22,9 +22,9 @@ from mcp.server.stdio import stdio_server
 
 from cairn import __version__
 from cairn.tools.dispatch import MemoryTools
+from cairn.tools.schemas import ToolSpec
 
 SERVER_NAME = "cairn"
-
 
 _BASE_INSTRUCTIONS = (
     "Cairn memory: a persistent space of Markdown documents that survives from one run to the "
@@ -33,8 +33,7 @@ _BASE_INSTRUCTIONS = (
 )
 
 
-def _tool(tools: MemoryTools, name: str) -> types.Tool:
-    spec = next(s for s in tools.specs if s.name == name)
+def _tool(spec: ToolSpec) -> types.Tool:
     return types.Tool(
         name=spec.name,
         description=spec.description,
@@ -61,7 +60,7 @@ def build_server(tools: MemoryTools) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[_tool(tools, n) for n in tools.names])
+        return types.ListToolsResult(tools=[_tool(spec) for spec in tools.specs])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

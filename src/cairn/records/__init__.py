@@ -13,10 +13,3 @@ application's own server code) calls::
     records = build_record_service(engine, identity, limiter)
     records.save_as_server(team_id, "Fixed the flaky deploy ...", repo_id=repo)
 """
-
-from __future__ import annotations
-
-from cairn.records.sql import SqlRecordStore
-from cairn.records.store import RETENTION, Record, RecordStore, ScoredRecord, new_record
-
-__all__ = ["RETENTION", "Record", "RecordStore", "ScoredRecord", "SqlRecordStore", "new_record"]

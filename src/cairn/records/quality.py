@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.db import utcnow
-from cairn.records.store import RecordStore, new_record
+from cairn.records.store import RecordStore, Scope, new_record
 from cairn.secrets import mask
 
 
@@ -55,12 +55,12 @@ def evaluate(
     """Mean recall@k and mean reciprocal rank of the first relevant hit."""
     recall_sum = 0.0
     rr_sum = 0.0
-    now = utcnow()
+    scope = Scope(team_id, None, None, utcnow())
     for q in queries:
         relevant = set(q["relevant"])
         query = mask(str(q["query"]))  # as the search use-case does
         with store.reading() as tx:
-            hits = tx.search(team_id, query, repo_id=None, project_ids=None, limit=k, now=now)
+            hits = tx.search(scope, query, k)
         ranked = [id_map.get(hit.record.id, "") for hit in hits]
         recall_sum += len(relevant.intersection(ranked)) / len(relevant)
         for rank, cid in enumerate(ranked, start=1):

@@ -17,6 +17,7 @@ slot. :func:`rate_limiter` picks one for a Redis URL or none.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -156,9 +157,9 @@ class RedisRateLimiter:
         self._script: Any = self._redis.register_script(_ACQUIRE_LUA)
         self.prefix = prefix
         self.rate = rate
-        self.window = window
         self.max_in_flight = max_in_flight
-        self.in_flight_ttl = in_flight_ttl
+        # The script's ARGV but the token: rate, window ms, max in flight, ttl ms.
+        self._argv = [rate, int(window * 1000), max_in_flight, int(in_flight_ttl * 1000)]
 
     def _keys(self, team_id: str) -> tuple[str, str]:
         # The hash tag keeps a team's two keys in one slot of a Redis Cluster.
@@ -170,29 +171,16 @@ class RedisRateLimiter:
         token = uuid.uuid4().hex
         try:
             result = cast(
-                list[Any],
-                self._script(
-                    keys=[rate_key, flight_key],
-                    args=[
-                        self.rate,
-                        int(self.window * 1000),
-                        self.max_in_flight,
-                        int(self.in_flight_ttl * 1000),
-                        token,
-                    ],
-                ),
+                list[Any], self._script(keys=[rate_key, flight_key], args=[*self._argv, token])
             )
         except self._errors as exc:
             raise StoreUnavailable(
                 "the search rate limiter (Redis) cannot be reached; try again shortly"
             ) from exc
         if int(result[0]) != 1:
-            reason = result[2].decode() if isinstance(result[2], bytes) else str(result[2])
-            why = (
-                f"at most {self.max_in_flight} at once"
-                if reason == "in_flight"
-                else f"at most {self.rate} a second"
-            )
+            why = f"at most {self.rate} a second"
+            if result[2] in (b"in_flight", "in_flight"):
+                why = f"at most {self.max_in_flight} at once"
             raise _refusal(int(result[1]) / 1000.0, why)
         done = threading.Event()
 
@@ -200,11 +188,9 @@ class RedisRateLimiter:
             if done.is_set():
                 return
             done.set()
-            try:
+            # If Redis is unreachable, the member's deadline frees the slot anyway.
+            with contextlib.suppress(*self._errors):
                 self._redis.zrem(flight_key, token)
-            except self._errors:
-                # Redis is unreachable: the member's deadline frees the slot anyway.
-                pass
 
         return release
 

@@ -35,6 +35,7 @@ from cairn.records.store import (
     RecordReader,
     RecordStore,
     RecordWriter,
+    Scope,
     ScoredRecord,
     utc,
 )
@@ -70,20 +71,14 @@ def _visibility_clause(project_ids: frozenset[str] | None, params: dict[str, obj
     )
 
 
-def _scope(
-    team_id: str,
-    repo_id: str | None,
-    project_ids: frozenset[str] | None,
-    now: datetime,
-    params: dict[str, object],
-) -> str:
+def _where(scope: Scope, params: dict[str, object]) -> str:
     """The conditions every read shares: team, not expired, repository, visibility."""
-    params.update(team=team_id, now=utc(now))
+    params.update(team=scope.team_id, now=utc(scope.now))
     where = "r.team_id = :team AND r.expires_at > :now"
-    if repo_id is not None:
+    if scope.repo_id is not None:
         where += " AND r.repo_id = :repo"
-        params["repo"] = repo_id
-    return where + _visibility_clause(project_ids, params)
+        params["repo"] = scope.repo_id
+    return where + _visibility_clause(scope.project_ids, params)
 
 
 class _SqlReader(RecordReader):
@@ -101,21 +96,12 @@ class _SqlReader(RecordReader):
         value = self._conn.execute(_REPO_PROJECT, {"team": team_id, "repo": repo_id}).scalar()
         return None if value is None else str(value)
 
-    def search(
-        self,
-        team_id: str,
-        query: str,
-        *,
-        repo_id: str | None,
-        project_ids: frozenset[str] | None,
-        limit: int,
-        now: datetime,
-    ) -> list[ScoredRecord]:
-        terms = query_terms(team_id, query)
+    def search(self, scope: Scope, query: str, limit: int) -> list[ScoredRecord]:
+        terms = query_terms(scope.team_id, query)
         if not terms:
             return []
         params: dict[str, object] = {"limit": limit}
-        where = _scope(team_id, repo_id, project_ids, now, params)
+        where = _where(scope, params)
         if self._conn.dialect.name == "sqlite":
             params["match"] = " OR ".join(f'"{t}"' for t in terms)
             sql = (
@@ -138,22 +124,13 @@ class _SqlReader(RecordReader):
             sign = 1.0
         stmt = _typed(sql, ranked=True)
         return [
-            ScoredRecord(_record(team_id, row), sign * float(row.rank))
+            ScoredRecord(_record(scope.team_id, row), sign * float(row.rank))
             for row in self._conn.execute(stmt, params)
         ]
 
-    def page(
-        self,
-        team_id: str,
-        *,
-        repo_id: str | None,
-        project_ids: frozenset[str] | None,
-        after: PagePosition | None,
-        limit: int,
-        now: datetime,
-    ) -> list[Record]:
+    def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
         params: dict[str, object] = {"n": limit}
-        where = _scope(team_id, repo_id, project_ids, now, params)
+        where = _where(scope, params)
         if after is not None:
             where += " AND (r.created_at < :ac OR (r.created_at = :ac AND r.id < :ai))"
             params["ac"], params["ai"] = utc(after.created_at), after.record_id
@@ -162,7 +139,7 @@ class _SqlReader(RecordReader):
             f" WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT :n",
             paged=after is not None,
         )
-        return [_record(team_id, row) for row in self._conn.execute(stmt, params)]
+        return [_record(scope.team_id, row) for row in self._conn.execute(stmt, params)]
 
     def signing_key(self) -> bytes:
         return self._store._signing_key(self._conn)
@@ -187,10 +164,8 @@ class _SqlWriter(_SqlReader, RecordWriter):
         self._conn.execute(records.insert(), rows)
 
     def delete(self, team_id: str, record_id: str) -> bool:
-        removed = self._conn.execute(
-            records.delete().where(records.c.team_id == team_id, records.c.id == record_id)
-        ).rowcount
-        return removed > 0
+        removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
+        return removed.rowcount > 0
 
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
         updated = self._conn.execute(

@@ -32,8 +32,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from cairn.db import utc as utc  # re-exported: the records service reads times with it
 from cairn.records.render import normalize_text
 from cairn.secrets import mask
 
@@ -63,16 +64,22 @@ class ScoredRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Scope:
+    """Which of a team's records a read sees: those of ``team_id`` not expired at ``now``,
+    of repository ``repo_id`` when given, visible to ``project_ids`` (see the module doc)."""
+
+    team_id: str
+    repo_id: str | None
+    project_ids: frozenset[str] | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class PagePosition:
     """Where a newest-first listing stopped: the last record's time and id."""
 
     created_at: datetime
     record_id: str
-
-
-def utc(value: datetime) -> datetime:
-    """``value`` as aware UTC (SQLite hands back naive datetimes; every stored time is UTC)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def new_record(team_id: str, text: str, repo_id: str | None, now: datetime) -> Record:
@@ -102,37 +109,18 @@ class RecordReader(ABC):
         has no such repository."""
 
     @abstractmethod
-    def search(
-        self,
-        team_id: str,
-        query: str,
-        *,
-        repo_id: str | None,
-        project_ids: frozenset[str] | None,
-        limit: int,
-        now: datetime,
-    ) -> list[ScoredRecord]:
-        """The team's best ``limit`` records for ``query``, best first.
+    def search(self, scope: Scope, query: str, limit: int) -> list[ScoredRecord]:
+        """The best ``limit`` records of ``scope`` for ``query``, best first.
 
         Ranked full-text search (BM25-style): the words of ``query`` are OR-ed, so a
         record matching some of them is found and records matching more (and rarer)
-        ones rank first. ``repo_id`` narrows to one repository. A query with no
-        searchable word finds nothing.
+        ones rank first. A query with no searchable word finds nothing.
         """
 
     @abstractmethod
-    def page(
-        self,
-        team_id: str,
-        *,
-        repo_id: str | None,
-        project_ids: frozenset[str] | None,
-        after: PagePosition | None,
-        limit: int,
-        now: datetime,
-    ) -> list[Record]:
-        """Up to ``limit`` records newest first (``created_at``, then ``id``, both
-        descending), starting after ``after``."""
+    def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
+        """Up to ``limit`` records of ``scope`` newest first (``created_at``, then ``id``,
+        both descending), starting after ``after``."""
 
     @abstractmethod
     def signing_key(self) -> bytes:

@@ -3,25 +3,9 @@
 A face turns the credential of a request into a :class:`~cairn.principal.Principal`
 once, with :meth:`Credentials.authenticate` (an API key's standing in its team is read
 in that same query). Every use-case then takes the principal as an argument and asks
-this module for its decision:
-
-========================================  ===============================================
-rule                                      function
-========================================  ===============================================
-who is asking (§7)                        :meth:`Credentials.authenticate`
-signing in and out (§7.2)                 :meth:`Credentials.sign_in`, ``sign_out``
-acting in another team (§7)               :meth:`Credentials.in_team`
-the service token only saves records      :func:`require_user`, :meth:`Access.team_access`
-a session mutation needs its CSRF token   :func:`require_csrf`
-which space a request names (§2, §5)      :func:`space_ref`
-member rung / platform authority (§5)     :func:`authorize_space_mutation`
-records: team, role, plan, projects (§6)  :meth:`Access.team_access`
-org-wide figures (§5)                     :meth:`Access.may_read_org`
-the admin API (§7)                        :func:`require_platform_authority`
-========================================  ===============================================
-
-Membership and standing are never cached: a member removed a moment ago is refused on
-their very next request.
+this module for its decision; docs/architecture.md ("The access model") tables each
+rule with the function here that decides it. Membership and standing are never cached:
+a member removed a moment ago is refused on their very next request.
 """
 
 from __future__ import annotations
@@ -53,10 +37,7 @@ LOCAL_TEAM = "local"
 
 #: Local single-tenant mode: one implicit team and user, every write allowed.
 LOCAL_PRINCIPAL = Principal(
-    kind=CredentialKind.LOCAL,
-    user_id="local",
-    team_id=LOCAL_TEAM,
-    team_role=TeamRole.ADMIN,
+    kind=CredentialKind.LOCAL, user_id="local", team_id=LOCAL_TEAM, team_role=TeamRole.ADMIN
 )
 
 
@@ -91,10 +72,6 @@ class Credentials:
         self._identity = identity
         self._admin_token = admin_token
         self._service_token = service_token
-
-    @property
-    def local(self) -> bool:
-        return self._identity is None
 
     def authenticate(
         self,
@@ -133,17 +110,6 @@ class Credentials:
             "sign in: send 'Authorization: Bearer <API key>' or a cairn_session cookie"
         )
 
-    def in_team(self, who: Principal, team_id: str) -> Principal:
-        """``who`` acting in ``team_id`` (``404 team_not_found`` when it cannot act there)."""
-        require_user(who)
-        if who.kind is CredentialKind.LOCAL:
-            if team_id != LOCAL_TEAM:
-                raise TeamNotFound(f"no team {team_id!r}; local mode has one team, 'local'")
-            return who
-        if self._identity is None:
-            raise TeamNotFound(f"no team {team_id!r} for this credential")
-        return self._identity.principal_in_team(who, team_id)
-
     # --- Signing in and out: browser sessions (SPEC §7.2) ---------------------------------
     # The login route throttles failed sign-ins around sign_in (brute-force protection is
     # the HTTP face's concern: cairn.api.throttle).
@@ -157,25 +123,11 @@ class Credentials:
         if self._identity is None:
             raise NotFound("local mode has no identity store")
         session = self._identity.login(email, password)
-        user = session.user
         return SignedIn(
             token=session.token,
             csrf_token=session.csrf_token,
-            user=SessionUser(
-                id=str(user["id"]),
-                email=str(user["email"]),
-                name=str(user["name"]),
-                super_admin=bool(user["super_admin"]),
-            ),
-            teams=tuple(
-                SessionTeam(
-                    id=str(t["id"]),
-                    name=str(t["name"]),
-                    org_id=str(t["org_id"]),
-                    role=str(t["role"]),
-                )
-                for t in session.teams
-            ),
+            user=SessionUser(**session.user),
+            teams=tuple(SessionTeam(**team) for team in session.teams),
         )
 
     def sign_out(self, who: Principal, session_token: str | None) -> None:
@@ -245,14 +197,13 @@ def require_csrf(who: Principal) -> None:
         )
 
 
-def require_platform_authority(who: Principal, *, mutating: bool) -> Principal:
+def require_platform_authority(who: Principal, *, mutating: bool) -> None:
     """A super-admin or the admin token (the admin API); CSRF for a session's change."""
     require_user(who)
     if not who.platform_authority:
         raise Forbidden("the admin API is for super-admins and the admin token")
     if mutating:
         require_csrf(who)
-    return who
 
 
 # --- Knowledge spaces (SPEC §2, §5) ------------------------------------------------------------
@@ -413,11 +364,8 @@ class Access:
         if who.plan and who.team_id == team_id:
             standing = Standing(who.org_id, who.plan, who.org_role, who.team_role, who.project_ids)
         else:
-            found = self._standing(who.user_id, team_id)
-            if found is None:
-                raise _team_not_found(team_id)
-            standing = found
-        if standing.team_role is None:
+            standing = self._standing(who.user_id, team_id)
+        if standing is None or standing.team_role is None:
             raise _team_not_found(team_id)
         return _decide(who, team_id, standing, action)
 

@@ -12,9 +12,6 @@ caller first and decides itself whether the caller may do it:
   (:meth:`~cairn.service.access.Access.may_read_org`); anyone else learns nothing, not
   even that the org exists (``404 not_found``).
 
-The operator CLI (``cairn admin ...``) passes the admin token's principal: the
-operator at their own console holds platform authority.
-
 In local mode (``cairn serve --local``) there is no identity store: every use-case
 that needs one answers ``404 not_found``; the instance quota still works.
 """
@@ -24,15 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from cairn.errors import CairnError, NotFound, StoreUnavailable
+from cairn.errors import CairnError, NotFound
 from cairn.identity.service import IdentityService
 from cairn.principal import Principal
 from cairn.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
 from cairn.service.access import Access, require_platform_authority, require_user
-from cairn.service.audit import AuditService
-from cairn.store.base import MemoryStore
 from cairn.store.sql import SqlStore
 
 log = logging.getLogger("cairn.admin")
@@ -81,19 +75,12 @@ class CreatedKey:
     key: str = field(repr=False)
 
 
-def _org_view(org: dict[str, Any]) -> OrgView:
-    quota = org["memory_quota_bytes"]
-    return OrgView(
-        id=str(org["id"]),
-        name=str(org["name"]),
-        plan=str(org["plan"]),
-        memory_quota_bytes=None if quota is None else int(quota),
-    )
+def _team_ceiling(quota_bytes: int | None) -> int:
+    """An org's quota as its teams' counters hold it: None is SPEC §4's default."""
+    return DEFAULT_TEAM_AGGREGATE_QUOTA if quota_bytes is None else int(quota_bytes)
 
 
 class AdminService:
-    """Every admin use-case, over the identity store and the SQL document store's counters."""
-
     def __init__(self, identity: IdentityService | None, store: SqlStore) -> None:
         self._identity = identity
         self._store = store
@@ -104,8 +91,8 @@ class AdminService:
             raise NotFound("local mode has no identity store")
         return self._identity
 
-    def _authorized(self, who: Principal, *, mutating: bool = True) -> IdentityService:
-        require_platform_authority(who, mutating=mutating)
+    def _authorized(self, who: Principal) -> IdentityService:
+        require_platform_authority(who, mutating=True)
         return self._identity_store()
 
     # --- users, orgs, teams, projects, repositories ------------------------------------
@@ -122,12 +109,11 @@ class AdminService:
         return self._authorized(who).create_user(email, password, name, super_admin)
 
     def create_org(self, who: Principal, name: str, plan: str = "free") -> str:
-        """Create an org on ``plan``; return its id."""
         return self._authorized(who).create_org(name, plan)
 
     def update_org(self, who: Principal, org_id: str, *, plan: str | None = None) -> OrgView:
         """Change the org's plan (None leaves it); return the org."""
-        return _org_view(self._authorized(who).update_org(org_id, plan=plan))
+        return OrgView(**self._authorized(who).update_org(org_id, plan=plan))
 
     def set_org_quota(
         self, who: Principal, org_id: str, quota_bytes: int | None, *, plan: str | None = None
@@ -140,7 +126,7 @@ class AdminService:
         """
         identity = self._authorized(who)
         org = identity.update_org(org_id, plan=plan, memory_quota_bytes=quota_bytes)
-        ceiling = DEFAULT_TEAM_AGGREGATE_QUOTA if quota_bytes is None else quota_bytes
+        ceiling = _team_ceiling(quota_bytes)
         updated: list[str] = []
         failed: list[str] = []
         for team_id in identity.org_team_ids(org_id):
@@ -151,7 +137,7 @@ class AdminService:
                 failed.append(team_id)
             else:
                 updated.append(team_id)
-        return OrgQuotaResult(_org_view(org), tuple(updated), tuple(failed))
+        return OrgQuotaResult(OrgView(**org), tuple(updated), tuple(failed))
 
     def add_org_member(self, who: Principal, org_id: str, user_id: str, role: str) -> None:
         """Add the user to the org as ``role`` (owner|admin|member), or change their role."""
@@ -206,45 +192,13 @@ class AdminService:
     def org_usage(self, who: Principal, org_id: str) -> OrgUsage:
         """Bytes used by each team of the org, for the org's members (SPEC §5)."""
         require_user(who)
-        # A non-member learns nothing, not even that the org exists.
         if not self._access.may_read_org(who, org_id):
             raise NotFound(f"no org with id {org_id!r}")
         identity = self._identity_store()
-        org = _org_view(identity.get_org(org_id))
-        teams = []
-        for team_id in identity.org_team_ids(org_id):
-            used, quota = self._store.team_usage(team_id)
-            teams.append(TeamUsage(team_id, int(used), int(quota)))
-        quota_bytes = org.memory_quota_bytes
-        return OrgUsage(
-            memory_used_bytes=sum(t.used_bytes for t in teams),
-            effective_memory_quota_bytes=(
-                DEFAULT_TEAM_AGGREGATE_QUOTA if quota_bytes is None else quota_bytes
-            ),
-            teams=tuple(teams),
+        quota_bytes = identity.get_org(org_id)["memory_quota_bytes"]
+        teams = tuple(
+            TeamUsage(team_id, *self._store.team_usage(team_id))
+            for team_id in identity.org_team_ids(org_id)
         )
-
-
-# --- composition ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AdminServices:
-    """What the admin faces call: the admin use-cases and the platform audit log."""
-
-    admin: AdminService
-    audit: AuditService
-
-
-def build_admin_services(identity: IdentityService | None, store: MemoryStore) -> AdminServices:
-    """The admin services over one identity store (None in local mode) and the SQL store.
-
-    ``store`` must be the SQL document store: the team and instance counters and the
-    audit log live in its database.
-    """
-    if not isinstance(store, SqlStore):
-        raise StoreUnavailable(
-            "administration needs the SQL document store (its team counters and audit log); "
-            f"this server runs on {type(store).__name__}"
-        )
-    return AdminServices(admin=AdminService(identity, store), audit=AuditService(store))
+        used = sum(t.used_bytes for t in teams)
+        return OrgUsage(used, _team_ceiling(quota_bytes), teams)

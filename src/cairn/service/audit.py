@@ -27,8 +27,6 @@ class AuditEvent:
 
 
 class AuditService:
-    """Reads the audit log of a SQL store."""
-
     def __init__(self, store: SqlStore) -> None:
         self._store = store
 

@@ -61,25 +61,12 @@ from cairn.records.store import (
     Record,
     RecordReader,
     RecordStore,
+    Scope,
     new_record,
     utc,
 )
 from cairn.secrets import mask
 from cairn.service.access import Access, Action, TeamAccess
-
-__all__ = [
-    "PAGE_SIZE",
-    "ListedRecord",
-    "MemorySettings",
-    "MemoryState",
-    "Record",
-    "RecordHit",
-    "RecordPage",
-    "RecordService",
-    "SearchAnswer",
-    "build_record_service",
-    "iso",
-]
 
 log = logging.getLogger("cairn.records")
 
@@ -97,8 +84,6 @@ class MemoryState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RecordHit:
-    """One search result; ``text`` is the record's fenced block."""
-
     id: str
     repo_id: str | None
     score: float
@@ -117,8 +102,6 @@ class SearchAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ListedRecord:
-    """One record of a listing; ``text`` is the record's fenced block."""
-
     id: str
     repo_id: str | None
     created_at: datetime
@@ -153,14 +136,10 @@ def iso(value: datetime) -> str:
 
 
 class RecordService:
-    """Save, search, list, delete, settings and purge of team memory records."""
-
     def __init__(self, store: RecordStore, access: Access, limiter: RateLimiter) -> None:
         self._store = store
         self._access = access
         self._limiter = limiter
-
-    # --- access -------------------------------------------------------------------------
 
     def check_access(self, who: Principal, team_id: str, action: Action) -> None:
         """The refusals that come before a request's fields (``404 team_not_found``,
@@ -188,7 +167,7 @@ class RecordService:
         before it is stored; the record expires 365 days after ``now``.
         """
         access = self._access.team_access(who, team_id, Action.SAVE)
-        return self._save(access, text, repo_id, now)
+        return self._insert(access, [(text, repo_id)], now)[0]
 
     def save_as_server(
         self,
@@ -200,7 +179,8 @@ class RecordService:
     ) -> Record:
         """:meth:`save` for the host application's own server code, in-process (no
         credential: it is the server). The same refusals, but for ``403``."""
-        return self._save(self._access.team_for_save(team_id), text, repo_id, now)
+        access = self._access.team_for_save(team_id)
+        return self._insert(access, [(text, repo_id)], now)[0]
 
     def save_many(
         self,
@@ -218,37 +198,30 @@ class RecordService:
         transactions of ``chunk`` records.
         """
         access = self._access.team_for_save(team_id)
+        return [r.id for r in self._insert(access, items, now, chunk)]
+
+    def _insert(
+        self,
+        access: TeamAccess,
+        items: Iterable[tuple[str, str | None]],
+        now: datetime | None,
+        chunk: int = 2000,
+    ) -> builtins.list[Record]:
         pairs = list(items)
         for text, repo_id in pairs:
             _check_text(text)
             _check_repo_id(repo_id)
         _check_plan(access)
         created = self._now(now)
-        rows = [new_record(team_id, text, repo_id, created) for text, repo_id in pairs]
+        rows = [new_record(access.team_id, text, repo_id, created) for text, repo_id in pairs]
         for start in range(0, len(rows), chunk):
             with self._store.writing() as tx:
                 if start == 0:
-                    _check_memory_on(tx, team_id)
+                    _check_memory_on(tx, access.team_id)
                     for repo_id in sorted({r.repo_id for r in rows if r.repo_id is not None}):
                         _check_repo(tx, access, repo_id)
                 tx.insert(rows[start : start + chunk])
-        return [r.id for r in rows]
-
-    def _save(
-        self, access: TeamAccess, text: str, repo_id: str | None, now: datetime | None
-    ) -> Record:
-        _check_text(text)
-        _check_repo_id(repo_id)
-        _check_plan(access)
-        record = new_record(access.team_id, text, repo_id, self._now(now))
-        with self._store.writing() as tx:
-            _check_memory_on(tx, access.team_id)
-            if repo_id is not None:
-                _check_repo(tx, access, repo_id)
-            tx.insert([record])
-        return record
-
-    # --- search ---------------------------------------------------------------------------
+        return rows
 
     def search(
         self,
@@ -266,7 +239,7 @@ class RecordService:
         is ``state`` off with no hits. The query is masked before it is used.
         """
         access = self._access.team_access(who, team_id, Action.READ)
-        _check_query(query)
+        _check_text(query, "query", MAX_QUERY)
         _check_limit(limit)
         _check_repo_id(repo_id)
         _check_plan(access)
@@ -277,24 +250,13 @@ class RecordService:
             if repo_id is not None:
                 _check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
-                found = tx.search(
-                    access.team_id,
-                    masked,
-                    repo_id=repo_id,
-                    project_ids=access.project_ids,
-                    limit=limit,
-                    now=self._now(now),
-                )
+                scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
+                found = tx.search(scope, masked, limit)
         log.info("records search", extra={"team_id": access.team_id, "results": len(found)})
         hits = tuple(
-            RecordHit(
-                id=hit.record.id,
-                repo_id=hit.record.repo_id,
-                score=hit.score,
-                created_at=hit.record.created_at,
-                text=render_text(hit.record.text),
-            )
+            RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text))
             for hit in found
+            for r in [hit.record]
         )
         return SearchAnswer(MemoryState.ON, NOTICE, hits)
 
@@ -374,14 +336,8 @@ class RecordService:
             if repo_id is not None:
                 _check_repo(tx, access, repo_id)
             on = tx.enabled(access.team_id) and access.plan_allows
-            rows = tx.page(
-                access.team_id,
-                repo_id=repo_id,
-                project_ids=access.project_ids,
-                after=after,
-                limit=page_size + 1,
-                now=self._now(now),
-            )
+            scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
+            rows = tx.page(scope, after, page_size + 1)
         token: str | None = None
         if len(rows) > page_size:
             rows = rows[:page_size]
@@ -410,19 +366,11 @@ def build_record_service(
 # --- the gates ------------------------------------------------------------------------------
 
 
-def _check_text(text: object) -> None:
-    if not isinstance(text, str) or not 1 <= len(text) <= MAX_TEXT or not _is_unicode(text):
+def _check_text(text: object, field: str = "text", most: int = MAX_TEXT) -> None:
+    if not isinstance(text, str) or not 1 <= len(text) <= most or not _is_unicode(text):
         raise InvalidRequest(
-            f"field 'text' must be 1 to {MAX_TEXT:,} characters of valid Unicode text",
-            field="text",
-        )
-
-
-def _check_query(query: object) -> None:
-    if not isinstance(query, str) or not 1 <= len(query) <= MAX_QUERY or not _is_unicode(query):
-        raise InvalidRequest(
-            f"field 'query' must be 1 to {MAX_QUERY:,} characters of valid Unicode text",
-            field="query",
+            f"field {field!r} must be 1 to {most:,} characters of valid Unicode text",
+            field=field,
         )
 
 
@@ -513,11 +461,8 @@ def _read_cursor(key: bytes, token: str, access: TeamAccess, repo_id: str | None
     try:
         body_text, mac_text = token.split(".", 1)
         body, mac = _unb64(body_text), _unb64(mac_text)
-    except (ValueError, TypeError) as exc:
-        raise bad from exc
-    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-        raise bad
-    try:
+        if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
+            raise bad
         payload = json.loads(body)
         bound = (payload["t"], payload["v"], payload["r"])
         position = PagePosition(utc(datetime.fromisoformat(payload["c"])), str(payload["i"]))

@@ -31,8 +31,6 @@ from cairn.store.base import MemoryStore, Progress
 
 
 class SpaceService:
-    """The knowledge-space verbs: read / list / usage / write / delete / export / import."""
-
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 

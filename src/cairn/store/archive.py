@@ -336,7 +336,8 @@ def _write_members(
     """Pass 2: send each acceptable member through ``store.write``."""
     report = ImportReport()
     seen: set[str] = set()
-    max_doc = _max_document(store)
+    # The store's document cap, to skip reading an oversized member into memory.
+    max_doc = store.limits.max_document if store.limits else DEFAULT_MAX_DOCUMENT_SIZE
     reader = _CountingReader(spool, lambda: IMPORT_HARD_CEILING)
     try:
         for tar, member in _members(reader):
@@ -350,9 +351,8 @@ def _write_members(
             except UnicodeEncodeError:
                 report.rejected.append(Rejected(shown, "the member name is not valid UTF-8"))
                 continue
-            name = member.name[2:] if member.name.startswith("./") else member.name
             try:
-                path = validate_doc_path(name)
+                path = validate_doc_path(member.name.removeprefix("./"))
             except CairnError as exc:
                 report.rejected.append(Rejected(shown, exc.message))
                 continue
@@ -431,33 +431,19 @@ def _type_reason(member: tarfile.TarInfo) -> str | None:
     """Why a member is not a regular file, or None when it is one."""
     if member.type in _ACCEPTED_TYPES and not member.isdir():
         return None
-    kind = (
-        "a symbolic link"
-        if member.issym()
-        else "a hard link"
-        if member.islnk()
-        else "a directory"
-        if member.isdir()
-        else "a character device"
-        if member.ischr()
-        else "a block device"
-        if member.isblk()
-        else "a FIFO"
-        if member.isfifo()
-        else "a sparse file"
-        if member.type == tarfile.GNUTYPE_SPARSE
-        else f"of unsupported type {member.type!r}"
+    kinds = (
+        (member.issym(), "a symbolic link"),
+        (member.islnk(), "a hard link"),
+        (member.isdir(), "a directory"),
+        (member.ischr(), "a character device"),
+        (member.isblk(), "a block device"),
+        (member.isfifo(), "a FIFO"),
+        (member.type == tarfile.GNUTYPE_SPARSE, "a sparse file"),
     )
+    kind = next((kind for hit, kind in kinds if hit), f"of unsupported type {member.type!r}")
     return f"the member is {kind}; only regular .md files are imported"
 
 
 def _shown_name(name: str) -> str:
     """A member name safe to report: undecodable bytes become U+FFFD."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def _max_document(store: MemoryStore) -> int:
-    """The store's document cap, to skip reading an oversized member into memory."""
-    limits = getattr(store, "limits", None)
-    value = getattr(limits, "max_document", None)
-    return value if isinstance(value, int) else DEFAULT_MAX_DOCUMENT_SIZE

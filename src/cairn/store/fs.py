@@ -75,9 +75,8 @@ Infos = list[DocumentInfo]
 class FilesystemStore(MemoryStore):
     """A :class:`~cairn.store.base.MemoryStore` over a directory tree (SPEC §10).
 
-    ``limits`` defaults to :meth:`Limits.from_env` (``CAIRN_MEMORY_QUOTA_<VISIBILITY>``,
-    ``CAIRN_MEMORY_QUOTA_ORG_TOTAL``, ``CAIRN_MEMORY_MAX_DOC``); an invalid value is an
-    :class:`~cairn.errors.InvalidRequest` naming the variable. One whole-tree counter
+    ``limits`` defaults to SPEC §4's :class:`~cairn.quota.Limits`; the CLI passes
+    :meth:`cairn.config.Config.limits` (the ``CAIRN_MEMORY_*`` overrides). One whole-tree counter
     (``limits.team_quota``) is charged for every write, global included. ``private``
     spaces are refused on every document operation (they have no durable home here).
 
@@ -94,7 +93,7 @@ class FilesystemStore(MemoryStore):
 
     def __init__(self, root: str | os.PathLike[str], limits: Limits | None = None) -> None:
         self.root = Path(os.path.abspath(os.fspath(root)))
-        self.limits = limits if limits is not None else Limits.from_env(os.environ)
+        self.limits = limits or Limits()
         self._etags: dict[tuple[int, ...], str] = {}
 
     # --- The interface --------------------------------------------------------------------
@@ -145,13 +144,13 @@ class FilesystemStore(MemoryStore):
         out: Infos = []
         with _os_errors(prefix):
             for doc_path, comps, st in self._walk_space(ref, prefix):
-                etag = self._cached_etag(st)
+                etag = self._etags.get(_stat_key(st))
                 if etag is None:
                     got = self._read_file(space_components(ref) + comps, doc_path)
                     if got is None:  # removed while listing
                         continue
-                    st = got[1]
-                    etag = self._remember_etag(got[1], got[0])
+                    data, st = got
+                    etag = self._remember_etag(st, data)
                 out.append(DocumentInfo(doc_path, st.st_size, _mtime(st), etag))
         out.sort(key=lambda info: info.path)
         return out
@@ -295,12 +294,6 @@ class FilesystemStore(MemoryStore):
             )
         return ref
 
-    def _open_root(self) -> int | None:
-        try:
-            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-
     def _open_dirs(self, comps: Components, path: str, *, create: bool = False) -> int | None:
         """A descriptor of the directory ``root/comps``, walked without following links.
 
@@ -308,8 +301,9 @@ class FilesystemStore(MemoryStore):
         """
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
-        fd = self._open_root()
-        if fd is None:
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
             return None
         try:
             for comp in comps:
@@ -441,9 +435,6 @@ class FilesystemStore(MemoryStore):
             return None
         return content_etag(existing[0]) if with_data else ""
 
-    def _cached_etag(self, st: os.stat_result) -> str | None:
-        return self._etags.get(_stat_key(st))
-
     def _remember_etag(self, st: os.stat_result, data: bytes) -> str:
         if len(self._etags) >= _ETAG_CACHE_MAX:
             self._etags.clear()
@@ -532,12 +523,8 @@ def _atomic_write(
 
 
 def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+    with open(fd, "rb", closefd=False) as file:
+        return file.read()
 
 
 def _document(path: str, data: bytes, st: os.stat_result) -> Document:

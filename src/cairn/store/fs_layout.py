@@ -54,8 +54,7 @@ _FINAL_MARK = {"file": "~.", "dir": "~d", "qual": "~q"}
 
 def _chunks(segment: str) -> list[str]:
     out: list[str] = []
-    current = ""
-    size = 0
+    current, size = "", 0
     for ch in segment:
         n = len(ch.encode("utf-8", "surrogatepass"))
         if current and size + n > MAX_VERBATIM_BYTES:
@@ -85,19 +84,14 @@ def encode_segment(segment: str, kind: str) -> list[str]:
 
 def encode_doc_path(path: str) -> list[str]:
     """The on-disk components of a (validated) document path, relative to its space."""
-    segments = path.split("/")
-    out: list[str] = []
-    for seg in segments[:-1]:
-        out.extend(encode_segment(seg, "dir"))
-    out.extend(encode_segment(segments[-1], "file"))
-    return out
+    directory, _, name = path.rpartition("/")
+    return encode_dir_prefix(directory) + encode_segment(name, "file")
 
 
 def encode_dir_prefix(prefix: str) -> list[str]:
-    out: list[str] = []
-    for seg in prefix.split("/") if prefix else []:
-        out.extend(encode_segment(seg, "dir"))
-    return out
+    """The on-disk components of a directory prefix ('' is the space's own directory)."""
+    segments = prefix.split("/") if prefix else []
+    return [comp for seg in segments for comp in encode_segment(seg, "dir")]
 
 
 def _qualifiers(visibility: Visibility) -> list[str]:
@@ -211,24 +205,3 @@ class UsageState:
         if not ok:
             return None
         return cls(tree, {str(k): int(v) for k, v in spaces.items()}, bool(body.get("dirty")))
-
-
-__all__ = [
-    "LOCK_FILE",
-    "Components",
-    "MAX_VERBATIM_BYTES",
-    "QUALIFIER_ORDER",
-    "STATE_FILE",
-    "TEMP_PREFIX",
-    "TEMP_SUFFIX",
-    "UsageState",
-    "decode_component",
-    "directory_named",
-    "document_named",
-    "encode_dir_prefix",
-    "encode_doc_path",
-    "encode_segment",
-    "space_components",
-    "space_depth",
-    "space_named",
-]

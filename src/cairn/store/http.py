@@ -29,7 +29,6 @@ from cairn.store.base import (
     ImportReport,
     ImportStrategy,
     MemoryStore,
-    PlatformGrant,
     Progress,
     Usage,
     WriteResult,
@@ -49,8 +48,10 @@ def _if_match(etag: str | None) -> dict[str, str]:
     return {"If-Match": f'"{etag}"'} if etag is not None else {}
 
 
-def _when(value: str) -> datetime:
-    return datetime.fromisoformat(value)
+def _info(body: dict[str, Any]) -> DocumentInfo:
+    """A document's metadata as the server renders it."""
+    when = datetime.fromisoformat(body["updated_at"])
+    return DocumentInfo(body["path"], int(body["size_bytes"]), when, body["etag"])
 
 
 class HttpMemoryStore(MemoryStore):
@@ -112,13 +113,8 @@ class HttpMemoryStore(MemoryStore):
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
-        return Document(
-            path=body["path"],
-            content=body["content"],
-            size_bytes=int(body["size_bytes"]),
-            updated_at=_when(body["updated_at"]),
-            etag=body["etag"],
-        )
+        info = _info(body)
+        return Document(info.path, body["content"], info.size_bytes, info.updated_at, info.etag)
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         # The grant only says the caller claims authority: the server checks it again
@@ -147,15 +143,7 @@ class HttpMemoryStore(MemoryStore):
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         params = self._params(ref, dir=dir) if dir else self._params(ref)
         body = self._request("GET", "/api/memory/docs", params=params).json()
-        return [
-            DocumentInfo(
-                path=d["path"],
-                size_bytes=int(d["size_bytes"]),
-                updated_at=_when(d["updated_at"]),
-                etag=d["etag"],
-            )
-            for d in body["documents"]
-        ]
+        return [_info(d) for d in body["documents"]]
 
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
@@ -184,8 +172,7 @@ class HttpMemoryStore(MemoryStore):
                 "GET", "/api/memory/export", params=self._params(ref)
             ) as response:
                 if response.status_code >= 400:
-                    response.read()
-                    raise error_from_response(response)
+                    raise error_from_response(response)  # it reads the streamed body
                 for chunk in response.iter_bytes(_CHUNK):
                     sink.write(chunk)
         except httpx.HTTPError as exc:
@@ -197,25 +184,15 @@ class HttpMemoryStore(MemoryStore):
         ref: SpaceRef,
         source: BinaryIO,
         strategy: ImportStrategy = ImportStrategy.SKIP,
-        *,
-        grant: PlatformGrant | None = None,
-        progress: Progress | None = None,
+        **_: Any,
     ) -> ImportReport:
         # The server streams the archive in and out: no per-document progress here; and
-        # it decides platform authority from the credential.
-
-        def chunks() -> Iterator[bytes]:
-            while True:
-                data = source.read(_CHUNK)
-                if not data:
-                    return
-                yield data
-
+        # it decides platform authority from the credential (so no ``grant`` either).
         body = self._request(
             "POST",
             "/api/memory/import",
             params=self._params(ref, strategy=parse_import_strategy(strategy).value),
-            content=chunks(),
+            content=iter(lambda: source.read(_CHUNK), b""),
             headers={"Content-Type": "application/gzip"},
         ).json()
         return ImportReport(

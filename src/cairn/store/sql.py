@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,6 +43,7 @@ from cairn.db import (
     make_engine,
     read_transaction,
     upgrade,
+    utc,
     utcnow,
     validate_schema_name,
     write_transaction,
@@ -105,12 +105,6 @@ def _space_key(space_id: str) -> str:
     return hashlib.sha256(space_id.encode("utf-8")).hexdigest()
 
 
-def _aware(value: datetime) -> datetime:
-    # SQLite hands timestamps back naive (they were stored as UTC); PostgreSQL in the
-    # session time zone.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _exceeded(limit: str, used: int, quota: int, needed: int) -> QuotaExceeded:
     return QuotaExceeded(
         f"{limit} quota exceeded: {used} of {quota} bytes used, the write needs {needed} more",
@@ -134,11 +128,9 @@ class _Statements:
 
     def __init__(self, dialect: str) -> None:
         insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
-        doc_where = (
-            D.c.tenant_id == _bp("t"),
-            D.c.space_key == _bp("k"),
-            D.c.space_id == _bp("sid"),
-        )
+        # A space's row address, bound from SqlStore._address.
+        address = {"tenant_id": _bp("t"), "space_key": _bp("k"), "space_id": _bp("sid")}
+        doc_where = [D.c[name] == value for name, value in address.items()]
         one_doc = (*doc_where, D.c.path == _bp("p"))
         in_dir = (D.c.path >= _bp("lo"), D.c.path < _bp("hi"))
         after = D.c.path > _bp("after")
@@ -148,33 +140,21 @@ class _Statements:
         self.read_doc = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
             *one_doc
         )
+        # What a write stores, bound from SqlStore._write.
+        body = {
+            "content": _bp("content"),
+            "size_bytes": _bp("size"),
+            "etag": _bp("etag"),
+            "updated_at": _bp("now"),
+        }
         self.insert_doc = (
             insert(D)
-            .values(
-                tenant_id=_bp("t"),
-                space_key=_bp("k"),
-                space_id=_bp("sid"),
-                path=_bp("p"),
-                visibility=_bp("vis"),
-                content=_bp("content"),
-                size_bytes=_bp("size"),
-                etag=_bp("etag"),
-                updated_at=_bp("now"),
-            )
+            .values(**address, path=_bp("p"), visibility=_bp("vis"), **body)
             .on_conflict_do_nothing(index_elements=[D.c.tenant_id, D.c.space_key, D.c.path])
             # RETURNING, not rowcount: a driver need not report the rowcount of an INSERT.
             .returning(D.c.size_bytes)
         )
-        self.update_doc = (
-            sa.update(D)
-            .where(*one_doc)
-            .values(
-                content=_bp("content"),
-                size_bytes=_bp("size"),
-                etag=_bp("etag"),
-                updated_at=_bp("now"),
-            )
-        )
+        self.update_doc = sa.update(D).where(*one_doc).values(**body)
         self.delete_doc = sa.delete(D).where(*one_doc)
         self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
         self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
@@ -194,12 +174,7 @@ class _Statements:
         # The compare-and-swap: a credit always passes, a charge only within the quota.
         self.charge_space = (
             insert(S)
-            .values(
-                tenant_id=_bp("t"),
-                space_key=_bp("k"),
-                space_id=_bp("sid"),
-                used_bytes=_bp("fresh", sa.BigInteger),
-            )
+            .values(**address, used_bytes=_bp("fresh", sa.BigInteger))
             .on_conflict_do_update(
                 index_elements=[S.c.tenant_id, S.c.space_key],
                 set_={S.c.used_bytes: s_new},
@@ -237,7 +212,7 @@ class _Statements:
             )
         )
         self.space_used = sa.select(S.c.used_bytes).where(
-            S.c.tenant_id == _bp("t"), S.c.space_key == _bp("k"), S.c.space_id == _bp("sid")
+            *(S.c[name] == value for name, value in address.items())
         )
         self.tenant_used = sa.select(T.c.used_bytes, T.c.quota_bytes).where(
             T.c.tenant_id == _bp("t")
@@ -315,8 +290,7 @@ class SqlStore(MemoryStore):
                 "belongs to a team, so the caller must stamp the team id onto the ref",
                 field="tenant",
             )
-        space_id = ref.id
-        return {"t": ref.tenant or NO_TENANT, "k": _space_key(space_id), "sid": space_id}
+        return {"t": ref.tenant or NO_TENANT, "k": _space_key(ref.id), "sid": ref.id}
 
     @staticmethod
     def _dir_range(prefix: str) -> dict[str, str]:
@@ -332,7 +306,7 @@ class SqlStore(MemoryStore):
             row = conn.execute(self._sql.read_doc, {**addr, "p": path}).first()
         if row is None:
             raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
-        return Document(path, row.content, row.size_bytes, _aware(row.updated_at), row.etag)
+        return Document(path, row.content, row.size_bytes, utc(row.updated_at), row.etag)
 
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         addr = self._address(ref)
@@ -342,7 +316,7 @@ class SqlStore(MemoryStore):
                 rows = conn.execute(self._sql.list_dir, {**addr, **self._dir_range(prefix)})
             else:
                 rows = conn.execute(self._sql.list_all, addr)
-            return [DocumentInfo(r.path, r.size_bytes, _aware(r.updated_at), r.etag) for r in rows]
+            return [DocumentInfo(r.path, r.size_bytes, utc(r.updated_at), r.etag) for r in rows]
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
         """Stream documents in path order, a bounded batch at a time.
@@ -368,7 +342,7 @@ class SqlStore(MemoryStore):
                 with read_transaction(self.engine) as conn:
                     rows = conn.execute(self._sql.fetch_docs, {**addr, "paths": batch}).all()
                 for r in rows:
-                    yield Document(r.path, r.content, r.size_bytes, _aware(r.updated_at), r.etag)
+                    yield Document(r.path, r.content, r.size_bytes, utc(r.updated_at), r.etag)
                 del rows
             if len(meta) < _ITER_META_PAGE:
                 return
@@ -476,15 +450,8 @@ class SqlStore(MemoryStore):
             raise _exceeded(limit, int(current.used_bytes), int(current.quota_bytes), delta)
 
         if attributed is not None:
-            conn.execute(
-                self._sql.attribute_tenant,
-                {
-                    "t": attributed,
-                    "d": delta,
-                    "fresh": fresh,
-                    "default_quota": self.limits.team_quota,
-                },
-            )
+            team = {**params, "t": attributed, "default_quota": self.limits.team_quota}
+            conn.execute(self._sql.attribute_tenant, team)
 
     # --- Admin --------------------------------------------------------------------------
 
@@ -513,7 +480,7 @@ class SqlStore(MemoryStore):
                 .order_by(A.c.at.desc(), A.c.id.desc())
                 .limit(limit)
             ).mappings()
-            return [{**r, "at": _aware(r["at"])} for r in rows]
+            return [{**r, "at": utc(r["at"])} for r in rows]
 
     def _set_quota(self, tenant: str, quota_bytes: int) -> None:
         with write_transaction(self.engine) as conn:

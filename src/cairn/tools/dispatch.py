@@ -80,7 +80,6 @@ def ref_for_block(
     *,
     tenant: str = "",
     cwd: str | None = None,
-    default_user: str | None = None,
     bot_fallback: str | None = None,
 ) -> SpaceRef:
     """The space a memory block addresses.
@@ -89,20 +88,15 @@ def ref_for_block(
     encoded as in SPEC §2; ``user`` defaults to the login name; ``bot`` to
     ``bot_fallback`` (the configuration file's directory name).
     """
-    project_dir = block.project or cwd or os.getcwd()
-    user = block.user or default_user or _login_name()
     bot = block.bot or bot_fallback
     if block.visibility is Visibility.BOT and not bot:
         raise InvalidRequest(
             "a bot memory space needs a bot id: set memory.scope.bot or pass --bot"
         )
+    project = encode_workdir_key(block.project or cwd or os.getcwd())
+    user = block.user or _login_name()
     return SpaceRef.build(
-        block.visibility,
-        block.name,
-        tenant=tenant,
-        project=encode_workdir_key(project_dir),
-        bot=bot,
-        user=user,
+        block.visibility, block.name, tenant=tenant, project=project, bot=bot, user=user
     )
 
 
@@ -165,13 +159,9 @@ class MemoryTools:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The tools offered, in a stable order."""
-        out = [MEMORY_READ, MEMORY_LIST]
-        if self.write_enabled:
-            out.insert(1, MEMORY_WRITE)
-        if self.searcher is not None:
-            out.append(MEMORY_SEARCH)
-        return tuple(out)
+        """The tools offered, in the order of :data:`SPECS` (read, write, list, search)."""
+        withheld = {MEMORY_WRITE: not self.write_enabled, MEMORY_SEARCH: self.searcher is None}
+        return tuple(name for name in SPECS if not withheld.get(name))
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -241,27 +231,15 @@ class MemoryTools:
                 "call memory_list to see what exists",
                 path=path,
             )
-        return ToolResult(
-            False,
-            doc.content,
-            data={"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag},
-        )
+        data = {"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag}
+        return ToolResult(False, doc.content, data=data)
 
     def _list(self, args: dict[str, Any]) -> ToolResult:
         _only(args, MEMORY_LIST, {"dir"})
         directory = args.get("dir") or ""
         if not isinstance(directory, str):
             raise InvalidRequest("dir must be a string such as 'topics'")
-        docs = self.service.list(self.ref, directory)
-        rows = [
-            {
-                "path": d.path,
-                "size_bytes": d.size_bytes,
-                "updated_at": d.updated_at.isoformat(),
-                "etag": d.etag,
-            }
-            for d in docs
-        ]
+        rows = [d.as_json() for d in self.service.list(self.ref, directory)]
         if not rows:
             where = f" under {directory!r}" if directory else ""
             text = f"no documents{where} in this memory space yet"
@@ -282,24 +260,12 @@ class MemoryTools:
             )
         _only(args, MEMORY_WRITE, {"path", "content", "if_match"})
         path = _str_arg(args, "path")
-        content = args.get("content")
-        if not isinstance(content, str):
-            raise InvalidRequest("content must be a string: the whole Markdown body")
-        if_match = args.get("if_match")
-        if if_match is not None and not isinstance(if_match, str):
-            raise InvalidRequest("if_match must be a string etag")
+        content = _str_arg(args, "content", "content must be a string: the whole Markdown body")
+        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
         result = self.service.write(self.who, self.ref, path, content, if_match=if_match)
         verb = "created" if result.created else "replaced"
-        return ToolResult(
-            False,
-            f"{verb} {result.path} ({result.size_bytes} bytes, etag {result.etag})",
-            data={
-                "path": result.path,
-                "size_bytes": result.size_bytes,
-                "etag": result.etag,
-                "created": result.created,
-            },
-        )
+        text = f"{verb} {result.path} ({result.size_bytes} bytes, etag {result.etag})"
+        return ToolResult(False, text, data=result.as_json())
 
     def _search(self, args: dict[str, Any]) -> ToolResult:
         if self.searcher is None:
@@ -310,9 +276,7 @@ class MemoryTools:
             )
         _only(args, MEMORY_SEARCH, {"query", "repo_id", "limit"})
         query = _str_arg(args, "query")
-        repo_id = args.get("repo_id")
-        if repo_id is not None and not isinstance(repo_id, str):
-            raise InvalidRequest("repo_id must be a string")
+        repo_id = _optional_str(args, "repo_id", "repo_id must be a string")
         limit = args.get("limit")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidRequest("limit must be a whole number from 1 to 50")
@@ -376,10 +340,17 @@ def _only(args: Mapping[str, Any], tool: str, allowed: set[str]) -> None:
         )
 
 
-def _str_arg(args: Mapping[str, Any], name: str) -> str:
+def _str_arg(args: Mapping[str, Any], name: str, refusal: str = "") -> str:
     value = args.get(name)
     if not isinstance(value, str):
-        raise InvalidRequest(f"{name} is required and must be a string")
+        raise InvalidRequest(refusal or f"{name} is required and must be a string")
+    return value
+
+
+def _optional_str(args: Mapping[str, Any], name: str, refusal: str) -> str | None:
+    value = args.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(refusal)
     return value
 
 

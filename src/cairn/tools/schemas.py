@@ -21,6 +21,10 @@ _PATH_RULES = (
     "'MEMORY.md' or 'topics/deploy.md', never './MEMORY.md', 'topics//deploy.md', "
     "an absolute path or a '..' segment. An error result names the canonical form to retry with."
 )
+_PATH_ARG = {
+    "type": "string",
+    "description": "Document path, e.g. 'MEMORY.md' or 'topics/deploy.md'.",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +34,9 @@ class ToolSpec:
     name: str
     description: str
     input_schema: dict[str, Any]
-    read_only: bool
-    destructive: bool
-    idempotent: bool
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
 
     def anthropic(self) -> dict[str, Any]:
         """``{"name", "description", "input_schema"}`` (Anthropic Messages API)."""
@@ -66,18 +70,10 @@ SPECS: dict[str, ToolSpec] = {
         ),
         input_schema={
             "type": "object",
-            "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "Document path, e.g. 'MEMORY.md' or 'topics/deploy.md'.",
-                }
-            },
+            "properties": {"path": _PATH_ARG},
             "required": ["path"],
             "additionalProperties": False,
         },
-        read_only=True,
-        destructive=False,
-        idempotent=True,
     ),
     MEMORY_WRITE: ToolSpec(
         name=MEMORY_WRITE,
@@ -94,10 +90,7 @@ SPECS: dict[str, ToolSpec] = {
         input_schema={
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "Document path, e.g. 'MEMORY.md' or 'topics/deploy.md'.",
-                },
+                "path": _PATH_ARG,
                 "content": {
                     "type": "string",
                     "description": "The complete new Markdown content of the document.",
@@ -113,7 +106,6 @@ SPECS: dict[str, ToolSpec] = {
         },
         read_only=False,
         destructive=True,
-        idempotent=True,
     ),
     MEMORY_LIST: ToolSpec(
         name=MEMORY_LIST,
@@ -133,9 +125,6 @@ SPECS: dict[str, ToolSpec] = {
             },
             "additionalProperties": False,
         },
-        read_only=True,
-        destructive=False,
-        idempotent=True,
     ),
     MEMORY_SEARCH: ToolSpec(
         name=MEMORY_SEARCH,
@@ -170,9 +159,6 @@ SPECS: dict[str, ToolSpec] = {
             "required": ["query"],
             "additionalProperties": False,
         },
-        read_only=True,
-        destructive=False,
-        idempotent=True,
     ),
 }
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Path, Request, Response
@@ -34,7 +35,8 @@ from cairn.errors import BadRequest, StoreUnavailable
 from cairn.principal import Principal
 from cairn.service.access import Action
 from cairn.service.records import (
-    MemorySettings,
+    ListedRecord,
+    RecordHit,
     RecordPage,
     RecordService,
     SearchAnswer,
@@ -72,14 +74,19 @@ def _params(request: Request, *allowed: str) -> Callable[[], None]:
     return lambda: check_params(request.query_params.keys(), allowed)
 
 
-def _json(request: Request, raw: bytes, model: type[M]) -> Callable[[], M]:
-    """The reading of a route with a JSON body: no query parameter, the body as ``model``."""
+async def _with_body(
+    request: Request, who: Principal, team: str, action: Action, model: type[M]
+) -> tuple[RecordService, M]:
+    """The records service and the JSON body as ``model``, read by :func:`_read` (a route
+    with a body takes no query parameter)."""
+    records = _records(request)
+    raw = await request.body()
 
     def read() -> M:
         check_params(request.query_params.keys(), ())
         return parse(model, raw)
 
-    return read
+    return records, await _read(records, who, team, action, read)
 
 
 @contextlib.asynccontextmanager
@@ -120,47 +127,22 @@ router = APIRouter(tags=["records"], lifespan=_lifespan)
 # --- rendering: the contract's JSON of each answer ------------------------------------------
 
 
+def _row(item: RecordHit | ListedRecord, *dates: str) -> dict[str, Any]:
+    """A record as JSON: its fields in order, ``dates`` in ISO 8601."""
+    return {**asdict(item), **{name: iso(getattr(item, name)) for name in dates}}
+
+
 def _search_json(answer: SearchAnswer) -> dict[str, Any]:
-    return {
-        "state": answer.state.value,
-        "notice": answer.notice,
-        "results": [
-            {
-                "id": hit.id,
-                "repo_id": hit.repo_id,
-                "score": hit.score,
-                "created_at": iso(hit.created_at),
-                "text": hit.text,
-            }
-            for hit in answer.hits
-        ],
-    }
+    hits = [_row(hit, "created_at") for hit in answer.hits]
+    return {"state": answer.state.value, "notice": answer.notice, "results": hits}
 
 
 def _page_json(page: RecordPage) -> dict[str, Any]:
     return {
         "state": page.state.value,
         "notice": page.notice,
-        "records": [
-            {
-                "id": r.id,
-                "repo_id": r.repo_id,
-                "created_at": iso(r.created_at),
-                "expires_at": iso(r.expires_at),
-                "text": r.text,
-            }
-            for r in page.records
-        ],
+        "records": [_row(r, "created_at", "expires_at") for r in page.records],
         "next_token": page.next_token,
-    }
-
-
-def _settings_json(settings: MemorySettings) -> dict[str, bool]:
-    return {
-        "enabled": settings.enabled,
-        "plan_allows": settings.plan_allows,
-        "store_ready": settings.store_ready,
-        "can_edit": settings.can_edit,
     }
 
 
@@ -186,9 +168,7 @@ def _body(model: type[Any]) -> dict[str, Any]:
     summary="Search the team's memory records",
 )
 async def search_records(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    records = _records(request)
-    read = _json(request, await request.body(), SearchRequest)
-    body = await _read(records, who, team, Action.READ, read)
+    records, body = await _with_body(request, who, team, Action.READ, SearchRequest)
     answer = await run_in_threadpool(
         records.search, who, team, body.query, repo_id=body.repo_id, limit=body.limit
     )
@@ -203,9 +183,7 @@ async def search_records(team: str, request: Request, who: AnyPrincipal) -> dict
     summary="Save a record (the service token only)",
 )
 async def save_record(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    records = _records(request)
-    read = _json(request, await request.body(), SaveRequest)
-    body = await _read(records, who, team, Action.SAVE, read)
+    records, body = await _with_body(request, who, team, Action.SAVE, SaveRequest)
     record = await run_in_threadpool(records.save, who, team, body.text, body.repo_id)
     return {"id": record.id, "expires_at": iso(record.expires_at)}
 
@@ -248,7 +226,7 @@ async def delete_record(
 async def get_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
     records = _records(request)
     await _read(records, who, team, Action.READ, _params(request))
-    return _settings_json(await run_in_threadpool(records.get_settings, who, team))
+    return asdict(await run_in_threadpool(records.get_settings, who, team))
 
 
 @router.put(
@@ -258,8 +236,5 @@ async def get_memory_settings(team: str, request: Request, who: AnyPrincipal) ->
     summary="Turn the team's memory on or off",
 )
 async def put_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
-    records = _records(request)
-    read = _json(request, await request.body(), SettingsRequest)
-    body = await _read(records, who, team, Action.MANAGE, read)
-    settings = await run_in_threadpool(records.set_enabled, who, team, body.enabled)
-    return _settings_json(settings)
+    records, body = await _with_body(request, who, team, Action.MANAGE, SettingsRequest)
+    return asdict(await run_in_threadpool(records.set_enabled, who, team, body.enabled))

@@ -16,16 +16,12 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import AppState, Principal, State
+from cairn.api.deps import Principal, State
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
 from cairn.api.streams import AsyncBodyReader, iter_export
-from cairn.documents import DocumentInfo, ImportStrategy, parse_import_strategy
-from cairn.errors import (
-    ImportTooLarge,
-    InvalidDocument,
-    InvalidRequest,
-    UnknownParameter,
-)
+from cairn.documents import parse_import_strategy
+from cairn.errors import InvalidDocument, InvalidRequest, UnknownParameter
+from cairn.jsonbody import parse_json_body
 from cairn.principal import Principal as Who
 from cairn.service.access import authorize_space_mutation, space_ref
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef
@@ -105,9 +101,9 @@ class ImportOut(BaseModel):
     rejected: list[RejectedOut]
 
 
-def check_params(request: Request, allowed: tuple[str, ...]) -> None:
+def check_params(sent: tuple[str, ...], allowed: tuple[str, ...]) -> None:
     """Refuse any query parameter the route does not take."""
-    for key in request.query_params:
+    for key in sent:
         if key in _IDENTITY_PARAMS:
             raise UnknownParameter(
                 f"parameter {key!r} is not accepted: the team and user come from your "
@@ -122,55 +118,45 @@ def check_params(request: Request, allowed: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SpaceQuery:
-    """The query parameters that name a space (tenant and user are never among them)."""
+    """The query parameters that name a space (tenant and user are never among them), and
+    the names of every query parameter the request sent."""
 
     name: str
     visibility: str
     project: str | None
     bot: str | None
+    sent: tuple[str, ...]
+
+    def ref(self, who: Who, *extra: str) -> SpaceRef:
+        """The space named, stamped with the caller's team and user; a parameter sent that
+        is neither the space's nor one of the route's ``extra`` is refused."""
+        check_params(self.sent, (*SPACE_PARAMS, *extra))
+        return space_ref(who, self.name, self.visibility, project=self.project, bot=self.bot)
 
 
 async def space_query(
+    request: Request,
     name: Name,
     visibility: VisibilityParam = "project",
     project: ProjectParam = None,
     bot: BotParam = None,
 ) -> SpaceQuery:
     # async on purpose: no I/O, so no threadpool hop.
-    return SpaceQuery(name, visibility, project, bot)
+    return SpaceQuery(name, visibility, project, bot, tuple(request.query_params))
 
 
 Space = Annotated[SpaceQuery, Depends(space_query)]
 
 
-def resolve_space(
-    request: Request, who: Who, allowed: tuple[str, ...], space: SpaceQuery
-) -> SpaceRef:
-    """The space the request names, stamped with the caller's team and user."""
-    check_params(request, allowed)
-    return space_ref(who, space.name, space.visibility, project=space.project, bot=space.bot)
-
-
-def document_info_json(d: DocumentInfo) -> dict[str, Any]:
-    """The JSON of one document's metadata (listings, reads)."""
-    return {
-        "path": d.path,
-        "size_bytes": d.size_bytes,
-        "updated_at": d.updated_at.isoformat(),
-        "etag": d.etag,
-    }
-
-
-IfMatch = Annotated[
-    str | None,
-    Header(
-        alias="If-Match",
-        description="Only if the document's etag is still this one (else 412).",
-    ),
-]
-
-
-def _if_match(raw: str | None) -> str | None:
+async def _if_match(
+    raw: Annotated[
+        str | None,
+        Header(
+            alias="If-Match",
+            description="Only if the document's etag is still this one (else 412).",
+        ),
+    ] = None,
+) -> str | None:
     """The etag of an If-Match header: quoted or bare, a weak ``W/`` prefix ignored."""
     if raw is None:
         return None
@@ -180,27 +166,17 @@ def _if_match(raw: str | None) -> str | None:
     return raw.strip('"')
 
 
+IfMatch = Annotated[str | None, Depends(_if_match)]
+
+
 @router.get(
     "/api/memory/usage",
     response_model=UsageOut,
     responses=error_responses(*AUTH_ERRORS),
     summary="Bytes used against quotas for one space",
 )
-def usage(
-    request: Request,
-    who: Principal,
-    state: State,
-    space: Space,
-) -> dict[str, Any]:
-    ref = resolve_space(request, who, SPACE_PARAMS, space)
-    u = state.spaces.usage(ref)
-    return {
-        "space_id": u.space_id,
-        "used_bytes": u.used_bytes,
-        "quota_bytes": u.quota_bytes,
-        "team_used_bytes": u.team_used_bytes,
-        "team_quota_bytes": u.team_quota_bytes,
-    }
+def usage(who: Principal, state: State, space: Space) -> dict[str, Any]:
+    return state.spaces.usage(space.ref(who)).as_json()
 
 
 @router.get(
@@ -210,7 +186,6 @@ def usage(
     summary="List the documents of a space, sorted by path",
 )
 def list_docs(
-    request: Request,
     who: Principal,
     state: State,
     space: Space,
@@ -218,10 +193,10 @@ def list_docs(
         str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
     ] = "",
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "dir"), space)
+    ref = space.ref(who, "dir")
     # A JSONResponse skips re-validating every item against DocsOut (which still
     # documents the answer): on a large listing that validation was most of the work.
-    return JSONResponse({"documents": [document_info_json(d) for d in state.spaces.list(ref, dir)]})
+    return JSONResponse({"documents": [d.as_json() for d in state.spaces.list(ref, dir)]})
 
 
 _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
@@ -234,15 +209,14 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
     summary="Read one document (ETag header = its etag)",
 )
 def read_doc(
-    request: Request,
     who: Principal,
     state: State,
     space: Space,
     path: PathParam,
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
+    ref = space.ref(who, "path")
     doc = state.spaces.read(ref, path)
-    body = {**document_info_json(doc.info), "content": doc.content}
+    body = {**doc.info.as_json(), "content": doc.content}
     return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
 
 
@@ -279,9 +253,6 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
             "text/markdown body",
             field="content-type",
         )
-    # Imported here, not at the top: this function is edited apart from the rest of the file.
-    from cairn.jsonbody import parse_json_body
-
     body = parse_json_body(raw, hint='send {"content": "<markdown>"}')
     if not isinstance(body, dict) or not isinstance(body.get("content"), str):
         raise InvalidRequest('the body must be {"content": "<markdown>"}', field="content")
@@ -311,22 +282,17 @@ async def write_doc(
     state: State,
     space: Space,
     path: PathParam,
-    if_match_header: IfMatch = None,
+    if_match: IfMatch = None,
 ) -> JSONResponse:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
+    ref = space.ref(who, "path")
     content = _parse_put_body(request, await request.body())
-    if_match = _if_match(if_match_header)
 
     def run() -> JSONResponse:
         result = state.spaces.write(who, ref, path, content, if_match=if_match)
-        body = {
-            "path": result.path,
-            "size_bytes": result.size_bytes,
-            "etag": result.etag,
-            "created": result.created,
-        }
         return JSONResponse(
-            body, status_code=201 if result.created else 200, headers={"ETag": f'"{result.etag}"'}
+            result.as_json(),
+            status_code=201 if result.created else 200,
+            headers={"ETag": f'"{result.etag}"'},
         )
 
     return await anyio.to_thread.run_sync(run)
@@ -340,15 +306,14 @@ async def write_doc(
     summary="Delete one document",
 )
 def delete_doc(
-    request: Request,
     who: Principal,
     state: State,
     space: Space,
     path: PathParam,
-    if_match_header: IfMatch = None,
+    if_match: IfMatch = None,
 ) -> Response:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "path"), space)
-    state.spaces.delete(who, ref, path, if_match=_if_match(if_match_header))
+    ref = space.ref(who, "path")
+    state.spaces.delete(who, ref, path, if_match=if_match)
     return Response(status_code=204)
 
 
@@ -364,13 +329,8 @@ def delete_doc(
     },
     summary="Export a space as a .tar.gz (streamed)",
 )
-def export_space(
-    request: Request,
-    who: Principal,
-    state: State,
-    space: Space,
-) -> StreamingResponse:
-    ref = resolve_space(request, who, SPACE_PARAMS, space)
+def export_space(who: Principal, state: State, space: Space) -> StreamingResponse:
+    ref = space.ref(who)
     # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
     state.spaces.usage(ref)
     return StreamingResponse(
@@ -402,33 +362,19 @@ async def import_space(
     space: Space,
     strategy: Annotated[str, Query(description="skip (default), overwrite or rename.")] = "skip",
 ) -> dict[str, Any]:
-    ref = resolve_space(request, who, (*SPACE_PARAMS, "strategy"), space)
+    ref = space.ref(who, "strategy")
     how = parse_import_strategy(strategy)
     # Refuse before the upload is read: the caller's rights do not depend on the archive.
     authorize_space_mutation(who, ref)
-    return await _run_import(request, who, state, ref, how)
-
-
-async def _run_import(
-    request: Request, who: Who, state: AppState, ref: SpaceRef, how: ImportStrategy
-) -> dict[str, Any]:
     reader = AsyncBodyReader(request.stream(), state.settings.max_import_bytes)
 
     def run() -> dict[str, Any]:
         report = state.spaces.import_archive(who, ref, reader, how)  # type: ignore[arg-type]
-        return {
-            "written": report.written,
-            "skipped": report.skipped,
-            "renamed": report.renamed,
-            "rejected": [{"path": r.path, "reason": r.reason} for r in report.rejected],
-        }
+        return report.as_json()
 
     try:
         return await anyio.to_thread.run_sync(run)
     except Exception:
-        if reader.too_large:
-            raise ImportTooLarge(
-                f"the import upload is over {reader.limit} bytes (CAIRN_MAX_IMPORT_BYTES)",
-                quota_bytes=reader.limit,
-            ) from None
+        if reader.refused is not None:  # also when the archive parser wrapped it
+            raise reader.refused from None
         raise
