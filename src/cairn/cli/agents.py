@@ -17,6 +17,7 @@ from cairn.cli.common import (
     add_server_args,
     add_space_args,
     cli_command,
+    cli_config,
     open_spaces,
     space_ref_from_args,
     spaces_for,
@@ -143,7 +144,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"the command after '--' is blank ({command[0]!r}); give a program")
     config = _load_valid_config(args.config) if args.config else None
     backend = args.backend or (config.backend if config else None)
-    on = decide_auto_memory(args.auto_memory, config, os.environ)
+    env = cli_config()
+    switch = {} if env.auto_memory is None else {"CAIRN_AUTO_MEMORY": env.auto_memory}
+    on = decide_auto_memory(args.auto_memory, config, switch)
     if not on:
         return run_command(RunOptions(command, backend), _warn)
     bot = _bot_id(args, config)
@@ -168,7 +171,7 @@ def _bot_id(args: argparse.Namespace, config: AgentConfig | None) -> str:
 
 
 def _prompt(args: argparse.Namespace) -> int:
-    directory = args.dir or os.environ.get("CAIRN_AUTO_MEMORY_DIR")
+    directory = args.dir or cli_config().auto_memory_dir
     if not directory:
         raise UsageError(
             "give --dir DIR (or run under cairn run, which sets CAIRN_AUTO_MEMORY_DIR)"
@@ -198,7 +201,7 @@ def register(subparsers: Any) -> None:
     add_server_args(p)
     p.add_argument(
         "--team",
-        default=os.environ.get("CAIRN_TEAM") or None,
+        default=cli_config().team,
         help="team id for memory_search (env CAIRN_TEAM; default: the credential's team)",
     )
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
