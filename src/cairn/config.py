@@ -74,6 +74,17 @@ def _byte_count(value: object, info: ValidationInfo) -> object:
     return _whole_number(value, info, 0, "a byte count; set a whole number >= 0")
 
 
+def _embedder_kind(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    kind = value.strip().lower() or "minilm"
+    if kind not in ("minilm", "http", "none"):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not one of minilm, http, none"
+        )
+    return kind
+
+
 def _field(info: ValidationInfo) -> FieldInfo:
     return Config.model_fields[str(info.field_name)]
 
@@ -153,6 +164,30 @@ class Config(BaseModel):
     )
     #: The document cap (0 refuses every non-empty document).
     memory_max_doc: _ByteCount = Field(None, validation_alias="CAIRN_MEMORY_MAX_DOC")
+
+    # --- Embeddings: search by meaning (docs/search.md, "Embedders") ---------------------
+    #: ``minilm`` (all-MiniLM-L6-v2 on numpy, offline), ``http`` (an OpenAI-compatible
+    #: ``/v1/embeddings`` endpoint) or ``none`` (keyword search only).
+    embedder: Annotated[str, BeforeValidator(_embedder_kind)] = Field(
+        "minilm", validation_alias="CAIRN_EMBEDDER"
+    )
+    #: ``http``: the server's base URL (``POST {url}/v1/embeddings``), the model it
+    #: serves, and an optional Bearer key.
+    embeddings_url: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="CAIRN_EMBEDDINGS_URL"
+    )
+    embeddings_model: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="CAIRN_EMBEDDINGS_MODEL"
+    )
+    embeddings_key: _Text = Field(None, validation_alias="CAIRN_EMBEDDINGS_KEY")
+    #: ``minilm``: a directory holding model.safetensors and tokenizer.json; None: look in
+    #: ``$CAIRN_HOME/models/all-MiniLM-L6-v2``, then the installed model package.
+    model_dir: Annotated[Path | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="CAIRN_MODEL_DIR"
+    )
+    #: BLAS/OpenMP threads of the process (the default of OPENBLAS_NUM_THREADS,
+    #: OMP_NUM_THREADS, MKL_NUM_THREADS, set by ``cairn.cli.main`` before numpy loads).
+    embed_threads: _PositiveInt = Field(1, validation_alias="CAIRN_EMBED_THREADS")
 
     @field_validator("home", mode="before")
     @classmethod

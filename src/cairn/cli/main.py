@@ -4,21 +4,55 @@ Each command family lives in its own module with a ``register(subparsers)``
 function that adds its parser and sets ``func`` (a callable taking the parsed
 namespace and returning an exit status). Errors from :mod:`cairn.errors` become one
 line on stderr and exit status 1; usage errors exit 2 (argparse's own convention).
+
+This module is the process's entry, so it first caps the native thread pools
+(:func:`limit_native_threads`), before the command modules import anything that loads
+numpy: OpenBLAS reads its thread count once, when it loads.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
-from typing import cast
+import os
 
-from cairn.cli import admin, agents, memory, records, serve
-from cairn.cli.common import Handler
+from cairn.config import Config
 from cairn.errors import CairnError
 
+#: The thread pools of native code, each capped at ``CAIRN_EMBED_THREADS`` unless its own
+#: variable is set: BLAS (OpenBLAS, MKL) and OpenMP under numpy's matrix products, rayon
+#: under the tokenizer's batches.
+THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+)
+
+
+def limit_native_threads() -> None:
+    """Default each of :data:`THREAD_VARIABLES` to ``CAIRN_EMBED_THREADS`` (default 1), so
+    two server processes on one machine do not each start a thread per core for the
+    embedder; a value the user set is kept. Child processes inherit the limits."""
+    try:
+        threads = Config.from_env().embed_threads
+    except CairnError:
+        threads = 1  # main() reports the configuration's error
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, str(threads))
+
+
+limit_native_threads()
+
+# The imports below load numpy (through the commands' services): after the limits.
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from typing import cast  # noqa: E402
+
+from cairn.cli import admin, agents, memory, models, records, serve  # noqa: E402
+from cairn.cli.common import Handler  # noqa: E402
+
 #: Command modules, each with ``register(subparsers)``, in the order of ``cairn --help``.
-COMMAND_MODULES = (serve, memory, admin, records, agents)
+COMMAND_MODULES = (serve, memory, admin, records, agents, models)
 
 
 def build_parser() -> argparse.ArgumentParser:

