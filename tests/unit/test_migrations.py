@@ -77,3 +77,39 @@ def test_documents_migrations_build_the_tables(blank_engine: Engine) -> None:
             assert pk[0] == "tenant_id"
     recorded = {v for c, v in applied_versions(blank_engine) if c == "documents"}
     assert recorded == {m.version for m in sql_schema.MIGRATIONS}
+
+
+def test_documents_v3_adds_the_index_to_a_v2_database(blank_engine: Engine) -> None:
+    """A database at documents v2 (rows and all) gains memory_chunks and a zero
+    search_version on every space counter."""
+    v2 = sql_schema.MIGRATIONS[:2]
+    assert upgrade(blank_engine, v2) == v2
+    with blank_engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        assert not inspector.has_table("memory_chunks")
+        columns = {c["name"] for c in inspector.get_columns("memory_space_usage")}
+        assert "search_version" not in columns
+    with blank_engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO memory_space_usage (tenant_id, space_key, space_id, used_bytes) "
+                "VALUES ('team-a', 'k', 'project/team-a/p1/notes', 42)"
+            )
+        )
+
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == sql_schema.MIGRATIONS[2:]
+    with blank_engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        chunks = sql_schema.memory_chunks
+        assert {c["name"] for c in inspector.get_columns("memory_chunks")} == {
+            c.name for c in chunks.columns
+        }
+        pk = inspector.get_pk_constraint("memory_chunks")["constrained_columns"]
+        assert pk == ["tenant_id", "space_key", "path", "seq"]
+        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("memory_chunks")}
+        assert indexes["ix_memory_chunks_model"] == ["model"]
+        row = conn.execute(
+            sa.text("SELECT used_bytes, search_version FROM memory_space_usage")
+        ).one()
+        assert tuple(row) == (42, 0)
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == []

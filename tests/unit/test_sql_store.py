@@ -547,7 +547,9 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
         sa.event.remove(store.engine, "before_cursor_execute", count)
     on_documents = [s for s in seen if "memory_documents" in s]
     assert len(on_documents) == 2  # lock + update
-    assert len(seen) == 4  # + space counter + team counter
+    on_chunks = [s for s in seen if "memory_chunks" in s]
+    assert len(on_chunks) == 1  # the old chunks dropped; a search chunks the new content
+    assert len(seen) == 5  # + space counter (and its search_version) + team counter
 
 
 def test_dead_postgres_is_store_unavailable() -> None:

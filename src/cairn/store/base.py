@@ -50,6 +50,7 @@ from cairn.secrets import check_no_secrets
 from cairn.spaces import SpaceRef
 
 __all__ = [
+    "ChunkRow",
     "Document",
     "DocumentInfo",
     "ImportReport",
@@ -110,6 +111,26 @@ def check_precondition(
         raise PreconditionFailed(
             f"{path!r} already exists; drop the create-only condition to replace it", path=path
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One indexed chunk of a document, as a store's search index holds it.
+
+    ``heading`` is the chunk's heading trail (``"Runbook > Rollback"``, ``""`` before the
+    first heading), ``text`` the chunk's own text, ``terms`` its analysed terms
+    (:func:`cairn.search.text.analyze` of its ``search_text``) joined by single spaces,
+    ``embedding`` the vector blob (:mod:`cairn.search.vectors`) or None until it is
+    embedded, and ``model`` the model that made the vector (None with no vector).
+    """
+
+    path: str
+    seq: int
+    heading: str
+    text: str
+    terms: str
+    embedding: bytes | None
+    model: str | None
 
 
 #: Called with a count of documents done, for a progress bar.

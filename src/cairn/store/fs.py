@@ -10,6 +10,12 @@ Writes are atomic (temp file in the target directory, fsync, ``os.replace``, fsy
 the directory) and serialised across threads and processes by an exclusive
 ``flock``. Every path is walked one component at a time with ``O_NOFOLLOW``: a
 symbolic link inside the tree is never followed.
+
+Each space's documents are also indexed for search in a sidecar SQLite file at the
+root (:mod:`cairn.store.fs_index`). Writes and deletes never touch it (a write pays
+nothing for search): :meth:`FilesystemStore.reconcile`, which every search calls first,
+finds new, changed and vanished files (the store's own writes and hand edits alike), so
+a document is keyword-searchable as soon as its write commits.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import contextlib
 import errno
 import fcntl
 import os
+import sqlite3
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,15 +45,19 @@ from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import (
     CheckedDelete,
     CheckedWrite,
+    ChunkRow,
     Document,
     DocumentInfo,
     MemoryStore,
+    Progress,
     Usage,
     WriteResult,
     check_precondition,
     content_etag,
 )
+from cairn.store.fs_index import FsIndex, PendingChunk
 from cairn.store.fs_layout import (
+    INDEX_FILE,
     LOCK_FILE,
     MAX_VERBATIM_BYTES,
     STATE_FILE,
@@ -70,6 +81,8 @@ _ETAG_CACHE_MAX = 50_000
 
 # An alias: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
+Chunks = list[ChunkRow]
+Pending = list[PendingChunk]
 
 
 class FilesystemStore(MemoryStore):
@@ -95,6 +108,7 @@ class FilesystemStore(MemoryStore):
         self.root = Path(os.path.abspath(os.fspath(root)))
         self.limits = limits or Limits()
         self._etags: dict[tuple[int, ...], str] = {}
+        self._index = FsIndex(self.root)
 
     # --- The interface --------------------------------------------------------------------
 
@@ -121,6 +135,8 @@ class FilesystemStore(MemoryStore):
             check_precondition(path, current, w.if_match, w.if_none_match)
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
+            # The search index is not touched: the next reconcile (before any search)
+            # finds the new file by its size and mtime.
             self._mutate(state, ref, delta, lambda: self._replace_file(space, doc, path, data))
         return WriteResult(path, len(data), w.etag, created=existing is None)
 
@@ -182,6 +198,86 @@ class FilesystemStore(MemoryStore):
                 got = self._read_file(space + comps, doc_path)
             if got is not None:
                 yield _document(doc_path, got[0], got[1])
+
+    # --- The search index -----------------------------------------------------------------
+
+    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int:
+        """Bring the space's search index in line with its files; return how many
+        documents changed. Writes never update the index, so this is what indexes them:
+        it finds new, changed and vanished files, written through the store or by hand
+        (by size and mtime, re-reading a file changed within the same clock tick);
+        called before every search. Creates the index on first use."""
+        ref = self._checked(ref)
+        space = space_components(ref)
+
+        def files() -> Iterator[tuple[str, int, int]]:
+            for doc_path, _, st in self._walk_space(ref, ""):
+                yield doc_path, st.st_size, st.st_mtime_ns
+
+        def read(doc_path: str) -> tuple[bytes, int, int] | None:
+            try:
+                got = self._read_file(space + encode_doc_path(doc_path), doc_path)
+            except (Conflict, OSError):
+                return None  # became a link, a directory or unreadable: not a document
+            if got is None:
+                return None
+            return got[0], got[1].st_size, got[1].st_mtime_ns
+
+        with _os_errors(""), _index_errors():
+            return self._index.reconcile(ref, files(), read, progress=progress)
+
+    def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
+        """Reconcile every space of the tree (``cairn memory reindex``) and drop the rows of
+        spaces no longer on disk; ``rebuild`` starts from an empty index. Returns how many
+        documents changed; ``progress(1)`` per document examined."""
+        if rebuild:
+            with _os_errors(""):
+                self._index.rebuild()
+        changed = 0
+        seen: set[str] = set()
+        with _os_errors(""), _index_errors():
+            for vis in Visibility:
+                if vis is Visibility.PRIVATE:
+                    continue
+                for values, comps in self._walk_qualifiers([vis.value], [], space_depth(vis)):
+                    ref = space_named(vis, values, comps)
+                    if ref is None:
+                        continue
+                    seen.add(ref.id)
+                    changed += self.reconcile(ref, progress=progress)
+            changed += self._index.forget_spaces_except(seen)
+        return changed
+
+    def chunk_rows(self, ref: SpaceRef) -> Chunks:
+        """The space's indexed chunks by path and sequence, as last reconciled."""
+        ref = self._checked(ref)
+        with _index_errors():
+            return self._index.chunk_rows(ref)
+
+    def search_version(self, ref: SpaceRef) -> int:
+        """The space's search version: it moves whenever its chunks or vectors change."""
+        ref = self._checked(ref)
+        with _index_errors():
+            return self._index.search_version(ref)
+
+    def pending_chunks(self, limit: int, model: str) -> Pending:
+        """Up to ``limit`` chunks, across every space, to embed with ``model`` (no vector,
+        or another model's), as last reconciled: local commands embed these before they
+        search."""
+        with _index_errors():
+            return self._index.pending(limit, model)
+
+    def store_embeddings(
+        self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]`` (made by ``model``) as the vector of ``rows[i]`` (from
+        :meth:`pending_chunks`) in one transaction, moving the spaces' versions; a chunk
+        whose document changed since it was read is left alone. Returns the count stored."""
+        with _index_errors():
+            return self._index.store_embeddings(rows, blobs, model)
+
+    def close(self) -> None:
+        self._index.close()
 
     # --- Counters -------------------------------------------------------------------------
 
@@ -561,6 +657,17 @@ def _os_errors(path: str) -> Iterator[None]:
             raise StoreUnavailable("the filesystem holding the store is full") from exc
         raise StoreUnavailable(
             f"the filesystem store failed: {exc.strerror or exc} ({exc.errno})"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _index_errors() -> Iterator[None]:
+    """Translate the search index's SQLite failures at the adapter boundary."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(
+            f"the filesystem store's search index ({INDEX_FILE} at the store's root) failed: {exc}"
         ) from exc
 
 

@@ -5,6 +5,8 @@ Layout under the store's root (the CLI uses ``$CAIRN_HOME/spaces``)::
     <root>/<visibility>/<tenant>/[<project>/][<bot>/][<user>/]<name>/<document path>
     <root>/.cairn-usage.json     quota counters (tree total + one total per space)
     <root>/.cairn.lock           the lock every writer takes (fcntl.flock)
+    <root>/.cairn-index.sqlite   the search index, derived from the files (plus SQLite's
+                                 ``-wal`` / ``-shm`` companions); see :mod:`cairn.store.fs_index`
 
 Only the qualifiers the visibility takes appear, in that order, so
 ``bot/local/myrepo-1a2b3c4d5e6f/whats-next/default/MEMORY.md`` is the document
@@ -19,6 +21,11 @@ different refs never share a directory, a document ``a.md`` and a directory ``a.
 can coexist, and any valid path fits the 255-byte file-name limit.
 :func:`decode_component` reads one name back. The counters file's format
 (:class:`UsageState`) is here too; :mod:`cairn.store.fs` does every file operation.
+
+The store's own files live only at the root, beside the visibility directories, and
+start with ``.``: no walk ever looks for documents there (a walk starts at a visibility
+directory), and none ends in ``.md``, so :func:`document_named` would refuse them even
+inside a space.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from cairn.spaces import REQUIRED_QUALIFIERS, SpaceRef, Visibility
 
 STATE_FILE = ".cairn-usage.json"
 LOCK_FILE = ".cairn.lock"
+INDEX_FILE = ".cairn-index.sqlite"
 TEMP_PREFIX = ".cairn-tmp-"
 TEMP_SUFFIX = ".tmp"
 #: Longest segment (UTF-8 bytes) kept verbatim as one file name; longer ones are split.

@@ -23,15 +23,27 @@ Quotas (SPEC §4): a write or delete runs in ONE write transaction that
    without enforcement, and writes the audit row — all in the write's one transaction.
 
 Credits (shrink, delete) clamp at zero. Locks are always taken in the order document →
-space counter → team/instance counter → attributed team counter, so writers cannot
-deadlock one another.
+its chunks → space counter → team/instance counter → attributed team counter, so writers
+cannot deadlock one another (the indexer takes chunks → space counters, in key order).
+
+The document index (``memory_chunks``, see :mod:`cairn.store.sql_schema`): a write of new
+content and a delete remove the path's chunk rows and bump the space's
+``search_version``, in the write's one transaction (a refused write leaves the old ones);
+a write never chunks or analyses text, so it commits at the speed it had before the
+index. :meth:`SqlStore.reconcile` — called by a search before it reads the space —
+chunks the documents that have no chunks (``chunk_markdown``, analysed terms, no
+vector), so a document is keyword-searchable as soon as its write commits. A write that
+leaves the content unchanged (same etag) keeps the chunks and their vectors. The
+background indexer embeds chunks later (:meth:`SqlStore.claim_pending_chunks`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -58,14 +70,18 @@ from cairn.errors import (
 )
 from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Limits
+from cairn.search.chunking import TRAIL_SEPARATOR, chunk_markdown
+from cairn.search.text import analyze
 from cairn.spaces import SpaceRef, validate_segment
 from cairn.store.base import (
     CheckedDelete,
     CheckedWrite,
+    ChunkRow,
     Document,
     DocumentInfo,
     MemoryStore,
     PlatformGrant,
+    Progress,
     Usage,
     WriteResult,
     check_precondition,
@@ -73,6 +89,7 @@ from cairn.store.base import (
 from cairn.store.sql_schema import (
     MIGRATIONS,
     audit_events,
+    memory_chunks,
     memory_documents,
     memory_space_usage,
     memory_tenant_usage,
@@ -88,6 +105,8 @@ ITER_BATCH_BYTES = 4 * 1024 * 1024
 _ITER_META_PAGE = 256
 #: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
 _WRITE_ATTEMPTS = 8
+#: backfill_chunks indexes at most this many documents per transaction.
+BACKFILL_BATCH_DOCS = 64
 
 #: Rows of the audit log (an alias: the class below defines a method called ``list``).
 AuditRows = list[dict[str, Any]]
@@ -95,6 +114,58 @@ AuditRows = list[dict[str, Any]]
 D = memory_documents
 S = memory_space_usage
 T = memory_tenant_usage
+C = memory_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunk:
+    """A chunk the indexer has to embed (no vector, or one of another model)."""
+
+    tenant_id: str
+    space_key: str
+    space_id: str
+    path: str
+    seq: int
+    #: The headings above the chunk its text does not show, " > "-joined ('' for none).
+    context: str
+    text: str
+
+    @property
+    def search_text(self) -> str:
+        """What to embed: ``cairn.search.chunking.Chunk.search_text`` of the chunk."""
+        return self.context + "\n" + self.text if self.context else self.text
+
+
+# Aliases: the class below defines a method called ``list``.
+ChunkRows = list[ChunkRow]
+PendingChunks = list[PendingChunk]
+
+
+def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``memory_chunks`` rows of a document (``doc``: its address, path, visibility,
+    content and time, as SqlStore._write binds them)."""
+    rows = []
+    for seq, chunk in enumerate(chunk_markdown(doc["content"])):
+        rows.append(
+            {
+                "tenant_id": doc["t"],
+                "space_key": doc["k"],
+                "path": doc["p"],
+                "seq": seq,
+                "space_id": doc["sid"],
+                "visibility": doc["vis"],
+                "heading": chunk.heading,
+                "context": TRAIL_SEPARATOR.join(chunk.context),
+                "start_offset": chunk.start,
+                "end_offset": chunk.end,
+                "text": chunk.text,
+                "terms": " ".join(analyze(chunk.search_text)),
+                "embedding": None,
+                "model": None,
+                "updated_at": doc["now"],
+            }
+        )
+    return rows
 
 
 def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
@@ -167,6 +238,63 @@ class _Statements:
             .order_by(D.c.path)
         )
 
+        # The document index.
+        chunk_space = [C.c[name] == value for name, value in address.items()]
+        chunk_doc = (*chunk_space, C.c.path == _bp("p"))
+        self.delete_chunks = sa.delete(C).where(*chunk_doc)
+        self.insert_chunks = sa.insert(C)
+        self.chunk_rows = (
+            sa.select(C.c.path, C.c.seq, C.c.heading, C.c.text, C.c.terms, C.c.embedding, C.c.model)
+            .where(*chunk_space)
+            .order_by(C.c.path, C.c.seq)
+        )
+        model = _bp("model")
+        self.pending = (
+            sa.select(
+                C.c.tenant_id,
+                C.c.space_key,
+                C.c.space_id,
+                C.c.path,
+                C.c.seq,
+                C.c.context,
+                C.c.text,
+            )
+            # model is NULL exactly when embedding is (store_embeddings sets both).
+            .where(sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model))
+            .order_by(C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
+            .limit(_bp("limit"))
+        )
+        self.claim = self.pending.with_for_update(skip_locked=True)
+        self.store_embedding = (
+            sa.update(C)
+            .where(
+                C.c.tenant_id == _bp("t"),
+                C.c.space_key == _bp("k"),
+                C.c.path == _bp("p"),
+                C.c.seq == _bp("n"),
+                # Not a chunk rewritten since it was read (SQLite claims hold no lock).
+                C.c.text == _bp("was_text"),
+                C.c.context == _bp("was_context"),
+            )
+            .values(embedding=_bp("blob"), model=_bp("by_model"))
+        )
+        has_chunks = sa.exists().where(
+            C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
+        )
+        doc_key = sa.tuple_(D.c.tenant_id, D.c.space_key, D.c.path)
+        unindexed = (
+            sa.select(D.c.tenant_id, D.c.space_key, D.c.space_id, D.c.path)
+            .where(~has_chunks, doc_key > sa.tuple_(_bp("after_t"), _bp("after_k"), _bp("p")))
+            .order_by(D.c.tenant_id, D.c.space_key, D.c.path)
+            .limit(BACKFILL_BATCH_DOCS)
+        )
+        self.unindexed = unindexed
+        self.unindexed_in_space = unindexed.where(
+            D.c.tenant_id == _bp("t"), D.c.space_key == _bp("k")
+        )
+        self.lock_content = sa.select(D.c.visibility, D.c.content).where(*one_doc).with_for_update()
+        self.has_chunks = sa.select(C.c.seq).where(*chunk_doc).limit(1)
+
         delta = _bp("d", sa.BigInteger)
         # used + d, clamped at zero for credits.
         s_new = sa.case((S.c.used_bytes + delta < 0, 0), else_=S.c.used_bytes + delta)
@@ -174,13 +302,25 @@ class _Statements:
         # The compare-and-swap: a credit always passes, a charge only within the quota.
         self.charge_space = (
             insert(S)
-            .values(**address, used_bytes=_bp("fresh", sa.BigInteger))
+            .values(**address, used_bytes=_bp("fresh", sa.BigInteger), search_version=1)
             .on_conflict_do_update(
                 index_elements=[S.c.tenant_id, S.c.space_key],
-                set_={S.c.used_bytes: s_new},
+                set_={S.c.used_bytes: s_new, S.c.search_version: S.c.search_version + 1},
                 where=sa.or_(delta <= 0, S.c.used_bytes + delta <= _bp("cap", sa.BigInteger)),
             )
             .returning(S.c.used_bytes)
+        )
+        # A change of the space's index that charges nothing: bump its version only.
+        self.bump_space = (
+            insert(S)
+            .values(**address, used_bytes=0, search_version=1)
+            .on_conflict_do_update(
+                index_elements=[S.c.tenant_id, S.c.space_key],
+                set_={S.c.search_version: S.c.search_version + 1},
+            )
+        )
+        self.search_version = sa.select(S.c.search_version).where(
+            *(S.c[name] == value for name, value in address.items())
         )
         tenant_row = {
             "tenant_id": _bp("t"),
@@ -357,6 +497,161 @@ class SqlStore(MemoryStore):
         team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
         return Usage(ref.id, used or 0, self.limits.subcap(ref.visibility), team_used, team_quota)
 
+    # --- The document index -------------------------------------------------------------
+
+    def chunk_rows(self, ref: SpaceRef) -> ChunkRows:
+        """Every chunk of every document of the space, by path then position; a chunk not
+        yet embedded has ``embedding`` and ``model`` None. Read :meth:`search_version`
+        *before* this, so what is loaded is at least as new as the version it is cached
+        under."""
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.chunk_rows, addr).all()
+        return [
+            ChunkRow(
+                r.path,
+                int(r.seq),
+                r.heading,
+                r.text,
+                r.terms,
+                None if r.embedding is None else bytes(r.embedding),
+                r.model,
+            )
+            for r in rows
+        ]
+
+    def search_version(self, ref: SpaceRef) -> int:
+        """The space's index version: it grows with every write and delete of the space
+        and every batch of its chunks embedded (0 for a space never written)."""
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            version = conn.execute(self._sql.search_version, addr).scalar()
+        return int(version or 0)
+
+    def pending_chunks(self, limit: int, model: str) -> PendingChunks:
+        """Up to ``limit`` chunks, oldest first, with no vector or one made by another
+        model than ``model``, across every space. Reads without claiming: the indexer
+        of several replicas uses :meth:`claim_pending_chunks`."""
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
+        return [_pending(r) for r in rows]
+
+    @contextlib.contextmanager
+    def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
+        """Claim up to ``limit`` pending chunks (see :meth:`pending_chunks`) to embed::
+
+            with store.claim_pending_chunks(32, embedder.model_id) as claim:
+                claim.store_embeddings(embed([c.search_text for c in claim.rows]))
+
+        On PostgreSQL the rows are locked ``FOR UPDATE SKIP LOCKED`` in a transaction
+        held until the block ends, so concurrent indexers (threads, replicas) never
+        claim the same row, and the vectors commit with the claim when the block exits
+        normally (an exception, or a crash, rolls back and leaves the rows pending). A
+        write of a claimed chunk's document waits for the claim: keep batches small.
+        On SQLite the claim holds no lock (a lock would stop every writer while the
+        model runs): rows are read, and the vectors are written in one short write
+        transaction when the block exits; a chunk rewritten meanwhile keeps its new,
+        unembedded text. Either way the spaces' ``search_version`` is bumped.
+        """
+        if self.engine.dialect.name == "postgresql":
+            with write_transaction(self.engine) as conn:
+                rows = conn.execute(self._sql.claim, {"limit": limit, "model": model}).all()
+                claim = ChunkClaim([_pending(r) for r in rows], model)
+                yield claim
+                self._store_embeddings(conn, claim.stored, model)
+            return
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
+        claim = ChunkClaim([_pending(r) for r in rows], model)
+        yield claim
+        if claim.stored:
+            with write_transaction(self.engine) as conn:
+                self._store_embeddings(conn, claim.stored, model)
+
+    def store_embeddings(
+        self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]`` (a ``cairn.search.vectors`` blob made by ``model``) as the
+        vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
+        rewritten since it was read is left alone. Returns the number stored."""
+        pairs = _paired(rows, blobs)
+        with write_transaction(self.engine) as conn:
+            return self._store_embeddings(conn, pairs, model)
+
+    def _store_embeddings(
+        self, conn: Connection, pairs: Sequence[tuple[PendingChunk, bytes]], model: str
+    ) -> int:
+        if not pairs:
+            return 0
+        stored = 0
+        # Row by row: a driver need not report the rowcount of an executemany.
+        for row, blob in pairs:
+            params = {
+                "t": row.tenant_id,
+                "k": row.space_key,
+                "p": row.path,
+                "n": row.seq,
+                "was_text": row.text,
+                "was_context": row.context,
+                "blob": blob,
+                "by_model": model,
+            }
+            stored += conn.execute(self._sql.store_embedding, params).rowcount
+        # Space counters in key order, so two indexers cannot deadlock one another.
+        spaces = sorted({(r.tenant_id, r.space_key, r.space_id) for r, _ in pairs})
+        for tenant, key, space_id in spaces:
+            conn.execute(self._sql.bump_space, {"t": tenant, "k": key, "sid": space_id})
+        return stored
+
+    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int:
+        """Chunk the space's documents that have no chunks (written since its last
+        search, or before the index existed); return how many were looked at. A search
+        calls it first, so a document is keyword-searchable as soon as its write commits
+        while the write itself never waits on chunking."""
+        addr = self._address(ref)
+        return self.backfill_chunks(progress, space=(addr["t"], addr["k"]))
+
+    def backfill_chunks(
+        self, progress: Progress | None = None, *, space: tuple[str, str] | None = None
+    ) -> int:
+        """Chunk every document (of ``space``, a (tenant, space key) pair, when given) that
+        has no chunks; return how many documents were looked at. ``progress(1)`` per
+        document.
+
+        Documents are taken in key order, :data:`BACKFILL_BATCH_DOCS` per write
+        transaction; each is locked and checked again, so a concurrent write of it wins.
+        """
+        done = 0
+        after: dict[str, str] = {"after_t": "", "after_k": "", "p": ""}
+        query = self._sql.unindexed
+        if space is not None:
+            query = self._sql.unindexed_in_space
+            after.update(t=space[0], k=space[1], after_t=space[0], after_k=space[1])
+        while True:
+            with read_transaction(self.engine) as conn:
+                batch = conn.execute(query, after).all()
+            if not batch:
+                return done
+            with write_transaction(self.engine) as conn:
+                for r in batch:
+                    key = {"t": r.tenant_id, "k": r.space_key, "sid": r.space_id, "p": r.path}
+                    doc = conn.execute(self._sql.lock_content, key).first()
+                    if doc is None or conn.execute(self._sql.has_chunks, key).first():
+                        continue  # removed, or written, meanwhile
+                    bound = {**key, "vis": doc.visibility, "content": doc.content}
+                    chunks = _chunk_rows({**bound, "now": utcnow()})
+                    if chunks:  # a blank document has none, and changes nothing
+                        conn.execute(self._sql.insert_chunks, chunks)
+                        conn.execute(self._sql.bump_space, key)
+            for _ in batch:
+                done += 1
+                if progress is not None:
+                    progress(1)
+            if len(batch) < BACKFILL_BATCH_DOCS:
+                return done
+            last = batch[-1]
+            after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
+
     # --- Writes -------------------------------------------------------------------------
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
@@ -373,16 +668,24 @@ class SqlStore(MemoryStore):
             "now": utcnow(),
         }
         with write_transaction(self.engine) as conn:
-            created, old_size = self._put(conn, doc, w)
+            created, old_size, old_etag = self._put(conn, doc, w)
+            if old_etag != w.etag and not created:
+                # New content: its old chunks go now; the next search of the space (or the
+                # indexer) chunks it again (reconcile), so a write never waits on analysis.
+                conn.execute(self._sql.delete_chunks, doc)
             if size != old_size:
-                self._charge(conn, ref, addr, size - old_size, attributed)
+                self._charge(conn, ref, addr, size - old_size, attributed)  # bumps the version
+            else:
+                conn.execute(self._sql.bump_space, addr)
             if w.grant is not None and ref.is_global:
                 verb = "import" if w.grant.importing else "write"
                 _audit(conn, w.grant, verb, ref, w.path)
         return WriteResult(w.path, size, w.etag, created)
 
-    def _put(self, conn: Connection, doc: dict[str, Any], w: CheckedWrite) -> tuple[bool, int]:
-        """Create or replace the row; return (created, size it had before)."""
+    def _put(
+        self, conn: Connection, doc: dict[str, Any], w: CheckedWrite
+    ) -> tuple[bool, int, str | None]:
+        """Create or replace the row; return (created, size and etag it had before)."""
         for _ in range(_WRITE_ATTEMPTS):
             current = conn.execute(self._sql.lock_doc, doc).first()
             check_precondition(
@@ -390,11 +693,11 @@ class SqlStore(MemoryStore):
             )
             if current is None:
                 if conn.execute(self._sql.insert_doc, doc).first() is not None:
-                    return True, 0
+                    return True, 0, None
                 # A concurrent writer created it and has committed: lock and replace it.
                 continue
             conn.execute(self._sql.update_doc, doc)
-            return False, int(current.size_bytes)
+            return False, int(current.size_bytes), str(current.etag)
         raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
@@ -407,8 +710,11 @@ class SqlStore(MemoryStore):
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
             conn.execute(self._sql.delete_doc, key)
+            conn.execute(self._sql.delete_chunks, key)
             if current.size_bytes:
                 self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
+            else:
+                conn.execute(self._sql.bump_space, addr)
             if d.grant is not None and ref.is_global:
                 _audit(conn, d.grant, "delete", ref, d.path)
 
@@ -426,7 +732,8 @@ class SqlStore(MemoryStore):
         delta: int,
         attributed: str | None,
     ) -> None:
-        """Apply ``delta`` to every counter of the space, refusing past a quota."""
+        """Apply ``delta`` to every counter of the space, refusing past a quota; bump the
+        space's ``search_version`` with its counter."""
         fresh = max(delta, 0)
         subcap = self.limits.subcap(ref.visibility)
         cap = subcap if subcap > 0 else _UNCAPPED
@@ -492,6 +799,38 @@ class SqlStore(MemoryStore):
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
 
 
+class ChunkClaim:
+    """Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors."""
+
+    def __init__(self, rows: list[PendingChunk], model: str) -> None:
+        self.rows = rows
+        self.model = model
+        self.stored: list[tuple[PendingChunk, bytes]] = []
+
+    def store_embeddings(
+        self, blobs: Sequence[bytes], rows: Sequence[PendingChunk] | None = None
+    ) -> None:
+        """Give ``blobs[i]`` to ``rows[i]`` (default: every claimed row, in order); they
+        are written when the claim's block exits without an exception."""
+        rows = self.rows if rows is None else rows
+        claimed = {(r.tenant_id, r.space_key, r.path, r.seq) for r in self.rows}
+        if any((r.tenant_id, r.space_key, r.path, r.seq) not in claimed for r in rows):
+            raise ValueError("a row that this claim does not hold")
+        self.stored.extend(_paired(rows, blobs))
+
+
+def _pending(r: Any) -> PendingChunk:
+    return PendingChunk(r.tenant_id, r.space_key, r.space_id, r.path, int(r.seq), r.context, r.text)
+
+
+def _paired(
+    rows: Sequence[PendingChunk], blobs: Sequence[bytes]
+) -> list[tuple[PendingChunk, bytes]]:
+    if len(rows) != len(blobs):
+        raise ValueError(f"{len(rows)} rows but {len(blobs)} vectors")
+    return [(row, bytes(blob)) for row, blob in zip(rows, blobs, strict=True)]
+
+
 def _attributed_team(grant: PlatformGrant | None) -> str | None:
     team = grant.attribution_team if grant is not None else None
     return validate_segment("attribution team", team) if team else None
@@ -526,4 +865,4 @@ def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:
         yield batch
 
 
-__all__ = ["NO_TENANT", "SqlStore"]
+__all__ = ["NO_TENANT", "ChunkClaim", "ChunkRow", "PendingChunk", "SqlStore"]

@@ -26,6 +26,9 @@ COMPONENT = "documents"
 
 metadata = sa.MetaData()
 
+#: Columns later migrations add to the version-1 tables (left out when v1 creates them).
+_ADDED_LATER = frozenset({"search_version"})
+
 TS = sa.DateTime(timezone=True)
 #: Text compared and sorted by code point on both dialects.
 BinaryText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
@@ -51,6 +54,9 @@ memory_space_usage = sa.Table(
     sa.Column("space_key", sa.String(64), primary_key=True),
     sa.Column("space_id", BinaryText, nullable=False),
     sa.Column("used_bytes", sa.BigInteger, nullable=False),
+    # v3: bumped by every write and delete of the space (and every stored embedding) in
+    # the same transaction: the per-space version the search caches check.
+    sa.Column("search_version", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 memory_tenant_usage = sa.Table(
@@ -64,7 +70,11 @@ memory_tenant_usage = sa.Table(
 
 def _v1_create_tables(conn: Connection) -> None:
     # Create the tables as they stood at version 1; later migrations alter them.
-    metadata.create_all(conn, checkfirst=True)
+    v1 = sa.MetaData()
+    for table in (memory_documents, memory_space_usage, memory_tenant_usage):
+        columns = [c._copy() for c in table.columns if c.name not in _ADDED_LATER]
+        sa.Table(table.name, v1, *columns)
+    v1.create_all(conn, checkfirst=True)
 
 
 MIGRATIONS: list[Migration] = [
@@ -101,4 +111,57 @@ def _v2_audit_events(conn: Connection) -> None:
 
 MIGRATIONS.append(
     Migration(COMPONENT, 2, "audit_events (the platform audit log)", _v2_audit_events)
+)
+
+
+# --- v3: the document index ------------------------------------------------------------------
+#
+# Each document's search chunks (cairn.search.chunking.chunk_markdown), written and removed
+# in the document write's own transaction, so a document is keyword-searchable the moment
+# its write commits. ``terms`` are the space-joined ``cairn.search.text.analyze`` terms of
+# the chunk's search text (``context`` on a line, then ``text``); ``embedding`` is a
+# ``cairn.search.vectors`` blob made by ``model``, both NULL until the background indexer
+# embeds the chunk (or when the configured model changed). The primary key leads with the
+# space, so it serves "every chunk of a space"; the ``model`` index serves the indexer's
+# "not yet embedded by this model" scan.
+
+memory_chunks = sa.Table(
+    "memory_chunks",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("path", BinaryText, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("visibility", sa.String(32), nullable=False),
+    sa.Column("heading", sa.Text, nullable=False),
+    # The headings above the chunk that its text does not show (Chunk.context, " > "-joined).
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("start_offset", sa.Integer, nullable=False),
+    sa.Column("end_offset", sa.Integer, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("terms", sa.Text, nullable=False),
+    sa.Column("embedding", sa.LargeBinary, nullable=True),
+    sa.Column("model", sa.String(64), nullable=True),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Index("ix_memory_chunks_model", "model"),
+)
+
+
+def _v3_document_index(conn: Connection) -> None:
+    memory_chunks.create(conn, checkfirst=True)
+    columns = {c["name"] for c in sa.inspect(conn).get_columns("memory_space_usage")}
+    if "search_version" not in columns:
+        conn.exec_driver_sql(
+            "ALTER TABLE memory_space_usage ADD COLUMN search_version BIGINT NOT NULL DEFAULT 0"
+        )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        3,
+        "memory_chunks (the document index) and memory_space_usage.search_version",
+        _v3_document_index,
+    )
 )
