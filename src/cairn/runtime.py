@@ -7,6 +7,7 @@ else constructs an engine, a store, the identity service or the search rate limi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # cairn.embed loads numpy and the tokenizer: only commands th
     # Re-exported for the faces' annotations: they may not import cairn.embed.
     from cairn.embed import Embedder as Embedder
     from cairn.embed import EmbedderStatus as EmbedderStatus
+    from cairn.service.search import DocumentSearch
 
 
 @dataclass
@@ -114,7 +116,7 @@ def open_runtime(
             identity, admin_token=config.admin_token, service_token=config.service_token
         ),
         access=Access(identity),
-        spaces=SpaceService(store),
+        spaces=SpaceService(store, lambda: document_search(config, store)),
         records=build_record_service(engine, identity, limiter),
         admin=AdminService(identity, store),
         audit=AuditService(store),
@@ -157,6 +159,32 @@ def open_embedder(config: Config) -> Embedder | None:
         model=config.embeddings_model,
         key=config.embeddings_key,
     )
+
+
+log = logging.getLogger(__name__)
+
+#: Pending chunks a local command embeds before it searches, at most (the rest wait).
+EMBED_PENDING = 256
+
+
+def document_search(
+    config: Config, store: MemoryStore, *, embed_pending: int = 0
+) -> DocumentSearch:
+    """The document search over ``store``: keyword, and meaning with the embedder
+    ``CAIRN_EMBEDDER`` names; an embedder that cannot load leaves it keyword-only (with a
+    warning). ``embed_pending`` > 0 (local commands): embed up to that many of the searched
+    space's pending chunks before each search. Built when a search first needs it."""
+    from cairn.errors import CairnError
+    from cairn.search.cache import VectorCache
+    from cairn.service.search import DocumentSearch
+
+    embedder: Embedder | None
+    try:
+        embedder = open_embedder(config)
+    except CairnError as exc:
+        log.warning("search by meaning is off, keyword only: %s", exc.message)
+        embedder = None
+    return DocumentSearch(store, embedder, VectorCache(), embed_pending=embed_pending)
 
 
 def describe_embedder(config: Config) -> EmbedderStatus:

@@ -385,3 +385,29 @@ def test_server_mode_against_a_real_local_server(
         server.wait(10)
     code, _, err = run(capsys, "ls", *remote)
     assert code == 1 and err.startswith("cairn: store_unavailable")
+
+
+def test_reindex_finds_hand_made_files_and_is_idempotent(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, _ = run(
+        capsys, "put", "a.md", "--name", "n", "--visibility", "org", "--file", "/dev/null"
+    )
+    assert code == 0
+    assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
+    assert run(capsys, "reindex")[:2] == (0, "reindexed 0 document(s)\n")
+    # A note written by hand into the plain tree is found by the next reindex.
+    hand = home / "spaces" / "org" / "local" / "n" / "hand.md"
+    hand.write_text("# By hand\n\nwritten without cairn\n", encoding="utf-8")
+    assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
+    ref = SpaceRef.build("org", "n", tenant="local")
+    paths = {row.path for row in FilesystemStore(home / "spaces").chunk_rows(ref)}
+    assert "hand.md" in paths
+    assert run(capsys, "reindex", "--rebuild")[:2] == (0, "reindexed 2 document(s)\n")
+
+
+def test_reindex_over_a_server_says_the_server_indexes_itself(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "reindex", "--server", "http://127.0.0.1:9")
+    assert code == 1 and "a Cairn server indexes its documents itself" in err

@@ -9,6 +9,7 @@ and no counter was ever seen above its quota.
 from __future__ import annotations
 
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -42,11 +43,14 @@ def test_concurrent_writers_keep_every_counter_exact(
     store = store_factory.open(spec)
     project, glob = ref_for(Visibility.PROJECT), ref_for(Visibility.GLOBAL)
     refs = [project, project, glob]  # two thirds of the writes go to the capped space
-    stop = tmp_path / "stop"
+    stop, ready = tmp_path / "stop", tmp_path / "ready"
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=PROCESSES + 1, mp_context=ctx) as pool:
-        observer = pool.submit(observer_process, spec, [project, glob], str(stop))
+        observer = pool.submit(observer_process, spec, [project, glob], str(stop), str(ready))
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline and not observer.done():
+            time.sleep(0.01)
         writers = [
             pool.submit(writer_process, spec, refs, seed, THREADS, OPS, MAX_SIZE)
             for seed in range(PROCESSES)

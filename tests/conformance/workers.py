@@ -57,14 +57,19 @@ def writer_process(
 
 
 def observer_process(
-    spec: StoreSpec, refs: list[SpaceRef], stop_file: str
+    spec: StoreSpec, refs: list[SpaceRef], stop_file: str, ready_file: str
 ) -> tuple[int, list[str]]:
-    """Poll ``usage`` until ``stop_file`` exists; return (samples, counters seen over quota)."""
+    """Poll ``usage`` until ``stop_file`` exists; return (samples, counters seen over quota).
+
+    Touches ``ready_file`` once it is polling, so the writers start only then: a slow
+    process start can never leave the observer watching nothing."""
     store: MemoryStore = spec.open()
     samples = 0
     over: list[str] = []
     deadline = time.monotonic() + 120
     while not os.path.exists(stop_file) and time.monotonic() < deadline:
+        if samples == len(refs):
+            open(ready_file, "w").close()
         for ref in refs:
             u = store.usage(ref)
             samples += 1

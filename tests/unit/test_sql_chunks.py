@@ -408,3 +408,19 @@ def test_backfill_indexes_documents_written_before_the_index(store: SqlStore) ->
     assert store.search_version(refs[0]) == versions[0]
     assert len(pending_of(store, 1000, MODEL)) == 2 * 50 * 2
     assert store.backfill_chunks() == 0
+
+
+def test_reindex_rebuild_starts_from_an_empty_index(store: SqlStore) -> None:
+    ref = project()
+    store.write(ref, "runbook.md", RUNBOOK)
+    store.write(ref, "b.md", "# B\n\nbee")
+    embed_all(store)
+    version = store.search_version(ref)
+    assert store.reindex() == 0  # everything is indexed already
+    assert store.reindex(rebuild=True) == 2
+    rows = indexed(store, ref)
+    assert as_tuples(rows) == expected_rows("b.md", "# B\n\nbee") + expected_rows(
+        "runbook.md", RUNBOOK
+    )
+    assert all(r.embedding is None for r in rows)  # re-embedded by the indexer, later
+    assert store.search_version(ref) > version

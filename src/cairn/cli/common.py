@@ -181,7 +181,11 @@ def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
     The store stays open."""
     server: str | None = getattr(args, "server", None)
     if not server:
-        return SpaceService(local_store()), console_principal("local")
+        config, store = cli_config(), local_store()
+        search = functools.partial(
+            runtime.document_search, config, store, embed_pending=runtime.EMBED_PENDING
+        )
+        return SpaceService(store, search), console_principal("local")
     return SpaceService(runtime.open_remote_store(server, args.token)), remote_principal()
 
 

@@ -1,4 +1,4 @@
-"""``cairn memory du|ls|cat|put|rm|export|import``: the CLI over one space (SPEC §8).
+"""``cairn memory du|ls|cat|put|rm|export|import|search``: the CLI over one space (SPEC §8).
 
 Thin: each verb parses its flags, resolves the space with :mod:`cairn.cli.common`
 and calls :class:`~cairn.service.spaces.SpaceService`. Without ``--server`` the store is the
@@ -83,6 +83,24 @@ def register(subparsers: Any) -> None:
         help="what to do with a document that exists: skip (default), overwrite, rename",
     )
     imp.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    search = verb("search", "search the space's documents by keyword and meaning", _search)
+    search.add_argument("query", metavar="QUERY", help="what to look for")
+    search.add_argument(
+        "--limit", type=int, default=10, metavar="N", help="at most N hits, 1-50 (default 10)"
+    )
+    search.add_argument(
+        "--path-prefix", default="", metavar="P", help="only documents whose path starts with P"
+    )
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+
+    reindex_help = "bring the local store's search index in line with its files"
+    reindex = verbs.add_parser("reindex", help=reindex_help, description=reindex_help)
+    add_server_args(reindex)
+    reindex.add_argument(
+        "--rebuild", action="store_true", help="start from an empty index (re-embeds too)"
+    )
+    reindex.set_defaults(func=cli_command(_reindex))
 
 
 @contextlib.contextmanager
@@ -194,6 +212,32 @@ def _import(args: argparse.Namespace) -> int:
             report = service.import_archive(who, ref, source, strategy, progress=advance)
         _print_report(report, as_json=args.json)
         return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, who):
+        hits = service.search(who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix)
+        if args.json:
+            print(json.dumps({"results": [hit.as_json() for hit in hits]}))
+            return 0
+        for i, hit in enumerate(hits):
+            if i:
+                print()
+            print(hit.path)
+            if hit.heading:
+                print(f"  {hit.heading}")
+            print(f"  score {hit.score:.3f}  ({', '.join(hit.matched)})")
+            print(f"    {hit.snippet}")
+        if not hits:
+            print("no matches", file=sys.stderr)
+        return 0
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who), progress("indexing") as advance:
+        changed = service.reindex(who, rebuild=args.rebuild, progress=advance)
+    print(f"reindexed {changed} document(s)")
+    return 0
 
 
 def _print_report(report: ImportReport, *, as_json: bool) -> None:

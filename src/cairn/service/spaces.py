@@ -11,8 +11,8 @@ the store's one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, BinaryIO
 
 from cairn.documents import (
     Document,
@@ -23,16 +23,32 @@ from cairn.documents import (
     WriteResult,
     parse_import_strategy,
 )
+from cairn.errors import Forbidden
 from cairn.paths import validate_dir_prefix
-from cairn.principal import Principal
-from cairn.service.access import authorize_space_mutation
+from cairn.principal import CredentialKind, Principal
+from cairn.service.access import authorize_space_mutation, require_user
 from cairn.spaces import SpaceRef
 from cairn.store.base import MemoryStore, Progress
 
+if TYPE_CHECKING:  # cairn.service.search loads numpy: only commands that search pay
+    from cairn.service.search import DocumentHit, DocumentSearch
+
+
+# An alias: the class below defines a method called ``list``.
+Hits = list["DocumentHit"]
+
 
 class SpaceService:
-    def __init__(self, store: MemoryStore) -> None:
+    """``search`` is the document search over ``store`` — or what builds it on first use
+    (the embedder loads a model: only commands that search pay); None is keyword-only."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        search: DocumentSearch | Callable[[], DocumentSearch] | None = None,
+    ) -> None:
         self.store = store
+        self._search = search
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         """The document at ``path``; ``404 not_found`` when absent."""
@@ -83,6 +99,47 @@ class SpaceService:
         how = parse_import_strategy(strategy)
         grant = authorize_space_mutation(who, ref, importing=True)
         return self.store.import_archive(ref, source, how, grant=grant, progress=progress)
+
+    def reindex(
+        self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None
+    ) -> int:
+        """Bring the store's search index in line with its documents (``cairn memory
+        reindex``): an operator's act on a whole store — the local console, local mode or
+        platform authority. Returns how many documents were (re)indexed."""
+        require_user(who)
+        # A server's client is let through: its store answers that the server indexes itself.
+        if not (
+            who.platform_authority or who.kind in (CredentialKind.CONSOLE, CredentialKind.REMOTE)
+        ):
+            raise Forbidden("reindexing a store is for its operator (platform authority)")
+        return self.store.reindex(progress, rebuild=rebuild)
+
+    def search(
+        self,
+        who: Principal,
+        ref: SpaceRef,
+        q: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+    ) -> Hits:
+        """The best sections of the space for ``q``, best first (keyword, and meaning where
+        chunks are embedded). A read: ``ref`` is already the caller's own space, so ``who``
+        needs no mutation right."""
+        del who  # reads are decided by the ref (space_ref stamps the caller's team)
+        return self.document_search().search([ref], q, limit=limit, path_prefix=path_prefix)
+
+    def document_search(self) -> DocumentSearch:
+        """The document search, built on first use."""
+        from cairn.service.search import DocumentSearch
+
+        found = self._search
+        if found is None:
+            found = DocumentSearch(self.store)
+        elif not isinstance(found, DocumentSearch):
+            found = found()
+        self._search = found
+        return found
 
     def close(self) -> None:
         """Release the store's connections (a CLI process's last step)."""

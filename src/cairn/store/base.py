@@ -43,7 +43,7 @@ from cairn.documents import (
     content_etag,
     encode_document,
 )
-from cairn.errors import NotFound, PlatformAuthorityRequired, PreconditionFailed
+from cairn.errors import InvalidRequest, NotFound, PlatformAuthorityRequired, PreconditionFailed
 from cairn.paths import validate_doc_path
 from cairn.quota import Limits, check_document_size
 from cairn.secrets import check_no_secrets
@@ -277,6 +277,15 @@ class MemoryStore(ABC):
         from cairn.store.archive import import_space
 
         return import_space(self, ref, source, strategy, grant=grant, progress=progress)
+
+    def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
+        """Bring this store's search index in line with its documents (``rebuild``: from
+        empty); return how many documents were (re)indexed, ``progress(1)`` per document.
+        A store that keeps no index of its own (a client of a server) refuses."""
+        raise InvalidRequest(
+            "this store keeps no search index of its own: a Cairn server indexes its "
+            "documents itself; drop --server to reindex the local store"
+        )
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
         """Release connections, pools or locks."""

@@ -13,6 +13,7 @@ The server stamps the tenant and user from the token, so ``ref.tenant`` and
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
@@ -52,6 +53,21 @@ def _info(body: dict[str, Any]) -> DocumentInfo:
     """A document's metadata as the server renders it."""
     when = datetime.fromisoformat(body["updated_at"])
     return DocumentInfo(body["path"], int(body["size_bytes"]), when, body["etag"])
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One hit of a server's document search (``GET /api/memory/search``)."""
+
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: tuple[str, ...]
+
+
+# An alias: the class below defines a method called ``list``.
+SearchHits = list[SearchHit]
 
 
 class HttpMemoryStore(MemoryStore):
@@ -144,6 +160,23 @@ class HttpMemoryStore(MemoryStore):
         params = self._params(ref, dir=dir) if dir else self._params(ref)
         body = self._request("GET", "/api/memory/docs", params=params).json()
         return [_info(d) for d in body["documents"]]
+
+    def search(self, ref: SpaceRef, q: str, limit: int, path_prefix: str = "") -> SearchHits:
+        """The server's answer to ``GET /api/memory/search`` for the space, best first."""
+        extra = {"q": q, "limit": str(limit)}
+        if path_prefix:
+            extra["path_prefix"] = path_prefix
+        body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
+        return [
+            SearchHit(
+                str(hit["path"]),
+                str(hit["heading"]),
+                str(hit["snippet"]),
+                float(hit["score"]),
+                tuple(str(m) for m in hit["matched"]),
+            )
+            for hit in body["results"]
+        ]
 
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()

@@ -603,6 +603,15 @@ class SqlStore(MemoryStore):
             conn.execute(self._sql.bump_space, {"t": tenant, "k": key, "sid": space_id})
         return stored
 
+    def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
+        """Chunk every unindexed document (``rebuild``: drop every chunk, and its vector,
+        first); return how many documents were looked at."""
+        if rebuild:
+            with write_transaction(self.engine) as conn:
+                conn.execute(sa.delete(C))
+                conn.execute(sa.update(S).values(search_version=S.c.search_version + 1))
+        return self.backfill_chunks(progress)
+
     def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int:
         """Chunk the space's documents that have no chunks (written since its last
         search, or before the index existed); return how many were looked at. A search

@@ -199,6 +199,62 @@ def list_docs(
     return JSONResponse({"documents": [d.as_json() for d in state.spaces.list(ref, dir)]})
 
 
+class SearchHitOut(BaseModel):
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: list[str]
+
+
+class SearchOut(BaseModel):
+    results: list[SearchHitOut]
+
+
+@router.get(
+    "/api/memory/search",
+    response_model=SearchOut,
+    responses=error_responses(*AUTH_ERRORS, 422),
+    summary="Search a space's documents by keyword and meaning, best first",
+)
+def search_docs(
+    who: Principal,
+    state: State,
+    space: Space,
+    q: Annotated[str | None, Query(description="The search query (required).")] = None,
+    limit: Annotated[
+        str | None,
+        Query(
+            description="How many hits, 1-50 (default 10).",
+            json_schema_extra={"type": "integer", "minimum": 1, "maximum": 50},
+        ),
+    ] = None,
+    path_prefix: Annotated[
+        str, Query(description="Only documents whose path starts with this, e.g. notes/.")
+    ] = "",
+    scope: Annotated[
+        str | None, Query(description="Not supported yet: leave it out (this space only).")
+    ] = None,
+) -> JSONResponse:
+    ref = space.ref(who, "q", "limit", "path_prefix", "scope")
+    if scope is not None:
+        raise InvalidRequest(
+            "scope is not supported yet: leave it out to search this space", field="scope"
+        )
+    if q is None:
+        raise InvalidRequest("q is required: the search query", field="q")
+    count = 10
+    if limit is not None:
+        try:
+            count = int(limit)
+        except ValueError:
+            raise InvalidRequest(
+                "limit must be a whole number from 1 to 50", field="limit"
+            ) from None
+    hits = state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
+    return JSONResponse({"results": [hit.as_json() for hit in hits]})
+
+
 _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
 
 

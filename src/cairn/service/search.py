@@ -1,0 +1,362 @@
+"""Searching a space's documents by keyword and by meaning (docs/search.md, "Searching
+documents").
+
+:class:`DocumentSearch` ranks the chunks of the spaces it is given: first the store's
+``reconcile(ref)`` (so every committed write, and on the filesystem every hand edit, is
+keyword-searchable), then the space's BM25 index and its matrix of embedded chunks, both
+loaded through caches stamped with the space's ``search_version``; the keyword side (BM25
+relative to the query's full match) and the dense side (cosine, when an embedder is
+given and chunks of its model are embedded) are fused with the fixed-scale weighted sum
+(:mod:`cairn.search.fusion`). A hit is a section: the best chunk of each (space, path,
+heading). Isolation is structural: the rows searched are the rows of the refs given,
+and a ref is always the caller's own (:func:`cairn.service.access.space_ref`).
+
+A store that keeps no index of its own but answers searches itself (the HTTP client
+store, whose server searches) is asked directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from cairn.errors import InvalidRequest
+from cairn.search.bm25 import BM25Index
+from cairn.search.cache import Entry, VectorCache
+from cairn.search.chunking import snippet
+from cairn.search.fusion import ALPHA, weighted_sum
+from cairn.search.text import query_terms
+from cairn.search.vectors import decode_many, encode_many, top_k
+from cairn.spaces import SpaceRef
+from cairn.store.base import ChunkRow, MemoryStore, Progress
+from cairn.store.fs import FilesystemStore
+from cairn.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from cairn.embed.base import Embedder
+
+log = logging.getLogger(__name__)
+
+#: The most hits one search returns.
+MAX_LIMIT = 50
+#: Candidates taken from each side before fusing.
+CANDIDATES = 50
+#: BM25 indexes kept in memory (one per space searched lately).
+BM25_CACHE_SPACES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentHit:
+    """One section found: its document, heading trail, a snippet, the fused score, which
+    signals matched (``"keyword"``, ``"meaning"``) and the space it is in."""
+
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: tuple[str, ...]
+    space_id: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The API's shape of a hit (``GET /api/memory/search``)."""
+        return {
+            "path": self.path,
+            "heading": self.heading,
+            "snippet": self.snippet,
+            "score": self.score,
+            "matched": list(self.matched),
+        }
+
+
+@runtime_checkable
+class IndexedStore(Protocol):
+    """A store with a search index of its own (SQL, filesystem)."""
+
+    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int: ...
+
+    def search_version(self, ref: SpaceRef) -> int: ...
+
+    def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]: ...
+
+
+class PendingLike(Protocol):
+    """A chunk a store has to embed (``pending_chunks``)."""
+
+    @property
+    def space_id(self) -> str: ...
+    @property
+    def search_text(self) -> str: ...
+
+
+P = TypeVar("P", bound=PendingLike)
+
+
+class RemoteHitLike(Protocol):
+    """A hit as a searching store answers it (``cairn.store.http.SearchHit``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def heading(self) -> str: ...
+    @property
+    def snippet(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def matched(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class SearchingStore(Protocol):
+    """A store that answers searches itself (a client of a Cairn server)."""
+
+    def search(
+        self, ref: SpaceRef, q: str, limit: int, path_prefix: str
+    ) -> Sequence[RemoteHitLike]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyword:
+    """A space's chunks at one version and their BM25 index."""
+
+    version: int
+    rows: list[ChunkRow]
+    index: BM25Index
+    position: dict[tuple[str, int], int]
+    #: The last vector entry mapped onto these rows, and its row numbers here.
+    mapped: list[tuple[Entry, npt.NDArray[np.int64]]] = field(default_factory=list)
+
+    def rows_of(self, entry: Entry) -> npt.NDArray[np.int64]:
+        """The row number here of each vector of ``entry`` (-1: not among these rows, as
+        when the two were loaded at different versions)."""
+        for known, rows in self.mapped:
+            if known is entry:
+                return rows
+        rows = np.fromiter(
+            (self.position.get(_split(i), -1) for i in entry.ids),
+            dtype=np.int64,
+            count=len(entry.ids),
+        )
+        rows.flags.writeable = False
+        self.mapped[:] = [(entry, rows)]  # one at a time: a newer entry replaces it
+        return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A fused chunk before it is a hit."""
+
+    score: float
+    matched: tuple[str, ...]
+    space_id: str
+    row: ChunkRow
+
+
+def check_query(q: str, limit: int) -> str:
+    """The query stripped; ``400 invalid_request`` naming ``q`` or ``limit`` otherwise."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}", field="limit")
+    if not isinstance(q, str) or not q.strip():
+        raise InvalidRequest("q must be a non-empty search query", field="q")
+    return q.strip()
+
+
+class DocumentSearch:
+    """Keyword and meaning search over the documents of a store's spaces.
+
+    ``embedder`` None is keyword-only. ``cache`` holds the spaces' vector matrices (one
+    per process is enough; it is bounded by bytes). ``embed_pending`` > 0 (local
+    commands) embeds up to that many of the searched space's pending chunks first.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None = None,
+        cache: VectorCache | None = None,
+        *,
+        embed_pending: int = 0,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.cache = cache if cache is not None else VectorCache()
+        self.embed_pending = embed_pending
+        self._keyword: OrderedDict[str, _Keyword] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def search(
+        self,
+        refs: Sequence[SpaceRef],
+        query: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+    ) -> list[DocumentHit]:
+        """The best sections of the spaces ``refs`` for ``query``, best first."""
+        q = check_query(query, limit)
+        if isinstance(self.store, SearchingStore):
+            remote = [
+                DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
+                for ref in refs
+                for h in self.store.search(ref, q, limit, path_prefix)
+            ]
+            return self._merge(remote, limit)
+        store = self.store
+        if not isinstance(store, IndexedStore):
+            raise InvalidRequest(
+                f"this store ({type(store).__name__}) keeps no search index: search a "
+                "local store or a Cairn server"
+            )
+        terms = query_terms(q)
+        query_vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
+        found: list[_Found] = []
+        for ref in refs:
+            store.reconcile(ref)
+            if self.embedder is not None and self.embed_pending > 0:
+                self._embed_pending(ref)
+            version = store.search_version(ref)
+            keyword = self._keyword_entry(store, ref, version)
+            allowed = None
+            if path_prefix:
+                allowed = np.fromiter(
+                    (row.path.startswith(path_prefix) for row in keyword.rows),
+                    dtype=bool,
+                    count=len(keyword.rows),
+                )
+            kw_hits = keyword.index.top(
+                terms, k=len(keyword.rows) if allowed is not None else CANDIDATES, relative=True
+            )
+            kw = [(h.doc, h.score) for h in kw_hits if allowed is None or allowed[h.doc]]
+            dense: list[tuple[int, float]] = []
+            if self.embedder is not None:
+                entry = self._vector_entry(store, ref, version, keyword)
+                if len(entry):
+                    if query_vector is None:
+                        query_vector = self.embedder.embed([q])[0]
+                    rows = keyword.rows_of(entry)
+                    mask = rows >= 0  # a new array: the cached rows stay as they are
+                    if allowed is not None:
+                        mask &= allowed[np.maximum(rows, 0)]
+                    picked, scores = top_k(entry.matrix, query_vector, CANDIDATES, mask=mask)
+                    dense = [(int(rows[i]), float(s)) for i, s in zip(picked, scores, strict=True)]
+            # No vector to compare (no embedder, nothing embedded yet): keyword scores as such.
+            alpha = ALPHA if dense else 0.0
+            for fused in weighted_sum(kw[:CANDIDATES], dense, alpha=alpha, normalisation="fixed"):
+                row = keyword.rows[fused.key]
+                found.append(_Found(round(fused.score, 6), fused.matched, ref.id, row))
+        found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
+        seen: set[tuple[str, str, str]] = set()
+        hits: list[DocumentHit] = []
+        for f in found:
+            key = (f.space_id, f.row.path, f.row.heading)
+            if key in seen:
+                continue
+            seen.add(key)
+            # The snippet only for what is returned: analysing text is the costly part.
+            text = snippet(f.row.text, terms)
+            hits.append(
+                DocumentHit(f.row.path, f.row.heading, text, f.score, f.matched, f.space_id)
+            )
+            if len(hits) >= limit:
+                break
+        return hits
+
+    @staticmethod
+    def _merge(hits: list[DocumentHit], limit: int) -> list[DocumentHit]:
+        """Best first across spaces, the best chunk of each (space, path, heading)."""
+        hits.sort(key=lambda h: -h.score)  # stable: each space's order kept on ties
+        seen: set[tuple[str, str, str]] = set()
+        out: list[DocumentHit] = []
+        for hit in hits:
+            key = (hit.space_id, hit.path, hit.heading)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(hit)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _keyword_entry(self, store: IndexedStore, ref: SpaceRef, version: int) -> _Keyword:
+        with self._lock:
+            cached = self._keyword.get(ref.id)
+            if cached is not None and cached.version >= version:
+                self._keyword.move_to_end(ref.id)
+                return cached
+        rows = store.chunk_rows(ref)  # read after the version: at least as new
+        entry = _Keyword(
+            version,
+            rows,
+            BM25Index([row.terms.split() for row in rows]),
+            {(row.path, row.seq): i for i, row in enumerate(rows)},
+        )
+        with self._lock:
+            self._keyword[ref.id] = entry
+            self._keyword.move_to_end(ref.id)
+            while len(self._keyword) > BM25_CACHE_SPACES:
+                self._keyword.popitem(last=False)
+        return entry
+
+    def _vector_entry(
+        self, store: IndexedStore, ref: SpaceRef, version: int, keyword: _Keyword
+    ) -> Entry:
+        assert self.embedder is not None
+        model = self.embedder.model_id
+        dim = self.embedder.dim
+
+        def load() -> Entry:
+            # Rows of the keyword entry: loaded after reading a version >= ``version``.
+            embedded = [r for r in keyword.rows if r.embedding is not None and r.model == model]
+            ids = np.array([_join(r.path, r.seq) for r in embedded], dtype=object)
+            blobs = [r.embedding for r in embedded if r.embedding is not None]
+            return Entry(ids, decode_many(blobs, dim))
+
+        # Keyed by space and model: vectors of one model are never compared with another's.
+        return self.cache.get((ref.id, model), version, load)
+
+    def _embed_pending(self, ref: SpaceRef) -> None:
+        """Embed up to ``embed_pending`` of the space's chunks that have no vector of this
+        embedder's model (a local command, before it searches)."""
+        store, embedder = self.store, self.embedder
+        if embedder is None:
+            return
+        if isinstance(store, SqlStore):
+            _embed_some(
+                store.pending_chunks, store.store_embeddings, ref, embedder, self.embed_pending
+            )
+        elif isinstance(store, FilesystemStore):
+            _embed_some(
+                store.pending_chunks, store.store_embeddings, ref, embedder, self.embed_pending
+            )
+
+
+def _embed_some(
+    pending_chunks: Callable[[int, str], list[P]],
+    store_embeddings: Callable[[Sequence[P], Sequence[bytes], str], int],
+    ref: SpaceRef,
+    embedder: Embedder,
+    limit: int,
+) -> int:
+    """Embed the chunks of ``ref`` among the store's first ``limit`` pending ones."""
+    model = embedder.model_id
+    pending = [p for p in pending_chunks(limit, model) if p.space_id == ref.id]
+    if not pending:
+        return 0
+    vectors = embedder.embed([p.search_text for p in pending])
+    return store_embeddings(pending, encode_many(vectors), model)
+
+
+def _join(path: str, seq: int) -> str:
+    return f"{path}\x00{seq}"
+
+
+def _split(key: object) -> tuple[str, int]:
+    path, _, seq = str(key).rpartition("\x00")
+    return path, int(seq)

