@@ -226,7 +226,8 @@ def _search(args: argparse.Namespace) -> int:
             print(hit.path)
             if hit.heading:
                 print(f"  {hit.heading}")
-            print(f"  score {hit.score:.3f}  ({', '.join(hit.matched)})")
+            matched = f"  ({', '.join(hit.matched)})" if hit.matched else ""
+            print(f"  score {hit.score:.3f}{matched}")
             print(f"    {hit.snippet}")
         if not hits:
             print("no matches", file=sys.stderr)
