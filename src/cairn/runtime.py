@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher
@@ -144,6 +144,17 @@ def open_remote_store(server: str, token: str | None) -> MemoryStore:
     return HttpMemoryStore(server, token)
 
 
+def _embedder_settings(config: Config) -> dict[str, Any]:
+    """The ``CAIRN_EMBEDDINGS_*`` / model settings an embedder is opened with."""
+    return {
+        "model_dir": config.model_dir,
+        "home": config.home,
+        "url": config.embeddings_url,
+        "model": config.embeddings_model,
+        "key": config.embeddings_key,
+    }
+
+
 def open_embedder(config: Config) -> Embedder | None:
     """The embedder ``CAIRN_EMBEDDER`` names (docs/search.md, "Embedders"); None for
     ``none`` (keyword search only). A model that is not installed, or an ``http``
@@ -151,14 +162,7 @@ def open_embedder(config: Config) -> Embedder | None:
     what to do."""
     from cairn import embed
 
-    return embed.open_embedder(
-        config.embedder,
-        model_dir=config.model_dir,
-        home=config.home,
-        url=config.embeddings_url,
-        model=config.embeddings_model,
-        key=config.embeddings_key,
-    )
+    return embed.open_embedder(config.embedder, **_embedder_settings(config))
 
 
 log = logging.getLogger(__name__)
@@ -192,14 +196,7 @@ def describe_embedder(config: Config) -> EmbedderStatus:
     it is opened and embeds one probe text."""
     from cairn import embed
 
-    return embed.describe_embedder(
-        config.embedder,
-        model_dir=config.model_dir,
-        home=config.home,
-        url=config.embeddings_url,
-        model=config.embeddings_model,
-        key=config.embeddings_key,
-    )
+    return embed.describe_embedder(config.embedder, **_embedder_settings(config))
 
 
 def model_install_command(source: str | None = None) -> list[str]:

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import io
 import threading
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -29,7 +26,7 @@ from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import ImportStrategy, PlatformGrant
 from cairn.store.sql import ChunkRow, PendingChunk, SqlStore
 from cairn.store.sql_schema import memory_chunks
-from tests.unit.test_sql_store import Backend
+from tests.unit.conftest import Backend
 
 TEAM = "team-a"
 MODEL = "all-MiniLM-L6-v2"
@@ -54,25 +51,6 @@ Run `cairn rollback` and watch the dashboards.
 
 def project(name: str = "notes", tenant: str = TEAM) -> SpaceRef:
     return SpaceRef.build(Visibility.PROJECT, name, tenant=tenant, project="p1")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        b = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None)
-    else:
-        url: str = request.getfixturevalue("postgres_url")
-        b = Backend("postgres", url, f"t_{uuid.uuid4().hex[:16]}")
-    try:
-        yield b
-    finally:
-        for store in b.opened:
-            store.close()
-
-
-@pytest.fixture
-def store(backend: Backend) -> SqlStore:
-    return backend.open()
 
 
 def vector(seed: int) -> bytes:

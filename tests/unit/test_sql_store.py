@@ -13,8 +13,7 @@ import multiprocessing
 import threading
 import tracemalloc
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -44,6 +43,7 @@ from cairn.store import sql as sql_module
 from cairn.store.base import PlatformGrant
 from cairn.store.sql import NO_TENANT, SqlStore
 from cairn.store.sql_schema import memory_documents, memory_tenant_usage
+from tests.unit.conftest import Backend
 
 TEAM = "team-a"
 OTHER = "team-b"
@@ -54,40 +54,6 @@ def project(tenant: str = TEAM, name: str = "notes", proj: str = "p1") -> SpaceR
 
 
 GLOBAL = SpaceRef.build(Visibility.GLOBAL, "catalogue")
-
-
-@dataclass
-class Backend:
-    """Where a test's stores live: a SQLite file, or a fresh PostgreSQL schema."""
-
-    kind: str
-    url: str
-    schema: str | None
-    opened: list[SqlStore] = field(default_factory=list)
-
-    def open(self, limits: Limits = Limits()) -> SqlStore:  # noqa: B008
-        store = SqlStore.open(self.url, limits, schema=self.schema)
-        self.opened.append(store)
-        return store
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        b = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None)
-    else:
-        url: str = request.getfixturevalue("postgres_url")
-        b = Backend("postgres", url, f"t_{uuid.uuid4().hex[:16]}")
-    try:
-        yield b
-    finally:
-        for store in b.opened:
-            store.close()
-
-
-@pytest.fixture
-def store(backend: Backend) -> SqlStore:
-    return backend.open()
 
 
 def rows(store: SqlStore, table: sa.Table) -> list[sa.Row[object]]:

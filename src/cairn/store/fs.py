@@ -236,15 +236,9 @@ class FilesystemStore(MemoryStore):
         changed = 0
         seen: set[str] = set()
         with _os_errors(""), _index_errors():
-            for vis in Visibility:
-                if vis is Visibility.PRIVATE:
-                    continue
-                for values, comps in self._walk_qualifiers([vis.value], [], space_depth(vis)):
-                    ref = space_named(vis, values, comps)
-                    if ref is None:
-                        continue
-                    seen.add(ref.id)
-                    changed += self.reconcile(ref, progress=progress)
+            for ref in self._spaces():
+                seen.add(ref.id)
+                changed += self.reconcile(ref, progress=progress)
             changed += self._index.forget_spaces_except(seen)
         return changed
 
@@ -291,18 +285,22 @@ class FilesystemStore(MemoryStore):
         with _os_errors(""), self._locked():
             return self._recount_locked().tree
 
-    def _recount_locked(self) -> UsageState:
-        spaces: dict[str, int] = {}
+    def _spaces(self) -> Iterator[SpaceRef]:
+        """Every space that has a directory in the tree (private spaces have none)."""
         for vis in Visibility:
             if vis is Visibility.PRIVATE:
                 continue
             for values, comps in self._walk_qualifiers([vis.value], [], space_depth(vis)):
                 ref = space_named(vis, values, comps)
-                if ref is None:
-                    continue
-                total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
-                if total:
-                    spaces[ref.id] = total
+                if ref is not None:
+                    yield ref
+
+    def _recount_locked(self) -> UsageState:
+        spaces: dict[str, int] = {}
+        for ref in self._spaces():
+            total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
+            if total:
+                spaces[ref.id] = total
         state = UsageState(sum(spaces.values()), spaces)
         self._save_state(state, sync_data=True, sync_dir=True)
         return state
