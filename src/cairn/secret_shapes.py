@@ -55,6 +55,11 @@ class Detector:
     group: int = 0
     # The character before the match must not continue a word (tokens are whole words).
     bounded: bool = True
+    # With ``bounded``: the characters that would continue the token's first run, when
+    # that is narrower than a word. A shape that opens with a number (a Telegram bot id)
+    # is whole unless a digit precedes it: a letter before it is a path prefix glued on
+    # (``/bot<id>:<token>``), not part of the token. ``None``: any word character.
+    continues: frozenset[str] | None = None
     check: Check | None = None
     # Documentation placeholders ("ghp_xxxx…", "sk_live_XXXX…") are not credentials.
     filler_ok: bool = False
@@ -186,6 +191,13 @@ def _mixed(m: re.Match[str]) -> bool:
     return classes >= 2 and _not_example(m)
 
 
+def _cairn_key(m: re.Match[str]) -> bool:
+    """Cairn's own keys are random base64url: both cases occur (a 43-character key lacks
+    one with probability about 2e-10), unlike a snake_case name that starts ``cairn_``."""
+    value = m.group(0)[len("cairn_") :]
+    return any(c.isupper() for c in value) and any(c.islower() for c in value)
+
+
 def _context(*words: str, window: int = 200) -> Check:
     """The match counts only with one of ``words`` shortly before it (or inside it)."""
 
@@ -233,6 +245,8 @@ def _assigned(
 
 
 DETECTORS: tuple[Detector, ...] = (
+    # Cairn's own API keys (cairn.identity.keys.new_api_key: "cairn_" + token_urlsafe(32))
+    Detector("cairn_api_key", rx(r"cairn_[A-Za-z0-9_-]{43}" + _E), ("cairn_",), check=_cairn_key),
     # Amazon Web Services
     Detector(
         "aws_access_key_id",
@@ -495,6 +509,7 @@ DETECTORS: tuple[Detector, ...] = (
         keywords=(":A",),
         anchored=True,
         offsets=tuple(range(16, 4, -1)),  # leftmost start first
+        continues=frozenset("0123456789"),
     ),
     Detector(
         "mailgun_api_key",

@@ -437,7 +437,7 @@ def _findings(
 ) -> Iterator[tuple[int, int, int, str]]:
     """The findings among ``det``'s ``matches``: word-bounded, checked, not filler."""
     for m in matches:
-        if det.bounded and m.start() > 0 and text[m.start() - 1] in _WORD:
+        if det.bounded and m.start() > 0 and text[m.start() - 1] in (det.continues or _WORD):
             continue
         if det.check is not None and not det.check(m):
             continue

@@ -376,6 +376,11 @@ def _cases() -> list[Case]:
             before="https://",
         ),
         Case(
+            "cairn_api_key",
+            "cai" + "rn_" + rnd(URLSAFE, 41) + "aZ",
+            "cai" + "rn_" + rnd(LO, 43),  # snake_case words, not a random key
+        ),
+        Case(
             "telegram_bot_token",
             rnd(DIG, 10) + ":A" + "A" + rnd(URLSAFE, 32) + "x",
             rnd(DIG, 10) + ":A" + "A" + rnd(ALNUM, 20),
