@@ -8,7 +8,9 @@ else constructs an engine, a store, the identity service or the search rate limi
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # cairn.embed loads numpy and the tokenizer: only commands th
     # Re-exported for the faces' annotations: they may not import cairn.embed.
     from cairn.embed import Embedder as Embedder
     from cairn.embed import EmbedderStatus as EmbedderStatus
+    from cairn.service.indexer import Indexer, ReindexReport
     from cairn.service.search import DocumentSearch
 
 
@@ -64,14 +67,31 @@ class Runtime:
 
     #: Whether :meth:`close` disposes of ``engine`` (it does when open_runtime made it).
     owns_engine: bool = False
+    #: The embedder search and the indexer share, opened on first use.
+    embedder: SharedEmbedder | None = None
+    #: The background indexer, once :meth:`start_indexer` started one.
+    indexer: Indexer | None = field(default=None)
 
     def ping(self) -> None:
         """Reach the database once (readiness); StoreUnavailable when it cannot."""
         with read_transaction(self.engine) as conn:
             conn.execute(sa.text("SELECT 1"))
 
+    def start_indexer(self) -> Indexer | None:
+        """Start the background indexer (``cairn serve``) unless ``CAIRN_INDEXER=off``,
+        ``CAIRN_EMBEDDER=none`` or the embedder does not load (a logged warning);
+        returns it, or None."""
+        if self.indexer is None:
+            self.indexer = open_indexer(self)
+            if self.indexer is not None:
+                self.indexer.start()
+        return self.indexer
+
     def close(self) -> None:
-        """Release the limiter's connections, and the engine if this runtime made it."""
+        """Stop the indexer; release the limiter's connections, and the engine if this
+        runtime made it."""
+        if self.indexer is not None:
+            self.indexer.stop()
         if isinstance(self.limiter, RedisRateLimiter):
             self.limiter.close()
         if self.owns_engine:
@@ -106,6 +126,7 @@ def open_runtime(
         )
     store = SqlStore(engine, limits or Limits())
     limiter = rate_limiter(config.redis_url, prefix=config.redis_prefix)
+    embedder = SharedEmbedder(config)
     return Runtime(
         config=config,
         engine=engine,
@@ -116,11 +137,12 @@ def open_runtime(
             identity, admin_token=config.admin_token, service_token=config.service_token
         ),
         access=Access(identity),
-        spaces=SpaceService(store, lambda: document_search(config, store)),
+        spaces=SpaceService(store, lambda: document_search(config, store, embedder=embedder)),
         records=build_record_service(engine, identity, limiter),
         admin=AdminService(identity, store),
         audit=AuditService(store),
         owns_engine=owns_engine,
+        embedder=embedder,
     )
 
 
@@ -171,24 +193,70 @@ log = logging.getLogger(__name__)
 EMBED_PENDING = 256
 
 
+class SharedEmbedder:
+    """The embedder of ``config``, opened once on first use (thread-safe) and shared by
+    search and the indexer; None when ``CAIRN_EMBEDDER=none`` or when it does not load
+    (logged once, with what to do)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._opened = False
+        self._embedder: Embedder | None = None
+        #: Why there is no embedder (None: there is one, or none is configured).
+        self.problem: str | None = None
+
+    def get(self) -> Embedder | None:
+        with self._lock:
+            if not self._opened:
+                from cairn.errors import CairnError
+
+                try:
+                    self._embedder = open_embedder(self.config)
+                except CairnError as exc:
+                    self.problem = exc.message
+                    log.warning("search by meaning is off, keyword only: %s", exc.message)
+                self._opened = True
+            return self._embedder
+
+
 def document_search(
-    config: Config, store: MemoryStore, *, embed_pending: int = 0
+    config: Config,
+    store: MemoryStore,
+    *,
+    embed_pending: int = 0,
+    embedder: SharedEmbedder | None = None,
 ) -> DocumentSearch:
     """The document search over ``store``: keyword, and meaning with the embedder
-    ``CAIRN_EMBEDDER`` names; an embedder that cannot load leaves it keyword-only (with a
-    warning). ``embed_pending`` > 0 (local commands): embed up to that many of the searched
-    space's pending chunks before each search. Built when a search first needs it."""
-    from cairn.errors import CairnError
+    ``CAIRN_EMBEDDER`` names (``embedder``'s when given); an embedder that cannot load
+    leaves it keyword-only (with a warning). ``embed_pending`` > 0 (local commands): embed
+    up to that many of the searched space's pending chunks before each search. Built when
+    a search first needs it."""
     from cairn.search.cache import VectorCache
     from cairn.service.search import DocumentSearch
 
-    embedder: Embedder | None
-    try:
-        embedder = open_embedder(config)
-    except CairnError as exc:
-        log.warning("search by meaning is off, keyword only: %s", exc.message)
-        embedder = None
-    return DocumentSearch(store, embedder, VectorCache(), embed_pending=embed_pending)
+    shared = embedder if embedder is not None else SharedEmbedder(config)
+    return DocumentSearch(store, shared.get(), VectorCache(), embed_pending=embed_pending)
+
+
+def open_indexer(runtime: Runtime) -> Indexer | None:
+    """The background indexer of ``runtime`` (not started): it chunks the SQL store's
+    unindexed documents and embeds its pending chunks and team records with the shared
+    embedder. None when ``CAIRN_INDEXER=off``, ``CAIRN_EMBEDDER=none``, or the embedder
+    does not load (logged)."""
+    config = runtime.config
+    if not config.indexer or config.embedder == "none":
+        return None
+    embedder = (runtime.embedder or SharedEmbedder(config)).get()
+    if embedder is None:
+        log.warning("the indexer is off: no embedder")
+        return None
+    from cairn.records.sql import SqlRecordStore
+    from cairn.service.indexer import Indexer, document_sources, record_sources
+
+    store = runtime.store
+    sources = document_sources(store) + record_sources(SqlRecordStore(runtime.engine))
+    return Indexer(embedder, sources, backfill=store.backfill_chunks)
 
 
 def describe_embedder(config: Config) -> EmbedderStatus:
@@ -205,3 +273,25 @@ def model_install_command(source: str | None = None) -> list[str]:
     from cairn import embed
 
     return embed.model_install_command(source)
+
+
+def reindex_database(
+    runtime: Runtime,
+    embedder: Embedder | None,
+    *,
+    rebuild: bool = False,
+    chunking: Callable[[int], None] | None = None,
+    embedding: Callable[[int], None] | None = None,
+) -> ReindexReport:
+    """``cairn reindex``: chunk every unindexed document of the runtime's database
+    (``rebuild``: drop every chunk and vector, and the records' vectors, first), then embed
+    every pending chunk and team record with ``embedder`` (None: chunk only).
+    ``chunking(1)`` per document, ``embedding(n)`` per batch."""
+    from cairn.records.sql import SqlRecordStore
+    from cairn.service.indexer import drop_record_vectors, embed_pending
+
+    records = SqlRecordStore(runtime.engine)
+    if rebuild:
+        drop_record_vectors(records)
+    documents = runtime.store.reindex(chunking, rebuild=rebuild)
+    return embed_pending(embedder, runtime.store, records, documents=documents, progress=embedding)

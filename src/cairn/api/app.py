@@ -28,19 +28,32 @@ from cairn.runtime import Runtime, open_runtime
 ROUTER_MODULES = (ops, auth, spaces, orgs, admin, records)
 
 
-def create_app(config: Config, *, engine: Engine | None = None, migrate: bool = True) -> FastAPI:
+def create_app(
+    config: Config,
+    *,
+    engine: Engine | None = None,
+    migrate: bool = True,
+    indexer: bool = False,
+) -> FastAPI:
     """An app over the runtime :func:`~cairn.runtime.open_runtime` opens for ``config``
-    (on ``engine`` when given; migrated unless ``migrate`` is False)."""
-    return app_for(open_runtime(config, engine=engine, migrate=migrate))
+    (on ``engine`` when given; migrated unless ``migrate`` is False). ``indexer``: run
+    the background indexer while the app runs (``cairn serve`` does; in-process apps of
+    tests leave it to them)."""
+    return app_for(open_runtime(config, engine=engine, migrate=migrate), indexer=indexer)
 
 
-def app_for(runtime: Runtime) -> FastAPI:
+def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     """An app over ``runtime``'s pieces. The app closes the runtime when it shuts down:
-    an engine the runtime made is disposed, one passed to it belongs to the caller."""
+    an engine the runtime made is disposed, one passed to it belongs to the caller.
+    ``indexer``: start the background indexer at startup (``CAIRN_INDEXER`` may still
+    keep it off)."""
     config = runtime.config
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if indexer:
+            # Loads the model (a fraction of a second) before the first request is served.
+            runtime.start_indexer()
         yield
         runtime.close()
 

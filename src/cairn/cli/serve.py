@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     config = Config.from_env(database_url=args.database, local=args.local)
-    app = create_app(config)
+    app = create_app(config, indexer=True)
     print(_banner(args, config), file=sys.stderr)
     # Our own access log carries the request id; uvicorn's would duplicate it.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")

@@ -1,0 +1,145 @@
+"""``cairn reindex``: the server database's index, backfilled in one command (real model).
+
+It chunks every unindexed document and embeds every pending chunk (``--json`` counts
+them), does nothing the second time, starts over with ``--rebuild``, only chunks with
+``CAIRN_EMBEDDER=none`` (and says search by meaning is off), and refuses in one line
+when the model is not installed. ``cairn memory reindex`` embeds the local store's
+chunks through the same code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cairn.cli.main import main
+from cairn.search.vectors import decode
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.fs import FilesystemStore
+from cairn.store.sql import SqlStore
+
+MODEL = "all-MiniLM-L6-v2"
+REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
+
+
+@pytest.fixture
+def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    for name in ("CAIRN_DATABASE_URL", "CAIRN_EMBEDDER", "CAIRN_MODEL_DIR", "CAIRN_SERVER"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    store = SqlStore.open(url)
+    try:
+        for i in range(3):
+            store.write(REF, f"n/{i}.md", f"# Note {i}\n\nDeploy {i}.\n\n## Fix\n\nRetry {i}.\n")
+    finally:
+        store.close()
+    return url
+
+
+def reindex(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["reindex", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stored(url: str) -> list[tuple[str | None, int]]:
+    store = SqlStore.open(url)
+    try:
+        return [
+            (r.model, len(decode(r.embedding)) if r.embedding else 0) for r in store.chunk_rows(REF)
+        ]
+    finally:
+        store.close()
+
+
+def test_reindex_chunks_and_embeds_everything_then_nothing(
+    database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = reindex(capsys, "--database", database, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "documents": 3,
+        "chunks_embedded": 6,
+        "records_embedded": 0,
+        "model": MODEL,
+    }
+    assert err == ""  # no progress bar off a terminal
+    assert stored(database) == [(MODEL, 384)] * 6
+    code, out, _ = reindex(capsys, "--database", database, "--json")
+    assert json.loads(out)["documents"] == 0 and json.loads(out)["chunks_embedded"] == 0
+    code, out, _ = reindex(capsys, "--database", database)
+    assert (code, out) == (
+        0,
+        f"reindexed 0 document(s); embedded 0 chunk(s) and 0 record(s) with {MODEL}\n",
+    )
+
+
+def test_rebuild_drops_every_vector_first(
+    database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAIRN_DATABASE_URL", database)  # as `cairn serve` reads it
+    assert reindex(capsys, "--json")[0] == 0
+    code, out, _ = reindex(capsys, "--rebuild", "--json")
+    assert code == 0
+    assert json.loads(out)["documents"] == 3
+    assert json.loads(out)["chunks_embedded"] == 6
+    assert stored(database) == [(MODEL, 384)] * 6
+
+
+def test_with_no_embedder_it_chunks_only_and_says_so(
+    database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
+    code, out, err = reindex(capsys, "--database", database)
+    assert code == 0
+    assert out == "reindexed 3 document(s)\n"
+    assert "search by meaning is off (CAIRN_EMBEDDER=none)" in err
+    assert stored(database) == [(None, 0)] * 6  # keyword-searchable, nothing embedded
+    code, out, _ = reindex(capsys, "--database", database, "--json")
+    assert json.loads(out) == {
+        "documents": 0,
+        "chunks_embedded": 0,
+        "records_embedded": 0,
+        "model": None,
+    }
+
+
+def test_a_model_that_is_not_installed_is_one_line_and_exit_1(
+    database: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("CAIRN_MODEL_DIR", str(tmp_path / "no-model"))
+    code, out, err = reindex(capsys, "--database", database)
+    assert code == 1
+    assert out == ""
+    assert len(err.splitlines()) == 1
+    assert "cairn models install" in err
+    assert stored(database) == []  # refused before touching the database
+
+
+def test_memory_reindex_embeds_the_local_store_through_the_same_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("CAIRN_HOME", str(home))
+    for name in ("CAIRN_EMBEDDER", "CAIRN_MODEL_DIR", "CAIRN_SERVER", "CAIRN_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    local = SpaceRef.build(Visibility.PROJECT, "notes", tenant="local", project="p1")
+    store = FilesystemStore(home / "spaces")
+    store.write(local, "a.md", "# Alpha\n\nFirst note.\n")
+    store.close()
+    assert main(["memory", "reindex"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "reindexed 1 document(s)\n"
+    assert err == f"embedded 1 chunk(s) with {MODEL}\n"
+    store = FilesystemStore(home / "spaces")
+    try:
+        assert store.pending_chunks(10, MODEL) == []
+        assert [r.model for r in store.chunk_rows(local)] == [MODEL]
+    finally:
+        store.close()

@@ -1,0 +1,287 @@
+"""The background indexer (``cairn.service.indexer``) on SQLite and PostgreSQL.
+
+A pass chunks unindexed documents and embeds a batch of pending chunks; a document
+rewritten while its chunks are being embedded keeps its new text pending; another model
+re-embeds everything; a failing embedder stores nothing and the thread lives on; two
+indexers on one PostgreSQL database never embed a row twice; ``cairn serve``'s runtime
+starts and stops it, and ``CAIRN_INDEXER`` / ``CAIRN_EMBEDDER=none`` keep it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cairn.config import Config
+from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.runtime import open_indexer, open_runtime
+from cairn.search.vectors import decode
+from cairn.service.indexer import Indexer, document_sources, record_sources
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.sql import ChunkRow, SqlStore
+from tests.unit.conftest import Backend
+
+DIM = 8
+TEAM = "team-a"
+
+
+class HashEmbedder:
+    """A deterministic embedder: each text's vector comes from its SHA-256."""
+
+    dim = DIM
+
+    def __init__(self, model_id: str = "hash-a", before: Callable[[], None] | None = None):
+        self.model_id = model_id
+        self.before = before
+        self.texts: list[str] = []
+        self.lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+        if self.before is not None:
+            self.before()
+        with self.lock:
+            self.texts.extend(texts)
+        return np.stack([vector_of(t) for t in texts]) if texts else np.zeros((0, DIM))
+
+
+def vector_of(text: str) -> np.ndarray:  # type: ignore[type-arg]
+    digest = hashlib.sha256(text.encode()).digest()
+    v = np.frombuffer(digest[:DIM], dtype=np.uint8).astype(np.float32) + 1.0
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def space(name: str = "notes") -> SpaceRef:
+    return SpaceRef.build(Visibility.PROJECT, name, tenant=TEAM, project="p1")
+
+
+def doc(i: int) -> str:
+    return f"# Note {i}\n\nThe deploy of service {i} failed.\n\n## Fix {i}\n\nRestart worker {i}.\n"
+
+
+def write_docs(store: SqlStore, n: int, ref: SpaceRef | None = None) -> None:
+    for i in range(n):
+        store.write(ref or space(), f"notes/{i}.md", doc(i))
+
+
+def chunks(store: SqlStore, ref: SpaceRef | None = None) -> list[ChunkRow]:
+    return store.chunk_rows(ref or space())
+
+
+def indexer_for(store: SqlStore, embedder: HashEmbedder, **kw: object) -> Indexer:
+    return Indexer(embedder, document_sources(store), backfill=store.backfill_chunks, **kw)  # type: ignore[arg-type]
+
+
+def search_text(row: ChunkRow, store: SqlStore) -> str:
+    pending = {(p.path, p.seq): p.search_text for p in store.pending_chunks(10_000, "nobody")}
+    return pending[(row.path, row.seq)]
+
+
+def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> None:
+    write_docs(store, 3)  # 2 chunks each: 6 pending once chunked
+    embedder = HashEmbedder()
+    indexer = indexer_for(store, embedder, batch_size=4)
+    assert chunks(store) == []  # a write never chunks
+    assert indexer.run_once() == 4
+    assert indexer.documents == 3
+    assert sum(r.embedding is not None for r in chunks(store)) == 4
+    assert indexer.run_once() == 2
+    assert indexer.run_once() == 0
+    rows = chunks(store)
+    assert len(rows) == 6
+    for row in rows:
+        assert row.model == "hash-a"
+        assert row.embedding is not None
+        np.testing.assert_allclose(decode(row.embedding), vector_of(search_text(row, store)))
+    assert indexer.embedded == {"chunks": 6}
+    assert store.pending_chunks(100, "hash-a") == []
+
+
+def test_a_document_rewritten_while_embedding_keeps_its_new_text_pending(
+    backend: Backend, store: SqlStore
+) -> None:
+    write_docs(store, 1)
+    store.backfill_chunks()
+    writer: list[threading.Thread] = []
+
+    def rewrite() -> None:
+        if writer:
+            return
+        # Another connection rewrites the document while its chunks are claimed. On
+        # PostgreSQL the write waits for the claim's lock; on SQLite it commits at once.
+        t = threading.Thread(
+            target=store.write, args=(space(), "notes/0.md", "# Note 0\n\nRolled back instead.\n")
+        )
+        writer.append(t)
+        t.start()
+        if backend.kind == "sqlite":
+            t.join()
+
+    embedder = HashEmbedder(before=rewrite)
+    indexer = indexer_for(store, embedder)
+    indexer.run_once()
+    writer[0].join()
+    # The old text's vectors were not stored over the new text: it is pending again.
+    assert all("Rolled back" in r.text for r in chunks(store))
+    assert all(r.embedding is None for r in chunks(store))
+    indexer.drain()
+    (row,) = chunks(store)
+    assert row.text.endswith("Rolled back instead.")
+    assert row.embedding is not None
+    np.testing.assert_allclose(decode(row.embedding), vector_of(search_text(row, store)))
+
+
+def test_a_model_change_re_embeds_everything(store: SqlStore) -> None:
+    write_docs(store, 2)
+    first = indexer_for(store, HashEmbedder("hash-a"))
+    assert first.drain() == {"chunks": 4}
+    assert first.drain() == {"chunks": 0}
+    second = indexer_for(store, HashEmbedder("hash-b"))
+    assert second.drain() == {"chunks": 4}
+    assert {r.model for r in chunks(store)} == {"hash-b"}
+    # And back: the first model's indexer finds every row pending again.
+    assert first.drain() == {"chunks": 4}
+    assert {r.model for r in chunks(store)} == {"hash-a"}
+
+
+def test_a_failing_embedder_leaves_everything_pending_and_the_thread_alive(
+    store: SqlStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_docs(store, 2)
+    failures = [3]
+
+    def unreachable() -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise StoreUnavailable("the embeddings server http://127.0.0.1:9 cannot be reached")
+
+    indexer = indexer_for(
+        store, HashEmbedder(before=unreachable), first_backoff=0.01, idle_seconds=0.01
+    )
+    with pytest.raises(StoreUnavailable):
+        indexer.run_once()
+    assert len(chunks(store)) == 4  # chunked: keyword search has them
+    assert all(r.embedding is None for r in chunks(store))  # nothing half-indexed
+    assert len(store.pending_chunks(100, "hash-a")) == 4
+
+    indexer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while store.pending_chunks(100, "hash-a") and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        indexer.stop()
+    assert not indexer.running
+    assert store.pending_chunks(100, "hash-a") == []
+    assert indexer.failures == 2  # the two left after run_once's, then success
+    assert indexer.last_error is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cairn.service.indexer"]
+    assert len(warnings) >= 2
+    assert all("\n" not in w and "cannot be reached" in w for w in warnings[:2])
+    assert all(r.exc_info is None for r in caplog.records)  # one line each, no traceback
+
+
+def test_an_unexpected_error_does_not_kill_the_thread(store: SqlStore) -> None:
+    write_docs(store, 1)
+    store.backfill_chunks()
+    calls = [0]
+
+    def broken_once() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("boom")
+
+    indexer = indexer_for(store, HashEmbedder(before=broken_once), first_backoff=0.01)
+    indexer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while store.pending_chunks(10, "hash-a") and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        indexer.stop()
+    assert store.pending_chunks(10, "hash-a") == []
+    assert indexer.failures == 1
+
+
+@pytest.mark.postgres
+def test_two_indexers_on_postgres_never_embed_a_row_twice(postgres_url: str) -> None:
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    one, two = (
+        SqlStore.open(postgres_url, schema=schema),
+        SqlStore.open(postgres_url, schema=schema),
+    )
+    try:
+        for i in range(60):
+            one.write(space(), f"n/{i}.md", f"Unique note number {i} about topic {i * 7}.")
+        one.backfill_chunks()
+        slow = lambda: time.sleep(0.005)  # noqa: E731 - so the two claims overlap
+        a, b = HashEmbedder(before=slow), HashEmbedder(before=slow)
+        indexers = [indexer_for(one, a, batch_size=4), indexer_for(two, b, batch_size=4)]
+        threads = [threading.Thread(target=ix.drain) for ix in indexers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        embedded = a.texts + b.texts
+        assert len(embedded) == 60
+        assert len(set(embedded)) == 60
+        assert one.pending_chunks(100, "hash-a") == []
+        assert all(r.model == "hash-a" for r in one.chunk_rows(space()))
+    finally:
+        one.close()
+        two.close()
+
+
+def test_record_sources_need_a_claiming_record_store() -> None:
+    assert record_sources(None) == []
+    assert record_sources(object()) == []
+
+
+def test_the_setting_is_on_or_off() -> None:
+    assert Config.from_env({}).indexer is True
+    assert Config.from_env({"CAIRN_INDEXER": "off"}).indexer is False
+    assert Config.from_env({"CAIRN_INDEXER": " ON "}).indexer is True
+    with pytest.raises(InvalidRequest, match="CAIRN_INDEXER='maybe' is not on or off"):
+        Config.from_env({"CAIRN_INDEXER": "maybe"})
+
+
+def test_the_indexer_is_off_when_asked_or_with_no_embedder(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    for settings in ({"CAIRN_INDEXER": "off"}, {"CAIRN_EMBEDDER": "none"}):
+        runtime = open_runtime(Config.from_env({"CAIRN_DATABASE_URL": url, **settings}))
+        try:
+            assert open_indexer(runtime) is None
+            assert runtime.start_indexer() is None
+        finally:
+            runtime.close()
+
+
+def test_the_runtime_runs_the_indexer_with_the_real_model(tmp_path: Path) -> None:
+    config = Config.from_env(
+        {"CAIRN_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}", "CAIRN_HOME": str(tmp_path)}
+    )
+    runtime = open_runtime(config)
+    try:
+        runtime.store.write(space(), "runbook.md", "# Rollback\n\nRun the rollback script.\n")
+        indexer = runtime.start_indexer()
+        assert indexer is not None and indexer.running
+        assert indexer.model == "all-MiniLM-L6-v2"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if [r.model for r in runtime.store.chunk_rows(space())] == [indexer.model]:
+                break
+            time.sleep(0.05)
+        (row,) = runtime.store.chunk_rows(space())
+        assert row.model == "all-MiniLM-L6-v2"
+        assert row.embedding is not None and len(decode(row.embedding)) == 384
+        # Search shares the indexer's embedder (one model in memory).
+        assert runtime.spaces.document_search().embedder is indexer.embedder
+    finally:
+        runtime.close()
+    assert not indexer.running
