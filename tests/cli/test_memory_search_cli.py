@@ -90,3 +90,38 @@ def test_search_by_meaning_with_the_model(
     results = json.loads(out)["results"]
     assert results[0]["path"] == "ops/runbook.md"
     assert results[0]["matched"] == ["meaning"]  # no word in common: found by meaning
+
+
+@pytest.mark.usefixtures("keyword_only")
+def test_search_all_reads_every_readable_local_space(
+    home: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
+    source = tmp_path / "c.md"
+    for flags, content in (
+        (["--visibility", "org"], "# Org\nquokka habits of the team\n"),
+        (["--visibility", "user", "--user", "ann"], "# Ann\nquokka notes of ann\n"),
+        (["--visibility", "user", "--user", "bob"], "# Bob\nquokka notes of bob\n"),
+    ):
+        source.write_text(content, encoding="utf-8")
+        code, _, err = run(capsys, "put", "n.md", "--file", str(source), *flags)
+        assert code == 0, err
+
+    code, out, err = run(capsys, "search", "quokka", "--all", "--user", "ann", "--json")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    spaces = {(h["space"]["visibility"], h["space"]["user"]) for h in results}
+    assert spaces == {("bot", None), ("org", None), ("user", "ann")}  # never bob's user space
+    bot = next(h for h in results if h["space"]["visibility"] == "bot")
+    assert bot["path"] == "ops/runbook.md" and bot["space"]["bot"] == "b1"
+    assert set(bot) == {"path", "heading", "snippet", "score", "matched", "space"}
+
+    code, out, err = run(capsys, "search", "rollback", "--all", "--user", "ann")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "ops/runbook.md"
+    assert lines[1].startswith("  in bot space 'default', project ") and lines[1].endswith(
+        ", bot b1"
+    )

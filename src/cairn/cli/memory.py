@@ -15,11 +15,12 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cairn.cli import reindex
 from cairn.cli.common import (
     UsageError,
+    _login_name,
     add_server_args,
     add_space_args,
     cli_command,
@@ -32,9 +33,13 @@ from cairn.cli.common import (
 )
 from cairn.documents import ImportReport, ImportStrategy
 from cairn.errors import InvalidDocument
-from cairn.principal import Principal
-from cairn.service.spaces import SpaceService
+from cairn.principal import CredentialKind, Principal
+from cairn.service.access import console_principal
+from cairn.service.spaces import SpaceLabel, SpaceService
 from cairn.spaces import SpaceRef
+
+if TYPE_CHECKING:
+    from cairn.service.search import DocumentHit
 
 
 def register(subparsers: Any) -> None:
@@ -95,6 +100,12 @@ def register(subparsers: Any) -> None:
         "--path-prefix", default="", metavar="P", help="only documents whose path starts with P"
     )
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
+    search.add_argument(
+        "--all",
+        action="store_true",
+        help="search every space you may read (your team's, your own user spaces, global) "
+        "instead of the one the space flags name; locally, --user names whose user spaces",
+    )
 
     reindex_help = "bring the local store's search index in line with its files"
     reindex = verbs.add_parser("reindex", help=reindex_help, description=reindex_help)
@@ -217,23 +228,50 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    if args.all:
+        return _search_all(args)
     with _open(args) as (service, ref, who):
         hits = service.search(who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix)
         if args.json:
             print(json.dumps({"results": [hit.as_json() for hit in hits]}))
             return 0
-        for i, hit in enumerate(hits):
-            if i:
-                print()
-            print(hit.path)
-            if hit.heading:
-                print(f"  {hit.heading}")
-            matched = f"  ({', '.join(hit.matched)})" if hit.matched else ""
-            print(f"  score {hit.score:.3f}{matched}")
-            print(f"    {hit.snippet}")
-        if not hits:
-            print("no matches", file=sys.stderr)
+        _print_hits([(hit, None) for hit in hits])
         return 0
+
+
+def _search_all(args: argparse.Namespace) -> int:
+    """``--all``: every space the caller may read (``scope=readable``); the space flags
+    are not used, but locally ``--user`` (default the login name) says whose user spaces."""
+    with open_spaces(args) as (service, who):
+        if who.kind is CredentialKind.CONSOLE:
+            who = console_principal(args.user or _login_name())
+        found = service.search_readable(
+            who, args.query, limit=args.limit, path_prefix=args.path_prefix
+        )
+        if args.json:
+            print(json.dumps({"results": [hit.as_json() for hit in found]}))
+            return 0
+        _print_hits([(found_hit.hit, found_hit.space) for found_hit in found])
+        return 0
+
+
+def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]]) -> None:
+    for i, (hit, space) in enumerate(hits):
+        if i:
+            print()
+        print(hit.path)
+        if space is not None:
+            quals = [f"{k} {v}" for k, v in (("project", space.project), ("bot", space.bot)) if v]
+            print(
+                f"  in {space.visibility} space {space.name!r}" + "".join(f", {q}" for q in quals)
+            )
+        if hit.heading:
+            print(f"  {hit.heading}")
+        matched = f"  ({', '.join(hit.matched)})" if hit.matched else ""
+        print(f"  score {hit.score:.3f}{matched}")
+        print(f"    {hit.snippet}")
+    if not hits:
+        print("no matches", file=sys.stderr)
 
 
 def _reindex(args: argparse.Namespace) -> int:

@@ -11,11 +11,13 @@ a member removed a moment ago is refused on their very next request.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cairn.documents import PlatformGrant
 from cairn.errors import (
+    CairnError,
     CsrfRequired,
     Forbidden,
     InvalidRequest,
@@ -244,6 +246,39 @@ def space_ref(
     if who.team_role is None:
         raise TeamNotFound("this credential's user is no longer a member of its team")
     return SpaceRef.build(vis, name, tenant=who.team_id, project=project, bot=bot, user=who.user_id)
+
+
+def reading_team(who: Principal) -> str:
+    """The team whose spaces a search over every space the caller may read considers
+    (``scope=readable``); '' for a credential of no team, which reads global spaces only.
+    Refused as every read of a team space is: the service token, a session in several
+    teams without ``X-Cairn-Team``, a member no longer in the team."""
+    require_user(who)
+    if not who.self_served and (who.team_id or who.team_choice_needed):
+        space_ref(who, "readable", Visibility.ORG)  # refuses as any team space read would
+    return who.team_id
+
+
+def readable_spaces(who: Principal, candidates: Iterable[SpaceRef]) -> list[SpaceRef]:
+    """Those of ``candidates`` that ``who`` may read, in their order.
+
+    One rule, :func:`space_ref`'s: a candidate is readable when the space the caller would
+    get by naming its visibility, name, project and bot is that very candidate — so only
+    the caller's own team (the tenant is stamped from the credential), only the caller's
+    own ``user`` spaces (the user is stamped too, for a self-served console as well), and
+    every global space.
+    """
+    readable: list[SpaceRef] = []
+    for ref in candidates:
+        try:
+            named = space_ref(
+                who, ref.name, ref.visibility, project=ref.project or None, bot=ref.bot or None
+            )
+        except CairnError:
+            continue
+        if named == ref:
+            readable.append(ref)
+    return readable
 
 
 def authorize_space_mutation(

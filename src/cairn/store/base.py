@@ -43,7 +43,13 @@ from cairn.documents import (
     content_etag,
     encode_document,
 )
-from cairn.errors import InvalidRequest, NotFound, PlatformAuthorityRequired, PreconditionFailed
+from cairn.errors import (
+    InvalidRequest,
+    InvalidSpaceRef,
+    NotFound,
+    PlatformAuthorityRequired,
+    PreconditionFailed,
+)
 from cairn.paths import validate_doc_path
 from cairn.quota import Limits, check_document_size
 from cairn.secrets import check_no_secrets
@@ -57,6 +63,7 @@ __all__ = [
     "ImportStrategy",
     "MemoryStore",
     "PlatformGrant",
+    "SpaceRefs",
     "Usage",
     "WriteResult",
     "authorize_space_write",
@@ -132,6 +139,23 @@ class ChunkRow:
     embedding: bytes | None
     model: str | None
 
+
+def space_of_id(space_id: str) -> SpaceRef | None:
+    """The ref whose :attr:`~cairn.spaces.SpaceRef.id` is ``space_id`` (a store's own
+    stored id), or None for text that is not one."""
+    parts = space_id.split(":")
+    if len(parts) != 7 or parts[0] != "v1":
+        return None
+    _, vis, tenant, project, bot, user, name = parts
+    try:
+        ref = SpaceRef(vis, name, tenant, project, bot, user)  # type: ignore[arg-type]
+    except InvalidSpaceRef:
+        return None
+    return ref if ref.id == space_id else None
+
+
+#: Spaces, as list_spaces answers them (an alias: the store defines a method called ``list``).
+SpaceRefs = list[SpaceRef]
 
 #: Called with a count of documents done, for a progress bar.
 Progress = Callable[[int], None]
@@ -277,6 +301,19 @@ class MemoryStore(ABC):
         from cairn.store.archive import import_space
 
         return import_space(self, ref, source, strategy, grant=grant, progress=progress)
+
+    def list_spaces(self, tenant: str) -> SpaceRefs:
+        """The spaces of team ``tenant`` ('': of no team) that hold documents, and every
+        global space that does, sorted by id (a space emptied since may still be listed):
+        the candidates of a search over every space a caller may read
+        (``scope=readable``). Deciding which of them the caller may read is the access
+        model's (:func:`cairn.service.access.readable_spaces`), never the store's. An
+        adapter with ``tenant_addressing`` answers it; a client of a server refuses (the
+        server lists and decides itself)."""
+        raise InvalidRequest(
+            "this store cannot list spaces: a Cairn server searches every space you may "
+            "read itself (scope=readable)"
+        )
 
     def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
         """Bring this store's search index in line with its documents (``rebuild``: from

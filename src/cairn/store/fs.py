@@ -50,6 +50,7 @@ from cairn.store.base import (
     DocumentInfo,
     MemoryStore,
     Progress,
+    SpaceRefs,
     Usage,
     WriteResult,
     check_precondition,
@@ -284,6 +285,12 @@ class FilesystemStore(MemoryStore):
         """
         with _os_errors(""), self._locked():
             return self._recount_locked().tree
+
+    def list_spaces(self, tenant: str) -> SpaceRefs:
+        """The spaces of ``tenant`` and the global spaces that have a directory in the tree."""
+        with _os_errors(""):
+            found = [r for r in self._spaces() if r.tenant == tenant or r.is_global]
+        return sorted(found, key=lambda r: r.id)
 
     def _spaces(self) -> Iterator[SpaceRef]:
         """Every space that has a directory in the tree (private spaces have none)."""

@@ -68,6 +68,19 @@ class SearchHit:
 
 # An alias: the class below defines a method called ``list``.
 SearchHits = list[SearchHit]
+#: Hits of a search over every readable space, each with its space as the server renders it.
+SpacedHits = list[tuple[SearchHit, dict[str, Any]]]
+
+
+def _hit(body: dict[str, Any]) -> SearchHit:
+    """A hit as the server renders it."""
+    return SearchHit(
+        str(body["path"]),
+        str(body["heading"]),
+        str(body["snippet"]),
+        float(body["score"]),
+        tuple(str(m) for m in body["matched"]),
+    )
 
 
 class HttpMemoryStore(MemoryStore):
@@ -167,16 +180,17 @@ class HttpMemoryStore(MemoryStore):
         if path_prefix:
             extra["path_prefix"] = path_prefix
         body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
-        return [
-            SearchHit(
-                str(hit["path"]),
-                str(hit["heading"]),
-                str(hit["snippet"]),
-                float(hit["score"]),
-                tuple(str(m) for m in hit["matched"]),
-            )
-            for hit in body["results"]
-        ]
+        return [_hit(hit) for hit in body["results"]]
+
+    def search_readable(self, q: str, limit: int, path_prefix: str = "") -> SpacedHits:
+        """The server's answer to ``GET /api/memory/search?scope=readable``: each hit with
+        the space it was found in, as the server renders it; the server decides which
+        spaces the credential may read."""
+        params = {"scope": "readable", "q": q, "limit": str(limit)}
+        if path_prefix:
+            params["path_prefix"] = path_prefix
+        body = self._request("GET", "/api/memory/search", params=params).json()
+        return [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
 
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()

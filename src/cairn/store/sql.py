@@ -82,9 +82,11 @@ from cairn.store.base import (
     MemoryStore,
     PlatformGrant,
     Progress,
+    SpaceRefs,
     Usage,
     WriteResult,
     check_precondition,
+    space_of_id,
 )
 from cairn.store.sql_schema import (
     MIGRATIONS,
@@ -496,6 +498,15 @@ class SqlStore(MemoryStore):
             team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
         team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
         return Usage(ref.id, used or 0, self.limits.subcap(ref.visibility), team_used, team_quota)
+
+    def list_spaces(self, tenant: str) -> SpaceRefs:
+        """The spaces of ``tenant`` and the global spaces holding bytes: one row per space
+        in the usage table, read by the primary key's leading column."""
+        used = sa.select(S.c.space_id).where(S.c.tenant_id.in_([tenant, NO_TENANT]))
+        with read_transaction(self.engine) as conn:
+            ids = conn.execute(used.where(S.c.used_bytes > 0)).scalars().all()
+        refs = [ref for ref in map(space_of_id, ids) if ref is not None]
+        return sorted(refs, key=lambda r: r.id)
 
     # --- The document index -------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from cairn.api.deps import Principal, State
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
 from cairn.api.streams import AsyncBodyReader, iter_export
 from cairn.documents import parse_import_strategy
-from cairn.errors import InvalidDocument, InvalidRequest, UnknownParameter
+from cairn.errors import InvalidDocument, InvalidRequest, InvalidSpaceRef, UnknownParameter
 from cairn.jsonbody import parse_json_body
 from cairn.principal import Principal as Who
 from cairn.service.access import authorize_space_mutation, space_ref
@@ -199,28 +199,52 @@ def list_docs(
     return JSONResponse({"documents": [d.as_json() for d in state.spaces.list(ref, dir)]})
 
 
+class SearchSpaceOut(BaseModel):
+    id: str
+    visibility: str
+    name: str
+    project: str | None
+    bot: str | None
+    user: str | None
+
+
 class SearchHitOut(BaseModel):
     path: str
     heading: str
     snippet: str
     score: float
     matched: list[str]
+    space: SearchSpaceOut | None = None
 
 
 class SearchOut(BaseModel):
     results: list[SearchHitOut]
 
 
+_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
+READABLE = "readable"
+
+
 @router.get(
     "/api/memory/search",
     response_model=SearchOut,
     responses=error_responses(*AUTH_ERRORS, 422),
-    summary="Search a space's documents by keyword and meaning, best first",
+    summary="Search a space's documents (or every space you may read) by keyword and meaning",
 )
 def search_docs(
+    request: Request,
     who: Principal,
     state: State,
-    space: Space,
+    name: Annotated[
+        str | None,
+        Query(
+            description="The space's name (required unless scope=readable).",
+            json_schema_extra=_SEGMENT,
+        ),
+    ] = None,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
     q: Annotated[str | None, Query(description="The search query (required).")] = None,
     limit: Annotated[
         str | None,
@@ -233,13 +257,36 @@ def search_docs(
         str, Query(description="Only documents whose path starts with this, e.g. notes/.")
     ] = "",
     scope: Annotated[
-        str | None, Query(description="Not supported yet: leave it out (this space only).")
+        str | None,
+        Query(
+            description="readable: every space you may read in your team, and global spaces "
+            "(then leave the space's parameters out); omit it to search the space named.",
+            json_schema_extra={"enum": [READABLE]},
+        ),
     ] = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "q", "limit", "path_prefix", "scope")
-    if scope is not None:
+    sent = tuple(request.query_params)
+    check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
+    ref: SpaceRef | None = None
+    if scope is None:
+        if name is None:
+            raise InvalidSpaceRef(
+                "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
+                "send scope=readable to search every space you may read",
+                field="name",
+            )
+        ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
+    elif scope != READABLE:
         raise InvalidRequest(
-            "scope is not supported yet: leave it out to search this space", field="scope"
+            f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
+            "it out to search the space named",
+            field="scope",
+        )
+    elif named := [key for key in SPACE_PARAMS if key in sent]:
+        raise InvalidRequest(
+            f"scope=readable searches every space you may read, so it takes no "
+            f"{', '.join(named)}: leave those out, or leave scope out to search one space",
+            field="scope",
         )
     if q is None:
         raise InvalidRequest("q is required: the search query", field="q")
@@ -251,6 +298,9 @@ def search_docs(
             raise InvalidRequest(
                 "limit must be a whole number from 1 to 50", field="limit"
             ) from None
+    if ref is None:
+        found = state.spaces.search_readable(who, q, limit=count, path_prefix=path_prefix)
+        return JSONResponse({"results": [hit.as_json() for hit in found]})
     hits = state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
     return JSONResponse({"results": [hit.as_json() for hit in hits]})
 
