@@ -94,6 +94,25 @@ def _on_off(value: object, info: ValidationInfo) -> object:
     return word == "on"
 
 
+def _pgvector_mode(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    mode = value.strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not one of auto, on, off"
+        )
+    return mode
+
+
+def _count(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    return _whole_number(value, info, 0, "a whole number >= 0; fix or unset it")
+
+
 def _field(info: ValidationInfo) -> FieldInfo:
     return Config.model_fields[str(info.field_name)]
 
@@ -197,6 +216,17 @@ class Config(BaseModel):
     #: BLAS/OpenMP threads of the process (the default of OPENBLAS_NUM_THREADS,
     #: OMP_NUM_THREADS, MKL_NUM_THREADS, set by ``cairn.cli.main`` before numpy loads).
     embed_threads: _PositiveInt = Field(1, validation_alias="CAIRN_EMBED_THREADS")
+    #: PostgreSQL's pgvector for the dense side (docs/search.md, "pgvector"): ``auto``
+    #: (where the extension is installed or can be created), ``on`` (refuse to start
+    #: without it) or ``off`` (exact numpy only).
+    pgvector: Annotated[str, BeforeValidator(_pgvector_mode)] = Field(
+        "auto", validation_alias="CAIRN_PGVECTOR"
+    )
+    #: A scope (a space's chunks, a team's records) with at least this many vectors of
+    #: the model is searched through the HNSW index; a smaller one by exact numpy.
+    hnsw_min_vectors: Annotated[int, BeforeValidator(_count)] = Field(
+        20_000, validation_alias="CAIRN_HNSW_MIN_VECTORS"
+    )
     #: ``cairn serve`` embeds pending chunks and records on a background thread (``on``,
     #: the default; nothing to do with ``CAIRN_EMBEDDER=none``) or leaves them (``off``).
     indexer: Annotated[bool, BeforeValidator(_on_off)] = Field(

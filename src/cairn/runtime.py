@@ -29,6 +29,7 @@ from cairn.service.admin import AdminService
 from cairn.service.audit import AuditService
 from cairn.service.records import RecordService, build_record_service
 from cairn.service.spaces import SpaceService
+from cairn.store import pgvector
 
 # MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
 from cairn.store.base import MemoryStore as MemoryStore
@@ -124,7 +125,9 @@ def open_runtime(
             session_ttl_seconds=config.session_ttl_seconds,
             passwords=PasswordHasher(config.argon2_time_cost, config.argon2_memory_kib),
         )
-    store = SqlStore(engine, limits or Limits())
+    # pgvector where the database has it (CAIRN_PGVECTOR): one setup, every store's.
+    vectors = pgvector.setup(engine, config.pgvector, min_vectors=config.hnsw_min_vectors)
+    store = SqlStore(engine, limits or Limits(), vectors=vectors)
     limiter = rate_limiter(config.redis_url, prefix=config.redis_prefix)
     embedder = SharedEmbedder(config)
     return Runtime(

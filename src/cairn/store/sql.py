@@ -72,7 +72,9 @@ from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Limits
 from cairn.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from cairn.search.text import analyze
+from cairn.search.vectors import Float32Array as FloatVector
 from cairn.spaces import SpaceRef, validate_segment
+from cairn.store import pgvector
 from cairn.store.base import (
     CheckedDelete,
     CheckedWrite,
@@ -141,6 +143,8 @@ class PendingChunk:
 # Aliases: the class below defines a method called ``list``.
 ChunkRows = list[ChunkRow]
 PendingChunks = list[PendingChunk]
+#: (path, seq, cosine) of the chunks nearest to a query.
+Neighbours = list[tuple[str, int, float]]
 
 
 def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,7 +203,7 @@ def _check_quota_value(quota_bytes: object) -> int:
 class _Statements:
     """Every statement the store runs, built once per dialect so compilation is cached."""
 
-    def __init__(self, dialect: str) -> None:
+    def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
         # A space's row address, bound from SqlStore._address.
         address = {"tenant_id": _bp("t"), "space_key": _bp("k"), "space_id": _bp("sid")}
@@ -267,18 +271,21 @@ class _Statements:
             .limit(_bp("limit"))
         )
         self.claim = self.pending.with_for_update(skip_locked=True)
+        # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
+        into = C if vec is None else vec.with_vec(C)
+        vector = {} if vec is None else {"vec": vec.vec_param()}
         self.store_embedding = (
-            sa.update(C)
+            sa.update(into)
             .where(
-                C.c.tenant_id == _bp("t"),
-                C.c.space_key == _bp("k"),
-                C.c.path == _bp("p"),
-                C.c.seq == _bp("n"),
+                into.c.tenant_id == _bp("t"),
+                into.c.space_key == _bp("k"),
+                into.c.path == _bp("p"),
+                into.c.seq == _bp("n"),
                 # Not a chunk rewritten since it was read (SQLite claims hold no lock).
-                C.c.text == _bp("was_text"),
-                C.c.context == _bp("was_context"),
+                into.c.text == _bp("was_text"),
+                into.c.context == _bp("was_context"),
             )
-            .values(embedding=_bp("blob"), model=_bp("by_model"))
+            .values(embedding=_bp("blob"), model=_bp("by_model"), **vector)
         )
         has_chunks = sa.exists().where(
             C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
@@ -376,10 +383,20 @@ class SqlStore(MemoryStore):
     )
     limits: Limits
 
-    def __init__(self, engine: Engine, limits: Limits = Limits()) -> None:  # noqa: B008 - frozen
+    def __init__(
+        self,
+        engine: Engine,
+        limits: Limits = Limits(),  # noqa: B008 - frozen
+        *,
+        vectors: pgvector.Pgvector | None = None,
+    ) -> None:
         self.engine = engine
         self.limits = limits
-        self._sql = _Statements(engine.dialect.name)
+        #: pgvector in this database (:func:`cairn.store.pgvector.setup`; None: none).
+        self.pgvector = vectors
+        vec = vectors if vectors is not None and C.name in vectors.tables else None
+        self._vec = vec
+        self._sql = _Statements(engine.dialect.name, vec)
 
     @classmethod
     def open(
@@ -388,11 +405,13 @@ class SqlStore(MemoryStore):
         limits: Limits = Limits(),  # noqa: B008 - frozen, so one shared default is safe
         *,
         schema: str | None = None,
+        pgvector_mode: str = "auto",
     ) -> SqlStore:
         """Connect to ``url`` (``sqlite:///path`` or ``postgresql://...``) and migrate.
 
         ``schema`` (PostgreSQL) keeps every table in that schema, creating it if
-        missing; SQLite has no schemas and ignores it.
+        missing; SQLite has no schemas and ignores it. ``pgvector_mode`` is
+        ``CAIRN_PGVECTOR`` (:func:`cairn.store.pgvector.setup`).
         """
         try:
             engine = make_engine(url, schema=schema)
@@ -413,10 +432,10 @@ class SqlStore(MemoryStore):
                         f'CREATE SCHEMA IF NOT EXISTS "{validate_schema_name(schema)}"'
                     )
             upgrade(engine, MIGRATIONS)
+            return cls(engine, limits, vectors=pgvector.setup(engine, pgvector_mode))
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, limits)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -531,6 +550,24 @@ class SqlStore(MemoryStore):
             for r in rows
         ]
 
+    def nearest_chunks(
+        self, ref: SpaceRef, model: str, query: FloatVector, k: int, *, path_prefix: str = ""
+    ) -> Neighbours | None:
+        """The ``k`` chunks of the space (under ``path_prefix``) embedded by ``model``
+        nearest to ``query``, as (path, seq, cosine), best first, through pgvector's
+        HNSW index; None when this store does not search with pgvector (SQLite, a plain
+        PostgreSQL, ``CAIRN_PGVECTOR=off``): rank the space's matrix instead."""
+        if self._vec is None or not self._vec.search:
+            return None
+        addr = self._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        if path_prefix:
+            scope += " AND starts_with(path, :prefix)"
+        found = self._vec.nearest(
+            C.name, ("path", "seq"), scope, {**addr, "prefix": path_prefix}, model, query, k
+        )
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+
     def search_version(self, ref: SpaceRef) -> int:
         """The space's index version: it grows with every write and delete of the space
         and every batch of its chunks embedded (0 for a space never written)."""
@@ -570,6 +607,7 @@ class SqlStore(MemoryStore):
                 claim = ChunkClaim([_pending(r) for r in rows], model)
                 yield claim
                 self._store_embeddings(conn, claim.stored, model)
+            self._index_vectors(claim.stored, model)
             return
         with read_transaction(self.engine) as conn:
             rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
@@ -587,7 +625,15 @@ class SqlStore(MemoryStore):
         rewritten since it was read is left alone. Returns the number stored."""
         pairs = _paired(rows, blobs)
         with write_transaction(self.engine) as conn:
-            return self._store_embeddings(conn, pairs, model)
+            stored = self._store_embeddings(conn, pairs, model)
+        self._index_vectors(pairs, model)
+        return stored
+
+    def _index_vectors(self, pairs: Sequence[tuple[PendingChunk, bytes]], model: str) -> None:
+        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
+        it is missing (in a transaction of its own, see pgvector.py)."""
+        if self._vec is not None and pairs:
+            self._vec.ensure_index(C.name, model, pgvector.blob_values([pairs[0][1]])[0][1])
 
     def _store_embeddings(
         self, conn: Connection, pairs: Sequence[tuple[PendingChunk, bytes]], model: str
@@ -595,8 +641,9 @@ class SqlStore(MemoryStore):
         if not pairs:
             return 0
         stored = 0
+        vecs = pgvector.blob_values([b for _, b in pairs]) if self._vec is not None else None
         # Row by row: a driver need not report the rowcount of an executemany.
-        for row, blob in pairs:
+        for i, (row, blob) in enumerate(pairs):
             params = {
                 "t": row.tenant_id,
                 "k": row.space_key,
@@ -606,6 +653,7 @@ class SqlStore(MemoryStore):
                 "was_context": row.context,
                 "blob": blob,
                 "by_model": model,
+                **({"vec": vecs[i][0]} if vecs is not None else {}),
             }
             stored += conn.execute(self._sql.store_embedding, params).rowcount
         # Space counters in key order, so two indexers cannot deadlock one another.

@@ -1,0 +1,460 @@
+"""The dense side on PostgreSQL with pgvector: a ``vec`` column and HNSW indexes
+(docs/search.md, "pgvector").
+
+Vectors stay ``cairn.search.vectors`` blobs in ``embedding`` on every engine; where the
+``vector`` extension is there, a table that holds them (``memory_chunks``; ``records``)
+also gets ``vec vector`` — no fixed dimension, so vectors of several models share it —
+written by the same statement as the blob, and one partial HNSW index per (model,
+dimension), pgvector's documented way to index mixed dimensions::
+
+    CREATE INDEX memory_chunks_vec_<hash of model>_384 ON memory_chunks
+        USING hnsw ((vec::vector(384)) vector_cosine_ops)
+        WHERE model = 'all-MiniLM-L6-v2' AND vector_dims(vec) = 384
+
+A scope's nearest rows are then one indexed statement (:meth:`Pgvector.nearest`):
+``WHERE <scope> AND <the index's predicate> ORDER BY vec::vector(384) <=> :q LIMIT k``
+with ``hnsw.iterative_scan = relaxed_order`` (pgvector 0.8), so the scan goes on past
+``ef_search`` candidates while the scope's condition filters most of them out.
+
+Detection (:func:`setup`, every time a store is built, not a recorded migration: the
+extension may be installed, or ``CAIRN_PGVECTOR`` changed, after the migrations ran):
+under the lock of the migrations, ``CREATE EXTENSION IF NOT EXISTS vector`` only when
+``pg_available_extensions`` lists it (``auto`` and ``on``), then ``ADD COLUMN vec`` where
+it is missing, and ``vec`` filled from the blobs of rows that have none (a replica of an
+older version, or one built before the column existed, may have written some). A plain
+PostgreSQL, or a role that may not create the extension, leaves everything as it was
+(``auto``) or refuses to start (``on``). Once the column exists, every writer keeps it
+in step, ``off`` included (``off`` only never queries it); a vector crosses as its text
+literal (``'[x1,x2,...]'``, nine significant digits: exact for float32), so no
+``pgvector`` Python package is needed.
+
+Indexes are made in their own transaction, never inside a write: ``CREATE INDEX``
+takes a lock that conflicts with writers, and taken inside a claim holding row locks it
+could wait on a writer that waits on the claim. A store asks for the index of a model
+after its first vectors commit (:meth:`Pgvector.ensure_index`), and again before a
+query; a lock not granted within :data:`LOCK_TIMEOUT` leaves it for the next time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from cairn.db import read_transaction, write_transaction
+from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.search.vectors import Blob, decode_many
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "on", "off"]
+MODES: Final = ("auto", "on", "off")
+#: The tables whose ``embedding`` blobs get a ``vec`` column beside them.
+TABLES: Final = ("memory_chunks", "records")
+#: ``hnsw.ef_search`` of a query (raised to the k asked for): the candidate list the
+#: graph search keeps. bench/bench_pgvector.py: recall@10 0.99 at 100k clustered
+#: vectors, where 40 gives 0.93 for a third less time.
+EF_SEARCH: Final = 100
+#: A scope with fewer vectors of the model than this keeps the cached numpy path, which
+#: is exact and as fast or faster below it (bench/bench_pgvector.py; docs/search.md).
+MIN_VECTORS: Final = 20_000
+#: How long a ``CREATE INDEX`` waits for its lock before it gives up until next time.
+LOCK_TIMEOUT: Final = "5s"
+#: Serialises setup across replicas (next to cairn.db's 872361 of the migrations).
+SETUP_LOCK: Final = 872363
+#: Rows whose ``vec`` a backfill statement fills at a time.
+BACKFILL_BATCH: Final = 500
+
+
+def check_mode(mode: str, setting: str = "CAIRN_PGVECTOR") -> Mode:
+    """``mode`` if it is ``auto``, ``on`` or ``off``; else the error naming ``setting``."""
+    if mode == "auto":
+        return "auto"
+    if mode == "on":
+        return "on"
+    if mode == "off":
+        return "off"
+    raise InvalidRequest(f"{setting}={mode!r} is not one of auto, on, off", field=setting)
+
+
+def vector_literal(vector: npt.NDArray[np.float32]) -> str:
+    """pgvector's text form of ``vector``; ``%.9g`` round-trips every float32 exactly."""
+    return "[" + ",".join(f"{x:.9g}" for x in vector.tolist()) + "]"
+
+
+def blob_values(blobs: Sequence[Blob]) -> list[tuple[str, int]]:
+    """Each blob's ``vec`` value (its text literal) and dimension, in one decode."""
+    if not blobs:
+        return []
+    out = []
+    for blob in blobs:  # one by one: blobs of one batch may differ in dimension
+        vector = decode_many([blob])[0]
+        out.append((vector_literal(vector), len(vector)))
+    return out
+
+
+class Vector(sa.types.UserDefinedType[str]):
+    """pgvector's ``vector`` of any dimension (``type_name``: the extension's, qualified
+    by its schema), bound as its text literal."""
+
+    cache_ok = True
+
+    def __init__(self, type_name: str = "vector") -> None:
+        self.type_name = type_name
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.type_name
+
+
+@dataclass(frozen=True, slots=True)
+class Nearest:
+    """One row found by :meth:`Pgvector.nearest`: the scope's key columns and the cosine."""
+
+    key: tuple[Any, ...]
+    cosine: float
+
+
+class Pgvector:
+    """What one process knows of pgvector in its database (built by :func:`setup`).
+
+    ``tables`` carry ``vec`` and every writer of them sets it; ``search`` says whether
+    queries use it (False under ``CAIRN_PGVECTOR=off``). ``min_vectors`` is the scope
+    size from which the ranking takes :meth:`nearest` over exact numpy (the choice is
+    the ranking's, :func:`cairn.service.search` callers); ``queries`` counts the HNSW
+    queries run, which tests and ``/metrics``-style probes read.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        schema: str,
+        tables: frozenset[str],
+        *,
+        search: bool,
+        min_vectors: int = MIN_VECTORS,
+        ef_search: int = EF_SEARCH,
+    ) -> None:
+        self.engine = engine
+        self.tables = tables
+        self.search = search
+        self.min_vectors = min_vectors
+        self.ef_search = ef_search
+        self.queries = 0
+        # The extension's objects, qualified by its schema: a store may run with its own
+        # schema alone on the search_path while the extension lives in another.
+        self._type = _qualified(schema)
+        quoted = self._type.removesuffix(".vector")
+        self._distance = f"OPERATOR({quoted}.<=>)"
+        self._opclass = f"{quoted}.vector_cosine_ops"
+        self._indexed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def with_vec(self, table: sa.Table) -> sa.Table:
+        """``table`` with its ``vec`` column, for a statement that sets it (a copy in a
+        metadata of its own, which nothing ever creates)."""
+        copy = table.to_metadata(sa.MetaData())
+        copy.append_column(sa.Column("vec", Vector(self._type), nullable=True))
+        return copy
+
+    def vec_param(self, name: str = "vec") -> sa.Cast[str]:
+        """``CAST(:name AS vector)``: the text literal bound as ``name`` made a vector."""
+        return sa.cast(sa.bindparam(name, type_=sa.Text), Vector(self._type))
+
+    # --- Indexes --------------------------------------------------------------------------
+
+    def _model_literal(self, model: str) -> str:
+        # The partial index's predicate must be written out in the query for the planner
+        # to match it (a bound parameter would not prove it under a generic plan), so
+        # the model is a literal, quoted by the dialect (which knows the server's
+        # standard_conforming_strings).
+        if "\x00" in model:
+            raise InvalidRequest("a model name may not contain NUL", field="model")
+        literal = sa.literal(model, sa.Text).compile(
+            dialect=self.engine.dialect, compile_kwargs={"literal_binds": True}
+        )
+        return str(literal)
+
+    def _predicate(self, model: str, dim: int) -> str:
+        return f"model = {self._model_literal(model)} AND vector_dims(vec) = {int(dim)}"
+
+    @staticmethod
+    def index_name(table: str, model: str, dim: int) -> str:
+        """``<table>_vec_<10 hex digits of the model's hash>_<dim>`` (within 63 bytes)."""
+        digest = hashlib.sha256(model.encode("utf-8")).hexdigest()[:10]
+        return f"{table}_vec_{digest}_{int(dim)}"
+
+    def ensure_index(self, table: str, model: str, dim: int) -> bool:
+        """Make the HNSW index of ``model``'s ``dim``-dimension vectors in ``table`` if it
+        is missing, in a transaction of its own; False when it could not be made now
+        (a lock not granted in time: the next call tries again)."""
+        name = self.index_name(table, model, dim)
+        if name in self._indexed:
+            return True
+        expression = f"(vec::{self._type}({int(dim)}))"
+        ddl = (
+            f'CREATE INDEX IF NOT EXISTS "{name}" ON {table} USING hnsw'
+            f" ({expression} {self._opclass}) WHERE {self._predicate(model, dim)}"
+        )
+        try:
+            with write_transaction(self.engine) as conn:
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SETUP_LOCK})
+                if conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": name}).scalar() is None:
+                    conn.execute(sa.text(ddl))
+                    log.info("pgvector: created the HNSW index %s of %s", name, model)
+        except (StoreUnavailable, sa.exc.DBAPIError) as exc:
+            log.warning("pgvector: the index %s is not there yet (%s)", name, _first_line(exc))
+            return False
+        with self._lock:
+            self._indexed.add(name)
+        return True
+
+    # --- Queries --------------------------------------------------------------------------
+
+    def _knn(self, table: str, key: Sequence[str], scope: str, model: str, dim: int) -> str:
+        vector = f"{self._type}({dim})"
+        distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
+        return (
+            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table}"
+            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
+            f" ORDER BY {distance} LIMIT :knn_limit"
+        )
+
+    def nearest(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> list[Nearest]:
+        """The ``k`` rows of ``table`` within ``scope`` (an SQL condition over ``params``,
+        the caller's: it is what isolates one tenant's rows) made by ``model`` that are
+        nearest to ``query`` by cosine, best first, as their ``key`` columns and cosine.
+
+        The statement runs in a read transaction of its own with ``hnsw.ef_search`` and
+        ``hnsw.iterative_scan = relaxed_order`` set for it alone; relaxed order may hand
+        rows back slightly out of order, so they are sorted here.
+        """
+        if k <= 0:
+            return []
+        dim = len(query)
+        self.ensure_index(table, model, dim)
+        sql = sa.text(self._knn(table, key, scope, model, dim))
+        bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
+        with read_transaction(self.engine) as conn:
+            self._configure(conn, k)
+            rows = conn.execute(sql, bound).all()
+        with self._lock:
+            self.queries += 1
+        found = [Nearest(tuple(r[: len(key)]), 1.0 - float(r.distance)) for r in rows]
+        found.sort(key=lambda n: -n.cosine)
+        return found
+
+    def explain(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> str:
+        """The plan PostgreSQL chooses for :meth:`nearest` with the same arguments (tests
+        and benchmarks check that it scans the HNSW index)."""
+        sql = sa.text("EXPLAIN " + self._knn(table, key, scope, model, len(query)))
+        with read_transaction(self.engine) as conn:
+            self._configure(conn, k)
+            bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
+            lines = conn.execute(sql, bound).scalars()
+            return "\n".join(lines)
+
+    def _configure(self, conn: Connection, k: int) -> None:
+        conn.execute(
+            sa.text(
+                "SELECT set_config('hnsw.ef_search', :ef, true),"
+                " set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+            ),
+            {"ef": str(max(self.ef_search, k))},
+        )
+
+
+# --- Detection and setup ------------------------------------------------------------------
+
+
+def setup(
+    engine: Engine,
+    mode: str = "auto",
+    *,
+    min_vectors: int = MIN_VECTORS,
+    ef_search: int = EF_SEARCH,
+) -> Pgvector | None:
+    """Find (and, where allowed, create) pgvector in ``engine``'s database and give every
+    table of :data:`TABLES` that exists its ``vec`` column; None when there is no
+    pgvector to use (SQLite; a plain PostgreSQL; ``off`` before any column exists).
+
+    ``mode`` ``on`` refuses a database without it (:class:`StoreUnavailable` saying
+    what to install); ``auto`` goes on without it; ``off`` creates nothing, and returns
+    a handle only to keep an existing ``vec`` column written.
+    """
+    mode = check_mode(mode)
+    if engine.dialect.name != "postgresql":
+        if mode == "on":
+            raise StoreUnavailable(
+                "CAIRN_PGVECTOR=on needs PostgreSQL with the pgvector extension, and this "
+                "database is SQLite: set CAIRN_PGVECTOR=auto (or off), or use PostgreSQL"
+            )
+        return None
+    made: list[str] = []
+    with write_transaction(engine) as conn:
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SETUP_LOCK})
+        schema, problem = _extension(conn, create=mode != "off")
+        if schema is None:
+            if mode == "on":
+                raise StoreUnavailable(
+                    f"CAIRN_PGVECTOR=on but {problem}: install pgvector on the PostgreSQL "
+                    "server (docs/deploy.md, 'pgvector') or set CAIRN_PGVECTOR=auto"
+                )
+            if mode == "auto":
+                log.info("pgvector: not used, %s; the dense side is exact numpy", problem)
+            return None
+        tables = []
+        for table in TABLES:
+            columns = _columns(conn, table)
+            if not {"embedding", "model"} <= columns:
+                continue  # not created yet (a store built before the migrations)
+            if "vec" not in columns:
+                if mode == "off":
+                    continue
+                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN vec {_qualified(schema)}"))
+                made.append(table)
+            # Rows with a blob and no vec (written before the column, or by an older
+            # replica): a small partial index finds them without scanning the table.
+            conn.execute(
+                sa.text(
+                    f"CREATE INDEX IF NOT EXISTS {table}_vec_missing ON {table} (model)"
+                    " WHERE embedding IS NOT NULL AND vec IS NULL"
+                )
+            )
+            filled = _backfill(conn, table, _qualified(schema))
+            if filled:
+                log.info("pgvector: filled vec of %d rows of %s from their blobs", filled, table)
+            tables.append(table)
+        pairs = {t: _models(conn, t) for t in made}
+    if not tables:
+        return None
+    handle = Pgvector(
+        engine,
+        schema,
+        frozenset(tables),
+        search=mode != "off",
+        min_vectors=min_vectors,
+        ef_search=ef_search,
+    )
+    for table, models in pairs.items():
+        for model, dim in models:
+            handle.ensure_index(table, model, dim)
+    return handle
+
+
+def _extension(conn: Connection, *, create: bool) -> tuple[str | None, str]:
+    """(schema of the installed extension, or None and why it is not there)."""
+    schema = _installed(conn)
+    if schema is not None or not create:
+        return schema, "the vector extension is not installed in this database"
+    listed = conn.execute(
+        sa.text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+    ).first()
+    if listed is None:
+        return None, "the PostgreSQL server has no pgvector (pg_available_extensions)"
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
+    except sa.exc.DBAPIError as exc:
+        return None, f"CREATE EXTENSION vector was refused ({_first_line(exc)})"
+    return _installed(conn), "the vector extension could not be created"
+
+
+def _installed(conn: Connection) -> str | None:
+    return conn.execute(
+        sa.text(
+            "SELECT n.nspname FROM pg_extension e"
+            " JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+        )
+    ).scalar()
+
+
+def _columns(conn: Connection, table: str) -> set[str]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT attname FROM pg_attribute"
+            " WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped"
+        ),
+        {"t": table},
+    )
+    return set(rows.scalars())
+
+
+def _qualified(schema: str) -> str:
+    return '"' + schema.replace('"', '""') + '".vector'
+
+
+def _backfill(conn: Connection, table: str, vector: str) -> int:
+    """Fill ``vec`` from ``embedding`` where it is missing; return the rows filled."""
+    select = sa.text(
+        f"SELECT ctid::text AS row, embedding FROM {table}"
+        f" WHERE embedding IS NOT NULL AND vec IS NULL LIMIT {BACKFILL_BATCH} FOR UPDATE"
+    )
+    update = sa.text(
+        f"UPDATE {table} SET vec = CAST(:vec AS {vector}) WHERE ctid = CAST(:row AS tid)"
+    )
+    filled = 0
+    while True:
+        rows = conn.execute(select).all()
+        if not rows:
+            return filled
+        values = blob_values([bytes(r.embedding) for r in rows])
+        conn.execute(
+            update, [{"row": r.row, "vec": v} for r, (v, _) in zip(rows, values, strict=True)]
+        )
+        filled += len(rows)
+
+
+def _models(conn: Connection, table: str) -> list[tuple[str, int]]:
+    rows = conn.execute(
+        sa.text(
+            f"SELECT DISTINCT model, vector_dims(vec) AS dim FROM {table}"
+            " WHERE vec IS NOT NULL AND model IS NOT NULL"
+        )
+    )
+    return [(str(r.model), int(r.dim)) for r in rows]
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc.__cause__ or exc
+    return str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+
+
+__all__ = [
+    "EF_SEARCH",
+    "MIN_VECTORS",
+    "MODES",
+    "Mode",
+    "Nearest",
+    "Pgvector",
+    "blob_values",
+    "check_mode",
+    "setup",
+    "vector_literal",
+]

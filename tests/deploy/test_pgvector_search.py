@@ -1,0 +1,305 @@
+"""The dense side through pgvector's HNSW index (issue 10 §5; docs/search.md, "pgvector").
+
+On the session's PostgreSQL with pgvector (tests/pgvector_server.py), a database made
+from ``template0`` (so the extension is not there yet) receives the labelled document
+set (tests/data: 326 documents, 1,013 chunks, in 12 spaces of 3 teams) with their
+stored all-MiniLM-L6-v2 vectors, first by a store with ``CAIRN_PGVECTOR=off`` (blobs
+only), then opened with ``auto``: the extension, the ``vec`` column filled from the
+blobs and the HNSW index appear; the HNSW answers agree with exact numpy over the same
+vectors; document search takes the HNSW path (a counter and the plan show it) and
+returns the numpy path's hits; no query of one space ever returns another's chunk. On
+the plain system PostgreSQL nothing changes, and ``CAIRN_PGVECTOR=on`` refuses to start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from cairn.config import Config
+from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.pgvector import Pgvector
+from cairn.store.sql import SqlStore
+from tests.pgvector_server import PgvectorServer
+from tests.search import labelled
+
+pytestmark = pytest.mark.pgvector
+
+MODEL = "all-MiniLM-L6-v2"
+DIM = 384
+TEAMS = ("team-a", "team-b", "team-c")
+K = 10
+
+
+def parse_vector(text: str) -> np.ndarray:
+    return np.array([float(x) for x in text.strip("[]").split(",")], dtype=np.float32)
+
+
+@dataclass
+class Corpus:
+    """The labelled documents, the vector of each chunk's search text, and the queries
+    (text, vector, the space that answers them)."""
+
+    docs: list[dict[str, str]]
+    vectors: dict[str, np.ndarray]
+    queries: list[tuple[str, np.ndarray, str]]
+
+
+def space_ref(space: str, spaces: Sequence[str]) -> SpaceRef:
+    team = TEAMS[sorted(spaces).index(space) % len(TEAMS)]
+    return SpaceRef.build(Visibility.PROJECT, space, tenant=team, project="p1")
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Corpus:
+    docs_set = labelled.load_docs()
+    units, queries = labelled.load_vectors({"docs": docs_set})["docs"]
+    units, queries = normalize_rows(units), normalize_rows(queries)
+    vectors = {u.text: v for u, v in zip(docs_set.units, units, strict=True)}
+    raw = labelled.jsonl("docs_queries.jsonl")
+    asked = [
+        (q.text, v, r["relevant"][0]["space"])
+        for q, v, r in zip(docs_set.queries, queries, raw, strict=True)
+    ]
+    return Corpus(labelled.jsonl("docs_corpus.jsonl"), vectors, asked)
+
+
+@pytest.fixture(scope="module")
+def spaces(corpus: Corpus) -> list[str]:
+    return sorted({d["space"] for d in corpus.docs})
+
+
+def embed_pending(store: SqlStore, corpus: Corpus) -> int:
+    rows = store.pending_chunks(10_000, MODEL)
+    vectors = np.stack([corpus.vectors[r.search_text] for r in rows])
+    return store.store_embeddings(rows, encode_many(vectors), MODEL)
+
+
+@pytest.fixture(scope="module")
+def url(pgvector_server: PgvectorServer, corpus: Corpus, spaces: list[str]) -> str:
+    """A database without the extension, holding the corpus and its vectors as blobs
+    only (written with ``CAIRN_PGVECTOR=off``)."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pgvector_server.url_for("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    database = pgvector_server.url_for(name)
+    store = SqlStore.open(database, pgvector_mode="off")
+    try:
+        assert store.pgvector is None
+        for doc in corpus.docs:
+            store.write(space_ref(doc["space"], spaces), doc["path"], doc["content"])
+        for space in spaces:
+            store.reconcile(space_ref(space, spaces))
+        assert embed_pending(store, corpus) >= 1000
+    finally:
+        store.close()
+    return database
+
+
+@pytest.fixture(scope="module")
+def store(url: str) -> Iterator[SqlStore]:
+    opened = SqlStore.open(url)  # CAIRN_PGVECTOR=auto
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def pg(store: SqlStore) -> Pgvector:
+    assert store.pgvector is not None
+    return store.pgvector
+
+
+def scalar(store: SqlStore, sql: str, **params: object) -> object:
+    with store.engine.connect() as conn:
+        return conn.execute(sa.text(sql), params).scalar()
+
+
+def exact_top(store: SqlStore, ref: SpaceRef, query: np.ndarray, k: int) -> list[tuple]:
+    """Exact cosine top-k over the space's stored blobs: ((path, seq), cosine)."""
+    rows = [r for r in store.chunk_rows(ref) if r.embedding is not None and r.model == MODEL]
+    matrix = np.stack([decode(r.embedding) for r in rows if r.embedding is not None])
+    picked, scores = top_k(matrix, query, k)
+    return [((rows[i].path, rows[i].seq), float(s)) for i, s in zip(picked, scores, strict=True)]
+
+
+# --- Setup: the extension, the column, the backfill, the index ---------------------------
+
+
+def test_opening_creates_the_extension_the_column_and_the_index(store: SqlStore) -> None:
+    handle = pg(store)
+    assert handle.search and handle.tables == frozenset({"memory_chunks"})
+    assert scalar(store, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    kind = scalar(
+        store,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = 'memory_chunks'::regclass AND attname = 'vec'",
+    )
+    assert kind == "vector"  # no fixed dimension: every model's vectors share it
+    index = Pgvector.index_name("memory_chunks", MODEL, DIM)
+    definition = str(scalar(store, "SELECT indexdef FROM pg_indexes WHERE indexname = :n", n=index))
+    assert "USING hnsw" in definition and "vector_cosine_ops" in definition
+    assert "(384)" in definition and f"'{MODEL}'" in definition, definition
+
+
+def test_the_vec_column_was_filled_from_the_blobs(store: SqlStore, corpus: Corpus) -> None:
+    embedded = scalar(store, "SELECT count(*) FROM memory_chunks WHERE embedding IS NOT NULL")
+    filled = scalar(store, "SELECT count(*) FROM memory_chunks WHERE vec IS NOT NULL")
+    assert embedded == filled and isinstance(filled, int) and filled >= 1000
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT embedding, vec::text AS vec FROM memory_chunks ORDER BY path LIMIT 50")
+        ).all()
+    for row in rows:
+        assert np.array_equal(parse_vector(row.vec), decode(bytes(row.embedding)))
+
+
+def test_storing_vectors_writes_vec_and_indexes_a_new_model(
+    store: SqlStore, spaces: list[str]
+) -> None:
+    ref = space_ref(spaces[0], spaces)
+    store.write(ref, "new/written-later.md", "# Later\nA note written after the backfill.\n")
+    store.reconcile(ref)
+    rows = [r for r in store.pending_chunks(100, MODEL) if r.path == "new/written-later.md"]
+    assert rows
+    vector = normalize_rows(np.random.default_rng(1).standard_normal((len(rows), DIM)))
+    assert store.store_embeddings(rows, encode_many(vector, "int8"), MODEL) == len(rows)
+    with store.engine.connect() as conn:
+        stored = conn.execute(
+            sa.text(
+                "SELECT embedding, vec::text AS vec FROM memory_chunks"
+                " WHERE path = 'new/written-later.md' ORDER BY seq"
+            )
+        ).all()
+    for row in stored:  # an int8 blob's vec is the vector the blob decodes to
+        assert np.array_equal(parse_vector(row.vec), decode(bytes(row.embedding)))
+
+    # Vectors of another model and dimension, through the indexer's claim: their own index.
+    other = "other-model"
+    with store.claim_pending_chunks(5, other) as claim:
+        claimed = claim.rows
+        claim.store_embeddings(encode_many(normalize_rows(np.ones((len(claimed), 8)))))
+    assert claimed
+    index = Pgvector.index_name("memory_chunks", other, 8)
+    assert scalar(store, "SELECT count(*) FROM pg_indexes WHERE indexname = :n", n=index) == 1
+    found = store.nearest_chunks(ref, other, normalize_rows(np.ones((1, 8)))[0], 3)
+    assert found is not None and all(abs(c - 1.0) < 1e-6 for _, _, c in found)
+
+
+# --- Queries: agreement with exact numpy, isolation -------------------------------------
+
+
+def test_hnsw_top_10_matches_exact_numpy(
+    store: SqlStore, corpus: Corpus, spaces: list[str]
+) -> None:
+    same = 0
+    for _, vector, space in corpus.queries:
+        ref = space_ref(space, spaces)
+        found = store.nearest_chunks(ref, MODEL, vector, K)
+        assert found is not None
+        exact = exact_top(store, ref, vector, K)
+        cosines = dict(exact)
+        for path, seq, cosine in found:
+            if (path, seq) in cosines:  # the database's cosine is numpy's
+                assert cosine == pytest.approx(cosines[(path, seq)], abs=1e-5)
+        assert [c for _, _, c in found] == sorted((c for _, _, c in found), reverse=True)
+        same += {(p, s) for p, s, _ in found} == set(cosines)
+    assert same / len(corpus.queries) >= 0.95, f"{same} of {len(corpus.queries)} queries"
+
+
+def test_a_query_never_returns_another_spaces_chunk(
+    store: SqlStore, corpus: Corpus, spaces: list[str]
+) -> None:
+    """Every space asked with every query (and with a chunk of each other space, which
+    is its own nearest neighbour there): what comes back is the asked space's own rows,
+    with the cosine of its own vector — ``memory.md`` is in every space, so a row of
+    another space with the same (path, seq) would show through its cosine."""
+    own = {
+        space: {
+            (r.path, r.seq): decode(r.embedding)
+            for r in store.chunk_rows(space_ref(space, spaces))
+            if r.embedding is not None and r.model == MODEL
+        }
+        for space in spaces
+    }
+    probes = [v for _, v, _ in corpus.queries[::4]]
+    probes += [next(iter(vectors.values())) for vectors in own.values()]
+    for space in spaces:
+        ref = space_ref(space, spaces)
+        for probe in probes:
+            found = store.nearest_chunks(ref, MODEL, probe, 20)
+            assert found is not None and len(found) == min(20, len(own[space]))
+            for path, seq, cosine in found:
+                assert (path, seq) in own[space], (space, path, seq)
+                assert cosine == pytest.approx(float(own[space][(path, seq)] @ probe), abs=1e-5)
+
+
+def test_path_prefix_is_applied_in_the_query(store: SqlStore, spaces: list[str]) -> None:
+    ref = space_ref(spaces[1], spaces)
+    paths = sorted({r.path for r in store.chunk_rows(ref)})
+    prefix = paths[0].split("/")[0] + "/" if "/" in paths[0] else paths[0]
+    found = store.nearest_chunks(ref, MODEL, np.full(DIM, DIM**-0.5, np.float32), 50,
+                                 path_prefix=prefix)  # fmt: skip
+    assert found and all(path.startswith(prefix) for path, _, _ in found)
+
+
+# --- Where pgvector is not: the plain PostgreSQL, SQLite --------------------------------
+
+
+@pytest.mark.postgres
+def test_a_plain_postgresql_keeps_the_numpy_path(postgres_url: str) -> None:
+    store = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:12]}")
+    try:
+        assert store.pgvector is None
+        ref = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
+        store.write(ref, "a.md", "# A\nsome words\n")
+        store.reconcile(ref)
+        rows = store.pending_chunks(10, MODEL)
+        assert store.store_embeddings(rows, encode_many(np.eye(len(rows), DIM)), MODEL)
+        assert store.nearest_chunks(ref, MODEL, np.eye(1, DIM)[0].astype(np.float32), 5) is None
+        with store.engine.connect() as conn:
+            columns = sa.inspect(conn).get_columns("memory_chunks")
+        assert "vec" not in {c["name"] for c in columns}
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_pgvector_on_refuses_a_postgresql_without_it(postgres_url: str) -> None:
+    with pytest.raises(StoreUnavailable) as refused:
+        SqlStore.open(postgres_url, pgvector_mode="on")
+    message = refused.value.message
+    assert "CAIRN_PGVECTOR=on" in message and "install pgvector" in message
+    assert "pg_available_extensions" in message
+
+
+def test_pgvector_on_refuses_sqlite(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="CAIRN_PGVECTOR=on needs PostgreSQL"):
+        SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", pgvector_mode="on")
+
+
+def test_pgvector_on_starts_where_the_extension_is(pgvector_server: PgvectorServer) -> None:
+    store = SqlStore.open(pgvector_server.create_database(), pgvector_mode="on")
+    try:
+        assert pg(store).search
+    finally:
+        store.close()
+
+
+def test_the_settings_are_checked() -> None:
+    config = Config.from_env({"CAIRN_PGVECTOR": "ON", "CAIRN_HNSW_MIN_VECTORS": "0"})
+    assert (config.pgvector, config.hnsw_min_vectors) == ("on", 0)
+    assert Config.from_env({}).pgvector == "auto"
+    with pytest.raises(InvalidRequest, match="CAIRN_PGVECTOR='maybe' is not one of auto"):
+        Config.from_env({"CAIRN_PGVECTOR": "maybe"})
+    with pytest.raises(InvalidRequest, match="CAIRN_HNSW_MIN_VECTORS"):
+        Config.from_env({"CAIRN_HNSW_MIN_VECTORS": "-5"})
