@@ -22,6 +22,82 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
+def _chars(*spans: tuple[int, int]) -> frozenset[str]:
+    return frozenset(chr(cp) for lo, hi in spans for cp in range(lo, hi + 1))
+
+
+#: Characters that make a name or path display as something it is not (SPEC §11), by
+#: family; each family says why, in the error that names the character.
+_DECEPTIVE_FAMILIES: tuple[tuple[frozenset[str], str], ...] = (
+    (
+        # Embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), the marks
+        # (LRM, RLM, ALM): "evil\u202egpj.md" displays as "evildm.jpg".
+        _chars((0x202A, 0x202E), (0x2066, 0x2069), (0x200E, 0x200F), (0x061C, 0x061C)),
+        "a bidirectional control, which makes the text display in another order than it is",
+    ),
+    (
+        # Zero-width space/joiners, word joiner, invisible operators, Mongolian vowel
+        # separator, BOM (zero-width no-break space), soft hyphen, interlinear annotation.
+        _chars(
+            (0x200B, 0x200D),
+            (0x2060, 0x2064),
+            (0x180E, 0x180E),
+            (0xFEFF, 0xFEFF),
+            (0x00AD, 0x00AD),
+            (0xFFF9, 0xFFFB),
+        ),
+        "an invisible character, which makes two different names look the same",
+    ),
+    (
+        _chars((0x2028, 0x2029)),
+        "a line or paragraph separator, which breaks the name across lines",
+    ),
+    (
+        # Division slash, fraction slash, set minus, big (reverse) solidus, reverse
+        # solidus operator, fullwidth and small (reverse) solidus, box-drawing and
+        # mathematical diagonals.
+        _chars(
+            (0x2044, 0x2044),
+            (0x2215, 0x2216),
+            (0x29F5, 0x29F5),
+            (0x29F8, 0x29F9),
+            (0xFF0F, 0xFF0F),
+            (0xFF3C, 0xFF3C),
+            (0xFE68, 0xFE68),
+            (0x2571, 0x2572),
+            (0x27CB, 0x27CB),
+            (0x27CD, 0x27CD),
+        ),
+        "a look-alike of '/' or '\\', which makes one segment look like several",
+    ),
+)
+#: Every character :func:`deceptive_character` finds.
+DECEPTIVE_CHARACTERS: frozenset[str] = frozenset().union(*(f for f, _ in _DECEPTIVE_FAMILIES))
+_DECEPTIVE = re.compile("[" + "".join(sorted(DECEPTIVE_CHARACTERS)) + "]")
+
+
+def deceptive_character(text: str) -> tuple[str, str] | None:
+    """The first character of ``text`` that makes it display as something it is not, as
+    ``("U+202E RIGHT-TO-LEFT OVERRIDE", why)``; None when there is none."""
+    m = _DECEPTIVE.search(text)
+    if m is None:
+        return None
+    ch = m.group()
+    why = next(reason for family, reason in _DECEPTIVE_FAMILIES if ch in family)
+    name = unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X}" + (f" {name}" if name else ""), why
+
+
+def _refuse_deceptive(what: str, text: str) -> None:
+    found = deceptive_character(text)
+    if found is not None:
+        label, why = found
+        raise InvalidPath(
+            f"{what} contains {label}, {why}; remove it (type the name again by hand)",
+            code_point=label.split(" ", 1)[0],
+        )
+
+
 def canonical_form(path: str) -> str | None:
     """The canonical spelling of ``path``, or None when no repair makes sense.
 
@@ -45,6 +121,7 @@ def validate_doc_path(path: object) -> str:
         raise InvalidPath("path may not contain NUL or control characters")
     if _SURROGATE.search(path):
         raise InvalidPath("path is not valid Unicode (it contains a lone surrogate); send UTF-8")
+    _refuse_deceptive("path", path)
     if "\\" in path:
         raise InvalidPath(f"path {path!r} may not contain '\\'; separate segments with '/'")
     if path.startswith("/") or _DRIVE.match(path):
@@ -86,6 +163,7 @@ def validate_dir_prefix(prefix: object) -> str:
         raise InvalidPath("dir must be a string")
     if "\x00" in prefix or _CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
         raise InvalidPath("dir may not contain '\\', NUL, control characters or lone surrogates")
+    _refuse_deceptive("dir", prefix)
     if prefix.startswith("/") or _DRIVE.match(prefix):
         raise InvalidPath(f"dir {prefix!r} is absolute; give a directory relative to the space")
     if ".." in prefix.split("/"):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from cairn.errors import InvalidSpaceRef
+from cairn.paths import deceptive_character
 
 
 class Visibility(StrEnum):
@@ -76,6 +77,14 @@ def validate_segment(field: str, value: str) -> str:
     if _SURROGATE.search(value):
         raise InvalidSpaceRef(
             f"{field} is not valid Unicode (it contains a lone surrogate)", field=field
+        )
+    found = deceptive_character(value)
+    if found is not None:
+        label, why = found
+        raise InvalidSpaceRef(
+            f"{field} contains {label}, {why}; remove it (type the name again by hand)",
+            field=field,
+            code_point=label.split(" ", 1)[0],
         )
     return value
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from cairn.errors import InvalidPath
 from cairn.paths import (
+    DECEPTIVE_CHARACTERS,
     MAX_PATH_BYTES,
     MAX_PATH_SEGMENTS,
     canonical_form,
@@ -19,7 +20,10 @@ from cairn.paths import (
 )
 
 segment_chars = st.characters(
-    blacklist_characters="/\\", blacklist_categories=("Cc", "Cs"), max_codepoint=0x2FFFF
+    # Deceptive characters (bidi controls, zero-width, look-alike slashes) have their own tests.
+    blacklist_characters="/\\" + "".join(DECEPTIVE_CHARACTERS),
+    blacklist_categories=("Cc", "Cs"),
+    max_codepoint=0x2FFFF,
 )
 segments = st.text(alphabet=segment_chars, min_size=1, max_size=12).filter(
     lambda s: s not in (".", "..")

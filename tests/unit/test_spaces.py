@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cairn.errors import InvalidSpaceRef
+from cairn.paths import DECEPTIVE_CHARACTERS
 from cairn.spaces import (
     ALLOWED_VISIBILITIES,
     REQUIRED_QUALIFIERS,
@@ -21,7 +22,10 @@ from cairn.spaces import (
 
 _BAD_CHARS = "/\\:\x00\x01\x1f\x7f\x85"
 segments = st.text(
-    alphabet=st.characters(blacklist_characters=_BAD_CHARS, blacklist_categories=("Cc", "Cs")),
+    alphabet=st.characters(
+        blacklist_characters=_BAD_CHARS + "".join(DECEPTIVE_CHARACTERS),
+        blacklist_categories=("Cc", "Cs"),
+    ),
     min_size=1,
     max_size=128,
 ).filter(lambda s: s not in (".", ".."))
@@ -91,6 +95,7 @@ def test_every_invalid_segment_is_refused(value: str, field: str) -> None:
         or any(c in value for c in "/\\:")
         or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value)
         or any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+        or any(c in DECEPTIVE_CHARACTERS for c in value)
     )
     kwargs = {"tenant": "t", "project": "p", "bot": "b", "user": "u"}
     name = "n"
