@@ -24,10 +24,14 @@ def cairn_env(home: Path) -> dict[str, str]:
 
 
 async def exercise_tools(session: ClientSession) -> None:
-    """List, write, list, read, and get a canonical-path error back as a tool result."""
+    """List, write, list, read, search what was written, and get a canonical-path error back
+    as a tool result."""
     listed = await session.list_tools()
     by_name = {t.name: t for t in listed.tools}
-    assert list(by_name) == ["memory_read", "memory_write", "memory_list"]
+    assert list(by_name) == ["memory_read", "memory_write", "memory_list", "memory_search"]
+    assert by_name["memory_search"].annotations is not None
+    assert by_name["memory_search"].annotations.read_only_hint is True
+    assert "meaning" in (by_name["memory_search"].description or "")
     assert by_name["memory_read"].annotations is not None
     assert by_name["memory_read"].annotations.read_only_hint is True
     assert by_name["memory_write"].annotations is not None
@@ -48,6 +52,13 @@ async def exercise_tools(session: ClientSession) -> None:
     assert not read.is_error
     assert read.content[0].type == "text" and read.content[0].text == "# kept\n"
 
+    found = await session.call_tool("memory_search", {"query": "kept"})
+    assert not found.is_error, found.content
+    assert found.structured_content is not None
+    assert [h["path"] for h in found.structured_content["results"]] == ["MEMORY.md"]
+    text = found.content[0].text if found.content[0].type == "text" else ""
+    assert 'document MEMORY.md, section "kept"' in text and "```text\nkept\n```" in text
+
     bad = await session.call_tool("memory_read", {"path": "./MEMORY.md"})
     assert bad.is_error
     assert bad.content[0].type == "text"
@@ -59,7 +70,7 @@ async def assert_write_withheld(session: ClientSession, *, notice: bool) -> str:
     """The server lists no memory_write and refuses a call to it as a tool result."""
     init_instructions = session.instructions or ""
     listed = await session.list_tools()
-    assert [t.name for t in listed.tools] == ["memory_read", "memory_list"]
+    assert [t.name for t in listed.tools] == ["memory_read", "memory_list", "memory_search"]
     refused = await session.call_tool("memory_write", {"path": "MEMORY.md", "content": "x"})
     assert refused.is_error
     text = refused.content[0].text if refused.content[0].type == "text" else ""

@@ -190,8 +190,9 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "mcp",
         help="serve the memory tools over MCP (stdio, or streamable HTTP with --http)",
-        description="Serve memory_read, memory_write, memory_list (and memory_search with "
-        "--server) over MCP, for one space named by --config FILE or the space flags.",
+        description="Serve memory_read, memory_write, memory_list and memory_search over MCP, "
+        "for one space named by --config FILE or the space flags (memory_search also searches "
+        "the team's records with --server).",
     )
     p.add_argument("--config", metavar="FILE", help="an agent configuration with a memory block")
     add_space_args(p)
@@ -202,7 +203,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--team",
         default=cli_config().team,
-        help="team id for memory_search (env CAIRN_TEAM; default: the credential's team)",
+        help="team id for memory_search's records (env CAIRN_TEAM; default: the credential's team)",
     )
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="--http address (default 127.0.0.1)")

@@ -28,7 +28,8 @@ SERVER_NAME = "cairn"
 
 _BASE_INSTRUCTIONS = (
     "Cairn memory: a persistent space of Markdown documents that survives from one run to the "
-    "next. Read MEMORY.md (memory_read) or list the space (memory_list) before you start; record "
+    "next. Read MEMORY.md (memory_read) or list the space (memory_list) before you start, and "
+    "search it by meaning and keywords (memory_search) when you need something specific; record "
     "what you learned and where you left off before you finish."
 )
 

@@ -27,6 +27,9 @@ from cairn.documents import (
 from cairn.errors import Forbidden
 from cairn.paths import validate_dir_prefix
 from cairn.principal import CredentialKind, Principal
+
+# The one fencing of text for a model (records use it too), re-exported for the faces.
+from cairn.records.render import fence_for as fence_for
 from cairn.records.render import render_text
 from cairn.service.access import (
     authorize_space_mutation,

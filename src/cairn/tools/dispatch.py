@@ -8,13 +8,15 @@ the bytes of quota left, the reason a write is refused.
 The same code runs against the local filesystem store and against a server: both
 are reached through :class:`~cairn.service.spaces.SpaceService`, with writes made as
 the :class:`~cairn.principal.Principal` the tools were given (the local console, or a
-server's client). ``memory_search`` needs a :class:`RecordsSearcher`; without one the
-tool is not offered.
+server's client). ``memory_search`` searches the space's documents (keyword and meaning,
+through :meth:`SpaceService.search`) and, given a :class:`RecordsSearcher` (a server with
+a team), the team's records too.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from cairn.errors import (
 )
 from cairn.principal import Principal
 from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
+from cairn.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
 from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
 from cairn.tools.schemas import (
     MEMORY_LIST,
@@ -160,8 +162,7 @@ class MemoryTools:
     @property
     def names(self) -> tuple[str, ...]:
         """The tools offered, in the order of :data:`SPECS` (read, write, list, search)."""
-        withheld = {MEMORY_WRITE: not self.write_enabled, MEMORY_SEARCH: self.searcher is None}
-        return tuple(name for name in SPECS if not withheld.get(name))
+        return tuple(name for name in SPECS if name != MEMORY_WRITE or self.write_enabled)
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -192,7 +193,7 @@ class MemoryTools:
         """What goes into the agent's context at start: notices, then autoload documents."""
         parts = list(self.notices)
         for path, content in self.autoload_documents():
-            fence = _fence_for(content)
+            fence = fence_for(content)
             parts.append(f"Memory document {path}:\n{fence}markdown\n{content}\n{fence}")
         return "\n\n".join(parts)
 
@@ -268,20 +269,45 @@ class MemoryTools:
         return ToolResult(False, text, data=result.as_json())
 
     def _search(self, args: dict[str, Any]) -> ToolResult:
-        if self.searcher is None:
-            return _error(
-                "unknown_tool",
-                "memory_search is not available: team records are reachable only through a "
-                "server (cairn mcp --server URL --token KEY)",
-            )
-        _only(args, MEMORY_SEARCH, {"query", "repo_id", "limit"})
+        _only(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id"})
         query = _str_arg(args, "query")
         repo_id = _optional_str(args, "repo_id", "repo_id must be a string")
+        prefix = _optional_str(
+            args, "path_prefix", "path_prefix must be a string such as 'topics/'"
+        )
         limit = args.get("limit")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidRequest("limit must be a whole number from 1 to 50")
-        answer = self.searcher.search(query, repo_id, limit)
-        return ToolResult(False, render_search(answer), data=answer)
+        hits = self.service.search(
+            self.who,
+            self.ref,
+            query,
+            limit=10 if limit is None else limit,
+            path_prefix=prefix or "",
+        )
+        data: dict[str, Any] = {"results": [hit.as_json() for hit in hits]}
+        text = render_documents(data["results"])
+        if self.searcher is not None:
+            answer = self.searcher.search(query, repo_id, limit)
+            data["records"] = answer
+            text += "\n\nTeam memory records:\n" + render_search(answer)
+        return ToolResult(False, text, data=data)
+
+
+def render_documents(results: list[dict[str, Any]]) -> str:
+    """Document hits as text: the notice, then each hit's header line (path, heading trail,
+    score, signals) and its snippet fenced as data the snippet cannot close."""
+    if not results:
+        return "no documents in this memory space matched"
+    lines = [SNIPPET_NOTICE]
+    for hit in results:
+        # Quoted: a heading is the document's text, so no line break of it starts a line.
+        title = json.dumps(hit["heading"], ensure_ascii=False)
+        heading = f", section {title}" if hit["heading"] else ""
+        matched = ", ".join(hit["matched"]) or "-"
+        lines.append(f"document {hit['path']}{heading} (score {hit['score']}, matched {matched}):")
+        lines.append(fenced(str(hit["snippet"])))
+    return "\n".join(lines)
 
 
 def render_search(answer: Mapping[str, Any]) -> str:
@@ -352,11 +378,3 @@ def _optional_str(args: Mapping[str, Any], name: str, refusal: str) -> str | Non
     if value is not None and not isinstance(value, str):
         raise InvalidRequest(refusal)
     return value
-
-
-def _fence_for(text: str) -> str:
-    longest, run = 0, 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    return "`" * max(3, longest + 1)
