@@ -34,7 +34,12 @@ def run(url: str, label: str) -> None:
     corpus = load_jsonl(ROOT / "tests" / "data" / "records_corpus.jsonl")
     queries = load_jsonl(ROOT / "tests" / "data" / "records_queries.jsonl")
     id_map = load_corpus(world.store, team, corpus)
-    report = evaluate(world.store, team, id_map, queries)
+    member = world.teams[0][1]
+
+    def search(query: str, k: int) -> list[str]:
+        return [hit.id for hit in world.records.search(member, team, query, limit=k).hits]
+
+    report = evaluate(search, id_map, queries)
     print(
         f"{label:10s} records={len(corpus)} queries={report.queries} "
         f"recall@{report.k}={report.recall_at_k:.3f} MRR={report.mrr:.3f}"

@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from cairn.records import search as records_search  # noqa: E402
+import legacy_record_tokens as records_search  # noqa: E402
 from cairn.search import fusion  # noqa: E402
 from cairn.search.bm25 import BM25Index  # noqa: E402
 from cairn.search.text import ANALYZER, STOPWORDS, Analyzer  # noqa: E402

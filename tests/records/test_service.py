@@ -74,7 +74,7 @@ def test_save_then_search_ranks_best_first(world: World) -> None:
     results = answer.hits
     assert results[0].score > results[1].score
     assert results[0].text == render_text(best.text)
-    assert set(asdict(results[0])) == {"id", "repo_id", "score", "created_at", "text"}
+    assert set(asdict(results[0])) == {"id", "repo_id", "score", "created_at", "text", "matched"}
 
 
 def test_search_never_crosses_teams(world: World) -> None:

@@ -1,8 +1,8 @@
 """Team memory records (SPEC §6): short summaries of finished work for one team.
 
 The component: the :class:`~cairn.records.store.RecordStore` interface and its SQL
-adapter (:mod:`cairn.records.sql`), tables and migrations (:mod:`.schema`), search
-tokens (:mod:`.search`), the fenced rendering of a record's text (:mod:`.render`),
+adapter (:mod:`cairn.records.sql`, which also serves the background indexer's claims),
+tables and migrations (:mod:`.schema`), the fenced rendering of a record's text (:mod:`.render`),
 request bodies (:mod:`.models`), the per-team search rate limit (:mod:`.ratelimit`)
 and search-quality measurement (:mod:`.quality`). It decides no access: the
 use-cases — save, search, list, delete, settings, purge — are

@@ -1,23 +1,27 @@
 """Search-quality measurement over a labelled corpus (recall@k and MRR).
 
-Used by ``bench/bench_search_quality.py`` (prints the figures) and by the test that
-holds them above a floor. It measures a :class:`~cairn.records.store.RecordStore`'s
-ranking directly: records are made as every save makes them
-(:func:`~cairn.records.store.new_record`) and searched as a member who sees the whole
-team. A corpus is JSON lines ``{"id", "text"}``; queries are JSON lines
-``{"query", "relevant": [corpus ids]}``.
+Used by ``bench/bench_search_quality.py`` (prints the figures) and by the tests that
+hold them above floors. Records are made as every save makes them
+(:func:`~cairn.records.store.new_record`) and stored with :func:`load_corpus`; a search is
+any function from a query and ``k`` to ranked record ids (the records service's search,
+as a member who sees the whole team). A corpus is JSON lines ``{"id", "text"}``; queries
+are JSON lines ``{"query", "kind"?, "relevant": [corpus ids]}``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cairn.db import utcnow
-from cairn.records.store import RecordStore, Scope, new_record
-from cairn.secrets import mask
+from cairn.records.store import RecordStore, new_record
+
+#: A search: (query, k) → the ids of the records found, best first.
+Search = Callable[[str, int], Sequence[str]]
 
 
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -31,6 +35,8 @@ class QualityReport:
     recall_at_k: float
     mrr: float
     k: int
+    #: kind → (recall@k, MRR) over the queries of that kind.
+    by_kind: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def load_corpus(
@@ -46,26 +52,33 @@ def load_corpus(
 
 
 def evaluate(
-    store: RecordStore,
-    team_id: str,
+    search: Search,
     id_map: dict[str, str],
     queries: list[dict[str, Any]],
     k: int = 10,
 ) -> QualityReport:
-    """Mean recall@k and mean reciprocal rank of the first relevant hit."""
-    recall_sum = 0.0
-    rr_sum = 0.0
-    scope = Scope(team_id, None, None, utcnow())
+    """Mean recall@k and mean reciprocal rank of the first relevant hit, overall and per
+    query ``kind``."""
+    per_kind: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    scored: list[tuple[float, float]] = []
     for q in queries:
         relevant = set(q["relevant"])
-        query = mask(str(q["query"]))  # as the search use-case does
-        with store.reading() as tx:
-            hits = tx.search(scope, query, k)
-        ranked = [id_map.get(hit.record.id, "") for hit in hits]
-        recall_sum += len(relevant.intersection(ranked)) / len(relevant)
-        for rank, cid in enumerate(ranked, start=1):
-            if cid in relevant:
-                rr_sum += 1.0 / rank
-                break
-    n = len(queries)
-    return QualityReport(n, recall_sum / n, rr_sum / n, k)
+        ranked = [id_map.get(record_id, "") for record_id in search(str(q["query"]), k)][:k]
+        recall = len(relevant.intersection(ranked)) / len(relevant)
+        rr = next((1.0 / rank for rank, cid in enumerate(ranked, 1) if cid in relevant), 0.0)
+        scored.append((recall, rr))
+        per_kind[str(q.get("kind", "all"))].append((recall, rr))
+    return QualityReport(
+        len(scored),
+        _mean([r for r, _ in scored]),
+        _mean([rr for _, rr in scored]),
+        k,
+        {
+            kind: (_mean([r for r, _ in v]), _mean([rr for _, rr in v]))
+            for kind, v in per_kind.items()
+        },
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

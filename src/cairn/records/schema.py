@@ -1,33 +1,40 @@
 """Tables of team memory records (SPEC §6), component ``records``.
 
 * ``records`` — one row per record, keyed ``(team_id, id)`` so it distributes by
-  tenant. ``terms`` is the record's search text: every (folded, stemmed) word of
-  ``text`` prefixed with the team's index key (:func:`team_key`), e.g.
-  ``t1a2b3c4d5e6fdeploy``. The full-text index is built over ``terms``, so a team's
-  words are distinct index tokens from every other team's: the team condition lives
-  *inside* the index lookup (a query can only name its own team's tokens), the index
-  hands back only that team's records, and the work done per search depends on the
-  team's records, not on the size of the whole table. Queries also carry
-  ``team_id = :team`` so that even a key collision could only disturb ranking,
-  never return another team's record.
-* SQLite: ``records_fts``, an FTS5 external-content table over ``terms`` kept in
-  step by triggers, ranked by ``bm25()``.
-* PostgreSQL: a stored ``tsv`` column, ``to_tsvector('simple', terms)``, with a GIN
-  index (``fastupdate`` off), ranked by ``ts_rank_cd``.
+  tenant. ``terms`` is the record's analysed text (:func:`cairn.search.text.analyze`,
+  space-joined: the terms documents' chunks store too); the keyword side ranks them in
+  the process (BM25, :mod:`cairn.search.bm25`), the same way on both dialects, so the
+  database only finds and stores. ``embedding`` is a :mod:`cairn.search.vectors` blob made
+  by ``model`` (both NULL until the background indexer embeds the record, or when the
+  configured model changed); ``vector_version`` is the team's ``vectors_version`` of the
+  batch that stored it, so a cached matrix is extended by the newer rows alone. The
+  ``model`` index serves the indexer's "not yet embedded by this model" scan.
+* ``record_search_versions`` — per team, two counters every replica reads in one query:
+  ``terms_version`` moves with every insert, delete and purge of the team's records (in
+  the same transaction), ``vectors_version`` with every batch of vectors stored. A cached
+  BM25 index is stamped with the first, a cached vector matrix with the second, so a
+  batch of vectors does not throw away the team's BM25 index. ``vectors_reset`` is the
+  last ``vectors_version`` that removed vectors too (a delete, a purge, dropping every
+  vector): a matrix cached before it is reloaded rather than extended by newer rows.
 * ``record_settings`` — the per-team on/off switch (off until turned on).
 * ``records_meta`` — instance-wide values, e.g. the key that signs list page tokens,
   created once in the database so every replica shares it without configuration.
+
+Migration 1 built a full-text index per dialect (FTS5 with triggers; a ``tsvector``
+column with a GIN index) over team-prefixed tokens; migration 2 drops it, since ranking
+moved into the process, and rewrites every record's ``terms``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from cairn.db import Migration
+from cairn.search.text import analyze
 
 metadata = sa.MetaData()
 TS = sa.DateTime(timezone=True)
@@ -42,6 +49,20 @@ records = sa.Table(
     sa.Column("terms", sa.Text, nullable=False),
     sa.Column("created_at", TS, nullable=False),
     sa.Column("expires_at", TS, nullable=False),
+    sa.Column("embedding", sa.LargeBinary, nullable=True),
+    sa.Column("model", sa.String(128), nullable=True),
+    sa.Column("vector_version", sa.BigInteger, nullable=True),
+)
+
+record_search_versions = sa.Table(
+    "record_search_versions",
+    metadata,
+    sa.Column("team_id", sa.String(64), primary_key=True),
+    sa.Column("terms_version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("vectors_version", sa.BigInteger, nullable=False, server_default="0"),
+    # The last vectors_version that also removed vectors (a delete, a purge, dropping
+    # every vector): a cached matrix older than it is reloaded, not extended.
+    sa.Column("vectors_reset", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 record_settings = sa.Table(
@@ -60,18 +81,6 @@ records_meta = sa.Table(
 )
 
 CURSOR_KEY_NAME = "cursor_signing_key"
-
-
-def team_key(team_id: str) -> str:
-    """The fixed-length prefix of every index token of ``team_id``'s records.
-
-    ``t`` and 11 hex digits of a hash: letters and digits only, so every tokenizer
-    (FTS5 unicode61, PostgreSQL ``simple``) keeps a prefixed word whole, and of fixed
-    length, so no team's tokens can be spelled by another's (a raw id such as ``a-b``
-    would split, and ``ab`` + ``c…`` would read as ``a`` + ``bc…``). Short, because it
-    is repeated in every token; isolation does not rest on it (see module doc).
-    """
-    return "t" + hashlib.sha256(team_id.encode("utf-8")).hexdigest()[:11]
 
 
 _SQLITE_DDL = [
@@ -131,15 +140,85 @@ _POSTGRES_DDL = [
 ]
 
 
-def _create_v1(conn: Connection) -> None:
-    ddl = _SQLITE_DDL if conn.dialect.name == "sqlite" else _POSTGRES_DDL
-    for statement in ddl:
+def _run_ddl(conn: Connection, sqlite: list[str], postgres: list[str]) -> None:
+    for statement in sqlite if conn.dialect.name == "sqlite" else postgres:
         conn.exec_driver_sql(statement)
+
+
+def _create_v1(conn: Connection) -> None:
+    _run_ddl(conn, _SQLITE_DDL, _POSTGRES_DDL)
     record_settings.create(conn)
     records_meta.create(conn)
     conn.execute(records_meta.insert().values(name=CURSOR_KEY_NAME, value=secrets.token_hex(32)))
 
 
+#: Records whose ``terms`` migration 2 rewrites per statement batch.
+REWRITE_BATCH = 1000
+
+_V2_SQLITE = [
+    "DROP TRIGGER IF EXISTS records_ai",
+    "DROP TRIGGER IF EXISTS records_ad",
+    "DROP TABLE IF EXISTS records_fts",
+    "ALTER TABLE records ADD COLUMN embedding BLOB",
+    "ALTER TABLE records ADD COLUMN model VARCHAR(128)",
+    "ALTER TABLE records ADD COLUMN vector_version BIGINT",
+]
+_V2_POSTGRES = [
+    "DROP INDEX IF EXISTS ix_records_tsv",
+    "ALTER TABLE records DROP COLUMN IF EXISTS tsv",
+    "ALTER TABLE records ADD COLUMN embedding BYTEA",
+    "ALTER TABLE records ADD COLUMN model VARCHAR(128)",
+    "ALTER TABLE records ADD COLUMN vector_version BIGINT",
+]
+
+
+def _create_v2(conn: Connection) -> None:
+    _run_ddl(conn, _V2_SQLITE, _V2_POSTGRES)
+    conn.exec_driver_sql("CREATE INDEX ix_records_model ON records (model)")
+    record_search_versions.create(conn)
+    _rewrite_terms(conn)
+    teams = sa.select(records.c.team_id).distinct()
+    conn.execute(
+        sa.insert(record_search_versions).from_select(
+            ["team_id", "terms_version", "vectors_version", "vectors_reset"],
+            sa.select(teams.subquery().c.team_id, sa.literal(1), sa.literal(0), sa.literal(0)),
+        )
+    )
+
+
+def _rewrite_terms(conn: Connection) -> None:
+    """Every record's ``terms`` as :func:`~cairn.search.text.analyze` makes them, a
+    batch of :data:`REWRITE_BATCH` at a time (in key order, so memory stays bounded)."""
+    key = sa.tuple_(records.c.team_id, records.c.id)
+    update = (
+        records.update()
+        .where(records.c.team_id == sa.bindparam("k_team"), records.c.id == sa.bindparam("k_id"))
+        .values(terms=sa.bindparam("new_terms"))
+    )
+    after: tuple[str, str] | None = None
+    while True:
+        page = sa.select(records.c.team_id, records.c.id, records.c.text).order_by(
+            records.c.team_id, records.c.id
+        )
+        if after is not None:
+            page = page.where(key > sa.tuple_(sa.literal(after[0]), sa.literal(after[1])))
+        rows = conn.execute(page.limit(REWRITE_BATCH)).all()
+        if not rows:
+            return
+        params: list[dict[str, Any]] = [
+            {"k_team": r.team_id, "k_id": r.id, "new_terms": " ".join(analyze(r.text))}
+            for r in rows
+        ]
+        conn.execute(update, params)
+        after = (rows[-1].team_id, rows[-1].id)
+
+
 MIGRATIONS = [
     Migration("records", 1, "records, full-text index, per-team settings", _create_v1),
+    Migration(
+        "records",
+        2,
+        "records ranked in the process: vectors, search versions, no full-text index",
+        _create_v2,
+    ),
 ]

@@ -1,14 +1,17 @@
 """The SQL :class:`~cairn.records.store.RecordStore`: SQLite and PostgreSQL, one module.
 
-Tables and indexes are :mod:`cairn.records.schema`'s; text becomes index tokens by
-:mod:`cairn.records.search`. Ranked search is one indexed statement per dialect:
+Tables and indexes are :mod:`cairn.records.schema`'s. The store finds and stores; it
+never ranks. A record's ``terms`` are :func:`cairn.search.text.analyze` of its text,
+written with it, so it is keyword-searchable as soon as its save commits; ranking reads
+a team's rows (:meth:`RecordReader.ranking_rows`) and vectors into the process
+(:mod:`cairn.service.record_search`), the same way on both dialects. Every insert,
+delete and purge bumps the team's ``terms_version`` in its own transaction.
 
-* SQLite: FTS5 ``MATCH '"t…w1" OR "t…w2" …'`` ranked by ``bm25()``.
-* PostgreSQL: ``tsv @@ to_tsquery('simple', 't…w1 | t…w2 …')`` on the GIN index,
-  ranked by ``ts_rank_cd``.
-
-The team, expiry, repository and visibility conditions sit in the same statement,
-before ``LIMIT``.
+Vectors are written by the background indexer, never by a save:
+:meth:`SqlRecordStore.claim_pending_records` mirrors the document store's
+``claim_pending_chunks`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite a read
+without a lock and one short write at the end), and every batch stored bumps its teams'
+``vectors_version``, teams in key order.
 
 Repositories belong to the identity component. This module reads them with plain SQL
 over the ``repos`` table (its ``team_id``, ``id`` and ``project_id`` columns are the
@@ -18,36 +21,141 @@ depends on nothing of identity's but a table in the same database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.db import read_transaction, write_transaction
-from cairn.records.schema import CURSOR_KEY_NAME, record_settings, records, records_meta
-from cairn.records.search import index_terms, query_terms
+from cairn.db import read_transaction, utcnow, write_transaction
+from cairn.records.schema import (
+    CURSOR_KEY_NAME,
+    record_search_versions,
+    record_settings,
+    records,
+    records_meta,
+)
 from cairn.records.store import (
     PagePosition,
+    PendingRecord,
+    RankingRow,
     Record,
     RecordReader,
     RecordStore,
     RecordWriter,
     Scope,
-    ScoredRecord,
+    SearchVersions,
+    StoredVector,
     utc,
 )
+from cairn.search.claim import EmbeddingClaim, paired
+from cairn.search.text import analyze
 
 _TS = sa.DateTime(timezone=True)
+R = records
+V = record_search_versions
 
 # A repository's project, read straight from identity's table (see the module doc).
 _REPO_PROJECT = sa.text("SELECT project_id FROM repos WHERE team_id = :team AND id = :repo")
+_VISIBLE_REPOS = sa.text(
+    "SELECT id FROM repos WHERE team_id = :team AND project_id IN :projects"
+).bindparams(sa.bindparam("projects", expanding=True))
 
-_DELETE_BY_KEY = records.delete().where(
-    records.c.team_id == sa.bindparam("k_team"), records.c.id == sa.bindparam("k_id")
+_DELETE_BY_KEY = R.delete().where(
+    R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id")
 )
+_VERSIONS = sa.select(V.c.terms_version, V.c.vectors_version, V.c.vectors_reset).where(
+    V.c.team_id == sa.bindparam("team")
+)
+_RANKING_ROWS = (
+    sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at)
+    .where(R.c.team_id == sa.bindparam("team"))
+    .order_by(R.c.created_at, R.c.id)
+)
+_VECTORS = (
+    sa.select(R.c.id, R.c.embedding, R.c.vector_version)
+    .where(
+        R.c.team_id == sa.bindparam("team"),
+        R.c.model == sa.bindparam("model"),
+        R.c.vector_version > sa.bindparam("after", type_=sa.BigInteger),
+        R.c.vector_version <= sa.bindparam("upto", type_=sa.BigInteger),
+    )
+    .order_by(R.c.vector_version, R.c.id)
+)
+_BY_ID = sa.select(R.c.id, R.c.repo_id, R.c.text, R.c.created_at, R.c.expires_at).where(
+    R.c.team_id == sa.bindparam("team"), R.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+# Written as three conditions (not ``model IS DISTINCT FROM``) so the ``model`` index
+# serves it rather than a scan of every record.
+_model: sa.BindParameter[str] = sa.bindparam("model")
+_NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _model)
+_PENDING = (
+    sa.select(R.c.team_id, R.c.id, R.c.text)
+    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
+    .order_by(R.c.created_at, R.c.team_id, R.c.id)
+    .limit(sa.bindparam("limit"))
+)
+_CLAIM = _PENDING.with_for_update(skip_locked=True)
+_STORE_VECTOR = (
+    R.update()
+    # Not a record deleted, or embedded by this model, since it was read (SQLite claims
+    # hold no lock): a deleted record is never resurrected, nor one embedded twice.
+    .where(R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id"), _NOT_OF_MODEL)
+    .values(
+        embedding=sa.bindparam("blob"),
+        model=sa.bindparam("by_model"),
+        vector_version=sa.bindparam("version", type_=sa.BigInteger),
+    )
+)
+
+
+class _Versions:
+    """The per-team counter upserts of one dialect (each its own INSERT ... ON CONFLICT)."""
+
+    def __init__(self, dialect: str) -> None:
+        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+        team: sa.BindParameter[str] = sa.bindparam("team")
+        self.bump_terms = (
+            insert(V)
+            .values(team_id=team, terms_version=1, vectors_version=0, vectors_reset=0)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id], set_={V.c.terms_version: V.c.terms_version + 1}
+            )
+        )
+        self.bump_vectors = (
+            insert(V)
+            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=0)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id],
+                set_={V.c.vectors_version: V.c.vectors_version + 1},
+            )
+            .returning(V.c.vectors_version)
+        )
+        # A change that removes records (and so maybe vectors): both counters move, and
+        # the vectors' reset mark with them.
+        self.bump_removal = (
+            insert(V)
+            .values(team_id=team, terms_version=1, vectors_version=1, vectors_reset=1)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id],
+                set_={
+                    V.c.terms_version: V.c.terms_version + 1,
+                    V.c.vectors_version: V.c.vectors_version + 1,
+                    V.c.vectors_reset: V.c.vectors_version + 1,
+                },
+            )
+        )
+
+
+_DIALECTS = {name: _Versions(name) for name in ("sqlite", "postgresql")}
+
+
+def _versions_of(conn: Connection) -> _Versions:
+    return _DIALECTS[conn.dialect.name]
 
 
 def _visibility_clause(project_ids: frozenset[str] | None, params: dict[str, object]) -> str:
@@ -96,37 +204,44 @@ class _SqlReader(RecordReader):
         value = self._conn.execute(_REPO_PROJECT, {"team": team_id, "repo": repo_id}).scalar()
         return None if value is None else str(value)
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[ScoredRecord]:
-        terms = query_terms(scope.team_id, query)
-        if not terms:
-            return []
-        params: dict[str, object] = {"limit": limit}
-        where = _where(scope, params)
-        if self._conn.dialect.name == "sqlite":
-            params["match"] = " OR ".join(f'"{t}"' for t in terms)
-            sql = (
-                "SELECT r.id, r.repo_id, r.text, r.created_at, r.expires_at,"
-                " bm25(records_fts) AS rank"
-                " FROM records_fts JOIN records AS r ON r.rowid_ = records_fts.rowid"
-                f" WHERE records_fts MATCH :match AND {where}"
-                " ORDER BY rank, r.created_at DESC LIMIT :limit"
-            )
-            sign = -1.0  # bm25() is lower-is-better
-        else:
-            params["q"] = " | ".join(terms)
-            sql = (
-                "SELECT r.id, r.repo_id, r.text, r.created_at, r.expires_at,"
-                " ts_rank_cd(r.tsv, q.q) AS rank"
-                " FROM records AS r, to_tsquery('simple', :q) AS q(q)"
-                f" WHERE r.tsv @@ q.q AND {where}"
-                " ORDER BY rank DESC, r.created_at DESC LIMIT :limit"
-            )
-            sign = 1.0
-        stmt = _typed(sql, ranked=True)
+    def search_versions(self, team_id: str) -> SearchVersions:
+        row = self._conn.execute(_VERSIONS, {"team": team_id}).first()
+        if row is None:
+            return SearchVersions(0, 0, 0)
+        return SearchVersions(int(row[0]), int(row[1]), int(row[2]))
+
+    def ranking_rows(self, team_id: str) -> list[RankingRow]:
         return [
-            ScoredRecord(_record(scope.team_id, row), sign * float(row.rank))
-            for row in self._conn.execute(stmt, params)
+            RankingRow(
+                str(r.id),
+                None if r.repo_id is None else str(r.repo_id),
+                str(r.terms),
+                utc(r.created_at),
+                utc(r.expires_at),
+            )
+            for r in self._conn.execute(_RANKING_ROWS, {"team": team_id})
         ]
+
+    def record_vectors(
+        self, team_id: str, model: str, upto: int, after: int = 0
+    ) -> list[StoredVector]:
+        params = {"team": team_id, "model": model, "after": after, "upto": upto}
+        return [
+            StoredVector(str(r.id), bytes(r.embedding), int(r.vector_version))
+            for r in self._conn.execute(_VECTORS, params)
+        ]
+
+    def visible_repos(self, team_id: str, project_ids: frozenset[str]) -> frozenset[str]:
+        if not project_ids:
+            return frozenset()
+        params = {"team": team_id, "projects": sorted(project_ids)}
+        return frozenset(str(v) for v in self._conn.execute(_VISIBLE_REPOS, params).scalars())
+
+    def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
+        if not ids:
+            return {}
+        rows = self._conn.execute(_BY_ID, {"team": team_id, "ids": list(ids)})
+        return {str(row.id): _record(team_id, row) for row in rows}
 
     def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
         params: dict[str, object] = {"n": limit}
@@ -155,17 +270,21 @@ class _SqlWriter(_SqlReader, RecordWriter):
                 "id": r.id,
                 "repo_id": r.repo_id,
                 "text": r.text,
-                "terms": index_terms(r.team_id, r.text),
+                "terms": " ".join(analyze(r.text)),
                 "created_at": utc(r.created_at),
                 "expires_at": utc(r.expires_at),
             }
             for r in records_
         ]
-        self._conn.execute(records.insert(), rows)
+        self._conn.execute(R.insert(), rows)
+        self._bump(_versions_of(self._conn).bump_terms, (r.team_id for r in records_))
 
     def delete(self, team_id: str, record_id: str) -> bool:
         removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
-        return removed.rowcount > 0
+        if removed.rowcount > 0:
+            self._bump(_versions_of(self._conn).bump_removal, [team_id])
+            return True
+        return False
 
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
         updated = self._conn.execute(
@@ -182,18 +301,22 @@ class _SqlWriter(_SqlReader, RecordWriter):
 
     def purge_expired(self, now: datetime, limit: int) -> int:
         keys = self._conn.execute(
-            sa.select(records.c.team_id, records.c.id)
-            .where(records.c.expires_at <= utc(now))
-            .limit(limit)
+            sa.select(R.c.team_id, R.c.id).where(R.c.expires_at <= utc(now)).limit(limit)
         ).all()
         if keys:
             self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i in keys])
+            self._bump(_versions_of(self._conn).bump_removal, (t for t, _ in keys))
         return len(keys)
 
+    def _bump(self, statement: Any, teams: Iterable[str]) -> None:
+        # Teams in key order, so two writers cannot deadlock one another.
+        for team in sorted(set(teams)):
+            self._conn.execute(statement, {"team": team})
 
-def _typed(sql: str, *, ranked: bool = False, paged: bool = False) -> sa.TextualSelect:
-    """``sql`` (selecting a record's columns, plus ``rank`` when ``ranked``) with the
-    types the driver needs to bind and read aware datetimes."""
+
+def _typed(sql: str, *, paged: bool = False) -> sa.TextualSelect:
+    """``sql`` (selecting a record's columns) with the types the driver needs to bind and
+    read aware datetimes."""
     binds = [sa.bindparam("now", type_=_TS)]
     if paged:
         binds.append(sa.bindparam("ac", type_=_TS))
@@ -204,8 +327,6 @@ def _typed(sql: str, *, ranked: bool = False, paged: bool = False) -> sa.Textual
         sa.column("created_at", _TS),
         sa.column("expires_at", _TS),
     ]
-    if ranked:
-        cols.append(sa.column("rank", sa.Float))
     return sa.text(sql).bindparams(*binds).columns(*cols)
 
 
@@ -218,6 +339,14 @@ def _record(team_id: str, row: Any) -> Record:
         created_at=utc(row.created_at),
         expires_at=utc(row.expires_at),
     )
+
+
+#: A claim of pending records (:meth:`SqlRecordStore.claim_pending_records`).
+RecordClaim = EmbeddingClaim[PendingRecord]
+
+
+def _pending_key(row: PendingRecord) -> tuple[str, str]:
+    return row.team_id, row.id
 
 
 class SqlRecordStore(RecordStore):
@@ -250,3 +379,106 @@ class SqlRecordStore(RecordStore):
             ).scalar()
             self._key = bytes.fromhex(str(value))
         return self._key
+
+    # --- The background indexer's side --------------------------------------------------
+
+    def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
+        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
+        another model than ``model``, across every team. Reads without claiming: the
+        indexers of several replicas use :meth:`claim_pending_records`."""
+        with read_transaction(self.engine) as conn:
+            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
+
+    @contextmanager
+    def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
+        """Claim up to ``limit`` pending records (see :meth:`pending_records`) to embed::
+
+            with store.claim_pending_records(32, embedder.model_id) as claim:
+                claim.store_embeddings(encode_many(embed([r.search_text for r in claim.rows])))
+
+        On PostgreSQL the rows are locked ``FOR UPDATE SKIP LOCKED`` in a transaction
+        held until the block ends, so concurrent indexers (threads, replicas) never
+        claim the same record, and the vectors commit with the claim when the block
+        exits normally (an exception, or a crash, rolls back and leaves the records
+        pending). A delete of a claimed record waits for the claim: keep batches small.
+        On SQLite the claim holds no lock (a lock would stop every save while the model
+        runs): records are read, and the vectors are written in one short write
+        transaction when the block exits; a record deleted meanwhile stays deleted.
+        Either way the teams' ``vectors_version`` is bumped, teams in key order.
+        """
+        params = _pending_params(limit, model)
+        if self.engine.dialect.name == "postgresql":
+            with write_transaction(self.engine) as conn:
+                claim = RecordClaim(_pending(conn.execute(_CLAIM, params)), model, _pending_key)
+                yield claim
+                _store_vectors(conn, claim.stored, model)
+            return
+        with read_transaction(self.engine) as conn:
+            rows = _pending(conn.execute(_PENDING, params))
+        claim = RecordClaim(rows, model, _pending_key)
+        yield claim
+        if claim.stored:
+            with write_transaction(self.engine) as conn:
+                _store_vectors(conn, claim.stored, model)
+
+    def store_record_embeddings(
+        self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]`` (a ``cairn.search.vectors`` blob made by ``model``) as the
+        vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
+        a record deleted, or embedded by ``model``, since it was read is left alone.
+        Returns the number stored."""
+        pairs = paired(rows, blobs)
+        with write_transaction(self.engine) as conn:
+            return _store_vectors(conn, pairs, model)
+
+    def drop_embeddings(self) -> int:
+        """Forget every record's vector (``cairn reindex --rebuild``): all pending again.
+        Returns the number of records that had one."""
+        with write_transaction(self.engine) as conn:
+            dropped = conn.execute(
+                R.update()
+                .where(R.c.model.is_not(None))
+                .values(embedding=None, model=None, vector_version=None)
+            ).rowcount
+            teams = conn.execute(sa.select(V.c.team_id).order_by(V.c.team_id)).scalars().all()
+            for team in teams:
+                conn.execute(_versions_of(conn).bump_removal, {"team": team})
+        return int(dropped)
+
+
+def _pending_params(limit: int, model: str) -> dict[str, object]:
+    return {"limit": limit, "model": model, "now": utcnow()}
+
+
+def _pending(rows: Iterable[Any]) -> list[PendingRecord]:
+    return [PendingRecord(str(r.team_id), str(r.id), str(r.text)) for r in rows]
+
+
+def _store_vectors(
+    conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
+) -> int:
+    """Write the vectors of ``pairs``: per team, in key order, bump its
+    ``vectors_version`` and stamp the team's rows with it (so a cached matrix is
+    extended by exactly the rows stored after it was loaded)."""
+    if not pairs:
+        return 0
+    by_team: dict[str, list[tuple[PendingRecord, bytes]]] = {}
+    for row, blob in pairs:
+        by_team.setdefault(row.team_id, []).append((row, blob))
+    stored = 0
+    bump = _versions_of(conn).bump_vectors
+    for team in sorted(by_team):
+        version = int(conn.execute(bump, {"team": team}).scalar_one())
+        # Row by row: a driver need not report the rowcount of an executemany.
+        for row, blob in by_team[team]:
+            params = {
+                "k_team": team,
+                "k_id": row.id,
+                "model": model,
+                "blob": blob,
+                "by_model": model,
+                "version": version,
+            }
+            stored += conn.execute(_STORE_VECTOR, params).rowcount
+    return stored

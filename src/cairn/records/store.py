@@ -5,16 +5,24 @@ A store hands out *transactions*: :meth:`RecordStore.reading` and
 :class:`RecordReader` / :class:`RecordWriter` it yields runs inside it. The records
 service (:mod:`cairn.service.records`) decides everything — refusal order, plan,
 limits, rate — and uses one transaction per use-case, so a search reads the team's
-setting, checks the repository and runs the ranked query on one connection, in one
-round of BEGIN/COMMIT. The store decides nothing; it only keeps the rules of storage:
+setting, checks the repository, reads the team's search versions (and, when its cached
+index is older, the rows to rank) and fetches the texts of the hits on one connection,
+in one round of BEGIN/COMMIT. Ranking happens in the process
+(:mod:`cairn.service.record_search`): the store finds and stores, never ranks. The store
+decides nothing; it only keeps the rules of storage:
 
 * **Tenant scoping is structural.** Every method takes the team id; nothing reads or
   removes another team's rows.
 * **Visibility is structural.** ``project_ids`` None sees every record of the team;
   a set sees only records whose repository belongs to one of those projects, and never
-  a record saved without a repository (an empty set sees nothing).
+  a record saved without a repository (an empty set sees nothing). Ranking applies the
+  same rule to the rows it ranks, with :meth:`RecordReader.visible_repos`.
 * **Expiry is structural.** A record whose ``expires_at`` is not after ``now`` is never
-  returned, whether or not it has been purged yet.
+  returned, whether or not it has been purged yet (ranking masks it out by the
+  ``expires_at`` of its ranking row).
+* **Search versions move with the data.** Every insert, delete and purge bumps the
+  team's ``terms_version`` in its own transaction; every batch of vectors stored bumps
+  the team's ``vectors_version`` (teams in key order).
 * **Driver failures** surface as :class:`~cairn.errors.StoreUnavailable`; an error
   raised inside the ``with`` block (a refusal) rolls the transaction back and passes
   through unchanged.
@@ -55,12 +63,46 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
-class ScoredRecord:
-    """A search hit: the record and its rank (higher is better, comparable within one
-    search only)."""
+class SearchVersions:
+    """A team's search counters: ``terms`` moves with every insert, delete and purge of
+    its records, ``vectors`` with every batch of its vectors stored and every removal
+    (0: never); ``vectors_reset`` is the last ``vectors`` that removed vectors too."""
 
-    record: Record
-    score: float
+    terms: int
+    vectors: int
+    vectors_reset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankingRow:
+    """What ranking needs of a record (never its text): its analysed terms, space-joined,
+    and what the expiry, repository and visibility masks read."""
+
+    id: str
+    repo_id: str | None
+    terms: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVector:
+    """A record's vector blob, and the team's ``vectors_version`` of the batch that
+    stored it."""
+
+    id: str
+    blob: bytes
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    """A record the indexer has to embed (no vector, or one of another model)."""
+
+    team_id: str
+    id: str
+    #: What to embed: the record's (masked) text.
+    search_text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,13 +151,33 @@ class RecordReader(ABC):
         has no such repository."""
 
     @abstractmethod
-    def search(self, scope: Scope, query: str, limit: int) -> list[ScoredRecord]:
-        """The best ``limit`` records of ``scope`` for ``query``, best first.
+    def search_versions(self, team_id: str) -> SearchVersions:
+        """The team's search counters, in one query (both 0 for a team never written)."""
 
-        Ranked full-text search (BM25-style): the words of ``query`` are OR-ed, so a
-        record matching some of them is found and records matching more (and rarer)
-        ones rank first. A query with no searchable word finds nothing.
-        """
+    @abstractmethod
+    def ranking_rows(self, team_id: str) -> list[RankingRow]:
+        """Every record of the team, expired ones included (ranking masks them), oldest
+        first (``created_at``, then ``id``): the same order on both dialects, so equal
+        scores break alike. Read :meth:`search_versions` first, in the same transaction,
+        so what is loaded is at least as new as the version it is cached under."""
+
+    @abstractmethod
+    def record_vectors(
+        self, team_id: str, model: str, upto: int, after: int = 0
+    ) -> list[StoredVector]:
+        """The team's records embedded by ``model`` in a batch whose ``vectors_version``
+        is after ``after`` and at most ``upto``, in the order they were stored. Bounded
+        above, so a matrix cached under version ``upto`` holds exactly the vectors up to
+        it, even when a batch commits between the version read and this one."""
+
+    @abstractmethod
+    def visible_repos(self, team_id: str, project_ids: frozenset[str]) -> frozenset[str]:
+        """The team's repositories that belong to one of ``project_ids``."""
+
+    @abstractmethod
+    def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
+        """The team's records among ``ids``, by id (an id the team has no record of is
+        absent)."""
 
     @abstractmethod
     def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
@@ -133,11 +195,14 @@ class RecordWriter(RecordReader):
 
     @abstractmethod
     def insert(self, records: Sequence[Record]) -> None:
-        """Store ``records`` (made by :func:`new_record`) and index them for search."""
+        """Store ``records`` (made by :func:`new_record`) with their analysed terms
+        (keyword-searchable at once; no vector yet) and bump their teams'
+        ``terms_version``."""
 
     @abstractmethod
     def delete(self, team_id: str, record_id: str) -> bool:
-        """Remove one record of the team; False when the team has no such record."""
+        """Remove one record of the team (bumping its ``terms_version``); False when the
+        team has no such record."""
 
     @abstractmethod
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
@@ -145,7 +210,8 @@ class RecordWriter(RecordReader):
 
     @abstractmethod
     def purge_expired(self, now: datetime, limit: int) -> int:
-        """Remove at most ``limit`` expired records of any team; return how many."""
+        """Remove at most ``limit`` expired records of any team, bumping each such team's
+        ``terms_version``; return how many."""
 
 
 class RecordStore(ABC):

@@ -36,10 +36,11 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
@@ -68,6 +69,9 @@ from cairn.records.store import (
 from cairn.secrets import mask
 from cairn.service.access import Access, Action, TeamAccess
 
+if TYPE_CHECKING:  # cairn.service.record_search loads numpy: only processes that search pay
+    from cairn.service.record_search import RecordSearch
+
 log = logging.getLogger("cairn.records")
 
 #: Records a list page holds.
@@ -84,11 +88,16 @@ class MemoryState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RecordHit:
+    """A search hit. ``matched`` names the signals that found it: ``"keyword"`` (it
+    shares a term with the query), ``"meaning"`` (a search by meaning alone would have
+    returned it too)."""
+
     id: str
     repo_id: str | None
     score: float
     created_at: datetime
     text: str
+    matched: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +145,38 @@ def iso(value: datetime) -> str:
 
 
 class RecordService:
-    def __init__(self, store: RecordStore, access: Access, limiter: RateLimiter) -> None:
+    """``search`` ranks records: a :class:`~cairn.service.record_search.RecordSearch`, or
+    what builds it on first use (the embedder loads a model: only processes that search
+    pay); None is keyword-only."""
+
+    def __init__(
+        self,
+        store: RecordStore,
+        access: Access,
+        limiter: RateLimiter,
+        search: RecordSearch | Callable[[], RecordSearch] | None = None,
+    ) -> None:
         self._store = store
         self._access = access
         self._limiter = limiter
+        self._search = search
+
+    @property
+    def store(self) -> RecordStore:
+        """The record store (the background indexer claims its pending records)."""
+        return self._store
+
+    def record_search(self) -> RecordSearch:
+        """The ranking of records, built on first use."""
+        from cairn.service.record_search import RecordSearch
+
+        found = self._search
+        if found is None:
+            found = RecordSearch()
+        elif not isinstance(found, RecordSearch):
+            found = found()
+        self._search = found
+        return found
 
     def check_access(self, who: Principal, team_id: str, action: Action) -> None:
         """The refusals that come before a request's fields (``404 team_not_found``,
@@ -233,7 +270,8 @@ class RecordService:
         limit: int = DEFAULT_LIMIT,
         now: datetime | None = None,
     ) -> SearchAnswer:
-        """Ranked full-text search over the team's records that ``who`` may see.
+        """Ranked search — by keyword and by meaning — over the team's records that
+        ``who`` may see (see :mod:`cairn.service.record_search`).
 
         ``query`` 1-1,000 characters, ``limit`` 1-50. While memory is off the answer
         is ``state`` off with no hits. The query is masked before it is used.
@@ -244,6 +282,7 @@ class RecordService:
         _check_repo_id(repo_id)
         _check_plan(access)
         masked = mask(query)
+        ranking = self.record_search()
         with self._store.reading() as tx:
             if not tx.enabled(access.team_id):
                 return SearchAnswer(MemoryState.OFF, NOTICE, ())
@@ -251,10 +290,10 @@ class RecordService:
                 _check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
                 scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
-                found = tx.search(scope, masked, limit)
+                found = ranking.rank(tx, scope, masked, limit)
         log.info("records search", extra={"team_id": access.team_id, "results": len(found)})
         hits = tuple(
-            RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text))
+            RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text), hit.matched)
             for hit in found
             for r in [hit.record]
         )
@@ -356,11 +395,14 @@ class RecordService:
 
 
 def build_record_service(
-    engine: Engine, identity: IdentityService | None, limiter: RateLimiter
+    engine: Engine,
+    identity: IdentityService | None,
+    limiter: RateLimiter,
+    search: RecordSearch | Callable[[], RecordSearch] | None = None,
 ) -> RecordService:
     """The records service over ``engine``'s database (the composition root calls it;
-    ``identity`` is None in local mode)."""
-    return RecordService(SqlRecordStore(engine), Access(identity), limiter)
+    ``identity`` is None in local mode; ``search`` None ranks by keyword only)."""
+    return RecordService(SqlRecordStore(engine), Access(identity), limiter, search)
 
 
 # --- the gates ------------------------------------------------------------------------------

@@ -18,22 +18,20 @@ store, whose server searches) is asked directly.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
 
 from cairn.errors import InvalidRequest
 from cairn.search.bm25 import BM25Index
 from cairn.search.cache import Entry, VectorCache
 from cairn.search.chunking import snippet
-from cairn.search.fusion import ALPHA, weighted_sum
+from cairn.search.hybrid import CANDIDATES as CANDIDATES
+from cairn.search.hybrid import ExactDense, RowMap, ScopeCache, rank
 from cairn.search.text import query_terms
-from cairn.search.vectors import decode_many, encode_many, top_k
+from cairn.search.vectors import decode_many, encode_many
 from cairn.spaces import SpaceRef
 from cairn.store.base import ChunkRow, MemoryStore, Progress
 from cairn.store.fs import FilesystemStore
@@ -46,8 +44,6 @@ log = logging.getLogger(__name__)
 
 #: The most hits one search returns.
 MAX_LIMIT = 50
-#: Candidates taken from each side before fusing.
-CANDIDATES = 50
 #: BM25 indexes kept in memory (one per space searched lately).
 BM25_CACHE_SPACES = 256
 
@@ -124,29 +120,12 @@ class SearchingStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Keyword:
-    """A space's chunks at one version and their BM25 index."""
+    """A space's chunks at one version, their BM25 index, and the row of each cached
+    vector (through the chunk's (path, seq))."""
 
-    version: int
     rows: list[ChunkRow]
     index: BM25Index
-    position: dict[tuple[str, int], int]
-    #: The last vector entry mapped onto these rows, and its row numbers here.
-    mapped: list[tuple[Entry, npt.NDArray[np.int64]]] = field(default_factory=list)
-
-    def rows_of(self, entry: Entry) -> npt.NDArray[np.int64]:
-        """The row number here of each vector of ``entry`` (-1: not among these rows, as
-        when the two were loaded at different versions)."""
-        for known, rows in self.mapped:
-            if known is entry:
-                return rows
-        rows = np.fromiter(
-            (self.position.get(_split(i), -1) for i in entry.ids),
-            dtype=np.int64,
-            count=len(entry.ids),
-        )
-        rows.flags.writeable = False
-        self.mapped[:] = [(entry, rows)]  # one at a time: a newer entry replaces it
-        return rows
+    row_map: RowMap
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +167,7 @@ class DocumentSearch:
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self.embed_pending = embed_pending
-        self._keyword: OrderedDict[str, _Keyword] = OrderedDict()
-        self._lock = threading.Lock()
+        self._keyword: ScopeCache[_Keyword] = ScopeCache(BM25_CACHE_SPACES)
 
     def search(
         self,
@@ -230,25 +208,14 @@ class DocumentSearch:
                     dtype=bool,
                     count=len(keyword.rows),
                 )
-            kw_hits = keyword.index.top(
-                terms, k=len(keyword.rows) if allowed is not None else CANDIDATES, relative=True
-            )
-            kw = [(h.doc, h.score) for h in kw_hits if allowed is None or allowed[h.doc]]
-            dense: list[tuple[int, float]] = []
+            dense = None
             if self.embedder is not None:
                 entry = self._vector_entry(store, ref, version, keyword)
                 if len(entry):
                     if query_vector is None:
                         query_vector = self.embedder.embed([q])[0]
-                    rows = keyword.rows_of(entry)
-                    mask = rows >= 0  # a new array: the cached rows stay as they are
-                    if allowed is not None:
-                        mask &= allowed[np.maximum(rows, 0)]
-                    picked, scores = top_k(entry.matrix, query_vector, CANDIDATES, mask=mask)
-                    dense = [(int(rows[i]), float(s)) for i, s in zip(picked, scores, strict=True)]
-            # No vector to compare (no embedder, nothing embedded yet): keyword scores as such.
-            alpha = ALPHA if dense else 0.0
-            for fused in weighted_sum(kw[:CANDIDATES], dense, alpha=alpha, normalisation="fixed"):
+                    dense = ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query_vector)
+            for fused in rank(keyword.index, terms, allowed=allowed, dense=dense):
                 row = keyword.rows[fused.key]
                 found.append(_Found(round(fused.score, 6), fused.matched, ref.id, row))
         found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
@@ -285,24 +252,14 @@ class DocumentSearch:
         return out
 
     def _keyword_entry(self, store: IndexedStore, ref: SpaceRef, version: int) -> _Keyword:
-        with self._lock:
-            cached = self._keyword.get(ref.id)
-            if cached is not None and cached.version >= version:
-                self._keyword.move_to_end(ref.id)
-                return cached
-        rows = store.chunk_rows(ref)  # read after the version: at least as new
-        entry = _Keyword(
-            version,
-            rows,
-            BM25Index([row.terms.split() for row in rows]),
-            {(row.path, row.seq): i for i, row in enumerate(rows)},
-        )
-        with self._lock:
-            self._keyword[ref.id] = entry
-            self._keyword.move_to_end(ref.id)
-            while len(self._keyword) > BM25_CACHE_SPACES:
-                self._keyword.popitem(last=False)
-        return entry
+        def build() -> _Keyword:
+            rows = store.chunk_rows(ref)  # read after the version: at least as new
+            position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
+            return _Keyword(
+                rows, BM25Index([row.terms.split() for row in rows]), RowMap(position, _split)
+            )
+
+        return self._keyword.get(ref.id, version, build)
 
     def _vector_entry(
         self, store: IndexedStore, ref: SpaceRef, version: int, keyword: _Keyword

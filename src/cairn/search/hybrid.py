@@ -1,0 +1,156 @@
+"""Ranking one scope — a space's chunks, a team's records — by keyword and by meaning.
+
+The part of a search that documents and records share (docs/search.md, "How it ranks"):
+the keyword side is the top :data:`CANDIDATES` of BM25 relative to the query's full match
+over the scope's rows a mask allows; the dense side the top :data:`CANDIDATES` by cosine
+over the scope's cached vectors the same mask allows (:class:`ExactDense`, or any
+:class:`DenseSide`: one call, so a scope can answer it another way, e.g. an HNSW index);
+the two are fused with the fixed-scale weighted sum at :data:`~cairn.search.fusion.ALPHA`,
+each hit saying which signals matched. A scope with no vector to compare (no embedder,
+nothing embedded yet, or nothing the mask allows) is ranked by keyword alone (alpha 0, so
+its scores stay on the keyword scale).
+
+Rows are numbered by their position in the scope's keyword rows (the corpus the
+:class:`~cairn.search.bm25.BM25Index` was built from); :class:`RowMap` maps a cached
+vector entry's ids onto those numbers. :class:`ScopeCache` keeps one built object per
+scope, stamped with the scope's version. Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from cairn.search.bm25 import BM25Index
+from cairn.search.cache import Entry
+from cairn.search.fusion import ALPHA, FusedHit, weighted_sum
+from cairn.search.vectors import Float32Array, IndexArray, Matrix, top_k
+
+#: Candidates taken from each side before fusing.
+CANDIDATES = 50
+
+BoolArray = npt.NDArray[np.bool_]
+T = TypeVar("T")
+
+
+class DenseSide(Protocol):
+    """The dense side of one scope: its ``k`` nearest rows (keyword row numbers) to the
+    query, with their cosine, best first, among the rows ``allowed`` marks (None: all)."""
+
+    def top(self, allowed: BoolArray | None, k: int) -> list[tuple[int, float]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExactDense:
+    """Exact top-k over a cached matrix (:func:`cairn.search.vectors.top_k`). ``rows``
+    is the keyword row of each vector (-1: a vector of no current row)."""
+
+    matrix: Matrix
+    rows: IndexArray
+    query: Float32Array
+
+    def top(self, allowed: BoolArray | None, k: int) -> list[tuple[int, float]]:
+        mask = self.rows >= 0  # a new array: the cached rows stay as they are
+        if allowed is not None:
+            mask &= allowed[np.maximum(self.rows, 0)]
+        picked, scores = top_k(self.matrix, self.query, k, mask=mask)
+        return [(int(self.rows[i]), float(s)) for i, s in zip(picked, scores, strict=True)]
+
+
+def keyword_top(
+    index: BM25Index, terms: Sequence[str], allowed: BoolArray | None, k: int = CANDIDATES
+) -> list[tuple[int, float]]:
+    """The ``k`` best BM25 matches among the rows ``allowed`` marks, scores relative to
+    the query's full match."""
+    if allowed is not None and allowed.all():
+        allowed = None
+    hits = index.top(terms, k=len(index) if allowed is not None else k, relative=True)
+    return [(h.doc, h.score) for h in hits if allowed is None or allowed[h.doc]][:k]
+
+
+def rank(
+    index: BM25Index,
+    terms: Sequence[str],
+    *,
+    allowed: BoolArray | None = None,
+    dense: DenseSide | None = None,
+    k: int = CANDIDATES,
+) -> list[FusedHit[int]]:
+    """The scope's rows for the query, best first: keyword and dense candidates fused
+    (keyword alone when the dense side has none). Keys are keyword row numbers."""
+    keyword = keyword_top(index, terms, allowed, k)
+    nearest = dense.top(allowed, k) if dense is not None else []
+    # No vector to compare (no embedder, nothing embedded yet): keyword scores as such.
+    alpha = ALPHA if nearest else 0.0
+    return weighted_sum(keyword, nearest, alpha=alpha, normalisation="fixed")
+
+
+class RowMap:
+    """The keyword row of each vector of a cached entry, through ``position`` (a row's key
+    → its number) and ``key`` (an entry id → a row's key), remembered for the last entry
+    mapped (a newer entry replaces it)."""
+
+    __slots__ = ("_key", "_mapped", "_position")
+
+    def __init__(
+        self,
+        position: Mapping[Hashable, int],
+        key: Callable[[object], Hashable] = lambda i: i,
+    ) -> None:
+        self._position = position
+        self._key = key
+        self._mapped: list[tuple[Entry, IndexArray]] = []
+
+    def rows_of(self, entry: Entry) -> IndexArray:
+        """The row number of each vector of ``entry`` (-1: not among these rows, as when
+        the two were loaded at different versions)."""
+        for known, rows in self._mapped:
+            if known is entry:
+                return rows
+        get, key = self._position.get, self._key
+        rows = np.fromiter((get(key(i), -1) for i in entry.ids), dtype=np.int64, count=len(entry))
+        rows.flags.writeable = False
+        self._mapped[:] = [(entry, rows)]
+        return rows
+
+
+class ScopeCache(Generic[T]):
+    """One built object per scope (a space's or a team's BM25 index and rows), at most
+    ``max_scopes``, least recently used dropped first. An object built after reading the
+    scope's version ``v`` serves every search that reads a version up to ``v``."""
+
+    def __init__(self, max_scopes: int) -> None:
+        self.max_scopes = max_scopes
+        self._items: OrderedDict[Hashable, tuple[int, T]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, scope: Hashable, version: int, build: Callable[[], T]) -> T:
+        """The scope's object at ``version`` or newer; ``build()`` (called after the
+        caller read ``version``) when the cached one is older or absent."""
+        with self._lock:
+            cached = self._items.get(scope)
+            if cached is not None and cached[0] >= version:
+                self._items.move_to_end(scope)
+                return cached[1]
+        built = build()
+        with self._lock:
+            current = self._items.get(scope)
+            if current is None or current[0] <= version:
+                self._items[scope] = (version, built)
+            self._items.move_to_end(scope)
+            while len(self._items) > self.max_scopes:
+                self._items.popitem(last=False)
+        return built
+
+    def discard(self, scope: Hashable) -> None:
+        with self._lock:
+            self._items.pop(scope, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
