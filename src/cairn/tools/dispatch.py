@@ -288,9 +288,16 @@ class MemoryTools:
         data: dict[str, Any] = {"results": [hit.as_json() for hit in hits]}
         text = render_documents(data["results"])
         if self.searcher is not None:
-            answer = self.searcher.search(query, repo_id, limit)
-            data["records"] = answer
-            text += "\n\nTeam memory records:\n" + render_search(answer)
+            try:
+                answer = self.searcher.search(query, repo_id, limit)
+            except CairnError as exc:
+                # The documents found stand; the records' refusal (plan, rate limit, an
+                # unreachable server) is said, with its code, for the model to act on.
+                data["records"] = {"error": {"code": exc.code, "message": exc.message}}
+                text += f"\n\nTeam memory records were not searched: {error_result(exc).text}"
+            else:
+                data["records"] = answer
+                text += "\n\nTeam memory records:\n" + render_search(answer)
         return ToolResult(False, text, data=data)
 
 
@@ -322,9 +329,12 @@ def render_search(answer: Mapping[str, Any]) -> str:
     if not results:
         lines.append("no records matched")
     for r in results:
+        # Which signals found it (a server before hybrid search sends none: left out).
+        matched = r.get("matched")
+        signals = "" if matched is None else f", matched {', '.join(matched) or '-'}"
         lines.append(
-            f"record {r.get('id')} (repo {r.get('repo_id') or '-'}, score {r.get('score')}, "
-            f"saved {r.get('created_at')}):"
+            f"record {r.get('id')} (repo {r.get('repo_id') or '-'}, score {r.get('score')}"
+            f"{signals}, saved {r.get('created_at')}):"
         )
         lines.append(str(r.get("text", "")))
     return "\n".join(lines)
