@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from cairn.records.render import fence_for, normalize_text, render_text
+from cairn.records.render import NOTICE, fence_for, normalize_text, render_text
+from cairn.tools.dispatch import render_search
 
 _md = MarkdownIt("commonmark")
 
@@ -51,3 +52,24 @@ def test_attempted_escape_stays_data() -> None:
     blocks = _blocks(text)
     assert blocks == [("fence", "text", text)]
     assert render_text(text).startswith("````text\n")
+
+
+def test_tool_rendering_names_the_signals_of_each_record() -> None:
+    hit = {"id": "rec_1", "repo_id": None, "score": 0.71, "created_at": "2026-01-02T03:04:05Z"}
+    answer = {
+        "state": "on",
+        "notice": NOTICE,
+        "results": [
+            {**hit, "text": render_text("a"), "matched": ["keyword", "meaning"]},
+            {**hit, "text": render_text("b"), "matched": []},
+            {**hit, "text": render_text("c")},  # a server from before hybrid search
+        ],
+    }
+    lines = render_search(answer).splitlines()
+    assert lines[0] == NOTICE
+    headers = [line for line in lines if line.startswith("record ")]
+    assert headers == [
+        "record rec_1 (repo -, score 0.71, matched keyword, meaning, saved 2026-01-02T03:04:05Z):",
+        "record rec_1 (repo -, score 0.71, matched -, saved 2026-01-02T03:04:05Z):",
+        "record rec_1 (repo -, score 0.71, saved 2026-01-02T03:04:05Z):",
+    ]
