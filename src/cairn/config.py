@@ -216,6 +216,11 @@ class Config(BaseModel):
     #: BLAS/OpenMP threads of the process (the default of OPENBLAS_NUM_THREADS,
     #: OMP_NUM_THREADS, MKL_NUM_THREADS, set by ``cairn.cli.main`` before numpy loads).
     embed_threads: _PositiveInt = Field(1, validation_alias="CAIRN_EMBED_THREADS")
+    #: The process's cache of vector matrices (spaces' chunks, teams' records), in MB,
+    #: least recently used dropped first; 0 keeps none between searches.
+    vector_cache_mb: Annotated[int, BeforeValidator(_count)] = Field(
+        256, validation_alias="CAIRN_VECTOR_CACHE_MB"
+    )
     #: PostgreSQL's pgvector for the dense side (docs/search.md, "pgvector"): ``auto``
     #: (where the extension is installed or can be created), ``on`` (refuse to start
     #: without it) or ``off`` (exact numpy only).

@@ -41,7 +41,9 @@ if TYPE_CHECKING:  # cairn.embed loads numpy and the tokenizer: only commands th
     # Re-exported for the faces' annotations: they may not import cairn.embed.
     from cairn.embed import Embedder as Embedder
     from cairn.embed import EmbedderStatus as EmbedderStatus
+    from cairn.search.cache import VectorCache
     from cairn.service.indexer import Indexer, ReindexReport
+    from cairn.service.record_search import RecordSearch
     from cairn.service.search import DocumentSearch
 
 
@@ -141,7 +143,9 @@ def open_runtime(
         ),
         access=Access(identity),
         spaces=SpaceService(store, lambda: document_search(config, store, embedder=embedder)),
-        records=build_record_service(engine, identity, limiter),
+        records=build_record_service(
+            engine, identity, limiter, lambda: record_search(config, embedder)
+        ),
         admin=AdminService(identity, store),
         audit=AuditService(store),
         owns_engine=owns_engine,
@@ -206,6 +210,7 @@ class SharedEmbedder:
         self._lock = threading.Lock()
         self._opened = False
         self._embedder: Embedder | None = None
+        self._cache: VectorCache | None = None
         #: Why there is no embedder (None: there is one, or none is configured).
         self.problem: str | None = None
 
@@ -222,6 +227,16 @@ class SharedEmbedder:
                 self._opened = True
             return self._embedder
 
+    def cache(self) -> VectorCache:
+        """The vector cache documents and records share (``CAIRN_VECTOR_CACHE_MB``):
+        one bound for the process, made on first use."""
+        with self._lock:
+            if self._cache is None:
+                from cairn.search.cache import VectorCache
+
+                self._cache = VectorCache(self.config.vector_cache_mb * 2**20)
+            return self._cache
+
 
 def document_search(
     config: Config,
@@ -235,11 +250,21 @@ def document_search(
     leaves it keyword-only (with a warning). ``embed_pending`` > 0 (local commands): embed
     up to that many of the searched space's pending chunks before each search. Built when
     a search first needs it."""
-    from cairn.search.cache import VectorCache
     from cairn.service.search import DocumentSearch
 
     shared = embedder if embedder is not None else SharedEmbedder(config)
-    return DocumentSearch(store, shared.get(), VectorCache(), embed_pending=embed_pending)
+    return DocumentSearch(store, shared.get(), shared.cache(), embed_pending=embed_pending)
+
+
+def record_search(config: Config, embedder: SharedEmbedder | None = None) -> RecordSearch:
+    """The ranking of team records: keyword, and meaning with the embedder
+    ``CAIRN_EMBEDDER`` names (``embedder``'s when given, with its vector cache, so
+    documents and records share one model and one cache bound). Built when a records
+    search first needs it."""
+    from cairn.service.record_search import RecordSearch
+
+    shared = embedder if embedder is not None else SharedEmbedder(config)
+    return RecordSearch(shared.get(), shared.cache())
 
 
 def open_indexer(runtime: Runtime) -> Indexer | None:
