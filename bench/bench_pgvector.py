@@ -18,6 +18,18 @@ fresh draws from the same distribution.
     .venv/bin/python bench/bench_pgvector.py
     .venv/bin/python bench/bench_pgvector.py --sizes 20000 --data random --ef-search 40,200
 
+**Through the product's path** (``--path product``, run by default after the above):
+the same vectors go into ``memory_chunks`` as one space's chunks of one model (a
+float32 blob and ``vec`` per row, by COPY), on a database set up by
+``cairn.store.pgvector.setup``, and the index is the one Cairn builds (partial, per
+model and dimension). For k = 10 and k = 50 (the candidates the search's dense side
+asks for): exact top-k with numpy over the space's matrix as ``VectorCache`` holds it
+(``cairn.search.vectors.top_k`` with the row mask the search passes), and
+``SqlStore.nearest_chunks`` (its transaction, ``set_config`` of ``hnsw.ef_search`` and
+``hnsw.iterative_scan``, the text literal, the query) at each ``ef_search``, with
+recall against exact. Also: the cold load of the space's matrix (``chunk_rows`` and
+``decode_many``, what a search pays when the cache misses) and its size.
+
 Prints figures; asserts nothing about time.
 """
 
@@ -41,6 +53,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
+from cairn.search.vectors import decode_many, encode_many, top_k  # noqa: E402
+from cairn.spaces import SpaceRef, Visibility  # noqa: E402
+from cairn.store.pgvector import Pgvector  # noqa: E402
+from cairn.store.sql import SqlStore, _space_key  # noqa: E402
 from tests import pgvector_server  # noqa: E402
 
 K = 10
@@ -170,6 +186,99 @@ def bench_size(
     return lines
 
 
+MODEL = "bench-model"
+COPY_CHUNKS = (
+    "COPY memory_chunks (tenant_id, space_key, path, seq, space_id, visibility, heading,"
+    " context, start_offset, end_offset, text, terms, embedding, model, updated_at, vec)"
+    " FROM STDIN"
+)
+
+
+def bench_product(
+    server: pgvector_server.PgvectorServer, args: argparse.Namespace, n: int
+) -> list[str]:
+    vectors, queries = make_data(args.data, n, args.queries, args.dim, args.seed + n)
+    ref = SpaceRef.build(Visibility.PROJECT, "bench", tenant="team-bench", project="p1")
+    store = SqlStore.open(server.create_database(f"product_{n}"))
+    try:
+        assert store.pgvector is not None, "the database has no pgvector"
+        pg: Pgvector = store.pgvector
+        lines = []
+        started = time.perf_counter()
+        blobs = encode_many(vectors)
+        now = "2026-01-01T00:00:00+00:00"
+        key, vis = _space_key(ref.id), ref.visibility.value
+        dsn = store.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
+        with psycopg.connect(dsn) as conn:
+            with conn.cursor().copy(COPY_CHUNKS) as cp:
+                for i in range(n):
+                    cp.write_row(
+                        (ref.tenant, key, f"notes/{i // 8:06d}.md", i % 8, ref.id, vis, "",
+                         "", 0, 0, "text", "term", blobs[i], MODEL, now, literal(vectors[i]))
+                    )  # fmt: skip
+            conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
+            conn.commit()
+        load = time.perf_counter() - started
+        started = time.perf_counter()
+        assert pg.ensure_index("memory_chunks", MODEL, args.dim)
+        build = time.perf_counter() - started
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE memory_chunks")
+        lines.append(
+            f"{n:>7,} chunks in one space: COPY {load:5.1f} s, Cairn's HNSW index {build:5.1f} s"
+        )
+
+        started = time.perf_counter()
+        rows = [r for r in store.chunk_rows(ref) if r.model == MODEL and r.embedding]
+        matrix = decode_many([r.embedding for r in rows if r.embedding is not None], args.dim)
+        cold = time.perf_counter() - started
+        keys = [(r.path, r.seq) for r in rows]
+        lines.append(
+            f"    cold load of the space's matrix (chunk_rows + decode): {cold:5.2f} s,"
+            f" {matrix.nbytes / 2**20:,.0f} MB float32 cached"
+        )
+        mask = np.ones(len(rows), dtype=bool)
+        for k in (10, 50):
+            exact = [set(top_k(matrix, q, k, mask=mask)[0].tolist()) for q in queries]
+            times = []
+            for q in queries:
+                started = time.perf_counter()
+                top_k(matrix, q, k, mask=mask)
+                times.append(time.perf_counter() - started)
+            lines.append(
+                f"    k={k:<3} exact numpy (cached)  p50/p95 {ms(times)} ms   recall 1.000"
+            )
+            for ef in args.ef_search:
+                pg.ef_search = ef
+                for q in queries[:20]:  # warm the buffers and the prepared plan
+                    store.nearest_chunks(ref, MODEL, q, k)
+                times, found = [], 0
+                for q, want in zip(queries, exact, strict=True):
+                    started = time.perf_counter()
+                    hits = store.nearest_chunks(ref, MODEL, q, k)
+                    times.append(time.perf_counter() - started)
+                    assert hits is not None
+                    found += len({(p, s) for p, s, _ in hits} & {keys[i] for i in want})
+                lines.append(
+                    f"    k={k:<3} HNSW ef_search={max(ef, k):<4} p50/p95 {ms(times)} ms"
+                    f"   recall {found / (k * len(queries)):.3f}"
+                )
+        plan = pg.explain(
+            "memory_chunks",
+            ("path", "seq"),
+            "tenant_id = :t AND space_key = :k AND space_id = :sid",
+            {"t": ref.tenant, "k": key, "sid": ref.id},
+            MODEL,
+            queries[0],
+            10,
+        )
+        if "Index Scan using memory_chunks_vec_" not in plan:
+            lines.append("    (the planner chose no HNSW index scan!)")
+        return lines
+    finally:
+        store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sizes", default="20000,100000")
@@ -183,6 +292,7 @@ def main() -> int:
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--pg", type=int, choices=sorted(pgvector_server.BUILDS), default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--path", choices=["raw", "product", "both"], default="both")
     args = parser.parse_args()
     args.ef_search = [int(x) for x in args.ef_search.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -204,9 +314,15 @@ def main() -> int:
             f" OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']},"
             f" shared_buffers={args.shared_buffers}"
         )
-        for n in sizes:
-            for line in bench_size(server, args, n):
-                print(line, flush=True)
+        if args.path in ("raw", "both"):
+            for n in sizes:
+                for line in bench_size(server, args, n):
+                    print(line, flush=True)
+        if args.path in ("product", "both"):
+            print("Through the product's path (memory_chunks, SqlStore.nearest_chunks):")
+            for n in sizes:
+                for line in bench_product(server, args, n):
+                    print(line, flush=True)
     finally:
         server.stop()
     return 0

@@ -25,7 +25,9 @@ import sqlalchemy as sa
 
 from cairn.config import Config
 from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.search.cache import VectorCache
 from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
+from cairn.service.search import DocumentSearch
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.pgvector import Pgvector
 from cairn.store.sql import SqlStore
@@ -250,6 +252,72 @@ def test_path_prefix_is_applied_in_the_query(store: SqlStore, spaces: list[str])
     found = store.nearest_chunks(ref, MODEL, np.full(DIM, DIM**-0.5, np.float32), 50,
                                  path_prefix=prefix)  # fmt: skip
     assert found and all(path.startswith(prefix) for path, _, _ in found)
+
+
+# --- Document search through the index ----------------------------------------------------
+
+
+class StoredQueries:
+    """An embedder that answers each labelled query with its stored vector."""
+
+    model_id = MODEL
+    dim = DIM
+
+    def __init__(self, corpus: Corpus) -> None:
+        self.vectors = {text: vector for text, vector, _ in corpus.queries}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def search_all(
+    store: SqlStore, corpus: Corpus, spaces: list[str], min_vectors: int
+) -> tuple[list[list[tuple[str, str]]], VectorCache, int]:
+    """Every query's top-10 sections in its space with the index used from
+    ``min_vectors`` vectors on; the vector cache afterwards; the HNSW queries run."""
+    handle = pg(store)
+    kept, before = handle.min_vectors, handle.queries
+    handle.min_vectors = min_vectors
+    cache = VectorCache()
+    search = DocumentSearch(store, StoredQueries(corpus), cache)  # type: ignore[arg-type]
+    try:
+        found = [
+            [(h.path, h.heading) for h in search.search([space_ref(space, spaces)], text)]
+            for text, _, space in corpus.queries
+        ]
+    finally:
+        handle.min_vectors = kept
+    return found, cache, handle.queries - before
+
+
+def test_document_search_takes_the_hnsw_path_and_finds_what_numpy_finds(
+    store: SqlStore, corpus: Corpus, spaces: list[str]
+) -> None:
+    indexed, indexed_cache, hnsw_queries = search_all(store, corpus, spaces, 0)
+    exact, exact_cache, none = search_all(store, corpus, spaces, 10**9)
+    # The index answered every dense side, and no space's matrix was loaded for it.
+    assert hnsw_queries == len(corpus.queries) and indexed_cache.scopes() == []
+    assert none == 0 and len(exact_cache.scopes()) == len({s for _, _, s in corpus.queries})
+    same = sum(set(a) == set(b) for a, b in zip(indexed, exact, strict=True))
+    assert same / len(corpus.queries) >= 0.95, f"{same} of {len(corpus.queries)}"
+    assert all(len(hits) == K for hits in indexed)
+
+
+def test_the_query_plan_scans_the_hnsw_index(
+    store: SqlStore, corpus: Corpus, spaces: list[str]
+) -> None:
+    ref = space_ref(spaces[2], spaces)
+    plan = pg(store).explain(
+        "memory_chunks",
+        ("path", "seq"),
+        "tenant_id = :t AND space_key = :k AND space_id = :sid",
+        SqlStore._address(ref),
+        MODEL,
+        corpus.queries[0][1],
+        50,
+    )
+    index = Pgvector.index_name("memory_chunks", MODEL, DIM)
+    assert f"Index Scan using {index}" in plan, plan
 
 
 # --- Where pgvector is not: the plain PostgreSQL, SQLite --------------------------------

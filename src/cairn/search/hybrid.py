@@ -63,6 +63,43 @@ class ExactDense:
         return [(int(self.rows[i]), float(s)) for i, s in zip(picked, scores, strict=True)]
 
 
+@dataclass(frozen=True, slots=True)
+class IndexedDense:
+    """The dense side answered by an index outside the process (pgvector's HNSW, see
+    :mod:`cairn.store.pgvector`): ``nearest(k)`` is the scope's ``k`` nearest rows as
+    (row key, cosine), best first, the scope's own conditions applied by the index's
+    query; ``position`` maps a key to its keyword row. A key that is not among the rows
+    (loaded at another version) or that ``allowed`` masks out is dropped."""
+
+    nearest: Callable[[int], Sequence[tuple[Hashable, float]]]
+    position: Mapping[Hashable, int]
+
+    def top(self, allowed: BoolArray | None, k: int) -> list[tuple[int, float]]:
+        out = []
+        for key, cosine in self.nearest(k):
+            row = self.position.get(key, -1)
+            if row >= 0 and (allowed is None or allowed[row]):
+                out.append((row, cosine))
+        return out[:k]
+
+
+def dense_side(
+    vectors: int,
+    min_vectors: int | None,
+    exact: Callable[[], DenseSide | None],
+    indexed: Callable[[], DenseSide],
+) -> DenseSide | None:
+    """The dense side of one scope holding ``vectors`` vectors of the query's model: the
+    index (``indexed()``) from ``min_vectors`` on — None: there is no index here — and
+    exact top-k over the cached matrix (``exact()``) below it, where it is exact and
+    faster (docs/search.md, "pgvector"). No vector: no dense side."""
+    if vectors <= 0:
+        return None
+    if min_vectors is not None and vectors >= min_vectors:
+        return indexed()
+    return exact()
+
+
 def keyword_top(
     index: BM25Index, terms: Sequence[str], allowed: BoolArray | None, k: int = CANDIDATES
 ) -> list[tuple[int, float]]:

@@ -18,6 +18,7 @@ store, whose server searches) is asked directly.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -29,9 +30,17 @@ from cairn.search.bm25 import BM25Index
 from cairn.search.cache import Entry, VectorCache
 from cairn.search.chunking import snippet
 from cairn.search.hybrid import CANDIDATES as CANDIDATES
-from cairn.search.hybrid import ExactDense, RowMap, ScopeCache, rank
+from cairn.search.hybrid import (
+    DenseSide,
+    ExactDense,
+    IndexedDense,
+    RowMap,
+    ScopeCache,
+    dense_side,
+    rank,
+)
 from cairn.search.text import query_terms
-from cairn.search.vectors import decode_many, encode_many
+from cairn.search.vectors import Float32Array, decode_many, encode_many
 from cairn.spaces import SpaceRef
 from cairn.store.base import ChunkRow, MemoryStore, Progress
 from cairn.store.fs import FilesystemStore
@@ -126,6 +135,9 @@ class _Keyword:
     rows: list[ChunkRow]
     index: BM25Index
     row_map: RowMap
+    #: Each chunk's row number by its (path, seq), and how many vectors each model has.
+    position: dict[Hashable, int]
+    vectors: dict[str | None, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +221,10 @@ class DocumentSearch:
                     count=len(keyword.rows),
                 )
             dense = None
-            if self.embedder is not None:
-                entry = self._vector_entry(store, ref, version, keyword)
-                if len(entry):
-                    if query_vector is None:
-                        query_vector = self.embedder.embed([q])[0]
-                    dense = ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query_vector)
+            if self.embedder is not None and keyword.vectors.get(self.embedder.model_id):
+                if query_vector is None:
+                    query_vector = self.embedder.embed([q])[0]
+                dense = self._dense(store, ref, version, keyword, query_vector, path_prefix)
             for fused in rank(keyword.index, terms, allowed=allowed, dense=dense):
                 row = keyword.rows[fused.key]
                 found.append(_Found(round(fused.score, 6), fused.matched, ref.id, row))
@@ -255,11 +265,46 @@ class DocumentSearch:
         def build() -> _Keyword:
             rows = store.chunk_rows(ref)  # read after the version: at least as new
             position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
+            vectors = Counter(row.model for row in rows if row.embedding is not None)
             return _Keyword(
-                rows, BM25Index([row.terms.split() for row in rows]), RowMap(position, _split)
+                rows,
+                BM25Index([row.terms.split() for row in rows]),
+                RowMap(position, _split),
+                position,
+                dict(vectors),
             )
 
         return self._keyword.get(ref.id, version, build)
+
+    def _dense(
+        self,
+        store: IndexedStore,
+        ref: SpaceRef,
+        version: int,
+        keyword: _Keyword,
+        query: Float32Array,
+        path_prefix: str,
+    ) -> DenseSide | None:
+        """The space's dense side: pgvector's HNSW index for a space of at least its
+        ``min_vectors`` vectors of the model, else exact top-k over the cached matrix."""
+        assert self.embedder is not None
+        model = self.embedder.model_id
+        index = store.pgvector if isinstance(store, SqlStore) else None
+        min_vectors = index.min_vectors if index is not None and index.search else None
+
+        def exact() -> DenseSide | None:
+            entry = self._vector_entry(store, ref, version, keyword)
+            return ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query)
+
+        def nearest(k: int) -> list[tuple[Hashable, float]]:
+            assert isinstance(store, SqlStore)
+            found = store.nearest_chunks(ref, model, query, k, path_prefix=path_prefix)
+            return [((path, seq), cosine) for path, seq, cosine in found or []]
+
+        def indexed() -> DenseSide:
+            return IndexedDense(nearest, keyword.position)
+
+        return dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
 
     def _vector_entry(
         self, store: IndexedStore, ref: SpaceRef, version: int, keyword: _Keyword

@@ -338,6 +338,9 @@ def setup(
                 if mode == "off":
                     continue
                 conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN vec {_qualified(schema)}"))
+                # Inline, not TOASTed (pgvector's default): a row holds its text and blob
+                # too, and a vector moved out of line costs a TOAST fetch per distance.
+                conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN vec SET STORAGE MAIN"))
                 made.append(table)
             # Rows with a blob and no vec (written before the column, or by an older
             # replica): a small partial index finds them without scanning the table.
