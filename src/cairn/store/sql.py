@@ -71,6 +71,7 @@ from cairn.errors import (
 from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Limits
 from cairn.search.chunking import TRAIL_SEPARATOR, chunk_markdown
+from cairn.search.claim import EmbeddingClaim, paired
 from cairn.search.text import analyze
 from cairn.search.vectors import Float32Array as FloatVector
 from cairn.spaces import SpaceRef, validate_segment
@@ -623,7 +624,7 @@ class SqlStore(MemoryStore):
         """Store ``blobs[i]`` (a ``cairn.search.vectors`` blob made by ``model``) as the
         vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
         rewritten since it was read is left alone. Returns the number stored."""
-        pairs = _paired(rows, blobs)
+        pairs = paired(rows, blobs)
         with write_transaction(self.engine) as conn:
             stored = self._store_embeddings(conn, pairs, model)
         self._index_vectors(pairs, model)
@@ -867,36 +868,20 @@ class SqlStore(MemoryStore):
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
 
 
-class ChunkClaim:
-    """Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors."""
+class ChunkClaim(EmbeddingClaim[PendingChunk]):
+    """Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors (the
+    claim shape every index shares, :class:`cairn.search.claim.EmbeddingClaim`)."""
 
     def __init__(self, rows: list[PendingChunk], model: str) -> None:
-        self.rows = rows
-        self.model = model
-        self.stored: list[tuple[PendingChunk, bytes]] = []
+        super().__init__(rows, model, _chunk_key)
 
-    def store_embeddings(
-        self, blobs: Sequence[bytes], rows: Sequence[PendingChunk] | None = None
-    ) -> None:
-        """Give ``blobs[i]`` to ``rows[i]`` (default: every claimed row, in order); they
-        are written when the claim's block exits without an exception."""
-        rows = self.rows if rows is None else rows
-        claimed = {(r.tenant_id, r.space_key, r.path, r.seq) for r in self.rows}
-        if any((r.tenant_id, r.space_key, r.path, r.seq) not in claimed for r in rows):
-            raise ValueError("a row that this claim does not hold")
-        self.stored.extend(_paired(rows, blobs))
+
+def _chunk_key(r: PendingChunk) -> tuple[str, str, str, int]:
+    return r.tenant_id, r.space_key, r.path, r.seq
 
 
 def _pending(r: Any) -> PendingChunk:
     return PendingChunk(r.tenant_id, r.space_key, r.space_id, r.path, int(r.seq), r.context, r.text)
-
-
-def _paired(
-    rows: Sequence[PendingChunk], blobs: Sequence[bytes]
-) -> list[tuple[PendingChunk, bytes]]:
-    if len(rows) != len(blobs):
-        raise ValueError(f"{len(rows)} rows but {len(blobs)} vectors")
-    return [(row, bytes(blob)) for row, blob in zip(rows, blobs, strict=True)]
 
 
 def _attributed_team(grant: PlatformGrant | None) -> str | None:
