@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -70,31 +70,16 @@ class Runtime:
 
     #: Whether :meth:`close` disposes of ``engine`` (it does when open_runtime made it).
     owns_engine: bool = False
-    #: The embedder search and the indexer share, opened on first use.
+    #: The embedder of search, opened on first use (the indexer's process opens its own).
     embedder: SharedEmbedder | None = None
-    #: The background indexer, once :meth:`start_indexer` started one.
-    indexer: Indexer | None = field(default=None)
 
     def ping(self) -> None:
         """Reach the database once (readiness); StoreUnavailable when it cannot."""
         with read_transaction(self.engine) as conn:
             conn.execute(sa.text("SELECT 1"))
 
-    def start_indexer(self) -> Indexer | None:
-        """Start the background indexer (``cairn serve``) unless ``CAIRN_INDEXER=off``,
-        ``CAIRN_EMBEDDER=none`` or the embedder does not load (a logged warning);
-        returns it, or None."""
-        if self.indexer is None:
-            self.indexer = open_indexer(self)
-            if self.indexer is not None:
-                self.indexer.start()
-        return self.indexer
-
     def close(self) -> None:
-        """Stop the indexer; release the limiter's connections, and the engine if this
-        runtime made it."""
-        if self.indexer is not None:
-            self.indexer.stop()
+        """Release the limiter's connections, and the engine if this runtime made it."""
         if isinstance(self.limiter, RedisRateLimiter):
             self.limiter.close()
         if self.owns_engine:

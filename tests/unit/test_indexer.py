@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cairn.api.indexer_process import IndexerProcess
 from cairn.config import Config
 from cairn.errors import InvalidRequest, StoreUnavailable
 from cairn.runtime import open_indexer, open_runtime
@@ -254,34 +255,63 @@ def test_the_setting_is_on_or_off() -> None:
 def test_the_indexer_is_off_when_asked_or_with_no_embedder(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     for settings in ({"CAIRN_INDEXER": "off"}, {"CAIRN_EMBEDDER": "none"}):
-        runtime = open_runtime(Config.from_env({"CAIRN_DATABASE_URL": url, **settings}))
+        config = Config.from_env({"CAIRN_DATABASE_URL": url, **settings})
+        runtime = open_runtime(config)
         try:
             assert open_indexer(runtime) is None
-            assert runtime.start_indexer() is None
         finally:
             runtime.close()
+        background = IndexerProcess(config)
+        assert not background.wanted
+        background.start()
+        assert background.process is None
 
 
-def test_the_runtime_runs_the_indexer_with_the_real_model(tmp_path: Path) -> None:
+def wait_for_vector(store: SqlStore, ref: SpaceRef, model: str) -> ChunkRow:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rows = store.chunk_rows(ref)
+        if [r.model for r in rows] == [model]:
+            break
+        time.sleep(0.05)
+    (row,) = store.chunk_rows(ref)
+    return row
+
+
+def test_the_runtime_builds_the_indexer_with_the_real_model(tmp_path: Path) -> None:
     config = Config.from_env(
         {"CAIRN_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}", "CAIRN_HOME": str(tmp_path)}
     )
     runtime = open_runtime(config)
+    indexer = open_indexer(runtime)
+    assert indexer is not None
     try:
         runtime.store.write(space(), "runbook.md", "# Rollback\n\nRun the rollback script.\n")
-        indexer = runtime.start_indexer()
-        assert indexer is not None and indexer.running
+        indexer.start()
+        assert indexer.running
         assert indexer.model == "all-MiniLM-L6-v2"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if [r.model for r in runtime.store.chunk_rows(space())] == [indexer.model]:
-                break
-            time.sleep(0.05)
-        (row,) = runtime.store.chunk_rows(space())
-        assert row.model == "all-MiniLM-L6-v2"
+        row = wait_for_vector(runtime.store, space(), indexer.model)
         assert row.embedding is not None and len(decode(row.embedding)) == 384
-        # Search shares the indexer's embedder (one model in memory).
-        assert runtime.spaces.document_search().embedder is indexer.embedder
     finally:
+        indexer.stop()
         runtime.close()
     assert not indexer.running
+
+
+def test_cairn_serve_runs_the_indexer_in_a_child_process_it_stops(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    config = Config.from_env({"CAIRN_DATABASE_URL": url, "CAIRN_HOME": str(tmp_path)})
+    runtime = open_runtime(config)  # migrates: the child opens the database as it is
+    background = IndexerProcess(config)
+    try:
+        runtime.store.write(space(), "runbook.md", "# Rollback\n\nRun the rollback script.\n")
+        background.start()
+        assert background.process is not None and background.process.is_alive()
+        row = wait_for_vector(runtime.store, space(), "all-MiniLM-L6-v2")
+        assert row.embedding is not None and len(decode(row.embedding)) == 384
+        process = background.process
+    finally:
+        background.stop()
+        runtime.close()
+    assert not process.is_alive()
+    assert process.exitcode == 0  # SIGTERM asked it to finish its batch and return

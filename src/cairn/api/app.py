@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from cairn import __version__
 from cairn.api import errors, openapi
+from cairn.api.indexer_process import IndexerProcess
 from cairn.api.metrics import Metrics
 from cairn.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from cairn.api.routes import admin, auth, ops, orgs, records, spaces
@@ -45,17 +46,22 @@ def create_app(
 def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     """An app over ``runtime``'s pieces. The app closes the runtime when it shuts down:
     an engine the runtime made is disposed, one passed to it belongs to the caller.
-    ``indexer``: start the background indexer at startup (``CAIRN_INDEXER`` may still
-    keep it off)."""
+    ``indexer``: run the background indexer's process while the app runs
+    (:mod:`cairn.api.indexer_process`; ``CAIRN_INDEXER`` may still keep it off)."""
     config = runtime.config
+
+    background = IndexerProcess(config) if indexer else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if indexer:
-            # Loads the model (a fraction of a second) before the first request is served.
-            runtime.start_indexer()
-        yield
-        runtime.close()
+        if background is not None:
+            background.start()
+        try:
+            yield
+        finally:
+            if background is not None:
+                background.stop()
+            runtime.close()
 
     app = FastAPI(
         title="Cairn",

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -221,24 +222,46 @@ class Indexer:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
+        self.run()
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        """Run passes in the calling thread (a thread's or a process's loop) until
+        :meth:`stop` or ``until()`` (checked at least every :data:`IDLE_SECONDS`): no
+        pause while work remains, ``idle_seconds`` when there was none, a doubling
+        back-off after a failure, logged in one line. It lowers the thread's priority."""
         _lower_priority(self.niceness)
         delay = 0.0
-        while not self._stop.is_set():
+        while not self._stopping(until):
             try:
                 done = self.run_once()
-            except Exception as exc:  # the thread outlives any failure: log, back off, retry
+            except Exception as exc:  # the loop outlives any failure: log, back off, retry
                 delay = min(self.max_backoff, max(self.first_backoff, delay * 2))
                 self.failures += 1
                 self.last_error = _describe(exc)
                 log.warning("indexer: %s; retrying in %.3g s", self.last_error, delay)
-                self._stop.wait(delay)
+                self._pause(delay, until)
                 continue
             if delay:
                 log.info("indexer: working again")
             delay = 0.0
             self.last_error = None
             if not done:
-                self._stop.wait(self.idle_seconds)
+                self._pause(self.idle_seconds, until)
+
+    def request_stop(self) -> None:
+        """Make :meth:`run` return after the current batch (safe from a signal handler)."""
+        self._stop.set()
+
+    def _stopping(self, until: Callable[[], bool] | None) -> bool:
+        return self._stop.is_set() or (until is not None and until())
+
+    def _pause(self, seconds: float, until: Callable[[], bool] | None) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping(until):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stop.wait(min(left, IDLE_SECONDS))
 
 
 def _describe(exc: BaseException) -> str:

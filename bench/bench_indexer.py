@@ -1,0 +1,348 @@
+"""The background indexer against request handling, through a real ``cairn serve``.
+Prints figures; asserts nothing.
+
+    python bench/bench_indexer.py                          # SQLite file
+    python bench/bench_indexer.py --postgres postgresql://postgres@127.0.0.1:5432/test
+
+(a) Records saved per second through the API (``POST /api/internal/teams/{team}/memory``
+    with the service token, ``--clients`` threads, ``--seconds`` per round), a server with
+    ``CAIRN_INDEXER=off`` and one with it on, alternating, ``--rounds`` rounds each, medians
+    and their ratio. In the "on" rounds the indexer is kept *busy* for the whole round: a
+    backlog of documents is written straight into the database just before (the worst
+    case for the saves: the embedder runs flat out beside them); the rows it still had
+    pending at the end are printed, so a round where it went idle shows.
+(b) Records: the time from a save's 201 to its vector being committed, at 100 saves/s
+    (``--saves`` saves), read from the database every 10 ms — only when the record store
+    can be embedded (``claim_pending_records``); otherwise said and skipped.
+(c) Documents: the same for document writes (``PUT`` through the API, one chunk each),
+    then a check that a sample of them is found by meaning through
+    ``GET /api/memory/search``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent / "src"))
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import psycopg  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
+
+from cairn.db import make_engine  # noqa: E402
+from cairn.identity.keys import load_key_hasher  # noqa: E402
+from cairn.identity.service import IdentityService  # noqa: E402
+from cairn.records.sql import SqlRecordStore  # noqa: E402
+from cairn.schema import upgrade_all  # noqa: E402
+from cairn.spaces import SpaceRef  # noqa: E402
+from cairn.store.http import HttpMemoryStore  # noqa: E402
+from cairn.store.sql import SqlStore  # noqa: E402
+from cairn.store.sql_schema import memory_chunks  # noqa: E402
+from make_records_corpus import COMPONENTS, PROBLEMS  # noqa: E402
+from records_world import bench_world  # noqa: E402
+
+SERVICE = "bench-service-token"
+MODEL = "all-MiniLM-L6-v2"
+SPACE = SpaceRef.build("project", "notes", project="bench")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(database: str, home: Path, *, indexer: bool) -> Iterator[str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        CAIRN_HOME=str(home),
+        CAIRN_SERVICE_TOKEN=SERVICE,
+        CAIRN_INDEXER="on" if indexer else "off",
+    )
+    log = home / f"serve-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cairn.cli.main", "serve"]
+            + ["--port", str(port), "--database", database],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise SystemExit(f"cairn serve exited:\n{log.read_text(errors='replace')}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def record_text(rng: random.Random) -> str:
+    return (
+        f"Fixed the {rng.choice(PROBLEMS)} in the {rng.choice(COMPONENTS)} "
+        f"after the {rng.choice(COMPONENTS)} change; build {rng.randrange(10**6)}"
+    )
+
+
+def note(i: int, rng: random.Random) -> str:
+    return (
+        f"# Note {i}\n\nInvestigated the {rng.choice(PROBLEMS)} in the "
+        f"{rng.choice(COMPONENTS)}; ticket {rng.randrange(10**6)}.\n"
+    )
+
+
+def saves_per_second(base: str, team: str, clients: int, seconds: float) -> float:
+    """Records saved per second by ``clients`` threads over ``seconds``."""
+    counts = [0] * clients
+    stop = time.monotonic() + seconds
+
+    def client(n: int) -> None:
+        rng = random.Random(n)
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {SERVICE}"}) as c:
+            while time.monotonic() < stop:
+                r = c.post(f"/api/internal/teams/{team}/memory", json={"text": record_text(rng)})
+                if r.status_code != 201:
+                    raise SystemExit(f"save answered {r.status_code}: {r.text}")
+                counts[n] += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - started)
+
+
+def pending_chunks(database: str) -> int:
+    store = SqlStore.open(database)
+    try:
+        return len(store.pending_chunks(100_000, MODEL))
+    finally:
+        store.close()
+
+
+def write_backlog(database: str, team: str, n: int, rng: random.Random) -> None:
+    """``n`` one-chunk documents straight into the database: work for the indexer."""
+    store = SqlStore.open(database)
+    backlog = SpaceRef.build("project", "backlog", tenant=team, project="bench")
+    try:
+        tag = uuid.uuid4().hex[:8]
+        for i in range(n):
+            store.write(backlog, f"{tag}/{i}.md", note(i, rng))
+    finally:
+        store.close()
+
+
+def part_a(database: str, home: Path, team: str, args: argparse.Namespace) -> None:
+    rng = random.Random(1)
+    off: list[float] = []
+    on: list[float] = []
+    left: list[int] = []
+    for _ in range(args.rounds):
+        with serve(database, home, indexer=False) as base:
+            off.append(saves_per_second(base, team, args.clients, args.seconds))
+        write_backlog(database, team, args.backlog, rng)
+        with serve(database, home, indexer=True) as base:
+            time.sleep(1.0)  # the model loads and the first batches start
+            on.append(saves_per_second(base, team, args.clients, args.seconds))
+            left.append(pending_chunks(database))
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    print(f"(a) records saved/s, {args.clients} client threads, {args.seconds:.0f} s rounds")
+    print(f"    indexer off: {' '.join(f'{x:.0f}' for x in off)}  median {m_off:.0f}")
+    print(f"    indexer on (busy): {' '.join(f'{x:.0f}' for x in on)}  median {m_on:.0f}")
+    print(f"    ratio on/off {m_on / m_off:.3f}; chunks still pending at each round's end: {left}")
+
+
+def paced(n: int, rate: float, action: Any) -> list[float]:
+    """Call ``action(i)`` ``n`` times at ``rate`` per second; the time each returned."""
+    done: list[float] = []
+    start = time.monotonic()
+    for i in range(n):
+        wait = start + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        action(i)
+        done.append(time.monotonic())
+    return done
+
+
+def embedded_at(query: Any, database: str, keys: list[Any], timeout: float) -> dict[Any, float]:
+    """When each of ``keys`` first shows as embedded (``query(conn)`` lists the embedded
+    keys), polling every 10 ms until all have or ``timeout`` passes."""
+    engine = make_engine(database)
+    seen: dict[Any, float] = {}
+    wanted = set(keys)
+    deadline = time.monotonic() + timeout
+    try:
+        while wanted - seen.keys() and time.monotonic() < deadline:
+            with engine.connect() as conn:
+                found = set(query(conn)) & wanted
+            now = time.monotonic()
+            for key in found - seen.keys():
+                seen[key] = now
+            time.sleep(0.01)
+    finally:
+        engine.dispose()
+    return seen
+
+
+def latency_report(label: str, saved: list[float], seen: list[float | None]) -> None:
+    lat = sorted(s - d for d, s in zip(saved, seen, strict=True) if s is not None)
+    missing = sum(s is None for s in seen)
+    if not lat:
+        print(f"    {label}: nothing embedded")
+        return
+    p50 = lat[len(lat) // 2]
+    p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
+    print(
+        f"    {label}: p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, max "
+        f"{lat[-1] * 1000:.0f} ms over {len(lat)} saves" + (f", {missing} never" if missing else "")
+    )
+
+
+def wait_idle(database: str, timeout: float = 600) -> None:
+    """Until the indexer has embedded everything pending (the earlier parts' backlog)."""
+    from cairn.records.schema import records
+
+    engine = make_engine(database)
+    left = sa.or_(records.c.model.is_(None), records.c.model != MODEL)
+    pending_records = sa.select(sa.func.count()).select_from(records).where(left)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                n = conn.execute(pending_records).scalar_one()
+            if not n and not pending_chunks(database):
+                return
+            time.sleep(0.5)
+    finally:
+        engine.dispose()
+    raise SystemExit("the indexer did not catch up with the backlog")
+
+
+def part_b(database: str, home: Path, team: str, args: argparse.Namespace) -> None:
+    print(f"(b) records: save -> vector committed, {args.saves} saves at {args.rate:.0f}/s")
+    if not hasattr(SqlRecordStore, "claim_pending_records"):
+        print("    skipped: team records have no vectors yet (claim_pending_records is missing)")
+        return
+    from cairn.records import schema as rschema
+
+    records = rschema.records
+    rng = random.Random(2)
+    with serve(database, home, indexer=True) as base:
+        wait_idle(database)
+        ids: list[str] = []
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {SERVICE}"}) as c:
+
+            def save(_i: int) -> None:
+                r = c.post(f"/api/internal/teams/{team}/memory", json={"text": record_text(rng)})
+                ids.append(r.json()["id"])
+
+            saved = paced(args.saves, args.rate, save)
+        query = sa.select(records.c.id).where(records.c.model == MODEL)
+        seen = embedded_at(lambda conn: conn.execute(query).scalars(), database, ids, 60)
+    latency_report("records", saved, [seen.get(i) for i in ids])
+
+
+def part_c(database: str, home: Path, key: str, args: argparse.Namespace) -> None:
+    print(f"(c) documents: save -> vector committed, {args.saves} writes at {args.rate:.0f}/s")
+    rng = random.Random(3)
+    tag = uuid.uuid4().hex[:8]
+    paths = [f"{tag}/{i}.md" for i in range(args.saves)]
+    contents = [note(i, rng) for i in range(args.saves)]
+    with serve(database, home, indexer=True) as base:
+        wait_idle(database)
+        client = HttpMemoryStore(base, key)
+        saved = paced(args.saves, args.rate, lambda i: client.write(SPACE, paths[i], contents[i]))
+        query = sa.select(memory_chunks.c.path).where(memory_chunks.c.model == MODEL)
+        seen = embedded_at(lambda conn: conn.execute(query).scalars(), database, paths, 60)
+        latency_report("documents", saved, [seen.get(p) for p in paths])
+        sample = random.Random(4).sample(range(args.saves), 20)
+        by_meaning = 0
+        for i in sample:
+            text = contents[i].split("\n\n", 1)[1].strip()
+            hits = client.search(SPACE, text, 10)
+            by_meaning += any(h.path == paths[i] and "meaning" in h.matched for h in hits)
+        print(f"    then by meaning through the API: {by_meaning}/{len(sample)} sampled documents")
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--postgres", metavar="URL", help="a PostgreSQL server to use")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--backlog", type=int, default=1500, help="documents per 'on' round")
+    parser.add_argument("--saves", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--only", choices=["a", "b", "c"], action="append")
+    args = parser.parse_args()
+    parts = set(args.only or ["a", "b", "c"])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        admin_url = args.postgres
+        if admin_url:
+            name = f"bench_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            database = f"{admin_url.rpartition('/')[0]}/{name}"
+        else:
+            database = f"sqlite:///{home / 'bench.db'}"
+        try:
+            engine = make_engine(database)
+            upgrade_all(engine)
+            world = bench_world(engine, 1)
+            team, member = world.teams[0]
+            assert member.user_id is not None
+            key = IdentityService(engine, load_key_hasher(engine, None)).create_api_key(
+                member.user_id, team
+            )[1]
+            engine.dispose()
+            print(f"database: {'PostgreSQL' if admin_url else 'SQLite'}; cores: {os.cpu_count()}")
+            if "a" in parts:
+                part_a(database, home, team, args)
+            if "b" in parts:
+                part_b(database, home, team, args)
+            if "c" in parts:
+                part_c(database, home, key, args)
+        finally:
+            if admin_url:
+                with psycopg.connect(admin_url, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The background indexer of ``cairn serve``, in a child process of its own.
+
+Embedding is CPU work with stretches that hold the GIL (the tokenizer's Python side,
+numpy's per-operation overhead on short texts): on a thread of the server it took the
+interpreter from request handling, and a lowered thread priority made that worse (a
+niced thread holding the GIL stalls the request thread). In a child process, at a
+lowered priority (``nice`` +10), the embedder competes for CPU only, and the kernel
+gives request handling the first claim on it (docs/search.md, "The background
+indexer", has the measurements).
+
+The child opens its own runtime on the same database (no migrations: the server ran
+them), builds the indexer as :func:`cairn.runtime.open_indexer` does, and runs it until
+the server asks it to stop (SIGTERM: it finishes its batch) or the server is gone (it
+dies with it: Linux's parent-death signal, and a parent check on every pause). A kill
+of either mid-batch loses nothing: the claim's transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from multiprocessing.process import BaseProcess
+
+from cairn.config import Config
+from cairn.runtime import open_indexer, open_runtime
+
+log = logging.getLogger(__name__)
+
+#: Niceness of the indexer's process: request handling comes first.
+NICENESS = 10
+#: Seconds :meth:`IndexerProcess.stop` waits for the batch in hand before a kill.
+STOP_SECONDS = 15.0
+
+
+class IndexerProcess:
+    """Starts and stops the indexer's child process for ``config`` (a no-op when
+    ``CAIRN_INDEXER=off`` or ``CAIRN_EMBEDDER=none``)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.process: BaseProcess | None = None
+
+    @property
+    def wanted(self) -> bool:
+        return self.config.indexer and self.config.embedder != "none"
+
+    def start(self) -> None:
+        if not self.wanted or self.process is not None:
+            return
+        # spawn: a fresh interpreter, not a fork of a process with threads and sockets.
+        context = multiprocessing.get_context("spawn")
+        self.process = context.Process(
+            target=run_child,
+            args=(self.config, os.getpid()),
+            name="cairn-indexer",
+            daemon=True,
+        )
+        self.process.start()
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.terminate()  # SIGTERM: the child finishes its batch, then returns
+        process.join(STOP_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def run_child(config: Config, parent: int) -> None:
+    """The child's body: log as the server does, die with the server, run the indexer."""
+    from cairn.api import logs
+
+    logs.configure()
+    _die_with_parent()
+    try:
+        os.nice(NICENESS)
+    except OSError:
+        pass
+    runtime = open_runtime(config, migrate=False)
+    try:
+        indexer = open_indexer(runtime)
+        if indexer is None:
+            return
+        indexer.niceness = 0  # the whole process is niced already
+        signal.signal(signal.SIGTERM, lambda _sig, _frame: indexer.request_stop())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+        log.info("indexer: embedding with %s", indexer.model)
+        indexer.run(until=lambda: os.getppid() != parent)
+    finally:
+        runtime.close()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the server dies, at once (a kill -9 of the
+    server must not leave an orphan embedding). Elsewhere the parent check suffices."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
