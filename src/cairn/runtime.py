@@ -129,7 +129,7 @@ def open_runtime(
         access=Access(identity),
         spaces=SpaceService(store, lambda: document_search(config, store, embedder=embedder)),
         records=build_record_service(
-            engine, identity, limiter, lambda: record_search(config, embedder)
+            engine, identity, limiter, lambda: record_search(config, embedder), vectors=vectors
         ),
         admin=AdminService(identity, store),
         audit=AuditService(store),
@@ -268,7 +268,9 @@ def open_indexer(runtime: Runtime) -> Indexer | None:
     from cairn.service.indexer import Indexer, document_sources, record_sources
 
     store = runtime.store
-    sources = document_sources(store) + record_sources(SqlRecordStore(runtime.engine))
+    sources = document_sources(store) + record_sources(
+        SqlRecordStore(runtime.engine, runtime.store.pgvector)
+    )
     return Indexer(embedder, sources, backfill=store.backfill_chunks)
 
 
@@ -303,7 +305,7 @@ def reindex_database(
     from cairn.records.sql import SqlRecordStore
     from cairn.service.indexer import drop_record_vectors, embed_pending
 
-    records = SqlRecordStore(runtime.engine)
+    records = SqlRecordStore(runtime.engine, runtime.store.pgvector)
     if rebuild:
         drop_record_vectors(records)
     documents = runtime.store.reindex(chunking, rebuild=rebuild)

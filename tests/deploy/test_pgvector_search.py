@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +25,17 @@ import pytest
 import sqlalchemy as sa
 
 from cairn.config import Config
+from cairn.db import make_engine
 from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.records.sql import SqlRecordStore
+from cairn.records.store import Scope, new_record
+from cairn.schema import upgrade_all
 from cairn.search.cache import VectorCache
 from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
+from cairn.service.record_search import RecordSearch
 from cairn.service.search import DocumentSearch
 from cairn.spaces import SpaceRef, Visibility
+from cairn.store import pgvector
 from cairn.store.pgvector import Pgvector
 from cairn.store.sql import SqlStore
 from tests.pgvector_server import PgvectorServer
@@ -266,6 +273,12 @@ class StoredQueries:
     def __init__(self, corpus: Corpus) -> None:
         self.vectors = {text: vector for text, vector, _ in corpus.queries}
 
+    @classmethod
+    def of(cls, queries: Sequence[tuple[str, np.ndarray, str]]) -> StoredQueries:
+        embedder = cls.__new__(cls)
+        embedder.vectors = {text: vector for text, vector, _ in queries}
+        return embedder
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self.vectors[t] for t in texts])
 
@@ -318,6 +331,112 @@ def test_the_query_plan_scans_the_hnsw_index(
     )
     index = Pgvector.index_name("memory_chunks", MODEL, DIM)
     assert f"Index Scan using {index}" in plan, plan
+
+
+# --- Team records through the index ---------------------------------------------------------
+
+
+@dataclass
+class Records:
+    """The labelled records saved for three teams with their stored vectors, and the
+    queries (text, vector, the team of their first answer)."""
+
+    store: SqlRecordStore
+    team_of: dict[str, str]
+    queries: list[tuple[str, np.ndarray, str]]
+
+
+@pytest.fixture(scope="module")
+def team_records(pgvector_server: PgvectorServer) -> Iterator[Records]:
+    engine = make_engine(pgvector_server.create_database(), pool_size=2)
+    upgrade_all(engine)
+    store = SqlRecordStore(engine, pgvector.setup(engine))
+    records_set = labelled.load_records()
+    units, queries = labelled.load_vectors({"records": records_set})["records"]
+    units, queries = normalize_rows(units), normalize_rows(queries)
+    now = datetime.now(UTC)
+    saved = [
+        new_record(TEAMS[i % len(TEAMS)], unit.text, None, now)
+        for i, unit in enumerate(records_set.units)
+    ]
+    with store.writing() as tx:
+        tx.insert(saved)
+    vector_of = {rec.id: units[i] for i, rec in enumerate(saved)}
+    with store.claim_pending_records(10_000, MODEL) as claim:
+        claim.store_embeddings(encode_many(np.stack([vector_of[r.id] for r in claim.rows])))
+    team_of = {rec.id: rec.team_id for rec in saved}
+    pairs = zip(records_set.units, saved, strict=True)
+    by_label = {unit.section: rec.team_id for unit, rec in pairs}
+    asked = [
+        (q.text, v, by_label[q.targets[0][0]])
+        for q, v in zip(records_set.queries, queries, strict=True)
+    ]
+    try:
+        yield Records(store, team_of, asked)
+    finally:
+        engine.dispose()
+
+
+def test_records_get_vec_and_their_index(team_records: Records) -> None:
+    store = team_records.store
+    assert store.vectors is not None and "records" in store.vectors.tables
+    with store.engine.connect() as conn:
+        counts = conn.execute(
+            sa.text(
+                "SELECT count(*) FILTER (WHERE embedding IS NOT NULL),"
+                " count(*) FILTER (WHERE vec IS NOT NULL) FROM records"
+            )
+        ).one()
+        index = Pgvector.index_name("records", MODEL, DIM)
+        made = conn.execute(
+            sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": index}
+        ).scalar()
+    assert counts[0] == counts[1] == len(team_records.team_of)
+    assert made is not None and "USING hnsw" in made
+
+
+def rank_all(records: Records, min_vectors: int) -> tuple[list[list[str]], int]:
+    handle = records.store.vectors
+    assert handle is not None
+    kept, before = handle.min_vectors, handle.queries
+    handle.min_vectors = min_vectors
+    search = RecordSearch(StoredQueries.of(records.queries), VectorCache())  # type: ignore[arg-type]
+    out = []
+    try:
+        for text, _, team in records.queries:
+            scope = Scope(team, None, None, datetime.now(UTC))
+            with records.store.reading() as tx:
+                out.append([h.record.id for h in search.rank(tx, scope, text, K)])
+    finally:
+        handle.min_vectors = kept
+    return out, handle.queries - before
+
+
+def test_record_search_takes_the_hnsw_path_and_finds_what_numpy_finds(
+    team_records: Records,
+) -> None:
+    indexed, hnsw_queries = rank_all(team_records, 0)
+    exact, none = rank_all(team_records, 10**9)
+    assert hnsw_queries == len(team_records.queries) and none == 0
+    same = sum(set(a) == set(b) for a, b in zip(indexed, exact, strict=True))
+    assert same / len(team_records.queries) >= 0.95, f"{same} of {len(team_records.queries)}"
+    for (_, _, team), hits in zip(team_records.queries, indexed, strict=True):
+        assert hits and all(team_records.team_of[i] == team for i in hits)
+
+
+def test_the_records_query_keeps_to_the_team_and_its_unexpired_records(
+    team_records: Records,
+) -> None:
+    store = team_records.store
+    probe = team_records.queries[0][1]
+    for team in TEAMS:
+        with store.reading() as tx:
+            found = tx.nearest_records(Scope(team, None, None, datetime.now(UTC)), MODEL, probe, 50)
+            later = Scope(team, None, None, datetime.now(UTC) + timedelta(days=400))
+            expired = tx.nearest_records(later, MODEL, probe, 50)
+        assert found is not None and len(found) == 50
+        assert all(team_records.team_of[i] == team for i, _ in found)
+        assert expired == []
 
 
 # --- Where pgvector is not: the plain PostgreSQL, SQLite --------------------------------

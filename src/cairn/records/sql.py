@@ -21,10 +21,10 @@ depends on nothing of identity's but a table in the same database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -54,6 +54,7 @@ from cairn.records.store import (
 )
 from cairn.search.claim import EmbeddingClaim, paired
 from cairn.search.text import analyze
+from cairn.search.vectors import Float32Array
 
 _TS = sa.DateTime(timezone=True)
 R = records
@@ -100,17 +101,59 @@ _PENDING = (
     .limit(sa.bindparam("limit"))
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
-_STORE_VECTOR = (
-    R.update()
-    # Not a record deleted, or embedded by this model, since it was read (SQLite claims
-    # hold no lock): a deleted record is never resurrected, nor one embedded twice.
-    .where(R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id"), _NOT_OF_MODEL)
-    .values(
-        embedding=sa.bindparam("blob"),
-        model=sa.bindparam("by_model"),
-        vector_version=sa.bindparam("version", type_=sa.BigInteger),
+
+
+class VectorColumn(Protocol):
+    """pgvector in the database (:class:`cairn.store.pgvector.Pgvector`, handed in by the
+    composition root: components do not import one another): the tables that carry a
+    ``vec`` column, the statement pieces that set it, its HNSW query."""
+
+    tables: frozenset[str]
+    search: bool
+    min_vectors: int
+
+    def with_vec(self, table: sa.Table) -> sa.Table: ...
+    def vec_param(self, name: str = "vec") -> Any: ...
+    def vec_values(self, blobs: Sequence[bytes]) -> list[tuple[str, int]]: ...
+    def ensure_index(self, table: str, model: str, dim: int) -> bool: ...
+    def nearest(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: Float32Array,
+        k: int,
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
+    ) -> Sequence[Any]: ...
+
+
+def _store_vector(vec: VectorColumn | None) -> Any:
+    """The statement that stores a record's vector (and, with pgvector, its ``vec``)."""
+    into = R if vec is None else vec.with_vec(R)
+    model: sa.BindParameter[str] = sa.bindparam("model")
+    return (
+        into.update()
+        # Not a record deleted, or embedded by this model, since it was read (SQLite claims
+        # hold no lock): a deleted record is never resurrected, nor one embedded twice.
+        .where(
+            into.c.team_id == sa.bindparam("k_team"),
+            into.c.id == sa.bindparam("k_id"),
+            sa.or_(into.c.model.is_(None), into.c.model < model, into.c.model > model),
+        )
+        .values(
+            embedding=sa.bindparam("blob"),
+            model=sa.bindparam("by_model"),
+            vector_version=sa.bindparam("version", type_=sa.BigInteger),
+            **({} if vec is None else {"vec": vec.vec_param()}),
+        )
     )
-)
+
+
+_STORE_VECTOR = _store_vector(None)
 
 
 class _Versions:
@@ -237,6 +280,23 @@ class _SqlReader(RecordReader):
         params = {"team": team_id, "projects": sorted(project_ids)}
         return frozenset(str(v) for v in self._conn.execute(_VISIBLE_REPOS, params).scalars())
 
+    def nearest_records(
+        self, scope: Scope, model: str, query: Float32Array, k: int
+    ) -> list[tuple[str, float]] | None:
+        vec = self._store.vectors
+        if vec is None or not vec.search:
+            return None
+        params: dict[str, object] = {}
+        where = _where(scope, params)
+        found = vec.nearest(
+            R.name, ("r.id",), where, params, model, query, k, alias="r", conn=self._conn
+        )
+        return [(str(n.key[0]), float(n.cosine)) for n in found]
+
+    def index_min_vectors(self) -> int | None:
+        vec = self._store.vectors
+        return vec.min_vectors if vec is not None and vec.search else None
+
     def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
         if not ids:
             return {}
@@ -352,9 +412,12 @@ def _pending_key(row: PendingRecord) -> tuple[str, str]:
 class SqlRecordStore(RecordStore):
     """Records in the database of ``engine`` (schema: :mod:`cairn.records.schema`)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, vectors: VectorColumn | None = None) -> None:
         self.engine = engine
         self._key: bytes | None = None
+        #: pgvector's ``vec`` column of ``records``, when the database has one.
+        self.vectors = vectors if vectors is not None and R.name in vectors.tables else None
+        self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def reading(self) -> AbstractContextManager[RecordReader]:
         return self._open(write=False)
@@ -411,7 +474,8 @@ class SqlRecordStore(RecordStore):
             with write_transaction(self.engine) as conn:
                 claim = RecordClaim(_pending(conn.execute(_CLAIM, params)), model, _pending_key)
                 yield claim
-                _store_vectors(conn, claim.stored, model)
+                self._store_vectors(conn, claim.stored, model)
+            self._index_vectors(claim.stored, model)
             return
         with read_transaction(self.engine) as conn:
             rows = _pending(conn.execute(_PENDING, params))
@@ -419,7 +483,7 @@ class SqlRecordStore(RecordStore):
         yield claim
         if claim.stored:
             with write_transaction(self.engine) as conn:
-                _store_vectors(conn, claim.stored, model)
+                self._store_vectors(conn, claim.stored, model)
 
     def store_record_embeddings(
         self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
@@ -430,7 +494,21 @@ class SqlRecordStore(RecordStore):
         Returns the number stored."""
         pairs = paired(rows, blobs)
         with write_transaction(self.engine) as conn:
-            return _store_vectors(conn, pairs, model)
+            stored = self._store_vectors(conn, pairs, model)
+        self._index_vectors(pairs, model)
+        return stored
+
+    def _store_vectors(
+        self, conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
+    ) -> int:
+        vecs = None if self.vectors is None else self.vectors.vec_values([b for _, b in pairs])
+        return _store_vectors(conn, pairs, model, self._store_vector, vecs)
+
+    def _index_vectors(self, pairs: Sequence[tuple[PendingRecord, bytes]], model: str) -> None:
+        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
+        it is missing (in a transaction of its own, see cairn.store.pgvector)."""
+        if self.vectors is not None and pairs:
+            self.vectors.ensure_index(R.name, model, self.vectors.vec_values([pairs[0][1]])[0][1])
 
     def drop_embeddings(self) -> int:
         """Forget every record's vector (``cairn reindex --rebuild``): all pending again.
@@ -456,22 +534,26 @@ def _pending(rows: Iterable[Any]) -> list[PendingRecord]:
 
 
 def _store_vectors(
-    conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
+    conn: Connection,
+    pairs: Sequence[tuple[PendingRecord, bytes]],
+    model: str,
+    statement: Any = _STORE_VECTOR,
+    vecs: Sequence[tuple[str, int]] | None = None,
 ) -> int:
     """Write the vectors of ``pairs``: per team, in key order, bump its
     ``vectors_version`` and stamp the team's rows with it (so a cached matrix is
     extended by exactly the rows stored after it was loaded)."""
     if not pairs:
         return 0
-    by_team: dict[str, list[tuple[PendingRecord, bytes]]] = {}
-    for row, blob in pairs:
-        by_team.setdefault(row.team_id, []).append((row, blob))
+    by_team: dict[str, list[tuple[PendingRecord, bytes, str | None]]] = {}
+    for i, (row, blob) in enumerate(pairs):
+        by_team.setdefault(row.team_id, []).append((row, blob, vecs[i][0] if vecs else None))
     stored = 0
     bump = _versions_of(conn).bump_vectors
     for team in sorted(by_team):
         version = int(conn.execute(bump, {"team": team}).scalar_one())
         # Row by row: a driver need not report the rowcount of an executemany.
-        for row, blob in by_team[team]:
+        for row, blob, vec in by_team[team]:
             params = {
                 "k_team": team,
                 "k_id": row.id,
@@ -479,6 +561,7 @@ def _store_vectors(
                 "blob": blob,
                 "by_model": model,
                 "version": version,
+                **({} if vec is None else {"vec": vec}),
             }
-            stored += conn.execute(_STORE_VECTOR, params).rowcount
+            stored += conn.execute(statement, params).rowcount
     return stored

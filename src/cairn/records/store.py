@@ -41,10 +41,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from cairn.db import utc as utc  # re-exported: the records service reads times with it
 from cairn.records.render import normalize_text
 from cairn.secrets import mask
+
+if TYPE_CHECKING:
+    from cairn.search.vectors import Float32Array
 
 #: A record is kept this long after it is saved, then never returned and purged.
 RETENTION = timedelta(days=365)
@@ -169,6 +173,19 @@ class RecordReader(ABC):
         is after ``after`` and at most ``upto``, in the order they were stored. Bounded
         above, so a matrix cached under version ``upto`` holds exactly the vectors up to
         it, even when a batch commits between the version read and this one."""
+
+    def nearest_records(
+        self, scope: Scope, model: str, query: Float32Array, k: int
+    ) -> list[tuple[str, float]] | None:
+        """The ``k`` records of ``scope`` (unexpired, of its repository, visible to it)
+        embedded by ``model`` nearest to ``query``, as (id, cosine), best first, through
+        the database's vector index (pgvector's HNSW); None when it has none."""
+        return None
+
+    def index_min_vectors(self) -> int | None:
+        """From how many vectors a team is searched through :meth:`nearest_records`
+        rather than exactly in the process (None: never; ``CAIRN_HNSW_MIN_VECTORS``)."""
+        return None
 
     @abstractmethod
     def visible_repos(self, team_id: str, project_ids: frozenset[str]) -> frozenset[str]:

@@ -59,7 +59,8 @@ class ExactDense:
         mask = self.rows >= 0  # a new array: the cached rows stay as they are
         if allowed is not None:
             mask &= allowed[np.maximum(self.rows, 0)]
-        picked, scores = top_k(self.matrix, self.query, k, mask=mask)
+        # Every vector a candidate: score them all, without gathering the masked ones.
+        picked, scores = top_k(self.matrix, self.query, k, mask=None if mask.all() else mask)
         return [(int(self.rows[i]), float(s)) for i, s in zip(picked, scores, strict=True)]
 
 
@@ -87,7 +88,7 @@ def dense_side(
     vectors: int,
     min_vectors: int | None,
     exact: Callable[[], DenseSide | None],
-    indexed: Callable[[], DenseSide],
+    indexed: Callable[[], DenseSide | None],
 ) -> DenseSide | None:
     """The dense side of one scope holding ``vectors`` vectors of the query's model: the
     index (``indexed()``) from ``min_vectors`` on — None: there is no index here — and

@@ -33,9 +33,18 @@ from cairn.records.store import RankingRow, Record, RecordReader, Scope, SearchV
 from cairn.records.store import StoredVector as StoredVector
 from cairn.search.bm25 import BM25Index
 from cairn.search.cache import Entry, VectorCache
-from cairn.search.hybrid import BoolArray, ExactDense, RowMap, ScopeCache, rank
+from cairn.search.hybrid import (
+    BoolArray,
+    DenseSide,
+    ExactDense,
+    IndexedDense,
+    RowMap,
+    ScopeCache,
+    dense_side,
+    rank,
+)
 from cairn.search.text import query_terms
-from cairn.search.vectors import decode_many
+from cairn.search.vectors import Float32Array, decode_many
 
 if TYPE_CHECKING:
     from cairn.embed.base import Embedder
@@ -71,6 +80,8 @@ class _TeamRows:
     #: ``expires_at`` as POSIX seconds.
     expires: npt.NDArray[np.float64]
     row_map: RowMap
+    #: Each record's row number by its id.
+    position: dict[Hashable, int]
 
     def allowed(self, scope: Scope, visible: frozenset[str] | None) -> BoolArray:
         """The rows ``scope`` sees: not expired at ``scope.now``, of ``scope.repo_id``
@@ -95,7 +106,7 @@ def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
     ids = [r.id for r in rows]
     position: dict[Hashable, int] = {record_id: i for i, record_id in enumerate(ids)}
     index = BM25Index([r.terms.split() for r in rows])
-    return _TeamRows(ids, index, codes, repos, expires, RowMap(position))
+    return _TeamRows(ids, index, codes, repos, expires, RowMap(position), position)
 
 
 def _entry(vectors: Sequence[StoredVector], dim: int) -> Entry:
@@ -133,7 +144,7 @@ class RecordSearch:
         allowed = rows.allowed(scope, visible)
         if not allowed.any():
             return []
-        dense = self._dense(tx, team, versions, rows, query)
+        dense = self._dense(tx, scope, versions, rows, query)
         hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense)[:limit]
         found = tx.records_by_id(team, [rows.ids[h.key] for h in hits])
         return [
@@ -146,16 +157,54 @@ class RecordSearch:
     def _dense(
         self,
         tx: RecordReader,
+        scope: Scope,
+        versions: SearchVersions,
+        rows: _TeamRows,
+        query: str,
+    ) -> DenseSide | None:
+        """The dense side over the team's vectors of the embedder's model (None: keyword
+        only — no embedder, no vector yet, or the embedder failed): pgvector's HNSW
+        index for a team of at least its ``min_vectors`` records, else exact top-k over
+        the cached matrix."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+        team, model = scope.team_id, embedder.model_id
+
+        def exact() -> DenseSide | None:
+            return self._exact(tx, team, versions, rows, query)
+
+        def indexed() -> DenseSide | None:
+            vector = self._embed(query)
+            if vector is None:
+                return None
+
+            def nearest(k: int) -> list[tuple[Hashable, float]]:
+                return list(tx.nearest_records(scope, model, vector, k) or [])
+
+            return IndexedDense(nearest, rows.position)
+
+        return dense_side(len(rows.ids), tx.index_min_vectors(), exact, indexed)
+
+    def _embed(self, query: str) -> Float32Array | None:
+        assert self.embedder is not None
+        try:
+            vector: Float32Array = self.embedder.embed([query])[0]
+        except CairnError as exc:
+            log.warning("records search by keyword only: the embedder failed: %s", exc.message)
+            return None
+        return vector
+
+    def _exact(
+        self,
+        tx: RecordReader,
         team: str,
         versions: SearchVersions,
         rows: _TeamRows,
         query: str,
-    ) -> ExactDense | None:
-        """The dense side over the team's vectors of the embedder's model (None: keyword
-        only — no embedder, no vector yet, or the embedder failed)."""
+    ) -> DenseSide | None:
         embedder = self.embedder
-        if embedder is None:
-            return None
+        assert embedder is not None
         model, upto = embedder.model_id, versions.vectors
 
         def load() -> Entry:
@@ -170,9 +219,7 @@ class RecordSearch:
         entry = self.cache.get((VECTOR_SCOPE, team, model), upto, load, load_since=load_since)
         if not len(entry):
             return None
-        try:
-            query_vector = embedder.embed([query])[0]
-        except CairnError as exc:
-            log.warning("records search by keyword only: the embedder failed: %s", exc.message)
+        query_vector = self._embed(query)
+        if query_vector is None:
             return None
         return ExactDense(entry.matrix, rows.row_map.rows_of(entry), query_vector)

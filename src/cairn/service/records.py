@@ -56,7 +56,7 @@ from cairn.records.models import MAX_TEXT as MAX_TEXT
 from cairn.records.models import is_clean_id
 from cairn.records.ratelimit import RateLimiter, admitted
 from cairn.records.render import NOTICE, render_text
-from cairn.records.sql import SqlRecordStore
+from cairn.records.sql import SqlRecordStore, VectorColumn
 from cairn.records.store import (
     PagePosition,
     Record,
@@ -399,10 +399,14 @@ def build_record_service(
     identity: IdentityService | None,
     limiter: RateLimiter,
     search: RecordSearch | Callable[[], RecordSearch] | None = None,
+    *,
+    vectors: VectorColumn | None = None,
 ) -> RecordService:
     """The records service over ``engine``'s database (the composition root calls it;
-    ``identity`` is None in local mode; ``search`` None ranks by keyword only)."""
-    return RecordService(SqlRecordStore(engine), Access(identity), limiter, search)
+    ``identity`` is None in local mode; ``search`` None ranks by keyword only;
+    ``vectors``: pgvector in the database, :func:`cairn.store.pgvector.setup`)."""
+    store = SqlRecordStore(engine, vectors)
+    return RecordService(store, Access(identity), limiter, search)
 
 
 # --- the gates ------------------------------------------------------------------------------

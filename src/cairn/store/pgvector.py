@@ -164,6 +164,11 @@ class Pgvector:
         copy.append_column(sa.Column("vec", Vector(self._type), nullable=True))
         return copy
 
+    @staticmethod
+    def vec_values(blobs: Sequence[Blob]) -> list[tuple[str, int]]:
+        """Each blob's ``vec`` value and dimension (:func:`blob_values`)."""
+        return blob_values(blobs)
+
     def vec_param(self, name: str = "vec") -> sa.Cast[str]:
         """``CAST(:name AS vector)``: the text literal bound as ``name`` made a vector."""
         return sa.cast(sa.bindparam(name, type_=sa.Text), Vector(self._type))
@@ -219,11 +224,13 @@ class Pgvector:
 
     # --- Queries --------------------------------------------------------------------------
 
-    def _knn(self, table: str, key: Sequence[str], scope: str, model: str, dim: int) -> str:
+    def _knn(
+        self, table: str, key: Sequence[str], scope: str, model: str, dim: int, alias: str
+    ) -> str:
         vector = f"{self._type}({dim})"
         distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
         return (
-            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table}"
+            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
             f" WHERE ({scope}) AND {self._predicate(model, dim)}"
             f" ORDER BY {distance} LIMIT :knn_limit"
         )
@@ -237,24 +244,33 @@ class Pgvector:
         model: str,
         query: npt.NDArray[np.float32],
         k: int,
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
     ) -> list[Nearest]:
         """The ``k`` rows of ``table`` within ``scope`` (an SQL condition over ``params``,
         the caller's: it is what isolates one tenant's rows) made by ``model`` that are
         nearest to ``query`` by cosine, best first, as their ``key`` columns and cosine.
 
-        The statement runs in a read transaction of its own with ``hnsw.ef_search`` and
-        ``hnsw.iterative_scan = relaxed_order`` set for it alone; relaxed order may hand
-        rows back slightly out of order, so they are sorted here.
+        ``alias`` names ``table`` for ``scope``. The statement runs in ``conn``'s
+        transaction (the caller's search), or a read transaction of its own, with
+        ``hnsw.ef_search`` and ``hnsw.iterative_scan = relaxed_order`` set for that
+        transaction; relaxed order may hand rows back slightly out of order, so they are
+        sorted here.
         """
         if k <= 0:
             return []
         dim = len(query)
         self.ensure_index(table, model, dim)
-        sql = sa.text(self._knn(table, key, scope, model, dim))
+        sql = sa.text(self._knn(table, key, scope, model, dim, alias))
         bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
-        with read_transaction(self.engine) as conn:
+        if conn is not None:
             self._configure(conn, k)
             rows = conn.execute(sql, bound).all()
+        else:
+            with read_transaction(self.engine) as own:
+                self._configure(own, k)
+                rows = own.execute(sql, bound).all()
         with self._lock:
             self.queries += 1
         found = [Nearest(tuple(r[: len(key)]), 1.0 - float(r.distance)) for r in rows]
@@ -270,10 +286,12 @@ class Pgvector:
         model: str,
         query: npt.NDArray[np.float32],
         k: int,
+        *,
+        alias: str = "",
     ) -> str:
         """The plan PostgreSQL chooses for :meth:`nearest` with the same arguments (tests
         and benchmarks check that it scans the HNSW index)."""
-        sql = sa.text("EXPLAIN " + self._knn(table, key, scope, model, len(query)))
+        sql = sa.text("EXPLAIN " + self._knn(table, key, scope, model, len(query), alias))
         with read_transaction(self.engine) as conn:
             self._configure(conn, k)
             bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
