@@ -301,7 +301,13 @@ def main() -> int:
         print(f"bench_pgvector: skipped, {pgvector_server.PACKAGE} is not installed")
         return 0
     # Room for the table and the index in shared buffers, as a server sized for them has.
-    server = pgvector_server.start_server(args.pg, settings={"shared_buffers": args.shared_buffers})
+    # maintenance_work_mem for the server too: Cairn builds its indexes on its own
+    # connections, and an HNSW graph larger than it is built far more slowly.
+    settings = {
+        "shared_buffers": args.shared_buffers,
+        "maintenance_work_mem": args.maintenance_work_mem,
+    }
+    server = pgvector_server.start_server(args.pg, settings=settings)
     try:
         with psycopg.connect(server.url) as conn:
             version = conn.execute("SHOW server_version").fetchone()

@@ -204,6 +204,49 @@ def test_storing_vectors_writes_vec_and_indexes_a_new_model(
     assert found is not None and all(abs(c - 1.0) < 1e-6 for _, _, c in found)
 
 
+def test_off_keeps_an_existing_column_written_and_never_queries_it(
+    store: SqlStore, url: str, spaces: list[str]
+) -> None:
+    off = SqlStore.open(url, pgvector_mode="off")
+    try:
+        handle = pg(off)
+        assert not handle.search and handle.tables == frozenset({"memory_chunks"})
+        ref = space_ref(spaces[3], spaces)
+        assert off.nearest_chunks(ref, MODEL, np.eye(1, DIM)[0].astype(np.float32), 5) is None
+        off.write(ref, "written/while-off.md", "# Off\nWritten with CAIRN_PGVECTOR=off.\n")
+        off.reconcile(ref)
+        rows = [r for r in off.pending_chunks(100, MODEL) if r.path == "written/while-off.md"]
+        off.store_embeddings(rows, encode_many(np.eye(len(rows), DIM)), MODEL)
+    finally:
+        off.close()
+    missing = scalar(
+        store,
+        "SELECT count(*) FROM memory_chunks WHERE path = 'written/while-off.md' AND vec IS NULL",
+    )
+    assert rows and missing == 0
+
+
+def test_a_role_that_may_not_create_the_extension(pgvector_server: PgvectorServer) -> None:
+    """pgvector is not a trusted extension: an ordinary role gets numpy under ``auto``
+    and a clear refusal under ``on``, and its transaction stays usable."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pgvector_server.url_for("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f'ALTER DATABASE "{name}" OWNER TO {role}')
+    as_app = pgvector_server.url_for(name).replace("postgres@", f"{role}@", 1)
+    store = SqlStore.open(as_app)
+    try:
+        assert store.pgvector is None
+    finally:
+        store.close()
+    with pytest.raises(StoreUnavailable) as refused:
+        SqlStore.open(as_app, pgvector_mode="on")
+    assert "CREATE EXTENSION vector was refused" in refused.value.message
+    assert "CAIRN_PGVECTOR=auto" in refused.value.message
+
+
 # --- Queries: agreement with exact numpy, isolation -------------------------------------
 
 
