@@ -1,16 +1,26 @@
-"""Records benchmark: search latency at 10k / 100k / 1M records over 1,000 teams,
-and save throughput. Prints figures; asserts nothing.
+"""Records benchmark: keyword-only and hybrid search latency through
+``RecordService.search`` at 2k and 20k records in one team, SQLite and PostgreSQL, and
+save throughput. Prints figures; asserts nothing.
 
-    python bench/bench_records.py                      # SQLite, all sizes
-    python bench/bench_records.py --sizes 10000,100000 --backends sqlite  # fewer
-    CAIRN_TEST_POSTGRES_URL=postgresql://... python bench/bench_records.py  # + PostgreSQL
+    python bench/bench_records.py                          # SQLite (+ PostgreSQL, below)
+    CAIRN_TEST_POSTGRES_URL=postgresql://... python bench/bench_records.py
+    python bench/bench_records.py --postgres postgresql://... --sizes 2000,20000
+    python bench/bench_records.py --saves-only             # save rates only
+    python bench/bench_records.py --many-teams --sizes 10000,100000  # 1,000 teams, keyword
 
-Records are realistic work summaries (bench/make_records_corpus.py's templates),
-spread evenly over the teams (interleaved) and bulk-inserted; each size adds to the
-previous one. A search is the whole use-case, ``RecordService.search`` (access,
-settings check, rate limiter, ranked query of one team, rendering) as a member of a
-random team, with ``limit`` 10, for a query of 2-4 words drawn from the same
-vocabulary.
+A search is the whole use-case (access, settings check, rate limiter, the team's search
+versions, ranking, the hits' texts, rendering) as a member who sees the whole team, with
+``limit`` 10, for a query of 2-4 words drawn from the records' vocabulary; caches warm
+(the first searches of each round are not counted). Hybrid embeds each query with the
+real all-MiniLM-L6-v2 (one BLAS thread) and ranks against 384-dimension vectors stored
+for every record through the indexer's API; the record vectors are random unit vectors
+(the cost of a search does not depend on what they say, and embedding 20k records would
+take minutes). Records are realistic work summaries (bench/make_records_corpus.py's
+templates), bulk-inserted through the store (``RecordWriter.insert``: analysed terms,
+the team's version bumped).
+
+Save rates: ``save_as_server()`` (one transaction each) and ``save_many()`` into a team
+of its own; ``--src`` runs them against another checkout's ``src`` (a before/after).
 """
 
 from __future__ import annotations
@@ -23,13 +33,26 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent / "src"))
+
+
+def _src() -> str:
+    for i, arg in enumerate(sys.argv):
+        if arg == "--src" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if arg.startswith("--src="):
+            return arg.split("=", 1)[1]
+    return str(ROOT.parent / "src")
+
+
+sys.path.insert(0, _src())
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
@@ -39,7 +62,8 @@ from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import BenchWorld, bench_world  # noqa: E402
 
 TEAMS = 1000
-SEARCHES = 400
+SEARCHES = 300
+WARM = 20
 
 
 def _query_words() -> list[str]:
@@ -49,70 +73,137 @@ def _query_words() -> list[str]:
     return sorted(set(words))
 
 
-def _fill(engine: Engine, world: BenchWorld, per_team: int, rng: random.Random) -> float:
-    """Add ``per_team`` records to every team, interleaved (as real saves arrive);
-    return rows per second.
-
-    Bulk loading goes straight to the store (``RecordWriter.insert``, which indexes
-    each row), without masking: the generated texts hold no secrets, and masking every
-    record would dominate the build of 1M rows. The save use-cases, masking included,
-    are measured by :func:`_save_paths`.
-    """
-    start = time.perf_counter()
+def _records(teams: list[str], per_team: int, rng: random.Random) -> list[Record]:
     now = datetime.now(UTC)
-    batch: list[Record] = []
-    order = [team for team, _ in world.teams for _ in range(per_team)]
+    order = [team for team in teams for _ in range(per_team)]
     rng.shuffle(order)
-    for team in order:
-        batch.append(
-            Record(
-                id="rec_" + uuid.uuid4().hex,
-                team_id=team,
-                repo_id=None,
-                text=_filler(rng),
-                created_at=now,
-                expires_at=now + RETENTION,
-            )
+    return [
+        Record(
+            id="rec_" + uuid.uuid4().hex,
+            team_id=team,
+            repo_id=None,
+            text=_filler(rng),
+            created_at=now,
+            expires_at=now + RETENTION,
         )
-        if len(batch) >= 20_000:
-            _insert(world, batch)
-            batch = []
-    if batch:
-        _insert(world, batch)
-    rate = len(order) / (time.perf_counter() - start)
+        for team in order
+    ]
+
+
+def _insert(world: BenchWorld, rows: list[Record], batch: int = 20_000) -> float:
+    """Bulk insert through the store, without masking (the generated texts hold no
+    secrets); return rows per second."""
+    start = time.perf_counter()
+    for i in range(0, len(rows), batch):
+        with world.store.writing() as tx:
+            tx.insert(rows[i : i + batch])
+    return len(rows) / (time.perf_counter() - start)
+
+
+def _analyze(engine: Engine) -> None:
     # Fresh planner statistics, as autovacuum would have gathered by then.
     with engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE records")
         conn.commit()
-    return rate
 
 
-def _insert(world: BenchWorld, rows: list[Record]) -> None:
-    with world.store.writing() as tx:
-        tx.insert(rows)
+def _pct(timings: list[float]) -> tuple[float, float]:
+    timings = sorted(timings)
+    return statistics.median(timings), timings[max(0, int(len(timings) * 0.95) - 1)]
 
 
-def _search_latency(world: BenchWorld, rng: random.Random) -> tuple[float, float, float]:
+def _latency(
+    search: Callable[[str], int], rng: random.Random, n: int = SEARCHES
+) -> tuple[float, float, float]:
+    """(p50 ms, p95 ms, average results) of ``n`` searches after :data:`WARM` uncounted."""
     words = _query_words()
     timings: list[float] = []
-    hits = 0
-    for i in range(SEARCHES + 20):
-        team, member = rng.choice(world.teams)
+    results = 0
+    for i in range(n + WARM):
         query = " ".join(rng.sample(words, rng.randint(2, 4)))
         t0 = time.perf_counter()
-        answer = world.records.search(member, team, query, limit=10)
+        found = search(query)
         elapsed = (time.perf_counter() - t0) * 1000
-        if i >= 20:  # the first few warm the connection pool and caches
+        if i >= WARM:
             timings.append(elapsed)
-            hits += len(answer.hits)
-    timings.sort()
-    p50 = statistics.median(timings)
-    p95 = timings[int(len(timings) * 0.95) - 1]
-    return p50, p95, hits / SEARCHES
+            results += found
+    p50, p95 = _pct(timings)
+    return p50, p95, results / n
 
 
-def _save_paths(world: BenchWorld, team: str, rng: random.Random) -> tuple[float, float]:
-    """(single ``save_as_server()`` calls per second, ``save_many`` records per second)."""
+# --- one team: keyword-only and hybrid ------------------------------------------------------
+
+
+def one_team(url: str, label: str, sizes: list[int]) -> None:
+    from cairn.embed.minilm import MiniLMEmbedder, locate_model
+    from cairn.identity.keys import load_key_hasher
+    from cairn.identity.service import IdentityService
+    from cairn.records.ratelimit import LocalRateLimiter
+    from cairn.records.store import PendingRecord
+    from cairn.search.cache import VectorCache
+    from cairn.search.vectors import encode_many
+    from cairn.service.record_search import RecordSearch
+    from cairn.service.records import build_record_service
+
+    engine = make_engine(url)
+    rng = random.Random(7)
+    world = bench_world(engine, 1)
+    team, member = world.teams[0]
+    embedder = MiniLMEmbedder(locate_model())
+    identity = IdentityService(engine, load_key_hasher(engine, None))
+    unlimited = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
+    hybrid = build_record_service(
+        engine, identity, unlimited, RecordSearch(embedder, VectorCache())
+    )
+    vectors_rng = np.random.default_rng(7)
+    total = 0
+    print(f"[{label}] one team; hybrid queries embedded by {embedder.model_id}", flush=True)
+    for size in sizes:
+        rows = _records([team], size - total, rng)
+        rate = _insert(world, rows)
+        matrix = vectors_rng.standard_normal((len(rows), embedder.dim)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        pending = [PendingRecord(team, r.id, r.text) for r in rows]
+        for i in range(0, len(rows), 2000):
+            world.store.store_record_embeddings(
+                pending[i : i + 2000], encode_many(matrix[i : i + 2000]), embedder.model_id
+            )
+        total = size
+        _analyze(engine)
+
+        def keyword(query: str) -> int:
+            return len(world.records.search(member, team, query, limit=10).hits)
+
+        def both(query: str) -> int:
+            return len(hybrid.search(member, team, query, limit=10).hits)
+
+        k50, k95, kn = _latency(keyword, rng)
+        h50, h95, hn = _latency(both, rng)
+        print(
+            f"[{label}] records={total:>6,} (bulk load {rate:>6,.0f} rows/s) | "
+            f"keyword-only p50 {k50:6.2f} ms p95 {k95:6.2f} ms ({kn:.1f} results) | "
+            f"hybrid p50 {h50:6.2f} ms p95 {h95:6.2f} ms ({hn:.1f} results)",
+            flush=True,
+        )
+    embed_ms = [0.0] * 50
+    for i in range(50):
+        t0 = time.perf_counter()
+        embedder.embed([f"query number {i} about deploys"])
+        embed_ms[i] = (time.perf_counter() - t0) * 1000
+    print(f"[{label}] one query embedded: p50 {statistics.median(embed_ms):.2f} ms", flush=True)
+    engine.dispose()
+
+
+# --- saves ----------------------------------------------------------------------------------
+
+
+def saves(url: str, label: str) -> None:
+    """Save rates into a fresh team (nothing else in the database)."""
+    engine = make_engine(url)
+    rng = random.Random(11)
+    world = bench_world(engine, 1)
+    team = world.teams[0][0]
+    world.records.save_many(team, [(_filler(rng), None) for _ in range(2000)])  # warm
     n = 500
     start = time.perf_counter()
     for _ in range(n):
@@ -121,56 +212,86 @@ def _save_paths(world: BenchWorld, team: str, rng: random.Random) -> tuple[float
     items: list[tuple[str, str | None]] = [(_filler(rng), None) for _ in range(10_000)]
     start = time.perf_counter()
     world.records.save_many(team, items)
-    return single, len(items) / (time.perf_counter() - start)
-
-
-def run(url: str, label: str, sizes: list[int]) -> None:
-    engine = make_engine(url)
-    rng = random.Random(7)
-    world = bench_world(engine, TEAMS)
-    total = 0
-    print(f"[{label}] {TEAMS} teams")
-    for size in sizes:
-        per_team = (size - total) // TEAMS
-        rate = _fill(engine, world, per_team, rng)
-        total += per_team * TEAMS
-        p50, p95, avg_hits = _search_latency(world, rng)
-        print(
-            f"[{label}] records={total:>9,} (bulk load {rate:>7,.0f} rows/s) | "
-            f"search limit 10: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  "
-            f"(avg {avg_hits:.1f} results)",
-            flush=True,
-        )
-    single, many = _save_paths(world, world.teams[0][0], rng)
+    many = len(items) / (time.perf_counter() - start)
     print(
-        f"[{label}] save throughput: save_as_server() {single:,.0f}/s (one transaction each), "
-        f"save_many() {many:,.0f} records/s (masked, indexed)",
+        f"[{label}] saves ({_src()}): save_as_server() {single:,.0f}/s (one transaction "
+        f"each), save_many() {many:,.0f} records/s (masked, analysed)",
         flush=True,
     )
     engine.dispose()
 
 
+# --- many teams: keyword, as before -----------------------------------------------------------
+
+
+def many_teams(url: str, label: str, sizes: list[int]) -> None:
+    engine = make_engine(url)
+    rng = random.Random(7)
+    world = bench_world(engine, TEAMS)
+    total = 0
+    print(f"[{label}] {TEAMS} teams, keyword-only", flush=True)
+    for size in sizes:
+        per_team = (size - total) // TEAMS
+        rate = _insert(world, _records([t for t, _ in world.teams], per_team, rng))
+        total += per_team * TEAMS
+        _analyze(engine)
+
+        def search(query: str) -> int:
+            team, member = rng.choice(world.teams)
+            return len(world.records.search(member, team, query, limit=10).hits)
+
+        p50, p95, hits = _latency(search, rng)
+        print(
+            f"[{label}] records={total:>9,} (bulk load {rate:>7,.0f} rows/s) | "
+            f"search p50 {p50:6.2f} ms  p95 {p95:6.2f} ms (avg {hits:.1f} results; "
+            "each team's index built on its first search, most of them cold)",
+            flush=True,
+        )
+    engine.dispose()
+
+
+def _with_postgres(base_url: str, run: Callable[[str], None]) -> None:
+    base = base_url.rpartition("/")[0]
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        run(f"{base}/{name}")
+    finally:
+        with psycopg.connect(base_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--sizes", default="")
     parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--postgres", default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
+    parser.add_argument("--saves-only", action="store_true")
+    parser.add_argument("--many-teams", action="store_true")
+    parser.add_argument("--src", default="", help="run against another checkout's src")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    default = "10000,100000,1000000" if args.many_teams else "2000,20000"
+    sizes = [int(s) for s in (args.sizes or default).split(",")]
+
+    def run(fresh: Callable[[Callable[[str], None]], None], label: str) -> None:
+        """Each part in a database of its own (``fresh(part)`` makes one)."""
+        if args.many_teams:
+            fresh(lambda url: many_teams(url, label, sizes))
+            return
+        if not args.saves_only:
+            fresh(lambda url: one_team(url, label, sizes))
+        fresh(lambda url: saves(url, label))
+
+    def sqlite(part: Callable[[str], None]) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            part(f"sqlite:///{tmp}/bench.db")
+
     backends = args.backends.split(",")
     if "sqlite" in backends:
-        with tempfile.TemporaryDirectory() as tmp:
-            run(f"sqlite:///{tmp}/bench.db", "sqlite", sizes)
-    pg = os.environ.get("CAIRN_TEST_POSTGRES_URL")
-    if pg and "postgres" in backends:
-        base = pg.rpartition("/")[0]
-        name = f"bench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(pg, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        try:
-            run(f"{base}/{name}", "postgres", sizes)
-        finally:
-            with psycopg.connect(pg, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        run(sqlite, "sqlite")
+    if args.postgres and "postgres" in backends:
+        run(lambda part: _with_postgres(args.postgres, part), "postgres")
 
 
 if __name__ == "__main__":
