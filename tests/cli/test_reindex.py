@@ -13,12 +13,18 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from cairn.cli.main import main
+from cairn.config import Config
+from cairn.db import make_engine
+from cairn.records.schema import records
+from cairn.runtime import open_runtime
 from cairn.search.vectors import decode
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.fs import FilesystemStore
 from cairn.store.sql import SqlStore
+from tests.records.conftest import make_world
 
 MODEL = "all-MiniLM-L6-v2"
 REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
@@ -143,3 +149,33 @@ def test_memory_reindex_embeds_the_local_store_through_the_same_code(
         assert [r.model for r in store.chunk_rows(local)] == [MODEL]
     finally:
         store.close()
+
+
+def test_reindex_embeds_team_records_and_rebuild_drops_their_vectors(
+    database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime = open_runtime(Config(database_url=database))
+    try:
+        team = make_world(runtime.engine).team_id
+        for i in range(3):
+            runtime.records.save_as_server(team, f"Pinned the base image of build {i}")
+    finally:
+        runtime.close()
+    code, out, _ = reindex(capsys, "--database", database, "--json")
+    assert code == 0
+    assert json.loads(out)["records_embedded"] == 3
+    assert json.loads(out)["chunks_embedded"] == 6
+    assert record_models(database) == [MODEL] * 3
+    assert json.loads(reindex(capsys, "--database", database, "--json")[1])["records_embedded"] == 0
+    code, out, _ = reindex(capsys, "--database", database, "--rebuild", "--json")
+    assert json.loads(out)["records_embedded"] == 3
+    assert record_models(database) == [MODEL] * 3
+
+
+def record_models(url: str) -> list[str | None]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(sa.select(records.c.model)).scalars())
+    finally:
+        engine.dispose()

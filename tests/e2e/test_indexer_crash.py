@@ -1,12 +1,13 @@
 """Kill -9 of ``cairn serve`` while its background indexer embeds, then a restart.
 
-A real server (local mode, the real all-MiniLM-L6-v2 model, SQLite and PostgreSQL)
-takes N document writes; as soon as its indexer has stored some vectors and not all,
-the process gets SIGKILL. Restarted on the same database: every document is found by
-keyword at once; no chunk is half-indexed (each vector is NULL or a whole blob of the
-model's 384 dimensions, with its model named exactly when it is there); and once the
-indexer has caught up every chunk carries the model's vector and paraphrased queries
-find their documents by meaning.
+A real server (the real all-MiniLM-L6-v2 model, SQLite and PostgreSQL) takes document
+writes from a team member and team records from the service token; as soon as its
+indexer has stored some vectors and not all, the server gets SIGKILL (its indexer's
+child process dies with it). Restarted on the same database: every document and record
+is found by keyword at once; no chunk or record is half-indexed (each vector is NULL or
+a whole blob of the model's 384 dimensions, with its model named exactly when it is
+there); and once the indexer has caught up every row carries the model's vector and
+paraphrased queries find their documents and records by meaning.
 """
 
 from __future__ import annotations
@@ -26,10 +27,15 @@ import pytest
 import sqlalchemy as sa
 
 from cairn.db import make_engine
+from cairn.identity.keys import load_key_hasher
+from cairn.identity.service import IdentityService
+from cairn.records.schema import records
+from cairn.schema import upgrade_all
 from cairn.spaces import SpaceRef
 from cairn.store.http import HttpMemoryStore
 from cairn.store.sql_schema import memory_chunks
 from tests.api.conftest import database_fixture
+from tests.records.conftest import make_world
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +43,9 @@ MODEL = "all-MiniLM-L6-v2"
 DIM = 384
 WHOLE_BLOB = 1 + 4 * DIM  # the float32 format tag, then the vector
 SPACE = SpaceRef.build("project", "notes", project="web")
+SERVICE = "e2e-indexer-service-token"
 FILLERS = 120
+RECORDS = 40
 CATCH_UP_SECONDS = 120
 
 #: Documents a paraphrase must find by meaning: (path, content, paraphrased query).
@@ -68,6 +76,18 @@ TOPICAL = [
     ),
 ]
 
+#: Records a paraphrase must find by meaning: (text, paraphrased query).
+TOPICAL_RECORDS = [
+    (
+        "Moved the image thumbnails to a CDN so the product pages load faster",
+        "serving pictures from an edge cache to speed up the catalogue",
+    ),
+    (
+        "Rotated the leaked Stripe webhook secret and redeployed the billing service",
+        "replaced a compromised payment signing key",
+    ),
+]
+
 _SUBJECTS = ["roadmap", "hiring", "budget", "offsite", "design review", "customer call"]
 _TEAMS = ["platform", "mobile", "growth", "data", "support"]
 
@@ -78,6 +98,10 @@ def filler(i: int) -> tuple[str, str]:
     return f"meetings/{i:04d}.md", f"# Meeting {i}: {subject}\n\n{body}\n"
 
 
+def record(i: int) -> str:
+    return f"Saved the {_SUBJECTS[i % len(_SUBJECTS)]} summary {i}; marker kr{i:04d}z."
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,13 +110,18 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(database: str, home: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A real ``cairn serve --local`` with the indexer on; killed at the end if alive."""
+    """A real ``cairn serve`` with the indexer on; killed at the end if alive."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(CAIRN_HOME=str(home), CAIRN_INDEXER="on", CAIRN_EMBEDDER="minilm")
+    env.update(
+        CAIRN_HOME=str(home),
+        CAIRN_INDEXER="on",
+        CAIRN_EMBEDDER="minilm",
+        CAIRN_SERVICE_TOKEN=SERVICE,
+    )
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cairn.cli.main", "serve", "--local"]
+            [sys.executable, "-m", "cairn.cli.main", "serve"]
             + ["--port", str(port), "--database", database],
             env=env,
             stdout=out,
@@ -133,14 +162,52 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"  # a zombie is dead, not yet reaped
 
 
-def chunk_states(database: str) -> list[tuple[bytes | None, str | None]]:
+States = list[tuple[bytes | None, str | None]]
+
+
+def vector_states(database: str) -> tuple[States, States]:
+    """(embedding, model) of every chunk and of every record, read from the database."""
     engine = make_engine(database)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(sa.select(memory_chunks.c.embedding, memory_chunks.c.model))
-            return [(None if e is None else bytes(e), m) for e, m in rows]
+            found = []
+            for table in (memory_chunks, records):
+                rows = conn.execute(sa.select(table.c.embedding, table.c.model))
+                found.append([(None if e is None else bytes(e), m) for e, m in rows])
+            return found[0], found[1]
     finally:
         engine.dispose()
+
+
+def embedded(states: States) -> int:
+    return sum(e is not None for e, _ in states)
+
+
+def world_of(database: str) -> tuple[str, str]:
+    """A team with memory on and an API key of one of its members."""
+    engine = make_engine(database)
+    try:
+        upgrade_all(engine)
+        world = make_world(engine)
+        identity = IdentityService(engine, load_key_hasher(engine, None))
+        return world.team_id, identity.create_api_key(world.member, world.team_id)[1]
+    finally:
+        engine.dispose()
+
+
+def search_records(base: str, key: str, team: str, query: str) -> list[dict[str, object]]:
+    """The records search (5 a second per team: a 429 waits its Retry-After)."""
+    while True:
+        r = httpx.post(
+            f"{base}/api/teams/{team}/memory/search",
+            json={"query": query, "limit": 10},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        if r.status_code != 429:
+            assert r.status_code == 200, r.text
+            return list(r.json()["results"])
+        time.sleep(float(r.headers.get("Retry-After", "0.2")))
 
 
 def assert_nothing_half_indexed(states: list[tuple[bytes | None, str | None]]) -> None:
@@ -159,62 +226,84 @@ def test_kill_9_while_indexing_loses_nothing_and_half_indexes_nothing(
     database: str, tmp_path: Path
 ) -> None:
     home, log = tmp_path / "home", tmp_path / "serve.log"
+    team, key = world_of(database)
     docs = [filler(i) for i in range(FILLERS)] + [(p, c) for p, c, _ in TOPICAL]
+    texts = [record(i) for i in range(RECORDS)] + [t for t, _ in TOPICAL_RECORDS]
+    saved: dict[str, str] = {}  # text -> record id
 
     with serve(database, home, log) as (proc, base):
-        client = HttpMemoryStore(base, None)
-        for path, content in docs:
+        client = HttpMemoryStore(base, key)
+        service = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {SERVICE}"})
+        for n, (path, content) in enumerate(docs):
             client.write(SPACE, path, content)
+            if n < len(texts):
+                r = service.post(f"/api/internal/teams/{team}/memory", json={"text": texts[n]})
+                assert r.status_code == 201, r.text
+                saved[texts[n]] = r.json()["id"]
         # Kill it mid-way: some vectors stored, more pending.
         deadline = time.monotonic() + CATCH_UP_SECONDS
         while time.monotonic() < deadline:
-            states = chunk_states(database)
-            embedded = sum(e is not None for e, _ in states)
-            if embedded and embedded < len(docs):
+            chunks, recs = vector_states(database)
+            if 0 < embedded(chunks) + embedded(recs) < len(docs) + len(texts):
                 break
             time.sleep(0.02)
-        indexer_processes = children(proc.pid)
         # The indexer's process (and multiprocessing's resource tracker beside it).
+        indexer_processes = children(proc.pid)
         assert indexer_processes
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         client.close()
+        service.close()
     # The server's children die with it: no orphan keeps embedding.
     deadline = time.monotonic() + 10
     while any(alive(p) for p in indexer_processes) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in indexer_processes)
-    states = chunk_states(database)
-    embedded_at_kill = sum(e is not None for e, _ in states)
-    assert 0 < embedded_at_kill < len(docs), "the kill was meant to land mid-way"
-    assert_nothing_half_indexed(states)
+    chunks, recs = vector_states(database)
+    assert len(recs) == len(texts)  # every saved record survived the kill
+    done_at_kill = embedded(chunks) + embedded(recs)
+    assert 0 < done_at_kill < len(docs) + len(texts), "the kill was meant to land mid-way"
+    assert_nothing_half_indexed(chunks)
+    assert_nothing_half_indexed(recs)
 
     with serve(database, home, log) as (_proc, base):
-        client = HttpMemoryStore(base, None)
+        client = HttpMemoryStore(base, key)
         # Found by keyword at once, whether embedded or not.
         for i in range(FILLERS):
             hits = client.search(SPACE, f"kx{i:04d}q", 10)
             found = [h for h in hits if h.path == f"meetings/{i:04d}.md"]
             assert found and "keyword" in found[0].matched, (i, hits)
-        assert_nothing_half_indexed(chunk_states(database))
+        for i in range(RECORDS):
+            results = search_records(base, key, team, f"kr{i:04d}z")
+            hit = [r for r in results if r["id"] == saved[record(i)]]
+            assert hit and "keyword" in hit[0]["matched"], (i, results)  # type: ignore[operator]
+        chunks, recs = vector_states(database)
+        assert_nothing_half_indexed(chunks)
+        assert_nothing_half_indexed(recs)
 
-        # The indexer catches up: every chunk carries the model's whole vector.
+        # The indexer catches up: every chunk and record carries the model's whole vector.
         deadline = time.monotonic() + CATCH_UP_SECONDS
         while time.monotonic() < deadline:
-            states = chunk_states(database)
-            if len(states) == len(docs) and all(m == MODEL for _, m in states):
+            chunks, recs = vector_states(database)
+            if len(chunks) == len(docs) and all(m == MODEL for _, m in chunks + recs):
                 break
             time.sleep(0.2)
-        assert len(states) == len(docs)
-        assert all(m == MODEL for _, m in states), log.read_text(errors="replace")[-2000:]
-        assert_nothing_half_indexed(states)
+        assert len(chunks) == len(docs) and len(recs) == len(texts)
+        assert all(m == MODEL for _, m in chunks + recs), log.read_text(errors="replace")[-2000:]
+        assert_nothing_half_indexed(chunks)
+        assert_nothing_half_indexed(recs)
 
-        # And now by meaning: paraphrases that share (almost) no word with their document.
+        # And now by meaning: paraphrases that share (almost) no word with their target.
         for path, _content, query in TOPICAL:
             hits = client.search(SPACE, query, 10)
             found = [h for h in hits if h.path == path]
             assert found, (query, [h.path for h in hits])
             assert "meaning" in found[0].matched
+        for text, query in TOPICAL_RECORDS:
+            results = search_records(base, key, team, query)
+            hit = [r for r in results if r["id"] == saved[text]]
+            assert hit, (query, results)
+            assert "meaning" in hit[0]["matched"]  # type: ignore[operator]
         client.close()
     logged = log.read_text(errors="replace")
     assert "Traceback" not in logged

@@ -13,20 +13,25 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from cairn.api.indexer_process import IndexerProcess
 from cairn.config import Config
 from cairn.errors import InvalidRequest, StoreUnavailable
+from cairn.records.schema import records
+from cairn.records.sql import SqlRecordStore
 from cairn.runtime import open_indexer, open_runtime
 from cairn.search.vectors import decode
 from cairn.service.indexer import Indexer, document_sources, record_sources
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.sql import ChunkRow, SqlStore
+from tests.records.conftest import make_world
 from tests.unit.conftest import Backend
 
 DIM = 8
@@ -315,3 +320,54 @@ def test_cairn_serve_runs_the_indexer_in_a_child_process_it_stops(tmp_path: Path
         runtime.close()
     assert not process.is_alive()
     assert process.exitcode == 0  # SIGTERM asked it to finish its batch and return
+
+
+# --- Team records: the same indexer, the records' claim --------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def records_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """A runtime over a database with one team whose memory is on, and the team's id."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'r.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    runtime = open_runtime(Config(database_url=url, home=tmp_path))
+    try:
+        yield runtime, make_world(runtime.engine).team_id
+    finally:
+        runtime.close()
+
+
+def team_vectors(engine: Any, team: str) -> dict[str, tuple[str | None, bytes | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(records.c.id, records.c.model, records.c.embedding).where(
+                records.c.team_id == team
+            )
+        )
+        return {r.id: (r.model, None if r.embedding is None else bytes(r.embedding)) for r in rows}
+
+
+def test_the_indexer_embeds_team_records_and_re_embeds_on_a_model_change(
+    records_world: tuple[Any, str],
+) -> None:
+    runtime, team = records_world
+    texts = [f"Fixed flaky deploy number {i} by pinning the base image" for i in range(5)]
+    ids = [runtime.records.save_as_server(team, t).id for t in texts]
+    record_store = SqlRecordStore(runtime.engine)
+    assert {m for m, _ in team_vectors(runtime.engine, team).values()} == {None}
+
+    first = Indexer(HashEmbedder("hash-a"), record_sources(record_store), batch_size=2)
+    drained = first.drain()
+    assert drained["records"] >= 5  # (other tests' teams may share the database)
+    stored = team_vectors(runtime.engine, team)
+    assert sorted(stored) == sorted(ids)
+    by_id = dict(zip(ids, texts, strict=True))
+    for record_id, (model, blob) in stored.items():
+        assert model == "hash-a" and blob is not None
+        np.testing.assert_allclose(decode(blob), vector_of(by_id[record_id]))
+
+    second = Indexer(HashEmbedder("hash-b"), record_sources(record_store))
+    assert second.drain()["records"] >= 5
+    assert {m for m, _ in team_vectors(runtime.engine, team).values()} == {"hash-b"}
