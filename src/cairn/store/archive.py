@@ -50,9 +50,11 @@ from typing import IO, BinaryIO, Final
 from cairn.documents import PlatformGrant, Rejected, parse_import_strategy
 from cairn.errors import (
     CairnError,
+    Conflict,
     DocumentTooLarge,
     ImportTooLarge,
     InvalidArchive,
+    MemoryOff,
     PreconditionFailed,
     TooLarge,
     Unprocessable,
@@ -63,6 +65,7 @@ from cairn.spaces import SpaceRef
 from cairn.store.base import (
     ImportReport,
     ImportStrategy,
+    ImportWriter,
     MemoryStore,
     Progress,
 )
@@ -333,57 +336,14 @@ def _write_members(
     grant: PlatformGrant | None,
     progress: Progress | None,
 ) -> ImportReport:
-    """Pass 2: send each acceptable member through ``store.write``."""
+    """Pass 2: send each acceptable member through the store's import writer."""
     report = ImportReport()
-    seen: set[str] = set()
     # The store's document cap, to skip reading an oversized member into memory.
     max_doc = store.limits.max_document if store.limits else DEFAULT_MAX_DOCUMENT_SIZE
     reader = _CountingReader(spool, lambda: IMPORT_HARD_CEILING)
     try:
-        for tar, member in _members(reader):
-            shown = _shown_name(member.name)
-            reason = _type_reason(member)
-            if reason is not None:
-                report.rejected.append(Rejected(shown, reason))
-                continue
-            try:
-                member.name.encode("utf-8")
-            except UnicodeEncodeError:
-                report.rejected.append(Rejected(shown, "the member name is not valid UTF-8"))
-                continue
-            try:
-                path = validate_doc_path(member.name.removeprefix("./"))
-            except CairnError as exc:
-                report.rejected.append(Rejected(shown, exc.message))
-                continue
-            if path in seen:
-                report.rejected.append(
-                    Rejected(path, "duplicate: the archive names this path more than once")
-                )
-                continue
-            seen.add(path)
-            try:
-                check_document_size(member.size, max_doc)
-            except DocumentTooLarge as exc:
-                report.rejected.append(Rejected(path, exc.message))
-                continue
-            extracted = tar.extractfile(member)
-            data = extracted.read() if extracted is not None else b""
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report.rejected.append(
-                    Rejected(path, f"the content is not valid UTF-8 (byte {exc.start})")
-                )
-                continue
-            try:
-                # store.write refuses secret-shaped bodies (the MemoryStore contract), before
-                # it looks at the strategy's precondition: one scan per member, not two.
-                _write_one(store, ref, path, text, strategy, report, grant)
-                if progress is not None:
-                    progress(1)
-            except (TooLarge, Unprocessable) as exc:
-                report.rejected.append(Rejected(path, exc.message))
+        with store.import_writer(ref, grant) as write:
+            _write_each(reader, write, max_doc, strategy, report, progress)
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
         # Pass 1 read the very same bytes; this means the spool itself failed.
         raise InvalidArchive(_archive_error(exc)) from None
@@ -392,22 +352,79 @@ def _write_members(
     return report
 
 
-def _write_one(
-    store: MemoryStore,
-    ref: SpaceRef,
-    path: str,
-    text: str,
+def _write_each(
+    reader: _CountingReader,
+    write: ImportWriter,
+    max_doc: int,
     strategy: ImportStrategy,
     report: ImportReport,
-    grant: PlatformGrant | None,
+    progress: Progress | None,
+) -> None:
+    """Each member, in archive order: written, skipped, renamed, or rejected with a reason.
+
+    Linear in the number of members: one pass over the archive, constant work per member
+    besides its own write (``seen`` is a set; the report's lists only grow)."""
+    seen: set[str] = set()
+    for tar, member in _members(reader):
+        shown = _shown_name(member.name)
+        reason = _type_reason(member)
+        if reason is not None:
+            report.rejected.append(Rejected(shown, reason))
+            continue
+        try:
+            member.name.encode("utf-8")
+        except UnicodeEncodeError:
+            report.rejected.append(Rejected(shown, "the member name is not valid UTF-8"))
+            continue
+        try:
+            path = validate_doc_path(member.name.removeprefix("./"))
+        except CairnError as exc:
+            report.rejected.append(Rejected(shown, exc.message))
+            continue
+        if path in seen:
+            report.rejected.append(
+                Rejected(path, "duplicate: the archive names this path more than once")
+            )
+            continue
+        seen.add(path)
+        try:
+            check_document_size(member.size, max_doc)
+        except DocumentTooLarge as exc:
+            report.rejected.append(Rejected(path, exc.message))
+            continue
+        extracted = tar.extractfile(member)
+        data = extracted.read() if extracted is not None else b""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            report.rejected.append(
+                Rejected(path, f"the content is not valid UTF-8 (byte {exc.start})")
+            )
+            continue
+        try:
+            # The write refuses secret-shaped bodies (the MemoryStore contract), before
+            # it looks at the strategy's precondition: one scan per member, not two.
+            _write_one(write, path, text, strategy, report)
+            if progress is not None:
+                progress(1)
+        except MemoryOff:
+            raise  # the whole space refuses writes: not this member's fault
+        except (TooLarge, Unprocessable, Conflict) as exc:
+            # Conflict: what the store cannot safely write there (a symbolic link or a
+            # file planted where the path needs a directory): this member only.
+            report.rejected.append(Rejected(path, exc.message))
+
+
+def _write_one(
+    write: ImportWriter, path: str, text: str, strategy: ImportStrategy, report: ImportReport
 ) -> None:
     if strategy is ImportStrategy.OVERWRITE:
-        store.write(ref, path, text, grant=grant)
+        write(path, text, False)
         report.written.append(path)
         return
     try:
         # Create-only: the existence check and the write are one atomic step.
-        store.write(ref, path, text, if_none_match=True, grant=grant)
+        write(path, text, True)
         report.written.append(path)
         return
     except PreconditionFailed:
@@ -419,7 +436,7 @@ def _write_one(
     while True:
         candidate = validate_doc_path(f"{stem}-{n}{DOC_SUFFIX}")
         try:
-            store.write(ref, candidate, text, if_none_match=True, grant=grant)
+            write(candidate, text, True)
         except PreconditionFailed:
             n += 1
             continue

@@ -27,6 +27,7 @@ Rules every adapter keeps (SPEC §2-§4, §10):
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ __all__ = [
     "DocumentInfo",
     "ImportReport",
     "ImportStrategy",
+    "ImportWriter",
     "MemoryStore",
     "PlatformGrant",
     "SpaceRefs",
@@ -160,6 +162,10 @@ SpaceRefs = list[SpaceRef]
 #: Called with a count of documents done, for a progress bar.
 Progress = Callable[[int], None]
 
+#: Writes one document of an import: ``(path, content, create_only)``, refusing exactly
+#: as :meth:`MemoryStore.write` with ``if_none_match=create_only`` (see ``import_writer``).
+ImportWriter = Callable[[str, str, bool], WriteResult]
+
 
 def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
     """Refuse a global mutation that comes without proven platform authority."""
@@ -243,16 +249,27 @@ class MemoryStore(ABC):
         PreconditionFailed when the document exists (create-only). ``grant``: the
         platform authority a ``global`` space needs (see the module's rules).
         """
+        return self._write(
+            ref, self.check_write(ref, path, content, if_match, if_none_match, grant)
+        )
+
+    def check_write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        if_match: str | None,
+        if_none_match: bool,
+        grant: PlatformGrant | None,
+    ) -> CheckedWrite:
+        """The prelude of :meth:`write`: path, authority, encoding, size and secrets."""
         path = validate_doc_path(path)
         self.check_authority(ref, grant)
         data = encode_document(content)
         if self.limits is not None:
             check_document_size(len(data), self.limits.max_document)
         check_no_secrets(content)
-        return self._write(
-            ref,
-            CheckedWrite(path, content, data, content_etag(data), if_match, if_none_match, grant),
-        )
+        return CheckedWrite(path, content, data, content_etag(data), if_match, if_none_match, grant)
 
     def delete(
         self,
@@ -301,6 +318,22 @@ class MemoryStore(ABC):
         from cairn.store.archive import import_space
 
         return import_space(self, ref, source, strategy, grant=grant, progress=progress)
+
+    @contextlib.contextmanager
+    def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
+        """The writes of one import into ``ref``, as one batch where the adapter can make a
+        batch cheaper than as many single writes (the filesystem store takes its lock and
+        marks its counters once, and makes the batch durable once, at the end).
+
+        Each call refuses one document exactly as :meth:`write` would (the archive lists
+        it under ``rejected`` and goes on); what escapes the ``with`` block ends the batch.
+        By default each call is a plain :meth:`write`.
+        """
+
+        def write(path: str, content: str, create_only: bool) -> WriteResult:
+            return self.write(ref, path, content, if_none_match=create_only, grant=grant)
+
+        yield write
 
     def list_spaces(self, tenant: str) -> SpaceRefs:
         """The spaces of team ``tenant`` ('': of no team) that hold documents, and every

@@ -48,7 +48,9 @@ from cairn.store.base import (
     ChunkRow,
     Document,
     DocumentInfo,
+    ImportWriter,
     MemoryStore,
+    PlatformGrant,
     Progress,
     SpaceRefs,
     Usage,
@@ -140,6 +142,14 @@ class FilesystemStore(MemoryStore):
             # finds the new file by its size and mtime.
             self._mutate(state, ref, delta, lambda: self._replace_file(space, doc, path, data))
         return WriteResult(path, len(data), w.etag, created=existing is None)
+
+    @contextlib.contextmanager
+    def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
+        """One lock, one dirty mark and one flush for a whole import (``fs_import``)."""
+        from cairn.store.fs_import import import_batch
+
+        with import_batch(self, self._checked(ref), grant) as write:
+            yield write
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         ref = self._checked(ref)

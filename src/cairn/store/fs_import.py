@@ -1,0 +1,205 @@
+"""The filesystem store's import batch: every document of one import under one lock.
+
+A single :meth:`~cairn.store.fs.FilesystemStore.write` pays, per document, a walk of
+the path from the root, two saves of the usage state (dirty, then clean) and three
+``fsync`` calls (the file, its directory, the state's directory). For an import of ten
+thousand members that was most of a minute. A batch pays those once:
+
+* the store's lock is taken once, and the usage state is marked dirty once, for the
+  whole import: a crash at any point leaves a dirty state that the next writer
+  recounts (the same self-healing as a single write);
+* directories are opened once each (walked with ``O_NOFOLLOW``, as every path is) and
+  a document's existence is one ``lstat`` in its directory;
+* each document is written to a temporary file, *not yet renamed* and not synced; at
+  the end (or every :data:`FLUSH_DOCUMENTS` documents, or when :data:`FLUSH_DIRECTORIES`
+  directories are open) the filesystem is flushed once (``syncfs``), then every
+  temporary file is renamed over its document and each directory synced. So a crash
+  never leaves a document name whose content was not yet on disk: an imported
+  document is all there or not there, as with a single write (what a crash leaves is
+  at most ignored ``.cairn-tmp-*.tmp`` files).
+
+Each document is checked exactly as a single write checks it (the shared prelude
+:meth:`~cairn.store.base.MemoryStore.check_write`, the precondition, the quota against
+the running counters); a document pending in the batch counts as existing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from cairn.errors import Conflict
+from cairn.quota import clamp
+from cairn.spaces import SpaceRef
+from cairn.store.base import ImportWriter, PlatformGrant, WriteResult, check_precondition
+from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
+
+if TYPE_CHECKING:
+    from cairn.store.fs import FilesystemStore
+    from cairn.store.fs_layout import UsageState
+
+#: Pending documents that trigger a flush (bounds the temporary files a crash can leave).
+FLUSH_DOCUMENTS: Final = 20_000
+#: Open directories that trigger a flush (bounds the descriptors held).
+FLUSH_DIRECTORIES: Final = 256
+
+
+@dataclass
+class _Batch:
+    store: FilesystemStore
+    ref: SpaceRef
+    grant: PlatformGrant | None
+    state: UsageState
+    space: list[str]
+    dirs: dict[tuple[str, ...], int] = field(default_factory=dict)
+    # (directory, document name) → (temporary name, its size in bytes)
+    pending: dict[tuple[tuple[str, ...], str], tuple[str, int]] = field(default_factory=dict)
+
+    def write(self, path: str, content: str, create_only: bool) -> WriteResult:
+        from cairn.store.fs import _os_errors
+
+        w = self.store.check_write(self.ref, path, content, None, create_only, self.grant)
+        doc = encode_doc_path(w.path)
+        where, name = tuple(doc[:-1]), doc[-1]
+        with _os_errors(w.path):
+            dfd = self._directory(where, w.path)
+            size = self._existing_size(dfd, where, name, w.path)
+            check_precondition(w.path, None if size is None else "", None, create_only)
+            delta = len(w.data) - (size or 0)
+            self.store._check_quota(self.ref, self.state, delta)
+            tmp = _write_temp(dfd, w.data)
+            earlier = self.pending.pop((where, name), None)
+            if earlier is not None:  # replaced again before the flush: drop the older one
+                with contextlib.suppress(OSError):
+                    os.unlink(earlier[0], dir_fd=dfd)
+            self.pending[(where, name)] = (tmp, len(w.data))
+        self.state.tree = clamp(self.state.tree + delta)
+        used = clamp(self.state.spaces.get(self.ref.id, 0) + delta)
+        if used:
+            self.state.spaces[self.ref.id] = used
+        else:
+            self.state.spaces.pop(self.ref.id, None)
+        if len(self.pending) >= FLUSH_DOCUMENTS or len(self.dirs) >= FLUSH_DIRECTORIES:
+            self.flush()
+        return WriteResult(w.path, len(w.data), w.etag, created=size is None)
+
+    def _directory(self, where: tuple[str, ...], path: str) -> int:
+        dfd = self.dirs.get(where)
+        if dfd is None:
+            opened = self.store._open_dirs(self.space + list(where), path, create=True)
+            assert opened is not None  # create=True always yields a directory
+            dfd = self.dirs[where] = opened
+        return dfd
+
+    def _existing_size(self, dfd: int, where: tuple[str, ...], name: str, path: str) -> int | None:
+        """The size of the document there now (pending in this batch or on disk)."""
+        pending = self.pending.get((where, name))
+        if pending is not None:
+            return pending[1]
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise Conflict(
+                f"{path!r} is a symbolic link in the filesystem store; the store never "
+                "follows links: replace the link with a file",
+                path=path,
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise Conflict(
+                f"{path!r} is a directory or special file in the filesystem store, "
+                "not a document; move it aside",
+                path=path,
+            )
+        return st.st_size
+
+    def flush(self) -> None:
+        """Make every pending document durable, then give it its name."""
+        if self.pending:
+            _sync_filesystem(next(iter(self.dirs.values())))
+            for (where, name), (tmp, _size) in self.pending.items():
+                dfd = self.dirs[where]
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            self.pending.clear()
+        for dfd in self.dirs.values():
+            os.fsync(dfd)
+            os.close(dfd)
+        self.dirs.clear()
+
+    def discard(self) -> None:
+        """Drop what is pending (the import ended early) and close every directory."""
+        for (where, _name), (tmp, _size) in self.pending.items():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.dirs[where])
+        self.pending.clear()
+        for dfd in self.dirs.values():
+            with contextlib.suppress(OSError):
+                os.close(dfd)
+        self.dirs.clear()
+
+
+@contextlib.contextmanager
+def import_batch(
+    store: FilesystemStore, ref: SpaceRef, grant: PlatformGrant | None
+) -> Iterator[ImportWriter]:
+    """The writer of one import into ``ref`` (see the module's docstring)."""
+    from cairn.store.fs import _os_errors
+
+    with _os_errors(""), store._locked():
+        state = store._load_state_locked()
+        state.dirty = True
+        store._save_state(state, sync_data=False, sync_dir=True)
+        batch = _Batch(store, ref, grant, state, space_components(ref))
+        try:
+            yield batch.write
+            batch.flush()
+        except BaseException:
+            batch.discard()
+            with contextlib.suppress(Exception):
+                store._recount_locked()
+            raise
+        state.dirty = False
+        store._save_state(state, sync_data=True, sync_dir=True)
+
+
+def _write_temp(dfd: int, data: bytes) -> str:
+    tmp = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _load_syncfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syncfs  # Linux: flush one filesystem, not every one
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _load_syncfs()
+
+
+def _sync_filesystem(fd: int) -> None:
+    """Flush the filesystem holding ``fd`` to stable storage (every mount without
+    ``syncfs``)."""
+    if _SYNCFS is not None and _SYNCFS(fd) == 0:
+        return
+    os.sync()
