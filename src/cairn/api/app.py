@@ -68,6 +68,9 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
         version=__version__,
         summary="Memory for AI agents: knowledge spaces, team memory records, admin.",
         lifespan=lifespan,
+        # /docs and /redoc are openapi.install's: with their assets served offline.
+        docs_url=None,
+        redoc_url=None,
     )
     metrics = Metrics()
     app.state.runtime = runtime

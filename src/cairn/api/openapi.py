@@ -1,18 +1,33 @@
-"""The OpenAPI document, made truthful about what every route can answer.
+"""The OpenAPI document, made truthful about what every route can answer, and the
+pages that render it, served offline.
 
 FastAPI documents a ``422`` validation error in its own shape, but Cairn answers
 validation errors ``400 invalid_request`` in the one error shape (SPEC §7.4); and
 errors that any route may answer (auth, body limits, an unreachable store) are
 added here once for every route, including routes of modules that did not declare
 them.
+
+``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) load their JavaScript, CSS and icon from
+Cairn itself, under :data:`DOCS_ASSETS`: the files ship in the pinned ``fastapi-offline``
+package (FastAPI's "self-hosting JavaScript and CSS for docs" recipe). FastAPI's own
+pages would load them from a CDN (and ReDoc's fonts from Google): blank offline.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
 
 from cairn.api.routes.common import error_responses
 
@@ -21,7 +36,58 @@ _METHODS = ("get", "put", "post", "delete", "patch")
 _API_ERRORS = (400, 401, 403, 404, 429, 500, 503)
 
 
+#: Where the pages' assets are served (a mount: no route of the policy table).
+DOCS_ASSETS = "/docs/assets"
+_OAUTH2_REDIRECT = "/docs/oauth2-redirect"
+
+
+def docs_assets_dir() -> Path:
+    """The directory of Swagger UI's and ReDoc's files, in the installed ``fastapi-offline``
+    package (located without importing it: only its files are used)."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the fastapi-offline package is missing; reinstall cairn")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
+
+
 def install(app: FastAPI) -> None:
+    """The amended OpenAPI document, and ``/docs`` and ``/redoc`` with their assets served
+    by the app itself (the app is made with ``docs_url=None, redoc_url=None``)."""
+    _install_schema(app)
+    _install_docs(app)
+
+
+def _install_docs(app: FastAPI) -> None:
+    openapi_url = app.openapi_url or "/openapi.json"
+    app.mount(DOCS_ASSETS, StaticFiles(directory=docs_assets_dir()), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=_OAUTH2_REDIRECT,
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        )
+
+    @app.get(_OAUTH2_REDIRECT, include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )
+
+
+def _install_schema(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
