@@ -68,6 +68,7 @@ PLANTED = {
     "through/secret.md": "symbolic link",  # `through` is a link to a directory outside
     "planted.md": "symbolic link",  # the document itself is a link to a file outside
     "dir.md": "directory",  # a directory where the document would go
+    "blocked/x.md": "a file where the store needs a directory",  # `blocked` is a file
 }
 
 
@@ -86,6 +87,7 @@ def _plant(store: FilesystemStore, outside: Path) -> None:
     os.symlink(outside / "target", space / dir_name)
     os.symlink(outside / "passwd", space / file_name)
     (space / probe_file.name.replace("x", "dir")).mkdir()
+    (space / probe_dir.name.replace("probe", "blocked")).write_text("not a directory")
 
 
 def test_unsafe_members_are_rejected_and_the_rest_imports(

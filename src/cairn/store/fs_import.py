@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import stat
 import uuid
 from collections.abc import Iterator
@@ -46,8 +47,19 @@ if TYPE_CHECKING:
 
 #: Pending documents that trigger a flush (bounds the temporary files a crash can leave).
 FLUSH_DOCUMENTS: Final = 20_000
+
+
+def _directory_bound() -> int:
+    """A quarter of the process's descriptor limit, within [16, 4096]: room for the
+    server's sockets and database connections beside an import's directories."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(16, min(4096, soft // 4))
+
+
 #: Open directories that trigger a flush (bounds the descriptors held).
-FLUSH_DIRECTORIES: Final = 256
+FLUSH_DIRECTORIES: Final = _directory_bound()
 
 
 @dataclass
