@@ -230,7 +230,7 @@ class Config(BaseModel):
     #: A scope (a space's chunks, a team's records) with at least this many vectors of
     #: the model is searched through the HNSW index; a smaller one by exact numpy.
     hnsw_min_vectors: Annotated[int, BeforeValidator(_count)] = Field(
-        20_000, validation_alias="CAIRN_HNSW_MIN_VECTORS"
+        30_000, validation_alias="CAIRN_HNSW_MIN_VECTORS"
     )
     #: ``cairn serve`` embeds pending chunks and records on a background thread (``on``,
     #: the default; nothing to do with ``CAIRN_EMBEDDER=none``) or leaves them (``off``).

@@ -528,7 +528,8 @@ def test_pgvector_on_starts_where_the_extension_is(pgvector_server: PgvectorServ
 def test_the_settings_are_checked() -> None:
     config = Config.from_env({"CAIRN_PGVECTOR": "ON", "CAIRN_HNSW_MIN_VECTORS": "0"})
     assert (config.pgvector, config.hnsw_min_vectors) == ("on", 0)
-    assert Config.from_env({}).pgvector == "auto"
+    default = Config.from_env({})
+    assert (default.pgvector, default.hnsw_min_vectors) == ("auto", pgvector.MIN_VECTORS)
     with pytest.raises(InvalidRequest, match="CAIRN_PGVECTOR='maybe' is not one of auto"):
         Config.from_env({"CAIRN_PGVECTOR": "maybe"})
     with pytest.raises(InvalidRequest, match="CAIRN_HNSW_MIN_VECTORS"):
