@@ -247,6 +247,37 @@ def test_a_role_that_may_not_create_the_extension(pgvector_server: PgvectorServe
     assert "CAIRN_PGVECTOR=auto" in refused.value.message
 
 
+def test_a_search_never_builds_an_index_and_a_failed_build_is_replaced(
+    store: SqlStore, spaces: list[str]
+) -> None:
+    ref, model = space_ref(spaces[4], spaces), "third-model"
+    store.write(ref, "third/a.md", "# Third\nA section.\n\n## Two\nAnother one.\n")
+    store.reconcile(ref)
+    rows = [r for r in store.pending_chunks(10_000, model) if r.path == "third/a.md"]
+    assert len(rows) == 2
+    vectors = normalize_rows(np.eye(len(rows), 8) + 0.1)
+    store.store_embeddings(rows, encode_many(vectors), model)
+    name = Pgvector.index_name("memory_chunks", model, 8)
+    index_state = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"
+    assert scalar(store, index_state, n=name) is True
+    with store.engine.begin() as conn:
+        conn.execute(sa.text(f'DROP INDEX "{name}"'))
+    pg(store)._indexed.clear()  # this process forgets it knew the index
+
+    found = store.nearest_chunks(ref, model, vectors[1], 5)
+    assert found is not None and (found[0][0], found[0][1]) == ("third/a.md", rows[1].seq)
+    assert scalar(store, index_state, n=name) is None  # the search did not build it
+
+    assert pg(store).ensure_index("memory_chunks", model, 8)
+    with store.engine.begin() as conn:  # as a CREATE INDEX CONCURRENTLY that failed leaves it
+        invalid = "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:n)"
+        conn.execute(sa.text(invalid), {"n": name})
+    pg(store)._indexed.clear()
+    assert not pg(store).ensure_index("memory_chunks", model, 8, create=False)
+    assert pg(store).ensure_index("memory_chunks", model, 8)
+    assert scalar(store, index_state, n=name) is True
+
+
 # --- Queries: agreement with exact numpy, isolation -------------------------------------
 
 

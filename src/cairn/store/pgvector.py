@@ -28,11 +28,13 @@ handle keeps it in step, ``off`` included (``off`` only never queries it); a vec
 crosses as its text literal (``'[x1,x2,...]'``, nine significant digits: exact for
 float32), so no ``pgvector`` Python package is needed.
 
-Indexes are made in their own transaction, never inside a write: ``CREATE INDEX``
-takes a lock that conflicts with writers, and taken inside a claim holding row locks it
-could wait on a writer that waits on the claim. A store asks for the index of a model
-after its first vectors commit (:meth:`Pgvector.ensure_index`), and again before a
-query; a lock not granted within :data:`LOCK_TIMEOUT` leaves it for the next time.
+Indexes are built ``CONCURRENTLY``, outside any transaction, never inside a write: a
+plain ``CREATE INDEX`` takes a lock that stops writers for the whole build, and taken
+inside a claim holding row locks it could wait on a writer that waits on the claim. A
+store builds the index of a model after its vectors commit, and setup for every model
+it finds (:meth:`Pgvector.ensure_index`, one process at a time); a search only checks
+that it is there, and without it the query is still right (the scope's rows filtered
+and sorted), only slower.
 """
 
 from __future__ import annotations
@@ -68,9 +70,7 @@ EF_SEARCH: Final = 64
 #: and faster below it (measured p50 1.9 against 3.0 ms at 20k, 14 against 6-7 ms at
 #: 100k: the lines cross near 30k, where the matrix is 44 MB of the cache).
 MIN_VECTORS: Final = 30_000
-#: How long a ``CREATE INDEX`` waits for its lock before it gives up until next time.
-LOCK_TIMEOUT: Final = "5s"
-#: Serialises setup across replicas (next to cairn.db's 872361 of the migrations).
+#: Serialises setup and index builds across processes (cairn.db's migrations: 872361).
 SETUP_LOCK: Final = 872363
 #: Rows whose ``vec`` a backfill statement fills at a time.
 BACKFILL_BATCH: Final = 500
@@ -199,31 +199,51 @@ class Pgvector:
         digest = hashlib.sha256(model.encode("utf-8")).hexdigest()[:10]
         return f"{table}_vec_{digest}_{int(dim)}"
 
-    def ensure_index(self, table: str, model: str, dim: int) -> bool:
-        """Make the HNSW index of ``model``'s ``dim``-dimension vectors in ``table`` if it
-        is missing, in a transaction of its own; False when it could not be made now
-        (a lock not granted in time: the next call tries again)."""
+    def ensure_index(self, table: str, model: str, dim: int, *, create: bool = True) -> bool:
+        """Whether the HNSW index of ``model``'s ``dim``-dimension vectors in ``table`` is
+        there, making it first when it is not and ``create``: ``CREATE INDEX
+        CONCURRENTLY`` (writers go on meanwhile) outside any transaction, one process at
+        a time (a try-lock: the others answer False and try again later), replacing an
+        invalid one a failed build left behind. False: not there now (a search then
+        filters and sorts the scope's rows itself: exact, slower)."""
         name = self.index_name(table, model, dim)
         if name in self._indexed:
             return True
         expression = f"(vec::{self._type}({int(dim)}))"
         ddl = (
-            f'CREATE INDEX IF NOT EXISTS "{name}" ON {table} USING hnsw'
+            f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON {table} USING hnsw'
             f" ({expression} {self._opclass}) WHERE {self._predicate(model, dim)}"
         )
+        valid = sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:n)")
         try:
-            with write_transaction(self.engine) as conn:
-                conn.execute(sa.text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SETUP_LOCK})
-                if conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": name}).scalar() is None:
-                    conn.execute(sa.text(ddl))
-                    log.info("pgvector: created the HNSW index %s of %s", name, model)
-        except (StoreUnavailable, sa.exc.DBAPIError) as exc:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                state = conn.execute(valid, {"n": name}).scalar()
+                if state is not True and create:
+                    state = self._build(conn, name, ddl, valid)
+        except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DBAPIError) as exc:
             log.warning("pgvector: the index %s is not there yet (%s)", name, _first_line(exc))
+            return False
+        if state is not True:
             return False
         with self._lock:
             self._indexed.add(name)
         return True
+
+    def _build(self, conn: Connection, name: str, ddl: str, valid: sa.TextClause) -> bool:
+        lock = {"key": SETUP_LOCK}
+        if not conn.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), lock).scalar():
+            return False  # another process is building (or setting up) right now
+        try:
+            state = conn.execute(valid, {"n": name}).scalar()
+            if state is False:  # left invalid by a build that failed
+                conn.execute(sa.text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
+            if state is not True:
+                conn.execute(sa.text(ddl))
+                log.info("pgvector: created the HNSW index %s", name)
+            return conn.execute(valid, {"n": name}).scalar() is True
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), lock)
 
     # --- Queries --------------------------------------------------------------------------
 
@@ -264,7 +284,9 @@ class Pgvector:
         if k <= 0:
             return []
         dim = len(query)
-        self.ensure_index(table, model, dim)
+        # Never built here: a search must not wait on a build. The stores build it after
+        # they store vectors, and setup after it starts.
+        self.ensure_index(table, model, dim, create=False)
         sql = sa.text(self._knn(table, key, scope, model, dim, alias))
         bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
         if conn is not None:
@@ -375,7 +397,7 @@ def setup(
             if filled:
                 log.info("pgvector: filled vec of %d rows of %s from their blobs", filled, table)
             tables.append(table)
-        pairs = {t: _models(conn, t) for t in made}
+        pairs = {t: _models(conn, t) for t in tables}
     if not tables:
         return None
     handle = Pgvector(
@@ -456,13 +478,20 @@ def _backfill(conn: Connection, table: str, vector: str) -> int:
 
 
 def _models(conn: Connection, table: str) -> list[tuple[str, int]]:
-    rows = conn.execute(
-        sa.text(
-            f"SELECT DISTINCT model, vector_dims(vec) AS dim FROM {table}"
-            " WHERE vec IS NOT NULL AND model IS NOT NULL"
-        )
+    """The (model, dimension) pairs of ``table``'s vectors: the models from the ``model``
+    index, a dimension from one row of each."""
+    models = conn.execute(
+        sa.text(f"SELECT DISTINCT model FROM {table} WHERE model IS NOT NULL")
+    ).scalars()
+    dim = sa.text(
+        f"SELECT vector_dims(vec) FROM {table} WHERE model = :m AND vec IS NOT NULL LIMIT 1"
     )
-    return [(str(r.model), int(r.dim)) for r in rows]
+    out = []
+    for model in list(models):
+        found = conn.execute(dim, {"m": model}).scalar()
+        if found is not None:
+            out.append((str(model), int(found)))
+    return out
 
 
 def _first_line(exc: BaseException) -> str:
