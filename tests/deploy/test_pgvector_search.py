@@ -29,6 +29,7 @@ from cairn.db import make_engine
 from cairn.errors import InvalidRequest, StoreUnavailable
 from cairn.records.sql import SqlRecordStore
 from cairn.records.store import Scope, new_record
+from cairn.runtime import open_runtime
 from cairn.schema import upgrade_all
 from cairn.search.cache import VectorCache
 from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
@@ -511,6 +512,19 @@ def test_the_records_query_keeps_to_the_team_and_its_unexpired_records(
         assert found is not None and len(found) == 50
         assert all(team_records.team_of[i] == team for i, _ in found)
         assert expired == []
+
+
+def test_the_runtime_hands_one_setup_to_both_stores(pgvector_server: PgvectorServer) -> None:
+    config = Config(database_url=pgvector_server.create_database(), hnsw_min_vectors=0)
+    runtime = open_runtime(config)
+    try:
+        handle = pg(runtime.store)
+        assert handle.tables == frozenset({"memory_chunks", "records"})
+        assert handle.min_vectors == 0 and handle.search
+        records_store = runtime.records._store
+        assert isinstance(records_store, SqlRecordStore) and records_store.vectors is handle
+    finally:
+        runtime.close()
 
 
 # --- Where pgvector is not: the plain PostgreSQL, SQLite --------------------------------
