@@ -69,7 +69,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(database: str, home: Path, *, indexer: bool) -> Iterator[str]:
+def serve(database: str, home: Path, *, indexer: bool, pin: bool = False) -> Iterator[str]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update(
@@ -77,10 +77,12 @@ def serve(database: str, home: Path, *, indexer: bool) -> Iterator[str]:
         CAIRN_SERVICE_TOKEN=SERVICE,
         CAIRN_INDEXER="on" if indexer else "off",
     )
+
     log = home / f"serve-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cairn.cli.main", "serve"]
+            (["taskset", "-c", "1"] if pin else [])
+            + [sys.executable, "-m", "cairn.cli.main", "serve"]
             + ["--port", str(port), "--database", database],
             env=env,
             stdout=out,
@@ -152,14 +154,19 @@ def pending_chunks(database: str) -> int:
         store.close()
 
 
-def write_backlog(database: str, team: str, n: int, rng: random.Random) -> None:
-    """``n`` one-chunk documents straight into the database: work for the indexer."""
+def write_backlog(
+    database: str, team: str, n: int, rng: random.Random, *, prechunk: bool = False
+) -> None:
+    """``n`` one-chunk documents straight into the database: work for the indexer
+    (``prechunk``: chunked here too, so the indexer only embeds)."""
     store = SqlStore.open(database)
     backlog = SpaceRef.build("project", "backlog", tenant=team, project="bench")
     try:
         tag = uuid.uuid4().hex[:8]
         for i in range(n):
             store.write(backlog, f"{tag}/{i}.md", note(i, rng))
+        if prechunk:
+            store.backfill_chunks()
     finally:
         store.close()
 
@@ -170,10 +177,10 @@ def part_a(database: str, home: Path, team: str, args: argparse.Namespace) -> No
     on: list[float] = []
     left: list[int] = []
     for _ in range(args.rounds):
-        with serve(database, home, indexer=False) as base:
+        with serve(database, home, indexer=False, pin=args.pin) as base:
             off.append(saves_per_second(base, team, args.clients, args.seconds))
-        write_backlog(database, team, args.backlog, rng)
-        with serve(database, home, indexer=True) as base:
+        write_backlog(database, team, args.backlog, rng, prechunk=args.prechunk)
+        with serve(database, home, indexer=True, pin=args.pin) as base:
             time.sleep(1.0)  # the model loads and the first batches start
             on.append(saves_per_second(base, team, args.clients, args.seconds))
             left.append(pending_chunks(database))
@@ -308,7 +315,19 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=300)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--only", choices=["a", "b", "c"], action="append")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="(a): clients on CPU 0, the server (and its indexer) on CPU 1 (Linux taskset)",
+    )
+    parser.add_argument(
+        "--prechunk",
+        action="store_true",
+        help="(a): chunk the backlog before the round, so the indexer only embeds",
+    )
     args = parser.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {0})
     parts = set(args.only or ["a", "b", "c"])
 
     with tempfile.TemporaryDirectory() as tmp:

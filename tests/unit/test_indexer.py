@@ -9,11 +9,13 @@ starts and stops it, and ``CAIRN_INDEXER`` / ``CAIRN_EMBEDDER=none`` keep it off
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from cairn.records.schema import records
 from cairn.records.sql import SqlRecordStore
 from cairn.runtime import open_indexer, open_runtime
 from cairn.search.vectors import decode
-from cairn.service.indexer import Indexer, document_sources, record_sources
+from cairn.service.indexer import Indexer, Source, document_sources, record_sources
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.sql import ChunkRow, SqlStore
 from tests.records.conftest import make_world
@@ -371,3 +373,27 @@ def test_the_indexer_embeds_team_records_and_re_embeds_on_a_model_change(
     second = Indexer(HashEmbedder("hash-b"), record_sources(record_store))
     assert second.drain()["records"] >= 5
     assert {m for m, _ in team_vectors(runtime.engine, team).values()} == {"hash-b"}
+
+
+def test_rows_a_store_keeps_refusing_do_not_make_the_loop_spin() -> None:
+    @dataclass(frozen=True)
+    class Row:
+        key: int
+        search_text: str
+
+    class Refusing:
+        """A claim whose vectors never take: the same rows stay pending."""
+
+        rows = [Row(1, "one"), Row(2, "two")]
+
+        def store_embeddings(self, blobs: Sequence[bytes]) -> None:
+            pass
+
+    @contextlib.contextmanager
+    def claim(_limit: int, _model: str) -> Iterator[Refusing]:
+        yield Refusing()
+
+    indexer = Indexer(HashEmbedder(), [Source("chunks", claim)])
+    assert indexer.run_once() == 2
+    assert indexer.run_once() == 0  # the same rows again: no progress
+    assert indexer.drain() == {"chunks": 2}  # it ends instead of looping forever

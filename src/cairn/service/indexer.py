@@ -11,10 +11,11 @@ that fails (the embedder is unreachable, the process dies) stores nothing: the r
 pending, never half-indexed. On PostgreSQL a claim is ``FOR UPDATE SKIP LOCKED``, so the
 indexers of several replicas share the rows and embed each once.
 
-:meth:`Indexer.start` runs passes on a daemon thread (``cairn serve``): no pause while
-work remains, ``idle_seconds`` when there is none, a doubling back-off (one log line
-each) after a failure; the thread never dies of one. :meth:`Indexer.drain` runs passes
-until nothing is pending (``cairn reindex``, ``cairn memory reindex``).
+:meth:`Indexer.run` is the loop — no pause while work remains, ``idle_seconds`` when
+there is none, a doubling back-off (one log line each) after a failure, which never ends
+it — run by ``cairn serve`` in a child process (:mod:`cairn.api.indexer_process`), or on a
+daemon thread by :meth:`Indexer.start`. :meth:`Indexer.drain` runs passes until nothing is
+pending (``cairn reindex``, ``cairn memory reindex``).
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class Indexer:
         self.max_backoff = max_backoff
         self.niceness = niceness
         self.embedded: dict[str, int] = {s.name: 0 for s in self.sources}
+        self._last_claimed: dict[str, tuple[str, ...]] = {}
         self.documents = 0
         #: Failed passes so far, and the last failure's message (None after a good pass).
         self.failures = 0
@@ -187,6 +189,13 @@ class Indexer:
             vectors = self.embedder.embed([row.search_text for row in rows])
             claim.store_embeddings(encode_many(vectors))
         self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
+        # The very rows of the last batch again: the store kept refusing their vectors
+        # (a row changed under it and was not re-read). No progress: pause, do not spin.
+        claimed = tuple(repr(row) for row in rows)
+        if self._last_claimed.get(source.name) == claimed:
+            log.warning("indexer: the same %d %s stayed pending; pausing", len(rows), source.name)
+            return 0
+        self._last_claimed[source.name] = claimed
         return len(rows)
 
     def drain(self, progress: Callable[[int], None] | None = None) -> dict[str, int]:
