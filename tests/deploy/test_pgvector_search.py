@@ -29,10 +29,11 @@ from cairn.db import make_engine
 from cairn.errors import InvalidRequest, StoreUnavailable
 from cairn.records.sql import SqlRecordStore
 from cairn.records.store import Scope, new_record
-from cairn.runtime import open_runtime
+from cairn.runtime import open_runtime, reindex_database
 from cairn.schema import upgrade_all
 from cairn.search.cache import VectorCache
 from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
+from cairn.service.access import LOCAL_PRINCIPAL
 from cairn.service.record_search import RecordSearch
 from cairn.service.search import DocumentSearch
 from cairn.spaces import SpaceRef, Visibility
@@ -523,6 +524,33 @@ def test_the_runtime_hands_one_setup_to_both_stores(pgvector_server: PgvectorSer
         assert handle.min_vectors == 0 and handle.search
         records_store = runtime.records._store
         assert isinstance(records_store, SqlRecordStore) and records_store.vectors is handle
+    finally:
+        runtime.close()
+
+
+def test_search_by_meaning_through_the_runtime_with_minilm(
+    pgvector_server: PgvectorServer,
+) -> None:
+    """End to end with the real model: documents written, embedded by ``cairn reindex``'s
+    code, found by a paraphrase through ``SpaceService.search`` on the HNSW path."""
+    config = Config(database_url=pgvector_server.create_database(), hnsw_min_vectors=0, local=True)
+    runtime = open_runtime(config)
+    try:
+        ref = SpaceRef.build(Visibility.PROJECT, "ops", tenant="team-a", project="p1")
+        notes = {
+            "db.md": "# Database\nThe primary ran out of disk; we moved WAL to a bigger volume.",
+            "garden.md": "# Garden\nTomatoes want six hours of sun and deep watering.",
+            "deploy.md": "# Deploys\nA canary gets 5 % of traffic before the full rollout.",
+        }
+        for path, text in notes.items():
+            runtime.store.write(ref, path, text + "\n")
+        embedder = runtime.embedder.get() if runtime.embedder is not None else None
+        assert embedder is not None, "the MiniLM model is a dev dependency (make models)"
+        reindex_database(runtime, embedder)
+        before = pg(runtime.store).queries
+        hits = runtime.spaces.search(LOCAL_PRINCIPAL, ref, "storage filled up on the server")
+        assert hits[0].path == "db.md" and "meaning" in hits[0].matched
+        assert pg(runtime.store).queries == before + 1
     finally:
         runtime.close()
 
