@@ -330,11 +330,14 @@ def test_a_query_never_returns_another_spaces_chunk(
 
 def test_path_prefix_is_applied_in_the_query(store: SqlStore, spaces: list[str]) -> None:
     ref = space_ref(spaces[1], spaces)
-    paths = sorted({r.path for r in store.chunk_rows(ref)})
-    prefix = paths[0].split("/")[0] + "/" if "/" in paths[0] else paths[0]
-    found = store.nearest_chunks(ref, MODEL, np.full(DIM, DIM**-0.5, np.float32), 50,
-                                 path_prefix=prefix)  # fmt: skip
-    assert found and all(path.startswith(prefix) for path, _, _ in found)
+    rows = [r for r in store.chunk_rows(ref) if r.model == MODEL]
+    folders = sorted({r.path.split("/")[0] + "/" for r in rows if "/" in r.path})
+    prefix = folders[0]
+    under = {(r.path, r.seq) for r in rows if r.path.startswith(prefix)}
+    assert 0 < len(under) < len(rows)
+    probe = np.full(DIM, DIM**-0.5, np.float32)
+    found = store.nearest_chunks(ref, MODEL, probe, 500, path_prefix=prefix)
+    assert found is not None and {(p, s) for p, s, _ in found} == under
 
 
 # --- Document search through the index ----------------------------------------------------
