@@ -8,6 +8,8 @@
 * :class:`Migration` and :func:`upgrade`: each component keeps an ordered list of
   migrations; applied ones are recorded in ``cairn_migrations`` (component, version).
 * :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
+* :func:`claim_rows`: rows claimed to work on outside the database (embedding them),
+  the same way for every index.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -154,6 +156,42 @@ def translated_errors() -> Iterator[None]:
         raise StoreUnavailable(
             "the database cannot be reached right now; try again shortly"
         ) from exc
+
+
+C = TypeVar("C")
+
+
+@contextlib.contextmanager
+def claim_rows(
+    engine: Engine,
+    claim: Callable[[Connection, bool], C],
+    finish: Callable[[Connection, C], object],
+    dirty: Callable[[C], bool],
+) -> Iterator[C]:
+    """``with claim_rows(engine, claim, finish, dirty) as c:`` — rows claimed by
+    ``claim(conn, lock)`` for the block to work on, and ``finish(conn, c)`` writing what
+    it made when the block exits normally.
+
+    PostgreSQL: one write transaction held while the block runs; ``claim`` reads with
+    ``lock`` True (``FOR UPDATE SKIP LOCKED``: concurrent claimers, threads or replicas,
+    take other rows) and ``finish`` writes in the same transaction, committed with it (an
+    exception, or a crash, rolls back: the rows stay to do). SQLite: ``claim`` reads with
+    ``lock`` False in a read transaction that ends before the block (a lock would stop
+    every writer while it runs), and ``finish`` runs in one short write transaction
+    afterwards, when ``dirty(c)``; it must leave alone a row changed meanwhile.
+    """
+    if engine.dialect.name == "postgresql":
+        with write_transaction(engine) as conn:
+            claimed = claim(conn, True)
+            yield claimed
+            finish(conn, claimed)
+        return
+    with read_transaction(engine) as conn:
+        claimed = claim(conn, False)
+    yield claimed
+    if dirty(claimed):
+        with write_transaction(engine) as conn:
+            finish(conn, claimed)
 
 
 @dataclass(frozen=True, slots=True)

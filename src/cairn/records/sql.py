@@ -31,7 +31,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.db import read_transaction, utcnow, write_transaction
+from cairn.db import claim_rows, read_transaction, utcnow, write_transaction
 from cairn.records.schema import (
     CURSOR_KEY_NAME,
     record_search_versions,
@@ -470,20 +470,17 @@ class SqlRecordStore(RecordStore):
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
         params = _pending_params(limit, model)
-        if self.engine.dialect.name == "postgresql":
-            with write_transaction(self.engine) as conn:
-                claim = RecordClaim(_pending(conn.execute(_CLAIM, params)), model, _pending_key)
-                yield claim
-                self._store_vectors(conn, claim.stored, model)
-            self._index_vectors(claim.stored, model)
-            return
-        with read_transaction(self.engine) as conn:
-            rows = _pending(conn.execute(_PENDING, params))
-        claim = RecordClaim(rows, model, _pending_key)
-        yield claim
-        if claim.stored:
-            with write_transaction(self.engine) as conn:
-                self._store_vectors(conn, claim.stored, model)
+
+        def claim(conn: Connection, lock: bool) -> RecordClaim:
+            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+            return RecordClaim(rows, model, _pending_key)
+
+        def finish(conn: Connection, claimed: RecordClaim) -> int:
+            return self._store_vectors(conn, claimed.stored, model)
+
+        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
+            yield claimed
+        self._index_vectors(claimed.stored, model)
 
     def store_record_embeddings(
         self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str

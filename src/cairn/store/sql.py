@@ -52,6 +52,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import (
+    claim_rows,
     make_engine,
     read_transaction,
     upgrade,
@@ -602,21 +603,18 @@ class SqlStore(MemoryStore):
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        if self.engine.dialect.name == "postgresql":
-            with write_transaction(self.engine) as conn:
-                rows = conn.execute(self._sql.claim, {"limit": limit, "model": model}).all()
-                claim = ChunkClaim([_pending(r) for r in rows], model)
-                yield claim
-                self._store_embeddings(conn, claim.stored, model)
-            self._index_vectors(claim.stored, model)
-            return
-        with read_transaction(self.engine) as conn:
-            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
-        claim = ChunkClaim([_pending(r) for r in rows], model)
-        yield claim
-        if claim.stored:
-            with write_transaction(self.engine) as conn:
-                self._store_embeddings(conn, claim.stored, model)
+        params = {"limit": limit, "model": model}
+
+        def claim(conn: Connection, lock: bool) -> ChunkClaim:
+            rows = conn.execute(self._sql.claim if lock else self._sql.pending, params).all()
+            return ChunkClaim([_pending(r) for r in rows], model)
+
+        def finish(conn: Connection, claimed: ChunkClaim) -> int:
+            return self._store_embeddings(conn, claimed.stored, model)
+
+        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
+            yield claimed
+        self._index_vectors(claimed.stored, model)
 
     def store_embeddings(
         self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
