@@ -18,6 +18,12 @@ thousand members that was most of a minute. A batch pays those once:
   document is all there or not there, as with a single write (what a crash leaves is
   at most ignored ``.cairn-tmp-*.tmp`` files).
 
+Part of the filesystem adapter, like :mod:`~cairn.store.fs_layout` and
+:mod:`~cairn.store.fs_index`: it uses the store's own helpers (its lock, counters and
+directory walk), so the batch and a single write share every rule. The lock is held
+for the whole import: another process's writes (and its usage reads, which wait for a
+clean state) wait for the import to end.
+
 Each document is checked exactly as a single write checks it (the shared prelude
 :meth:`~cairn.store.base.MemoryStore.check_write`, the precondition, the quota against
 the running counters); a document pending in the batch counts as existing.
