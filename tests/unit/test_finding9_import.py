@@ -245,6 +245,19 @@ def test_an_import_stopped_midway_leaves_a_consistent_store(store: FilesystemSto
     store.write(REF, "after.md", "fine")
 
 
+def test_the_next_import_removes_what_a_killed_import_left(store: FilesystemStore) -> None:
+    store.write(REF, "notes/a.md", "alpha")
+    notes = next(p for p in _space_dir(store).iterdir() if p.is_dir())
+    for i in range(3):  # temporary files of a process killed before its flush
+        (notes / f".cairn-tmp-{i:032x}.tmp").write_text("half")
+    (notes / ".cairn-tmp-keep").write_text("not ours: no .tmp suffix")
+    report = store.import_archive(REF, io.BytesIO(tar_gz([regular("notes/b.md", "beta")])))
+    assert report.written == ["notes/b.md"]
+    left = sorted(p.name for p in notes.iterdir() if p.name.startswith(".cairn-tmp-"))
+    assert left == [".cairn-tmp-keep"]
+    assert {d.path for d in store.list(REF)} == {"notes/a.md", "notes/b.md"}
+
+
 def _walk(root: Path) -> Iterator[Path]:
     if root.exists():
         yield from (p for p in root.rglob("*"))

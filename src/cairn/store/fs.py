@@ -569,7 +569,10 @@ def _walk_docs(
             if entry.is_symlink():
                 continue
             if entry.is_file(follow_symlinks=False):
-                files.append((entry.name, entry.stat(follow_symlinks=False)))
+                try:
+                    files.append((entry.name, entry.stat(follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue  # renamed or removed meanwhile (a writer's temporary file)
             elif entry.is_dir(follow_symlinks=False):
                 dirs.append(entry.name)
         for name, st in files:

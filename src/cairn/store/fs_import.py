@@ -15,8 +15,9 @@ thousand members that was most of a minute. A batch pays those once:
   directories are open) the filesystem is flushed once (``syncfs``), then every
   temporary file is renamed over its document and each directory synced. So a crash
   never leaves a document name whose content was not yet on disk: an imported
-  document is all there or not there, as with a single write (what a crash leaves is
-  at most ignored ``.cairn-tmp-*.tmp`` files).
+  document is all there or not there, as with a single write. What a crash leaves is
+  at most ignored ``.cairn-tmp-*.tmp`` files, which the next import removes from each
+  directory it writes in.
 
 Part of the filesystem adapter, like :mod:`~cairn.store.fs_layout` and
 :mod:`~cairn.store.fs_index`: it uses the store's own helpers (its lock, counters and
@@ -113,6 +114,7 @@ class _Batch:
             opened = self.store._open_dirs(self.space + list(where), path, create=True)
             assert opened is not None  # create=True always yields a directory
             dfd = self.dirs[where] = opened
+            _remove_stale_temps(dfd)
         return dfd
 
     def _existing_size(self, dfd: int, where: tuple[str, ...], name: str, path: str) -> int | None:
@@ -185,6 +187,25 @@ def import_batch(
             raise
         state.dirty = False
         store._save_state(state, sync_data=True, sync_dir=True)
+
+
+def _remove_stale_temps(dfd: int) -> None:
+    """Remove the temporary files a killed writer left in the directory ``dfd``.
+
+    Every writer of the store writes its temporary files under the store's lock, which
+    the batch holds: any there now belong to a process that died mid-write (an import
+    killed before its flush leaves one per pending document)."""
+    with os.scandir(dfd) as entries:
+        stale = [
+            e.name
+            for e in entries
+            if e.name.startswith(TEMP_PREFIX)
+            and e.name.endswith(TEMP_SUFFIX)
+            and e.is_file(follow_symlinks=False)
+        ]
+    for name in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dfd)
 
 
 def _write_temp(dfd: int, data: bytes) -> str:
