@@ -8,9 +8,10 @@ Prints figures; asserts nothing.
     with the service token, ``--clients`` threads, ``--seconds`` per round), a server with
     ``CAIRN_INDEXER=off`` and one with it on, alternating, ``--rounds`` rounds each, medians
     and their ratio. In the "on" rounds the indexer is kept *busy* for the whole round: a
-    backlog of documents is written straight into the database just before (the worst
-    case for the saves: the embedder runs flat out beside them); the rows it still had
-    pending at the end are printed, so a round where it went idle shows.
+    backlog of documents is written straight into the database just before, and the round
+    starts once the indexer stores vectors (the worst case for the saves: the embedder
+    runs flat out beside them); the rows it still had pending at the end are printed, so
+    a round where it went idle shows.
 (b) Records: the time from a save's 201 to its vector being committed, at 100 saves/s
     (``--saves`` saves), read from the database every 10 ms — only when the record store
     can be embedded (``claim_pending_records``); otherwise said and skipped.
@@ -171,6 +172,25 @@ def write_backlog(
         store.close()
 
 
+def embedding_started(database: str, timeout: float = 120) -> None:
+    """Wait until the indexer stores vectors (its process has loaded the model and
+    chunked the backlog): the rounds measure saves beside the embedding itself."""
+    engine = make_engine(database)
+    done = sa.select(sa.func.count()).where(memory_chunks.c.model == MODEL)
+    try:
+        with engine.connect() as conn:
+            before = conn.execute(done).scalar_one()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                if conn.execute(done).scalar_one() > before:
+                    return
+            time.sleep(0.05)
+    finally:
+        engine.dispose()
+    raise SystemExit("the indexer did not start embedding")
+
+
 def part_a(database: str, home: Path, team: str, args: argparse.Namespace) -> None:
     rng = random.Random(1)
     off: list[float] = []
@@ -181,7 +201,7 @@ def part_a(database: str, home: Path, team: str, args: argparse.Namespace) -> No
             off.append(saves_per_second(base, team, args.clients, args.seconds))
         write_backlog(database, team, args.backlog, rng, prechunk=args.prechunk)
         with serve(database, home, indexer=True, pin=args.pin) as base:
-            time.sleep(1.0)  # the model loads and the first batches start
+            embedding_started(database)  # past the child's start and the backlog's chunking
             on.append(saves_per_second(base, team, args.clients, args.seconds))
             left.append(pending_chunks(database))
     m_off, m_on = statistics.median(off), statistics.median(on)

@@ -1,12 +1,17 @@
 """The background indexer of ``cairn serve``, in a child process of its own.
 
 Embedding is CPU work with stretches that hold the GIL (the tokenizer's Python side,
-numpy's per-operation overhead on short texts): on a thread of the server it took the
-interpreter from request handling, and a lowered thread priority made that worse (a
-niced thread holding the GIL stalls the request thread). In a child process, at a
-lowered priority (``nice`` +10), the embedder competes for CPU only, and the kernel
-gives request handling the first claim on it (docs/search.md, "The background
-indexer", has the measurements).
+numpy's per-operation overhead on short texts): on a thread of the server it would
+compete with request handling for the interpreter, and a niced thread holding the GIL
+would stall the request threads waiting for it. In a child process the embedder
+competes for CPU only, at a lowered priority, so the kernel gives request handling the
+first claim on it (docs/search.md, "The background indexer", has the measurements).
+
+Inside the child, the embedding runs on a thread at nice +19, while the thread that
+chunks documents and writes vectors keeps the normal priority: SQLite's one writer
+lock, which every save needs, is never held by a starved thread. (On PostgreSQL a
+claim's row locks are held while its batch embeds; only a write of those very rows
+waits for them.)
 
 The child opens its own runtime on the same database (no migrations: the server ran
 them), builds the indexer as :func:`cairn.runtime.open_indexer` does, and runs it until
@@ -22,15 +27,19 @@ import multiprocessing
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.process import BaseProcess
 
 from cairn.config import Config
 from cairn.runtime import open_indexer, open_runtime
+from cairn.service.indexer import lower_thread_priority
 
 log = logging.getLogger(__name__)
 
-#: Niceness of the indexer's process: request handling comes first.
-NICENESS = 10
+#: Niceness of the thread that embeds: request handling comes first. The process's
+#: database work (claims, the backfill's chunking) keeps the normal priority, so a lock
+#: it holds is released promptly.
+EMBED_NICENESS = 19
 #: Seconds :meth:`IndexerProcess.stop` waits for the batch in hand before a kill.
 STOP_SECONDS = 15.0
 
@@ -77,21 +86,22 @@ def run_child(config: Config, parent: int) -> None:
 
     logs.configure()
     _die_with_parent()
-    try:
-        os.nice(NICENESS)
-    except OSError:
-        pass
     runtime = open_runtime(config, migrate=False)
+    compute = ThreadPoolExecutor(
+        1, "cairn-embed", initializer=lower_thread_priority, initargs=(EMBED_NICENESS,)
+    )
     try:
         indexer = open_indexer(runtime)
         if indexer is None:
             return
-        indexer.niceness = 0  # the whole process is niced already
+        indexer.niceness = 0  # this thread holds the claims and locks: normal priority
+        indexer.compute = compute
         signal.signal(signal.SIGTERM, lambda _sig, _frame: indexer.request_stop())
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
         log.info("indexer: embedding with %s", indexer.model)
         indexer.run(until=lambda: os.getppid() != parent)
     finally:
+        compute.shutdown()
         runtime.close()
 
 

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -143,6 +144,7 @@ class Indexer:
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         niceness: int = NICENESS,
+        compute: Executor | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -154,6 +156,10 @@ class Indexer:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self.niceness = niceness
+        #: Where the embedder runs (None: the calling thread). ``cairn serve``'s indexer
+        #: process embeds on a low-priority thread while its database work keeps the
+        #: normal priority, so a lock it holds is never held by a starved thread.
+        self.compute = compute
         self.embedded: dict[str, int] = {s.name: 0 for s in self.sources}
         self._last_claimed: dict[str, tuple[str, ...]] = {}
         self.documents = 0
@@ -186,7 +192,11 @@ class Indexer:
             rows = claim.rows
             if not rows:
                 return 0
-            vectors = self.embedder.embed([row.search_text for row in rows])
+            texts = [row.search_text for row in rows]
+            if self.compute is None:
+                vectors = self.embedder.embed(texts)
+            else:
+                vectors = self.compute.submit(self.embedder.embed, texts).result()
             claim.store_embeddings(encode_many(vectors))
         self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
         # The very rows of the last batch again: the store kept refusing their vectors
@@ -238,7 +248,7 @@ class Indexer:
         :meth:`stop` or ``until()`` (checked at least every :data:`IDLE_SECONDS`): no
         pause while work remains, ``idle_seconds`` when there was none, a doubling
         back-off after a failure, logged in one line. It lowers the thread's priority."""
-        _lower_priority(self.niceness)
+        lower_thread_priority(self.niceness)
         delay = 0.0
         while not self._stopping(until):
             try:
@@ -280,8 +290,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _lower_priority(niceness: int) -> None:
-    """Make the calling thread nicer (Linux: niceness is per thread). Best effort."""
+def lower_thread_priority(niceness: int) -> None:
+    """Make the calling thread ``niceness`` nicer (Linux: niceness is per thread, and
+    threads it starts inherit it). Best effort."""
     if niceness <= 0 or not hasattr(os, "setpriority"):
         return
     try:
@@ -359,5 +370,6 @@ __all__ = [
     "document_sources",
     "drop_record_vectors",
     "embed_pending",
+    "lower_thread_priority",
     "record_sources",
 ]
