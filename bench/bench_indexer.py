@@ -224,24 +224,43 @@ def paced(n: int, rate: float, action: Any) -> list[float]:
     return done
 
 
-def embedded_at(query: Any, database: str, keys: list[Any], timeout: float) -> dict[Any, float]:
-    """When each of ``keys`` first shows as embedded (``query(conn)`` lists the embedded
-    keys), polling every 10 ms until all have or ``timeout`` passes."""
-    engine = make_engine(database)
-    seen: dict[Any, float] = {}
-    wanted = set(keys)
-    deadline = time.monotonic() + timeout
-    try:
-        while wanted - seen.keys() and time.monotonic() < deadline:
-            with engine.connect() as conn:
-                found = set(query(conn)) & wanted
-            now = time.monotonic()
-            for key in found - seen.keys():
-                seen[key] = now
+class Watcher:
+    """Polls the database every 10 ms, while the saves go on, for which of the keys
+    saved so far have their vector (``query(conn, keys)`` lists those), and notes when
+    each first shows."""
+
+    def __init__(self, database: str, query: Any) -> None:
+        self.engine = make_engine(database)
+        self.query = query
+        self.keys: list[Any] = []  # appended by the saving thread
+        self.seen: dict[Any, float] = {}
+        self.saving = True
+        self.thread = threading.Thread(target=self._poll)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        deadline = None
+        while True:
+            keys = [k for k in list(self.keys) if k not in self.seen]
+            if keys:
+                with self.engine.connect() as conn:
+                    found = set(self.query(conn, keys))
+                now = time.monotonic()
+                for key in found:
+                    self.seen.setdefault(key, now)
+            elif not self.saving:
+                return
+            if not self.saving:
+                deadline = deadline or time.monotonic() + 60
+                if time.monotonic() > deadline:
+                    return
             time.sleep(0.01)
-    finally:
-        engine.dispose()
-    return seen
+
+    def finish(self) -> dict[Any, float]:
+        self.saving = False
+        self.thread.join()
+        self.engine.dispose()
+        return self.seen
 
 
 def latency_report(label: str, saved: list[float], seen: list[float | None]) -> None:
@@ -289,17 +308,21 @@ def part_b(database: str, home: Path, team: str, args: argparse.Namespace) -> No
     rng = random.Random(2)
     with serve(database, home, indexer=True) as base:
         wait_idle(database)
-        ids: list[str] = []
+        watcher = Watcher(
+            database,
+            lambda conn, keys: conn.execute(
+                sa.select(records.c.id).where(records.c.model == MODEL, records.c.id.in_(keys))
+            ).scalars(),
+        )
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {SERVICE}"}) as c:
 
             def save(_i: int) -> None:
                 r = c.post(f"/api/internal/teams/{team}/memory", json={"text": record_text(rng)})
-                ids.append(r.json()["id"])
+                watcher.keys.append(r.json()["id"])
 
             saved = paced(args.saves, args.rate, save)
-        query = sa.select(records.c.id).where(records.c.model == MODEL)
-        seen = embedded_at(lambda conn: conn.execute(query).scalars(), database, ids, 60)
-    latency_report("records", saved, [seen.get(i) for i in ids])
+        seen = watcher.finish()
+    latency_report("records", saved, [seen.get(i) for i in watcher.keys])
 
 
 def part_c(database: str, home: Path, key: str, args: argparse.Namespace) -> None:
@@ -311,9 +334,20 @@ def part_c(database: str, home: Path, key: str, args: argparse.Namespace) -> Non
     with serve(database, home, indexer=True) as base:
         wait_idle(database)
         client = HttpMemoryStore(base, key)
-        saved = paced(args.saves, args.rate, lambda i: client.write(SPACE, paths[i], contents[i]))
-        query = sa.select(memory_chunks.c.path).where(memory_chunks.c.model == MODEL)
-        seen = embedded_at(lambda conn: conn.execute(query).scalars(), database, paths, 60)
+        chunks = memory_chunks.c
+        watcher = Watcher(
+            database,
+            lambda conn, keys: conn.execute(
+                sa.select(chunks.path).where(chunks.model == MODEL, chunks.path.in_(keys))
+            ).scalars(),
+        )
+
+        def write(i: int) -> None:
+            client.write(SPACE, paths[i], contents[i])
+            watcher.keys.append(paths[i])
+
+        saved = paced(args.saves, args.rate, write)
+        seen = watcher.finish()
         latency_report("documents", saved, [seen.get(p) for p in paths])
         sample = random.Random(4).sample(range(args.saves), 20)
         by_meaning = 0
