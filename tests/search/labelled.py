@@ -255,6 +255,26 @@ def fuse(kw: Sequence[Ranking], dn: Sequence[Ranking], config: Config = CHOSEN) 
     return out
 
 
+def hybrid_rankings(es: EvalSet, units: np.ndarray, queries: np.ndarray) -> list[list[int]]:
+    """What the product ranks (:func:`cairn.search.hybrid.rank`: its own candidate depth,
+    each side's candidates scored exactly on the other side, the fixed-scale sum), per
+    group, as unit indices best first."""
+    from cairn.search.hybrid import ExactDense, rank
+
+    indexes = {
+        g: BM25Index([ANALYZER.terms(es.units[i].text) for i in ix]) for g, ix in es.groups.items()
+    }
+    matrices = {g: np.ascontiguousarray(units[ix], dtype=np.float32) for g, ix in es.groups.items()}
+    out = []
+    for q, qv in zip(es.queries, queries, strict=True):
+        ix = es.groups[q.group]
+        matrix = matrices[q.group]
+        dense = ExactDense(matrix, np.arange(len(ix), dtype=np.int64), qv.astype(np.float32))
+        hits = rank(indexes[q.group], ANALYZER.query_terms(q.text), dense=dense)
+        out.append([int(ix[h.key]) for h in hits])
+    return out
+
+
 # --- the stored vectors ---------------------------------------------------------------
 
 

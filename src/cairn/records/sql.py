@@ -129,6 +129,19 @@ class VectorColumn(Protocol):
         alias: str = "",
         conn: Connection | None = None,
     ) -> Sequence[Any]: ...
+    def similarity(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: Float32Array,
+        keys: Sequence[tuple[Any, ...]],
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
+    ) -> Sequence[Any]: ...
 
 
 def _store_vector(vec: VectorColumn | None) -> Any:
@@ -290,6 +303,27 @@ class _SqlReader(RecordReader):
         where = _where(scope, params)
         found = vec.nearest(
             R.name, ("r.id",), where, params, model, query, k, alias="r", conn=self._conn
+        )
+        return [(str(n.key[0]), float(n.cosine)) for n in found]
+
+    def record_similarity(
+        self, scope: Scope, model: str, query: Float32Array, ids: Sequence[str]
+    ) -> list[tuple[str, float]] | None:
+        vec = self._store.vectors
+        if vec is None or not vec.search:
+            return None
+        params: dict[str, object] = {}
+        where = _where(scope, params)
+        found = vec.similarity(
+            R.name,
+            ("r.id",),
+            where,
+            params,
+            model,
+            query,
+            [(i,) for i in ids],
+            alias="r",
+            conn=self._conn,
         )
         return [(str(n.key[0]), float(n.cosine)) for n in found]
 

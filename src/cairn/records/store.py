@@ -182,6 +182,15 @@ class RecordReader(ABC):
         the database's vector index (pgvector's HNSW); None when it has none."""
         return None
 
+    def record_similarity(
+        self, scope: Scope, model: str, query: Float32Array, ids: Sequence[str]
+    ) -> list[tuple[str, float]] | None:
+        """The cosine to ``query`` of the records ``ids`` of ``scope`` that ``model``
+        embedded, through the database's vectors (with :meth:`nearest_records`: a search
+        scores its keyword candidates on the dense side with it); None when the
+        database has no vector index."""
+        return None
+
     def index_min_vectors(self) -> int | None:
         """From how many vectors a team is searched through :meth:`nearest_records`
         rather than exactly in the process (None: never; ``CAIRN_HNSW_MIN_VECTORS``)."""

@@ -130,6 +130,15 @@ class BM25Index:
             matched[docs] = True
         return scores, matched
 
+    def relative_scores(
+        self, query_terms: Sequence[str], docs: Sequence[int]
+    ) -> list[float | None]:
+        """The score of each of ``docs`` relative to the query's full match (as
+        :meth:`top` with ``relative``); None for a document that does not match."""
+        scores, matched = self.scores(query_terms)
+        scale = self.full_match(query_terms)
+        return [float(scores[d]) / scale if matched[d] else None for d in docs]
+
     def top(
         self,
         query_terms: Sequence[str],

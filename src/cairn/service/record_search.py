@@ -182,7 +182,11 @@ class RecordSearch:
             def nearest(k: int) -> list[tuple[Hashable, float]]:
                 return list(tx.nearest_records(scope, model, vector, k) or [])
 
-            return IndexedDense(nearest, rows.position)
+            def score(keys: Sequence[Hashable]) -> list[tuple[Hashable, float]]:
+                ids = [str(key) for key in keys]
+                return list(tx.record_similarity(scope, model, vector, ids) or [])
+
+            return IndexedDense(nearest, rows.position, score, rows.ids.__getitem__)
 
         return dense_side(len(rows.ids), tx.index_min_vectors(), exact, indexed)
 

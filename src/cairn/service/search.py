@@ -301,8 +301,18 @@ class DocumentSearch:
             found = store.nearest_chunks(ref, model, query, k, path_prefix=path_prefix)
             return [((path, seq), cosine) for path, seq, cosine in found or []]
 
+        def score(keys: Sequence[Hashable]) -> list[tuple[Hashable, float]]:
+            assert isinstance(store, SqlStore)
+            pairs = [key for key in keys if isinstance(key, tuple)]
+            found = store.chunk_similarity(ref, model, query, pairs)
+            return [((path, seq), cosine) for path, seq, cosine in found or []]
+
+        def key_of(row: int) -> Hashable:
+            chunk = keyword.rows[row]
+            return (chunk.path, chunk.seq)
+
         def indexed() -> DenseSide:
-            return IndexedDense(nearest, keyword.position)
+            return IndexedDense(nearest, keyword.position, score, key_of)
 
         return dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
 

@@ -302,6 +302,48 @@ class Pgvector:
         found.sort(key=lambda n: -n.cosine)
         return found
 
+    def similarity(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: npt.NDArray[np.float32],
+        keys: Sequence[tuple[Any, ...]],
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
+    ) -> list[Nearest]:
+        """The cosine to ``query`` of the rows of ``table`` within ``scope`` named by
+        ``keys`` (values of the ``key`` columns) that ``model`` embedded, exactly (no
+        index: a handful of rows by key). A search scores its keyword candidates on the
+        dense side with it (:func:`cairn.search.hybrid.complete`)."""
+        if not keys:
+            return []
+        dim = len(query)
+        vector = f"{self._type}({dim})"
+        distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
+        bound: dict[str, Any] = {**params, "knn_query": vector_literal(query)}
+        tuples = []
+        for i, values in enumerate(keys):
+            names = []
+            for j, value in enumerate(values):
+                bound[f"sim_{i}_{j}"] = value
+                names.append(f":sim_{i}_{j}")
+            tuples.append(f"({', '.join(names)})")
+        sql = sa.text(
+            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
+            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
+            f" AND ({', '.join(key)}) IN ({', '.join(tuples)})"
+        )
+        if conn is not None:
+            rows = conn.execute(sql, bound).all()
+        else:
+            with read_transaction(self.engine) as own:
+                rows = own.execute(sql, bound).all()
+        return [Nearest(tuple(r[: len(key)]), 1.0 - float(r.distance)) for r in rows]
+
     def explain(
         self,
         table: str,

@@ -570,6 +570,19 @@ class SqlStore(MemoryStore):
         )
         return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
+    def chunk_similarity(
+        self, ref: SpaceRef, model: str, query: FloatVector, keys: Sequence[tuple[str, int]]
+    ) -> Neighbours | None:
+        """The cosine to ``query`` of the space's chunks ``keys`` ((path, seq)) that
+        ``model`` embedded, as (path, seq, cosine), through pgvector (with
+        :meth:`nearest_chunks`); None when this store does not search with pgvector."""
+        if self._vec is None or not self._vec.search:
+            return None
+        addr = self._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        found = self._vec.similarity(C.name, ("path", "seq"), scope, addr, model, query, keys)
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+
     def search_version(self, ref: SpaceRef) -> int:
         """The space's index version: it grows with every write and delete of the space
         and every batch of its chunks embedded (0 for a space never written)."""
