@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from cairn.api.indexer_process import IndexerProcess
 from cairn.config import Config
+from cairn.db import make_engine
 from cairn.errors import InvalidRequest, StoreUnavailable
 from cairn.records.schema import records
 from cairn.records.sql import SqlRecordStore
@@ -33,6 +34,7 @@ from cairn.search.vectors import decode
 from cairn.service.indexer import Indexer, Source, document_sources, record_sources
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.sql import ChunkRow, SqlStore
+from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
 from tests.unit.conftest import Backend
 
@@ -397,3 +399,33 @@ def test_rows_a_store_keeps_refusing_do_not_make_the_loop_spin() -> None:
     assert indexer.run_once() == 2
     assert indexer.run_once() == 0  # the same rows again: no progress
     assert indexer.drain() == {"chunks": 2}  # it ends instead of looping forever
+
+
+@pytest.mark.postgres
+def test_two_indexers_on_postgres_never_embed_a_record_twice(tmp_path: Path) -> None:
+    url = create_postgres_database()
+    engines = [make_engine(url), make_engine(url)]
+    try:
+        runtime = open_runtime(Config(database_url=url, home=tmp_path), engine=engines[0])
+        team = make_world(runtime.engine).team_id
+        for i in range(60):
+            runtime.records.save_as_server(team, f"Unique record {i} about topic {i * 7}")
+        slow = lambda: time.sleep(0.005)  # noqa: E731 - so the two claims overlap
+        a, b = HashEmbedder(before=slow), HashEmbedder(before=slow)
+        indexers = [
+            Indexer(e, record_sources(SqlRecordStore(engine)), batch_size=4)
+            for e, engine in zip((a, b), engines, strict=True)
+        ]
+        threads = [threading.Thread(target=ix.drain) for ix in indexers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        embedded = a.texts + b.texts
+        assert len(embedded) == 60
+        assert len(set(embedded)) == 60
+        assert {m for m, _ in team_vectors(runtime.engine, team).values()} == {"hash-a"}
+    finally:
+        for engine in engines:
+            engine.dispose()
+        drop_postgres_database(url)
