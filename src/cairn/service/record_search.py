@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -129,12 +130,36 @@ class RecordSearch:
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self._rows: ScopeCache[_TeamRows] = ScopeCache(max_teams)
+        # The query is embedded on a thread of its own while the search reads the team's
+        # rows and ranks by keyword (numpy and the tokenizer release the GIL): a hybrid
+        # search then costs about the longer of the two, not their sum.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cairn-query-embed")
 
     def rank(self, tx: RecordReader, scope: Scope, query: str, limit: int) -> list[RankedRecord]:
         """The best ``limit`` records of ``scope`` for ``query`` (already masked), best
         first, read through ``tx`` (the search's transaction)."""
         team = scope.team_id
         versions = tx.search_versions(team)
+        if self.embedder is not None and versions.vectors > 0:
+            embedded: Future[Float32Array | None] | None = self._pool.submit(self._embed, query)
+        else:
+            embedded = None  # no vector stored yet: nothing to compare a query with
+        try:
+            return self._rank(tx, scope, query, limit, versions, embedded)
+        finally:
+            if embedded is not None:
+                embedded.cancel()  # not needed after all (nothing allowed, no vectors)
+
+    def _rank(
+        self,
+        tx: RecordReader,
+        scope: Scope,
+        query: str,
+        limit: int,
+        versions: SearchVersions,
+        embedded: Future[Float32Array | None] | None,
+    ) -> list[RankedRecord]:
+        team = scope.team_id
         rows = self._rows.get(team, versions.terms, lambda: _team_rows(tx.ranking_rows(team)))
         if not rows.ids:
             return []
@@ -144,7 +169,7 @@ class RecordSearch:
         allowed = rows.allowed(scope, visible)
         if not allowed.any():
             return []
-        dense = self._dense(tx, scope, versions, rows, query)
+        dense = self._dense(tx, scope, versions, rows, embedded)
         hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense)[:limit]
         found = tx.records_by_id(team, [rows.ids[h.key] for h in hits])
         return [
@@ -160,22 +185,22 @@ class RecordSearch:
         scope: Scope,
         versions: SearchVersions,
         rows: _TeamRows,
-        query: str,
+        embedded: Future[Float32Array | None] | None,
     ) -> DenseSide | None:
         """The dense side over the team's vectors of the embedder's model (None: keyword
         only — no embedder, no vector yet, or the embedder failed): pgvector's HNSW
         index for a team of at least its ``min_vectors`` records, else exact top-k over
         the cached matrix."""
         embedder = self.embedder
-        if embedder is None:
+        if embedder is None or embedded is None:
             return None
         team, model = scope.team_id, embedder.model_id
 
         def exact() -> DenseSide | None:
-            return self._exact(tx, team, versions, rows, query)
+            return self._exact(tx, team, versions, rows, embedded)
 
         def indexed() -> DenseSide | None:
-            vector = self._embed(query)
+            vector = embedded.result()
             if vector is None:
                 return None
 
@@ -205,7 +230,7 @@ class RecordSearch:
         team: str,
         versions: SearchVersions,
         rows: _TeamRows,
-        query: str,
+        embedded: Future[Float32Array | None],
     ) -> DenseSide | None:
         embedder = self.embedder
         assert embedder is not None
@@ -223,7 +248,7 @@ class RecordSearch:
         entry = self.cache.get((VECTOR_SCOPE, team, model), upto, load, load_since=load_since)
         if not len(entry):
             return None
-        query_vector = self._embed(query)
+        query_vector = embedded.result()
         if query_vector is None:
             return None
         return ExactDense(entry.matrix, rows.row_map.rows_of(entry), query_vector)
