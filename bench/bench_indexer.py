@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +44,7 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
+import serving  # noqa: E402
 from cairn.db import make_engine  # noqa: E402
 from cairn.identity.keys import load_key_hasher  # noqa: E402
 from cairn.identity.service import IdentityService  # noqa: E402
@@ -63,51 +62,16 @@ MODEL = "all-MiniLM-L6-v2"
 SPACE = SpaceRef.build("project", "notes", project="bench")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(database: str, home: Path, *, indexer: bool, pin: bool = False) -> Iterator[str]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(
-        CAIRN_HOME=str(home),
+    with serving.serve(
+        database,
+        home,
+        pin=pin,
         CAIRN_SERVICE_TOKEN=SERVICE,
         CAIRN_INDEXER="on" if indexer else "off",
-    )
-
-    log = home / f"serve-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            (["taskset", "-c", "1"] if pin else [])
-            + [sys.executable, "-m", "cairn.cli.main", "serve"]
-            + ["--port", str(port), "--database", database],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise SystemExit(f"cairn serve exited:\n{log.read_text(errors='replace')}")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    ) as served:
+        yield served.base
 
 
 def record_text(rng: random.Random) -> str:
