@@ -12,8 +12,7 @@ figures.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,22 +20,17 @@ import numpy as np
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn.db import utcnow
-from cairn.embed.base import Vectors, normalise_rows
 from cairn.records.quality import QualityReport, evaluate, load_jsonl
 from cairn.records.ratelimit import LocalRateLimiter
-from cairn.records.sql import SqlRecordStore
-from cairn.records.store import PendingRecord, new_record
-from cairn.search.vectors import encode_many
 from cairn.secrets import mask
 from cairn.service.record_search import RecordSearch
 from cairn.service.records import RecordService, build_record_service
 from tests.conftest import drop_postgres_database
 from tests.records.conftest import World, identity_of, make_world, open_engine
-from tests.search.labelled import load_records, load_vectors
+from tests.search.labelled import EvalSet, load_records, load_vectors
+from tests.search.stored import StoredEmbedder, store_records
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-MODEL = "stored-all-MiniLM-L6-v2"
 
 #: Measured through RecordService.search (116 queries; recall@10, MRR), both dialects
 #: alike. Floors sit 0.01 below. (The product fuses the top 50 of each side, each
@@ -46,22 +40,6 @@ MEASURED = {
     "hybrid": {"all": (0.813, 0.690), "keyword": (0.986, 0.903), "paraphrase": (0.732, 0.590)},
 }
 SLACK = 0.01
-
-
-class StoredEmbedder:
-    """The stored vector of each text it knows (a query text not in the set is a
-    KeyError: the test then fails, it never ranks on a made-up vector)."""
-
-    model_id = MODEL
-    dim = 384
-
-    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
-        self.vectors = vectors
-        self.calls = 0
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        self.calls += 1
-        return normalise_rows(np.vstack([self.vectors[t] for t in texts]).astype(np.float32))
 
 
 @dataclass
@@ -86,26 +64,15 @@ class Loaded:
         return run
 
 
-def _load(engine: Engine, corpus: list[dict[str, str]], vectors: np.ndarray) -> Loaded:
+def _load(engine: Engine, es: EvalSet, vectors: np.ndarray) -> Loaded:
     world = make_world(engine, plan="enterprise")
-    store = SqlRecordStore(engine)
-    now = utcnow()
-    # Ids made from the corpus ids, the same on both dialects, so rankings compare as is.
-    made = [
-        dataclasses.replace(new_record(world.team_id, item["text"], None, now), id=item["id"])
-        for item in corpus
-    ]
-    with store.writing() as tx:
-        tx.insert(made)
-    pending = [PendingRecord(world.team_id, r.id, r.text) for r in made]
-    blobs = encode_many(normalise_rows(vectors.copy()))
-    assert store.store_record_embeddings(pending, blobs, MODEL) == len(made)
+    ids = store_records(engine, world.team_id, es, vectors)
     unlimited = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
     identity = identity_of(engine)
     return Loaded(
         engine.dialect.name,
         world,
-        {r.id: r.id for r in made},
+        {i: i for i in ids},
         build_record_service(engine, identity, unlimited),
         build_record_service(engine, identity, unlimited, RecordSearch(_query_embedder())),
     )
@@ -139,7 +106,7 @@ def loaded(
         for backend in ("sqlite", "postgres"):
             engine, url = open_engine(backend, str(tmp_path_factory.mktemp("quality")))
             opened.append((backend, engine, url))
-            out[engine.dialect.name] = _load(engine, corpus, units)
+            out[engine.dialect.name] = _load(engine, es, units)
         yield out
     finally:
         for backend, engine, url in opened:
