@@ -402,3 +402,22 @@ def test_reindex_rebuild_starts_from_an_empty_index(store: SqlStore) -> None:
     )
     assert all(r.embedding is None for r in rows)  # re-embedded by the indexer, later
     assert store.search_version(ref) > version
+
+
+def test_reconciled_versions_index_and_version_many_spaces_at_once(store: SqlStore) -> None:
+    spaces = [project(f"s{i}") for i in range(5)]
+    never = project("never-written")
+    other_team = project("s0", tenant="team-other")
+    for i, ref in enumerate(spaces):
+        store.write(ref, "a.md", f"# Note {i}\n\nfalcon {i}")
+    store.write(other_team, "a.md", "# Theirs\n\nfalcon")
+    store.reconcile(spaces[0])  # one already indexed, the rest not yet
+    versions = store.reconciled_versions([*spaces, never])
+    # Every space indexed now, and each version what the space reads alone.
+    assert versions == {ref.id: store.search_version(ref) for ref in [*spaces, never]}
+    assert versions[never.id] == 0
+    for i, ref in enumerate(spaces):  # read without reconciling: the batch indexed them
+        assert [r.text for r in store.chunk_rows(ref)] == [f"# Note {i}\n\nfalcon {i}"]
+    # Another team's space of the same name is neither read nor indexed.
+    assert store.chunk_rows(other_team) == []
+    assert store.reconciled_versions([]) == {}

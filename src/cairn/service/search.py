@@ -207,11 +207,17 @@ class DocumentSearch:
         terms = query_terms(q)
         query_vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
         found: list[_Found] = []
+        batched: dict[str, int] | None = None
+        if isinstance(store, SqlStore) and len(refs) > 1 and not self.embed_pending:
+            batched = store.reconciled_versions(refs)  # two queries for every space
         for ref in refs:
-            store.reconcile(ref)
-            if self.embedder is not None and self.embed_pending > 0:
-                self._embed_pending(ref)
-            version = store.search_version(ref)
+            if batched is not None:
+                version = batched[ref.id]
+            else:
+                store.reconcile(ref)
+                if self.embedder is not None and self.embed_pending > 0:
+                    self._embed_pending(ref)
+                version = store.search_version(ref)
             keyword = self._keyword_entry(store, ref, version)
             allowed = None
             if path_prefix:
