@@ -232,7 +232,7 @@ class Config(BaseModel):
     hnsw_min_vectors: Annotated[int, BeforeValidator(_count)] = Field(
         30_000, validation_alias="CAIRN_HNSW_MIN_VECTORS"
     )
-    #: ``cairn serve`` embeds pending chunks and records on a background thread (``on``,
+    #: ``cairn serve`` embeds pending chunks and records in a background process (``on``,
     #: the default; nothing to do with ``CAIRN_EMBEDDER=none``) or leaves them (``off``).
     indexer: Annotated[bool, BeforeValidator(_on_off)] = Field(
         True, validation_alias="CAIRN_INDEXER"

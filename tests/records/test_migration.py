@@ -83,7 +83,8 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     columns = {c["name"] for c in inspector.get_columns("records")}
     assert {"embedding", "model", "vector_version"} <= columns and "tsv" not in columns
     assert "records_fts" not in inspector.get_table_names()
-    assert "ix_records_model" in {i["name"] for i in inspector.get_indexes("records")}
+    indexes = {i["name"] for i in inspector.get_indexes("records")}
+    assert {"ix_records_model", "ix_records_team_vectors"} <= indexes
     with read_transaction(engine) as conn:
         rows = conn.execute(sa.select(rschema.records.c.text, rschema.records.c.terms)).all()
         assert len(rows) == count

@@ -174,7 +174,13 @@ _V2_POSTGRES = [
 
 def _create_v2(conn: Connection) -> None:
     _run_ddl(conn, _V2_SQLITE, _V2_POSTGRES)
+    # The indexer's pending query ("no vector, or another model's") reads ``model``; a
+    # search loads one team's vectors of one model, newer than what it caches, by the
+    # second (without it SQLite's planner picks the model index: every team's rows).
     conn.exec_driver_sql("CREATE INDEX ix_records_model ON records (model)")
+    conn.exec_driver_sql(
+        "CREATE INDEX ix_records_team_vectors ON records (team_id, model, vector_version)"
+    )
     record_search_versions.create(conn)
     _rewrite_terms(conn)
     teams = sa.select(records.c.team_id).distinct()
