@@ -21,7 +21,7 @@ Rankers:
   cairn.search.text's terms; BM25 variants (stop words, stemming, k1 and b).
 * dense: all-MiniLM-L6-v2 cosine, exact (cairn.embed.minilm, else the numpy prototype
   at --prototype). Vectors are cached in bench/out/ by model and text.
-* hybrid (cairn.search.fusion over the top --depth of each side): reciprocal-rank
+* hybrid (cairn.search.fusion over the top --depth of each side, default every row): reciprocal-rank
   fusion (k = 60, and k tuned) and weighted sums, alpha (the dense side's weight) tuned
   over a grid, of min-max or z-score normalised scores, or of fixed-scale scores (BM25
   relative to the query's full match, cosine as it is).
@@ -553,7 +553,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--depth", type=int, default=DEPTH, help="candidates per side for fusion")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=0,
+        help="candidates per side for fusion (default 0: every row, which is what the "
+        "product's fusion gives: each side's candidates scored exactly on the other side; "
+        f"{DEPTH} runs in a minute)",
+    )
     parser.add_argument("--splits", type=int, default=20, help="random 2-fold splits to average")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--model-dir", type=Path)
@@ -568,7 +575,7 @@ def main() -> None:
         help=f"also write the sets' vectors (float16) to {VECTORS.relative_to(ROOT)}",
     )
     args = parser.parse_args()
-    depth = args.depth
+    depth = args.depth or max(len(ix) for es in load_sets().values() for ix in es.groups.values())
     report: dict[str, Any] = {"k": K, "depth": depth, "splits": args.splits, "model": MODEL_ID}
 
     loaded: list[Encode] = []

@@ -19,6 +19,7 @@ scope, stamped with the scope's version. Pure code: no I/O.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -211,7 +212,9 @@ def complete(
 class RowMap:
     """The keyword row of each vector of a cached entry, through ``position`` (a row's key
     → its number) and ``key`` (an entry id → a row's key), remembered for the last entry
-    mapped (a newer entry replaces it)."""
+    mapped (a newer entry replaces it). The entry is remembered weakly: the vector cache
+    alone decides how long a matrix lives, so an entry it dropped is not kept alive by the
+    rows (which outlive it in their own cache) — that would unbound the cache's bound."""
 
     __slots__ = ("_key", "_mapped", "_position")
 
@@ -222,18 +225,18 @@ class RowMap:
     ) -> None:
         self._position = position
         self._key = key
-        self._mapped: list[tuple[Entry, IndexArray]] = []
+        self._mapped: list[tuple[weakref.ref[Entry], IndexArray]] = []
 
     def rows_of(self, entry: Entry) -> IndexArray:
         """The row number of each vector of ``entry`` (-1: not among these rows, as when
         the two were loaded at different versions)."""
         for known, rows in self._mapped:
-            if known is entry:
+            if known() is entry:
                 return rows
         get, key = self._position.get, self._key
         rows = np.fromiter((get(key(i), -1) for i in entry.ids), dtype=np.int64, count=len(entry))
         rows.flags.writeable = False
-        self._mapped[:] = [(entry, rows)]
+        self._mapped[:] = [(weakref.ref(entry), rows)]
         return rows
 
 
