@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -421,3 +422,64 @@ def test_reconciled_versions_index_and_version_many_spaces_at_once(store: SqlSto
     # Another team's space of the same name is neither read nor indexed.
     assert store.chunk_rows(other_team) == []
     assert store.reconciled_versions([]) == {}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_backfill_and_a_write_of_one_space_never_deadlock(backend: Backend) -> None:
+    """A write locks its document, then its space's counter; a backfill must not hold
+    that counter while it waits for the next document's lock (the indexers of several
+    replicas backfill while requests write)."""
+    store = backend.open()
+    ref = project()
+    store.write(ref, "a.md", "# A\n\none")
+    store.write(ref, "b.md", "# B\n\ntwo")
+    writer = backend.open()  # the write, as another replica makes it
+    addr = SqlStore._address(ref)
+    done: dict[str, object] = {}
+
+    def backfill_waits_for_a_lock() -> bool:
+        with writer.engine.connect() as probe:
+            waiting = probe.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                )
+            ).scalar()
+        return bool(waiting)
+
+    def backfill() -> None:
+        try:
+            done["backfill"] = store.backfill_chunks()
+        except Exception as exc:  # reported below
+            done["backfill"] = exc
+
+    with writer.engine.begin() as conn:
+        # The write of b.md, half done: its document locked ...
+        conn.execute(
+            sa.text(
+                "SELECT 1 FROM memory_documents WHERE tenant_id = :t AND space_key = :k"
+                " AND path = 'b.md' FOR UPDATE"
+            ),
+            addr,
+        )
+        thread = threading.Thread(target=backfill)
+        thread.start()
+        # The backfill has chunked a.md and now waits for b.md's lock.
+        for _ in range(200):
+            if backfill_waits_for_a_lock():
+                break
+            time.sleep(0.05)
+        assert backfill_waits_for_a_lock()
+        # ... then its space's counter, as every write does next.
+        conn.execute(
+            sa.text(
+                "UPDATE memory_space_usage SET search_version = search_version + 1"
+                " WHERE tenant_id = :t AND space_key = :k"
+            ),
+            addr,
+        )
+    thread.join(30)
+    assert not thread.is_alive()
+    assert done["backfill"] == 2, done["backfill"]
+    assert [r.path for r in store.chunk_rows(ref)] == ["a.md", "b.md"]

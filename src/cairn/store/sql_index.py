@@ -331,6 +331,7 @@ class DocumentIndex:
             if not batch:
                 return done
             with write_transaction(self.engine) as conn:
+                touched: set[tuple[str, str, str]] = set()
                 for r in batch:
                     key = {"t": r.tenant_id, "k": r.space_key, "sid": r.space_id, "p": r.path}
                     doc = conn.execute(self._sql.lock_content, key).first()
@@ -340,7 +341,14 @@ class DocumentIndex:
                     chunks = _chunk_rows({**bound, "now": utcnow()})
                     if chunks:  # a blank document has none, and changes nothing
                         conn.execute(self._sql.insert_chunks, chunks)
-                        conn.execute(self._sql.bump_space, key)
+                        touched.add((r.tenant_id, r.space_key, r.space_id))
+                # Space counters last, in key order, after every document lock: a write
+                # locks its document, then its space's counter, so taking a counter before
+                # the next document's lock would deadlock with a write of that document.
+                for tenant, space_key, space_id in sorted(touched):
+                    conn.execute(
+                        self._sql.bump_space, {"t": tenant, "k": space_key, "sid": space_id}
+                    )
             for _ in batch:
                 done += 1
                 if progress is not None:
