@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from cairn import __version__
 from cairn.config import Config
 from cairn.errors import CairnError
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cairn",
         description="Cairn: memory for AI agents.",
     )
+    parser.add_argument("--version", action="version", version=f"cairn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in COMMAND_MODULES:
