@@ -20,15 +20,14 @@ pending (``cairn reindex``, ``cairn memory reindex``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.errors import CairnError
@@ -86,10 +85,8 @@ class Source:
 def document_sources(store: object) -> list[Source]:
     """The pending chunks of ``store`` as a source (the SQL and filesystem stores keep
     an index; another store, such as a client of a server, has none)."""
-    if isinstance(store, SqlStore):
+    if isinstance(store, (SqlStore, FilesystemStore)):
         return [Source("chunks", store.claim_pending_chunks)]
-    if isinstance(store, FilesystemStore):
-        return [Source("chunks", _fs_claimer(store))]
     return []
 
 
@@ -98,31 +95,6 @@ def record_sources(records: object | None) -> list[Source]:
     claim them (``claim_pending_records``); none otherwise."""
     claim = getattr(records, "claim_pending_records", None)
     return [Source("records", claim)] if callable(claim) else []
-
-
-@dataclass
-class _FsClaim:
-    rows: list[Any]
-    blobs: list[bytes] = field(default_factory=list)
-
-    def store_embeddings(self, blobs: Sequence[bytes]) -> None:
-        if len(blobs) != len(self.rows):
-            raise ValueError(f"{len(self.rows)} rows but {len(blobs)} vectors")
-        self.blobs = list(blobs)
-
-
-def _fs_claimer(store: FilesystemStore) -> Claimer:
-    """A claim over the filesystem store's sidecar index: one process indexes it, so
-    pending rows are read, and their vectors written together at the end."""
-
-    @contextlib.contextmanager
-    def claim(limit: int, model: str) -> Iterator[Claim]:
-        found = _FsClaim(list(store.pending_chunks(limit, model)))
-        yield found
-        if found.blobs:
-            store.store_embeddings(found.rows, found.blobs, model)
-
-    return claim
 
 
 class Indexer:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -29,6 +29,7 @@ from cairn.errors import InvalidRequest
 from cairn.search.bm25 import BM25Index
 from cairn.search.cache import Entry, VectorCache
 from cairn.search.chunking import snippet
+from cairn.search.claim import EmbeddingClaim
 from cairn.search.hybrid import CANDIDATES as CANDIDATES
 from cairn.search.hybrid import (
     DenseSide,
@@ -88,11 +89,13 @@ class IndexedStore(Protocol):
 
     def search_version(self, ref: SpaceRef) -> int: ...
 
+    def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]: ...
+
     def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]: ...
 
 
 class PendingLike(Protocol):
-    """A chunk a store has to embed (``pending_chunks``)."""
+    """A chunk a store has to embed (``claim_pending_chunks``)."""
 
     @property
     def space_id(self) -> str: ...
@@ -207,17 +210,13 @@ class DocumentSearch:
         terms = query_terms(q)
         query_vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
         found: list[_Found] = []
-        batched: dict[str, int] | None = None
-        if isinstance(store, SqlStore) and len(refs) > 1 and not self.embed_pending:
-            batched = store.reconciled_versions(refs)  # two queries for every space
+        versions = store.reconciled_versions(refs)
+        if self.embed_pending > 0:
+            for ref in refs:
+                if self._embed_pending(ref):
+                    versions[ref.id] = store.search_version(ref)
         for ref in refs:
-            if batched is not None:
-                version = batched[ref.id]
-            else:
-                store.reconcile(ref)
-                if self.embedder is not None and self.embed_pending > 0:
-                    self._embed_pending(ref)
-                version = store.search_version(ref)
+            version = versions[ref.id]
             keyword = self._keyword_entry(store, ref, version)
             allowed = None
             if path_prefix:
@@ -339,36 +338,30 @@ class DocumentSearch:
         # Keyed by space and model: vectors of one model are never compared with another's.
         return self.cache.get((ref.id, model), version, load)
 
-    def _embed_pending(self, ref: SpaceRef) -> None:
-        """Embed up to ``embed_pending`` of the space's chunks that have no vector of this
-        embedder's model (a local command, before it searches)."""
+    def _embed_pending(self, ref: SpaceRef) -> int:
+        """Embed the space's chunks among the store's first ``embed_pending`` that have no
+        vector of this embedder's model (a local command, before it searches); return
+        how many."""
         store, embedder = self.store, self.embedder
         if embedder is None:
-            return
+            return 0
+        model = embedder.model_id
+        # One claim per store type: their rows are of different (typed) classes.
         if isinstance(store, SqlStore):
-            _embed_some(
-                store.pending_chunks, store.store_embeddings, ref, embedder, self.embed_pending
-            )
-        elif isinstance(store, FilesystemStore):
-            _embed_some(
-                store.pending_chunks, store.store_embeddings, ref, embedder, self.embed_pending
-            )
-
-
-def _embed_some(
-    pending_chunks: Callable[[int, str], list[P]],
-    store_embeddings: Callable[[Sequence[P], Sequence[bytes], str], int],
-    ref: SpaceRef,
-    embedder: Embedder,
-    limit: int,
-) -> int:
-    """Embed the chunks of ``ref`` among the store's first ``limit`` pending ones."""
-    model = embedder.model_id
-    pending = [p for p in pending_chunks(limit, model) if p.space_id == ref.id]
-    if not pending:
+            with store.claim_pending_chunks(self.embed_pending, model) as sql_claim:
+                return _embed_claimed(sql_claim, ref, embedder)
+        if isinstance(store, FilesystemStore):
+            with store.claim_pending_chunks(self.embed_pending, model) as fs_claim:
+                return _embed_claimed(fs_claim, ref, embedder)
         return 0
-    vectors = embedder.embed([p.search_text for p in pending])
-    return store_embeddings(pending, encode_many(vectors), model)
+
+
+def _embed_claimed(claim: EmbeddingClaim[P], ref: SpaceRef, embedder: Embedder) -> int:
+    """Give the claimed chunks of ``ref`` their vectors; return how many."""
+    rows = [row for row in claim.rows if row.space_id == ref.id]
+    if rows:
+        claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])), rows)
+    return len(rows)
 
 
 def _join(path: str, seq: int) -> str:

@@ -41,6 +41,7 @@ from cairn.errors import (
 )
 from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Counter, Limits, clamp, subcap_or_none
+from cairn.search.claim import EmbeddingClaim
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import (
     CheckedDelete,
@@ -259,6 +260,15 @@ class FilesystemStore(MemoryStore):
         with _index_errors():
             return self._index.chunk_rows(ref)
 
+    def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]:
+        """:meth:`reconcile` then :meth:`search_version` of every space of ``refs``, by
+        space id (a search over several spaces)."""
+        versions = {}
+        for ref in refs:
+            self.reconcile(ref)
+            versions[ref.id] = self.search_version(ref)
+        return versions
+
     def search_version(self, ref: SpaceRef) -> int:
         """The space's search version: it moves whenever its chunks or vectors change."""
         ref = self._checked(ref)
@@ -271,6 +281,19 @@ class FilesystemStore(MemoryStore):
         search."""
         with _index_errors():
             return self._index.pending(limit, model)
+
+    @contextlib.contextmanager
+    def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
+        """Up to ``limit`` pending chunks (:meth:`pending_chunks`) to embed, as the SQL
+        store claims them: the vectors given to the claim are stored when its block exits
+        normally (one process indexes a tree, so nothing is locked meanwhile; a chunk
+        whose document changed is left alone)."""
+        claim = ChunkClaim(list(self.pending_chunks(limit, model)), model, _chunk_key)
+        yield claim
+        if claim.stored:
+            self.store_embeddings(
+                [row for row, _ in claim.stored], [blob for _, blob in claim.stored], model
+            )
 
     def store_embeddings(
         self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
@@ -701,3 +724,11 @@ __all__ = [
     "encode_segment",
     "space_components",
 ]
+
+
+#: Chunks of the sidecar index claimed to embed (the claim shape every index shares).
+ChunkClaim = EmbeddingClaim[PendingChunk]
+
+
+def _chunk_key(row: PendingChunk) -> tuple[str, str, int]:
+    return row.space_id, row.path, row.seq

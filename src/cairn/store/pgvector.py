@@ -247,16 +247,48 @@ class Pgvector:
 
     # --- Queries --------------------------------------------------------------------------
 
+    def _select(
+        self, table: str, key: Sequence[str], scope: str, model: str, dim: int, alias: str
+    ) -> tuple[str, str]:
+        """``SELECT <key>, <distance to :knn_query> AS distance … WHERE <scope> AND <the
+        index's predicate>``, and that distance expression."""
+        vector = f"{self._type}({dim})"
+        distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
+        select = (
+            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
+            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
+        )
+        return select, distance
+
     def _knn(
         self, table: str, key: Sequence[str], scope: str, model: str, dim: int, alias: str
     ) -> str:
-        vector = f"{self._type}({dim})"
-        distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
-        return (
-            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
-            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
-            f" ORDER BY {distance} LIMIT :knn_limit"
-        )
+        select, distance = self._select(table, key, scope, model, dim, alias)
+        return f"{select} ORDER BY {distance} LIMIT :knn_limit"
+
+    def _found(
+        self,
+        sql: str,
+        bound: Mapping[str, Any],
+        width: int,
+        conn: Connection | None,
+        k: int | None = None,
+    ) -> list[Nearest]:
+        """The rows of ``sql`` (``width`` key columns, then ``distance``) as cosines, in
+        ``conn``'s transaction or a read transaction of its own; ``k``: an HNSW query,
+        configured for ``k`` results first."""
+
+        def run(c: Connection) -> list[Any]:
+            if k is not None:
+                self._configure(c, k)
+            return list(c.execute(sa.text(sql), bound).all())
+
+        if conn is not None:
+            rows = run(conn)
+        else:
+            with read_transaction(self.engine) as own:
+                rows = run(own)
+        return [Nearest(tuple(r[:width]), 1.0 - float(r.distance)) for r in rows]
 
     def nearest(
         self,
@@ -287,18 +319,11 @@ class Pgvector:
         # Never built here: a search must not wait on a build. The stores build it after
         # they store vectors, and setup after it starts.
         self.ensure_index(table, model, dim, create=False)
-        sql = sa.text(self._knn(table, key, scope, model, dim, alias))
+        sql = self._knn(table, key, scope, model, dim, alias)
         bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
-        if conn is not None:
-            self._configure(conn, k)
-            rows = conn.execute(sql, bound).all()
-        else:
-            with read_transaction(self.engine) as own:
-                self._configure(own, k)
-                rows = own.execute(sql, bound).all()
+        found = self._found(sql, bound, len(key), conn, k)
         with self._lock:
             self.queries += 1
-        found = [Nearest(tuple(r[: len(key)]), 1.0 - float(r.distance)) for r in rows]
         found.sort(key=lambda n: -n.cosine)
         return found
 
@@ -321,9 +346,6 @@ class Pgvector:
         dense side with it (:func:`cairn.search.hybrid.complete`)."""
         if not keys:
             return []
-        dim = len(query)
-        vector = f"{self._type}({dim})"
-        distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
         bound: dict[str, Any] = {**params, "knn_query": vector_literal(query)}
         tuples = []
         for i, values in enumerate(keys):
@@ -332,17 +354,9 @@ class Pgvector:
                 bound[f"sim_{i}_{j}"] = value
                 names.append(f":sim_{i}_{j}")
             tuples.append(f"({', '.join(names)})")
-        sql = sa.text(
-            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
-            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
-            f" AND ({', '.join(key)}) IN ({', '.join(tuples)})"
-        )
-        if conn is not None:
-            rows = conn.execute(sql, bound).all()
-        else:
-            with read_transaction(self.engine) as own:
-                rows = own.execute(sql, bound).all()
-        return [Nearest(tuple(r[: len(key)]), 1.0 - float(r.distance)) for r in rows]
+        select, _ = self._select(table, key, scope, model, len(query), alias)
+        sql = f"{select} AND ({', '.join(key)}) IN ({', '.join(tuples)})"
+        return self._found(sql, bound, len(key), conn)
 
     def explain(
         self,
