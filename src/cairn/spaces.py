@@ -178,3 +178,37 @@ def encode_workdir_key(path: str | os.PathLike[str]) -> str:
     reduced = re.sub(r"[^A-Za-z0-9._-]", "", base)[:40].strip(".") or "dir"
     digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     return f"{reduced}-{digest}"
+
+
+def is_directory_spelling(value: str) -> bool:
+    """Whether a ``--project`` value is spelled as a directory rather than a name: it holds
+    a path separator, or starts with ``.`` or ``~`` (``.``, ``../web``, ``~/src/web``,
+    ``/srv/web``). A bare word (``web``) is always a name, even where a folder of that name
+    exists, so the same word names the same space from every directory."""
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return any(s in value for s in seps) or value.startswith((".", "~"))
+
+
+def project_key(value: str | None, cwd: str | os.PathLike[str] | None = None) -> str:
+    """The ``project`` qualifier a CLI flag, a memory block or the Python API names.
+
+    ``None`` or ``""``: the current directory (``cwd``), encoded by
+    :func:`encode_workdir_key`. A directory spelling (:func:`is_directory_spelling`): that
+    directory, which must exist, encoded likewise. Anything else is a project *name*, used
+    as given, as the HTTP API takes it (``project=web``), so one word reaches one space from
+    the API, the CLI, MCP and ``cairn run``.
+    """
+    if not value:
+        return encode_workdir_key(cwd if cwd is not None else os.getcwd())
+    if is_directory_spelling(value):
+        directory = os.path.expanduser(value)
+        if cwd is not None and not os.path.isabs(directory):
+            directory = os.path.join(os.fspath(cwd), directory)
+        if not os.path.isdir(directory):
+            raise InvalidSpaceRef(
+                f"project {value!r} is spelled as a directory but there is no such directory; "
+                "give an existing folder, or a bare name such as 'web'",
+                field="project",
+            )
+        return encode_workdir_key(directory)
+    return validate_segment("project", value)

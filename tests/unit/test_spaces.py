@@ -180,3 +180,37 @@ def test_lone_surrogates_are_refused(surrogate: int, field: str) -> None:
     with pytest.raises(InvalidSpaceRef) as info:
         validate_segment(field, "a" + chr(surrogate))
     assert info.value.details["field"] == field
+
+
+# --- project_key: a project is a name, or a directory spelled as one (issue 11, finding 2) ---
+
+
+def test_project_key_takes_a_bare_word_as_a_name_even_where_such_a_folder_exists(
+    tmp_path: Path,
+) -> None:
+    from cairn.spaces import project_key
+
+    (tmp_path / "web").mkdir()
+    assert project_key("web", cwd=tmp_path) == "web"
+
+
+def test_project_key_encodes_directory_spellings_and_the_current_directory(
+    tmp_path: Path,
+) -> None:
+    from cairn.spaces import encode_workdir_key, project_key
+
+    (tmp_path / "web").mkdir()
+    expected = encode_workdir_key(tmp_path / "web")
+    assert project_key("./web", cwd=tmp_path) == expected
+    assert project_key(str(tmp_path / "web")) == expected
+    assert project_key(None, cwd=tmp_path / "web") == expected
+    assert project_key("", cwd=tmp_path / "web") == expected
+
+
+def test_project_key_refuses_a_missing_directory_and_an_invalid_name(tmp_path: Path) -> None:
+    from cairn.spaces import project_key
+
+    with pytest.raises(InvalidSpaceRef, match="no such directory"):
+        project_key("./absent", cwd=tmp_path)
+    with pytest.raises(InvalidSpaceRef, match="':'"):
+        project_key("we:b", cwd=tmp_path)
