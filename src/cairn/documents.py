@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from cairn.errors import InvalidDocument, InvalidRequest
+from cairn.errors import InvalidDocument, InvalidEdit, InvalidRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,96 @@ class WriteResult:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """Replace the one exact occurrence of ``old`` with ``new`` (an ambiguous or absent
+    ``old`` is refused: an edit never guesses which occurrence was meant)."""
+
+    old: str
+    new: str
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """Insert ``text`` as whole lines after line ``line`` (0 = at the top; the document's
+    line count = at the end)."""
+
+    line: int
+    text: str
+
+
+#: One change to a document's text, applied by :func:`apply_edit`.
+Edit = Replace | Insert
+
+#: The lines an ambiguous match names, at most.
+_MAX_LINES_NAMED = 10
+
+
+def apply_edit(content: str, edit: Edit, path: str) -> str:
+    """``content`` with ``edit`` applied, or :class:`~cairn.errors.InvalidEdit` saying why
+    it cannot apply and how to make it apply (``path`` names the document)."""
+    if isinstance(edit, Replace):
+        return _replace(content, edit, path)
+    return _insert(content, edit, path)
+
+
+def _replace(content: str, edit: Replace, path: str) -> str:
+    if not edit.old:
+        raise InvalidEdit(
+            "the text to replace is empty; give the exact text to replace, or insert at a line",
+            path=path,
+            reason="empty",
+        )
+    count = content.count(edit.old)
+    if count == 0:
+        raise InvalidEdit(
+            f"the text to replace does not occur in {path}; read the document again and copy "
+            "the text exactly, spaces and line breaks included",
+            path=path,
+            reason="no_match",
+        )
+    if count > 1:
+        lines: list[int] = []
+        start = 0
+        while len(lines) < _MAX_LINES_NAMED and (at := content.find(edit.old, start)) >= 0:
+            lines.append(content.count("\n", 0, at) + 1)
+            start = at + 1
+        named = ", ".join(map(str, lines)) + (", ..." if count > len(lines) else "")
+        raise InvalidEdit(
+            f"the text to replace occurs {count} times in {path} (at lines {named}); include "
+            "more of the surrounding text so that it occurs exactly once",
+            path=path,
+            reason="ambiguous",
+            occurrences=count,
+            lines=lines,
+        )
+    return content.replace(edit.old, edit.new, 1)
+
+
+def _insert(content: str, edit: Insert, path: str) -> str:
+    parts = content.split("\n") if content else []
+    if content.endswith("\n"):
+        parts.pop()  # the empty string after the last line break is not a line
+    total = len(parts)
+    if isinstance(edit.line, bool) or not 0 <= edit.line <= total:
+        raise InvalidEdit(
+            f"line {edit.line} is outside {path}, which has {total} line(s): insert at 0 for the "
+            f"top, {total} for the end, or a line in between",
+            path=path,
+            reason="line_out_of_range",
+            lines=total,
+        )
+    head = "".join(f"{p}\n" for p in parts[: edit.line])
+    rest = parts[edit.line :]
+    ends_with_break = content.endswith("\n")
+    tail = "".join(f"{p}\n" for p in rest) if ends_with_break else "\n".join(rest)
+    # The inserted lines end with a line break where any line follows them, and where the
+    # document ended with one (it keeps doing so).
+    follows = bool(rest) or ends_with_break
+    text = edit.text + "\n" if follows and not edit.text.endswith("\n") else edit.text
+    return head + text + tail
 
 
 @dataclass(frozen=True, slots=True)

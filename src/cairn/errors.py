@@ -22,7 +22,8 @@ result. The message is one sentence a person (or a model) can act on.
     │   ├── RepoNotFound              404 repo_not_found
     │   └── RecordNotFound            404 record_not_found
     ├── Conflict                      409 conflict
-    │   └── MemoryOff                 409 memory_off
+    │   ├── MemoryOff                 409 memory_off
+    │   └── AlreadyExists             409 already_exists
     ├── PreconditionFailed            412 precondition_failed
     ├── TooLarge                      413
     │   ├── QuotaExceeded             413 quota_exceeded
@@ -33,7 +34,8 @@ result. The message is one sentence a person (or a model) can act on.
     │   ├── InvalidPath               422 invalid_path
     │   ├── SecretDetected            422 secret_detected
     │   ├── InvalidDocument           422 invalid_document
-    │   └── InvalidArchive            422 invalid_archive
+    │   ├── InvalidArchive            422 invalid_archive
+    │   └── InvalidEdit               422 invalid_edit
     ├── RateLimited                   429 rate_limited
     └── StoreUnavailable              503 store_unavailable
 """
@@ -136,6 +138,12 @@ class MemoryOff(Conflict):
     code = "memory_off"
 
 
+class AlreadyExists(Conflict):
+    """A move onto a path that holds a document, without ``overwrite``."""
+
+    code = "already_exists"
+
+
 class PreconditionFailed(CairnError):
     status = 412
     code = "precondition_failed"
@@ -187,6 +195,13 @@ class InvalidDocument(Unprocessable):
 
 class InvalidArchive(Unprocessable):
     code = "invalid_archive"
+
+
+class InvalidEdit(Unprocessable):
+    """An edit that cannot apply: the text to replace is absent or occurs more than once,
+    or the line to insert at is past the end."""
+
+    code = "invalid_edit"
 
 
 class RateLimited(CairnError):

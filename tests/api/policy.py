@@ -119,6 +119,16 @@ def _delete(global_space: bool) -> Callable[[World], Req]:
     return build
 
 
+def _move(global_space: bool) -> Callable[[World], Req]:
+    def build(w: World) -> Req:
+        path = f"{unique('mv')}.md"
+        w.seed(path, global_space=global_space)
+        space = GLOBAL_SPACE if global_space else SPACE
+        return Req("POST", "/api/memory/doc/move", {**space, "path": path, "to": f"moved-{path}"})
+
+    return build
+
+
 def _import(space: dict[str, str]) -> Callable[[World], Req]:
     return lambda _w: Req(
         "POST",
@@ -203,6 +213,8 @@ ROWS: list[Row] = [
     Row("PUT", "/api/memory/doc", _put(GLOBAL_SPACE), MUTATE_GLOBAL, "global"),
     Row("DELETE", "/api/memory/doc", _delete(False), MUTATE_TEAM),
     Row("DELETE", "/api/memory/doc", _delete(True), MUTATE_GLOBAL, "global"),
+    Row("POST", "/api/memory/doc/move", _move(False), MUTATE_TEAM),
+    Row("POST", "/api/memory/doc/move", _move(True), MUTATE_GLOBAL, "global"),
     Row("GET", "/api/memory/export", get("/api/memory/export", **SPACE), READ_TEAM),
     Row(
         "GET",

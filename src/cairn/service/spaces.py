@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 from cairn.documents import (
     Document,
     DocumentInfo,
+    Edit,
     ImportReport,
     ImportStrategy,
     Usage,
     WriteResult,
+    apply_edit,
     parse_import_strategy,
 )
 from cairn.errors import Forbidden
@@ -38,7 +40,7 @@ from cairn.service.access import (
     require_user,
 )
 from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore, Progress
+from cairn.store.base import MemoryStore, Progress, check_precondition
 
 if TYPE_CHECKING:  # cairn.service.search loads numpy: only commands that search pay
     from cairn.service.search import DocumentHit, DocumentSearch, RemoteHitLike
@@ -156,6 +158,44 @@ class SpaceService:
         """Create or replace a document (``created`` says which) as ``who``."""
         grant = authorize_space_mutation(who, ref)
         return self.store.write(ref, path, content, if_match=if_match, grant=grant)
+
+    def edit(
+        self,
+        who: Principal,
+        ref: SpaceRef,
+        path: str,
+        edit: Edit,
+        *,
+        if_match: str | None = None,
+    ) -> WriteResult:
+        """Apply ``edit`` (replace one exact occurrence, or insert lines) to the document at
+        ``path`` as ``who``, as a write of the whole new text: quota, size and secrets are
+        checked as for any write. The write is conditional on the etag that was read, so
+        a change made meanwhile by anyone is never overwritten (``412``: read and retry).
+        ``if_match`` further requires the document to still be the version the caller saw.
+        ``InvalidEdit`` when the edit cannot apply (absent or ambiguous text, a line out of
+        range)."""
+        grant = authorize_space_mutation(who, ref)
+        doc = self.store.read(ref, path)
+        check_precondition(doc.path, doc.etag, if_match)
+        content = apply_edit(doc.content, edit, doc.path)
+        return self.store.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
+
+    def move(
+        self,
+        who: Principal,
+        ref: SpaceRef,
+        path: str,
+        to: str,
+        *,
+        overwrite: bool = False,
+        if_match: str | None = None,
+    ) -> WriteResult:
+        """Move the document at ``path`` to ``to`` within the space as ``who``, atomically
+        (:meth:`MemoryStore.move`); ``409 already_exists`` when ``to`` is taken, unless
+        ``overwrite``. The answer is the document at its new path."""
+        grant = authorize_space_mutation(who, ref)
+        return self.store.move(ref, path, to, if_match=if_match, overwrite=overwrite, grant=grant)
 
     def delete(
         self, who: Principal, ref: SpaceRef, path: str, *, if_match: str | None = None

@@ -1,11 +1,12 @@
 """The ``MemoryStore`` interface: one contract, several adapters.
 
 Every adapter (filesystem, SQLite, PostgreSQL, a Cairn server over HTTP) implements
-the six abstract methods below and passes the one conformance suite in
+the seven abstract methods below and passes the one conformance suite in
 ``tests/conformance/`` unchanged. What every write shares is written here once:
-:meth:`MemoryStore.write` and :meth:`MemoryStore.delete` validate the path, check
-platform authority, encode the body, bound its size and scan it for secrets, then
-hand the checked values to the adapter's ``_write`` / ``_delete``. Export and import
+:meth:`MemoryStore.write`, :meth:`MemoryStore.delete` and :meth:`MemoryStore.move`
+validate the paths, check platform authority, encode the body, bound its size and scan it
+for secrets, then hand the checked values to the adapter's ``_write`` / ``_delete`` /
+``_move``. Export and import
 are built on the same methods (see :mod:`cairn.store.archive`).
 
 Rules every adapter keeps (SPEC §2-§4, §10):
@@ -45,6 +46,7 @@ from cairn.documents import (
     encode_document,
 )
 from cairn.errors import (
+    AlreadyExists,
     InvalidRequest,
     InvalidSpaceRef,
     NotFound,
@@ -95,6 +97,29 @@ class CheckedDelete:
     path: str
     if_match: str | None
     grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMove:
+    """A move past the prelude: canonical, distinct ``path`` and ``to``, the condition on
+    the document at ``path``, whether a document at ``to`` may be replaced, the authority."""
+
+    path: str
+    to: str
+    if_match: str | None
+    overwrite: bool
+    grant: PlatformGrant | None
+
+
+def check_move_target(m: CheckedMove, target_exists: bool) -> None:
+    """Refuse a move onto an existing document unless it may replace it (the one wording
+    every adapter gives)."""
+    if target_exists and not m.overwrite:
+        raise AlreadyExists(
+            f"there is already a document at {m.to!r}; move to another path, or pass "
+            "overwrite to replace it",
+            path=m.to,
+        )
 
 
 def check_precondition(
@@ -215,6 +240,11 @@ class MemoryStore(ABC):
         """Remove the document of a delete the prelude of :meth:`delete` has checked."""
 
     @abstractmethod
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        """Give the document at ``m.path`` the path ``m.to`` in one atomic step (checked by
+        the prelude of :meth:`move`); answer as a write of ``m.to`` would."""
+
+    @abstractmethod
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """Documents under directory prefix ``dir`` ('' = all), sorted by path."""
 
@@ -227,7 +257,7 @@ class MemoryStore(ABC):
         """Every document under ``dir`` with its content, sorted by path, streamed:
         an adapter holds at most a bounded number of documents in memory at once."""
 
-    # --- Built on the six above ---------------------------------------------------------
+    # --- Built on the seven above ---------------------------------------------------------
 
     #: The limits this store enforces itself, or None when a server behind it does.
     limits: Limits | None = None
@@ -282,6 +312,35 @@ class MemoryStore(ABC):
         """Remove the document at ``path`` and credit its size; NotFound when absent."""
         self.check_authority(ref, grant)
         self._delete(ref, CheckedDelete(validate_doc_path(path), if_match, grant))
+
+    def move(
+        self,
+        ref: SpaceRef,
+        path: str,
+        to: str,
+        *,
+        if_match: str | None = None,
+        overwrite: bool = False,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        """Move the document at ``path`` to ``to`` within the space, atomically: its content
+        and etag are unchanged, its ``updated_at`` is the time of the move, and no reader
+        ever sees it at both paths or at neither.
+
+        NotFound when ``path`` holds no document; PreconditionFailed unless its etag equals
+        ``if_match`` (when given); AlreadyExists when ``to`` holds a document, unless
+        ``overwrite`` (then that document is replaced and its size credited). The answer is
+        the document at ``to`` (``created`` False when it replaced one). A global move needs
+        ``grant`` and is audited as ``memory.global_move``.
+        """
+        self.check_authority(ref, grant)
+        src, dst = validate_doc_path(path), validate_doc_path(to)
+        if src == dst:
+            raise InvalidRequest(
+                f"the document is already at {src!r}; give the new path to move it to",
+                path=src,
+            )
+        return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
 
     def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None:
         """Refuse a global mutation without a grant, where this store decides authority."""

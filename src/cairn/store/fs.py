@@ -45,6 +45,7 @@ from cairn.search.claim import EmbeddingClaim
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store.base import (
     CheckedDelete,
+    CheckedMove,
     CheckedWrite,
     ChunkRow,
     Document,
@@ -56,6 +57,7 @@ from cairn.store.base import (
     SpaceRefs,
     Usage,
     WriteResult,
+    check_move_target,
     check_precondition,
     content_etag,
 )
@@ -165,6 +167,23 @@ class FilesystemStore(MemoryStore):
             check_precondition(path, self._etag_of(existing, d.if_match is not None), d.if_match)
             delta = -existing[1].st_size
             self._mutate(state, ref, delta, lambda: self._remove_file(space, doc, path))
+
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        ref = self._checked(ref)
+        space = space_components(ref)
+        src, dst = encode_doc_path(m.path), encode_doc_path(m.to)
+        with _os_errors(m.path), self._locked():
+            state = self._load_state_locked()
+            existing = self._read_file(space + src, m.path)
+            if existing is None:
+                raise NotFound(f"no document {m.path!r} in space {ref.id}", path=m.path)
+            check_precondition(m.path, self._etag_of(existing, True), m.if_match)
+            replaced = self._read_file(space + dst, m.to, want_data=False)
+            check_move_target(m, replaced is not None)
+            delta = -replaced[1].st_size if replaced else 0
+            self._mutate(state, ref, delta, lambda: self._rename_file(space, src, dst, m.to))
+        data = existing[0]
+        return WriteResult(m.to, len(data), content_etag(data), created=replaced is None)
 
     def list(self, ref: SpaceRef, dir: str = "") -> Infos:
         ref = self._checked(ref)
@@ -500,6 +519,25 @@ class FilesystemStore(MemoryStore):
         finally:
             os.close(dfd)
 
+    def _rename_file(self, space: Components, src: Components, dst: Components, to: str) -> None:
+        """``rename(2)`` within the space: atomic, replacing a file at ``dst``; the moved
+        file's mtime (its ``updated_at``) becomes now."""
+        sfd = self._open_dirs(space + src[:-1], to)
+        assert sfd is not None  # the caller read the file under the lock
+        try:
+            dfd = self._open_dirs(space + dst[:-1], to, create=True)
+            assert dfd is not None  # create=True always yields a directory
+            try:
+                os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+                os.utime(dst[-1], dir_fd=dfd, follow_symlinks=False)
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            os.fsync(sfd)
+        finally:
+            os.close(sfd)
+        self._tidy_dirs(space, space + src, to)
+
     def _remove_file(self, space: Components, doc: Components, path: str) -> None:
         comps = space + doc
         dfd = self._open_dirs(comps[:-1], path)
@@ -510,8 +548,12 @@ class FilesystemStore(MemoryStore):
             os.fsync(dfd)
         finally:
             os.close(dfd)
-        # Tidy empty directories the document leaves behind, up to (not including) the
-        # space's own directory; a person browsing the tree sees no dead folders.
+        self._tidy_dirs(space, comps, path)
+
+    def _tidy_dirs(self, space: Components, comps: Components, path: str) -> None:
+        """Remove the empty directories a document left behind at ``comps``, up to (not
+        including) the space's own directory: a person browsing the tree sees no dead
+        folders."""
         for depth in range(len(comps) - 1, len(space), -1):
             parent = self._open_dirs(comps[: depth - 1], path)
             if parent is None:

@@ -24,6 +24,7 @@ from cairn.documents import Rejected, parse_import_strategy
 from cairn.spaces import SpaceRef
 from cairn.store.base import (
     CheckedDelete,
+    CheckedMove,
     CheckedWrite,
     Document,
     DocumentInfo,
@@ -138,7 +139,7 @@ class HttpMemoryStore(MemoryStore):
             raise error_from_response(response)
         return response
 
-    # --- the six -------------------------------------------------------------------------
+    # --- the seven -------------------------------------------------------------------------
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
@@ -158,12 +159,17 @@ class HttpMemoryStore(MemoryStore):
             content=w.data,
             headers={**_if_match(w.if_match), "Content-Type": "text/markdown; charset=utf-8"},
         ).json()
-        return WriteResult(
-            path=body["path"],
-            size_bytes=int(body["size_bytes"]),
-            etag=body["etag"],
-            created=bool(body["created"]),
+        return _write_result(body)
+
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        extra = {"path": m.path, "to": m.to}
+        if m.overwrite:
+            extra["overwrite"] = "true"
+        params = self._params(ref, **extra)
+        response = self._request(
+            "POST", "/api/memory/doc/move", params=params, headers=_if_match(m.if_match)
         )
+        return _write_result(response.json())
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         params = self._params(ref, path=d.path)
@@ -248,3 +254,12 @@ class HttpMemoryStore(MemoryStore):
             renamed=dict(body["renamed"]),
             rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
         )
+
+
+def _write_result(body: dict[str, Any]) -> WriteResult:
+    return WriteResult(
+        path=body["path"],
+        size_bytes=int(body["size_bytes"]),
+        etag=body["etag"],
+        created=bool(body["created"]),
+    )

@@ -70,6 +70,7 @@ from cairn.spaces import SpaceRef, validate_segment
 from cairn.store import pgvector
 from cairn.store.base import (
     CheckedDelete,
+    CheckedMove,
     CheckedWrite,
     ChunkRow,
     Document,
@@ -79,6 +80,7 @@ from cairn.store.base import (
     SpaceRefs,
     Usage,
     WriteResult,
+    check_move_target,
     check_precondition,
     space_of_id,
 )
@@ -171,6 +173,7 @@ class _Statements:
         )
         self.update_doc = sa.update(D).where(*one_doc).values(**body)
         self.delete_doc = sa.delete(D).where(*one_doc)
+        self.move_doc = sa.update(D).where(*one_doc).values(path=_bp("to"), updated_at=_bp("now"))
         self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
         self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
         page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(_ITER_META_PAGE)
@@ -186,6 +189,8 @@ class _Statements:
         chunk_space = [C.c[name] == value for name, value in address.items()]
         chunk_doc = (*chunk_space, C.c.path == _bp("p"))
         self.delete_chunks = sa.delete(C).where(*chunk_doc)
+        # A chunk is its text's alone (no path in it): a moved document keeps its vectors.
+        self.move_chunks = sa.update(C).where(*chunk_doc).values(path=_bp("to"))
         self.insert_chunks = sa.insert(C)
         self.chunk_rows = (
             sa.select(C.c.path, C.c.seq, C.c.heading, C.c.text, C.c.terms, C.c.embedding, C.c.model)
@@ -521,6 +526,39 @@ class SqlStore(DocumentIndex, MemoryStore):
             if d.grant is not None and ref.is_global:
                 _audit(conn, d.grant, "delete", ref, d.path)
 
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        addr = self._address(ref)
+        key, target = {**addr, "p": m.path}, {**addr, "p": m.to}
+        with write_transaction(self.engine) as conn:
+            # Both rows locked in path order, as every writer of two documents takes them.
+            first, second = sorted((key, target), key=lambda k: k["p"])
+            rows = {k["p"]: conn.execute(self._sql.lock_doc, k).first() for k in (first, second)}
+            current, replaced = rows[m.path], rows[m.to]
+            if current is None:
+                raise NotFound(f"no document at {m.path!r} in space {addr['sid']!r}", path=m.path)
+            check_precondition(m.path, current.etag, m.if_match)
+            check_move_target(m, replaced is not None)
+            if replaced is not None:
+                conn.execute(self._sql.delete_doc, target)
+                conn.execute(self._sql.delete_chunks, target)
+            try:
+                conn.execute(self._sql.move_doc, {**key, "to": m.to, "now": utcnow()})
+            except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
+                # A writer created a document at m.to after the lock found none (PostgreSQL;
+                # SQLite's writers queue): that is the document the move must not replace.
+                raise Conflict(
+                    f"a document was just created at {m.to!r}; retry the move, with overwrite "
+                    "to replace it"
+                ) from None
+            conn.execute(self._sql.move_chunks, {**key, "to": m.to})
+            if replaced is not None and replaced.size_bytes:
+                self._charge(conn, ref, addr, -int(replaced.size_bytes), _attributed_team(m.grant))
+            else:
+                conn.execute(self._sql.bump_space, addr)
+            if m.grant is not None and ref.is_global:
+                _audit(conn, m.grant, "move", ref, m.path, to=m.to)
+        return WriteResult(m.to, int(current.size_bytes), str(current.etag), replaced is None)
+
     def _aggregate(self, ref: SpaceRef) -> tuple[str, int]:
         """The counter a space answers to, and the quota it starts at."""
         if ref.is_global:
@@ -607,8 +645,11 @@ def _attributed_team(grant: PlatformGrant | None) -> str | None:
     return validate_segment("attribution team", team) if team else None
 
 
-def _audit(conn: Connection, grant: PlatformGrant, verb: str, ref: SpaceRef, path: str) -> None:
-    """The audit row of a global mutation, in the mutation's own transaction."""
+def _audit(
+    conn: Connection, grant: PlatformGrant, verb: str, ref: SpaceRef, path: str, to: str = ""
+) -> None:
+    """The audit row of a global mutation, in the mutation's own transaction (a move's
+    row names both paths: ``from -> to``)."""
     conn.execute(
         audit_events.insert().values(
             id="evt_" + uuid.uuid4().hex,
@@ -616,7 +657,7 @@ def _audit(conn: Connection, grant: PlatformGrant, verb: str, ref: SpaceRef, pat
             action=f"memory.global_{verb}",
             actor=grant.actor,
             space_id=ref.id,
-            path=path,
+            path=(f"{path} -> {to}" if to else path)[:1024],  # the column's width
         )
     )
 

@@ -423,6 +423,43 @@ def delete_doc(
     return Response(status_code=204)
 
 
+@router.post(
+    "/api/memory/doc/move",
+    response_model=WriteOut,
+    status_code=200,
+    responses={
+        200: {"headers": _ETAG},
+        201: {"description": "Moved to a free path", "model": WriteOut, "headers": _ETAG},
+        **error_responses(*AUTH_ERRORS, 409, 412, 422),
+    },
+    summary="Move one document to another path in its space, atomically",
+)
+def move_doc(
+    who: Principal,
+    state: State,
+    space: Space,
+    path: PathParam,
+    to: Annotated[
+        str,
+        Query(
+            description="The document's new path (canonical, ending in .md).",
+            json_schema_extra={"minLength": 4, "maxLength": 512, "pattern": r"\.md$"},
+        ),
+    ],
+    overwrite: Annotated[
+        bool, Query(description="Replace a document at `to` (else 409 already_exists).")
+    ] = False,
+    if_match: IfMatch = None,
+) -> JSONResponse:
+    ref = space.ref(who, "path", "to", "overwrite")
+    result = state.spaces.move(who, ref, path, to, overwrite=overwrite, if_match=if_match)
+    return JSONResponse(
+        result.as_json(),
+        status_code=201 if result.created else 200,
+        headers={"ETag": f'"{result.etag}"'},
+    )
+
+
 @router.get(
     "/api/memory/export",
     response_class=StreamingResponse,
