@@ -38,7 +38,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cairn.errors import CairnError, InvalidPath, InvalidRequest
 from cairn.paths import validate_doc_path
-from cairn.spaces import Visibility, validate_segment
+from cairn.spaces import Visibility, is_directory_spelling, validate_segment
 
 #: Backends that consume ``auto_memory: on`` (SPEC §9.1).
 AUTO_MEMORY_BACKENDS: frozenset[str] = frozenset({"claude_code", "claw", "pi"})
@@ -79,8 +79,9 @@ class Diagnostic:
 class MemoryBlock:
     """The ``memory:`` block: which space the tools address and what they may do.
 
-    ``project`` is a directory (encoded into a project key when the ref is built),
-    already resolved against the configuration file's directory; ``None`` means the
+    ``project`` is a project name (a bare word, used as given), or a directory (spelled
+    with a separator or a leading ``.``/``~``; encoded into a project key when the ref is
+    built) already resolved against the configuration file's directory; ``None`` means the
     current working directory, like ``cairn memory --project``.
     """
 
@@ -225,9 +226,15 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
                 if key == "project":
                     raw = _scalar(value_node)
                     if not raw:
-                        c.error(value_node, "C101", "memory.scope.project must be a directory")
-                    else:
+                        c.error(
+                            value_node,
+                            "C101",
+                            "memory.scope.project must be a project name or a directory",
+                        )
+                    elif is_directory_spelling(raw):
                         project = str((base_dir / os.path.expanduser(raw)).resolve())
+                    else:
+                        project = _segment_field(c, value_node, "memory.scope.project")
                 elif key in ("name", "bot", "user"):
                     seg = _segment_field(c, value_node, f"memory.scope.{key}")
                     if seg is not None:

@@ -19,8 +19,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from cairn.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
+from cairn.tools import TOOL_NAMES
 from tests.automemory.agent_script import AGENT
-from tests.mcp.helpers import cairn_argv, cairn_env
+from tests.mcp.helpers import cairn_argv, cairn_env, exercise_edit_move_delete
 
 ADMIN = "e2e-admin-token-0123456789abcdefghijklmnop"
 SERVICE = "e2e-service-token-0123456789abcdefghijklm"
@@ -132,7 +133,7 @@ def test_mcp_against_a_server_searches_records_and_writes(server: Server, tmp_pa
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     names = [t.name for t in (await session.list_tools()).tools]
-                    assert names == ["memory_read", "memory_write", "memory_list", "memory_search"]
+                    assert names == list(TOOL_NAMES)
                     found = await session.call_tool("memory_search", {"query": "flaky migration"})
                     assert not found.is_error, found.content
                     text = found.content[0].text if found.content[0].type == "text" else ""
@@ -146,6 +147,8 @@ def test_mcp_against_a_server_searches_records_and_writes(server: Server, tmp_pa
                     assert bad.structured_content.get("canonical") == "MEMORY.md"
                     empty = await session.call_tool("memory_search", {"query": ""})
                     assert empty.is_error
+                    # Edit, move and delete go through the server's routes too.
+                    await exercise_edit_move_delete(session)
 
     anyio.run(main)
     got = httpx.get(

@@ -145,6 +145,19 @@ def test_scope_project_resolves_against_the_file(tmp_path: Path) -> None:
     assert config.directory_name == "b"
 
 
+def test_scope_project_as_a_bare_word_is_a_project_name(tmp_path: Path) -> None:
+    from cairn.tools import ref_for_block
+
+    cfg = tmp_path / "agent.yaml"
+    (tmp_path / "web").mkdir()  # a folder of that name does not make it a directory
+    cfg.write_text("memory:\n  visibility: project\n  scope: {project: web, name: notes}\n")
+    config = load_config(cfg)
+    assert config.memory is not None and config.memory.project == "web"
+    assert ref_for_block(config.memory, tenant="t").project == "web"
+    bad = parse_config_text("memory:\n  scope: {project: 'we:b'}\n", "a.yaml")
+    assert [d.code for d in bad.diagnostics] == ["C101"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.text(min_size=1, max_size=12))
 def test_any_auto_memory_word_is_either_on_off_or_c131(word: str) -> None:

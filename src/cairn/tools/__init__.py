@@ -14,10 +14,14 @@ from cairn.tools.dispatch import (
     ref_for_block,
 )
 from cairn.tools.schemas import (
+    MEMORY_DELETE,
+    MEMORY_EDIT,
     MEMORY_LIST,
+    MEMORY_MOVE,
     MEMORY_READ,
     MEMORY_SEARCH,
     MEMORY_WRITE,
+    MUTATING_TOOLS,
     SPECS,
     TOOL_NAMES,
     ToolSpec,
@@ -26,10 +30,14 @@ from cairn.tools.schemas import (
 )
 
 __all__ = [
+    "MEMORY_DELETE",
+    "MEMORY_EDIT",
     "MEMORY_LIST",
+    "MEMORY_MOVE",
     "MEMORY_READ",
     "MEMORY_SEARCH",
     "MEMORY_WRITE",
+    "MUTATING_TOOLS",
     "SPECS",
     "TOOL_NAMES",
     "WRITE_REFUSED_GLOBAL",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cairn.agentconfig import MemoryBlock
+from cairn.documents import Edit, Insert, Replace
 from cairn.errors import (
     CairnError,
     DocumentTooLarge,
@@ -34,12 +35,16 @@ from cairn.errors import (
 from cairn.principal import Principal
 from cairn.service.access import console_principal
 from cairn.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
-from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
+from cairn.spaces import SpaceRef, Visibility, project_key
 from cairn.tools.schemas import (
+    MEMORY_DELETE,
+    MEMORY_EDIT,
     MEMORY_LIST,
+    MEMORY_MOVE,
     MEMORY_READ,
     MEMORY_SEARCH,
     MEMORY_WRITE,
+    MUTATING_TOOLS,
     SPECS,
     ToolSpec,
 )
@@ -47,10 +52,11 @@ from cairn.tools.schemas import (
 #: The notice a run gets instead of ``memory_write`` on a global space (SPEC §9.1).
 WRITE_REFUSED_GLOBAL = (
     "<workspace_memory_write_refused>\n"
-    "memory_write is not available in this run: the configured memory space is global "
-    "(shared by the whole instance), and writing it is a platform act that a run never "
-    "carries the authority for. memory_read and memory_list work as usual; keep anything "
-    "you need to remember in a space of your own (visibility bot or project).\n"
+    "memory_write (and memory_edit, memory_delete, memory_move) is not available in this run: "
+    "the configured memory space is global (shared by the whole instance), and changing it is "
+    "a platform act that a run never carries the authority for. memory_read, memory_list and "
+    "memory_search work as usual; keep anything you need to remember in a space of your own "
+    "(visibility bot or project).\n"
     "</workspace_memory_write_refused>"
 )
 
@@ -86,8 +92,9 @@ def ref_for_block(
 ) -> SpaceRef:
     """The space a memory block addresses.
 
-    ``project`` is the block's directory (else ``cwd``, else the current directory),
-    encoded as in SPEC §2; ``user`` defaults to the login name; ``bot`` to
+    ``project`` is the block's project: a name as given, or a directory (relative to
+    ``cwd``) encoded as in SPEC §2 (:func:`cairn.spaces.project_key`); without one, ``cwd``,
+    else the current directory. ``user`` defaults to the login name; ``bot`` to
     ``bot_fallback`` (the configuration file's directory name).
     """
     bot = block.bot or bot_fallback
@@ -95,7 +102,7 @@ def ref_for_block(
         raise InvalidRequest(
             "a bot memory space needs a bot id: set memory.scope.bot or pass --bot"
         )
-    project = encode_workdir_key(block.project or cwd or os.getcwd())
+    project = project_key(block.project, cwd or os.getcwd())
     user = block.user or _login_name()
     return SpaceRef.build(
         block.visibility, block.name, tenant=tenant, project=project, bot=bot, user=user
@@ -161,8 +168,9 @@ class MemoryTools:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The tools offered, in the order of :data:`SPECS` (read, write, list, search)."""
-        return tuple(name for name in SPECS if name != MEMORY_WRITE or self.write_enabled)
+        """The tools offered, in the order of :data:`SPECS` (read, write, list, search, edit,
+        delete, move); the ones that change the space only where writing is enabled."""
+        return tuple(name for name in SPECS if name not in MUTATING_TOOLS or self.write_enabled)
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -211,6 +219,14 @@ class MemoryTools:
                 return self._write(args)
             if name == MEMORY_SEARCH:
                 return self._search(args)
+            if name in MUTATING_TOOLS and not self.write_enabled:
+                return self._write_refused(name)
+            if name == MEMORY_EDIT:
+                return self._edit(args)
+            if name == MEMORY_DELETE:
+                return self._delete(args)
+            if name == MEMORY_MOVE:
+                return self._move(args)
             return _error(
                 "unknown_tool",
                 f"there is no tool {name!r} here; the tools are: {', '.join(self.names)}",
@@ -226,12 +242,7 @@ class MemoryTools:
         try:
             doc = self.service.read(self.ref, path)
         except NotFound:
-            return _error(
-                "not_found",
-                f"no document at {path!r} in this memory space yet; "
-                "call memory_list to see what exists",
-                path=path,
-            )
+            return _missing(path)
         data = {"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag}
         return ToolResult(False, doc.content, data=data)
 
@@ -250,15 +261,18 @@ class MemoryTools:
             )
         return ToolResult(False, text, data={"documents": rows})
 
+    def _write_refused(self, name: str) -> ToolResult:
+        if self.ref.is_global:
+            return _error("write_refused", WRITE_REFUSED_GLOBAL)
+        return _error(
+            "write_refused",
+            f"{name} is not available: this memory space is read-only for this run "
+            "(write: false or --read-only); use memory_read, memory_list and memory_search",
+        )
+
     def _write(self, args: dict[str, Any]) -> ToolResult:
         if not self.write_enabled:
-            if self.ref.is_global:
-                return _error("write_refused", WRITE_REFUSED_GLOBAL)
-            return _error(
-                "write_refused",
-                "memory_write is not available: this memory space is read-only for this run "
-                "(write: false or --read-only); use memory_read and memory_list",
-            )
+            return self._write_refused(MEMORY_WRITE)
         _only(args, MEMORY_WRITE, {"path", "content", "if_match"})
         path = _str_arg(args, "path")
         content = _str_arg(args, "content", "content must be a string: the whole Markdown body")
@@ -267,6 +281,50 @@ class MemoryTools:
         verb = "created" if result.created else "replaced"
         text = f"{verb} {result.path} ({result.size_bytes} bytes, etag {result.etag})"
         return ToolResult(False, text, data=result.as_json())
+
+    def _edit(self, args: dict[str, Any]) -> ToolResult:
+        _only(
+            args,
+            MEMORY_EDIT,
+            {"path", "old_str", "new_str", "insert_line", "insert_text", "if_match"},
+        )
+        path = _str_arg(args, "path")
+        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        edit = _edit_of(args)
+        result = self.service.edit(self.who, self.ref, path, edit, if_match=if_match)
+        how = (
+            "replaced the text" if isinstance(edit, Replace) else f"inserted after line {edit.line}"
+        )
+        text = f"edited {result.path}: {how} ({result.size_bytes} bytes, etag {result.etag})"
+        return ToolResult(False, text, data=result.as_json())
+
+    def _delete(self, args: dict[str, Any]) -> ToolResult:
+        _only(args, MEMORY_DELETE, {"path", "if_match"})
+        path = _str_arg(args, "path")
+        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        try:
+            self.service.delete(self.who, self.ref, path, if_match=if_match)
+        except NotFound:
+            return _missing(path)
+        return ToolResult(False, f"deleted {path}", data={"path": path, "deleted": True})
+
+    def _move(self, args: dict[str, Any]) -> ToolResult:
+        _only(args, MEMORY_MOVE, {"path", "new_path", "overwrite", "if_match"})
+        path = _str_arg(args, "path")
+        new_path = _str_arg(args, "new_path")
+        overwrite = args.get("overwrite", False)
+        if not isinstance(overwrite, bool):
+            raise InvalidRequest("overwrite must be true or false")
+        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        try:
+            result = self.service.move(
+                self.who, self.ref, path, new_path, overwrite=overwrite, if_match=if_match
+            )
+        except NotFound:
+            return _missing(path)
+        replaced = "" if result.created else ", replacing the document that was there"
+        text = f"moved {path} to {result.path}{replaced} (etag {result.etag})"
+        return ToolResult(False, text, data={**result.as_json(), "from": path})
 
     def _search(self, args: dict[str, Any]) -> ToolResult:
         _only(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id"})
@@ -361,6 +419,34 @@ def error_result(exc: CairnError) -> ToolResult:
         data["quota_left_bytes"] = int(exc.details.get("quota_bytes", 0))
         text += ". Split the content into several smaller documents."
     return ToolResult(True, text, code=exc.code, data=data)
+
+
+def _missing(path: str) -> ToolResult:
+    return _error(
+        "not_found",
+        f"no document at {path!r} in this memory space; call memory_list to see what exists",
+        path=path,
+    )
+
+
+def _edit_of(args: Mapping[str, Any]) -> Edit:
+    """The one edit the arguments name: the replace form or the insert form."""
+    replace = "old_str" in args or "new_str" in args
+    insert = "insert_line" in args or "insert_text" in args
+    if replace == insert:
+        raise InvalidRequest(
+            "memory_edit takes either old_str and new_str (replace text) or insert_line and "
+            "insert_text (insert lines), not " + ("both" if replace else "neither")
+        )
+    if replace:
+        old = _str_arg(args, "old_str", "old_str is required: the exact text to replace")
+        new = _str_arg(args, "new_str", "new_str is required: the text to put in its place")
+        return Replace(old, new)
+    line = args.get("insert_line")
+    if isinstance(line, bool) or not isinstance(line, int):
+        raise InvalidRequest("insert_line is required: a whole number, 0 for the top")
+    text = _str_arg(args, "insert_text", "insert_text is required: the line(s) to insert")
+    return Insert(line, text)
 
 
 def _error(code: str, text: str, **data: Any) -> ToolResult:

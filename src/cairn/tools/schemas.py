@@ -13,8 +13,22 @@ MEMORY_READ = "memory_read"
 MEMORY_WRITE = "memory_write"
 MEMORY_LIST = "memory_list"
 MEMORY_SEARCH = "memory_search"
+MEMORY_EDIT = "memory_edit"
+MEMORY_DELETE = "memory_delete"
+MEMORY_MOVE = "memory_move"
 
-TOOL_NAMES: tuple[str, ...] = (MEMORY_READ, MEMORY_WRITE, MEMORY_LIST, MEMORY_SEARCH)
+TOOL_NAMES: tuple[str, ...] = (
+    MEMORY_READ,
+    MEMORY_WRITE,
+    MEMORY_LIST,
+    MEMORY_SEARCH,
+    MEMORY_EDIT,
+    MEMORY_DELETE,
+    MEMORY_MOVE,
+)
+
+#: The tools that change the space: withheld from a read-only run and on a global space.
+MUTATING_TOOLS: frozenset[str] = frozenset({MEMORY_WRITE, MEMORY_EDIT, MEMORY_DELETE, MEMORY_MOVE})
 
 _PATH_RULES = (
     "A path is relative to the memory space, '/'-separated, ends in '.md' and is canonical: "
@@ -24,6 +38,11 @@ _PATH_RULES = (
 _PATH_ARG = {
     "type": "string",
     "description": "Document path, e.g. 'MEMORY.md' or 'topics/deploy.md'.",
+}
+_IF_MATCH_ARG = {
+    "type": "string",
+    "description": "Optional etag (from an earlier read or write) the document must still "
+    "have, so a change someone else made meanwhile is not undone.",
 }
 
 
@@ -169,6 +188,99 @@ SPECS: dict[str, ToolSpec] = {
             "required": ["query"],
             "additionalProperties": False,
         },
+    ),
+    MEMORY_EDIT: ToolSpec(
+        name=MEMORY_EDIT,
+        description=(
+            "Change part of one document in your persistent memory space without rewriting "
+            "all of it. Either replace text: give old_str, copied exactly from the document "
+            "(spaces and line breaks included) and occurring exactly once in it, and new_str "
+            "(may be empty to cut the text); or insert lines: give insert_line (0 inserts at "
+            "the top, N inserts after line N; the document's line count appends at the end) "
+            "and insert_text. Give one of the two forms, not both. An error result says why "
+            "the edit did not apply: old_str not found (read the document again and copy the "
+            "text exactly), found several times (the lines are named: include more "
+            "surrounding text so it is unique), or a line past the end. The edited document is "
+            "checked like any write (quota, no credentials). Someone else's change made since "
+            "the document was read is never overwritten: the edit is refused and you read "
+            "again. " + _PATH_RULES
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": _PATH_ARG,
+                "old_str": {
+                    "type": "string",
+                    "description": "Replace form: the exact text to replace; it must occur "
+                    "exactly once in the document.",
+                },
+                "new_str": {
+                    "type": "string",
+                    "description": "Replace form: the text to put in its place (empty to cut).",
+                },
+                "insert_line": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Insert form: the line after which to insert (0 = top).",
+                },
+                "insert_text": {
+                    "type": "string",
+                    "description": "Insert form: the line(s) to insert.",
+                },
+                "if_match": _IF_MATCH_ARG,
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+    MEMORY_DELETE: ToolSpec(
+        name=MEMORY_DELETE,
+        description=(
+            "Delete one document from your persistent memory space, for a note that is wrong, "
+            "obsolete or merged into another; its bytes return to the space's quota. Deleting "
+            "cannot be undone, so read the document first when unsure. A document that does "
+            "not exist gives an error result saying so (call memory_list to see what exists). "
+            + _PATH_RULES
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"path": _PATH_ARG, "if_match": _IF_MATCH_ARG},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        read_only=False,
+        destructive=True,
+    ),
+    MEMORY_MOVE: ToolSpec(
+        name=MEMORY_MOVE,
+        description=(
+            "Move (rename) one document to another path in your persistent memory space, to "
+            "reorganise notes, e.g. 'notes.md' to 'topics/deploy.md'; its content is "
+            "unchanged and it needs no extra quota. If new_path already holds a document the "
+            "move is refused unless overwrite is true, which replaces that document. " + _PATH_RULES
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": _PATH_ARG,
+                "new_path": {
+                    "type": "string",
+                    "description": "The document's new path, e.g. 'topics/deploy.md'.",
+                },
+                "overwrite": {
+                    "type": "boolean",
+                    "description": "Replace a document already at new_path (default false).",
+                },
+                "if_match": _IF_MATCH_ARG,
+            },
+            "required": ["path", "new_path"],
+            "additionalProperties": False,
+        },
+        read_only=False,
+        destructive=True,
     ),
 }
 
