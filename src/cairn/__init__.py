@@ -15,8 +15,10 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from cairn.documents import Document, DocumentInfo, ImportReport, Usage, WriteResult
     from cairn.errors import (
+        AlreadyExists,
         CairnError,
         Forbidden,
+        InvalidEdit,
         InvalidPath,
         InvalidRequest,
         NotFound,
@@ -41,6 +43,8 @@ _ERRORS = (
     "QuotaExceeded",
     "InvalidPath",
     "SecretDetected",
+    "InvalidEdit",
+    "AlreadyExists",
     "InvalidRequest",
     "Forbidden",
     "Unauthenticated",
@@ -63,6 +67,8 @@ __all__ = [  # spelled out, so linters and IDEs read it: the tuples above, and D
     "QuotaExceeded",
     "InvalidPath",
     "SecretDetected",
+    "InvalidEdit",
+    "AlreadyExists",
     "InvalidRequest",
     "Forbidden",
     "Unauthenticated",

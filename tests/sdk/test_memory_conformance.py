@@ -16,6 +16,8 @@ import pytest
 
 from cairn.documents import Document, DocumentInfo, ImportReport, Usage, WriteResult
 from cairn.errors import (
+    AlreadyExists,
+    InvalidEdit,
     InvalidPath,
     InvalidRequest,
     InvalidSpaceRef,
@@ -82,6 +84,73 @@ def test_if_match_guards_write_and_delete(memory: Any) -> None:
     assert memory.read("a.md").content == "two"
     memory.delete("a.md", if_match=memory.read("a.md").etag)
     assert memory.list() == []
+
+
+def test_edit_replaces_one_exact_occurrence(memory: Any) -> None:
+    memory.write("MEMORY.md", "# Memory\n\n- deploy on Fridays\n- test on Mondays\n")
+    result = memory.edit("MEMORY.md", "deploy on Fridays", "deploy on Tuesdays")
+    assert isinstance(result, WriteResult) and result.created is False
+    content = memory.read("MEMORY.md").content
+    assert content == "# Memory\n\n- deploy on Tuesdays\n- test on Mondays\n"
+    assert result.etag == memory.read("MEMORY.md").etag
+    with pytest.raises(InvalidEdit) as info:
+        memory.edit("MEMORY.md", "on ", "at ")  # twice: which one?
+    assert info.value.code == "invalid_edit" and "2 times" in info.value.message
+    with pytest.raises(InvalidEdit, match="does not occur"):
+        memory.edit("MEMORY.md", "on Sundays", "never")
+    assert memory.read("MEMORY.md").content == content
+    with pytest.raises(NotFound):
+        memory.edit("nope.md", "a", "b")
+
+
+def test_edit_inserts_lines_and_refuses_a_line_out_of_range(memory: Any) -> None:
+    memory.write("list.md", "one\nthree\n")
+    memory.edit("list.md", insert_line=1, text="two")
+    memory.edit("list.md", insert_line=0, text="# List")
+    memory.edit("list.md", insert_line=4, text="four\n")
+    assert memory.read("list.md").content == "# List\none\ntwo\nthree\nfour\n"
+    with pytest.raises(InvalidEdit, match="line 9 is outside"):
+        memory.edit("list.md", insert_line=9, text="nine")
+    with pytest.raises(InvalidRequest, match="not a mix"):
+        memory.edit("list.md", "one", "1", insert_line=0, text="x")
+    with pytest.raises(InvalidRequest, match="edit takes old and new"):
+        memory.edit("list.md", "one")
+    assert memory.read("list.md").content == "# List\none\ntwo\nthree\nfour\n"
+
+
+def test_edit_and_move_honour_if_match_and_the_secret_scan(memory: Any) -> None:
+    etag = memory.write("a.md", "alpha\n").etag
+    with pytest.raises(PreconditionFailed):
+        memory.edit("a.md", "alpha", "beta", if_match="0" * 32)
+    with pytest.raises(SecretDetected):
+        memory.edit("a.md", "alpha", "AKIAABCDEFGHIJKLMNOP")
+    with pytest.raises(PreconditionFailed):
+        memory.move("a.md", "b.md", if_match="0" * 32)
+    assert memory.edit("a.md", "alpha", "beta", if_match=etag).path == "a.md"
+    assert memory.read("a.md").content == "beta\n"
+
+
+def test_move_renames_and_refuses_to_overwrite_unless_told(memory: Any) -> None:
+    memory.write("draft.md", "draft\n")
+    memory.write("final.md", "final\n")
+    moved = memory.move("draft.md", "notes/draft.md")
+    assert isinstance(moved, WriteResult)
+    assert (moved.path, moved.size_bytes) == ("notes/draft.md", 6)
+    assert [d.path for d in memory.list()] == ["final.md", "notes/draft.md"]
+    with pytest.raises(NotFound):
+        memory.read("draft.md")
+    with pytest.raises(AlreadyExists) as info:
+        memory.move("notes/draft.md", "final.md")
+    assert info.value.code == "already_exists"
+    assert memory.read("final.md").content == "final\n"
+    memory.move("notes/draft.md", "final.md", overwrite=True)
+    assert [d.path for d in memory.list()] == ["final.md"]
+    assert memory.read("final.md").content == "draft\n"
+    assert memory.usage().used_bytes == 6
+    with pytest.raises(InvalidPath):
+        memory.move("final.md", "../out.md")
+    with pytest.raises(NotFound):
+        memory.move("gone.md", "here.md")
 
 
 def test_usage_counts_the_space(memory: Any) -> None:

@@ -78,6 +78,27 @@ class AsyncMemory:
     async def write(self, path: str, content: str, *, if_match: str | None = None) -> WriteResult:
         return await asyncio.to_thread(self._memory.write, path, content, if_match=if_match)
 
+    async def edit(
+        self,
+        path: str,
+        old: str | None = None,
+        new: str | None = None,
+        *,
+        insert_line: int | None = None,
+        text: str | None = None,
+        if_match: str | None = None,
+    ) -> WriteResult:
+        return await asyncio.to_thread(
+            self._memory.edit, path, old, new, insert_line=insert_line, text=text, if_match=if_match
+        )
+
+    async def move(
+        self, path: str, to: str, *, overwrite: bool = False, if_match: str | None = None
+    ) -> WriteResult:
+        return await asyncio.to_thread(
+            self._memory.move, path, to, overwrite=overwrite, if_match=if_match
+        )
+
     async def delete(self, path: str, *, if_match: str | None = None) -> None:
         await asyncio.to_thread(self._memory.delete, path, if_match=if_match)
 

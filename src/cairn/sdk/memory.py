@@ -32,8 +32,11 @@ from cairn.config import Config
 from cairn.documents import (
     Document,
     DocumentInfo,
+    Edit,
     ImportReport,
     ImportStrategy,
+    Insert,
+    Replace,
     Usage,
     WriteResult,
 )
@@ -202,6 +205,33 @@ class Memory:
         ``PreconditionFailed``."""
         return self._open().write(self._who, self._space, path, content, if_match=if_match)
 
+    def edit(
+        self,
+        path: str,
+        old: str | None = None,
+        new: str | None = None,
+        *,
+        insert_line: int | None = None,
+        text: str | None = None,
+        if_match: str | None = None,
+    ) -> WriteResult:
+        """Change part of the document at ``path``: ``edit(path, old, new)`` replaces the
+        one exact occurrence of ``old``; ``edit(path, insert_line=n, text=t)`` inserts
+        ``t`` as whole lines after line ``n`` (0 = at the top). ``InvalidEdit`` when
+        ``old`` is absent or occurs more than once, or the line is out of range; a change
+        made meanwhile by anyone is never overwritten (``PreconditionFailed``)."""
+        change = _edit_of(old, new, insert_line, text)
+        return self._open().edit(self._who, self._space, path, change, if_match=if_match)
+
+    def move(
+        self, path: str, to: str, *, overwrite: bool = False, if_match: str | None = None
+    ) -> WriteResult:
+        """Move the document at ``path`` to ``to``, atomically; ``AlreadyExists`` when a
+        document is at ``to``, unless ``overwrite``. Returns the document at its new path."""
+        return self._open().move(
+            self._who, self._space, path, to, overwrite=overwrite, if_match=if_match
+        )
+
     def delete(self, path: str, *, if_match: str | None = None) -> None:
         """Remove the document at ``path``; ``NotFound`` when there is none."""
         self._open().delete(self._who, self._space, path, if_match=if_match)
@@ -282,6 +312,22 @@ class Memory:
         if self._closed:
             raise InvalidRequest("this Memory is closed; make another one to go on")
         return self._service
+
+
+def _edit_of(old: object, new: object, insert_line: object, text: object) -> Edit:
+    """The edit the arguments of :meth:`Memory.edit` describe, or an error saying which
+    of its two forms to use."""
+    if insert_line is None and text is None:
+        if isinstance(old, str) and isinstance(new, str):
+            return Replace(old, new)
+    elif old is None and new is None:
+        if isinstance(insert_line, int) and not isinstance(insert_line, bool):
+            if isinstance(text, str):
+                return Insert(insert_line, text)
+    raise InvalidRequest(
+        "edit takes old and new (text: replace the one exact occurrence of old) or "
+        "insert_line and text (a line number and text: insert after that line), not a mix"
+    )
 
 
 def _binary(stream: Any, arg: str, mode: str) -> BinaryIO:
