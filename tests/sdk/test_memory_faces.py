@@ -105,16 +105,31 @@ def test_memory_local_writes_a_global_space_only_by_import(home: Path) -> None:
         assert shared.read("rules.md").content == "# Rules\n"
 
 
-def test_gathered_async_calls_all_land(home: Path) -> None:
-    async def run() -> tuple[list[str], int]:
-        async with AsyncMemory.local(bot="my-bot", project="web") as mem:
-            await asyncio.gather(*(mem.write(f"n/{i:02}.md", "x" * i) for i in range(1, 25)))
-            paths = [d.path for d in await mem.list("n")]
-            return paths, (await mem.usage()).used_bytes
+def test_a_home_that_is_a_file_is_one_clear_error(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InvalidRequest, match="'.*a-file' is not a directory"):
+        Memory.local(project="web", home=tmp_path / "a-file")
 
-    paths, used = asyncio.run(run())
+
+def test_gathered_async_calls_all_land(home: Path) -> None:
+    # One store used from many worker threads at once: each task writes its note, finds it
+    # by its own word among the others' and edits it; nothing is lost or miscounted.
+    async def task(mem: AsyncMemory, i: int) -> list[str]:
+        await mem.write(f"n/{i:02}.md", f"# Note {i}\n\nword{i} " + "x" * i + "\n")
+        found = [hit.path for hit in await mem.search(f"word{i}", limit=50)]
+        await mem.edit(f"n/{i:02}.md", f"word{i}", f"WORD{i}")
+        return found
+
+    async def run() -> tuple[list[list[str]], list[str], int]:
+        async with AsyncMemory.local(bot="my-bot", project="web") as mem:
+            found = await asyncio.gather(*(task(mem, i) for i in range(1, 25)))
+            paths = [d.path for d in await mem.list("n")]
+            return found, paths, (await mem.usage()).used_bytes
+
+    found, paths, used = asyncio.run(run())
+    assert found == [[f"n/{i:02}.md"] for i in range(1, 25)]
     assert paths == [f"n/{i:02}.md" for i in range(1, 25)]
-    assert used == sum(range(1, 25))
+    assert used == sum(len(f"# Note {i}\n\nWORD{i} \n") + i for i in range(1, 25))
 
 
 # --- Server ----------------------------------------------------------------------------------

@@ -152,6 +152,12 @@ class Memory:
         embedder) are read from the environment.
         """
         config = Config.from_env(home=None if home is None else Path(home))
+        if config.home.exists() and not config.home.is_dir():
+            where = "home" if home is not None else "CAIRN_HOME"
+            raise InvalidRequest(
+                f"{where} {str(config.home)!r} is not a directory; give the folder that holds "
+                "(or is to hold) Cairn's local state"
+            )
         who = console_principal("local")
         space = space_for(
             who.team_id, bot=bot, project=project, name=name, visibility=visibility, user=user
