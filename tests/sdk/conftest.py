@@ -33,7 +33,13 @@ import pytest
 from cairn.sdk import AsyncMemory, Memory
 
 ADMIN_TOKEN = "sdk-admin-token-0123456789abcdefghij"
-KINDS = ["local", "server", "async-local", "async-server"]
+#: A real server is a subprocess over a socket: "slow" as the other end-to-end tests.
+KINDS = [
+    "local",
+    pytest.param("server", marks=pytest.mark.slow),
+    "async-local",
+    pytest.param("async-server", marks=pytest.mark.slow),
+]
 
 
 def _free_port() -> int:

@@ -135,6 +135,7 @@ def test_gathered_async_calls_all_land(home: Path) -> None:
 # --- Server ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_memory_connect_names_the_space_the_rest_api_does(
     server: Server, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,6 +153,7 @@ def test_memory_connect_names_the_space_the_rest_api_does(
     assert r.json()["content"] == "# over the wire\n"
 
 
+@pytest.mark.slow
 def test_a_bad_key_is_unauthenticated_and_no_server_is_unavailable(
     server: Server, home: Path
 ) -> None:

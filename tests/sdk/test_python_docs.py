@@ -29,6 +29,7 @@ def _shown(code: str) -> list[str]:
     return [m.group(1).strip() for line in code.splitlines() if (m := _SHOWN.match(line))]
 
 
+@pytest.mark.slow  # the connect example talks to a real cairn serve
 def test_every_python_block_of_the_docs_runs(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
