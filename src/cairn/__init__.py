@@ -1,4 +1,103 @@
-"""Cairn: memory for AI agents."""
+"""Cairn: memory for AI agents.
+
+``from cairn import Memory`` (docs/python.md). The names below are loaded on first use:
+``import cairn`` stays cheap (no numpy, no SQLAlchemy), because the CLI reads
+``cairn.__version__`` before it caps the native thread pools.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 #: The release, as in pyproject.toml.
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from cairn.documents import Document, DocumentInfo, ImportReport, Usage, WriteResult
+    from cairn.errors import (
+        AlreadyExists,
+        CairnError,
+        Forbidden,
+        InvalidEdit,
+        InvalidPath,
+        InvalidRequest,
+        NotFound,
+        PreconditionFailed,
+        QuotaExceeded,
+        SecretDetected,
+        StoreUnavailable,
+        Unauthenticated,
+    )
+    from cairn.sdk import AsyncMemory, Memory
+    from cairn.service.search import DocumentHit
+
+# The names loaded on first use, by the module that defines them.
+_SDK = ("Memory", "AsyncMemory")
+#: The results the methods return.
+_RESULTS = ("Document", "DocumentInfo", "WriteResult", "Usage", "ImportReport")
+#: The errors most callers catch; every one is in cairn.errors.
+_ERRORS = (
+    "CairnError",
+    "NotFound",
+    "PreconditionFailed",
+    "QuotaExceeded",
+    "InvalidPath",
+    "SecretDetected",
+    "InvalidEdit",
+    "AlreadyExists",
+    "InvalidRequest",
+    "Forbidden",
+    "Unauthenticated",
+    "StoreUnavailable",
+)
+
+__all__ = [  # spelled out, so linters and IDEs read it: the tuples above, and DocumentHit
+    "__version__",
+    "Memory",
+    "AsyncMemory",
+    "Document",
+    "DocumentInfo",
+    "WriteResult",
+    "Usage",
+    "ImportReport",
+    "DocumentHit",
+    "CairnError",
+    "NotFound",
+    "PreconditionFailed",
+    "QuotaExceeded",
+    "InvalidPath",
+    "SecretDetected",
+    "InvalidEdit",
+    "AlreadyExists",
+    "InvalidRequest",
+    "Forbidden",
+    "Unauthenticated",
+    "StoreUnavailable",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Plain imports (PEP 562): each module is loaded the first time one of its names is.
+    value: Any
+    if name in _SDK:
+        from cairn import sdk
+
+        value = getattr(sdk, name)
+    elif name in _RESULTS:
+        from cairn import documents
+
+        value = getattr(documents, name)
+    elif name == "DocumentHit":
+        from cairn.service.search import DocumentHit as value
+    elif name in _ERRORS:
+        from cairn import errors
+
+        value = getattr(errors, name)
+    else:
+        raise AttributeError(f"module 'cairn' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
