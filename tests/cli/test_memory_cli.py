@@ -16,6 +16,7 @@ from cairn.cli.common import (
     cairn_home,
     local_store,
     progress,
+    resolve_server_args,
     space_ref_from_args,
 )
 from cairn.cli.main import build_parser, main
@@ -271,6 +272,7 @@ def test_server_flags_come_from_the_environment(
     monkeypatch.setenv("CAIRN_SERVER", "http://127.0.0.1:9")
     monkeypatch.setenv("CAIRN_TOKEN", "tok")
     args = build_parser().parse_args(["memory", "du", "--bot", "b"])
+    resolve_server_args(args)  # the token is read after parsing (see test_newcomer)
     assert (args.server, args.token) == ("http://127.0.0.1:9", "tok")
     args = build_parser().parse_args(["memory", "du", "--bot", "b", "--server", "http://x"])
     assert args.server == "http://x"
@@ -390,9 +392,7 @@ def test_server_mode_against_a_real_local_server(
 def test_reindex_finds_hand_made_files_and_is_idempotent(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, _ = run(
-        capsys, "put", "a.md", "--name", "n", "--visibility", "org", "--file", "/dev/null"
-    )
+    code, _, _ = run(capsys, "put", "a.md", "--name", "n", "--visibility", "org", "--empty")
     assert code == 0
     assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
     assert run(capsys, "reindex")[:2] == (0, "reindexed 0 document(s)\n")

@@ -23,7 +23,13 @@ from cairn.cli.common import (
     spaces_for,
 )
 from cairn.errors import CairnError, InvalidRequest, InvalidSpaceRef
-from cairn.spaces import Visibility
+from cairn.spaces import (
+    AUTO_MEMORY_SPACE,
+    SpaceRef,
+    Visibility,
+    is_directory_spelling,
+    project_key,
+)
 from cairn.tools.dispatch import MemoryTools, RecordsSearcher, ref_for_block
 
 DEFAULT_MCP_PORT = 8421
@@ -90,7 +96,7 @@ def build_tools(args: argparse.Namespace) -> MemoryTools:
             if getattr(args, flag) is not None:
                 overrides[flag] = getattr(args, flag)
         if args.project is not None:
-            overrides["project"] = os.path.abspath(args.project)
+            overrides["project"] = project_override(args.project)
         if args.visibility is not None:
             overrides["visibility"] = _agent_visibility(args.visibility)
         block = replace(block, **overrides)
@@ -98,10 +104,27 @@ def build_tools(args: argparse.Namespace) -> MemoryTools:
         return MemoryTools.from_block(
             block, service, ref, read_only=args.read_only, searcher=searcher, who=who
         )
-    args.visibility = _agent_visibility(args.visibility or Visibility.BOT.value).value
+    if args.visibility is not None:  # None: the default (bot), named as such in a refusal
+        args.visibility = _agent_visibility(args.visibility).value
     args.name = args.name or "default"
     ref = space_ref_from_args(args, tenant)
     return MemoryTools(service, ref, write=not args.read_only, searcher=searcher, who=who)
+
+
+def project_override(value: str) -> str:
+    """``--project`` as a memory block's ``project``: a directory spelling made absolute
+    (the block's key is its real path, whatever directory the server runs in), a name
+    passed through unchanged. A missing directory is a :class:`UsageError` here, before
+    the block is resolved."""
+    _project_key_or_usage(value)
+    return os.path.abspath(os.path.expanduser(value)) if is_directory_spelling(value) else value
+
+
+def _project_key_or_usage(value: str) -> str:
+    try:
+        return project_key(value)
+    except InvalidSpaceRef as exc:
+        raise UsageError(f"--project: {exc.message}") from None
 
 
 def _agent_visibility(raw: str) -> Visibility:
@@ -151,13 +174,32 @@ def _run(args: argparse.Namespace) -> int:
         return run_command(RunOptions(command, backend), _warn)
     bot = _bot_id(args, config)
     with open_spaces(args) as (service, who):
-        try:
-            ref = auto_memory_ref(bot, os.getcwd(), tenant=who.team_id)
-        except InvalidSpaceRef as exc:
-            if args.bot:  # else the id came from the config file: its content, exit 1
-                raise UsageError(f"--bot {args.bot!r}: {exc.message}") from None
-            raise
+        ref = run_ref(args, bot, who.team_id)
         return run_with_auto_memory(service, ref, RunOptions(command, backend), _warn, who=who)
+
+
+def run_ref(args: argparse.Namespace, bot: str, tenant: str) -> SpaceRef:
+    """The auto-memory space of ``cairn run``: keyed on the repository root of the current
+    directory, or of ``--project DIR``; ``--project NAME`` names the project as given
+    (the same space the API's ``project=NAME`` reaches)."""
+    try:
+        if args.project is None or is_directory_spelling(args.project):
+            where = os.getcwd()
+            if args.project is not None:
+                _project_key_or_usage(args.project)  # an existing directory, or exit 2
+                where = os.path.expanduser(args.project)
+            return auto_memory_ref(bot, where, tenant=tenant)
+        return SpaceRef.build(
+            Visibility.BOT,
+            AUTO_MEMORY_SPACE,
+            tenant=tenant,
+            project=_project_key_or_usage(args.project),
+            bot=bot,
+        )
+    except InvalidSpaceRef as exc:
+        if args.bot:  # else the id came from the config file: its content, exit 1
+            raise UsageError(f"--bot {args.bot!r}: {exc.message}") from None
+        raise
 
 
 def _bot_id(args: argparse.Namespace, config: AgentConfig | None) -> str:
@@ -220,6 +262,13 @@ def register(subparsers: Any) -> None:
     )
     r.add_argument("--auto-memory", choices=["on", "off"], default=None)
     r.add_argument("--bot", default=None, help="the bot id (else scope.bot, else config dir)")
+    r.add_argument(
+        "--project",
+        default=None,
+        metavar="NAME|DIR",
+        help="the project of the auto-memory space: a NAME as given, or a directory spelled "
+        "as one (./web: its repository root); default: the current directory's repository",
+    )
     r.add_argument("--backend", choices=list(ALL_BACKENDS), default=None)
     r.add_argument("--config", metavar="FILE", help="an agent configuration file")
     add_server_args(r)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import getpass
 import json
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from cairn.quota import Limits
 from cairn.runtime import MemoryStore
 from cairn.service.access import console_principal, remote_principal
 from cairn.service.spaces import SpaceService
-from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, encode_workdir_key
+from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, project_key
 
 DEFAULT_SPACE_NAME = "default"
 
@@ -42,6 +42,60 @@ Handler = Callable[[argparse.Namespace], int]
 
 class UsageError(InvalidRequest):
     """A command line that cannot be run as given: exit status 2 (see :func:`cli_command`)."""
+
+
+#: Where the parser that met an unrecognized argument leaves its option strings, so the
+#: top-level parser (which reports them) suggests from the right command's flags.
+_OPTIONS_SEEN = "_cairn_option_strings"
+
+
+class CairnArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, with a suggestion for a mistyped flag or verb.
+
+    ``cairn memory ls --projct web`` says ``unrecognized arguments: --projct (did you mean
+    --project?)``; an invalid choice (a verb, ``--visibility``) names the closest one.
+    ``cairn.cli.main`` builds every parser with this class (subparsers inherit it)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(parsed, _OPTIONS_SEEN):
+            # The innermost parser returns first; its namespace is copied into its parent's.
+            setattr(parsed, _OPTIONS_SEEN, list(self._option_string_actions))
+        return parsed, extras
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        options: list[str] = getattr(parsed, _OPTIONS_SEEN, list(self._option_string_actions))
+        if hasattr(parsed, _OPTIONS_SEEN):
+            delattr(parsed, _OPTIONS_SEEN)
+        if extras:
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            for extra in extras:
+                if extra.startswith("-"):
+                    guess = _closest(extra.split("=", 1)[0], options)
+                    if guess:
+                        message += f" (did you mean {guess}?)"
+                        break
+            self.error(message)
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            guess = _closest(str(value), [str(c) for c in action.choices or ()])
+            if guess is None:
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message} (did you mean {guess}?)") from None
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def cli_config(args: argparse.Namespace | None = None) -> Config:
@@ -101,20 +155,24 @@ def print_json(obj: dict[str, Any]) -> int:
 def add_space_args(parser: argparse.ArgumentParser, default_visibility: str = "bot") -> None:
     """Add the flags that address a space (SPEC §8)."""
     group = parser.add_argument_group("space")
+    # None = not given, so a refusal can say when the default is what needs --bot.
     group.add_argument(
         "--visibility",
-        default=default_visibility,
+        default=None,
         choices=list(ALLOWED_VISIBILITIES),
         help=f"the space's visibility (default {default_visibility})",
     )
+    parser.set_defaults(default_visibility=default_visibility)
     group.add_argument(
         "--name", default=DEFAULT_SPACE_NAME, help="the space's name (default 'default')"
     )
     group.add_argument(
         "--project",
         default=None,
-        metavar="DIR",
-        help="the project directory for bot/project spaces (default: the current directory)",
+        metavar="NAME|DIR",
+        help="the project of bot/project spaces: a NAME used as given (as the API's "
+        "project=NAME), or a directory spelled as one (./web, ~/src/web, /srv/web: "
+        "basename + hash of its path); default: the current directory",
     )
     group.add_argument("--bot", default=None, help="the bot id (required for --visibility bot)")
     group.add_argument(
@@ -123,7 +181,10 @@ def add_space_args(parser: argparse.ArgumentParser, default_visibility: str = "b
 
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--server`` / ``--token`` (defaults ``CAIRN_SERVER`` / ``CAIRN_TOKEN``)."""
+    """Add ``--server`` / ``--token`` (defaults ``CAIRN_SERVER`` / ``CAIRN_TOKEN``).
+
+    ``--token`` defaults to None, so :func:`resolve_server_args` can tell a token typed
+    on the command line (an error without a server) from one kept in the environment."""
     config = cli_config()
     group = parser.add_argument_group("server")
     group.add_argument(
@@ -134,26 +195,55 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--token",
-        default=config.token,
-        help="the API key for --server (env CAIRN_TOKEN)",
+        default=None,
+        help="the API key for --server (env CAIRN_TOKEN); an error without a server",
     )
+
+
+def resolve_server_args(args: argparse.Namespace) -> None:
+    """Check ``--token`` against ``--server`` and fill the token from ``CAIRN_TOKEN``.
+
+    A token typed without a server (flag or ``CAIRN_SERVER``) is a :class:`UsageError`:
+    the user meant a server and would otherwise silently get the local store. A token
+    only in the environment is kept quietly (a user may keep it set)."""
+    if not hasattr(args, "token"):
+        return
+    if args.token is not None and not getattr(args, "server", None):
+        raise UsageError(
+            "--token is for a server: add --server URL (or set CAIRN_SERVER), "
+            "or drop --token to use the local store"
+        )
+    if args.token is None:
+        args.token = cli_config().token
 
 
 def space_ref_from_args(args: argparse.Namespace, tenant: str) -> SpaceRef:
     """The validated space named by the flags of :func:`add_space_args`.
 
-    Raises :class:`UsageError` for a missing ``--bot`` or a flag value that is not a
-    valid segment (the message names the flag and the rule).
+    ``--project`` is a name or a directory (:func:`cairn.spaces.project_key`). Raises
+    :class:`UsageError` for a missing ``--bot`` or a flag value that is not a valid
+    segment (the message names the flag and the rule).
     """
-    visibility = Visibility(args.visibility)
+    given: str | None = getattr(args, "visibility", None)
+    default: str = getattr(args, "default_visibility", None) or Visibility.BOT.value
+    visibility = Visibility(given or default)
     project: str | None = None
     if visibility in (Visibility.BOT, Visibility.PROJECT):
-        directory = args.project or os.getcwd()
-        if not os.path.isdir(directory):
-            raise UsageError(f"--project {directory!r} is not a directory; give a project folder")
-        project = encode_workdir_key(directory)
+        try:
+            project = project_key(args.project)
+        except InvalidSpaceRef as exc:
+            raise UsageError(f"--project: {exc.message}") from None
     if visibility is Visibility.BOT and not args.bot:
-        raise UsageError("--visibility bot needs --bot ID (or pick another --visibility)")
+        if given is None:
+            raise UsageError(
+                "the space defaults to --visibility bot, which needs --bot ID: pass --bot ID "
+                "(the bot whose memory this is), or choose another --visibility "
+                "(project, user, org, ...)"
+            )
+        raise UsageError(
+            "--visibility bot needs --bot ID (the bot whose memory this is), "
+            "or choose another --visibility (project, user, org, ...)"
+        )
     user: str | None = None
     if visibility is Visibility.USER:
         user = args.user or _login_name()
@@ -200,11 +290,13 @@ def open_spaces(args: argparse.Namespace) -> Iterator[tuple[SpaceService, Princi
 
 
 def cli_command(func: Handler) -> Handler:
-    """Map :class:`UsageError` to one line on stderr and exit status 2."""
+    """Map :class:`UsageError` to one line on stderr and exit status 2; check the server
+    flags first (:func:`resolve_server_args`), so every command applies the same rule."""
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
         try:
+            resolve_server_args(args)
             return func(args)
         except UsageError as exc:
             print(f"cairn: usage: {exc.message}", file=sys.stderr)
@@ -221,17 +313,44 @@ def is_tty(stream: Any) -> bool:
         return False
 
 
+class Ticker:
+    """What :func:`progress` yields: ``ticker(n)`` advances by ``n`` documents and
+    ``ticker.set_total(n)`` gives the total once it is known (an import counts its archive
+    before writing), so the bar shows ``N/total`` rather than ``N/?``."""
+
+    def __init__(
+        self,
+        total: int | None,
+        on_advance: Callable[[int], None] | None = None,
+        on_total: Callable[[int], None] | None = None,
+    ) -> None:
+        self.total = total
+        self.done = 0
+        self._on_advance = on_advance
+        self._on_total = on_total
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self._on_advance is not None:
+            self._on_advance(n)
+
+    def set_total(self, n: int) -> None:
+        self.total = n
+        if self._on_total is not None:
+            self._on_total(n)
+
+
 @contextlib.contextmanager
 def progress(
     description: str, total: int | None = None, *, enabled: bool | None = None
-) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)``; show a rich progress bar on stderr when it is a terminal.
+) -> Iterator[Ticker]:
+    """Yield a :class:`Ticker`; show a rich progress bar on stderr when it is a terminal.
 
     ``enabled`` forces the bar on or off (default: whether stderr is a TTY).
     """
     show = is_tty(sys.stderr) if enabled is None else enabled
     if not show:
-        yield lambda _n: None
+        yield Ticker(total)
         return
     from rich.console import Console
     from rich.progress import (
@@ -247,11 +366,11 @@ def progress(
     columns += [MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
-
-        def advance(n: int) -> None:
-            bar.advance(task, n)
-
-        yield advance
+        yield Ticker(
+            total,
+            on_advance=lambda n: bar.advance(task, n),
+            on_total=lambda n: bar.update(task, total=n),
+        )
 
 
 def human_bytes(n: int) -> str:

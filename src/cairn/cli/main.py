@@ -50,19 +50,21 @@ from collections.abc import Sequence  # noqa: E402
 from typing import cast  # noqa: E402
 
 from cairn.cli import admin, agents, memory, models, records, reindex, serve  # noqa: E402
-from cairn.cli.common import Handler  # noqa: E402
+from cairn.cli.common import CairnArgumentParser, Handler  # noqa: E402
 
 #: Command modules, each with ``register(subparsers)``, in the order of ``cairn --help``.
 COMMAND_MODULES = (serve, reindex, memory, admin, records, agents, models)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # One parser class for the whole tree (subparsers are built with ``parser_class``), so
+    # every mistyped flag or verb gets a suggestion.
+    parser = CairnArgumentParser(
         prog="cairn",
         description="Cairn: memory for AI agents.",
     )
     parser.add_argument("--version", action="version", version=f"cairn {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CairnArgumentParser)
     sub.required = True
     for module in COMMAND_MODULES:
         module.register(sub)

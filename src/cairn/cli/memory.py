@@ -72,6 +72,11 @@ def register(subparsers: Any) -> None:
     put = verb("put", "write one document (from --file, else stdin)", _put)
     put.add_argument("path", metavar="PATH")
     put.add_argument("--file", metavar="F", help="read the content from F (default: stdin)")
+    put.add_argument(
+        "--empty",
+        action="store_true",
+        help="write an empty document on purpose (empty content is refused otherwise)",
+    )
     put.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
 
     rm = verb("rm", "remove one document", _rm)
@@ -90,6 +95,12 @@ def register(subparsers: Any) -> None:
         help="what to do with a document that exists: skip (default), overwrite, rename",
     )
     imp.add_argument("--json", action="store_true", help="print the report as JSON")
+    imp.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the summary line, and the rejected members (they need action)",
+    )
 
     search = verb("search", "search the space's documents by keyword and meaning", _search)
     search.add_argument("query", metavar="QUERY", help="what to look for")
@@ -150,7 +161,30 @@ def _ls(args: argparse.Namespace) -> int:
         for d in docs:
             when = d.updated_at.strftime("%Y-%m-%d %H:%M")
             print(f"{human_bytes(d.size_bytes):>10}  {when}  {d.path}")
+        if not docs:
+            # stdout stays empty for scripts; the person reading learns where we looked.
+            under = f" under {args.dir!r}" if args.dir else ""
+            print(f"no documents in {_where(args, ref)}{under}{_SEE_SPACES}", file=sys.stderr)
         return 0
+
+
+#: Where an empty answer sends the reader: the verb that lists the spaces that exist.
+_SEE_SPACES = "; `cairn memory spaces` lists the spaces that exist"
+
+
+def _where(args: argparse.Namespace, ref: SpaceRef) -> str:
+    """The space looked at, as flags would name it: ``bot space 'default' (project
+    myrepo-1a2b3c4d (the current directory), bot b1)``."""
+    quals: list[str] = []
+    if ref.project:
+        given = getattr(args, "project", None)
+        origin = " (the current directory)" if not given else ""
+        if given and given != ref.project:
+            origin = f" (from {given})"
+        quals.append(f"project {ref.project}{origin}")
+    quals += [f"{k} {v}" for k, v in (("bot", ref.bot), ("user", ref.user)) if v]
+    inside = f" ({', '.join(quals)})" if quals else ""
+    return f"{ref.visibility.value} space {ref.name!r}{inside}"
 
 
 def _cat(args: argparse.Namespace) -> int:
@@ -160,15 +194,34 @@ def _cat(args: argparse.Namespace) -> int:
         return 0
 
 
-def _put(args: argparse.Namespace) -> int:
-    with _open(args) as (service, ref, who):
+def _put_content(args: argparse.Namespace) -> bytes:
+    """The bytes ``put`` writes: ``--file``, else stdin; never waits at a terminal, never
+    empties a note unless ``--empty`` says so."""
+    if args.empty:
         if args.file:
-            try:
-                raw = Path(args.file).read_bytes()
-            except OSError as exc:
-                raise UsageError(f"--file {args.file!r}: {exc.strerror or exc}") from None
-        else:
-            raw = sys.stdin.buffer.read()
+            raise UsageError("--empty writes an empty document; drop --file F (or --empty)")
+        return b""
+    if args.file:
+        try:
+            raw = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--file {args.file!r}: {exc.strerror or exc}") from None
+        source = f"--file {args.file!r}"
+    else:
+        if is_tty(sys.stdin):
+            raise UsageError("no content: use --file F or pipe the content into stdin")
+        raw = sys.stdin.buffer.read()
+        source = "stdin"
+    if not raw:
+        raise UsageError(
+            f"no content: {source} is empty; pass --empty to write an empty document on purpose"
+        )
+    return raw
+
+
+def _put(args: argparse.Namespace) -> int:
+    raw = _put_content(args)
+    with _open(args) as (service, ref, who):
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -219,11 +272,13 @@ def _import(args: argparse.Namespace) -> int:
                     raise UsageError(f"--in {args.infile!r}: {exc.strerror or exc}") from None
             else:
                 source = sys.stdin.buffer
-            advance = stack.enter_context(progress("importing"))
+            ticker = stack.enter_context(progress("importing"))
             # At the local console this is the one act with platform authority (a global
-            # import, SPEC §5); through --server the server decides.
-            report = service.import_archive(who, ref, source, strategy, progress=advance)
-        _print_report(report, as_json=args.json)
+            # import, SPEC §5); through --server the server decides (and sends no total).
+            report = service.import_archive(
+                who, ref, source, strategy, progress=ticker, total=ticker.set_total
+            )
+        _print_report(report, as_json=args.json, quiet=args.quiet)
         return 0
 
 
@@ -235,7 +290,7 @@ def _search(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"results": [hit.as_json() for hit in hits]}))
             return 0
-        _print_hits([(hit, None) for hit in hits])
+        _print_hits([(hit, None) for hit in hits], f" in {_where(args, ref)}{_SEE_SPACES}")
         return 0
 
 
@@ -251,11 +306,14 @@ def _search_all(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"results": [hit.as_json() for hit in found]}))
             return 0
-        _print_hits([(found_hit.hit, found_hit.space) for found_hit in found])
+        pairs: list[tuple[DocumentHit, SpaceLabel | None]] = [
+            (found_hit.hit, found_hit.space) for found_hit in found
+        ]
+        _print_hits(pairs, " in any space you may read")
         return 0
 
 
-def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]]) -> None:
+def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str) -> None:
     for i, (hit, space) in enumerate(hits):
         if i:
             print()
@@ -271,7 +329,7 @@ def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]]) -> None:
         print(f"  score {hit.score:.3f}{matched}")
         print(f"    {hit.snippet}")
     if not hits:
-        print("no matches", file=sys.stderr)
+        print(f"no matches{where}", file=sys.stderr)
 
 
 def _reindex(args: argparse.Namespace) -> int:
@@ -284,7 +342,7 @@ def _reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(report: ImportReport, *, as_json: bool) -> None:
+def _print_report(report: ImportReport, *, as_json: bool, quiet: bool = False) -> None:
     if as_json:
         print(json.dumps(report.as_json()))
         return
@@ -292,12 +350,13 @@ def _print_report(report: ImportReport, *, as_json: bool) -> None:
         f"written {len(report.written)}, skipped {len(report.skipped)}, "
         f"renamed {len(report.renamed)}, rejected {len(report.rejected)}"
     )
-    for path in report.written:
-        print(f"  written   {path}")
-    for path in report.skipped:
-        print(f"  skipped   {path} (exists)")
-    for old, new in report.renamed.items():
-        print(f"  renamed   {old} -> {new}")
+    if not quiet:
+        for path in report.written:
+            print(f"  written   {path}")
+        for path in report.skipped:
+            print(f"  skipped   {path} (exists)")
+        for old, new in report.renamed.items():
+            print(f"  renamed   {old} -> {new}")
     for rejected in report.rejected:
         print(f"  rejected  {rejected.path}: {rejected.reason}")
 

@@ -216,11 +216,15 @@ class SpaceService:
         strategy: ImportStrategy | str = ImportStrategy.SKIP,
         *,
         progress: Progress | None = None,
+        total: Progress | None = None,
     ) -> ImportReport:
-        """Merge a gzipped tarball into the space under ``strategy``, as ``who``."""
+        """Merge a gzipped tarball into the space under ``strategy``, as ``who``
+        (``total``/``progress``: see :meth:`MemoryStore.import_archive`)."""
         how = parse_import_strategy(strategy)
         grant = authorize_space_mutation(who, ref, importing=True)
-        return self.store.import_archive(ref, source, how, grant=grant, progress=progress)
+        return self.store.import_archive(
+            ref, source, how, grant=grant, progress=progress, total=total
+        )
 
     def reindex(
         self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None

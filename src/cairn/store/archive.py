@@ -45,7 +45,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import IO, BinaryIO, Final
+from typing import IO, BinaryIO, Final, TypeVar
 
 from cairn.documents import PlatformGrant, Rejected, parse_import_strategy
 from cairn.errors import (
@@ -86,6 +86,7 @@ MAX_HEADER_EXTENSION: Final = 64 * KiB
 SPOOL_IN_MEMORY: Final = 1 * MiB
 
 _CHUNK: Final = 64 * KiB
+_T = TypeVar("_T")
 _ACCEPTED_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 _HEADER_EXTENSIONS: Final = (
     tarfile.GNUTYPE_LONGNAME,
@@ -140,8 +141,13 @@ def import_space(
     *,
     grant: PlatformGrant | None = None,
     progress: Progress | None = None,
+    total: Progress | None = None,
 ) -> ImportReport:
     """Merge the gzipped tarball read from ``source`` into the space.
+
+    ``total(n)`` is called once with the archive's member count, after it is read and
+    checked and before anything is written; then ``progress(1)`` once per member
+    handled (written, skipped, renamed or rejected), so the two meet at the end.
 
     ``strategy``: ``skip`` keeps an existing document, ``overwrite`` replaces it,
     ``rename`` writes the incoming one to ``<stem>-<n>.md`` with the smallest free
@@ -162,7 +168,9 @@ def import_space(
         # cannot decompress within the bound, so stop copying it.
         _spool(source, spool, stream_bound + stream_bound // 100 + STREAM_SLACK)
         spool.seek(0)
-        _validate(spool, content_bound)
+        members = _validate(spool, content_bound)
+        if total is not None:
+            total(members)
         spool.seek(0)
         return _write_members(store, ref, spool, strategy, grant, progress)
 
@@ -277,8 +285,8 @@ def _members(reader: _CountingReader) -> Iterator[tuple[tarfile.TarFile, tarfile
             raise InvalidArchive(f"the archive has a corrupt member header: {exc}") from None
 
 
-def _validate(spool: IO[bytes], content_bound: int) -> None:
-    """Pass 1: the archive is gzip, tar, complete, and within the bound."""
+def _validate(spool: IO[bytes], content_bound: int) -> int:
+    """Pass 1: the archive is gzip, tar, complete, and within the bound; its member count."""
     members = 0
     declared = 0
 
@@ -314,6 +322,7 @@ def _validate(spool: IO[bytes], content_bound: int) -> None:
         raise InvalidArchive(_archive_error(exc)) from None
     finally:
         reader.close()
+    return members
 
 
 def _archive_error(exc: BaseException) -> str:
@@ -365,7 +374,7 @@ def _write_each(
     Linear in the number of members: one pass over the archive, constant work per member
     besides its own write (``seen`` is a set; the report's lists only grow)."""
     seen: set[str] = set()
-    for tar, member in _members(reader):
+    for tar, member in _ticking(_members(reader), progress):
         shown = _shown_name(member.name)
         reason = _type_reason(member)
         if reason is not None:
@@ -405,14 +414,21 @@ def _write_each(
             # The write refuses secret-shaped bodies (the MemoryStore contract), before
             # it looks at the strategy's precondition: one scan per member, not two.
             _write_one(write, path, text, strategy, report)
-            if progress is not None:
-                progress(1)
         except MemoryOff:
             raise  # the whole space refuses writes: not this member's fault
         except (TooLarge, Unprocessable, Conflict) as exc:
             # Conflict: what the store cannot safely write there (a symbolic link or a
             # file planted where the path needs a directory): this member only.
             report.rejected.append(Rejected(path, exc.message))
+
+
+def _ticking(items: Iterator[_T], progress: Progress | None) -> Iterator[_T]:
+    """``items``, with ``progress(1)`` once the loop is done with each one, however it
+    ended (written, or rejected by a ``continue``): the count meets the total."""
+    for item in items:
+        yield item
+        if progress is not None:
+            progress(1)
 
 
 def _write_one(

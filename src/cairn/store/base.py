@@ -371,12 +371,16 @@ class MemoryStore(ABC):
         *,
         grant: PlatformGrant | None = None,
         progress: Progress | None = None,
+        total: Progress | None = None,
     ) -> ImportReport:
         """Merge a gzipped tarball into the space under ``strategy`` (see archive module);
-        ``progress(1)`` per document written."""
+        ``total(n)`` once with the member count before any write, then ``progress(1)`` per
+        member handled (an adapter that streams to a server may call neither)."""
         from cairn.store.archive import import_space
 
-        return import_space(self, ref, source, strategy, grant=grant, progress=progress)
+        return import_space(
+            self, ref, source, strategy, grant=grant, progress=progress, total=total
+        )
 
     @contextlib.contextmanager
     def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
