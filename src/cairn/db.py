@@ -76,6 +76,15 @@ def validate_schema_name(schema: str) -> str:
     return schema
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a ``sqlite:///path`` URL, absolute; None for PostgreSQL or ``:memory:``."""
+    url = normalize_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = sa.engine.make_url(url).database
+    return os.path.abspath(path) if path and path != ":memory:" else None
+
+
 def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
     """An engine for ``url``, configured for Cairn's transaction discipline.
 
