@@ -187,6 +187,9 @@ ROWS: list[Row] = [
     Row(
         "GET", "/api/memory/usage", get("/api/memory/usage", **GLOBAL_SPACE), READ_GLOBAL, "global"
     ),
+    # Every credential with a reading standing lists what it may read (the admin token
+    # and a super-admin: global spaces); refusals as for a readable search.
+    Row("GET", "/api/memory/spaces", get("/api/memory/spaces"), READ_GLOBAL),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **SPACE), READ_TEAM),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **GLOBAL_SPACE), READ_GLOBAL, "global"),
     Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC), READ_TEAM),
