@@ -299,6 +299,9 @@ ROWS: list[Row] = [
         ADMIN_ONLY,
     ),
     Row("GET", "/api/admin/audit", get("/api/admin/audit"), ADMIN_ONLY),
+    Row("GET", "/api/admin/orgs", get("/api/admin/orgs", limit="5"), ADMIN_ONLY),
+    Row("GET", "/api/admin/users", get("/api/admin/users", limit="5"), ADMIN_ONLY),
+    Row("GET", "/api/admin/api-keys", get("/api/admin/api-keys", limit="5"), ADMIN_ONLY),
 ]
 
 
