@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -124,7 +125,13 @@ def _configure_sqlite(engine: Engine) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as exc:  # the first read of the file's header
+            cur.close()
+            raise InvalidRequest(
+                f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
+            ) from None
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA foreign_keys=ON")

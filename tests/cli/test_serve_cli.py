@@ -133,3 +133,16 @@ def test_the_default_database_still_creates_cairn_home(
     monkeypatch.delenv("CAIRN_DATABASE_URL", raising=False)
     assert main(["db", "upgrade"]) == 0, capsys.readouterr().err
     assert (home / "cairn.db").is_file()
+
+
+def test_a_file_that_is_not_a_sqlite_database_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all " * 200)
+    assert main(["db", "upgrade", "--database", f"sqlite:///{junk}"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"cairn: invalid_request: {junk} is not a SQLite database (file is not a database); "
+        "choose another --database"
+    ]
