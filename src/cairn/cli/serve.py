@@ -79,7 +79,6 @@ def _bind(host: str, port: int) -> socket.socket:
         raise InvalidRequest(
             f"cannot listen on {where}: {reason}; check --host and --port"
         ) from None
-    sock.set_inheritable(True)
     return sock
 
 
