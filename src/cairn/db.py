@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -76,6 +77,15 @@ def validate_schema_name(schema: str) -> str:
     return schema
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a ``sqlite:///path`` URL, absolute; None for PostgreSQL or ``:memory:``."""
+    url = normalize_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = sa.engine.make_url(url).database
+    return os.path.abspath(path) if path and path != ":memory:" else None
+
+
 def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
     """An engine for ``url``, configured for Cairn's transaction discipline.
 
@@ -115,7 +125,13 @@ def _configure_sqlite(engine: Engine) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as exc:  # the first read of the file's header
+            cur.close()
+            raise InvalidRequest(
+                f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
+            ) from None
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA foreign_keys=ON")

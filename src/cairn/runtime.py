@@ -8,6 +8,7 @@ else constructs an engine, a store, the identity service or the search rate limi
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from argon2 import PasswordHasher
 from sqlalchemy.engine import Engine
 
 from cairn.config import Config
-from cairn.db import make_engine, read_transaction
+from cairn.db import make_engine, read_transaction, sqlite_path
+from cairn.errors import InvalidRequest
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
 from cairn.quota import Limits
@@ -101,7 +103,7 @@ def open_runtime(
     """
     owns_engine = engine is None
     if engine is None:
-        engine = make_engine(config.database_url)
+        engine = _make_engine(config)
     if migrate:
         upgrade_all(engine)
     identity = None
@@ -141,10 +143,27 @@ def open_runtime(
 def open_engine(config: Config, *, migrate: bool = True) -> Engine:
     """An engine on ``config.database_url``; every pending migration applied unless
     ``migrate`` is False. The caller disposes of it."""
-    engine = make_engine(config.database_url)
+    engine = _make_engine(config)
     if migrate:
         upgrade_all(engine)
     return engine
+
+
+def _make_engine(config: Config) -> Engine:
+    """The engine of ``config.database_url``. A SQLite file's directory must exist, except
+    for the default database: ``$CAIRN_HOME`` is made on first use. A mistyped
+    ``--database`` would otherwise leave a new directory and an empty database behind."""
+    path = sqlite_path(config.database_url)
+    if path is not None:
+        directory = os.path.dirname(path)
+        if os.path.abspath(config.home) == directory:
+            os.makedirs(directory, exist_ok=True)
+        elif not os.path.isdir(directory):
+            raise InvalidRequest(
+                f"the directory {directory} of the SQLite database does not exist; "
+                "create it or choose another --database"
+            )
+    return make_engine(config.database_url)
 
 
 def open_local_store(config: Config, limits: Limits | None = None) -> MemoryStore:

@@ -197,6 +197,9 @@ ROWS: list[Row] = [
     Row(
         "GET", "/api/memory/usage", get("/api/memory/usage", **GLOBAL_SPACE), READ_GLOBAL, "global"
     ),
+    # Every credential with a reading standing lists what it may read (the admin token
+    # and a super-admin: global spaces); refusals as for a readable search.
+    Row("GET", "/api/memory/spaces", get("/api/memory/spaces"), READ_GLOBAL),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **SPACE), READ_TEAM),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **GLOBAL_SPACE), READ_GLOBAL, "global"),
     Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC), READ_TEAM),
@@ -308,6 +311,9 @@ ROWS: list[Row] = [
         ADMIN_ONLY,
     ),
     Row("GET", "/api/admin/audit", get("/api/admin/audit"), ADMIN_ONLY),
+    Row("GET", "/api/admin/orgs", get("/api/admin/orgs", limit="5"), ADMIN_ONLY),
+    Row("GET", "/api/admin/users", get("/api/admin/users", limit="5"), ADMIN_ONLY),
+    Row("GET", "/api/admin/api-keys", get("/api/admin/api-keys", limit="5"), ADMIN_ONLY),
 ]
 
 

@@ -430,6 +430,7 @@ def test_readyz_reports_an_unreachable_database(tmp_path: object) -> None:
     import shutil
 
     path = os.path.join(str(tmp_path), "gone", "cairn.db")
+    os.makedirs(os.path.dirname(path))  # a database's directory must exist to open it
     app = create_app(make_settings(f"sqlite:///{path}"))
     app.state.runtime.engine.dispose()  # drop pooled connections, then the database itself
     shutil.rmtree(os.path.dirname(path))

@@ -18,7 +18,7 @@ from cairn.cli.common import add_database_arg, open_engine, print_json, runtime_
 from cairn.errors import InvalidRequest
 from cairn.principal import CredentialKind, Principal
 from cairn.schema import upgrade_all
-from cairn.service.admin import AdminService
+from cairn.service.admin import DEFAULT_PAGE, MAX_PAGE, AdminService, Page
 
 #: Who the local operator is to the admin use-cases: whoever can open the server's
 #: database already holds the platform's authority, as the admin token does.
@@ -70,6 +70,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = verbs.add_parser("set-plan", help="set an org's plan")
     p.add_argument("--org", required=True)
     p.add_argument("--plan", required=True, help="free|pro|pro_plus|enterprise")
+
+    for verb, what in (("list-orgs", "orgs"), ("list-users", "users"), ("list-keys", "API keys")):
+        p = verbs.add_parser(verb, help=f"list the {what}, a page at a time (never a secret)")
+        p.add_argument("--limit", type=int, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page")
+        p.add_argument("--cursor", default=None, help="the next_cursor of the previous page")
+        p.add_argument("--all", action="store_true", help="every page, as one list")
+        if verb == "list-keys":
+            p.add_argument("--user", default=None, help="only this user's keys (user id)")
+            p.add_argument("--team", default=None, help="only this team's keys (team id)")
+
+    p = verbs.add_parser("revoke-key", help="revoke an API key (its next request is refused)")
+    p.add_argument("--id", required=True, help="the key's id (cairn admin list-keys)")
 
     for parser in verbs.choices.values():
         add_database_arg(parser)
@@ -133,6 +145,40 @@ def _op_set_plan(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     return asdict(admin.update_org(OPERATOR, a.org, plan=a.plan))
 
 
+def _paged(
+    key: str, a: argparse.Namespace, fetch: Callable[[str | None], Page[Any]]
+) -> dict[str, Any]:
+    """One page (``--cursor``), or with ``--all`` every page from there on as one list."""
+    page = fetch(a.cursor)
+    items = [item.as_json() for item in page.items]
+    while a.all and page.next_cursor is not None:
+        page = fetch(page.next_cursor)
+        items += [item.as_json() for item in page.items]
+    return {key: items, "next_cursor": page.next_cursor}
+
+
+def _op_list_orgs(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return _paged("orgs", a, lambda c: admin.list_orgs(OPERATOR, limit=a.limit, cursor=c))
+
+
+def _op_list_users(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return _paged("users", a, lambda c: admin.list_users(OPERATOR, limit=a.limit, cursor=c))
+
+
+def _op_list_keys(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    def fetch(cursor: str | None) -> Page[Any]:
+        return admin.list_api_keys(
+            OPERATOR, limit=a.limit, cursor=cursor, user_id=a.user, team_id=a.team
+        )
+
+    return _paged("api_keys", a, fetch)
+
+
+def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.revoke_api_key(OPERATOR, a.id)
+    return {"id": a.id, "revoked": True}
+
+
 _OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = {
     "create-user": _op_create_user,
     "create-org": _op_create_org,
@@ -141,6 +187,10 @@ _OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = 
     "create-api-key": _op_create_api_key,
     "set-quota": _op_set_quota,
     "set-plan": _op_set_plan,
+    "list-orgs": _op_list_orgs,
+    "list-users": _op_list_users,
+    "list-keys": _op_list_keys,
+    "revoke-key": _op_revoke_key,
 }
 
 

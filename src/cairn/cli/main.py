@@ -49,11 +49,12 @@ import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from typing import cast  # noqa: E402
 
+import cairn.cli.doctor as doctor  # noqa: E402
 from cairn.cli import admin, agents, memory, models, records, reindex, serve  # noqa: E402
 from cairn.cli.common import CairnArgumentParser, Handler  # noqa: E402
 
 #: Command modules, each with ``register(subparsers)``, in the order of ``cairn --help``.
-COMMAND_MODULES = (serve, reindex, memory, admin, records, agents, models)
+COMMAND_MODULES = (serve, reindex, memory, admin, records, agents, models, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

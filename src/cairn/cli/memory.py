@@ -31,6 +31,7 @@ from cairn.cli.common import (
     progress,
     space_ref_from_args,
 )
+from cairn.cli.spaces import register_verb as register_spaces_verb
 from cairn.documents import ImportReport, ImportStrategy
 from cairn.errors import InvalidDocument
 from cairn.principal import CredentialKind, Principal
@@ -125,6 +126,7 @@ def register(subparsers: Any) -> None:
         "--rebuild", action="store_true", help="start from an empty index (re-embeds too)"
     )
     reindex.set_defaults(func=cli_command(_reindex))
+    register_spaces_verb(verbs)
 
 
 @contextlib.contextmanager

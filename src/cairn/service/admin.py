@@ -23,6 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cairn.errors import CairnError, NotFound
+from cairn.identity import listing
+
+# Re-exported: the faces page through these and may not import cairn.identity.
+from cairn.identity.listing import DEFAULT_PAGE as DEFAULT_PAGE
+from cairn.identity.listing import MAX_PAGE as MAX_PAGE
+from cairn.identity.listing import ApiKeyEntry as ApiKeyEntry
+from cairn.identity.listing import OrgEntry as OrgEntry
+from cairn.identity.listing import Page as Page
+from cairn.identity.listing import UserEntry as UserEntry
 from cairn.identity.service import IdentityService
 from cairn.principal import Principal
 from cairn.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
@@ -181,6 +190,40 @@ class AdminService:
     def revoke_api_key(self, who: Principal, key_id: str) -> None:
         """Revoke a live key; ``404 not_found`` when there is none with that id."""
         self._authorized(who).revoke_api_key(key_id)
+
+    # --- lists (paged by an opaque cursor; cairn.identity.listing) ------------------------
+
+    def _reader(self, who: Principal) -> IdentityService:
+        require_platform_authority(who, mutating=False)
+        return self._identity_store()
+
+    def list_orgs(
+        self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+    ) -> Page[OrgEntry]:
+        """A page of the instance's orgs, by id."""
+        return listing.list_orgs(self._reader(who).engine, limit=limit, cursor=cursor)
+
+    def list_users(
+        self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+    ) -> Page[UserEntry]:
+        """A page of the instance's users, by id (never a password hash)."""
+        return listing.list_users(self._reader(who).engine, limit=limit, cursor=cursor)
+
+    def list_api_keys(
+        self,
+        who: Principal,
+        *,
+        limit: int = DEFAULT_PAGE,
+        cursor: str | None = None,
+        user_id: str | None = None,
+        team_id: str | None = None,
+    ) -> Page[ApiKeyEntry]:
+        """A page of the API keys, revoked ones too, by id; only ``user_id``'s and/or
+        ``team_id``'s when given (never a key nor its hash)."""
+        engine = self._reader(who).engine
+        return listing.list_api_keys(
+            engine, limit=limit, cursor=cursor, user_id=user_id, team_id=team_id
+        )
 
     # --- quotas and usage ------------------------------------------------------------------
 

@@ -447,7 +447,9 @@ def _check_plan(access: TeamAccess) -> None:
     if not access.plan_allows:
         raise PlanRequired(
             f"the plan {access.plan!r} does not include team memory; it comes with "
-            "pro_plus and enterprise — change the plan in Billing"
+            "pro_plus and enterprise, and an instance admin changes the org's plan: "
+            f"PATCH /api/admin/orgs/{access.org_id} with a plan, or "
+            f"cairn admin set-plan --org {access.org_id} --plan pro_plus"
         )
 
 

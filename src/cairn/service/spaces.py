@@ -113,6 +113,42 @@ class ReadableHit:
 ReadableHits = list[ReadableHit]
 
 
+@dataclass(frozen=True, slots=True)
+class SpaceUsage:
+    """A space that exists, and the bytes it uses against its sub-cap (0 = none)."""
+
+    space: SpaceLabel
+    used_bytes: int
+    quota_bytes: int
+
+    def as_json(self) -> dict[str, Any]:
+        """The API's shape (``GET /api/memory/spaces``)."""
+        return {
+            "space": self.space.as_json(),
+            "used_bytes": self.used_bytes,
+            "quota_bytes": self.quota_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceList:
+    """The spaces a caller may read, sorted by id; ``truncated`` when there were more than
+    :data:`MAX_READABLE_SPACES` (the first ones are listed)."""
+
+    spaces: tuple[SpaceUsage, ...]
+    truncated: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"spaces": [s.as_json() for s in self.spaces], "truncated": self.truncated}
+
+
+@runtime_checkable
+class SpaceListingStore(Protocol):
+    """A store whose server lists the spaces the caller may read itself."""
+
+    def list_readable_spaces(self) -> Mapping[str, Any]: ...
+
+
 @runtime_checkable
 class ReadableSearchingStore(Protocol):
     """A store whose server searches every space the caller may read itself."""
@@ -277,6 +313,36 @@ class SpaceService:
         spaces = {ref.id: ref for ref in refs[:MAX_READABLE_SPACES]}
         hits = search.search(list(spaces.values()), q, limit=limit, path_prefix=path_prefix)
         return [ReadableHit(hit, SpaceLabel.of(spaces[hit.space_id])) for hit in hits]
+
+    def list_spaces(self, who: Principal) -> SpaceList:
+        """The spaces ``who`` may read that exist (hold documents, or did), with their
+        usage, sorted by id: its team's spaces the access model lets it read, and global
+        spaces — the first :data:`MAX_READABLE_SPACES` of them (``truncated`` says when
+        there were more). The local console lists its whole tree, every login's user
+        spaces too: it may name any of them (``--user``). A client of a server asks the
+        server, which decides."""
+        store = self.store
+        if isinstance(store, SpaceListingStore):
+            body = store.list_readable_spaces()
+            listed = tuple(
+                SpaceUsage(
+                    SpaceLabel.from_json(item["space"]),
+                    int(item["used_bytes"]),
+                    int(item["quota_bytes"]),
+                )
+                for item in body["spaces"]
+            )
+            return SpaceList(listed, bool(body.get("truncated", False)))
+        candidates = store.list_spaces(reading_team(who))
+        # The console's store is its own tree: its team's spaces and global ones.
+        refs = (
+            candidates if who.kind is CredentialKind.CONSOLE else readable_spaces(who, candidates)
+        )
+        spaces = []
+        for ref in refs[:MAX_READABLE_SPACES]:
+            usage = store.usage(ref)
+            spaces.append(SpaceUsage(SpaceLabel.of(ref), usage.used_bytes, usage.quota_bytes))
+        return SpaceList(tuple(spaces), len(refs) > MAX_READABLE_SPACES)
 
     def document_search(self) -> DocumentSearch:
         """The document search, built on first use."""

@@ -198,6 +198,12 @@ class HttpMemoryStore(MemoryStore):
         body = self._request("GET", "/api/memory/search", params=params).json()
         return [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
 
+    def list_readable_spaces(self) -> dict[str, Any]:
+        """The server's answer to ``GET /api/memory/spaces``: the spaces the credential
+        may read, with their usage, as the server renders them."""
+        body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
+        return body
+
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
         return Usage(

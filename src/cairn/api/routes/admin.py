@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from cairn.api.deps import Principal
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
 from cairn.service.access import require_platform_authority
-from cairn.service.admin import AdminService, OrgView
+from cairn.service.admin import DEFAULT_PAGE, MAX_PAGE, AdminService, OrgView, Page
 from cairn.service.audit import AuditService
 
 
@@ -144,6 +144,59 @@ class AuditOut(BaseModel):
     events: list[AuditEventOut]
 
 
+class OrgEntryOut(BaseModel):
+    id: str
+    name: str
+    plan: str
+    memory_quota_bytes: int | None
+    created_at: str
+
+
+class OrgsOut(BaseModel):
+    orgs: list[OrgEntryOut]
+    next_cursor: str | None
+
+
+class UserEntryOut(BaseModel):
+    id: str
+    email: str
+    name: str
+    super_admin: bool
+    has_password: bool
+    created_at: str
+
+
+class UsersOut(BaseModel):
+    users: list[UserEntryOut]
+    next_cursor: str | None
+
+
+class ApiKeyEntryOut(BaseModel):
+    id: str
+    name: str
+    user_id: str
+    team_id: str
+    created_at: str
+    revoked_at: str | None
+    revoked: bool
+
+
+class ApiKeysOut(BaseModel):
+    api_keys: list[ApiKeyEntryOut]
+    next_cursor: str | None
+
+
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE}).")]
+Cursor = Annotated[
+    str | None,
+    Query(max_length=512, description="The next_cursor of the previous page; omit for the first."),
+]
+
+
+def _page_out(key: str, page: Page[Any]) -> dict[str, Any]:
+    return {key: [item.as_json() for item in page.items], "next_cursor": page.next_cursor}
+
+
 def _org_out(
     org: OrgView, teams_updated: Sequence[str] = (), teams_failed: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -153,6 +206,38 @@ def _org_out(
 @router.post("/users", status_code=201, response_model=IdOut, responses=ERRORS)
 def create_user(body: UserIn, who: Principal, admin: Admin) -> dict[str, Any]:
     return {"id": admin.create_user(who, body.email, body.password, body.name, body.super_admin)}
+
+
+@router.get("/orgs", response_model=OrgsOut, responses=ERRORS, summary="List orgs, paged")
+def list_orgs(
+    who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
+) -> dict[str, Any]:
+    return _page_out("orgs", admin.list_orgs(who, limit=limit, cursor=cursor))
+
+
+@router.get("/users", response_model=UsersOut, responses=ERRORS, summary="List users, paged")
+def list_users(
+    who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
+) -> dict[str, Any]:
+    return _page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
+
+
+@router.get(
+    "/api-keys",
+    response_model=ApiKeysOut,
+    responses=ERRORS,
+    summary="List API keys (never the key), paged; by user_id and/or team_id",
+)
+def list_api_keys(
+    who: Principal,
+    admin: Admin,
+    limit: Limit = DEFAULT_PAGE,
+    cursor: Cursor = None,
+    user_id: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
+    team_id: Annotated[str | None, Query(max_length=64, description="Only this team's.")] = None,
+) -> dict[str, Any]:
+    page = admin.list_api_keys(who, limit=limit, cursor=cursor, user_id=user_id, team_id=team_id)
+    return _page_out("api_keys", page)
 
 
 @router.post("/orgs", status_code=201, response_model=IdOut, responses=ERRORS)

@@ -221,6 +221,31 @@ class SearchOut(BaseModel):
     results: list[SearchHitOut]
 
 
+class SpaceUsageOut(BaseModel):
+    space: SearchSpaceOut
+    used_bytes: int
+    quota_bytes: int
+
+
+class SpacesOut(BaseModel):
+    spaces: list[SpaceUsageOut]
+    truncated: bool
+
+
+@router.get(
+    "/api/memory/spaces",
+    response_model=SpacesOut,
+    responses=error_responses(*AUTH_ERRORS),
+    summary="List the spaces you may read that exist, with their usage (the first 200 by id)",
+)
+def list_spaces(request: Request, who: Principal, state: State) -> dict[str, Any]:
+    if sent := list(request.query_params):
+        raise UnknownParameter(
+            f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
+        )
+    return state.spaces.list_spaces(who).as_json()
+
+
 _SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
 READABLE = "readable"
 

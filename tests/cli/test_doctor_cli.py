@@ -1,0 +1,173 @@
+"""``cairn doctor``: one line per check, exit 1 on a FAIL, and the local store's usage
+recounted after hand edits (issue 11, finding 6: ``du`` stayed stale with no way to
+recount)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.cli.main import main
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.setenv("CAIRN_HOME", str(home))
+    monkeypatch.setenv("CAIRN_EMBEDDER", "none")  # the model check has its own test
+    for name in (
+        "CAIRN_DATABASE_URL",
+        "CAIRN_REDIS_URL",
+        "CAIRN_SERVER",
+        "CAIRN_TOKEN",
+        "CAIRN_MODEL_DIR",
+        "CAIRN_MEMORY_QUOTA_ORG_TOTAL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(project)
+    return home
+
+
+def cairn(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = cairn(capsys, "doctor", "--json", *argv)
+    body = json.loads(out)
+    return code, {c["name"]: c for c in body["checks"]} | {"ok": body["ok"]}
+
+
+def du(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = cairn(capsys, "memory", "du", "--bot", "b1", "--json")
+    assert code == 0, err
+    body: dict[str, Any] = json.loads(out)
+    return body
+
+
+def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = Path.cwd() / "note.md"
+    note.write_text("12345")
+    code, _, err = cairn(capsys, "memory", "put", "a.md", "--bot", "b1", "--file", str(note))
+    assert code == 0, err
+    assert du(capsys)["used_bytes"] == 5
+    (on_disk,) = (home / "spaces").rglob("a.md")
+    on_disk.write_text("12345 and seventeen more")  # by hand: the counters never hear of it
+    (on_disk.parent / "b.md").write_text("added by hand")
+    assert du(capsys)["used_bytes"] == 5  # stale
+
+    code, out, err = cairn(capsys, "doctor")
+    assert code == 0, err
+    (line,) = [x for x in out.splitlines() if "local usage" in x]
+    assert line.split()[0] == "ok"
+    assert "5 B → 37 B (1 spaces changed)" in line
+    assert du(capsys)["used_bytes"] == 24 + 13
+    assert du(capsys)["team_used_bytes"] == 37
+
+    # Once recounted, nothing differs.
+    code, checks = doctor(capsys)
+    assert code == 0 and checks["ok"] is True
+    assert checks["local usage"]["detail"] == "counters match the files: 37 B"
+
+
+def test_one_line_per_check_and_a_current_database_is_ok(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cairn(capsys, "doctor")
+    assert code == 0
+    names = ["python", "cairn", "home", "database", "model", "redis", "local usage"]
+    assert [line.split()[0] for line in out.splitlines()] == [
+        "ok",
+        "ok",
+        "warn",
+        "warn",
+        "ok",
+        "ok",
+        "ok",
+    ]
+    assert [line[6:].split("  ")[0].strip() for line in out.splitlines()] == names
+    assert not home.exists()  # the doctor only looks
+    assert cairn(capsys, "db", "upgrade")[0] == 0
+    code, checks = doctor(capsys)
+    assert code == 0
+    assert checks["home"]["status"] == "ok"
+    assert checks["database"]["status"] == "ok"
+    assert "migrations current" in checks["database"]["detail"]
+
+
+@pytest.mark.parametrize("kind", ["missing-dir", "not-a-database", "unreachable-postgres"])
+def test_a_bad_database_fails_with_exit_1(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    if kind == "missing-dir":
+        url = f"sqlite:///{tmp_path / 'nowhere' / 'x.db'}"
+        why = f"the directory {tmp_path / 'nowhere'} of the SQLite database does not exist"
+    elif kind == "not-a-database":
+        junk = tmp_path / "junk.db"
+        junk.write_bytes(b"this is not a SQLite database, not at all" * 100)
+        url, why = f"sqlite:///{junk}", ""
+    else:
+        url, why = "postgresql://cairn:s3cret@127.0.0.1:1/nothing", ""
+    code, checks = doctor(capsys, "--database", url)
+    assert code == 1 and checks["ok"] is False
+    assert checks["database"]["status"] == "FAIL"
+    assert why in checks["database"]["detail"]
+    assert "s3cret" not in checks["database"]["detail"]
+    assert not (tmp_path / "nowhere").exists()
+    code, out, _ = cairn(capsys, "doctor", "--database", url)
+    assert code == 1
+    assert [x for x in out.splitlines() if x.startswith("FAIL")][0].split()[1] == "database"
+
+
+def test_a_world_writable_home_fails(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home.mkdir()
+    os.chmod(home, home.stat().st_mode | stat.S_IWOTH)
+    code, checks = doctor(capsys)
+    assert code == 1
+    assert checks["home"]["status"] == "FAIL"
+    assert f"chmod o-w {home}" in checks["home"]["detail"]
+
+
+def test_a_missing_model_says_to_install_it(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_EMBEDDER", "minilm")
+    monkeypatch.setenv("CAIRN_MODEL_DIR", str(tmp_path / "no-model-here"))
+    code, checks = doctor(capsys)
+    assert code == 0  # search still works, by keyword
+    assert checks["model"]["status"] == "warn"
+    assert "run: cairn models install" in checks["model"]["detail"]
+
+
+def test_an_unreachable_redis_fails(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_REDIS_URL", "redis://:pw0rd@127.0.0.1:1/0")
+    code, checks = doctor(capsys)
+    assert code == 1
+    assert checks["redis"]["status"] == "FAIL"
+    assert "pw0rd" not in checks["redis"]["detail"]
+
+
+@pytest.mark.redis
+def test_a_reachable_redis_is_ok(
+    home: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_REDIS_URL", redis_url)
+    code, checks = doctor(capsys)
+    assert code == 0, checks
+    assert checks["redis"]["status"] == "ok"
