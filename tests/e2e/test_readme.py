@@ -108,6 +108,23 @@ def bash(script: str, env: dict[str, str], cwd: Path, timeout: float = 300) -> s
     return done.stdout + done.stderr
 
 
+def test_the_python_block(reader: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "readme.py"
+    script.write_text(the_block("python").text)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=reader,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    # What the block's comment says it prints, it prints.
+    (shown,) = re.findall(r"print\(.*\)\s+# (.+)", the_block("python").text)
+    assert done.stdout.strip() == shown.strip()
+
+
 def test_the_local_cli_block(reader: dict[str, str], tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -120,6 +137,8 @@ def test_the_local_cli_block(reader: dict[str, str], tmp_path: Path) -> None:
     # The import skipped the one document that exists; the search found it by meaning.
     assert "skipped 1" in out
     assert out.count("MEMORY.md") >= 4
+    # `cairn memory spaces` listed the bot's space.
+    assert "whats-next" in out
 
 
 # --- MCP -------------------------------------------------------------------------------------
