@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -250,8 +249,7 @@ def _export(args: argparse.Namespace) -> int:
         total = len(service.list(ref)) if is_tty(sys.stderr) else None
         with progress("exporting", total) as advance:
             if args.out:
-                with _replacing(Path(args.out)) as sink:
-                    count = service.export(ref, sink, progress=advance)
+                count = service.export_to(ref, args.out, progress=advance)
             else:
                 count = service.export(ref, sys.stdout.buffer, progress=advance)
                 sys.stdout.buffer.flush()
@@ -361,20 +359,3 @@ def _print_report(report: ImportReport, *, as_json: bool, quiet: bool = False) -
             print(f"  renamed   {old} -> {new}")
     for rejected in report.rejected:
         print(f"  rejected  {rejected.path}: {rejected.reason}")
-
-
-@contextlib.contextmanager
-def _replacing(target: Path) -> Iterator[BinaryIO]:
-    """Write ``target`` through a temp file beside it: a failed export leaves no half file."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
-    try:
-        with open(tmp, "wb") as sink:
-            yield sink
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise UsageError(f"--out {str(target)!r}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()

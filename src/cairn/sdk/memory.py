@@ -273,8 +273,7 @@ class Memory:
             service.export(self._space, sink)
             return sink.getvalue()
         if isinstance(dest, str | os.PathLike):
-            with _replacing(Path(dest)) as out:
-                return service.export(self._space, out)
+            return service.export_to(self._space, dest)
         return service.export(self._space, _binary(dest, "dest", "wb"))
 
     def import_(self, source: Source, strategy: str = ImportStrategy.SKIP.value) -> ImportReport:
@@ -355,20 +354,3 @@ def _opened(path: Path) -> Iterator[BinaryIO]:
         raise InvalidRequest(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     with stream:
         yield stream
-
-
-@contextlib.contextmanager
-def _replacing(target: Path) -> Iterator[BinaryIO]:
-    """Write ``target`` through a temp file beside it: a failed export leaves no half file."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
-    try:
-        with open(tmp, "wb") as sink:
-            yield sink
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise InvalidRequest(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()

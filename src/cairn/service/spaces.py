@@ -11,8 +11,12 @@ the store's one transaction.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
 from cairn.documents import (
@@ -26,7 +30,7 @@ from cairn.documents import (
     apply_edit,
     parse_import_strategy,
 )
-from cairn.errors import Forbidden
+from cairn.errors import Forbidden, InvalidRequest
 from cairn.paths import validate_dir_prefix
 from cairn.principal import CredentialKind, Principal
 
@@ -243,6 +247,28 @@ class SpaceService:
     def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
         """Stream the space into ``sink`` as a gzipped tarball; return the document count."""
         return self.store.export(ref, sink, progress=progress)
+
+    def export_to(
+        self, ref: SpaceRef, target: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> int:
+        """:meth:`export` into the file ``target``, through a temp file beside it that
+        replaces ``target`` only once the archive is complete and durable: a failed export
+        leaves no half file, and whatever ``target`` held before untouched.
+        ``InvalidRequest`` names the path when it cannot be written."""
+        path = Path(target)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
+        try:
+            with open(tmp, "wb") as sink:
+                count = self.export(ref, sink, progress=progress)
+                sink.flush()
+                os.fsync(sink.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise InvalidRequest(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        return count
 
     def import_archive(
         self,
