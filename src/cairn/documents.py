@@ -6,7 +6,10 @@ the faces render them. No I/O here.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -148,6 +151,87 @@ def _insert(content: str, edit: Insert, path: str) -> str:
     follows = bool(rest) or ends_with_break
     text = edit.text + "\n" if follows and not edit.text.endswith("\n") else edit.text
     return head + text + tail
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    """One version of a document in its space's history (issue 14).
+
+    ``version`` counts from 1 per path and is never reused. ``at`` is when the version
+    became current (for a deletion, when the document was deleted). ``actor`` names who
+    made the change (``user:<id>``, ``user:<id> key:<id>``, ``admin-token``, ``local-cli``,
+    ``hand-edit``, ...). A ``deleted`` version is a deletion marker: the path held no
+    document from ``at`` until the next version; its ``etag`` is '' and ``size_bytes`` 0.
+    """
+
+    version: int
+    etag: str
+    size_bytes: int
+    at: datetime
+    actor: str
+    deleted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The API's shape: ``{"version", "etag", "size", "at", "actor", "deleted"}``."""
+        return {
+            "version": self.version,
+            "etag": self.etag,
+            "size": self.size_bytes,
+            "at": self.at.isoformat(),
+            "actor": self.actor,
+            "deleted": self.deleted,
+        }
+
+
+#: Who the mutations of this context are made by, for the history (``VersionInfo.actor``).
+_ACTOR: contextvars.ContextVar[str] = contextvars.ContextVar("cairn_actor", default="")
+
+
+@contextlib.contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Attribute the document changes made inside the block to ``actor`` in the history.
+
+    Ambient on purpose, unlike authority (a :class:`PlatformGrant` is an argument): the
+    actor decides nothing, it is only recorded, and every write path (write, delete, move,
+    each document of an import) records it without threading it through each signature.
+    The service sets it around each mutation from the caller's identity.
+    """
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
+def current_actor() -> str:
+    """The actor :func:`acting_as` set ('unknown' outside any)."""
+    return _ACTOR.get() or "unknown"
+
+
+def version_as_of(versions: list[VersionInfo], at: datetime) -> VersionInfo | None:
+    """The version current at ``at`` among ``versions`` (newest first), None when the
+    document did not exist then (no version yet, or a deletion)."""
+    for v in versions:
+        if v.at <= at:
+            return None if v.deleted else v
+    return None
+
+
+def unified_diff(path: str, old: str, new: str, old_label: str, new_label: str) -> str:
+    """A unified diff of two versions' texts, labelled ``a/<path> (<old_label>)`` and
+    ``b/<path> (<new_label>)``; '' when they are equal."""
+    import difflib
+
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path} ({old_label})",
+        tofile=f"b/{path} ({new_label})",
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)

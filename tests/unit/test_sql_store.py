@@ -515,7 +515,10 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
     assert len(on_documents) == 2  # lock + update
     on_chunks = [s for s in seen if "memory_chunks" in s]
     assert len(on_chunks) == 1  # the old chunks dropped; a search chunks the new content
-    assert len(seen) == 5  # + space counter (and its search_version) + team counter
+    on_history = [s for s in seen if "memory_document_versions" in s]
+    assert len(on_history) == 2  # the newest version's number, and the new version
+    # + space counter (and its search_version) + team counter + the team's history counter
+    assert len(seen) == 8
 
 
 def test_dead_postgres_is_store_unavailable() -> None:

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
@@ -26,9 +27,12 @@ from cairn.documents import (
     ImportReport,
     ImportStrategy,
     Usage,
+    VersionInfo,
     WriteResult,
+    acting_as,
     apply_edit,
     parse_import_strategy,
+    unified_diff,
 )
 from cairn.errors import Forbidden, InvalidRequest
 from cairn.paths import validate_dir_prefix
@@ -52,6 +56,8 @@ if TYPE_CHECKING:  # cairn.service.search loads numpy: only commands that search
 
 # An alias: the class below defines a method called ``list``.
 Hits = list["DocumentHit"]
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
 
 #: The most spaces one search over every readable space ranks (``scope=readable``): the
 #: first ones by space id, when a caller may read more (docs/api.md).
@@ -197,7 +203,8 @@ class SpaceService:
     ) -> WriteResult:
         """Create or replace a document (``created`` says which) as ``who``."""
         grant = authorize_space_mutation(who, ref)
-        return self.store.write(ref, path, content, if_match=if_match, grant=grant)
+        with acting_as(who.actor):
+            return self.store.write(ref, path, content, if_match=if_match, grant=grant)
 
     def edit(
         self,
@@ -219,7 +226,8 @@ class SpaceService:
         doc = self.store.read(ref, path)
         check_precondition(doc.path, doc.etag, if_match)
         content = apply_edit(doc.content, edit, doc.path)
-        return self.store.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
+        with acting_as(who.actor):
+            return self.store.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
 
     def move(
         self,
@@ -235,14 +243,18 @@ class SpaceService:
         (:meth:`MemoryStore.move`); ``409 already_exists`` when ``to`` is taken, unless
         ``overwrite``. The answer is the document at its new path."""
         grant = authorize_space_mutation(who, ref)
-        return self.store.move(ref, path, to, if_match=if_match, overwrite=overwrite, grant=grant)
+        with acting_as(who.actor):
+            return self.store.move(
+                ref, path, to, if_match=if_match, overwrite=overwrite, grant=grant
+            )
 
     def delete(
         self, who: Principal, ref: SpaceRef, path: str, *, if_match: str | None = None
     ) -> None:
         """Remove a document as ``who``; ``404 not_found`` when absent."""
         grant = authorize_space_mutation(who, ref)
-        self.store.delete(ref, path, if_match=if_match, grant=grant)
+        with acting_as(who.actor):
+            self.store.delete(ref, path, if_match=if_match, grant=grant)
 
     def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
         """Stream the space into ``sink`` as a gzipped tarball; return the document count."""
@@ -284,9 +296,64 @@ class SpaceService:
         (``total``/``progress``: see :meth:`MemoryStore.import_archive`)."""
         how = parse_import_strategy(strategy)
         grant = authorize_space_mutation(who, ref, importing=True)
-        return self.store.import_archive(
-            ref, source, how, grant=grant, progress=progress, total=total
-        )
+        with acting_as(who.actor):
+            return self.store.import_archive(
+                ref, source, how, grant=grant, progress=progress, total=total
+            )
+
+    # --- History (issue 14) ------------------------------------------------------------------
+
+    def versions(self, ref: SpaceRef, path: str) -> Versions:
+        """The document's versions, newest first, the live one included."""
+        return self.store.versions(ref, path)
+
+    def read_version(self, ref: SpaceRef, path: str, version: int) -> Document:
+        """The document as it was at ``version``."""
+        return self.store.read_version(ref, path, version)
+
+    def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
+        """The document as it was at the instant ``at`` (``404`` when it did not exist)."""
+        return self.store.read_as_of(ref, path, at)
+
+    def list_as_of(self, ref: SpaceRef, at: datetime, dir: str = "") -> Infos:
+        """The documents under ``dir`` as the space held them at ``at``."""
+        return self.store.list_as_of(ref, at, dir)
+
+    def export_as_of(
+        self, ref: SpaceRef, at: datetime, sink: BinaryIO, *, progress: Progress | None = None
+    ) -> int:
+        """The space as it was at ``at``, as a gzipped tarball (the same archive an export
+        made then would have been); return the document count."""
+        from cairn.store.archive import write_archive
+
+        return write_archive(self.store.iter_documents_as_of(ref, at), sink, progress=progress)
+
+    def diff(self, ref: SpaceRef, path: str, old: int, new: int) -> str:
+        """A unified diff from version ``old`` to version ``new`` of the document (a
+        deletion compares as empty text)."""
+        texts = []
+        for version in (old, new):
+            known = {v.version: v for v in self.store.versions(ref, path)}
+            if version not in known:
+                self.store.read_version(ref, path, version)  # NotFound naming the version
+            texts.append(
+                "" if known[version].deleted else self.read_version(ref, path, version).content
+            )
+        return unified_diff(path, texts[0], texts[1], f"version {old}", f"version {new}")
+
+    def restore(
+        self,
+        who: Principal,
+        ref: SpaceRef,
+        path: str,
+        version: int,
+        *,
+        if_match: str | None = None,
+    ) -> WriteResult:
+        """Make ``version`` of the document current again: a new write of its content, as
+        ``who``, checked like any write (authority, quota, secrets; audited for global)."""
+        old = self.store.read_version(ref, path, version)
+        return self.write(who, ref, old.path, old.content, if_match=if_match)
 
     def reindex(
         self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None

@@ -43,11 +43,11 @@ import io
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import IO, BinaryIO, Final, TypeVar
 
-from cairn.documents import PlatformGrant, Rejected, parse_import_strategy
+from cairn.documents import Document, PlatformGrant, Rejected, parse_import_strategy
 from cairn.errors import (
     CairnError,
     Conflict,
@@ -112,9 +112,17 @@ def export_space(
     ``sink`` only needs ``write``; nothing is sought. Memory stays flat: the tar stream
     is written as documents arrive from ``store.iter_documents``.
     """
+    return write_archive(store.iter_documents(ref), sink, progress=progress)
+
+
+def write_archive(
+    docs: Iterable[Document], sink: BinaryIO, *, progress: Progress | None = None
+) -> int:
+    """Stream ``docs`` (sorted by path) as a gzipped tarball into ``sink``: the one archive
+    format of every export (a space now, or as it was at an instant)."""
     count = 0
     with tarfile.open(fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT) as tar:
-        for doc in store.iter_documents(ref):
+        for doc in docs:
             data = doc.content.encode("utf-8")
             info = tarfile.TarInfo(doc.path)
             info.type = tarfile.REGTYPE

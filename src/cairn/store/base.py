@@ -1,7 +1,7 @@
 """The ``MemoryStore`` interface: one contract, several adapters.
 
 Every adapter (filesystem, SQLite, PostgreSQL, a Cairn server over HTTP) implements
-the seven abstract methods below and passes the one conformance suite in
+the abstract methods below and passes the one conformance suite in
 ``tests/conformance/`` unchanged. What every write shares is written here once:
 :meth:`MemoryStore.write`, :meth:`MemoryStore.delete` and :meth:`MemoryStore.move`
 validate the paths, check platform authority, encode the body, bound its size and scan it
@@ -32,6 +32,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import BinaryIO
 
 from cairn.documents import (
@@ -41,9 +42,11 @@ from cairn.documents import (
     ImportStrategy,
     PlatformGrant,
     Usage,
+    VersionInfo,
     WriteResult,
     content_etag,
     encode_document,
+    version_as_of,
 )
 from cairn.errors import (
     AlreadyExists,
@@ -53,7 +56,7 @@ from cairn.errors import (
     PlatformAuthorityRequired,
     PreconditionFailed,
 )
-from cairn.paths import validate_doc_path
+from cairn.paths import validate_dir_prefix, validate_doc_path
 from cairn.quota import Limits, check_document_size
 from cairn.secrets import check_no_secrets
 from cairn.spaces import SpaceRef
@@ -74,6 +77,11 @@ __all__ = [
     "content_etag",
     "encode_document",
 ]
+
+
+#: Aliases: the class below defines a method called ``list``.
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +227,8 @@ class MemoryStore(ABC):
       one store holds several teams' spaces side by side (filesystem and SQL stores).
       A client of a server (``HttpMemoryStore``) lacks it: the server stamps the
       tenant and user from the credential, and only the caller's own team is reachable.
+    * ``"history"`` — keeps every version of every document (issue 14): ``versions``,
+      ``read_version``, ``read_as_of``, ``list_as_of`` answer.
     * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
       :class:`~cairn.documents.PlatformGrant` itself. A client of a server lacks it:
       the server decides from the caller's credential (and audits).
@@ -257,7 +267,28 @@ class MemoryStore(ABC):
         """Every document under ``dir`` with its content, sorted by path, streamed:
         an adapter holds at most a bounded number of documents in memory at once."""
 
-    # --- Built on the seven above ---------------------------------------------------------
+    # --- History (issue 14): every version of every document, live included ---------------
+    #
+    # An adapter that keeps history declares the ``history`` capability and answers the
+    # three methods below; the rest of the history is built on them.
+
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        """Every version of the document at the canonical ``path``, newest first (the live
+        one first when it exists; deletion markers included); [] when it never had one."""
+        raise _no_history()
+
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        """The content of ``version`` of ``path`` (``updated_at`` = when it became
+        current), None when there is no such version, it was pruned, or it is a deletion."""
+        raise _no_history()
+
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        """The documents the space held at ``at`` under directory prefix ``prefix``, as
+        :meth:`list` would have answered then (``updated_at`` = when each version became
+        current), sorted by path."""
+        raise _no_history()
+
+    # --- Built on the abstract methods above ------------------------------------------
 
     #: The limits this store enforces itself, or None when a server behind it does.
     limits: Limits | None = None
@@ -342,6 +373,61 @@ class MemoryStore(ABC):
             )
         return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
 
+    def versions(self, ref: SpaceRef, path: str) -> Versions:
+        """The document's versions newest first, live included (issue 14); NotFound when
+        the path never held a document (or its history was pruned away)."""
+        path = validate_doc_path(path)
+        found = self._versions(ref, path)
+        if not found:
+            raise NotFound(f"{path!r} has no history in space {ref.id}", path=path)
+        return found
+
+    def read_version(self, ref: SpaceRef, path: str, version: int) -> Document:
+        """The document as it was at ``version``; NotFound when there is no such version
+        (or it was pruned), or it is a deletion."""
+        path = validate_doc_path(path)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidRequest(f"version must be a whole number from 1, not {version!r}")
+        found = self._read_version(ref, path, version)
+        if found is None:
+            raise NotFound(
+                f"{path!r} has no version {version} with content in space {ref.id}; "
+                "list its versions to see which exist",
+                path=path,
+                version=version,
+            )
+        return found
+
+    def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
+        """The document as it was at the instant ``at``; NotFound when it did not exist
+        then."""
+        path = validate_doc_path(path)
+        current = version_as_of(self._versions(ref, path), _aware(at))
+        found = None if current is None else self._read_version(ref, path, current.version)
+        if found is None:
+            raise NotFound(
+                f"there was no document at {path!r} in space {ref.id} at {_aware(at).isoformat()}",
+                path=path,
+            )
+        return found
+
+    def list_as_of(self, ref: SpaceRef, at: datetime, dir: str = "") -> Infos:
+        """The documents under ``dir`` as the space held them at the instant ``at``."""
+        return self._list_as_of(ref, _aware(at), validate_dir_prefix(dir))
+
+    def iter_documents_as_of(
+        self, ref: SpaceRef, at: datetime, dir: str = ""
+    ) -> Iterator[Document]:
+        """Every document under ``dir`` as it was at ``at``, with its content, by path."""
+        for info in self.list_as_of(ref, at, dir):
+            found = self._read_version_at(ref, info, at)
+            if found is not None:
+                yield found
+
+    def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
+        current = version_as_of(self._versions(ref, info.path), _aware(at))
+        return None if current is None else self._read_version(ref, info.path, current.version)
+
     def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None:
         """Refuse a global mutation without a grant, where this store decides authority."""
         if "platform_grants" in self.capabilities:
@@ -422,3 +508,12 @@ class MemoryStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
         """Release connections, pools or locks."""
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` as an aware instant: a naive one is taken as UTC."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _no_history() -> InvalidRequest:
+    return InvalidRequest("this store keeps no history of its documents")

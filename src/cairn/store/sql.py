@@ -40,7 +40,8 @@ background indexer embeds chunks later (:meth:`SqlStore.claim_pending_chunks`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -84,6 +85,7 @@ from cairn.store.base import (
     check_precondition,
     space_of_id,
 )
+from cairn.store.sql_history import DocumentHistory, _HistoryStatements
 from cairn.store.sql_index import (
     BACKFILL_BATCH_DOCS,
     NO_TENANT,
@@ -312,7 +314,7 @@ class _Statements:
         )
 
 
-class SqlStore(DocumentIndex, MemoryStore):
+class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     """The :class:`MemoryStore` over SQLite or PostgreSQL.
 
     ``limits`` gives the document cap, the sub-caps per visibility, and the quotas a
@@ -323,7 +325,14 @@ class SqlStore(DocumentIndex, MemoryStore):
     """
 
     capabilities = frozenset(
-        {"private", "team_aggregate", "multiprocess", "tenant_addressing", "platform_grants"}
+        {
+            "private",
+            "team_aggregate",
+            "multiprocess",
+            "tenant_addressing",
+            "platform_grants",
+            "history",
+        }
     )
     limits: Limits
 
@@ -341,6 +350,8 @@ class SqlStore(DocumentIndex, MemoryStore):
         vec = vectors if vectors is not None and C.name in vectors.tables else None
         self._vec = vec
         self._sql = _Statements(engine.dialect.name, vec)
+        self._hist = _HistoryStatements()
+        self.clock: Callable[[], datetime] = utcnow
 
     @classmethod
     def open(
@@ -473,10 +484,12 @@ class SqlStore(DocumentIndex, MemoryStore):
             "content": w.content,
             "size": size,
             "etag": w.etag,
-            "now": utcnow(),
+            "now": self.clock(),
         }
         with write_transaction(self.engine) as conn:
             created, old_size, old_etag = self._put(conn, doc, w)
+            if created or old_etag != w.etag:  # the same bytes again make no new version
+                self._record_version(conn, ref, addr, w.path, doc["now"], w.data, w.etag)
             if old_etag != w.etag and not created:
                 # New content: its old chunks go now; the next search of the space (or the
                 # indexer) chunks it again (reconcile), so a write never waits on analysis.
@@ -518,6 +531,7 @@ class SqlStore(DocumentIndex, MemoryStore):
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
             conn.execute(self._sql.delete_doc, key)
+            self._record_version(conn, ref, addr, d.path, self.clock())
             conn.execute(self._sql.delete_chunks, key)
             if current.size_bytes:
                 self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
@@ -541,8 +555,9 @@ class SqlStore(DocumentIndex, MemoryStore):
             if replaced is not None:
                 conn.execute(self._sql.delete_doc, target)
                 conn.execute(self._sql.delete_chunks, target)
+            now = self.clock()
             try:
-                conn.execute(self._sql.move_doc, {**key, "to": m.to, "now": utcnow()})
+                conn.execute(self._sql.move_doc, {**key, "to": m.to, "now": now})
             except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
                 # A writer created a document at m.to after the lock found none (PostgreSQL;
                 # SQLite's writers queue): that is the document the move must not replace.
@@ -551,6 +566,10 @@ class SqlStore(DocumentIndex, MemoryStore):
                     "to replace it"
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
+            # History: the old path ends, the new one gets the content as its next version.
+            content = conn.execute(self._sql.read_doc, target).one().content
+            self._record_version(conn, ref, addr, m.path, now)
+            self._record_version(conn, ref, addr, m.to, now, content.encode("utf-8"), current.etag)
             if replaced is not None and replaced.size_bytes:
                 self._charge(conn, ref, addr, -int(replaced.size_bytes), _attributed_team(m.grant))
             else:

@@ -27,7 +27,15 @@ COMPONENT = "documents"
 metadata = sa.MetaData()
 
 #: Columns later migrations add to the version-1 tables (left out when v1 creates them).
-_ADDED_LATER = frozenset({"search_version"})
+_ADDED_LATER = frozenset(
+    {
+        "search_version",
+        "history_used_bytes",
+        "history_quota_bytes",
+        "history_versions",
+        "history_days",
+    }
+)
 
 TS = sa.DateTime(timezone=True)
 #: Text compared and sorted by code point on both dialects.
@@ -65,6 +73,12 @@ memory_tenant_usage = sa.Table(
     sa.Column("tenant_id", BinaryText, primary_key=True),
     sa.Column("used_bytes", sa.BigInteger, nullable=False),
     sa.Column("quota_bytes", sa.BigInteger, nullable=False),
+    # v4: the team's history (compressed bytes of its versions that are not live) and its
+    # history limits, NULL for the store's defaults (Limits.history_*).
+    sa.Column("history_used_bytes", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("history_quota_bytes", sa.BigInteger, nullable=True),
+    sa.Column("history_versions", sa.Integer, nullable=True),
+    sa.Column("history_days", sa.Integer, nullable=True),
 )
 
 
@@ -163,5 +177,106 @@ MIGRATIONS.append(
         3,
         "memory_chunks (the document index) and memory_space_usage.search_version",
         _v3_document_index,
+    )
+)
+
+
+# --- v4: document history (issue 14) ----------------------------------------------------------
+#
+# Every version of every document, the live one included, appended in the transaction of the
+# write, delete or move that made it: ``content`` is the version's UTF-8 text compressed with
+# zlib (NULL for a deletion marker), ``stored_bytes`` its compressed length (what the history
+# quota counts). ``version`` counts from 1 per path and is taken under the document row's
+# lock, so concurrent writers of one document number their versions in commit order.
+# ``memory_tenant_usage`` gains the team's history counter and its history limits (NULL: the
+# store's defaults). Documents that exist when this runs get version 1, stamped with their
+# ``updated_at`` and the actor ``before-history``.
+
+memory_document_versions = sa.Table(
+    "memory_document_versions",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("path", BinaryText, primary_key=True),
+    sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("etag", sa.String(64), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("stored_bytes", sa.BigInteger, nullable=False),
+    sa.Column("content", sa.LargeBinary, nullable=True),
+    sa.Column("at", TS, nullable=False),
+    sa.Column("actor", sa.String(256), nullable=False),
+    sa.Column("deleted", sa.Boolean, nullable=False),
+    # The oldest versions of a team go first when its history is over quota or too old.
+    sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
+)
+
+_HISTORY_COLUMNS = {
+    "history_used_bytes": "BIGINT NOT NULL DEFAULT 0",
+    "history_quota_bytes": "BIGINT",
+    "history_versions": "INTEGER",
+    "history_days": "INTEGER",
+}
+
+
+def _v4_document_history(conn: Connection) -> None:
+    import zlib
+
+    memory_document_versions.create(conn, checkfirst=True)
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_tenant_usage")}
+    for name, ddl in _HISTORY_COLUMNS.items():
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE memory_tenant_usage ADD COLUMN {name} {ddl}")
+    d, v = memory_documents, memory_document_versions
+    rows = conn.execute(
+        sa.select(
+            d.c.tenant_id,
+            d.c.space_key,
+            d.c.path,
+            d.c.space_id,
+            d.c.etag,
+            d.c.size_bytes,
+            d.c.content,
+            d.c.updated_at,
+        ).where(
+            ~sa.exists().where(
+                v.c.tenant_id == d.c.tenant_id,
+                v.c.space_key == d.c.space_key,
+                v.c.path == d.c.path,
+            )
+        )
+    )
+    batch: list[dict[str, object]] = []
+    for row in rows:
+        packed = zlib.compress(row.content.encode("utf-8"), 1)
+        batch.append(
+            {
+                "tenant_id": row.tenant_id,
+                "space_key": row.space_key,
+                "path": row.path,
+                "version": 1,
+                "space_id": row.space_id,
+                "etag": row.etag,
+                "size_bytes": row.size_bytes,
+                "stored_bytes": len(packed),
+                "content": packed,
+                "at": row.updated_at,
+                "actor": "before-history",
+                "deleted": False,
+            }
+        )
+        if len(batch) >= 500:
+            conn.execute(v.insert(), batch)
+            batch = []
+    if batch:
+        conn.execute(v.insert(), batch)
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        4,
+        "memory_document_versions (document history) and the teams' history counters",
+        _v4_document_history,
     )
 )

@@ -1,0 +1,316 @@
+"""The SQL store's document history (issue 14, docs/history.md): the part of
+:class:`cairn.store.sql.SqlStore` that appends a version in the transaction of every write,
+delete and move, keeps the team's history counter and limits, and reads the past.
+
+:class:`DocumentHistory` is a mixin of :class:`~cairn.store.sql.SqlStore`: it uses the
+store's engine, row addressing (``_address``), limits and clock.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from cairn.db import read_transaction, utc, write_transaction
+from cairn.documents import Document, DocumentInfo, VersionInfo, current_actor
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef
+from cairn.store.sql_schema import memory_document_versions, memory_tenant_usage
+
+V = memory_document_versions
+T = memory_tenant_usage
+
+#: zlib level of stored versions: text compresses 3-5x at level 1, at little CPU per write.
+_ZLIB_LEVEL = 1
+#: Versions pruned per statement when a team's history is over its quota.
+_PRUNE_BATCH = 200
+
+# Aliases: SqlStore defines a method called ``list``.
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
+
+
+def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+class _HistoryStatements:
+    """The history's statements, built once per store."""
+
+    def __init__(self) -> None:
+        space = (V.c.tenant_id == _bp("t"), V.c.space_key == _bp("k"), V.c.space_id == _bp("sid"))
+        one = (*space, V.c.path == _bp("p"))
+        self.latest = (
+            sa.select(V.c.version, V.c.stored_bytes, V.c.deleted)
+            .where(*one)
+            .order_by(V.c.version.desc())
+            .limit(1)
+        )
+        self.insert = sa.insert(V)
+        self.versions = (
+            sa.select(V.c.version, V.c.etag, V.c.size_bytes, V.c.at, V.c.actor, V.c.deleted)
+            .where(*one)
+            .order_by(V.c.version.desc())
+        )
+        self.content = sa.select(V.c.content, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted).where(
+            *one, V.c.version == _bp("v")
+        )
+        newest = (
+            sa.select(V.c.path, sa.func.max(V.c.version).label("mv"))
+            .where(*space, V.c.at <= _bp("at"))
+            .group_by(V.c.path)
+        )
+        self.newest_all = newest.subquery()
+        self.newest_dir = newest.where(V.c.path >= _bp("lo"), V.c.path < _bp("hi")).subquery()
+        self.as_of_all = self._as_of(self.newest_all, space)
+        self.as_of_dir = self._as_of(self.newest_dir, space)
+        # The versions of a document past its per-document count (never its newest).
+        self.trim = sa.delete(V).where(*one, V.c.version <= _bp("upto")).returning(V.c.stored_bytes)
+        self.bump = (
+            sa.update(T)
+            .where(T.c.tenant_id == _bp("t"))
+            .values(
+                history_used_bytes=sa.case(
+                    (T.c.history_used_bytes + _bp("d", sa.BigInteger) < 0, 0),
+                    else_=T.c.history_used_bytes + _bp("d", sa.BigInteger),
+                )
+            )
+            .returning(
+                T.c.history_used_bytes,
+                T.c.history_quota_bytes,
+                T.c.quota_bytes,
+                T.c.history_versions,
+            )
+        )
+        self.limits = sa.select(
+            T.c.history_quota_bytes, T.c.quota_bytes, T.c.history_versions, T.c.history_days
+        ).where(T.c.tenant_id == _bp("t"))
+
+    @staticmethod
+    def _as_of(newest: sa.Subquery, space: tuple[Any, ...]) -> sa.Select[Any]:
+        return (
+            sa.select(V.c.path, V.c.size_bytes, V.c.at, V.c.etag)
+            .join(newest, sa.and_(V.c.path == newest.c.path, V.c.version == newest.c.mv))
+            .where(*space, V.c.deleted.is_(False))
+            .order_by(V.c.path)
+        )
+
+
+class DocumentHistory:
+    """Mixin: the history of the documents of :class:`~cairn.store.sql.SqlStore`."""
+
+    engine: Engine
+    limits: Limits
+    #: What "now" is for a new version (a test gives the store a clock of its own).
+    clock: Callable[[], datetime]
+    _address: Callable[[SpaceRef], dict[str, str]]
+    _aggregate: Callable[[SpaceRef], tuple[str, int]]
+    _hist: _HistoryStatements
+
+    # --- Writing: called inside the mutation's own transaction -------------------------------
+
+    def _record_version(
+        self,
+        conn: Connection,
+        ref: SpaceRef,
+        addr: dict[str, str],
+        path: str,
+        at: datetime,
+        data: bytes | None = None,
+        etag: str = "",
+    ) -> None:
+        """Append the version ``data`` (None: a deletion marker) of ``path``, which the
+        caller holds the row lock of, then keep the team's history within its limits."""
+        key = {**addr, "p": path}
+        previous = conn.execute(self._hist.latest, key).first()
+        version = 1 if previous is None else int(previous.version) + 1
+        packed = None if data is None else zlib.compress(data, _ZLIB_LEVEL)
+        conn.execute(
+            self._hist.insert,
+            {
+                "tenant_id": addr["t"],
+                "space_key": addr["k"],
+                "path": path,
+                "version": version,
+                "space_id": addr["sid"],
+                "etag": etag,
+                "size_bytes": 0 if data is None else len(data),
+                "stored_bytes": 0 if packed is None else len(packed),
+                "content": packed,
+                "at": at,
+                "actor": current_actor()[:256],
+                "deleted": data is None,
+            },
+        )
+        # The version this one replaced is history now: its bytes count.
+        grown = 0 if previous is None or previous.deleted else int(previous.stored_bytes)
+        tenant, _ = self._aggregate(ref)
+        limits = conn.execute(self._hist.bump, {"t": tenant, "d": grown}).first()
+        if limits is None:  # no counter row yet (a delete before any charge): nothing to keep
+            return
+        keep = int(limits.history_versions or self.limits.history_versions)
+        freed = 0
+        if version > keep:
+            freed += sum(
+                int(r.stored_bytes)
+                for r in conn.execute(self._hist.trim, {**key, "upto": version - keep})
+            )
+        quota = self._history_quota(limits)
+        used = int(limits.history_used_bytes) - freed
+        if used > quota:
+            freed += self._prune_oldest(conn, tenant, used - quota)
+        if freed:
+            conn.execute(self._hist.bump, {"t": tenant, "d": -freed})
+
+    def _history_quota(self, row: Any) -> int:
+        if row.history_quota_bytes is not None:
+            return int(row.history_quota_bytes)
+        if self.limits.history_quota is not None:
+            return self.limits.history_quota
+        return int(row.quota_bytes)
+
+    def _prune_oldest(self, conn: Connection, tenant: str, over: int) -> int:
+        """Drop the team's oldest replaced versions until ``over`` bytes are freed (never a
+        path's newest version: the live document, or the marker of its deletion)."""
+        newer = V.alias("newer")
+        has_newer = (
+            sa.select(newer.c.version)
+            .where(
+                newer.c.tenant_id == V.c.tenant_id,
+                newer.c.space_key == V.c.space_key,
+                newer.c.path == V.c.path,
+                newer.c.version > V.c.version,
+            )
+            .exists()
+        )
+        freed = 0
+        while freed < over:
+            rows = conn.execute(
+                sa.select(V.c.space_key, V.c.path, V.c.version, V.c.stored_bytes)
+                .where(V.c.tenant_id == tenant, has_newer)
+                .order_by(V.c.at, V.c.version)
+                .limit(_PRUNE_BATCH)
+            ).all()
+            if not rows:
+                break
+            for row in rows:
+                conn.execute(
+                    sa.delete(V).where(
+                        V.c.tenant_id == tenant,
+                        V.c.space_key == row.space_key,
+                        V.c.path == row.path,
+                        V.c.version == row.version,
+                    )
+                )
+                freed += int(row.stored_bytes)
+                if freed >= over:
+                    break
+        return freed
+
+    # --- Retention: the purge job ------------------------------------------------------------
+
+    def prune_history(self, tenant: str | None = None) -> int:
+        """Drop replaced versions older than their team's ``history_days`` (never a path's
+        newest version); ``tenant`` None: every team. Returns how many were dropped."""
+        with read_transaction(self.engine) as conn:
+            query = sa.select(T.c.tenant_id, T.c.history_days)
+            if tenant is not None:
+                query = query.where(T.c.tenant_id == tenant)
+            teams = conn.execute(query).all()
+        dropped = 0
+        now = self.clock()
+        for team in teams:
+            days = int(team.history_days or self.limits.history_days)
+            cutoff = now - timedelta(days=days)
+            newer = V.alias("newer")
+            replaced_before = sa.and_(
+                V.c.tenant_id == team.tenant_id,
+                V.c.at < cutoff,
+                sa.select(newer.c.version)
+                .where(
+                    newer.c.tenant_id == V.c.tenant_id,
+                    newer.c.space_key == V.c.space_key,
+                    newer.c.path == V.c.path,
+                    newer.c.version > V.c.version,
+                    # Kept while it was the version current at the cutoff.
+                    newer.c.at <= cutoff,
+                )
+                .exists(),
+            )
+            with write_transaction(self.engine) as conn:
+                freed = conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(V.c.stored_bytes), 0)).where(
+                        replaced_before
+                    )
+                ).scalar_one()
+                result = conn.execute(sa.delete(V).where(replaced_before))
+                dropped += int(result.rowcount or 0)
+                if freed:
+                    conn.execute(self._hist.bump, {"t": team.tenant_id, "d": -int(freed)})
+        return dropped
+
+    def set_history_limits(
+        self,
+        tenant: str,
+        *,
+        quota_bytes: int | None = None,
+        versions: int | None = None,
+        days: int | None = None,
+    ) -> None:
+        """Set a team's history limits (None: the store's default)."""
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                sa.update(T)
+                .where(T.c.tenant_id == tenant)
+                .values(
+                    history_quota_bytes=quota_bytes, history_versions=versions, history_days=days
+                )
+            )
+
+    def history_usage(self, tenant: str) -> tuple[int, int]:
+        """(bytes of replaced versions kept, the history quota) of a team."""
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(
+                sa.select(T.c.history_used_bytes).where(T.c.tenant_id == tenant)
+            ).first()
+            limits = conn.execute(self._hist.limits, {"t": tenant}).first()
+        used = 0 if row is None else int(row.history_used_bytes)
+        if limits is None:
+            quota = self.limits.history_quota or self.limits.team_quota
+        else:
+            quota = self._history_quota(limits)
+        return used, quota
+
+    # --- Reading the past --------------------------------------------------------------------
+
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._hist.versions, {**self._address(ref), "p": path}).all()
+        return [
+            VersionInfo(int(r.version), r.etag, int(r.size_bytes), utc(r.at), r.actor, r.deleted)
+            for r in rows
+        ]
+
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        key = {**self._address(ref), "p": path, "v": version}
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(self._hist.content, key).first()
+        if row is None or row.deleted or row.content is None:
+            return None
+        text = zlib.decompress(row.content).decode("utf-8")
+        return Document(path, text, int(row.size_bytes), utc(row.at), row.etag)
+
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        params: dict[str, Any] = {**self._address(ref), "at": at}
+        query = self._hist.as_of_all
+        if prefix:
+            params.update(lo=prefix + "/", hi=prefix + "0")
+            query = self._hist.as_of_dir
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query, params).all()
+        return [DocumentInfo(r.path, int(r.size_bytes), utc(r.at), r.etag) for r in rows]
