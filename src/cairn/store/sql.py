@@ -488,8 +488,6 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         }
         with write_transaction(self.engine) as conn:
             created, old_size, old_etag = self._put(conn, doc, w)
-            if created or old_etag != w.etag:  # the same bytes again make no new version
-                self._record_version(conn, ref, addr, w.path, doc["now"], w.data, w.etag)
             if old_etag != w.etag and not created:
                 # New content: its old chunks go now; the next search of the space (or the
                 # indexer) chunks it again (reconcile), so a write never waits on analysis.
@@ -498,6 +496,9 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 self._charge(conn, ref, addr, size - old_size, attributed)  # bumps the version
             else:
                 conn.execute(self._sql.bump_space, addr)
+            # After the counters: every mutation locks document, space, then team rows.
+            if created or old_etag != w.etag:  # the same bytes again make no new version
+                self._record_version(conn, ref, addr, w.path, doc["now"], w.data, w.etag)
             if w.grant is not None and ref.is_global:
                 verb = "import" if w.grant.importing else "write"
                 _audit(conn, w.grant, verb, ref, w.path)
@@ -531,12 +532,12 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
             conn.execute(self._sql.delete_doc, key)
-            self._record_version(conn, ref, addr, d.path, self.clock())
             conn.execute(self._sql.delete_chunks, key)
             if current.size_bytes:
                 self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
             else:
                 conn.execute(self._sql.bump_space, addr)
+            self._record_version(conn, ref, addr, d.path, self.clock())  # after the counters
             if d.grant is not None and ref.is_global:
                 _audit(conn, d.grant, "delete", ref, d.path)
 
@@ -566,14 +567,14 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                     "to replace it"
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
-            # History: the old path ends, the new one gets the content as its next version.
-            content = conn.execute(self._sql.read_doc, target).one().content
-            self._record_version(conn, ref, addr, m.path, now)
-            self._record_version(conn, ref, addr, m.to, now, content.encode("utf-8"), current.etag)
             if replaced is not None and replaced.size_bytes:
                 self._charge(conn, ref, addr, -int(replaced.size_bytes), _attributed_team(m.grant))
             else:
                 conn.execute(self._sql.bump_space, addr)
+            # History, after the counters: the old path ends, the new one gets the content.
+            content = conn.execute(self._sql.read_doc, target).one().content
+            self._record_version(conn, ref, addr, m.path, now)
+            self._record_version(conn, ref, addr, m.to, now, content.encode("utf-8"), current.etag)
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)
         return WriteResult(m.to, int(current.size_bytes), str(current.etag), replaced is None)
