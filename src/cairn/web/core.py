@@ -122,31 +122,35 @@ def signed_in(request: Request, team_id: str | None = None) -> Principal:
 async def posted(request: Request, team_id: str | None = None) -> tuple[Principal, FormData]:
     """The principal of a form POST and its fields, once its CSRF token checks out."""
     form = await request.form()
-    field = form.get(CSRF_FIELD)
-    cookie = request.cookies.get(CSRF_COOKIE, "")
-    session = request.cookies.get(SESSION_COOKIE)
-    if not session:
-        raise Unauthenticated("sign in again: the session is gone")
-    if not (isinstance(field, str) and field and cookie and _same(field, cookie)):
-        raise CsrfRequired(
-            "this form did not carry the token of your sign-in; reload the page and send it "
-            "again (or sign in again)"
-        )
-    who = _credentials(request).authenticate(
-        authorization=None,
-        session=session,
-        csrf_token=field,
-        mutating=True,
-        team_header=team_id or None,
-    )
-    request.state.principal = who
     try:
-        require_csrf(who)
-    except CsrfRequired:
-        raise CsrfRequired(
-            "this form's token is not the one of your sign-in; reload the page and send it "
-            "again (or sign in again)"
-        ) from None
+        field = form.get(CSRF_FIELD)
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        session = request.cookies.get(SESSION_COOKIE)
+        if not session:
+            raise Unauthenticated("sign in again: the session is gone")
+        if not (isinstance(field, str) and field and cookie and _same(field, cookie)):
+            raise CsrfRequired(
+                "this form did not carry the token of your sign-in; reload the page and send it "
+                "again (or sign in again)"
+            )
+        who = _credentials(request).authenticate(
+            authorization=None,
+            session=session,
+            csrf_token=field,
+            mutating=True,
+            team_header=team_id or None,
+        )
+        request.state.principal = who
+        try:
+            require_csrf(who)
+        except CsrfRequired:
+            raise CsrfRequired(
+                "this form's token is not the one of your sign-in; reload the page and send it "
+                "again (or sign in again)"
+            ) from None
+    except BaseException:
+        await form.close()  # an upload's spooled file, on any refusal
+        raise
     return who, form
 
 

@@ -23,6 +23,7 @@ from cairn.errors import (
     AlreadyExists,
     CairnError,
     CsrfRequired,
+    InvalidRequest,
     NotFound,
     PreconditionFailed,
     TeamNotFound,
@@ -432,8 +433,7 @@ async def import_upload(request: Request, team_id: str) -> Response:
         ref = ref_of(who, space)
         how = parse_import_strategy(strategy)
         if archive is None or not archive.filename:
-            raise_missing()
-        assert archive is not None
+            raise InvalidRequest("choose a .tar.gz file to upload", field="archive")
         file = archive.file
         report = await off_loop(lambda: service.import_archive(who, ref, file, how))
     except _WHOLE_REQUEST:
@@ -443,13 +443,9 @@ async def import_upload(request: Request, team_id: str) -> Response:
             request, "import.html", exc.status, team_id=team_id, space=space,
             error=exc.message, strategy=strategy, report=None,
         )  # fmt: skip
+    finally:
+        await form.close()  # the upload's spooled file
     return page(
         request, "import.html", team_id=team_id, space=space, error=None,
         strategy=strategy, report=report,
     )  # fmt: skip
-
-
-def raise_missing() -> None:
-    from cairn.errors import InvalidRequest
-
-    raise InvalidRequest("choose a .tar.gz file to upload", field="archive")
