@@ -40,3 +40,17 @@ def add_outsider(w: World) -> str:
     w.emails["outsider-team"] = team
     w.sessions["outsider"] = w.login("outsider")
     return team
+
+
+# --- browser tests: a screenshot of the page under its test's temp dir on failure ---------
+
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Keep each phase's report on the test item, for fixtures that act on a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
