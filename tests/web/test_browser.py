@@ -201,6 +201,8 @@ class Tab:
     def sign_in(self, role: str) -> Any:
         page = self.open()
         page.goto(f"{self.site.base}/")
+        assert_labelled(page)
+        shot(page, "sign-in")
         page.get_by_label("Email").fill(self.site.emails[role])
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
