@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import tarfile
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -309,3 +310,24 @@ def test_export_then_import_with_each_strategy(world: World, client: TestClient)
         )
         assert got.status_code == 200 and "Import report" in got.text
         assert f"{word} <code>a.md</code>" in got.text, got.text[-1500:]
+
+
+def test_an_unexpected_error_on_a_page_is_an_html_500(tmp_path: Path) -> None:
+    from fastapi import APIRouter
+
+    from cairn.api.app import create_app
+    from cairn.web.core import UiRoute
+    from tests.api.conftest import make_settings
+
+    app = create_app(make_settings(f"sqlite:///{tmp_path}/boom.db"))
+    router = APIRouter(route_class=UiRoute)
+
+    @router.get("/boom-for-test")
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    app.include_router(router)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/boom-for-test")
+    assert r.status_code == 500 and "text/html" in r.headers["content-type"]
+    assert "internal error" in r.text and "boom" not in r.text

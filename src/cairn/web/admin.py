@@ -18,10 +18,10 @@ from cairn.errors import CairnError, CsrfRequired, InvalidRequest, Unauthenticat
 from cairn.principal import Principal
 from cairn.service.admin import AdminService
 from cairn.service.audit import AuditService
-from cairn.web.core import page, posted, see_other, signed_in, text, url
+from cairn.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from cairn.web.pages import off_loop
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 PAGE = 20
 

@@ -16,7 +16,8 @@ check, through ``Principal.csrf_ok``).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode
@@ -24,12 +25,15 @@ from urllib.parse import urlencode
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.errors import CairnError, CsrfRequired, Unauthenticated
 from cairn.principal import Principal
 from cairn.service.access import Credentials, require_csrf
+
+log = logging.getLogger("cairn.web")
 
 #: The API's session cookie (cairn.api.deps.SESSION_COOKIE): one session for both faces.
 SESSION_COOKIE = "cairn_session"
@@ -236,6 +240,29 @@ def install_error_pages(app: FastAPI) -> None:
     wrap(CairnError, cairn_error)
     wrap(RequestValidationError, validation)
     wrap(HTTPException, http_error)
+
+
+class UiRoute(APIRoute):
+    """A UI route: an unexpected exception is an HTML 500 page (logged with its trace,
+    never shown), where the app's own last resort would answer JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            from fastapi.exceptions import RequestValidationError
+            from starlette.exceptions import HTTPException
+
+            try:
+                return await handler(request)
+            except (CairnError, HTTPException, RequestValidationError):
+                raise
+            except Exception as exc:
+                log.error("unexpected error", exc_info=exc)
+                message = "internal error; the server log has details"
+                return error_page(request, 500, "internal_error", message)
+
+        return guarded
 
 
 class SecurityHeadersMiddleware:

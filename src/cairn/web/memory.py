@@ -15,11 +15,11 @@ from fastapi.responses import Response
 from cairn.errors import CairnError, CsrfRequired, TeamNotFound, Unauthenticated
 from cairn.principal import Principal
 from cairn.service.records import RecordService
-from cairn.web.core import page, posted, see_other, signed_in, text, url
+from cairn.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from cairn.web.pages import off_loop, spaces_of
 from cairn.web.spaces import label_fields, ref_of, space_fields
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 _WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
 

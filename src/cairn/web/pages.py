@@ -34,6 +34,7 @@ from cairn.web.core import (
     CSRF_COOKIE,
     SESSION_COOKIE,
     LoginThrottleLike,
+    UiRoute,
     page,
     posted,
     see_other,
@@ -45,7 +46,7 @@ from cairn.web.core import (
 from cairn.web.markdown import render
 from cairn.web.spaces import fields_of, label_fields, ref_of, space_fields, tree
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 T = TypeVar("T")
 
