@@ -331,3 +331,22 @@ def test_an_unexpected_error_on_a_page_is_an_html_500(tmp_path: Path) -> None:
         r = c.get("/boom-for-test")
     assert r.status_code == 500 and "text/html" in r.headers["content-type"]
     assert "internal error" in r.text and "boom" not in r.text
+
+
+def test_teams_of_lists_the_teams_a_user_acts_in_now(world: World) -> None:
+    """``Credentials.teams_of`` (added for the team picker) reads the teams anew: a
+    membership added or removed a moment ago shows at once."""
+    from cairn.principal import CredentialKind, Principal
+
+    credentials = world.app.state.credentials
+    member = Principal(kind=CredentialKind.SESSION, user_id=world.users["member"])
+    assert [(t.id, t.role) for t in credentials.teams_of(member)] == [(world.team_id, "member")]
+    owner = Principal(kind=CredentialKind.SESSION, user_id=world.users["org_owner"])
+    assert [(t.id, t.role) for t in credentials.teams_of(owner)] == [(world.team_id, "admin")]
+    user = world.scratch_user()
+    newcomer = Principal(kind=CredentialKind.SESSION, user_id=user)
+    assert credentials.teams_of(newcomer) == ()
+    world.identity.add_team_member(world.team_id, user, "viewer")
+    assert [t.id for t in credentials.teams_of(newcomer)] == [world.team_id]
+    world.identity.remove_team_member(world.team_id, user)
+    assert credentials.teams_of(newcomer) == ()
