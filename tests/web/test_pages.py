@@ -350,3 +350,33 @@ def test_teams_of_lists_the_teams_a_user_acts_in_now(world: World) -> None:
     assert [t.id for t in credentials.teams_of(newcomer)] == [world.team_id]
     world.identity.remove_team_member(world.team_id, user)
     assert credentials.teams_of(newcomer) == ()
+
+
+def test_admin_lists_teams_a_page_at_a_time(world: World, client: TestClient) -> None:
+    """``AdminService.list_teams`` (added for the administration page): every team, by id,
+    paged by its cursor; for platform authority only."""
+    from cairn.errors import Forbidden
+    from cairn.principal import CredentialKind, Principal
+
+    admin = world.app.state.admin
+    authority = Principal(kind=CredentialKind.ADMIN_TOKEN)
+    for i in range(3):
+        world.identity.create_team(world.org_id, f"listed-{i}")
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = admin.list_teams(authority, limit=2, cursor=cursor)
+        assert len(page.items) <= 2
+        seen += [team.id for team in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == sorted(seen) and len(seen) == len(set(seen)) >= 4
+    assert world.team_id in seen
+    member = Principal(kind=CredentialKind.SESSION, user_id=world.users["member"])
+    with pytest.raises(Forbidden):
+        admin.list_teams(member)
+    cookie, csrf = world.sessions["super_admin"]
+    r = client.get("/admin", headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"})
+    client.cookies.clear()
+    assert r.status_code == 200 and f"<code>{world.team_id}</code>" in r.text

@@ -42,6 +42,7 @@ def _admin_page(
     service = admin_of(request)
     cursors = cursors or {}
     orgs = service.list_orgs(who, limit=PAGE, cursor=cursors.get("orgs") or None)
+    teams = service.list_teams(who, limit=PAGE, cursor=cursors.get("teams") or None)
     users = service.list_users(who, limit=PAGE, cursor=cursors.get("users") or None)
     keys = service.list_api_keys(who, limit=PAGE, cursor=cursors.get("keys") or None)
     return page(
@@ -49,6 +50,7 @@ def _admin_page(
         "admin.html",
         status,
         orgs=orgs,
+        teams=teams,
         users=users,
         keys=keys,
         cursors=cursors,
@@ -58,10 +60,14 @@ def _admin_page(
 
 
 @router.get("/admin")
-def admin(request: Request, orgs: str = "", users: str = "", keys: str = "") -> Response:
-    """The instance's orgs, users and API keys, a page each, and the forms that change them."""
+def admin(
+    request: Request, orgs: str = "", teams: str = "", users: str = "", keys: str = ""
+) -> Response:
+    """The instance's orgs, teams, users and API keys, a page each, and the forms that
+    change them."""
     who = signed_in(request)
-    return _admin_page(request, who, cursors={"orgs": orgs, "users": users, "keys": keys})
+    cursors = {"orgs": orgs, "teams": teams, "users": users, "keys": keys}
+    return _admin_page(request, who, cursors=cursors)
 
 
 @router.get("/admin/audit")
