@@ -380,3 +380,13 @@ def test_admin_lists_teams_a_page_at_a_time(world: World, client: TestClient) ->
     r = client.get("/admin", headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"})
     client.cookies.clear()
     assert r.status_code == 200 and f"<code>{world.team_id}</code>" in r.text
+
+
+def test_a_local_mode_server_says_the_ui_needs_users(tmp_path: Path) -> None:
+    from cairn.api.app import create_app
+    from tests.api.conftest import make_settings
+
+    app = create_app(make_settings(f"sqlite:///{tmp_path}/local.db", local=True))
+    with TestClient(app) as c:
+        r = c.get("/")
+        assert r.status_code == 200 and "local mode" in r.text and 'role="alert"' in r.text

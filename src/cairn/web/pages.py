@@ -88,9 +88,17 @@ def home(request: Request) -> Response:
     return see_other("/teams")
 
 
+#: What the sign-in page says on a ``cairn serve --local`` server, which has no users.
+LOCAL_MODE = (
+    "this server runs in local mode, which has no users to sign in: the web UI needs a "
+    "server with users (cairn serve without --local); use the API or the CLI here"
+)
+
+
 @router.get("/signin")
 def signin_form(request: Request, next: str = "/") -> Response:
-    return page(request, "signin.html", next=_safe_next(next), email="", error=None)
+    error = LOCAL_MODE if request.app.state.settings.local else None
+    return page(request, "signin.html", next=_safe_next(next), email="", error=error)
 
 
 @router.post("/signin")
