@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
-from cairn import __version__
+from cairn import __version__, web
 from cairn.api import errors, openapi
 from cairn.api.indexer_process import IndexerProcess
 from cairn.api.metrics import Metrics
@@ -95,4 +95,7 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
 
     for module in ROUTER_MODULES:
         app.include_router(module.router)
+    # The web UI (docs/ui.md): its pages, static files, HTML errors and security headers
+    # on its own paths only; the JSON API's answers are unchanged.
+    web.install(app)
     return app

@@ -1,4 +1,4 @@
-"""Paged reads of the identity tables for the instance admin: orgs, users and API keys.
+"""Paged reads of the identity tables for the instance admin: orgs, teams, users, API keys.
 
 Keyset paging by id: a page holds up to ``limit`` rows with ids above the cursor's, in id
 order, so a row created or revoked between two pages never shifts the others. The cursor
@@ -43,6 +43,17 @@ class OrgEntry:
     plan: str
     #: None: the default quota.
     memory_quota_bytes: int | None
+    created_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamEntry:
+    id: str
+    name: str
+    org_id: str
     created_at: datetime
 
     def as_json(self) -> dict[str, Any]:
@@ -157,6 +168,21 @@ def list_orgs(
             None if r.memory_quota_bytes is None else int(r.memory_quota_bytes),
             utc(r.created_at),
         ),
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+def list_teams(
+    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+) -> Page[TeamEntry]:
+    c = t.teams.c
+    return _page(
+        engine,
+        "teams",
+        t.teams,
+        (c.id, c.name, c.org_id, c.created_at),
+        lambda r: TeamEntry(str(r.id), str(r.name), str(r.org_id), utc(r.created_at)),
         limit=limit,
         cursor=cursor,
     )

@@ -388,6 +388,11 @@ class IdentityService:
             out[r[0]] = {"id": r[0], "name": r[1], "org_id": r[2], "role": TeamRole.ADMIN.value}
         return [out[k] for k in sorted(out)]
 
+    def user_teams(self, user_id: str) -> list[dict[str, Any]]:
+        """Every team the user acts in, by id (what signing in answers), read anew."""
+        with read_transaction(self.engine) as conn:
+            return self._user_teams(conn, user_id)
+
     # --- browser sessions ---------------------------------------------------------------
 
     def login(self, email: str, password: str) -> Session:

@@ -132,6 +132,14 @@ class Credentials:
             teams=tuple(SessionTeam(**team) for team in session.teams),
         )
 
+    def teams_of(self, who: Principal) -> tuple[SessionTeam, ...]:
+        """The teams a signed-in user acts in now (as :meth:`sign_in` lists them), for a
+        face that lets them pick the active one; none for a credential of no user."""
+        require_user(who)
+        if self._identity is None or not who.user_id:
+            return ()
+        return tuple(SessionTeam(**team) for team in self._identity.user_teams(who.user_id))
+
     def sign_out(self, who: Principal, session_token: str | None) -> None:
         """End the session ``session_token`` when ``who`` is that browser session.
 

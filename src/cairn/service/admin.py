@@ -31,6 +31,7 @@ from cairn.identity.listing import MAX_PAGE as MAX_PAGE
 from cairn.identity.listing import ApiKeyEntry as ApiKeyEntry
 from cairn.identity.listing import OrgEntry as OrgEntry
 from cairn.identity.listing import Page as Page
+from cairn.identity.listing import TeamEntry as TeamEntry
 from cairn.identity.listing import UserEntry as UserEntry
 from cairn.identity.service import IdentityService
 from cairn.principal import Principal
@@ -202,6 +203,12 @@ class AdminService:
     ) -> Page[OrgEntry]:
         """A page of the instance's orgs, by id."""
         return listing.list_orgs(self._reader(who).engine, limit=limit, cursor=cursor)
+
+    def list_teams(
+        self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+    ) -> Page[TeamEntry]:
+        """A page of the instance's teams, by id (the web UI's administration page)."""
+        return listing.list_teams(self._reader(who).engine, limit=limit, cursor=cursor)
 
     def list_users(
         self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None

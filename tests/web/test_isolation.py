@@ -1,0 +1,136 @@
+"""The BOLA matrix for the UI: a member of another team sees nothing of the team's spaces,
+documents or records on any UI page, and changes nothing — on SQLite and PostgreSQL.
+
+Team A (the world's team) holds documents in several visibilities and a team memory
+record, each carrying a marker; the outsider is a member of team B in another org.
+Every team route of the UI table, built against team A, is asked with the outsider's
+session: the answer is the API's 404 and no marker of team A is in it. The outsider's
+own team's pages (spaces, search for the marker, the space names of team A, memory)
+show none of team A's either.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cairn.spaces import SpaceRef
+from tests.api.world import World
+from tests.web.conftest import add_outsider
+from tests.web.policy import ROWS, UiRow
+
+MARK = f"teamA-secret-{uuid.uuid4().hex[:8]}"
+SPACES = [
+    {"name": "policy", "visibility": "project", "project": "p1"},
+    {"name": "shared", "visibility": "cross_project"},
+    {"name": "shared", "visibility": "org"},
+]
+TEAM_ROWS = [row for row in ROWS if row.path.startswith("/t/{team_id}")]
+
+
+@pytest.fixture(scope="module")
+def marked(world: World) -> str:
+    """Team A's marked documents and record; the outsider's team id."""
+    for space in SPACES:
+        ref = SpaceRef.build(
+            space["visibility"], space["name"], tenant=world.team_id, project=space.get("project")
+        )
+        world.store.write(ref, f"notes/{MARK}.md", f"# {MARK}\n\nthe {MARK} plan")
+    records = world.app.state.records
+    records.set_enabled_as_server(world.team_id, True)
+    records.save_as_server(world.team_id, f"remember {MARK} always")
+    outsider_team = add_outsider(world)
+    records.set_enabled_as_server(outsider_team, True)
+    return outsider_team
+
+
+def _ask(
+    client: TestClient, world: World, req_method: str, url: str, **kw: object
+) -> tuple[int, str]:
+    cookie, csrf = world.sessions["outsider"]
+    data = dict(kw.pop("data", {}) or {})  # type: ignore[call-overload]
+    if req_method == "POST":
+        data["csrf"] = csrf
+    r = client.request(
+        req_method,
+        url,
+        data=data or None,
+        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        follow_redirects=False,
+        **kw,  # type: ignore[arg-type]
+    )
+    client.cookies.clear()
+    return r.status_code, r.text
+
+
+@pytest.mark.parametrize("row", TEAM_ROWS, ids=[row.id for row in TEAM_ROWS])
+def test_outsider_gets_404_and_nothing_of_the_team(
+    row: UiRow, world: World, client: TestClient, marked: str
+) -> None:
+    req = row.build(world)
+    params = dict(req.params)
+    if "q" in params:
+        params["q"] = MARK
+    status, body = _ask(
+        client, world, req.method, req.url, params=params, data=req.data, files=req.files
+    )
+    assert status == 404, body[-400:]
+    assert "team_not_found" in body
+    assert MARK not in body
+    # The team's id shows only where the refusal names the URL's own team, as the API does.
+    assert world.team_id not in body.replace(f"no team &#39;{world.team_id}&#39;", "")
+    # Nothing of team A changed: its marked documents are all still there.
+    for space in SPACES:
+        ref = SpaceRef.build(
+            space["visibility"], space["name"], tenant=world.team_id, project=space.get("project")
+        )
+        assert world.store.read(ref, f"notes/{MARK}.md").content.startswith(f"# {MARK}")
+
+
+def test_outsider_pages_in_its_own_team_show_nothing_of_team_a(
+    world: World, client: TestClient, marked: str
+) -> None:
+    own = marked
+    pages = [
+        f"/t/{own}/spaces",
+        f"/t/{own}/search?q={MARK}",
+        f"/t/{own}/memory",
+        "/teams",
+        "/",
+    ]
+    for space in SPACES:
+        query = "&".join(f"{k}={v}" for k, v in space.items())
+        pages += [
+            f"/t/{own}/space?{query}",
+            f"/t/{own}/search?{query}&q={MARK}",
+            f"/t/{own}/export?{query}",
+        ]
+    for url in pages:
+        status, body = _ask(client, world, "GET", url)
+        assert status in (200, 303), (url, status, body[-300:])
+        # (The search box shows back the query it was asked.)
+        assert MARK not in body.replace(f'value="{MARK}"', ""), url
+        assert world.team_id not in body, url
+    for space in SPACES:
+        query = "&".join(f"{k}={v}" for k, v in space.items())
+        status, body = _ask(client, world, "GET", f"/t/{own}/doc?{query}&path=notes/{MARK}.md")
+        assert status == 404 and MARK not in body.replace(f"notes/{MARK}.md", ""), body[-300:]
+
+
+def test_the_team_itself_sees_its_marked_pages(
+    world: World, client: TestClient, marked: str
+) -> None:
+    """The control: the same pages show the marker to a member of team A (so the
+    outsider's empty answers above mean isolation, not a broken page)."""
+    cookie, csrf = world.sessions["member"]
+    headers = {"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"}
+    t = world.team_id
+    for url in (f"/t/{t}/spaces", f"/t/{t}/search?q={MARK}", f"/t/{t}/memory"):
+        r = client.get(url, headers=headers)
+        client.cookies.clear()
+        assert r.status_code == 200 and MARK in r.text or "shared" in r.text, url
+    r = client.get(f"/t/{t}/search", params={"q": MARK}, headers=headers)
+    client.cookies.clear()
+    assert r.text.count(MARK) >= 2, r.text[-800:]
