@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from cairn.cli.common import UsageError, add_database_arg, open_engine, print_json, runtime_for
+from cairn.cli.common import (
+    UsageError,
+    add_database_arg,
+    cli_command,
+    open_engine,
+    print_json,
+    runtime_for,
+)
 from cairn.errors import InvalidRequest
 from cairn.principal import CredentialKind, Principal
 from cairn.schema import upgrade_all
@@ -113,6 +120,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_db_prune_history)
 
 
+@cli_command  # a command line that cannot run as given (UsageError) exits 2
 def _run_admin(args: argparse.Namespace) -> int:
     # The runtime reads CAIRN_KEY_HASH_SECRET (else the secret kept in the database).
     with runtime_for(args) as opened:
