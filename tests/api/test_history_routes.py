@@ -239,6 +239,10 @@ def test_list_and_export_as_of(client: TestClient, world: World, clock: Clock) -
     assert listed(t1 - timedelta(minutes=2)) == []
     assert listed(t1 - timedelta(seconds=1)) == [("a.md", 2), ("notes/b.md", 2)]
     assert listed(t1 - timedelta(seconds=1), dir="notes") == [("notes/b.md", 2)]
+    # The same instant written in other zones is the same listing.
+    for hours in (2, -7):
+        local = (t1 - timedelta(seconds=1)).astimezone(_offset(hours))
+        assert listed(local) == [("a.md", 2), ("notes/b.md", 2)], hours
     assert listed(t2) == [("a.md", 2), ("notes/c.md", 2)]
     r = client.get("/api/memory/docs", params={**space, "as_of": "soon"}, headers=h)
     assert code(r) == (400, "invalid_request")

@@ -332,8 +332,8 @@ def _version(body: dict[str, Any]) -> VersionInfo:
 
 
 def _aware(at: datetime) -> datetime:
-    """``at`` as an aware instant: a naive one is UTC (as the server takes it)."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    """``at`` as an instant in UTC: a naive one is UTC (as the server takes it)."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _write_result(body: dict[str, Any]) -> WriteResult:

@@ -53,7 +53,7 @@ _SPACED_OFFSET = re.compile(r"(:\d{2}(?:\.\d+)?) (\d{2}(?::?\d{2})?)$")
 
 
 def parse_as_of(raw: str, field: str = "as_of") -> datetime:
-    """The aware instant ``raw`` names: ISO 8601, ``Z`` or an offset; naive is UTC."""
+    """The instant ``raw`` names, in UTC: ISO 8601, ``Z`` or an offset; naive is UTC."""
     text = _SPACED_OFFSET.sub(r"\1+\2", raw.strip())
     try:
         at = datetime.fromisoformat(text)
@@ -61,7 +61,8 @@ def parse_as_of(raw: str, field: str = "as_of") -> datetime:
         raise InvalidRequest(
             f"{field} {raw!r} is not a timestamp; send {AS_OF_FORM}", field=field
         ) from None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    # In UTC: the instant the caller meant, in the zone every stored instant is in.
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 #: Past the version column's range (a 32-bit integer): no such version can exist.
