@@ -184,7 +184,13 @@ def test_as_of_forms(client: TestClient, history: dict[str, Any]) -> None:
     url = "/api/memory/doc?" + "&".join(f"{k}={v}" for k, v in q.items()) + f"&as_of={raw}"
     r = client.get(url, headers=h)
     assert r.status_code == 200 and r.json()["content"] == "# Deploy\nstep one\n"
-    for bad in ("yesterday", "2026-13-01T00:00:00Z", "", "12:00"):
+    # The far past and future are instants too (nothing existed then, or what is now).
+    r = client.get("/api/memory/doc", params={**q, "as_of": "0001-01-01"}, headers=h)
+    assert code(r) == (404, "not_found")
+    r = client.get("/api/memory/doc", params={**q, "as_of": "9999-12-31T23:59:59Z"}, headers=h)
+    assert code(r) == (404, "not_found")  # deleted by then
+    bad_forms = ("yesterday", "2026-13-01T00:00:00Z", "", "12:00", "0001-01-01T00:00:00+05:00")
+    for bad in bad_forms:
         r = client.get("/api/memory/doc", params={**q, "as_of": bad}, headers=h)
         assert code(r) == (400, "invalid_request"), bad
         message = r.json()["error"]["message"]

@@ -61,8 +61,16 @@ def parse_as_of(raw: str, field: str = "as_of") -> datetime:
         raise InvalidRequest(
             f"{field} {raw!r} is not a timestamp; send {AS_OF_FORM}", field=field
         ) from None
-    # In UTC: the instant the caller meant, in the zone every stored instant is in.
-    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    if at.tzinfo is None:
+        return at.replace(tzinfo=UTC)
+    try:
+        # In UTC: the instant the caller meant, in the zone every stored instant is in.
+        return at.astimezone(UTC)
+    except OverflowError:  # an offset pushing year 1 or 9999 past the calendar
+        raise InvalidRequest(
+            f"{field} {raw!r} is outside the years 1-9999 once in UTC; send {AS_OF_FORM}",
+            field=field,
+        ) from None
 
 
 #: Past the version column's range (a 32-bit integer): no such version can exist.
