@@ -610,3 +610,65 @@ def test_purge_job_prunes_old_versions(
     assert [v["version"] for v in versions] == [3]
     usage = client.get("/api/memory/usage", params=SPACE, headers=h).json()
     assert usage["history_used_bytes"] == 0
+
+
+# --- the HTTP client store over these routes ---------------------------------------------
+
+
+def test_http_store_reads_the_past_through_the_routes(
+    client: TestClient, world: World, clock: Clock
+) -> None:
+    from cairn import errors
+    from cairn.spaces import SpaceRef
+    from cairn.store.http import HttpMemoryStore
+    from tests.conformance.helpers import _AppTransport
+
+    def store_for(secret: str) -> HttpMemoryStore:
+        base = str(client.base_url)
+        return HttpMemoryStore(base, secret, transport=_AppTransport(client))
+
+    mine = store_for(world.keys["member"])
+    ref = SpaceRef.build("project", unique("client"), tenant="ignored", project="p1")
+    try:
+        assert "history" in mine.capabilities
+        mine.write(ref, "a.md", "one")
+        t1 = clock.step(minutes=1)
+        mine.write(ref, "a.md", "two")
+        mine.write(ref, "b.md", "bee")
+        clock.step(minutes=1)
+        assert [v.version for v in mine.versions(ref, "a.md")] == [2, 1]
+        assert mine.read_version(ref, "a.md", 1).content == "one"
+        early = t1 - timedelta(seconds=1)
+        assert mine.read_as_of(ref, "a.md", early).content == "one"
+        assert [d.path for d in mine.list_as_of(ref, early)] == ["a.md"]
+        assert {d.path: d.content for d in mine.iter_documents_as_of(ref, clock.now)} == {
+            "a.md": "two",
+            "b.md": "bee",
+        }
+        assert mine.usage(ref).history_used_bytes > 0
+        with pytest.raises(errors.NotFound, match="no history"):
+            mine.versions(ref, "never.md")
+        with pytest.raises(errors.NotFound):
+            mine.read_as_of(ref, "b.md", early)
+    finally:
+        mine.close()
+
+    # Another team's key: the same names are its own, empty, space.
+    org = world.identity.create_org(unique("client"))
+    team = world.identity.create_team(org, "t")
+    user = world.scratch_user()
+    world.identity.add_team_member(team, user, "member")
+    _, secret = world.identity.create_api_key(user, team)
+    other = store_for(secret)
+    try:
+        with pytest.raises(errors.NotFound, match="no history"):
+            other.versions(ref, "a.md")
+        with pytest.raises(errors.NotFound):
+            other.read_version(ref, "a.md", 1)
+        assert other.list_as_of(ref, clock.now) == []
+        # A refusal that is a 404 of another kind is not taken for "no history".
+        world.identity.remove_team_member(team, user)
+        with pytest.raises(errors.TeamNotFound):
+            other.versions(ref, "a.md")
+    finally:
+        other.close()
