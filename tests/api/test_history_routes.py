@@ -358,6 +358,11 @@ def test_restore_is_a_new_version_with_write_semantics(
     assert client.get("/api/memory/doc", params=q, headers=h).json()["content"] == (
         "# Deploy\nstep one\n"
     )
+    # Restoring what the document already holds: a 200 that makes no version.
+    r = client.post("/api/memory/doc/restore", params={**q, "version": "1"}, headers=h)
+    assert r.status_code == 200 and r.json()["created"] is False
+    versions = client.get("/api/memory/doc/versions", params=q, headers=h).json()["versions"]
+    assert [v["version"] for v in versions] == [6, 5, 4, 3, 2, 1]
     # No such version, the deletion marker, a bad or missing number.
     r = client.post("/api/memory/doc/restore", params={**q, "version": "4"}, headers=h)
     assert code(r) == (404, "not_found")
