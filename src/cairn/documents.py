@@ -241,6 +241,10 @@ class Usage:
     ``quota_bytes`` is the space's sub-cap (0 = none). ``team_*`` is the team
     aggregate for a team space; for a ``global`` space it is the instance aggregate;
     for the filesystem store it is the whole-tree aggregate.
+
+    ``history_*`` (issue 14) counts apart from the live bytes, team-wide like ``team_*``:
+    the stored bytes of the versions that are no longer current, and the cap they are held
+    to (0 and 0 for a store that keeps no history).
     """
 
     space_id: str
@@ -248,6 +252,8 @@ class Usage:
     quota_bytes: int
     team_used_bytes: int
     team_quota_bytes: int
+    history_used_bytes: int = 0
+    history_quota_bytes: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

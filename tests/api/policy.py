@@ -129,6 +129,16 @@ def _move(global_space: bool) -> Callable[[World], Req]:
     return build
 
 
+def _restore(global_space: bool) -> Callable[[World], Req]:
+    def build(w: World) -> Req:
+        path = f"{unique('rs')}.md"
+        w.seed(path, global_space=global_space)
+        space = GLOBAL_SPACE if global_space else SPACE
+        return Req("POST", "/api/memory/doc/restore", {**space, "path": path, "version": "1"})
+
+    return build
+
+
 def _import(space: dict[str, str]) -> Callable[[World], Req]:
     return lambda _w: Req(
         "POST",
@@ -175,6 +185,8 @@ def _login(w: World) -> Req:
 
 
 DOC = {**SPACE, "path": SEED_PATH}
+#: An instant after the world's seed documents were written (as_of rows).
+NOW = "2999-01-01T00:00:00Z"
 GDOC = {**GLOBAL_SPACE, "path": SEED_PATH}
 
 ROWS: list[Row] = [
@@ -226,6 +238,47 @@ ROWS: list[Row] = [
         READ_GLOBAL,
         "global",
     ),
+    # History (issue 14): the reads of the past as the other reads, a restore as a PUT.
+    Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC, version="1"), READ_TEAM, "v"),
+    Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC, as_of=NOW), READ_TEAM, "as_of"),
+    Row(
+        "GET",
+        "/api/memory/doc",
+        get("/api/memory/doc", **GDOC, version="1"),
+        READ_GLOBAL,
+        "global v",
+    ),
+    Row("GET", "/api/memory/docs", get("/api/memory/docs", **SPACE, as_of=NOW), READ_TEAM, "as_of"),
+    Row(
+        "GET",
+        "/api/memory/export",
+        get("/api/memory/export", **SPACE, as_of=NOW),
+        READ_TEAM,
+        "as_of",
+    ),
+    Row("GET", "/api/memory/doc/versions", get("/api/memory/doc/versions", **DOC), READ_TEAM),
+    Row(
+        "GET",
+        "/api/memory/doc/versions",
+        get("/api/memory/doc/versions", **GDOC),
+        READ_GLOBAL,
+        "global",
+    ),
+    Row(
+        "GET",
+        "/api/memory/doc/diff",
+        get("/api/memory/doc/diff", **DOC, **{"from": "1"}),
+        READ_TEAM,
+    ),
+    Row(
+        "GET",
+        "/api/memory/doc/diff",
+        get("/api/memory/doc/diff", **GDOC, **{"from": "1"}),
+        READ_GLOBAL,
+        "global",
+    ),
+    Row("POST", "/api/memory/doc/restore", _restore(False), MUTATE_TEAM),
+    Row("POST", "/api/memory/doc/restore", _restore(True), MUTATE_GLOBAL, "global"),
     Row("POST", "/api/memory/import", _import(SPACE), MUTATE_TEAM),
     Row("POST", "/api/memory/import", _import(GLOBAL_SPACE), MUTATE_GLOBAL, "global"),
     Row(

@@ -113,12 +113,17 @@ def _view(client: TestClient, headers: dict[str, str], space: dict[str, str]) ->
     docs = client.get("/api/memory/docs", params=space, headers=headers)
     doc = client.get("/api/memory/doc", params={**space, "path": "notes/doc.md"}, headers=headers)
     export = client.get("/api/memory/export", params=space, headers=headers)
+    versions = client.get(
+        "/api/memory/doc/versions", params={**space, "path": "notes/doc.md"}, headers=headers
+    )
     usage_body = usage.json()
     usage_body.pop("team_used_bytes", None)  # the caller's own team total
+    usage_body.pop("history_used_bytes", None)  # so is its history's
     view = {
         "usage": (usage.status_code, usage_body),
         "docs": (docs.status_code, docs.json()),
         "doc": (doc.status_code, doc.json()),
+        "versions": (versions.status_code, versions.json()),
     }
     # The space's own name shows in its id and messages; everything else must be equal.
     normalized: dict[str, Any] = json.loads(json.dumps(view).replace(space["name"], "<name>"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,9 +107,28 @@ class ServedHttpStore(HttpMemoryStore):
         url = f"sqlite:///{home / 'cairn.db'}"
         config = Config(home=home, database_url=url, local=True)
         runtime = open_runtime(config, limits=limits)
+        self._served = runtime.store
         self._app_client = TestClient(app_for(runtime))
         self._app_client.__enter__()  # one event loop and lifespan for the store's life
         super().__init__(str(self._app_client.base_url), transport=_AppTransport(self._app_client))
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The served store's clock: what "now" is for the versions the server records, so
+        a test drives time through the client as it would on any other adapter."""
+        return self._served.clock
+
+    @clock.setter
+    def clock(self, value: Callable[[], datetime]) -> None:
+        self._served.clock = value
+
+    def prune_history(self, tenant: str | None = None) -> int:
+        """What the server's purge job does (no route runs it): prune the served store."""
+        return self._served.prune_history(tenant)
+
+    def history_usage(self, tenant: str) -> tuple[int, int]:
+        """The served store's history counter (what GET /api/memory/usage reports)."""
+        return self._served.history_usage(tenant)
 
     def close(self) -> None:
         try:

@@ -20,13 +20,13 @@ from cairn.api import errors, openapi
 from cairn.api.indexer_process import IndexerProcess
 from cairn.api.metrics import Metrics
 from cairn.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from cairn.api.routes import admin, auth, ops, orgs, records, spaces
+from cairn.api.routes import admin, auth, history, ops, orgs, records, spaces
 from cairn.api.throttle import LoginThrottle
 from cairn.config import Config
 from cairn.runtime import Runtime, open_runtime
 
 #: Route modules, in the order their routes appear in /openapi.json.
-ROUTER_MODULES = (ops, auth, spaces, orgs, admin, records)
+ROUTER_MODULES = (ops, auth, spaces, history, orgs, admin, records)
 
 
 def create_app(

@@ -1,5 +1,5 @@
-"""``cairn admin ...`` and ``cairn db upgrade``: operator commands on the server's database
-(SPEC §7.6), the same operations as the admin API (both call
+"""``cairn admin ...``, ``cairn db upgrade`` and ``cairn db prune-history``: operator
+commands on the server's database (SPEC §7.6), the same operations as the admin API (both call
 :class:`cairn.service.admin.AdminService`).
 
 The operator at their own console holds platform authority: every command acts as
@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from cairn.cli.common import add_database_arg, open_engine, print_json, runtime_for
+from cairn.cli.common import (
+    UsageError,
+    add_database_arg,
+    cli_command,
+    open_engine,
+    print_json,
+    runtime_for,
+)
 from cairn.errors import InvalidRequest
 from cairn.principal import CredentialKind, Principal
 from cairn.schema import upgrade_all
@@ -67,6 +74,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     which.add_argument("--instance", action="store_true", help="the global-space quota")
     p.add_argument("--bytes", type=int, required=True, help="quota in bytes")
 
+    p = verbs.add_parser(
+        "set-history", help="set how much document history an org's teams keep (issue 14)"
+    )
+    p.add_argument("--org", required=True, help="org id")
+    for flag, what in (
+        ("--days", "days a replaced version is kept (default 30)"),
+        ("--versions", "versions kept per document (default 50)"),
+        ("--quota-bytes", "bytes of history a team keeps (default: the team's quota)"),
+    ):
+        p.add_argument(flag, default=None, metavar="N|default", help=f"{what}; 'default' resets")
+
     p = verbs.add_parser("set-plan", help="set an org's plan")
     p.add_argument("--org", required=True)
     p.add_argument("--plan", required=True, help="free|pro|pro_plus|enterprise")
@@ -93,8 +111,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = db_verbs.add_parser("upgrade", help="apply every pending schema migration")
     add_database_arg(p)
     p.set_defaults(func=_db_upgrade)
+    p = db_verbs.add_parser(
+        "prune-history",
+        help="drop document versions older than each team's history_days (the server's "
+        "purge also does it)",
+    )
+    add_database_arg(p)
+    p.set_defaults(func=_db_prune_history)
 
 
+@cli_command  # a command line that cannot run as given (UsageError) exits 2
 def _run_admin(args: argparse.Namespace) -> int:
     # The runtime reads CAIRN_KEY_HASH_SECRET (else the secret kept in the database).
     with runtime_for(args) as opened:
@@ -136,6 +162,36 @@ def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     done = admin.set_org_quota(OPERATOR, a.org, a.bytes)
     return {
         **asdict(done.org),
+        "teams_updated": list(done.teams_updated),
+        "teams_failed": list(done.teams_failed),
+    }
+
+
+def _history_arg(flag: str, raw: str) -> int | None:
+    if raw == "default":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{flag} takes a whole number from 1, or 'default'") from None
+
+
+def _op_set_history(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    given = {
+        name: _history_arg(flag, raw)
+        for name, flag, raw in (
+            ("history_days", "--days", a.days),
+            ("history_versions", "--versions", a.versions),
+            ("history_quota_bytes", "--quota-bytes", a.quota_bytes),
+        )
+        if raw is not None
+    }
+    if not given:
+        raise UsageError("name a limit to set: --days, --versions and/or --quota-bytes")
+    done = admin.set_org_history_limits(OPERATOR, a.org, **given)
+    return {
+        "org_id": a.org,
+        **given,
         "teams_updated": list(done.teams_updated),
         "teams_failed": list(done.teams_failed),
     }
@@ -186,12 +242,18 @@ _OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = 
     "add-member": _op_add_member,
     "create-api-key": _op_create_api_key,
     "set-quota": _op_set_quota,
+    "set-history": _op_set_history,
     "set-plan": _op_set_plan,
     "list-orgs": _op_list_orgs,
     "list-users": _op_list_users,
     "list-keys": _op_list_keys,
     "revoke-key": _op_revoke_key,
 }
+
+
+def _db_prune_history(args: argparse.Namespace) -> int:
+    with runtime_for(args) as opened:
+        return print_json({"pruned_versions": opened.admin.prune_history()})
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:

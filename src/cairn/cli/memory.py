@@ -144,6 +144,11 @@ def _du(args: argparse.Namespace) -> int:
         print(f"space  {usage.space_id}")
         print(f"used   {_of(usage.used_bytes, usage.quota_bytes)}")
         print(f"total  {_of(usage.team_used_bytes, usage.team_quota_bytes)}  (all spaces)")
+        if usage.history_quota_bytes or usage.history_used_bytes:
+            history = _of(usage.history_used_bytes, usage.history_quota_bytes)
+            print(f"history {history}  (replaced versions, all spaces)")
+        else:
+            print("history not kept by this store")
         return 0
 
 

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cairn.errors import CairnError, NotFound
+from cairn.errors import CairnError, InvalidRequest, NotFound
 from cairn.identity import listing
 
 # Re-exported: the faces page through these and may not import cairn.identity.
@@ -57,6 +57,35 @@ class OrgQuotaResult:
     """The org after a quota change, and which of its teams' counters took the ceiling."""
 
     org: OrgView
+    teams_updated: tuple[str, ...]
+    teams_failed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    """How much history a team keeps (issue 14); None for each means the default
+    (``history_days`` 30, ``history_versions`` 50 per document, ``history_quota_bytes``
+    the team's quota)."""
+
+    history_days: int | None = None
+    history_versions: int | None = None
+    history_quota_bytes: int | None = None
+
+
+#: The bounds of each history limit (a day count past a century would overflow the
+#: purge's cutoff arithmetic; a version count past a million is no bound at all).
+HISTORY_LIMIT_BOUNDS = {
+    "history_days": 36_500,
+    "history_versions": 1_000_000,
+    "history_quota_bytes": 2**62,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OrgHistoryResult:
+    """The limits applied to an org's teams, and which teams took them."""
+
+    limits: HistoryLimits
     teams_updated: tuple[str, ...]
     teams_failed: tuple[str, ...]
 
@@ -148,6 +177,55 @@ class AdminService:
             else:
                 updated.append(team_id)
         return OrgQuotaResult(OrgView(**org), tuple(updated), tuple(failed))
+
+    def set_org_history_limits(
+        self, who: Principal, org_id: str, **limits: int | None
+    ) -> OrgHistoryResult:
+        """Apply history limits (``history_days``, ``history_versions``,
+        ``history_quota_bytes``: each a whole number >= 1, or None for the default) to
+        every current team of the org; a limit not named keeps each team's own value.
+
+        Best effort per team, as :meth:`set_org_quota`. The limits are the teams' (their
+        counters hold them), not the org's: a team created later starts at the defaults,
+        like its quota, until the limits are applied again.
+        """
+        for name, value in limits.items():
+            bound = HISTORY_LIMIT_BOUNDS.get(name)
+            if bound is None:
+                raise InvalidRequest(f"unknown history limit {name!r}", field=name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound
+            ):
+                raise InvalidRequest(
+                    f"{name} must be a whole number from 1 to {bound}, or null for the default",
+                    field=name,
+                )
+        identity = self._authorized(who)
+        updated: list[str] = []
+        failed: list[str] = []
+        applied = HistoryLimits(**limits)
+        for team_id in identity.org_team_ids(org_id):
+            try:
+                days, versions, quota = self._store.history_limits(team_id)
+                self._store.set_history_limits(
+                    team_id,
+                    days=limits.get("history_days", days),
+                    versions=limits.get("history_versions", versions),
+                    quota_bytes=limits.get("history_quota_bytes", quota),
+                )
+            except CairnError as exc:
+                log.warning("history limits not updated", extra={"team": team_id, "code": exc.code})
+                failed.append(team_id)
+            else:
+                updated.append(team_id)
+        return OrgHistoryResult(applied, tuple(updated), tuple(failed))
+
+    def prune_history(self) -> int:
+        """Drop every team's replaced versions older than its ``history_days`` (never a
+        document's current version): the purge job's part of the history, which the
+        server runs periodically and ``cairn db prune-history`` once (no route: no caller
+        to authorize). Returns how many versions went."""
+        return self._store.prune_history()
 
     def add_org_member(self, who: Principal, org_id: str, user_id: str, role: str) -> None:
         """Add the user to the org as ``role`` (owner|admin|member), or change their role."""

@@ -288,6 +288,14 @@ class MemoryStore(ABC):
         current), sorted by path."""
         raise _no_history()
 
+    def history_usage(self, tenant: str) -> tuple[int, int]:
+        """(stored bytes of the versions that are no longer current, the cap they are held
+        to) of the history counter team ``tenant``'s spaces answer to — what
+        :meth:`usage` reports as ``history_*``. (0, 0) here, for a store that keeps no
+        history; an adapter that keeps it overrides this (one with a single tree-wide
+        counter answers the same for every tenant)."""
+        return 0, 0
+
     # --- Built on the abstract methods above ------------------------------------------
 
     #: The limits this store enforces itself, or None when a server behind it does.

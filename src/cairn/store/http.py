@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 import httpx
 
 from cairn import errors
-from cairn.documents import Rejected, parse_import_strategy
+from cairn.documents import Rejected, VersionInfo, parse_import_strategy
 from cairn.spaces import SpaceRef
 from cairn.store.base import (
     CheckedDelete,
@@ -67,8 +67,10 @@ class SearchHit:
     matched: tuple[str, ...]
 
 
-# An alias: the class below defines a method called ``list``.
+# Aliases: the class below defines a method called ``list``.
 SearchHits = list[SearchHit]
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
 #: Hits of a search over every readable space, each with its space as the server renders it.
 SpacedHits = list[tuple[SearchHit, dict[str, Any]]]
 
@@ -93,7 +95,8 @@ class HttpMemoryStore(MemoryStore):
 
     # Quotas and platform authority are the server's: it enforces them (this client has
     # no set_team_quota, and a global write is authorized by the server from the token).
-    capabilities = frozenset({"private"})
+    # The history is the server's too: its routes answer the three reads of the past.
+    capabilities = frozenset({"private", "history"})
 
     def __init__(
         self,
@@ -143,8 +146,7 @@ class HttpMemoryStore(MemoryStore):
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
-        info = _info(body)
-        return Document(info.path, body["content"], info.size_bytes, info.updated_at, info.etag)
+        return _document(body)
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         # The grant only says the caller claims authority: the server checks it again
@@ -212,6 +214,9 @@ class HttpMemoryStore(MemoryStore):
             quota_bytes=int(body["quota_bytes"]),
             team_used_bytes=int(body["team_used_bytes"]),
             team_quota_bytes=int(body["team_quota_bytes"]),
+            # A server from before history (issue 14) does not send them.
+            history_used_bytes=int(body.get("history_used_bytes", 0)),
+            history_quota_bytes=int(body.get("history_quota_bytes", 0)),
         )
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
@@ -220,6 +225,52 @@ class HttpMemoryStore(MemoryStore):
                 yield self.read(ref, info.path)
             except errors.NotFound:
                 continue  # deleted since the listing
+
+    # --- the past (issue 14): the server's history routes --------------------------------
+
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        params = self._params(ref, path=path)
+        try:
+            body = self._request("GET", "/api/memory/doc/versions", params=params).json()
+        except errors.NotFound as exc:
+            if exc.code != errors.NotFound.code:  # team_not_found and kin are refusals
+                raise
+            return []  # the path has no history: the base class says so
+        return [_version(v) for v in body["versions"]]
+
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        return self._read_past(ref, path, version=str(version))
+
+    def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
+        # One request per document of an as-of export, not a listing of versions and a read.
+        return self._read_past(ref, info.path, as_of=_aware(at).isoformat())
+
+    def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
+        """The server's answer to ``GET /api/memory/doc?as_of=`` (its 404 when the
+        document did not exist then)."""
+        body = self._request(
+            "GET",
+            "/api/memory/doc",
+            params=self._params(ref, path=path, as_of=_aware(at).isoformat()),
+        ).json()
+        return _document(body)
+
+    def _read_past(self, ref: SpaceRef, path: str, **when: str) -> Document | None:
+        params = self._params(ref, path=path, **when)
+        try:
+            body = self._request("GET", "/api/memory/doc", params=params).json()
+        except errors.NotFound as exc:
+            if exc.code != errors.NotFound.code:
+                raise
+            return None
+        return _document(body)
+
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        extra = {"as_of": _aware(at).isoformat()}
+        if prefix:
+            extra["dir"] = prefix
+        body = self._request("GET", "/api/memory/docs", params=self._params(ref, **extra)).json()
+        return [_info(d) for d in body["documents"]]
 
     # --- streaming export / import -------------------------------------------------------
 
@@ -260,6 +311,29 @@ class HttpMemoryStore(MemoryStore):
             renamed=dict(body["renamed"]),
             rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
         )
+
+
+def _document(body: dict[str, Any]) -> Document:
+    """A document (of now or of the past) as the server renders it."""
+    info = _info(body)
+    return Document(info.path, body["content"], info.size_bytes, info.updated_at, info.etag)
+
+
+def _version(body: dict[str, Any]) -> VersionInfo:
+    """One version as ``GET /api/memory/doc/versions`` renders it."""
+    return VersionInfo(
+        version=int(body["version"]),
+        etag=str(body["etag"]),
+        size_bytes=int(body["size"]),
+        at=datetime.fromisoformat(body["at"]),
+        actor=str(body["actor"]),
+        deleted=bool(body["deleted"]),
+    )
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` as an instant in UTC: a naive one is UTC (as the server takes it)."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _write_result(body: dict[str, Any]) -> WriteResult:

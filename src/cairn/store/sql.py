@@ -459,8 +459,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with read_transaction(self.engine) as conn:
             used = conn.execute(self._sql.space_used, addr).scalar()
             team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
+            history = self._history_usage_in(conn, aggregate, default)
         team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
-        return Usage(ref.id, used or 0, self.limits.subcap(ref.visibility), team_used, team_quota)
+        subcap = self.limits.subcap(ref.visibility)
+        return Usage(ref.id, used or 0, subcap, team_used, team_quota, *history)
 
     def list_spaces(self, tenant: str) -> SpaceRefs:
         """The spaces of ``tenant`` and the global spaces holding bytes: one row per space

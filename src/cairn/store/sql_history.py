@@ -14,10 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import read_transaction, utc, write_transaction
 from cairn.documents import Document, DocumentInfo, VersionInfo, current_actor
+from cairn.errors import InvalidRequest
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef
 from cairn.store.sql_schema import memory_document_versions, memory_tenant_usage
@@ -89,6 +92,9 @@ class _HistoryStatements:
         )
         self.limits = sa.select(
             T.c.history_quota_bytes, T.c.quota_bytes, T.c.history_versions, T.c.history_days
+        ).where(T.c.tenant_id == _bp("t"))
+        self.usage = sa.select(
+            T.c.history_used_bytes, T.c.history_quota_bytes, T.c.quota_bytes
         ).where(T.c.tenant_id == _bp("t"))
 
     @staticmethod
@@ -262,29 +268,52 @@ class DocumentHistory:
         versions: int | None = None,
         days: int | None = None,
     ) -> None:
-        """Set a team's history limits (None: the store's default)."""
+        """Set a team's history limits (None: the store's default), creating the team's
+        counter (empty, at the default quota) if the team never wrote: limits set before a
+        team's first write still hold for it."""
+        for name, value in (("quota_bytes", quota_bytes), ("versions", versions), ("days", days)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidRequest(f"history {name} must be a whole number or None")
+            if value is not None and value < 1:
+                raise InvalidRequest(f"history {name} must be at least 1, not {value}")
+        dialect = pg_dialect if self.engine.dialect.name == "postgresql" else sqlite_dialect
+        limits = {
+            "history_quota_bytes": quota_bytes,
+            "history_versions": versions,
+            "history_days": days,
+        }
         with write_transaction(self.engine) as conn:
             conn.execute(
-                sa.update(T)
-                .where(T.c.tenant_id == tenant)
-                .values(
-                    history_quota_bytes=quota_bytes, history_versions=versions, history_days=days
-                )
+                dialect.insert(T)
+                .values(tenant_id=tenant, used_bytes=0, quota_bytes=self.limits.team_quota)
+                .on_conflict_do_nothing(index_elements=[T.c.tenant_id])
             )
+            conn.execute(sa.update(T).where(T.c.tenant_id == tenant).values(**limits))
+
+    def history_limits(self, tenant: str) -> tuple[int | None, int | None, int | None]:
+        """A team's own history limits (days, versions, quota bytes), None where it has
+        the store's default."""
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(self._hist.limits, {"t": tenant}).first()
+        if row is None:
+            return None, None, None
+        return row.history_days, row.history_versions, row.history_quota_bytes
 
     def history_usage(self, tenant: str) -> tuple[int, int]:
         """(bytes of replaced versions kept, the history quota) of a team."""
         with read_transaction(self.engine) as conn:
-            row = conn.execute(
-                sa.select(T.c.history_used_bytes).where(T.c.tenant_id == tenant)
-            ).first()
-            limits = conn.execute(self._hist.limits, {"t": tenant}).first()
-        used = 0 if row is None else int(row.history_used_bytes)
-        if limits is None:
-            quota = self.limits.history_quota or self.limits.team_quota
-        else:
-            quota = self._history_quota(limits)
-        return used, quota
+            return self._history_usage_in(conn, tenant, self.limits.team_quota)
+
+    def _history_usage_in(
+        self, conn: Connection, counter: str, default_quota: int
+    ) -> tuple[int, int]:
+        """(history bytes, history quota) of ``counter`` (a team, or the instance counter
+        of global spaces), read in ``conn``; a counter not yet made has the defaults."""
+        row = conn.execute(self._hist.usage, {"t": counter}).first()
+        if row is None:
+            quota = self.limits.history_quota
+            return 0, default_quota if quota is None else quota
+        return int(row.history_used_bytes), self._history_quota(row)
 
     # --- Reading the past --------------------------------------------------------------------
 

@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from cairn.api.deps import Principal
 from cairn.api.routes.common import AUTH_ERRORS, error_responses
 from cairn.service.access import require_platform_authority
-from cairn.service.admin import DEFAULT_PAGE, MAX_PAGE, AdminService, OrgView, Page
+from cairn.service.admin import (
+    DEFAULT_PAGE,
+    HISTORY_LIMIT_BOUNDS,
+    MAX_PAGE,
+    AdminService,
+    OrgView,
+    Page,
+)
 from cairn.service.audit import AuditService
 
 
@@ -69,9 +76,19 @@ class OrgIn(_Body):
     plan: str = "free"
 
 
+# History limits (issue 14): whole numbers from 1, within the service's bounds.
+HistoryDays = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_days"])]
+HistoryVersions = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_versions"])]
+HistoryBytes = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_quota_bytes"])]
+
+
 class OrgPatchIn(_Body):
     memory_quota_bytes: QuotaBytes | None = None
     plan: str | None = None
+    # History limits (issue 14), pushed onto each team; null: the default; absent: as is.
+    history_days: HistoryDays | None = None
+    history_versions: HistoryVersions | None = None
+    history_quota_bytes: HistoryBytes | None = None
 
 
 class OrgMemberIn(_Body):
@@ -120,6 +137,10 @@ class OrgOut(BaseModel):
     memory_quota_bytes: int | None
     teams_updated: list[str]
     teams_failed: list[str]
+    # Only in the answer of a PATCH that set them: the limits applied (null: the default).
+    history_days: int | None = None
+    history_versions: int | None = None
+    history_quota_bytes: int | None = None
 
 
 class MemberOut(BaseModel):
@@ -245,13 +266,28 @@ def create_org(body: OrgIn, who: Principal, admin: Admin) -> dict[str, Any]:
     return {"id": admin.create_org(who, body.name, body.plan)}
 
 
-@router.patch("/orgs/{id}", response_model=OrgOut, responses=ERRORS)
+_HISTORY_FIELDS = tuple(HISTORY_LIMIT_BOUNDS)
+
+
+@router.patch(
+    "/orgs/{id}", response_model=OrgOut, response_model_exclude_unset=True, responses=ERRORS
+)
 def patch_org(id: str, body: OrgPatchIn, who: Principal, admin: Admin) -> dict[str, Any]:
     # An explicit null quota puts the org's teams back at the default; absent leaves it.
     if "memory_quota_bytes" in body.model_fields_set:
         done = admin.set_org_quota(who, id, body.memory_quota_bytes, plan=body.plan)
-        return _org_out(done.org, done.teams_updated, done.teams_failed)
-    return _org_out(admin.update_org(who, id, plan=body.plan))
+        out = _org_out(done.org, done.teams_updated, done.teams_failed)
+    else:
+        out = _org_out(admin.update_org(who, id, plan=body.plan))
+    history = {k: getattr(body, k) for k in _HISTORY_FIELDS if k in body.model_fields_set}
+    if history:
+        applied = admin.set_org_history_limits(who, id, **history)
+        failed = set(out["teams_failed"]) | set(applied.teams_failed)
+        everyone = [*out["teams_updated"], *applied.teams_updated, *out["teams_failed"]]
+        out["teams_updated"] = sorted({t for t in everyone if t not in failed})
+        out["teams_failed"] = sorted(failed)
+        out.update(history)
+    return out
 
 
 @router.post("/orgs/{id}/members", status_code=201, response_model=MemberOut, responses=ERRORS)

@@ -91,8 +91,9 @@ async def _with_body(
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Purge expired records periodically (``CAIRN_RECORDS_PURGE_INTERVAL`` seconds,
-    default 3600; 0 turns it off) while the app runs."""
+    """Purge expired records and prune old document history periodically
+    (``CAIRN_RECORDS_PURGE_INTERVAL`` seconds, default 3600; 0 turns it off) while the
+    app runs."""
     task = asyncio.create_task(purge_periodically(app))
     try:
         yield
@@ -103,7 +104,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def purge_periodically(app: FastAPI, interval: float | None = None) -> None:
-    """Run :meth:`RecordService.purge_expired` every ``interval`` seconds."""
+    """Every ``interval`` seconds, run :meth:`RecordService.purge_expired` and
+    :meth:`AdminService.prune_history` (versions past each team's ``history_days``)."""
     if interval is None:
         interval = app.state.settings.records_purge_interval
     if interval <= 0:
@@ -111,14 +113,21 @@ async def purge_periodically(app: FastAPI, interval: float | None = None) -> Non
     while True:
         await asyncio.sleep(interval)
         records = getattr(app.state, "records", None)
-        if records is None:
-            continue
-        try:
-            removed = await run_in_threadpool(records.purge_expired)
-            if removed:
-                log.info("purged expired records", extra={"removed": removed})
-        except Exception:  # a failed purge is retried next round; never kill the server
-            log.exception("purging expired records failed")
+        if records is not None:
+            try:
+                removed = await run_in_threadpool(records.purge_expired)
+                if removed:
+                    log.info("purged expired records", extra={"removed": removed})
+            except Exception:  # a failed purge is retried next round; never kill the server
+                log.exception("purging expired records failed")
+        admin = getattr(app.state, "admin", None)
+        if admin is not None:
+            try:
+                pruned = await run_in_threadpool(admin.prune_history)
+                if pruned:
+                    log.info("pruned document history", extra={"versions": pruned})
+            except Exception:  # as above: next round
+                log.exception("pruning document history failed")
 
 
 router = APIRouter(tags=["records"], lifespan=_lifespan)

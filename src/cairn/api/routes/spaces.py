@@ -9,7 +9,7 @@ parameter the route does not take — is refused ``400 unknown_parameter``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -17,7 +17,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from cairn.api.deps import Principal, State
-from cairn.api.routes.common import AUTH_ERRORS, error_responses
+from cairn.api.routes.common import (
+    AS_OF_FORM,
+    AUTH_ERRORS,
+    error_responses,
+    parse_as_of,
+    parse_version,
+)
 from cairn.api.streams import AsyncBodyReader, iter_export
 from cairn.documents import parse_import_strategy
 from cairn.errors import InvalidDocument, InvalidRequest, InvalidSpaceRef, UnknownParameter
@@ -87,6 +93,8 @@ class UsageOut(BaseModel):
     quota_bytes: int
     team_used_bytes: int
     team_quota_bytes: int
+    history_used_bytes: int
+    history_quota_bytes: int
 
 
 class RejectedOut(BaseModel):
@@ -168,6 +176,23 @@ async def _if_match(
 
 IfMatch = Annotated[str | None, Depends(_if_match)]
 
+#: The history's query parameters (issue 14), read as text so a bad one is refused with
+#: the domain's one-line message (routes.common.parse_*), not a validation dump.
+AsOfParam = Annotated[
+    str | None,
+    Query(
+        description=f"Answer as the space was at this instant: {AS_OF_FORM}.",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
+VersionParam = Annotated[
+    str | None,
+    Query(
+        description="Read this version of the document (GET /api/memory/doc/versions).",
+        json_schema_extra={"type": "integer", "minimum": 1},
+    ),
+]
+
 
 @router.get(
     "/api/memory/usage",
@@ -183,7 +208,7 @@ def usage(who: Principal, state: State, space: Space) -> dict[str, Any]:
     "/api/memory/docs",
     response_model=DocsOut,
     responses=error_responses(*AUTH_ERRORS, 422),
-    summary="List the documents of a space, sorted by path",
+    summary="List the documents of a space (as of an instant with as_of), sorted by path",
 )
 def list_docs(
     who: Principal,
@@ -192,11 +217,16 @@ def list_docs(
     dir: Annotated[
         str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
     ] = "",
+    as_of: AsOfParam = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "dir")
+    ref = space.ref(who, "dir", "as_of")
+    if as_of is None:
+        docs = state.spaces.list(ref, dir)
+    else:
+        docs = state.spaces.list_as_of(ref, parse_as_of(as_of), dir)
     # A JSONResponse skips re-validating every item against DocsOut (which still
     # documents the answer): on a large listing that validation was most of the work.
-    return JSONResponse({"documents": [d.as_json() for d in state.spaces.list(ref, dir)]})
+    return JSONResponse({"documents": [d.as_json() for d in docs]})
 
 
 class SearchSpaceOut(BaseModel):
@@ -337,16 +367,28 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
     "/api/memory/doc",
     response_model=DocOut,
     responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
-    summary="Read one document (ETag header = its etag)",
+    summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
 )
 def read_doc(
     who: Principal,
     state: State,
     space: Space,
     path: PathParam,
+    version: VersionParam = None,
+    as_of: AsOfParam = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "path")
-    doc = state.spaces.read(ref, path)
+    ref = space.ref(who, "path", "version", "as_of")
+    if version is not None and as_of is not None:
+        raise InvalidRequest(
+            "send version or as_of, not both: a version already names one moment",
+            field="as_of",
+        )
+    if version is not None:
+        doc = state.spaces.read_version(ref, path, parse_version(version))
+    elif as_of is not None:
+        doc = state.spaces.read_as_of(ref, path, parse_as_of(as_of))
+    else:
+        doc = state.spaces.read(ref, path)
     body = {**doc.info.as_json(), "content": doc.content}
     return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
 
@@ -495,14 +537,23 @@ def move_doc(
         },
         **error_responses(*AUTH_ERRORS),
     },
-    summary="Export a space as a .tar.gz (streamed)",
+    summary="Export a space (as of an instant with as_of) as a .tar.gz (streamed)",
 )
-def export_space(who: Principal, state: State, space: Space) -> StreamingResponse:
-    ref = space.ref(who)
+def export_space(
+    who: Principal, state: State, space: Space, as_of: AsOfParam = None
+) -> StreamingResponse:
+    ref = space.ref(who, "as_of")
+    at = None if as_of is None else parse_as_of(as_of)
     # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
     state.spaces.usage(ref)
+
+    def export(sink: BinaryIO) -> int:
+        if at is None:
+            return state.spaces.export(ref, sink)
+        return state.spaces.export_as_of(ref, at, sink)
+
     return StreamingResponse(
-        iter_export(lambda sink: state.spaces.export(ref, sink)),
+        iter_export(export),
         media_type="application/gzip",
         headers={"Content-Disposition": 'attachment; filename="memory-export.tar.gz"'},
     )

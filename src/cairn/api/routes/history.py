@@ -1,0 +1,116 @@
+"""A document's history over REST (issue 14, docs/api.md "History"): its versions, a diff
+between two of them, and restoring one.
+
+The space is named as on every spaces route (:mod:`cairn.api.routes.spaces`): its query
+parameters, the team and user from the credential, any other parameter refused. Reading
+a version or the space as of an instant are the plain read, list and export routes with
+``version`` / ``as_of`` (they live with those routes, in ``spaces``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
+
+from cairn.api.deps import Principal, State
+from cairn.api.routes.common import AUTH_ERRORS, error_responses, parse_version
+from cairn.api.routes.spaces import _ETAG, IfMatch, PathParam, Space, WriteOut
+from cairn.service.access import authorize_space_mutation
+
+router = APIRouter(tags=["spaces"])
+
+
+class VersionOut(BaseModel):
+    version: int
+    etag: str
+    size: int
+    at: str
+    actor: str
+    deleted: bool
+
+
+class VersionsOut(BaseModel):
+    versions: list[VersionOut]
+
+
+def _version_query(description: str, alias: str | None = None) -> Any:
+    extra = {"type": "integer", "minimum": 1}
+    return Query(alias=alias, description=description, json_schema_extra=extra)
+
+
+@router.get(
+    "/api/memory/doc/versions",
+    response_model=VersionsOut,
+    responses=error_responses(*AUTH_ERRORS, 422),
+    summary="A document's versions, newest first, the live one included",
+)
+def list_versions(who: Principal, state: State, space: Space, path: PathParam) -> JSONResponse:
+    ref = space.ref(who, "path")
+    versions = state.spaces.versions(ref, path)
+    return JSONResponse({"versions": [v.as_json() for v in versions]})
+
+
+@router.get(
+    "/api/memory/doc/diff",
+    response_class=PlainTextResponse,
+    responses={
+        200: {
+            "description": "A unified diff (empty when the two versions are equal)",
+            "content": {"text/x-diff": {"schema": {"type": "string"}}},
+        },
+        **error_responses(*AUTH_ERRORS, 422),
+    },
+    summary="A unified diff between two versions of a document (to: default the newest)",
+)
+def diff_versions(
+    who: Principal,
+    state: State,
+    space: Space,
+    path: PathParam,
+    old: Annotated[str, _version_query("The version to diff from (required).", "from")] = "",
+    new: Annotated[
+        str | None, _version_query("The version to diff to (default: the newest).", "to")
+    ] = None,
+) -> PlainTextResponse:
+    ref = space.ref(who, "path", "from", "to")
+    start = parse_version(old, "from")
+    if new is None:
+        end = state.spaces.versions(ref, path)[0].version
+    else:
+        end = parse_version(new, "to")
+    text = state.spaces.diff(ref, path, start, end)
+    return PlainTextResponse(text, media_type="text/x-diff; charset=utf-8")
+
+
+@router.post(
+    "/api/memory/doc/restore",
+    response_model=WriteOut,
+    status_code=200,
+    responses={
+        200: {"headers": _ETAG},
+        201: {"description": "Restored a deleted document", "model": WriteOut, "headers": _ETAG},
+        **error_responses(*AUTH_ERRORS, 412, 413, 422),
+    },
+    summary="Make a version current again: a new write of its content (as a PUT is checked)",
+)
+def restore_version(
+    who: Principal,
+    state: State,
+    space: Space,
+    path: PathParam,
+    version: Annotated[str, _version_query("The version to restore (required).")] = "",
+    if_match: IfMatch = None,
+) -> JSONResponse:
+    ref = space.ref(who, "path", "version")
+    # Refused before anything is read: a viewer learns nothing about which versions exist.
+    authorize_space_mutation(who, ref)
+    number = parse_version(version)
+    result = state.spaces.restore(who, ref, path, number, if_match=if_match)
+    return JSONResponse(
+        result.as_json(),
+        status_code=201 if result.created else 200,
+        headers={"ETag": f'"{result.etag}"'},
+    )
