@@ -22,6 +22,7 @@ from cairn.cli.common import (
     space_ref_from_args,
     spaces_for,
 )
+from cairn.cli.history import add_as_of_arg, as_of_arg
 from cairn.errors import CairnError, InvalidRequest, InvalidSpaceRef
 from cairn.spaces import (
     AUTO_MEMORY_SPACE,
@@ -80,6 +81,7 @@ def _searcher(args: argparse.Namespace) -> RecordsSearcher | None:
 
 def build_tools(args: argparse.Namespace) -> MemoryTools:
     """The tools ``cairn mcp`` serves, from ``--config`` or the space flags."""
+    as_of = as_of_arg(args)  # a bad --as-of is refused before the store is opened
     service, who = spaces_for(args)  # open for the life of the process
     tenant = who.team_id
     searcher = _searcher(args)
@@ -102,13 +104,15 @@ def build_tools(args: argparse.Namespace) -> MemoryTools:
         block = replace(block, **overrides)
         ref = ref_for_block(block, tenant=tenant, bot_fallback=config.directory_name)
         return MemoryTools.from_block(
-            block, service, ref, read_only=args.read_only, searcher=searcher, who=who
+            block, service, ref, read_only=args.read_only, searcher=searcher, who=who, as_of=as_of
         )
     if args.visibility is not None:  # None: the default (bot), named as such in a refusal
         args.visibility = _agent_visibility(args.visibility).value
     args.name = args.name or "default"
     ref = space_ref_from_args(args, tenant)
-    return MemoryTools(service, ref, write=not args.read_only, searcher=searcher, who=who)
+    return MemoryTools(
+        service, ref, write=not args.read_only, searcher=searcher, who=who, as_of=as_of
+    )
 
 
 def project_override(value: str) -> str:
@@ -141,6 +145,9 @@ def _mcp(args: argparse.Namespace) -> int:
     from cairn.mcp.server import serve_http, serve_stdio
 
     tools = build_tools(args)
+    if tools.as_of is not None:
+        # A store that keeps no history is one line now, not an error on every call later.
+        tools.service.list_as_of(tools.ref, tools.as_of)
     if args.http:
         print(
             f"cairn: serving MCP (streamable HTTP) at http://{args.host}:{args.port}/mcp "
@@ -241,6 +248,7 @@ def register(subparsers: Any) -> None:
     # None = not given, so that with --config only explicit flags refine the block.
     p.set_defaults(visibility=None, name=None)
     p.add_argument("--read-only", action="store_true", help="withhold memory_write")
+    add_as_of_arg(p)
     add_server_args(p)
     p.add_argument(
         "--team",
