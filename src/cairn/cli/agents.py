@@ -176,13 +176,30 @@ def _run(args: argparse.Namespace) -> int:
     backend = args.backend or (config.backend if config else None)
     env = cli_config()
     switch = {} if env.auto_memory is None else {"CAIRN_AUTO_MEMORY": env.auto_memory}
-    on = decide_auto_memory(args.auto_memory, config, switch)
+    as_of = as_of_arg(args)
+    # --as-of asks for the auto-memory directory: it turns auto-memory on, unless the same
+    # command line turns it off.
+    if as_of is not None and args.auto_memory == "off":
+        raise UsageError(
+            "--as-of hydrates the auto-memory directory, which --auto-memory off turns off: "
+            "drop one of the two"
+        )
+    on = as_of is not None or decide_auto_memory(args.auto_memory, config, switch)
     if not on:
         return run_command(RunOptions(command, backend), _warn)
     bot = _bot_id(args, config)
     with open_spaces(args) as (service, who):
         ref = run_ref(args, bot, who.team_id)
-        return run_with_auto_memory(service, ref, RunOptions(command, backend), _warn, who=who)
+        if as_of is not None:
+            print(
+                f"cairn: auto-memory as of {as_of.isoformat()}; the notes the run changes "
+                "are saved to the live space",
+                file=sys.stderr,
+                flush=True,
+            )
+        return run_with_auto_memory(
+            service, ref, RunOptions(command, backend), _warn, who=who, as_of=as_of
+        )
 
 
 def run_ref(args: argparse.Namespace, bot: str, tenant: str) -> SpaceRef:
@@ -279,6 +296,7 @@ def register(subparsers: Any) -> None:
     )
     r.add_argument("--backend", choices=list(ALL_BACKENDS), default=None)
     r.add_argument("--config", metavar="FILE", help="an agent configuration file")
+    add_as_of_arg(r)
     add_server_args(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     r.set_defaults(func=cli_command(_run))
