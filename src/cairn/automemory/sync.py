@@ -223,18 +223,18 @@ def fold_back(
         return False
 
     for path in sorted(set(snapshot) - present):
-        before = snapshot[path]
-        if not before.on_disk or before.etag is None:
+        gone = snapshot[path]
+        if not gone.on_disk or gone.etag is None:
             continue  # never on disk (not removed by the run), or not live (nothing to remove)
         if out_of_time(path):
             continue
         try:
-            service.delete(actor, ref, path, if_match=before.etag)
+            service.delete(actor, ref, path, if_match=gone.etag)
             report.deleted.append(path)
         except NotFound:
             report.deleted.append(path)
         except PreconditionFailed as exc:
-            fail(path, "delete refused: " + _changed_since(exc, before))
+            fail(path, "delete refused: " + _changed_since(exc, gone))
         except CairnError as exc:
             fail(path, f"delete refused: {exc.code}: {exc.message}")
 

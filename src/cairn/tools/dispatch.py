@@ -321,14 +321,12 @@ class MemoryTools:
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise InvalidRequest("version must be a whole number from 1 (from the list)")
         versions = self.service.versions(self.ref, path)
-        if self.as_of is not None:
-            at = self.as_of
+        at = self.as_of
+        if at is not None:
             versions = [v for v in versions if v.at <= at]
-        if version is None:
             if not versions:
-                raise NotFound(
-                    f"{path!r} had no versions yet at {self.as_of.isoformat()}", path=path
-                )
+                raise NotFound(f"{path!r} had no versions yet at {at.isoformat()}", path=path)
+        if version is None:
             text = "\n".join(_version_line(v) for v in versions)
             return ToolResult(
                 False, text, data={"path": path, "versions": [v.as_json() for v in versions]}
