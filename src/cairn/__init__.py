@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from cairn.documents import Document, DocumentInfo, ImportReport, Usage, WriteResult
+    from cairn.documents import (
+        Document,
+        DocumentInfo,
+        ImportReport,
+        Usage,
+        VersionInfo,
+        WriteResult,
+    )
     from cairn.errors import (
         AlreadyExists,
         CairnError,
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
 # The names loaded on first use, by the module that defines them.
 _SDK = ("Memory", "AsyncMemory")
 #: The results the methods return.
-_RESULTS = ("Document", "DocumentInfo", "WriteResult", "Usage", "ImportReport")
+_RESULTS = ("Document", "DocumentInfo", "WriteResult", "Usage", "ImportReport", "VersionInfo")
 #: The errors most callers catch; every one is in cairn.errors.
 _ERRORS = (
     "CairnError",
@@ -60,6 +67,7 @@ __all__ = [  # spelled out, so linters and IDEs read it: the tuples above, and D
     "WriteResult",
     "Usage",
     "ImportReport",
+    "VersionInfo",
     "DocumentHit",
     "CairnError",
     "NotFound",

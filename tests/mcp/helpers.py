@@ -126,7 +126,12 @@ async def assert_write_withheld(session: ClientSession, *, notice: bool) -> str:
     as a tool result."""
     init_instructions = session.instructions or ""
     listed = await session.list_tools()
-    assert [t.name for t in listed.tools] == ["memory_read", "memory_list", "memory_search"]
+    assert [t.name for t in listed.tools] == [
+        "memory_read",
+        "memory_list",
+        "memory_search",
+        "memory_history",
+    ]
     for name, args in (
         ("memory_edit", {"path": "MEMORY.md", "insert_line": 0, "insert_text": "x"}),
         ("memory_delete", {"path": "MEMORY.md"}),

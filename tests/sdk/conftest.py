@@ -8,6 +8,11 @@ Every test that takes ``memory_factory`` runs four times:
 - ``async-local`` and ``async-server``: the same, through :class:`AsyncMemory`, driven by
   :class:`SyncOverAsync` so the very same test code awaits every call.
 
+The history tests also run on ``sqlite`` and ``async-sqlite`` (:data:`HISTORY_KINDS`): a
+``Memory`` over a SQL store on SQLite in ``tmp_path``, in process, with the local console
+acting — the store that kept history first, so the history contract is checked through
+the Python API whatever the other stores hold yet.
+
 ``memory_factory(**space)`` takes the constructors' space arguments (``bot``, ``project``,
 ``name``, ``visibility``) and ``team_quota`` (bytes): the team's total on the server (the
 org's quota, set by the admin), the tree's total locally (``CAIRN_MEMORY_QUOTA_ORG_TOTAL``).
@@ -40,6 +45,7 @@ KINDS = [
     "async-local",
     pytest.param("async-server", marks=pytest.mark.slow),
 ]
+HISTORY_KINDS = [*KINDS, "sqlite", "async-sqlite"]
 
 
 def _free_port() -> int:
@@ -179,7 +185,11 @@ class MemoryFactory:
 
     def __call__(self, *, team_quota: int | None = None, **space: Any) -> Any:
         cls = AsyncMemory if self.is_async else Memory
-        if self.where == "local":
+        if self.where == "sqlite":
+            memory = self._sqlite(**space)
+            if self.is_async:
+                memory = AsyncMemory(memory)
+        elif self.where == "local":
             if team_quota is not None:
                 self._mp.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", str(team_quota))
             memory = cls.local(home=self._home, **space)
@@ -193,6 +203,24 @@ class MemoryFactory:
             wrapped = memory
         self._opened.append(wrapped)
         return wrapped
+
+    def _sqlite(self, **space: Any) -> Memory:
+        from cairn.sdk.memory import space_for
+        from cairn.service.access import console_principal
+        from cairn.service.spaces import SpaceService
+        from cairn.store.sql import SqlStore
+
+        who = console_principal("local")
+        ref = space_for(
+            who.team_id,
+            bot=space.get("bot"),
+            project=space.get("project"),
+            name=space.get("name", "default"),
+            visibility=space.get("visibility"),
+            user=None,
+        )
+        store = SqlStore.open(f"sqlite:///{self._home.parent / 'sdk.db'}")
+        return Memory(SpaceService(store), who, ref, "sqlite")
 
     def close_all(self) -> None:
         for memory in self._opened:

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import io
 import tarfile
+from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cairn.documents import Document, DocumentInfo, ImportReport, Usage, WriteResult
+from cairn.documents import (
+    Document,
+    DocumentInfo,
+    ImportReport,
+    Usage,
+    VersionInfo,
+    WriteResult,
+    version_as_of,
+)
 from cairn.errors import (
     AlreadyExists,
     InvalidEdit,
@@ -26,7 +35,7 @@ from cairn.errors import (
     QuotaExceeded,
     SecretDetected,
 )
-from tests.sdk.conftest import MemoryFactory
+from tests.sdk.conftest import HISTORY_KINDS, MemoryFactory
 
 NOTES = {
     "MEMORY.md": "# Memory\n\n- deploy with blue-green on Fridays\n",
@@ -311,3 +320,148 @@ def test_a_closed_memory_refuses_and_the_context_manager_closes(
         memory.read("a.md")
     memory.close()  # again: nothing happens
     assert memory_factory(project="web").read("a.md").content == "a"
+
+
+# --- History (issue 14, docs/history.md) ----------------------------------------------------
+#
+# Run on every kind and on sqlite (HISTORY_KINDS). The instants come from the versions
+# themselves (no kind but sqlite lets a test drive the clock): what was current at a version's
+# ``at`` is what the space must answer as of that instant.
+
+history = pytest.mark.parametrize("memory_factory", HISTORY_KINDS, indirect=True)
+
+
+@history
+def test_versions_list_every_change_newest_first_and_read_one(
+    memory_factory: MemoryFactory,
+) -> None:
+    memory = memory_factory(project="web")
+    memory.write("MEMORY.md", "# v1\n")
+    memory.write("MEMORY.md", "# v2 ✓\n")
+    memory.delete("MEMORY.md")
+    memory.write("MEMORY.md", "# v4\n")
+    versions = memory.versions("MEMORY.md")
+    assert all(isinstance(v, VersionInfo) for v in versions)
+    assert [v.version for v in versions] == [4, 3, 2, 1]
+    assert [v.deleted for v in versions] == [False, True, False, False]
+    assert [v.size_bytes for v in versions] == [5, 0, 9, 5]
+    assert versions[0].etag == memory.read("MEMORY.md").etag and versions[1].etag == ""
+    assert all(v.actor for v in versions)
+    assert [v.at for v in versions] == sorted((v.at for v in versions), reverse=True)
+    old = memory.read("MEMORY.md", version=2)
+    assert isinstance(old, Document) and old.content == "# v2 ✓\n"
+    assert old.etag == versions[2].etag
+    with pytest.raises(NotFound):
+        memory.read("MEMORY.md", version=3)  # a deletion has no content
+    with pytest.raises(NotFound):
+        memory.read("MEMORY.md", version=9)
+    with pytest.raises(NotFound):
+        memory.versions("never.md")
+    with pytest.raises(InvalidRequest, match="whole number"):
+        memory.read("MEMORY.md", version=0)
+    with pytest.raises(InvalidRequest, match="not both"):
+        memory.read("MEMORY.md", version=1, as_of=versions[0].at)
+    with pytest.raises(InvalidRequest, match="as_of must be a datetime"):
+        memory.read("MEMORY.md", as_of="yesterday")
+
+
+@history
+def test_a_move_ends_one_history_and_starts_another(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
+    memory.write("draft.md", "draft\n")
+    memory.move("draft.md", "notes/final.md")
+    assert [v.deleted for v in memory.versions("draft.md")] == [True, False]
+    moved = memory.versions("notes/final.md")
+    assert moved[0].deleted is False and moved[0].size_bytes == 6
+    assert memory.read("notes/final.md", version=moved[0].version).content == "draft\n"
+
+
+@history
+def test_read_and_list_as_of_an_instant(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
+    memory.write("MEMORY.md", "# v1\n")
+    memory.write("topics/a.md", "a\n")
+    memory.write("MEMORY.md", "# v2\n")
+    memory.delete("topics/a.md")
+    memory.write("topics/b.md", "b\n")
+    history = {p: memory.versions(p) for p in ("MEMORY.md", "topics/a.md", "topics/b.md")}
+    contents = {
+        ("MEMORY.md", 1): "# v1\n",
+        ("MEMORY.md", 2): "# v2\n",
+        ("topics/a.md", 1): "a\n",
+        ("topics/b.md", 1): "b\n",
+    }
+    instants = sorted({v.at for vs in history.values() for v in vs})
+    first = min(instants)
+    for at in [first - timedelta(seconds=1), *instants]:
+        expected = {}
+        for path, versions in history.items():
+            current = version_as_of(versions, at)
+            if current is not None:
+                expected[path] = contents[path, current.version]
+        listed = memory.list(as_of=at)
+        assert all(isinstance(d, DocumentInfo) for d in listed)
+        assert [d.path for d in listed] == sorted(expected), at
+        assert {p: memory.read(p, as_of=at).content for p in expected} == expected
+        for path in set(history) - set(expected):
+            with pytest.raises(NotFound):
+                memory.read(path, as_of=at)
+        assert [d.path for d in memory.list("topics", as_of=at)] == sorted(
+            p for p in expected if p.startswith("topics/")
+        )
+    # A naive instant is UTC; an offset names the same instant (topics/a.md was deleted
+    # after MEMORY.md's second version).
+    second = history["MEMORY.md"][0].at
+    naive = second.astimezone(UTC).replace(tzinfo=None)
+    assert memory.read("MEMORY.md", as_of=naive).content == "# v2\n"
+    assert [d.path for d in memory.list(as_of=naive)] == ["MEMORY.md", "topics/a.md"]
+    east = second.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    assert memory.read("MEMORY.md", as_of=east).content == "# v2\n"
+    assert [d.path for d in memory.list(as_of=east)] == ["MEMORY.md", "topics/a.md"]
+
+
+@history
+def test_export_as_of_round_trips_through_import(
+    memory_factory: MemoryFactory, tmp_path: Path
+) -> None:
+    source = memory_factory(project="web")
+    _fill(source)
+    then = max(v.at for p in NOTES for v in source.versions(p))
+    source.write("MEMORY.md", "# later\n")
+    source.delete("topics/deploy.md")
+    archive = source.export(as_of=then)
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        files = {m.name: tar.extractfile(m) for m in tar.getmembers() if m.isfile()}
+        assert {n: f.read() for n, f in files.items() if f} == {
+            p: c.encode() for p, c in NOTES.items()
+        }
+    assert source.export(tmp_path / "then.tar.gz", as_of=then) == len(NOTES)
+    target = memory_factory(project="web", name="then")
+    assert sorted(target.import_(tmp_path / "then.tar.gz").written) == sorted(NOTES)
+    for path, content in NOTES.items():
+        assert target.read(path).content.encode() == content.encode()
+
+
+@history
+def test_diff_and_restore(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
+    memory.write("MEMORY.md", "one\ntwo\n")
+    memory.write("MEMORY.md", "one\n2\nthree\n")
+    text = memory.diff("MEMORY.md", 1)
+    assert "--- a/MEMORY.md (version 1)" in text and "+++ b/MEMORY.md (version 2)" in text
+    assert "-two\n" in text and "+2\n" in text and "+three\n" in text
+    assert memory.diff("MEMORY.md", 1, 1) == ""
+    assert memory.diff("MEMORY.md", 2, 1).startswith("--- a/MEMORY.md (version 2)")
+    with pytest.raises(NotFound):
+        memory.diff("MEMORY.md", 7)
+    with pytest.raises(PreconditionFailed):
+        memory.restore("MEMORY.md", 1, if_match="0" * 32)
+    restored = memory.restore("MEMORY.md", 1)
+    assert isinstance(restored, WriteResult) and restored.created is False
+    assert memory.read("MEMORY.md").content == "one\ntwo\n"
+    assert [v.version for v in memory.versions("MEMORY.md")] == [3, 2, 1]
+    with pytest.raises(NotFound):
+        memory.restore("MEMORY.md", 9)
+    memory.delete("MEMORY.md")
+    assert memory.restore("MEMORY.md", 2).created is True  # a deleted note comes back
+    assert memory.read("MEMORY.md").content == "one\n2\nthree\n"

@@ -15,7 +15,9 @@ from jsonschema import Draft7Validator, Draft202012Validator
 
 from cairn.service.spaces import SpaceService
 from cairn.spaces import SpaceRef
+from cairn.store.base import MemoryStore
 from cairn.store.fs import FilesystemStore
+from cairn.store.sql import SqlStore
 from cairn.tools import SPECS, TOOL_NAMES, MemoryTools, anthropic_tools, openai_tools
 
 #: A tool name both formats accept.
@@ -36,6 +38,7 @@ VALID: dict[str, list[dict[str, Any]]] = {
     ],
     "memory_delete": [{"path": "b.md"}],
     "memory_move": [{"path": "MEMORY.md", "new_path": "c.md", "overwrite": False}],
+    "memory_history": [{"path": "MEMORY.md"}, {"path": "MEMORY.md", "version": 1}],
 }
 INVALID: dict[str, list[dict[str, Any]]] = {
     "memory_read": [{}, {"path": 3}, {"path": "a.md", "mode": "raw"}],
@@ -49,6 +52,7 @@ INVALID: dict[str, list[dict[str, Any]]] = {
     ],
     "memory_delete": [{}, {"path": "a.md", "force": True}],
     "memory_move": [{"path": "a.md"}, {"path": "a.md", "new_path": "b.md", "overwrite": "yes"}],
+    "memory_history": [{}, {"path": "a.md", "version": 0}, {"path": "a.md", "version": "2"}],
 }
 
 
@@ -84,7 +88,10 @@ def test_examples_cover_every_tool() -> None:
 def test_the_schema_and_the_dispatcher_agree(name: str, tmp_path: Path) -> None:
     schema = Draft202012Validator(SPECS[name].input_schema)
     ref = SpaceRef.build("project", "notes", tenant="local", project="p")
-    tools = MemoryTools(SpaceService(FilesystemStore(tmp_path / "spaces")), ref)
+    store: MemoryStore = FilesystemStore(tmp_path / "spaces")
+    if name == "memory_history":  # a store that keeps history on every branch: SQLite
+        store = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}")
+    tools = MemoryTools(SpaceService(store), ref)
     for args in VALID[name]:
         assert not list(schema.iter_errors(args)), args
         tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index\n"})

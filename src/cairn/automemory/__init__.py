@@ -14,7 +14,14 @@ from cairn.automemory.space import (
     repository_root,
     resolve_bot_id,
 )
-from cairn.automemory.sync import Snapshot, SyncReport, fold_back, materialise, sync_deadline
+from cairn.automemory.sync import (
+    Snapshot,
+    SyncReport,
+    fold_back,
+    materialise,
+    materialise_as_of,
+    sync_deadline,
+)
 
 __all__ = [
     "RunOptions",
@@ -24,6 +31,7 @@ __all__ = [
     "decide_auto_memory",
     "fold_back",
     "materialise",
+    "materialise_as_of",
     "render_prompt",
     "repository_root",
     "resolve_bot_id",

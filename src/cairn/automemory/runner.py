@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +35,7 @@ from cairn.automemory.sync import (
     Warn,
     fold_back,
     materialise,
+    materialise_as_of,
     sync_deadline,
 )
 from cairn.errors import CairnError, InvalidRequest, StoreUnavailable
@@ -198,9 +200,14 @@ def run_with_auto_memory(
     warn: Warn,
     *,
     who: Principal | None = None,
+    as_of: datetime | None = None,
 ) -> int:
     """Materialise ``ref``, run the command pointed at it, fold the edits back as ``who``
     (default: the local console).
+
+    ``as_of`` materialises the space as it was at that instant (``cairn run --as-of``);
+    the edits still go to the live space, each refused (and kept in the directory) when
+    the live document changed after the run loaded it (:func:`materialise_as_of`).
 
     The materialised directory is removed after a clean sync; when some Markdown
     could not be persisted it is kept, and named, so nothing the agent wrote is lost.
@@ -213,7 +220,10 @@ def run_with_auto_memory(
     directory = workdir / "memory"
     directory.mkdir()
     try:
-        snapshot = materialise(service, ref, directory)
+        if as_of is None:
+            snapshot = materialise(service, ref, directory)
+        else:
+            snapshot = materialise_as_of(service, ref, directory, as_of)
     except (CairnError, OSError) as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         why = f"{exc.code}: {exc.message}" if isinstance(exc, CairnError) else str(exc)

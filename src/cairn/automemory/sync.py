@@ -7,7 +7,10 @@ The fold-back is what makes auto-memory durable, so it is careful in three ways:
   and skipped, and the rest still lands.
 * It changes a document only from the state the run started with (``if_match`` on
   the etag read at materialisation), so a concurrent run's newer note is never
-  silently overwritten or deleted; the conflict is reported instead.
+  silently overwritten or deleted; the conflict is reported instead. A run hydrated
+  from the past (:func:`materialise_as_of`) guards the same way on the LIVE etag each
+  document had at hydration: its edits land on the live space unless someone changed
+  the document since.
 * It is bounded in time, by a budget that grows with the amount to persist
   (:func:`sync_budget`), so an interrupted run neither hangs nor loses a large memory.
 """
@@ -19,10 +22,11 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from cairn.documents import content_etag
-from cairn.errors import CairnError, InvalidPath, NotFound
+from cairn.errors import CairnError, InvalidPath, NotFound, PreconditionFailed
 from cairn.paths import DOC_SUFFIX, validate_doc_path
 from cairn.principal import Principal
 from cairn.service.access import console_principal
@@ -39,10 +43,16 @@ SECONDS_PER_MIB = 5.0
 
 @dataclass(frozen=True, slots=True)
 class SnapshotEntry:
-    """A document as materialised: the store's etag and the hash of the bytes on disk."""
+    """A document as materialised: the etag a write back must match (None: the document
+    was not live, so a write back creates it) and the hash of the bytes put on disk
+    ('' when none were: a live document the run did not see, hydrated from the past)."""
 
-    etag: str
+    etag: str | None
     disk_hash: str
+
+    @property
+    def on_disk(self) -> bool:
+        return self.disk_hash != ""
 
 
 #: What the directory held when the command started, by document path.
@@ -103,6 +113,31 @@ def materialise(
         data = doc.content.encode("utf-8")
         target.write_bytes(data)
         snap[doc.path] = SnapshotEntry(doc.etag, content_etag(data))
+    return snap
+
+
+def materialise_as_of(
+    service: SpaceService, ref: SpaceRef, directory: str | os.PathLike[str], at: datetime
+) -> Snapshot:
+    """Write every document of the space as it was at ``at`` into ``directory`` (which must
+    exist), for ``cairn run --as-of``.
+
+    The snapshot guards the write back on the live space: each path records the etag its
+    LIVE document had at hydration (listed first, so a change made while hydrating makes
+    the write back refused rather than lost), also for a live document that did not exist
+    at ``at`` (not on disk: a file the agent creates there replaces it only if it is still
+    that version). A document that existed at ``at`` but is not live has no etag: writing
+    it back creates it again, as a new note of today's run would be."""
+    root = Path(directory)
+    live = {info.path: info.etag for info in service.list(ref)}
+    snap: Snapshot = {path: SnapshotEntry(etag, "") for path, etag in live.items()}
+    for info in service.list_as_of(ref, at):
+        doc = service.read_as_of(ref, info.path, at)
+        target = _target(root, doc.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = doc.content.encode("utf-8")
+        target.write_bytes(data)
+        snap[doc.path] = SnapshotEntry(live.get(doc.path), content_etag(data))
     return snap
 
 
@@ -188,13 +223,18 @@ def fold_back(
         return False
 
     for path in sorted(set(snapshot) - present):
+        gone = snapshot[path]
+        if not gone.on_disk or gone.etag is None:
+            continue  # never on disk (not removed by the run), or not live (nothing to remove)
         if out_of_time(path):
             continue
         try:
-            service.delete(actor, ref, path, if_match=snapshot[path].etag)
+            service.delete(actor, ref, path, if_match=gone.etag)
             report.deleted.append(path)
         except NotFound:
             report.deleted.append(path)
+        except PreconditionFailed as exc:
+            fail(path, "delete refused: " + _changed_since(exc, gone))
         except CairnError as exc:
             fail(path, f"delete refused: {exc.code}: {exc.message}")
 
@@ -212,6 +252,18 @@ def fold_back(
         try:
             service.write(actor, ref, path, content, if_match=before.etag if before else None)
             report.written.append(path)
+        except PreconditionFailed as exc:
+            fail(path, _changed_since(exc, before))
         except CairnError as exc:
             fail(path, f"{exc.code}: {exc.message}")
     return report
+
+
+def _changed_since(exc: PreconditionFailed, before: SnapshotEntry | None) -> str:
+    """A refusal of a guarded write back, said as what happened: someone changed the live
+    document after this run loaded it."""
+    if before is None or not before.on_disk:
+        seen = "this run did not see it (it is newer than the memory the run started from)"
+    else:
+        seen = "the live document changed after this run loaded its memory"
+    return f"{exc.code}: {seen}; the run's version is kept in the memory directory"

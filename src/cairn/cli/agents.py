@@ -22,6 +22,7 @@ from cairn.cli.common import (
     space_ref_from_args,
     spaces_for,
 )
+from cairn.cli.history import add_as_of_arg, as_of_arg
 from cairn.errors import CairnError, InvalidRequest, InvalidSpaceRef
 from cairn.spaces import (
     AUTO_MEMORY_SPACE,
@@ -80,6 +81,7 @@ def _searcher(args: argparse.Namespace) -> RecordsSearcher | None:
 
 def build_tools(args: argparse.Namespace) -> MemoryTools:
     """The tools ``cairn mcp`` serves, from ``--config`` or the space flags."""
+    as_of = as_of_arg(args)  # a bad --as-of is refused before the store is opened
     service, who = spaces_for(args)  # open for the life of the process
     tenant = who.team_id
     searcher = _searcher(args)
@@ -102,13 +104,15 @@ def build_tools(args: argparse.Namespace) -> MemoryTools:
         block = replace(block, **overrides)
         ref = ref_for_block(block, tenant=tenant, bot_fallback=config.directory_name)
         return MemoryTools.from_block(
-            block, service, ref, read_only=args.read_only, searcher=searcher, who=who
+            block, service, ref, read_only=args.read_only, searcher=searcher, who=who, as_of=as_of
         )
     if args.visibility is not None:  # None: the default (bot), named as such in a refusal
         args.visibility = _agent_visibility(args.visibility).value
     args.name = args.name or "default"
     ref = space_ref_from_args(args, tenant)
-    return MemoryTools(service, ref, write=not args.read_only, searcher=searcher, who=who)
+    return MemoryTools(
+        service, ref, write=not args.read_only, searcher=searcher, who=who, as_of=as_of
+    )
 
 
 def project_override(value: str) -> str:
@@ -141,6 +145,9 @@ def _mcp(args: argparse.Namespace) -> int:
     from cairn.mcp.server import serve_http, serve_stdio
 
     tools = build_tools(args)
+    if tools.as_of is not None:
+        # A store that keeps no history is one line now, not an error on every call later.
+        tools.service.list_as_of(tools.ref, tools.as_of)
     if args.http:
         print(
             f"cairn: serving MCP (streamable HTTP) at http://{args.host}:{args.port}/mcp "
@@ -169,13 +176,30 @@ def _run(args: argparse.Namespace) -> int:
     backend = args.backend or (config.backend if config else None)
     env = cli_config()
     switch = {} if env.auto_memory is None else {"CAIRN_AUTO_MEMORY": env.auto_memory}
-    on = decide_auto_memory(args.auto_memory, config, switch)
+    as_of = as_of_arg(args)
+    # --as-of asks for the auto-memory directory: it turns auto-memory on, unless the same
+    # command line turns it off.
+    if as_of is not None and args.auto_memory == "off":
+        raise UsageError(
+            "--as-of hydrates the auto-memory directory, which --auto-memory off turns off: "
+            "drop one of the two"
+        )
+    on = as_of is not None or decide_auto_memory(args.auto_memory, config, switch)
     if not on:
         return run_command(RunOptions(command, backend), _warn)
     bot = _bot_id(args, config)
     with open_spaces(args) as (service, who):
         ref = run_ref(args, bot, who.team_id)
-        return run_with_auto_memory(service, ref, RunOptions(command, backend), _warn, who=who)
+        if as_of is not None:
+            print(
+                f"cairn: auto-memory as of {as_of.isoformat()}; the notes the run changes "
+                "are saved to the live space",
+                file=sys.stderr,
+                flush=True,
+            )
+        return run_with_auto_memory(
+            service, ref, RunOptions(command, backend), _warn, who=who, as_of=as_of
+        )
 
 
 def run_ref(args: argparse.Namespace, bot: str, tenant: str) -> SpaceRef:
@@ -241,6 +265,7 @@ def register(subparsers: Any) -> None:
     # None = not given, so that with --config only explicit flags refine the block.
     p.set_defaults(visibility=None, name=None)
     p.add_argument("--read-only", action="store_true", help="withhold memory_write")
+    add_as_of_arg(p)
     add_server_args(p)
     p.add_argument(
         "--team",
@@ -271,6 +296,7 @@ def register(subparsers: Any) -> None:
     )
     r.add_argument("--backend", choices=list(ALL_BACKENDS), default=None)
     r.add_argument("--config", metavar="FILE", help="an agent configuration file")
+    add_as_of_arg(r)
     add_server_args(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     r.set_defaults(func=cli_command(_run))

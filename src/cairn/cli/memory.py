@@ -1,4 +1,5 @@
-"""``cairn memory du|ls|cat|put|rm|export|import|search``: the CLI over one space (SPEC §8).
+"""``cairn memory du|ls|cat|put|rm|export|import|search``: the CLI over one space (SPEC §8);
+the history verbs (``log|show|diff|restore``) are in :mod:`cairn.cli.history`.
 
 Thin: each verb parses its flags, resolves the space with :mod:`cairn.cli.common`
 and calls :class:`~cairn.service.spaces.SpaceService`. Without ``--server`` the store is the
@@ -30,6 +31,8 @@ from cairn.cli.common import (
     progress,
     space_ref_from_args,
 )
+from cairn.cli.history import add_as_of_arg, as_of_arg
+from cairn.cli.history import register_verbs as register_history_verbs
 from cairn.cli.spaces import register_verb as register_spaces_verb
 from cairn.documents import ImportReport, ImportStrategy
 from cairn.errors import InvalidDocument
@@ -65,9 +68,11 @@ def register(subparsers: Any) -> None:
     ls = verb("ls", "list the space's documents", _ls)
     ls.add_argument("dir", nargs="?", default="", metavar="DIR", help="a directory prefix")
     ls.add_argument("--json", action="store_true", help="print the listing as JSON")
+    add_as_of_arg(ls)
 
     cat = verb("cat", "print one document", _cat)
     cat.add_argument("path", metavar="PATH")
+    add_as_of_arg(cat)
 
     put = verb("put", "write one document (from --file, else stdin)", _put)
     put.add_argument("path", metavar="PATH")
@@ -85,6 +90,7 @@ def register(subparsers: Any) -> None:
 
     export = verb("export", "write the space as a .tar.gz (stdout when --out is omitted)", _export)
     export.add_argument("--out", metavar="F", help="the archive to write (default: stdout)")
+    add_as_of_arg(export)
 
     imp = verb("import", "merge a .tar.gz into the space (stdin when --in is omitted)", _import)
     imp.add_argument("--in", dest="infile", metavar="F", help="the archive (default: stdin)")
@@ -126,6 +132,7 @@ def register(subparsers: Any) -> None:
     )
     reindex.set_defaults(func=cli_command(_reindex))
     register_spaces_verb(verbs)
+    register_history_verbs(verbs, verb)
 
 
 @contextlib.contextmanager
@@ -159,8 +166,9 @@ def _of(used: int, quota: int) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
     with _open(args) as (service, ref, _):
-        docs = service.list(ref, args.dir)
+        docs = service.list(ref, args.dir) if at is None else service.list_as_of(ref, at, args.dir)
         if args.json:
             print(json.dumps({"documents": [d.as_json() for d in docs]}))
             return 0
@@ -194,8 +202,10 @@ def _where(args: argparse.Namespace, ref: SpaceRef) -> str:
 
 
 def _cat(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
     with _open(args) as (service, ref, _):
-        sys.stdout.write(service.read(ref, args.path).content)
+        doc = service.read(ref, args.path) if at is None else service.read_as_of(ref, args.path, at)
+        sys.stdout.write(doc.content)
         sys.stdout.flush()
         return 0
 
@@ -248,18 +258,25 @@ def _rm(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
     with _open(args) as (service, ref, _):
         if not args.out and is_tty(sys.stdout):
             raise UsageError("refusing to write a binary archive to a terminal; use --out FILE")
-        total = len(service.list(ref)) if is_tty(sys.stderr) else None
+        total = None
+        if is_tty(sys.stderr):
+            total = len(service.list(ref) if at is None else service.list_as_of(ref, at))
         with progress("exporting", total) as advance:
             if args.out:
-                count = service.export_to(ref, args.out, progress=advance)
+                count = service.export_to(ref, args.out, progress=advance, as_of=at)
+            elif at is not None:
+                count = service.export_as_of(ref, at, sys.stdout.buffer, progress=advance)
+                sys.stdout.buffer.flush()
             else:
                 count = service.export(ref, sys.stdout.buffer, progress=advance)
                 sys.stdout.buffer.flush()
         where = args.out or "stdout"
-        print(f"exported {count} document(s) of {ref.id} to {where}", file=sys.stderr)
+        when = "" if at is None else f" as of {at.isoformat()}"
+        print(f"exported {count} document(s) of {ref.id}{when} to {where}", file=sys.stderr)
         return 0
 
 

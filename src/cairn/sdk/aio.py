@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import datetime
 from types import TracebackType
 from typing import overload
 
 from cairn.documents import Document, ImportReport, ImportStrategy, Usage, WriteResult
-from cairn.sdk.memory import Destination, Hits, Infos, Memory, Source
+from cairn.sdk.memory import Destination, Hits, Infos, Memory, Source, Versions
 from cairn.spaces import SpaceRef
 
 
@@ -72,8 +73,10 @@ class AsyncMemory:
         """The synchronous :class:`Memory` underneath (same store, same space)."""
         return self._memory
 
-    async def read(self, path: str) -> Document:
-        return await asyncio.to_thread(self._memory.read, path)
+    async def read(
+        self, path: str, *, version: int | None = None, as_of: datetime | None = None
+    ) -> Document:
+        return await asyncio.to_thread(self._memory.read, path, version=version, as_of=as_of)
 
     async def write(self, path: str, content: str, *, if_match: str | None = None) -> WriteResult:
         return await asyncio.to_thread(self._memory.write, path, content, if_match=if_match)
@@ -102,8 +105,17 @@ class AsyncMemory:
     async def delete(self, path: str, *, if_match: str | None = None) -> None:
         await asyncio.to_thread(self._memory.delete, path, if_match=if_match)
 
-    async def list(self, dir: str = "") -> Infos:
-        return await asyncio.to_thread(self._memory.list, dir)
+    async def list(self, dir: str = "", *, as_of: datetime | None = None) -> Infos:
+        return await asyncio.to_thread(self._memory.list, dir, as_of=as_of)
+
+    async def versions(self, path: str) -> Versions:
+        return await asyncio.to_thread(self._memory.versions, path)
+
+    async def diff(self, path: str, from_: int, to: int | None = None) -> str:
+        return await asyncio.to_thread(self._memory.diff, path, from_, to)
+
+    async def restore(self, path: str, version: int, *, if_match: str | None = None) -> WriteResult:
+        return await asyncio.to_thread(self._memory.restore, path, version, if_match=if_match)
 
     async def search(self, query: str, *, limit: int = 10, path_prefix: str = "") -> Hits:
         return await asyncio.to_thread(
@@ -114,11 +126,13 @@ class AsyncMemory:
         return await asyncio.to_thread(self._memory.usage)
 
     @overload
-    async def export(self, dest: None = None) -> bytes: ...
+    async def export(self, dest: None = None, *, as_of: datetime | None = None) -> bytes: ...
     @overload
-    async def export(self, dest: Destination) -> int: ...
-    async def export(self, dest: Destination | None = None) -> bytes | int:
-        return await asyncio.to_thread(self._memory.export, dest)
+    async def export(self, dest: Destination, *, as_of: datetime | None = None) -> int: ...
+    async def export(
+        self, dest: Destination | None = None, *, as_of: datetime | None = None
+    ) -> bytes | int:
+        return await asyncio.to_thread(self._memory.export, dest, as_of=as_of)
 
     async def import_(
         self, source: Source, strategy: str = ImportStrategy.SKIP.value

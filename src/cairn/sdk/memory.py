@@ -23,6 +23,7 @@ import io
 import os
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, overload
@@ -38,6 +39,7 @@ from cairn.documents import (
     Insert,
     Replace,
     Usage,
+    VersionInfo,
     WriteResult,
 )
 from cairn.errors import InvalidRequest, InvalidSpaceRef
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # cairn.service.search loads numpy: only a search pays
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
 Hits = list["DocumentHit"]
+Versions = list[VersionInfo]
 
 #: What :meth:`Memory.export` writes into: a path, or a binary file open for writing.
 Destination = str | os.PathLike[str] | IO[bytes]
@@ -201,9 +204,20 @@ class Memory:
         """The space this memory reads and writes."""
         return self._space
 
-    def read(self, path: str) -> Document:
-        """The document at ``path``; ``NotFound`` when there is none."""
-        return self._open().read(self._space, path)
+    def read(
+        self, path: str, *, version: int | None = None, as_of: datetime | None = None
+    ) -> Document:
+        """The document at ``path``; ``NotFound`` when there is none. ``version`` reads
+        that version of it (:meth:`versions`), ``as_of`` the document as it was at that
+        instant (a naive datetime is UTC); ``NotFound`` when it did not exist then."""
+        service = self._open()
+        if version is not None and as_of is not None:
+            raise InvalidRequest("read takes version or as_of, not both")
+        if version is not None:
+            return service.read_version(self._space, path, version)
+        if as_of is not None:
+            return service.read_as_of(self._space, path, _instant(as_of))
+        return service.read(self._space, path)
 
     def write(self, path: str, content: str, *, if_match: str | None = None) -> WriteResult:
         """Create or replace the document at ``path`` (``created`` says which). With
@@ -242,9 +256,32 @@ class Memory:
         """Remove the document at ``path``; ``NotFound`` when there is none."""
         self._open().delete(self._who, self._space, path, if_match=if_match)
 
-    def list(self, dir: str = "") -> Infos:
-        """The documents under directory prefix ``dir`` ('' = all), sorted by path."""
+    def list(self, dir: str = "", *, as_of: datetime | None = None) -> Infos:
+        """The documents under directory prefix ``dir`` ('' = all), sorted by path; with
+        ``as_of``, as the space held them at that instant."""
+        if as_of is not None:
+            return self._open().list_as_of(self._space, _instant(as_of), dir)
         return self._open().list(self._space, dir)
+
+    # --- History (docs/history.md) -------------------------------------------------------------
+
+    def versions(self, path: str) -> Versions:
+        """The versions of the document at ``path``, newest first, the live one included
+        (deletions too, ``deleted`` True); ``NotFound`` when the path never had one."""
+        return self._open().versions(self._space, path)
+
+    def diff(self, path: str, from_: int, to: int | None = None) -> str:
+        """A unified diff of the document from version ``from_`` to version ``to`` (default:
+        the newest, i.e. the live document); '' when they are equal."""
+        service = self._open()
+        if to is None:
+            to = service.versions(self._space, path)[0].version
+        return service.diff(self._space, path, from_, to)
+
+    def restore(self, path: str, version: int, *, if_match: str | None = None) -> WriteResult:
+        """Make ``version`` of the document current again: a new write of its content,
+        checked like any write (quota, secrets, ``if_match``)."""
+        return self._open().restore(self._who, self._space, path, version, if_match=if_match)
 
     def search(self, query: str, *, limit: int = 10, path_prefix: str = "") -> Hits:
         """The best sections of the space for ``query`` (1-50 hits, best first): keyword,
@@ -260,21 +297,31 @@ class Memory:
         return self._open().usage(self._space)
 
     @overload
-    def export(self, dest: None = None) -> bytes: ...
+    def export(self, dest: None = None, *, as_of: datetime | None = None) -> bytes: ...
     @overload
-    def export(self, dest: Destination) -> int: ...
-    def export(self, dest: Destination | None = None) -> bytes | int:
+    def export(self, dest: Destination, *, as_of: datetime | None = None) -> int: ...
+    def export(
+        self, dest: Destination | None = None, *, as_of: datetime | None = None
+    ) -> bytes | int:
         """The space as a gzipped tarball: its bytes when ``dest`` is None, else written to
         ``dest`` (a path, replaced whole only once the archive is complete, or a binary
-        file open for writing) and the number of documents returned."""
+        file open for writing) and the number of documents returned. With ``as_of``, the
+        space as it was at that instant."""
         service = self._open()
+        at = None if as_of is None else _instant(as_of)
+
+        def into(sink: BinaryIO) -> int:
+            if at is None:
+                return service.export(self._space, sink)
+            return service.export_as_of(self._space, at, sink)
+
         if dest is None:
-            sink = io.BytesIO()
-            service.export(self._space, sink)
-            return sink.getvalue()
+            buffer = io.BytesIO()
+            into(buffer)
+            return buffer.getvalue()
         if isinstance(dest, str | os.PathLike):
-            return service.export_to(self._space, dest)
-        return service.export(self._space, _binary(dest, "dest", "wb"))
+            return service.export_to(self._space, dest, as_of=at)
+        return into(_binary(dest, "dest", "wb"))
 
     def import_(self, source: Source, strategy: str = ImportStrategy.SKIP.value) -> ImportReport:
         """Merge a gzipped tarball (a path, its bytes, or a binary file open for reading)
@@ -333,6 +380,16 @@ def _edit_of(old: object, new: object, insert_line: object, text: object) -> Edi
         "edit takes old and new (text: replace the one exact occurrence of old) or "
         "insert_line and text (a line number and text: insert after that line), not a mix"
     )
+
+
+def _instant(as_of: object) -> datetime:
+    """``as_of`` when it is a datetime (naive = UTC, as the stores read it), else an error."""
+    if not isinstance(as_of, datetime):
+        raise InvalidRequest(
+            f"as_of must be a datetime (naive = UTC), not {type(as_of).__name__}; "
+            "e.g. datetime(2026, 11, 30, 14, tzinfo=UTC)"
+        )
+    return as_of
 
 
 def _binary(stream: Any, arg: str, mode: str) -> BinaryIO:

@@ -261,17 +261,25 @@ class SpaceService:
         return self.store.export(ref, sink, progress=progress)
 
     def export_to(
-        self, ref: SpaceRef, target: str | os.PathLike[str], *, progress: Progress | None = None
+        self,
+        ref: SpaceRef,
+        target: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+        as_of: datetime | None = None,
     ) -> int:
-        """:meth:`export` into the file ``target``, through a temp file beside it that
-        replaces ``target`` only once the archive is complete and durable: a failed export
-        leaves no half file, and whatever ``target`` held before untouched.
-        ``InvalidRequest`` names the path when it cannot be written."""
+        """:meth:`export` (or :meth:`export_as_of` ``as_of``) into the file ``target``,
+        through a temp file beside it that replaces ``target`` only once the archive is
+        complete and durable: a failed export leaves no half file, and whatever ``target``
+        held before untouched. ``InvalidRequest`` names the path when it cannot be written."""
         path = Path(target)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
         try:
             with open(tmp, "wb") as sink:
-                count = self.export(ref, sink, progress=progress)
+                if as_of is None:
+                    count = self.export(ref, sink, progress=progress)
+                else:
+                    count = self.export_as_of(ref, as_of, sink, progress=progress)
                 sink.flush()
                 os.fsync(sink.fileno())
             os.replace(tmp, path)

@@ -519,8 +519,9 @@ class MemoryStore(ABC):
 
 
 def _aware(at: datetime) -> datetime:
-    """``at`` as an aware instant: a naive one is taken as UTC."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    """``at`` as an aware instant in UTC: a naive one is taken as UTC. In UTC because a
+    SQL store compares it with stored UTC timestamps, which SQLite does as text."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _no_history() -> InvalidRequest:

@@ -16,6 +16,7 @@ from cairn.tools.dispatch import (
 from cairn.tools.schemas import (
     MEMORY_DELETE,
     MEMORY_EDIT,
+    MEMORY_HISTORY,
     MEMORY_LIST,
     MEMORY_MOVE,
     MEMORY_READ,
@@ -32,6 +33,7 @@ from cairn.tools.schemas import (
 __all__ = [
     "MEMORY_DELETE",
     "MEMORY_EDIT",
+    "MEMORY_HISTORY",
     "MEMORY_LIST",
     "MEMORY_MOVE",
     "MEMORY_READ",
