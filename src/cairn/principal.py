@@ -84,6 +84,8 @@ class Principal:
     #: True for a session whose user has several teams and sent no ``X-Cairn-Team``:
     #: ``team_id`` is then empty and a team-scoped route asks for the header.
     team_choice_needed: bool = False
+    #: The API key acting ('' for any other credential): named in the history's actor.
+    key_id: str = ""
 
     @property
     def platform_authority(self) -> bool:
@@ -114,3 +116,9 @@ class Principal:
         if self.kind is CredentialKind.REMOTE:
             return "remote"
         return f"user:{self.user_id}"
+
+    @property
+    def change_actor(self) -> str:
+        """How a document's history names this caller: :attr:`actor`, plus the API key
+        when one acted (``user:<id> key:<id>``), so a key's changes can be told apart."""
+        return f"{self.actor} key:{self.key_id}" if self.key_id else self.actor

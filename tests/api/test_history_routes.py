@@ -105,8 +105,9 @@ def test_versions_newest_first_with_actor_and_deletion(
     }
     assert [v["at"] for v in versions[1:]] == [iso(t) for t in reversed(history["at"][:3])]
     assert versions[3]["size"] == len(b"# Deploy\nstep one\n")
-    # Attributed to the key's user.
-    assert all(v["actor"].startswith(f"user:{world.users['member']}") for v in versions)
+    # Attributed to the key's user, and to the key itself.
+    actor = f"user:{world.users['member']} key:{world.key_ids['member']}"
+    assert all(v["actor"] == actor for v in versions)
 
 
 def test_versions_live_one_included_and_unknown_path(client: TestClient, world: World) -> None:

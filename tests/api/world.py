@@ -74,6 +74,7 @@ class World:
     users: dict[str, str] = field(default_factory=dict)
     emails: dict[str, str] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
+    key_ids: dict[str, str] = field(default_factory=dict)
     sessions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
@@ -155,7 +156,8 @@ def build_world(app: FastAPI, client: TestClient) -> World:
         w.post(f"/api/admin/orgs/{w.org_id}/members", {"user_id": w.users[role], "role": org_role})
     for role in TEAM_ROLES:
         body = {"user_id": w.users[role], "team_id": w.team_id, "name": role}
-        w.keys[role] = str(w.post("/api/admin/api-keys", body)["key"])
+        minted = w.post("/api/admin/api-keys", body)
+        w.keys[role], w.key_ids[role] = str(minted["key"]), str(minted["id"])
     for role in (*TEAM_ROLES, "org_admin", "org_owner", "super_admin"):
         w.sessions[role] = w.login(role)
     w.seed(SEED_PATH)

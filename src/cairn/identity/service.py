@@ -347,7 +347,10 @@ class IdentityService:
             standing = standing_from_row(conn, row, user_id, team_id)
         return _with_standing(
             Principal(
-                kind=CredentialKind.API_KEY, user_id=user_id, super_admin=bool(row.super_admin)
+                kind=CredentialKind.API_KEY,
+                user_id=user_id,
+                super_admin=bool(row.super_admin),
+                key_id=str(row.key_id),
             ),
             team_id,
             standing,

@@ -47,7 +47,13 @@ ROLE_IN_TEAM = (
 
 #: A live API key with its user and that user's standing in the key's team.
 PRINCIPAL_FOR_KEY = (
-    sa.select(t.api_keys.c.user_id, t.api_keys.c.team_id, t.users.c.super_admin, *_STANDING)
+    sa.select(
+        t.api_keys.c.id.label("key_id"),
+        t.api_keys.c.user_id,
+        t.api_keys.c.team_id,
+        t.users.c.super_admin,
+        *_STANDING,
+    )
     .select_from(
         _with_memberships(
             t.api_keys.join(t.users, t.users.c.id == t.api_keys.c.user_id)

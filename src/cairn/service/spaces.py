@@ -203,7 +203,7 @@ class SpaceService:
     ) -> WriteResult:
         """Create or replace a document (``created`` says which) as ``who``."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.actor):
+        with acting_as(who.change_actor):
             return self.store.write(ref, path, content, if_match=if_match, grant=grant)
 
     def edit(
@@ -226,7 +226,7 @@ class SpaceService:
         doc = self.store.read(ref, path)
         check_precondition(doc.path, doc.etag, if_match)
         content = apply_edit(doc.content, edit, doc.path)
-        with acting_as(who.actor):
+        with acting_as(who.change_actor):
             return self.store.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
 
     def move(
@@ -243,7 +243,7 @@ class SpaceService:
         (:meth:`MemoryStore.move`); ``409 already_exists`` when ``to`` is taken, unless
         ``overwrite``. The answer is the document at its new path."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.actor):
+        with acting_as(who.change_actor):
             return self.store.move(
                 ref, path, to, if_match=if_match, overwrite=overwrite, grant=grant
             )
@@ -253,7 +253,7 @@ class SpaceService:
     ) -> None:
         """Remove a document as ``who``; ``404 not_found`` when absent."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.actor):
+        with acting_as(who.change_actor):
             self.store.delete(ref, path, if_match=if_match, grant=grant)
 
     def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
@@ -304,7 +304,7 @@ class SpaceService:
         (``total``/``progress``: see :meth:`MemoryStore.import_archive`)."""
         how = parse_import_strategy(strategy)
         grant = authorize_space_mutation(who, ref, importing=True)
-        with acting_as(who.actor):
+        with acting_as(who.change_actor):
             return self.store.import_archive(
                 ref, source, how, grant=grant, progress=progress, total=total
             )
