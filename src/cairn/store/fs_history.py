@@ -167,11 +167,15 @@ class HistoryDb(SqliteSidecar):
 
     # --- Reads --------------------------------------------------------------------------------
 
-    @staticmethod
-    def ready(conn: sqlite3.Connection) -> bool:
+    def ready(self, conn: sqlite3.Connection) -> bool:
         """Whether the documents that predate the history were recorded (the file is
-        usable)."""
-        return conn.execute("SELECT 1 FROM meta WHERE key = 'ready'").fetchone() is not None
+        usable); once true, remembered for the connection."""
+        if getattr(self._local, "ready", None) is conn:
+            return True
+        if conn.execute("SELECT 1 FROM meta WHERE key = 'ready'").fetchone() is None:
+            return False
+        self._local.ready = conn
+        return True
 
     @staticmethod
     def newest(conn: sqlite3.Connection, space_id: str, path: str) -> Newest | None:
@@ -220,8 +224,9 @@ class HistoryDb(SqliteSidecar):
     def _append_locked(
         self, conn: sqlite3.Connection, records: Sequence[Record], limits: Limits
     ) -> None:
-        used = self._meta(conn, "used") or 0
-        keep = self._meta(conn, "versions") or limits.history_versions
+        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key != 'ready'").fetchall())
+        used = before = int(meta.get("used") or 0)
+        keep = int(meta.get("versions") or limits.history_versions)
         freed = 0
         for r in records:
             previous = self.newest(conn, r.space_id, r.path)
@@ -240,10 +245,12 @@ class HistoryDb(SqliteSidecar):
                     ).fetchall()
                 )
         used -= freed
-        quota = self.quota(conn, limits)
+        quota = meta.get("quota")
+        quota = int(quota) if quota is not None else _default_quota(limits)
         if used > quota:
             used -= self._prune_oldest(conn, used - quota)
-        self._set_meta(conn, "used", clamp(used))
+        if used != before:
+            self._set_meta(conn, "used", clamp(used))
 
     @staticmethod
     def _prune_oldest(conn: sqlite3.Connection, over: int) -> int:
@@ -299,14 +306,12 @@ class HistoryDb(SqliteSidecar):
 
     def usage(self, conn: sqlite3.Connection | None, limits: Limits) -> tuple[int, int]:
         if conn is None:
-            return 0, limits.history_quota or limits.team_quota
+            return 0, _default_quota(limits)
         return self._meta(conn, "used") or 0, self.quota(conn, limits)
 
     def quota(self, conn: sqlite3.Connection, limits: Limits) -> int:
         set_quota = self._meta(conn, "quota")
-        if set_quota is not None:
-            return set_quota
-        return limits.history_quota if limits.history_quota is not None else limits.team_quota
+        return set_quota if set_quota is not None else _default_quota(limits)
 
     @staticmethod
     def _meta(conn: sqlite3.Connection, key: str) -> int | None:
@@ -316,6 +321,10 @@ class HistoryDb(SqliteSidecar):
     @staticmethod
     def _set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+
+def _default_quota(limits: Limits) -> int:
+    return limits.history_quota if limits.history_quota is not None else limits.team_quota
 
 
 def _insert(conn: sqlite3.Connection, r: Record, version: int) -> None:
