@@ -281,9 +281,10 @@ class HistoryDb(SqliteSidecar):
             days = self._meta(conn, "days") or limits.history_days
             cutoff = _us(now - timedelta(days=days))
             old = (
-                "FROM versions v WHERE v.at_us < :cut AND EXISTS ("
-                " SELECT 1 FROM versions n WHERE n.space_id = v.space_id AND n.path = v.path"
-                " AND n.version > v.version AND n.at_us <= :cut)"
+                "FROM versions WHERE at_us < :cut AND EXISTS ("
+                " SELECT 1 FROM versions n WHERE n.space_id = versions.space_id"
+                " AND n.path = versions.path AND n.version > versions.version"
+                " AND n.at_us <= :cut)"
             )
             freed = conn.execute(
                 f"SELECT COALESCE(SUM(stored_bytes), 0) {old}", {"cut": cutoff}
