@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from threading import Thread
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def clock() -> Clock:
     return Clock()
 
 
-def make(root: Path, clock: Clock | None = None, **limits: int) -> FilesystemStore:
+def make(root: Path, clock: Clock | None = None, **limits: Any) -> FilesystemStore:
     store = FilesystemStore(root / "spaces", Limits(**limits))
     if clock is not None:
         store.clock = clock
@@ -392,7 +393,8 @@ def test_a_failure_before_the_file_operation_records_nothing(
 def hang_in(step: str, root: str, marker: str, op: str) -> None:
     """Child process: perform ``op`` and stop forever inside ``step`` (the parent kills it)."""
     store = FilesystemStore(root)
-    original = HistoryDb.append if step == "append" else getattr(FilesystemStore, step)
+    owner: type = HistoryDb if step == "append" else FilesystemStore
+    original: Callable[..., None] = getattr(owner, step)
 
     def hang(*args: object, **kwargs: object) -> None:
         if step != "append":
@@ -401,10 +403,7 @@ def hang_in(step: str, root: str, marker: str, op: str) -> None:
         while True:
             time.sleep(1)
 
-    if step == "append":
-        HistoryDb.append = hang
-    else:
-        setattr(FilesystemStore, step, hang)
+    setattr(owner, step, hang)
     if op == "write":
         store.write(REF, "a.md", "written by the killed process")
     elif op == "delete":
