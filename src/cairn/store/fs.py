@@ -61,7 +61,7 @@ from cairn.store.base import (
     check_precondition,
     content_etag,
 )
-from cairn.store.fs_history import DocumentHistory, HistoryDb, history_errors
+from cairn.store.fs_history import DocumentHistory, HistoryDb, Observed, Record, history_errors
 from cairn.store.fs_index import FsIndex, PendingChunk
 from cairn.store.fs_layout import (
     INDEX_FILE,
@@ -90,6 +90,7 @@ _ETAG_CACHE_MAX = 50_000
 Infos = list[DocumentInfo]
 Chunks = list[ChunkRow]
 Pending = list[PendingChunk]
+Records = list[Record | Observed]
 
 
 class FilesystemStore(DocumentHistory, MemoryStore):
@@ -147,7 +148,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
             conn = self._history_conn_locked()
-            records = self._pickup(conn, ref.id, path, existing)
+            records: Records = [self._observed(ref, path, existing)]
             if current != w.etag:  # the same bytes again make no new version
                 records.append(self._version_record(ref, path, data, w.etag))
 
@@ -181,7 +182,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             check_precondition(path, self._etag_of(existing, True), d.if_match)
             delta = -existing[1].st_size
             conn = self._history_conn_locked()
-            records = self._pickup(conn, ref.id, path, existing)
+            records: Records = [self._observed(ref, path, existing)]
             records.append(self._version_record(ref, path, None))
 
             def change() -> None:
@@ -206,10 +207,12 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = -replaced[1].st_size if replaced else 0
             conn = self._history_conn_locked()
             # History: the old path ends, the new one gets the content as its next version.
-            records = self._pickup(conn, ref.id, m.path, existing)
-            records += self._pickup(conn, ref.id, m.to, replaced)
-            records.append(self._version_record(ref, m.path, None))
-            records.append(self._version_record(ref, m.to, existing[0], etag))
+            records: Records = [
+                self._observed(ref, m.path, existing),
+                self._observed(ref, m.to, replaced),
+                self._version_record(ref, m.path, None),
+                self._version_record(ref, m.to, existing[0], etag),
+            ]
 
             def change() -> None:
                 self._rename_file(space, src, dst, m.to)

@@ -130,6 +130,21 @@ class Record:
     actor: str
 
 
+#: (content, stat) of a live file, as ``FilesystemStore._read_file`` answers; None: absent.
+Live = tuple[bytes, os.stat_result] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The file a mutation found at ``path`` (``live``, None: none) before changing it:
+    appended first as a hand edit when it is not the path's newest version."""
+
+    space_id: str
+    path: str
+    live: Live
+    now_us: int
+
+
 class HistoryDb(SqliteSidecar):
     """The history file of one filesystem store (see the module doc)."""
 
@@ -205,8 +220,11 @@ class HistoryDb(SqliteSidecar):
 
     # --- Writes (one transaction each) ----------------------------------------------------------
 
-    def append(self, conn: sqlite3.Connection, records: Sequence[Record], limits: Limits) -> None:
-        """Append ``records`` in order, then keep the tree's history within its limits."""
+    def append(
+        self, conn: sqlite3.Connection, records: Sequence[Record | Observed], limits: Limits
+    ) -> None:
+        """Append ``records`` in order (an :class:`Observed` file only when it is a hand
+        edit), then keep the tree's history within its limits."""
         if not records:
             return
         with write_transaction(conn):
@@ -222,16 +240,27 @@ class HistoryDb(SqliteSidecar):
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('ready', 1)")
 
     def _append_locked(
-        self, conn: sqlite3.Connection, records: Sequence[Record], limits: Limits
+        self, conn: sqlite3.Connection, records: Sequence[Record | Observed], limits: Limits
     ) -> None:
         meta = dict(conn.execute("SELECT key, value FROM meta WHERE key != 'ready'").fetchall())
         used = before = int(meta.get("used") or 0)
         keep = int(meta.get("versions") or limits.history_versions)
         freed = 0
-        for r in records:
-            previous = self.newest(conn, r.space_id, r.path)
+        # Each path's newest version, read once per transaction.
+        known: dict[tuple[str, str], Newest | None] = {}
+        for item in records:
+            key = (item.space_id, item.path)
+            if key not in known:
+                known[key] = self.newest(conn, *key)
+            previous = known[key]
+            if isinstance(item, Observed):
+                edit = _hand_edit(previous, item.space_id, item.path, item.live, item.now_us)
+                if edit is None:
+                    continue
+                item = edit
+            r = item
             version = 1 if previous is None else previous[0] + 1
-            _insert(conn, r, version)
+            known[key] = (version, r.etag, r.data is None, r.at_us, _insert(conn, r, version))
             # The version this one replaced is history now: its bytes count.
             if previous is not None and not previous[2]:
                 used += previous[4]
@@ -328,7 +357,8 @@ def _default_quota(limits: Limits) -> int:
     return limits.history_quota if limits.history_quota is not None else limits.team_quota
 
 
-def _insert(conn: sqlite3.Connection, r: Record, version: int) -> None:
+def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
+    """Insert ``r`` as ``version`` of its path; returns its stored bytes."""
     packed = None if r.data is None else zlib.compress(r.data, _ZLIB_LEVEL)
     conn.execute(
         "INSERT INTO versions (space_id, path, version, etag, size, stored_bytes, at_us, "
@@ -346,6 +376,7 @@ def _insert(conn: sqlite3.Connection, r: Record, version: int) -> None:
             packed,
         ),
     )
+    return 0 if packed is None else len(packed)
 
 
 @contextlib.contextmanager
@@ -357,10 +388,6 @@ def history_errors() -> Iterator[None]:
         raise StoreUnavailable(
             f"the filesystem store's history ({HISTORY_FILE} at the store's root) failed: {exc}"
         ) from exc
-
-
-#: (content, stat) of a live file, as ``FilesystemStore._read_file`` answers; None: absent.
-Live = tuple[bytes, os.stat_result] | None
 
 
 class DocumentHistory:
@@ -408,14 +435,19 @@ class DocumentHistory:
         """The version a mutation through the store makes now."""
         return Record(ref.id, path, data, etag, _us(self.clock()), current_actor())
 
-    def _pickup(
-        self, conn: sqlite3.Connection, space_id: str, path: str, live: Live
-    ) -> list[Record]:
-        """The version a hand edit of ``path`` made, when its file (``live``) is not its
-        newest version: recorded before the change about to be made."""
-        return _pickup(self._history.newest(conn, space_id, path), space_id, path, live, self)
+    def _observed(self, ref: SpaceRef, path: str, live: Live) -> Observed:
+        """The file found at ``path`` before a change: a hand edit is recorded first."""
+        return Observed(ref.id, path, live, _us(self.clock()))
 
-    def _record_history(self, conn: sqlite3.Connection, records: Sequence[Record]) -> None:
+    def _is_hand_edited(
+        self, conn: sqlite3.Connection, ref: SpaceRef, path: str, live: Live
+    ) -> bool:
+        newest = self._history.newest(conn, ref.id, path)
+        return _hand_edit(newest, ref.id, path, live, 0) is not None
+
+    def _record_history(
+        self, conn: sqlite3.Connection, records: Sequence[Record | Observed]
+    ) -> None:
         self._history.append(conn, records, self.limits)
 
     def _reconcile_history_locked(self) -> int:
@@ -426,20 +458,23 @@ class DocumentHistory:
             if self._history.connection(create=False) is None:
                 return 0
             conn = self._history_conn_locked()
-            records: list[Record] = []
+            records: list[Record | Observed] = []
             seen: set[str] = set()
+            now = _us(self.clock())
             for ref in self._spaces():
                 seen.add(ref.id)
                 newest = self._history.newest_of_space(conn, ref.id)
                 space = space_components(ref)
                 for doc_path, comps, _ in self._walk_space(ref, ""):
                     live = self._read_file(space + comps, doc_path)
-                    records += _pickup(newest.pop(doc_path, None), ref.id, doc_path, live, self)
-                records += _vanished(ref.id, newest, self)
+                    edit = _hand_edit(newest.pop(doc_path, None), ref.id, doc_path, live, now)
+                    if edit is not None:
+                        records.append(edit)
+                records += _vanished(ref.id, newest, now)
             for space_id in self._history.space_ids(conn):
                 if space_id not in seen:  # the space's directory is gone
                     records += _vanished(
-                        space_id, self._history.newest_of_space(conn, space_id), self
+                        space_id, self._history.newest_of_space(conn, space_id), now
                     )
             self._record_history(conn, records)
         return len(records)
@@ -515,13 +550,13 @@ class DocumentHistory:
             return []
         comps = space_components(ref) + encode_doc_path(path)
         with _os_errors(path), history_errors():
-            if self._pickup(conn, ref.id, path, self._read_file(comps, path)):
+            if self._is_hand_edited(conn, ref, path, self._read_file(comps, path)):
                 # A hand edit: record it under the lock (a writer may be between its file
                 # operation and its insert: look again once it is done).
                 with self._locked():
                     self._load_state_locked()
                     live = self._read_file(comps, path)
-                    self._record_history(conn, self._pickup(conn, ref.id, path, live))
+                    self._record_history(conn, [self._observed(ref, path, live)])
             rows = conn.execute(
                 "SELECT version, etag, size, at_us, actor, deleted FROM versions "
                 "WHERE space_id = ? AND path = ? ORDER BY version DESC",
@@ -570,29 +605,30 @@ class DocumentHistory:
         ]
 
 
-def _pickup(
-    newest: Newest | None, space_id: str, path: str, live: Live, store: DocumentHistory
-) -> list[Record]:
+def _hand_edit(
+    newest: Newest | None, space_id: str, path: str, live: Live, now_us: int
+) -> Record | None:
+    """The version a hand edit of ``path`` made, when its file (``live``) is not its newest
+    version (a removed file: a deletion marker at ``now_us``); None when they agree."""
     if live is None:
         if newest is None or newest[2]:
-            return []
-        return [Record(space_id, path, None, "", max(_us(store.clock()), newest[3]), HAND_EDIT)]
+            return None
+        return Record(space_id, path, None, "", max(now_us, newest[3]), HAND_EDIT)
     data, st = live
     etag = content_etag(data)
     if newest is not None and not newest[2] and newest[1] == etag:
-        return []
+        return None
     at = st.st_mtime_ns // 1000
     if newest is not None:
         at = max(at, newest[3])  # an edit keeping an old mtime (cp -p) still comes after
-    return [Record(space_id, path, data, etag, at, HAND_EDIT)]
+    return Record(space_id, path, data, etag, at, HAND_EDIT)
 
 
-def _vanished(space_id: str, newest: dict[str, Newest], store: DocumentHistory) -> list[Record]:
+def _vanished(space_id: str, newest: dict[str, Newest], now_us: int) -> list[Record]:
     """Deletion markers for the paths of ``newest`` whose last version has content (their
     files are gone)."""
-    now = _us(store.clock())
     return [
-        Record(space_id, path, None, "", max(now, n[3]), HAND_EDIT)
+        Record(space_id, path, None, "", max(now_us, n[3]), HAND_EDIT)
         for path, n in sorted(newest.items())
         if not n[2]
     ]

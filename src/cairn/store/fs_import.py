@@ -53,7 +53,7 @@ from cairn.errors import Conflict
 from cairn.quota import clamp
 from cairn.spaces import SpaceRef
 from cairn.store.base import ImportWriter, PlatformGrant, WriteResult, check_precondition
-from cairn.store.fs_history import Record, history_errors
+from cairn.store.fs_history import Observed, Record, history_errors
 from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class _Batch:
     pending: dict[tuple[tuple[str, ...], str], tuple[str, int]] = field(default_factory=dict)
     # The versions to append at the next flush, and the etag each path written in this
     # batch holds now ('' for none).
-    records: list[Record] = field(default_factory=list)
+    records: list[Record | Observed] = field(default_factory=list)
     holds: dict[str, str] = field(default_factory=dict)
 
     def write(self, path: str, content: str, create_only: bool) -> WriteResult:
@@ -126,15 +126,17 @@ class _Batch:
 
     def _versions(
         self, dfd: int, name: str, path: str, data: bytes, etag: str, exists: bool
-    ) -> list[Record]:
+    ) -> list[Record | Observed]:
         """The versions this write makes: a hand edit of the file it replaces first (the
         first time the batch writes the path), then its own unless the bytes are the same."""
         held = self.holds.get(path)
-        records: list[Record] = []
+        records: list[Record | Observed] = []
         if held is None:
             live = _read_live(dfd, name) if exists else None
+            # A file's content is held until the flush only when it is a hand edit.
             with history_errors():
-                records = self.store._pickup(self.history, self.ref.id, path, live)
+                if live is None or self.store._is_hand_edited(self.history, self.ref, path, live):
+                    records.append(self.store._observed(self.ref, path, live))
             held = "" if live is None else content_etag(live[0])
         if held != etag:
             records.append(self.store._version_record(self.ref, path, data, etag))
