@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import signal
 import sqlite3
 import time
@@ -528,14 +529,16 @@ def _packed(text: str) -> bytes:
 def test_the_history_quota_drops_the_oldest_replaced_versions_first(
     tmp_path: Path, clock: Clock
 ) -> None:
-    body = os.urandom(600).hex()  # incompressible enough to count
-    store = make(tmp_path, clock, history_quota=3 * len(_packed(body + "0")))
+    body = random.Random(7).randbytes(600).hex()  # incompressible enough to count
+    # Room for exactly the three newest replaced versions (b.md's 2, a.md's 3, b.md's 3).
+    kept = sum(len(_packed(body + str(i))) for i in (1, 2, 2))
+    store = make(tmp_path, clock, history_quota=kept)
     for i in range(4):
         store.write(REF, "a.md", body + str(i))
+        clock.tick()
         store.write(REF, "b.md", body + str(i))
         clock.tick()
-    used, quota = store.history_usage("acme")
-    assert used <= quota
+    assert store.history_usage("acme") == (kept, kept)
     a = [v.version for v in store.versions(REF, "a.md")]
     b = [v.version for v in store.versions(REF, "b.md")]
     assert a[0] == 4 and b[0] == 4  # never a path's newest
