@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cairn.documents import acting_as, content_etag
-from cairn.errors import NotFound, StoreUnavailable
+from cairn.errors import InvalidDocument, NotFound, StoreUnavailable
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef
 from cairn.store.fs import FilesystemStore, space_components
@@ -301,6 +301,16 @@ def test_reading_versions_and_reconcile_pick_up_hand_edits(tmp_path: Path, clock
     assert store.versions(REF, "gone.md")[0].deleted
     assert store.versions(OTHER, "x.md")[0].deleted
     consistent(store, REF, ["a.md", "new.md", "gone.md"])
+
+
+def test_a_hand_edit_that_is_not_utf8_is_kept_and_refused_plainly(tmp_path: Path) -> None:
+    store = make(tmp_path)
+    store.write(REF, "a.md", "text")
+    on_disk(tmp_path, REF, "a.md").write_bytes(b"\xff\xfe not text")
+    store.write(REF, "a.md", "text again")
+    assert [v.actor for v in store.versions(REF, "a.md")] == ["unknown", HAND_EDIT, "unknown"]
+    with pytest.raises(InvalidDocument, match="version 2 of 'a.md' is not valid UTF-8"):
+        store.read_version(REF, "a.md", 2)
 
 
 def test_documents_that_predate_the_history_are_its_version_one(tmp_path: Path) -> None:

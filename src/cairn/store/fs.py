@@ -16,6 +16,11 @@ root (:mod:`cairn.store.fs_index`). Writes and deletes never touch it (a write p
 nothing for search): :meth:`FilesystemStore.reconcile`, which every search calls first,
 finds new, changed and vanished files (the store's own writes and hand edits alike), so
 a document is keyword-searchable as soon as its write commits.
+
+Every version of every document is kept in a second SQLite file at the root,
+``.cairn-history.sqlite`` (:mod:`cairn.store.fs_history`): each mutation appends its
+versions after its file operation, under the same lock, and a recount after a crash
+reconciles the history with the files.
 """
 
 from __future__ import annotations
@@ -361,6 +366,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
 
     def close(self) -> None:
         self._index.close()
+        self._history.close()
 
     # --- Counters -------------------------------------------------------------------------
 

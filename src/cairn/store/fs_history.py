@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Final
 
 from cairn.documents import Document, DocumentInfo, VersionInfo, content_etag, current_actor
-from cairn.errors import StoreUnavailable
+from cairn.errors import InvalidDocument, StoreUnavailable
 from cairn.quota import Limits, clamp
 from cairn.spaces import SpaceRef
 from cairn.store.fs_index import SqliteSidecar, connect_wal, write_transaction
@@ -580,7 +580,14 @@ class DocumentHistory:
             ).fetchone()
         if row is None or row[4] or row[0] is None:
             return None
-        text = zlib.decompress(row[0]).decode("utf-8")
+        try:
+            text = zlib.decompress(row[0]).decode("utf-8")
+        except UnicodeDecodeError:  # a hand edit recorded as it was found
+            raise InvalidDocument(
+                f"version {version} of {path!r} is not valid UTF-8 (a file edited by hand); "
+                "read another version",
+                path=path,
+            ) from None
         return Document(path, text, int(row[1]), _instant(int(row[2])), str(row[3]))
 
     def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
