@@ -36,7 +36,11 @@ An interrupted write was never acknowledged, so nobody is owed its attribution: 
 if it landed, is recorded like a hand edit. After any recovery every live file is its
 path's newest version and every path without a file ends in a deletion marker — no
 version without its document, no document without its version. A commit lost to a power
-cut (``synchronous=NORMAL``; a killed process loses none) is repaired the same way.
+cut (``synchronous=NORMAL``; a killed process loses none) is repaired the same way. An
+insert that fails after its file operation (the history file unwritable, locked too long)
+fails the call with :class:`~cairn.errors.StoreUnavailable`; the file stays as written
+(a file operation cannot be rolled back as a transaction can) and is recorded by the
+recount that follows, as a hand edit. Writing the same bytes again makes no new version.
 
 Hand edits (the tree is plain files) are picked up the same way: by the next write,
 delete or move of the path (the file as it is is recorded before the change), by reading
