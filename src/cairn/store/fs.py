@@ -153,7 +153,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
             conn = self._history_conn_locked()
-            records: Records = [self._observed(ref, path, existing)]
+            records: Records = [self._observed(ref, path, existing, current)]
             if current != w.etag:  # the same bytes again make no new version
                 records.append(self._version_record(ref, path, data, w.etag))
 
@@ -184,10 +184,11 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             existing = self._read_file(space + doc, path)
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
-            check_precondition(path, self._etag_of(existing, True), d.if_match)
+            current = content_etag(existing[0])
+            check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
             conn = self._history_conn_locked()
-            records: Records = [self._observed(ref, path, existing)]
+            records: Records = [self._observed(ref, path, existing, current)]
             records.append(self._version_record(ref, path, None))
 
             def change() -> None:
@@ -213,7 +214,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             conn = self._history_conn_locked()
             # History: the old path ends, the new one gets the content as its next version.
             records: Records = [
-                self._observed(ref, m.path, existing),
+                self._observed(ref, m.path, existing, etag),
                 self._observed(ref, m.to, replaced),
                 self._version_record(ref, m.path, None),
                 self._version_record(ref, m.to, existing[0], etag),

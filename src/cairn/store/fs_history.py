@@ -147,6 +147,8 @@ class Observed:
     path: str
     live: Live
     now_us: int
+    #: The live file's etag when the caller has it already (None: computed when needed).
+    etag: str | None = None
 
 
 class HistoryDb(SqliteSidecar):
@@ -258,7 +260,9 @@ class HistoryDb(SqliteSidecar):
                 known[key] = self.newest(conn, *key)
             previous = known[key]
             if isinstance(item, Observed):
-                edit = _hand_edit(previous, item.space_id, item.path, item.live, item.now_us)
+                edit = _hand_edit(
+                    previous, item.space_id, item.path, item.live, item.now_us, item.etag
+                )
                 if edit is None:
                     continue
                 item = edit
@@ -354,7 +358,8 @@ class HistoryDb(SqliteSidecar):
 
     @staticmethod
     def _set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        if not conn.execute("UPDATE meta SET value = ? WHERE key = ?", (value, key)).rowcount:
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))
 
 
 def _default_quota(limits: Limits) -> int:
@@ -439,9 +444,10 @@ class DocumentHistory:
         """The version a mutation through the store makes now."""
         return Record(ref.id, path, data, etag, _us(self.clock()), current_actor())
 
-    def _observed(self, ref: SpaceRef, path: str, live: Live) -> Observed:
-        """The file found at ``path`` before a change: a hand edit is recorded first."""
-        return Observed(ref.id, path, live, _us(self.clock()))
+    def _observed(self, ref: SpaceRef, path: str, live: Live, etag: str | None = None) -> Observed:
+        """The file found at ``path`` (its content's ``etag`` when known) before a
+        change: a hand edit is recorded first."""
+        return Observed(ref.id, path, live, _us(self.clock()), etag)
 
     def _is_hand_edited(
         self, conn: sqlite3.Connection, ref: SpaceRef, path: str, live: Live
@@ -617,7 +623,12 @@ class DocumentHistory:
 
 
 def _hand_edit(
-    newest: Newest | None, space_id: str, path: str, live: Live, now_us: int
+    newest: Newest | None,
+    space_id: str,
+    path: str,
+    live: Live,
+    now_us: int,
+    etag: str | None = None,
 ) -> Record | None:
     """The version a hand edit of ``path`` made, when its file (``live``) is not its newest
     version (a removed file: a deletion marker at ``now_us``); None when they agree."""
@@ -626,7 +637,8 @@ def _hand_edit(
             return None
         return Record(space_id, path, None, "", max(now_us, newest[3]), HAND_EDIT)
     data, st = live
-    etag = content_etag(data)
+    if etag is None:
+        etag = content_etag(data)
     if newest is not None and not newest[2] and newest[1] == etag:
         return None
     at = st.st_mtime_ns // 1000
