@@ -75,6 +75,9 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
     (line,) = [x for x in out.splitlines() if "local usage" in x]
     assert line.split()[0] == "ok"
     assert "5 B → 37 B (1 spaces changed)" in line
+    (line,) = [x for x in out.splitlines() if x.split()[1] == "history"]
+    assert line.split()[0] == "ok"
+    assert "2 hand edits recorded as versions" in line  # a.md changed, b.md added
     assert du(capsys)["used_bytes"] == 24 + 13
     assert du(capsys)["team_used_bytes"] == 37
 
@@ -82,6 +85,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
     code, checks = doctor(capsys)
     assert code == 0 and checks["ok"] is True
     assert checks["local usage"]["detail"] == "counters match the files: 37 B"
+    assert checks["history"]["detail"] == "0 hand edits recorded as versions"
 
 
 def test_one_line_per_check_and_a_current_database_is_ok(
@@ -89,12 +93,13 @@ def test_one_line_per_check_and_a_current_database_is_ok(
 ) -> None:
     code, out, _ = cairn(capsys, "doctor")
     assert code == 0
-    names = ["python", "cairn", "home", "database", "model", "redis", "local usage"]
+    names = ["python", "cairn", "home", "database", "model", "redis", "history", "local usage"]
     assert [line.split()[0] for line in out.splitlines()] == [
         "ok",
         "ok",
         "warn",
         "warn",
+        "ok",
         "ok",
         "ok",
         "ok",

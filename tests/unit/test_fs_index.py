@@ -21,6 +21,7 @@ from cairn.search.text import analyze
 from cairn.spaces import SpaceRef
 from cairn.store.base import ChunkRow
 from cairn.store.fs import FilesystemStore
+from cairn.store.fs_history import HISTORY_FILE
 from cairn.store.fs_layout import INDEX_FILE, LOCK_FILE, STATE_FILE
 
 REF = SpaceRef.build("user", "notes", tenant="local", user="ann")
@@ -286,6 +287,7 @@ def test_the_sidecar_is_never_listed_iterated_or_exported(tmp_path: Path) -> Non
         INDEX_FILE,
         f"{INDEX_FILE}-wal",
         f"{INDEX_FILE}-shm",
+        *(f"{HISTORY_FILE}{suffix}" for suffix in ("", "-wal", "-shm")),
     }
     assert store.recount() == len("alpha")  # quota counters ignore the sidecar too
 

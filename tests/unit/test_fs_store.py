@@ -57,6 +57,9 @@ def test_layout_is_a_plain_readable_tree(tmp_path: Path) -> None:
     store.write(SpaceRef.build("global", "catalog"), "a.md", "g", grant=PlatformGrant("test"))
     assert (tmp_path / "spaces/global/_/catalog/a.md").read_text() == "g"
     assert sorted(p.name for p in (tmp_path / "spaces").iterdir()) == [
+        ".cairn-history.sqlite",  # the history (fs_history), with SQLite's WAL files
+        ".cairn-history.sqlite-shm",
+        ".cairn-history.sqlite-wal",
         ".cairn-usage.json",
         ".cairn.lock",
         "bot",

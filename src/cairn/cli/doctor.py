@@ -6,8 +6,9 @@ do). Exit status 1 when any check FAILs, else 0. ``--json`` prints them as one o
 
 The checks: Python and Cairn; ``$CAIRN_HOME`` (exists, writable, not world-writable);
 the database (opens, migrations current); the embedding model (loads); Redis when
-``CAIRN_REDIS_URL`` is set; and the local store's usage counters, recounted from the
-files (hand edits bypass them), old and new totals shown when they differed.
+``CAIRN_REDIS_URL`` is set; the local store's history, which records hand edits of the
+tree as versions; and the local store's usage counters, recounted from the files (hand
+edits bypass them), old and new totals shown when they differed.
 Nothing is created: a missing ``$CAIRN_HOME`` or default database is a warning.
 """
 
@@ -28,7 +29,12 @@ from cairn.cli.common import add_database_arg, cli_command, cli_config, human_by
 from cairn.config import Config
 from cairn.errors import CairnError
 from cairn.service.access import LOCAL_TEAM
-from cairn.service.doctor import migration_state, ping_redis, recount_local_store
+from cairn.service.doctor import (
+    migration_state,
+    ping_redis,
+    record_hand_edits,
+    recount_local_store,
+)
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -165,6 +171,17 @@ def _redis(config: Config) -> Check:
     return Check("redis", OK, f"{shown} answers")
 
 
+def _local_history(config: Config) -> Check:
+    root = config.home / "spaces"
+    if not root.is_dir():
+        return Check("history", OK, f"no local spaces yet ({root})")
+    try:
+        found = record_hand_edits(runtime.open_local_store(config))
+    except CairnError as exc:
+        return Check("history", FAIL, f"{root}: cannot record hand edits: {exc.message}")
+    return Check("history", OK, f"{found} hand edits recorded as versions")
+
+
 def _local_usage(config: Config) -> Check:
     root = config.home / "spaces"
     if not root.is_dir():
@@ -190,5 +207,6 @@ CHECKS: tuple[Callable[[Config], Check], ...] = (
     _database,
     _model,
     _redis,
+    _local_history,  # before the recount, which records hand edits too (uncounted)
     _local_usage,
 )

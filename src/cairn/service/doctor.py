@@ -75,6 +75,14 @@ def recount_local_store(store: MemoryStore, tenant: str) -> Recount:
     return Recount(tree_before, tree_after, changed)
 
 
+def record_hand_edits(store: MemoryStore) -> int:
+    """Record every hand edit of the filesystem store's tree (changed, added and removed
+    files) as a version of its document's history; returns how many were recorded."""
+    if not isinstance(store, FilesystemStore):
+        raise InvalidRequest("only the local filesystem store is edited by hand")
+    return store.reconcile_history()
+
+
 def ping_redis(url: str) -> None:
     """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer."""
     import redis

@@ -16,6 +16,11 @@ root (:mod:`cairn.store.fs_index`). Writes and deletes never touch it (a write p
 nothing for search): :meth:`FilesystemStore.reconcile`, which every search calls first,
 finds new, changed and vanished files (the store's own writes and hand edits alike), so
 a document is keyword-searchable as soon as its write commits.
+
+Every version of every document is kept in a second SQLite file at the root,
+``.cairn-history.sqlite`` (:mod:`cairn.store.fs_history`): each mutation appends its
+versions after its file operation, under the same lock, and a recount after a crash
+reconciles the history with the files.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from cairn.store.base import (
     check_precondition,
     content_etag,
 )
+from cairn.store.fs_history import DocumentHistory, HistoryDb, Observed, Record, history_errors
 from cairn.store.fs_index import FsIndex, PendingChunk
 from cairn.store.fs_layout import (
     INDEX_FILE,
@@ -89,9 +95,10 @@ _ETAG_CACHE_MAX = 50_000
 Infos = list[DocumentInfo]
 Chunks = list[ChunkRow]
 Pending = list[PendingChunk]
+Records = list[Record | Observed]
 
 
-class FilesystemStore(MemoryStore):
+class FilesystemStore(DocumentHistory, MemoryStore):
     """A :class:`~cairn.store.base.MemoryStore` over a directory tree (SPEC §10).
 
     ``limits`` defaults to SPEC §4's :class:`~cairn.quota.Limits`; the CLI passes
@@ -103,10 +110,12 @@ class FilesystemStore(MemoryStore):
     corrupt or *dirty* state file (a writer died between marking it and finishing) is
     rebuilt from the files by :meth:`recount`, which an operator may also call after
     editing the tree by hand.
+
+    Every version of every document is kept beside the tree (:mod:`cairn.store.fs_history`).
     """
 
     capabilities = frozenset(
-        {"tree_aggregate", "multiprocess", "tenant_addressing", "platform_grants"}
+        {"tree_aggregate", "multiprocess", "tenant_addressing", "platform_grants", "history"}
     )
     limits: Limits
 
@@ -115,6 +124,8 @@ class FilesystemStore(MemoryStore):
         self.limits = limits or Limits()
         self._etags: dict[tuple[int, ...], str] = {}
         self._index = FsIndex(self.root)
+        self._history = HistoryDb(self.root)
+        self.clock: Callable[[], datetime] = _utcnow
 
     # --- The interface --------------------------------------------------------------------
 
@@ -134,16 +145,25 @@ class FilesystemStore(MemoryStore):
         path, data = w.path, w.data
         space = space_components(ref)
         doc = encode_doc_path(path)
-        with _os_errors(path), self._locked():
+        with _os_errors(path), self._locked(), history_errors():
             state = self._load_state_locked()
-            existing = self._read_file(space + doc, path, want_data=w.if_match is not None)
-            current = self._etag_of(existing, w.if_match is not None)
+            existing = self._read_file(space + doc, path)
+            current = self._etag_of(existing, True)
             check_precondition(path, current, w.if_match, w.if_none_match)
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
-            # The search index is not touched: the next reconcile (before any search)
-            # finds the new file by its size and mtime.
-            self._mutate(state, ref, delta, lambda: self._replace_file(space, doc, path, data))
+            conn = self._history_conn_locked()
+            records: Records = [self._observed(ref, path, existing, current)]
+            if current != w.etag:  # the same bytes again make no new version
+                records.append(self._version_record(ref, path, data, w.etag))
+
+            def change() -> None:
+                # The search index is not touched: the next reconcile (before any search)
+                # finds the new file by its size and mtime.
+                self._replace_file(space, doc, path, data)
+                self._record_history(conn, records)
+
+            self._mutate(state, ref, delta, change)
         return WriteResult(path, len(data), w.etag, created=existing is None)
 
     @contextlib.contextmanager
@@ -159,31 +179,53 @@ class FilesystemStore(MemoryStore):
         path = d.path
         space = space_components(ref)
         doc = encode_doc_path(path)
-        with _os_errors(path), self._locked():
+        with _os_errors(path), self._locked(), history_errors():
             state = self._load_state_locked()
-            existing = self._read_file(space + doc, path, want_data=d.if_match is not None)
+            existing = self._read_file(space + doc, path)
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
-            check_precondition(path, self._etag_of(existing, d.if_match is not None), d.if_match)
+            current = content_etag(existing[0])
+            check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
-            self._mutate(state, ref, delta, lambda: self._remove_file(space, doc, path))
+            conn = self._history_conn_locked()
+            records: Records = [self._observed(ref, path, existing, current)]
+            records.append(self._version_record(ref, path, None))
+
+            def change() -> None:
+                self._remove_file(space, doc, path)
+                self._record_history(conn, records)
+
+            self._mutate(state, ref, delta, change)
 
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         ref = self._checked(ref)
         space = space_components(ref)
         src, dst = encode_doc_path(m.path), encode_doc_path(m.to)
-        with _os_errors(m.path), self._locked():
+        with _os_errors(m.path), self._locked(), history_errors():
             state = self._load_state_locked()
             existing = self._read_file(space + src, m.path)
             if existing is None:
                 raise NotFound(f"no document {m.path!r} in space {ref.id}", path=m.path)
-            check_precondition(m.path, self._etag_of(existing, True), m.if_match)
-            replaced = self._read_file(space + dst, m.to, want_data=False)
+            etag = content_etag(existing[0])
+            check_precondition(m.path, etag, m.if_match)
+            replaced = self._read_file(space + dst, m.to)
             check_move_target(m, replaced is not None)
             delta = -replaced[1].st_size if replaced else 0
-            self._mutate(state, ref, delta, lambda: self._rename_file(space, src, dst, m.to))
-        data = existing[0]
-        return WriteResult(m.to, len(data), content_etag(data), created=replaced is None)
+            conn = self._history_conn_locked()
+            # History: the old path ends, the new one gets the content as its next version.
+            records: Records = [
+                self._observed(ref, m.path, existing, etag),
+                self._observed(ref, m.to, replaced),
+                self._version_record(ref, m.path, None),
+                self._version_record(ref, m.to, existing[0], etag),
+            ]
+
+            def change() -> None:
+                self._rename_file(space, src, dst, m.to)
+                self._record_history(conn, records)
+
+            self._mutate(state, ref, delta, change)
+        return WriteResult(m.to, len(existing[0]), etag, created=replaced is None)
 
     def list(self, ref: SpaceRef, dir: str = "") -> Infos:
         ref = self._checked(ref)
@@ -325,6 +367,7 @@ class FilesystemStore(MemoryStore):
 
     def close(self) -> None:
         self._index.close()
+        self._history.close()
 
     # --- Counters -------------------------------------------------------------------------
 
@@ -355,6 +398,9 @@ class FilesystemStore(MemoryStore):
                     yield ref
 
     def _recount_locked(self) -> UsageState:
+        # A writer that died between its file operation and its history insert left the
+        # state dirty: the files are the truth (fs_history's rule).
+        self._reconcile_history_locked()
         spaces: dict[str, int] = {}
         for ref in self._spaces():
             total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
@@ -714,6 +760,10 @@ def _document(path: str, data: bytes, st: os.stat_result) -> Document:
             f"document {path!r} on disk is not valid UTF-8; fix or remove the file", path=path
         ) from None
     return Document(path, content, len(data), _mtime(st), content_etag(data))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def _mtime(st: os.stat_result) -> datetime:

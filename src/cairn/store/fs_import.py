@@ -17,7 +17,12 @@ thousand members that was most of a minute. A batch pays those once:
   never leaves a document name whose content was not yet on disk: an imported
   document is all there or not there, as with a single write. What a crash leaves is
   at most ignored ``.cairn-tmp-*.tmp`` files, which the next import removes from each
-  directory it writes in.
+  directory it writes in;
+* each write's version (:mod:`~cairn.store.fs_history`: every write of the import is one,
+  unless it repeats the bytes the path holds) is appended to the history after the
+  flush has renamed the documents, in one transaction per flush: the files first, as
+  every mutation of the store; a crash in between leaves the state dirty and the next
+  writer's recount records the renamed files (actor ``hand-edit``).
 
 Part of the filesystem adapter, like :mod:`~cairn.store.fs_layout` and
 :mod:`~cairn.store.fs_index`: it uses the store's own helpers (its lock, counters and
@@ -36,16 +41,19 @@ import contextlib
 import ctypes
 import os
 import resource
+import sqlite3
 import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from cairn.documents import content_etag
 from cairn.errors import Conflict
 from cairn.quota import clamp
 from cairn.spaces import SpaceRef
 from cairn.store.base import ImportWriter, PlatformGrant, WriteResult, check_precondition
+from cairn.store.fs_history import Observed, Record, history_errors
 from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
 
 if TYPE_CHECKING:
@@ -76,9 +84,14 @@ class _Batch:
     grant: PlatformGrant | None
     state: UsageState
     space: list[str]
+    history: sqlite3.Connection
     dirs: dict[tuple[str, ...], int] = field(default_factory=dict)
     # (directory, document name) → (temporary name, its size in bytes)
     pending: dict[tuple[tuple[str, ...], str], tuple[str, int]] = field(default_factory=dict)
+    # The versions to append at the next flush, and the etag each path written in this
+    # batch holds now ('' for none).
+    records: list[Record | Observed] = field(default_factory=list)
+    holds: dict[str, str] = field(default_factory=dict)
 
     def write(self, path: str, content: str, create_only: bool) -> WriteResult:
         from cairn.store.fs import _os_errors
@@ -92,12 +105,15 @@ class _Batch:
             check_precondition(w.path, None if size is None else "", None, create_only)
             delta = len(w.data) - (size or 0)
             self.store._check_quota(self.ref, self.state, delta)
+            records = self._versions(dfd, name, w.path, w.data, w.etag, size is not None)
             tmp = _write_temp(dfd, w.data)
             earlier = self.pending.pop((where, name), None)
             if earlier is not None:  # replaced again before the flush: drop the older one
                 with contextlib.suppress(OSError):
                     os.unlink(earlier[0], dir_fd=dfd)
             self.pending[(where, name)] = (tmp, len(w.data))
+        self.records += records
+        self.holds[w.path] = w.etag
         self.state.tree = clamp(self.state.tree + delta)
         used = clamp(self.state.spaces.get(self.ref.id, 0) + delta)
         if used:
@@ -107,6 +123,24 @@ class _Batch:
         if len(self.pending) >= FLUSH_DOCUMENTS or len(self.dirs) >= FLUSH_DIRECTORIES:
             self.flush()
         return WriteResult(w.path, len(w.data), w.etag, created=size is None)
+
+    def _versions(
+        self, dfd: int, name: str, path: str, data: bytes, etag: str, exists: bool
+    ) -> list[Record | Observed]:
+        """The versions this write makes: a hand edit of the file it replaces first (the
+        first time the batch writes the path), then its own unless the bytes are the same."""
+        held = self.holds.get(path)
+        records: list[Record | Observed] = []
+        if held is None:
+            live = _read_live(dfd, name) if exists else None
+            # A file's content is held until the flush only when it is a hand edit.
+            with history_errors():
+                if live is None or self.store._is_hand_edited(self.history, self.ref, path, live):
+                    records.append(self.store._observed(self.ref, path, live))
+            held = "" if live is None else content_etag(live[0])
+        if held != etag:
+            records.append(self.store._version_record(self.ref, path, data, etag))
+        return records
 
     def _directory(self, where: tuple[str, ...], path: str) -> int:
         dfd = self.dirs.get(where)
@@ -152,6 +186,9 @@ class _Batch:
             os.fsync(dfd)
             os.close(dfd)
         self.dirs.clear()
+        with history_errors():
+            self.store._record_history(self.history, self.records)
+        self.records.clear()
 
     def discard(self) -> None:
         """Drop what is pending (the import ended early) and close every directory."""
@@ -159,6 +196,7 @@ class _Batch:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=self.dirs[where])
         self.pending.clear()
+        self.records.clear()
         for dfd in self.dirs.values():
             with contextlib.suppress(OSError):
                 os.close(dfd)
@@ -174,9 +212,11 @@ def import_batch(
 
     with _os_errors(""), store._locked():
         state = store._load_state_locked()
+        with history_errors():
+            history = store._history_conn_locked()
         state.dirty = True
         store._save_state(state, sync_data=False, sync_dir=True)
-        batch = _Batch(store, ref, grant, state, space_components(ref))
+        batch = _Batch(store, ref, grant, state, space_components(ref), history)
         try:
             yield batch.write
             batch.flush()
@@ -206,6 +246,19 @@ def _remove_stale_temps(dfd: int) -> None:
     for name in stale:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dfd)
+
+
+def _read_live(dfd: int, name: str) -> tuple[bytes, os.stat_result] | None:
+    """(content, stat) of the document ``name`` in ``dfd`` (checked a regular file)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    try:
+        with open(fd, "rb", closefd=False) as file:
+            return file.read(), os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_temp(dfd: int, data: bytes) -> str:

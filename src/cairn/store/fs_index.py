@@ -133,20 +133,24 @@ class _Held:
     pid: int
 
 
-class FsIndex:
-    """The sidecar index of one filesystem store (see the module doc)."""
+class SqliteSidecar:
+    """Per-thread connections to one SQLite file at the store's root (the search index,
+    the history): each thread holds its own connection, reopened when the file was
+    replaced or deleted (its inode changed) or the process forked (SQLite forbids using an
+    inherited connection). A subclass opens a connection (:meth:`_open`)."""
 
-    def __init__(self, root: Path) -> None:
-        self.path = root / INDEX_FILE
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
 
-    # --- Connections ------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        raise NotImplementedError
 
     def _conn(self, *, create: bool) -> sqlite3.Connection | None:
-        """This thread's connection to the sidecar, reopened when the file was replaced
-        or deleted; None when there is no sidecar and ``create`` is false."""
+        """This thread's connection to the file, reopened when the file was replaced
+        or deleted; None when there is no file and ``create`` is false."""
         held: _Held | None = getattr(self._local, "held", None)
         try:
             ino: int | None = os.stat(self.path).st_ino
@@ -162,47 +166,9 @@ class FsIndex:
         self._local.held = _Held(conn, os.stat(self.path).st_ino, os.getpid())
         return conn
 
-    def _open(self) -> sqlite3.Connection:
-        try:
-            return self._connect()
-        except sqlite3.OperationalError:
-            raise
-        except sqlite3.DatabaseError as exc:  # not a database, or malformed: rebuild
-            log.warning("search index %s is unreadable (%s); rebuilding it", self.path, exc)
-            self._delete_files()
-            return self._connect()
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
-        )
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            # Derived data: a transaction lost to a power cut leaves a stale stat, which
-            # the next reconcile repairs; the files themselves are fsynced by the store.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            with _transaction(conn):
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                if got is None or got[0] != SCHEMA_VERSION:
-                    # Another layout of rows: start over (the spaces' versions are kept,
-                    # so they never go back).
-                    conn.execute("DROP TABLE IF EXISTS chunks")
-                    conn.execute("DROP TABLE IF EXISTS documents")
-                    conn.execute(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
-                        (SCHEMA_VERSION,),
-                    )
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
+    def _remember(self, conn: sqlite3.Connection) -> None:
         with self._all_lock:
             self._all.append(conn)
-        return conn
 
     def _forget(self, held: _Held) -> None:
         self._local.held = None
@@ -235,6 +201,68 @@ class FsIndex:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._local = threading.local()
+
+
+def connect_wal(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` in WAL mode (several processes share it),
+    autocommit (transactions are explicit: :func:`write_transaction`), usable from the
+    thread that holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        # A transaction lost to a power cut (never to a killed process: WAL) is repaired
+        # from the files: the index re-reads them, the history records them again.
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class FsIndex(SqliteSidecar):
+    """The sidecar index of one filesystem store (see the module doc)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / INDEX_FILE)
+
+    # --- Connections ------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:  # not a database, or malformed: rebuild
+            log.warning("search index %s is unreadable (%s); rebuilding it", self.path, exc)
+            self._delete_files()
+            return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = connect_wal(self.path)
+        try:
+            with write_transaction(conn):
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+                got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if got is None or got[0] != SCHEMA_VERSION:
+                    # Another layout of rows: start over (the spaces' versions are kept,
+                    # so they never go back).
+                    conn.execute("DROP TABLE IF EXISTS chunks")
+                    conn.execute("DROP TABLE IF EXISTS documents")
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+                        (SCHEMA_VERSION,),
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        self._remember(conn)
+        return conn
 
     # --- Reconcile ---------------------------------------------------------------------------
 
@@ -308,7 +336,7 @@ class FsIndex:
                 content = None  # not a readable document: indexed with no chunks
             prepared.append((path, old, size, mtime, content_etag(data), content))
         changed = 0
-        with _transaction(conn):
+        with write_transaction(conn):
             for path, old, size, mtime, etag, content in prepared:
                 if _current(conn, ref.id, path) != old:
                     continue  # another reconcile got there first; its row is newer
@@ -326,7 +354,7 @@ class FsIndex:
         conn = self._conn(create=True)
         assert conn is not None
         dropped = 0
-        with _transaction(conn):
+        with write_transaction(conn):
             for (space_id,) in conn.execute("SELECT DISTINCT space_id FROM documents").fetchall():
                 if space_id in keep:
                     continue
@@ -440,7 +468,7 @@ class FsIndex:
             return 0
         stored = 0
         spaces: set[str] = set()
-        with _transaction(conn):
+        with write_transaction(conn):
             for chunk, blob in zip(rows, blobs, strict=True):
                 n = conn.execute(
                     "UPDATE chunks SET embedding = ?, model = ? "
@@ -464,7 +492,7 @@ class FsIndex:
 
 
 @contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction, taken at once (``BEGIN IMMEDIATE``), so two writers never
     deadlock upgrading a read lock; rolled back on any error."""
     conn.execute("BEGIN IMMEDIATE")
