@@ -247,12 +247,15 @@ class FilesystemStore(DocumentHistory, MemoryStore):
     def usage(self, ref: SpaceRef) -> Usage:
         ref = self._checked(ref)
         state = self._peek_state()
+        history_used, history_quota = self.history_usage(ref.tenant)
         return Usage(
             space_id=ref.id,
             used_bytes=state.spaces.get(ref.id, 0),
             quota_bytes=self.limits.subcap(ref.visibility),
             team_used_bytes=state.tree,
             team_quota_bytes=self.limits.team_quota,
+            history_used_bytes=history_used,
+            history_quota_bytes=history_quota,
         )
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
