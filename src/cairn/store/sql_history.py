@@ -142,7 +142,7 @@ class DocumentHistory:
                 "size_bytes": 0 if data is None else len(data),
                 "stored_bytes": 0 if packed is None else len(packed),
                 "content": packed,
-                "at": at,
+                "at": utc(at),
                 "actor": current_actor()[:256],
                 "deleted": data is None,
             },
@@ -223,7 +223,7 @@ class DocumentHistory:
                 query = query.where(T.c.tenant_id == tenant)
             teams = conn.execute(query).all()
         dropped = 0
-        now = self.clock()
+        now = utc(self.clock())
         for team in teams:
             days = int(team.history_days or self.limits.history_days)
             cutoff = now - timedelta(days=days)
@@ -306,7 +306,9 @@ class DocumentHistory:
         return Document(path, text, int(row.size_bytes), utc(row.at), row.etag)
 
     def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
-        params: dict[str, Any] = {**self._address(ref), "at": at}
+        # In UTC: SQLite keeps a timestamp as text without its offset, so only instants of
+        # one zone compare (every stored one is UTC).
+        params: dict[str, Any] = {**self._address(ref), "at": utc(at)}
         query = self._hist.as_of_all
         if prefix:
             params.update(lo=prefix + "/", hi=prefix + "0")
