@@ -20,8 +20,8 @@ from cairn.errors import InvalidRequest, NotFound
 from cairn.quota import KiB, Limits, MiB
 from cairn.service.access import LOCAL_PRINCIPAL
 from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.base import ImportStrategy, MemoryStore
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.base import ImportStrategy, MemoryStore, PlatformGrant
 from tests.conformance.archives import regular, tar_gz
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import (
@@ -30,6 +30,7 @@ from tests.conformance.helpers import (
     FakeClock,
     history_keeper,
     project_ref,
+    ref_for,
 )
 
 pytestmark = pytest.mark.requires("history")
@@ -353,6 +354,26 @@ def test_another_space_never_sees_this_space_history(
         store.versions(other, "only-mine.md")
     assert [d.path for d in store.list_as_of(other, clock.now)] == ["a.md"]
     assert [d.path for d in store.list_as_of(REF, clock.now)] == ["a.md", "only-mine.md"]
+
+
+def test_a_global_space_keeps_history_too(clocked: tuple[MemoryStore, FakeClock]) -> None:
+    store, clock = clocked
+    glob = ref_for(Visibility.GLOBAL)
+    grant = PlatformGrant("history-test")
+    store.write(glob, "policy.md", "v1", grant=grant)
+    clock.tick()
+    store.write(glob, "policy.md", "v2", grant=grant)
+    clock.tick()
+    store.delete(glob, "policy.md", grant=grant)
+    assert [(v.version, v.deleted) for v in store.versions(glob, "policy.md")] == [
+        (3, True),
+        (2, False),
+        (1, False),
+    ]
+    assert store.read_version(glob, "policy.md", 1).content == "v1"
+    assert store.read_as_of(glob, "policy.md", clock.now - timedelta(seconds=1)).content == "v2"
+    with pytest.raises(NotFound):
+        store.versions(REF, "policy.md")
 
 
 @pytest.mark.requires("tenant_addressing")
