@@ -137,3 +137,33 @@ def test_processes_on_one_document_keep_every_version_in_commit_order(
         results = [f.result(timeout=300) for f in futures]
     assert [e for _, errs in results for e in errs] == []
     check_history(store, seed.etag, [a for acks, _ in results for a in acks])
+
+
+@pytest.mark.requires("tenant_addressing")
+def test_the_first_writes_of_a_team_in_several_spaces_never_deadlock(
+    store_factory: StoreFactory,
+) -> None:
+    """Recording a version takes the team's counter row; so does charging the write, after
+    the space's row. Both must take them in one order, or two first writes of a team (whose
+    counter row does not exist yet for one of them) wait on each other."""
+    store = store_factory(Limits())
+    errors: list[str] = []
+    for round_ in range(12):
+        team = f"team-{round_}"
+        start = threading.Barrier(6)
+
+        def writer(worker: int, team: str = team, start: threading.Barrier = start) -> None:
+            start.wait()
+            for i in range(4):
+                try:
+                    ref = project_ref(tenant=team, name=f"s{(worker + i) % 3}")
+                    store.write(ref, f"w{worker}-{i}.md", "x" * 100)
+                except Exception as exc:  # reported below, which fails the test
+                    errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
