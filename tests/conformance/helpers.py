@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 
@@ -157,3 +157,44 @@ def snapshot(store: MemoryStore, ref: SpaceRef) -> Snapshot:
 
 def contents(store: MemoryStore, ref: SpaceRef) -> dict[str, str]:
     return {doc.path: doc.content for doc in store.iter_documents(ref)}
+
+
+class FakeClock:
+    """A store clock the test drives: ``store.clock = clock``; ``tick`` steps it forward.
+
+    Every adapter with ``history`` stamps new versions with its ``clock`` (the HTTP adapter
+    drives the clock of the store it serves), so instants before, between and after
+    versions are exact, with no sleeps."""
+
+    def __init__(self, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def tick(self, seconds: float = 1.0) -> datetime:
+        """Step forward; return the new instant."""
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@runtime_checkable
+class HistoryKeeper(Protocol):
+    """The history's retention, as a store that keeps the history answers it."""
+
+    def prune_history(self, tenant: str | None = None) -> int: ...
+
+    def history_usage(self, tenant: str) -> tuple[int, int]: ...
+
+
+def history_keeper(store: MemoryStore) -> HistoryKeeper:
+    """The store that keeps ``store``'s history: the store itself, or for the served HTTP
+    adapter the store of the app it talks to (retention is the server's job, not a
+    client's)."""
+    if isinstance(store, HistoryKeeper):
+        return store
+    if isinstance(store, ServedHttpStore):
+        served = store._app_client.app.state.runtime.store
+        assert isinstance(served, HistoryKeeper)
+        return served
+    raise AssertionError(f"{type(store).__name__} keeps no history retention")

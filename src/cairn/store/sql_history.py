@@ -63,15 +63,12 @@ class _HistoryStatements:
         self.content = sa.select(V.c.content, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted).where(
             *one, V.c.version == _bp("v")
         )
-        newest = (
-            sa.select(V.c.path, sa.func.max(V.c.version).label("mv"))
-            .where(*space, V.c.at <= _bp("at"))
-            .group_by(V.c.path)
-        )
-        self.newest_all = newest.subquery()
-        self.newest_dir = newest.where(V.c.path >= _bp("lo"), V.c.path < _bp("hi")).subquery()
-        self.as_of_all = self._as_of(self.newest_all, space)
-        self.as_of_dir = self._as_of(self.newest_dir, space)
+        # What the space held at :at: each path's newest version at or before it, unless a
+        # deletion. One pass with a window, no self-join: with the statistics of a young
+        # table PostgreSQL planned a join of the versions with their grouped max (or an
+        # anti-join) as a nested loop over the whole space, seconds for 2,000 documents.
+        self.as_of_all = self._as_of(space)
+        self.as_of_dir = self._as_of((*space, V.c.path >= _bp("lo"), V.c.path < _bp("hi")))
         # The versions of a document past its per-document count (never its newest).
         self.trim = sa.delete(V).where(*one, V.c.version <= _bp("upto")).returning(V.c.stored_bytes)
         self.bump = (
@@ -98,12 +95,19 @@ class _HistoryStatements:
         ).where(T.c.tenant_id == _bp("t"))
 
     @staticmethod
-    def _as_of(newest: sa.Subquery, space: tuple[Any, ...]) -> sa.Select[Any]:
+    def _as_of(where: tuple[Any, ...]) -> sa.Select[Any]:
+        newest_first = sa.func.row_number().over(partition_by=V.c.path, order_by=V.c.version.desc())
+        ranked = (
+            sa.select(
+                V.c.path, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted, newest_first.label("n")
+            )
+            .where(*where, V.c.at <= _bp("at"))
+            .subquery()
+        )
         return (
-            sa.select(V.c.path, V.c.size_bytes, V.c.at, V.c.etag)
-            .join(newest, sa.and_(V.c.path == newest.c.path, V.c.version == newest.c.mv))
-            .where(*space, V.c.deleted.is_(False))
-            .order_by(V.c.path)
+            sa.select(ranked.c.path, ranked.c.size_bytes, ranked.c.at, ranked.c.etag)
+            .where(ranked.c.n == 1, ranked.c.deleted.is_(False))
+            .order_by(ranked.c.path)
         )
 
 
@@ -148,7 +152,7 @@ class DocumentHistory:
                 "size_bytes": 0 if data is None else len(data),
                 "stored_bytes": 0 if packed is None else len(packed),
                 "content": packed,
-                "at": at,
+                "at": utc(at),
                 "actor": current_actor()[:256],
                 "deleted": data is None,
             },
@@ -229,7 +233,7 @@ class DocumentHistory:
                 query = query.where(T.c.tenant_id == tenant)
             teams = conn.execute(query).all()
         dropped = 0
-        now = self.clock()
+        now = utc(self.clock())
         for team in teams:
             days = int(team.history_days or self.limits.history_days)
             cutoff = now - timedelta(days=days)
@@ -335,7 +339,9 @@ class DocumentHistory:
         return Document(path, text, int(row.size_bytes), utc(row.at), row.etag)
 
     def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
-        params: dict[str, Any] = {**self._address(ref), "at": at}
+        # In UTC: SQLite keeps a timestamp as text without its offset, so only instants of
+        # one zone compare (every stored one is UTC).
+        params: dict[str, Any] = {**self._address(ref), "at": utc(at)}
         query = self._hist.as_of_all
         if prefix:
             params.update(lo=prefix + "/", hi=prefix + "0")

@@ -1,0 +1,338 @@
+"""The cost of document history (issue 14): write latency and throughput with and without
+it, the storage one version takes, and an ``as_of`` listing of a 2,000-document space.
+
+Per adapter that declares ``history``: SQLite on a temporary file; PostgreSQL in a
+throw-away schema when ``CAIRN_BENCH_POSTGRES_URL`` (or ``CAIRN_TEST_POSTGRES_URL``) is
+set; the filesystem store when it declares ``history``.
+
+"Without history" is the same store class with its one history hook, ``_record_version``
+(called inside every write, delete and move transaction), made a no-op in a subclass: the
+same schema, the same write path, minus exactly the work history adds (reading the path's
+newest version, inserting the compressed version, bumping the team's history counter and
+keeping its limits). Each round writes into fresh stores, alternating which variant goes
+first, so neither always gets a warm cache.
+
+    .venv/bin/python bench/bench_history.py                 # about a minute
+    .venv/bin/python bench/bench_history.py --docs 2000 --rounds 5
+
+Prints figures and each goal as ``goal ≤ x: value ✓/✗``; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent / "src"))
+
+from cairn.quota import GiB, Limits, MiB  # noqa: E402
+from cairn.spaces import SpaceRef, Visibility  # noqa: E402
+from cairn.store.base import MemoryStore  # noqa: E402
+
+#: Roomy limits: the benchmark measures cost, not refusals or retention.
+LIMITS = Limits(
+    max_document=2 * MiB, team_quota=64 * GiB, history_versions=100_000, history_days=3650
+).with_subcap(Visibility.PROJECT, 0)
+REF = SpaceRef.build("project", "bench", tenant="bench", project="bench")
+
+#: A store class → a fresh store of it in a directory (or schema) of its own.
+Opener = Callable[[type[Any], str], MemoryStore]
+
+
+def prose(size: int, rng: random.Random) -> str:
+    """Markdown of ``size`` bytes of made-up words: compresses about as much as notes do
+    (2-3x with zlib), unlike a repeated phrase."""
+    out: list[str] = ["# notes\n"]
+    n = len(out[0])
+    while n < size:
+        word = "".join(rng.choice("etaoinshrdlucmfwypvbgkqjxz") for _ in range(rng.randint(1, 9)))
+        word += ".\n" if rng.random() < 0.08 else " "
+        out.append(word)
+        n += len(word)
+    return "".join(out)[:size]
+
+
+def without_history(cls: type[Any]) -> type[Any]:
+    """``cls`` with its history hook a no-op: every write path as it is, minus history."""
+
+    def _record_version(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    return type(f"{cls.__name__}WithoutHistory", (cls,), {"_record_version": _record_version})
+
+
+@dataclass
+class Adapter:
+    name: str
+    cls: type[Any]
+    open: Opener
+    size: Callable[[MemoryStore], int]  # bytes the store occupies on disk
+
+
+def sqlite_size(store: MemoryStore) -> int:
+    import sqlalchemy as sa
+
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        pages = conn.execute(sa.text("PRAGMA page_count")).scalar_one()
+        free = conn.execute(sa.text("PRAGMA freelist_count")).scalar_one()
+        page = conn.execute(sa.text("PRAGMA page_size")).scalar_one()
+    return int((pages - free) * page)
+
+
+def postgres_size(store: MemoryStore) -> int:
+    import sqlalchemy as sa
+
+    query = sa.text(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+    )
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        return int(conn.execute(query).scalar_one())
+
+
+def tree_size(root: str) -> Callable[[MemoryStore], int]:
+    def size(_: MemoryStore) -> int:
+        return sum(f.stat().st_size for f in Path(root).rglob("*") if f.is_file())
+
+    return size
+
+
+@contextlib.contextmanager
+def adapters(tmp: str, only: list[str]) -> Iterator[list[Adapter]]:
+    from cairn.store.fs import FilesystemStore
+    from cairn.store.sql import SqlStore
+
+    schemas: list[str] = []
+    pg_url = os.environ.get("CAIRN_BENCH_POSTGRES_URL") or os.environ.get(
+        "CAIRN_TEST_POSTGRES_URL", ""
+    )
+    found: list[Adapter] = []
+    counter = iter(range(1_000_000))
+
+    def fresh_dir() -> str:
+        where = os.path.join(tmp, f"s{next(counter)}")
+        os.mkdir(where)
+        return where
+
+    if "sqlite" in only:
+
+        def open_sqlite(cls: type[Any], _: str) -> MemoryStore:
+            store: MemoryStore = cls.open(f"sqlite:///{fresh_dir()}/cairn.db", LIMITS)
+            return store
+
+        found.append(Adapter("sqlite", SqlStore, open_sqlite, sqlite_size))
+    if "postgres" in only and pg_url:
+
+        def open_pg(cls: type[Any], _: str) -> MemoryStore:
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            schemas.append(schema)
+            store: MemoryStore = cls.open(pg_url, LIMITS, schema=schema)
+            return store
+
+        found.append(Adapter("postgres", SqlStore, open_pg, postgres_size))
+    if "fs" in only and "history" in FilesystemStore.capabilities:
+        roots: dict[int, str] = {}
+
+        def open_fs(cls: type[Any], _: str) -> MemoryStore:
+            root = fresh_dir()
+            store: MemoryStore = cls(root, LIMITS)
+            roots[id(store)] = root
+            return store
+
+        def fs_size(store: MemoryStore) -> int:
+            return tree_size(roots[id(store)])(store)
+
+        found.append(Adapter("fs", FilesystemStore, open_fs, fs_size))
+    try:
+        yield found
+    finally:
+        if schemas:
+            import psycopg
+
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                for schema in schemas:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+def write_round(store: MemoryStore, docs: int, size: int, seed: int) -> tuple[list[float], float]:
+    """``docs`` creates then as many overwrites of ``size`` bytes: each write's seconds, and
+    the round's writes per second."""
+    rng = random.Random(seed)
+    bodies = [prose(size, rng) for _ in range(2 * docs)]
+    paths = [f"d{i // 100}/doc-{i}.md" for i in range(docs)]
+    samples: list[float] = []
+    start = time.perf_counter()
+    for i, body in enumerate(bodies):
+        t0 = time.perf_counter()
+        store.write(REF, paths[i % docs], body)
+        samples.append(time.perf_counter() - t0)
+    return samples, len(bodies) / (time.perf_counter() - start)
+
+
+def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
+    """Median latency and throughput, with and without history, for 1 KB and 100 KB."""
+    out: dict[str, str] = {}
+    plain = without_history(a.cls)
+    for label, size, docs in (("1 KB", 1024, args.docs), ("100 KB", 100 * 1024, args.large)):
+        lat: dict[str, list[float]] = {"with": [], "without": []}
+        rate: dict[str, list[float]] = {"with": [], "without": []}
+        for round_ in range(args.rounds):
+            order = [("with", a.cls), ("without", plain)]
+            for variant, cls in order if round_ % 2 == 0 else order[::-1]:
+                store = a.open(cls, variant)
+                try:
+                    samples, per_s = write_round(store, docs, size, seed=round_)
+                finally:
+                    store.close()
+                lat[variant].extend(samples)
+                rate[variant].append(per_s)
+        with_ms, without_ms = median_ms(lat["with"]), median_ms(lat["without"])
+        with_rate, without_rate = (
+            statistics.median(rate["with"]),
+            statistics.median(rate["without"]),
+        )
+        slower = (with_ms / without_ms - 1) * 100
+        out[f"write {label} p50 ms, without history"] = f"{without_ms:.3f}"
+        out[f"write {label} p50 ms, with history"] = f"{with_ms:.3f}"
+        out[f"write {label} p50 slower %"] = mark(slower, 15, "%")
+        out[f"write {label} writes/s, without history"] = f"{without_rate:,.0f}"
+        out[f"write {label} writes/s, with history"] = f"{with_rate:,.0f}"
+        out[f"write {label} throughput lower %"] = mark(
+            (1 - with_rate / without_rate) * 100, 15, "%"
+        )
+    return out
+
+
+def stored_bytes(store: MemoryStore, path: str) -> int:
+    """The ``stored_bytes`` of the newest version of ``path`` (SQL stores)."""
+    import sqlalchemy as sa
+
+    from cairn.store.sql_schema import memory_document_versions as V
+
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        return int(
+            conn.execute(
+                sa.select(V.c.stored_bytes)
+                .where(V.c.path == path)
+                .order_by(V.c.version.desc())
+                .limit(1)
+            ).scalar_one()
+        )
+
+
+def bench_storage(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
+    """A 100 KB document edited by 1 KB ``args.edits`` times: the bytes one version takes."""
+    rng = random.Random(5)
+    store = a.open(a.cls, "with")
+    try:
+        text = prose(100 * 1024, rng)
+        store.write(REF, "big.md", text)
+        before = a.size(store)
+        version_bytes: list[int] = []
+        for _ in range(args.edits):
+            at = rng.randrange(0, len(text) - 1024)
+            text = text[:at] + prose(1024, rng) + text[at + 1024 :]
+            store.write(REF, "big.md", text)
+            if a.name != "fs":
+                version_bytes.append(stored_bytes(store, "big.md"))
+        growth = (a.size(store) - before) / args.edits
+    finally:
+        store.close()
+    out: dict[str, str] = {}
+    if version_bytes:
+        out["1 KB edit of 100 KB: stored_bytes/version"] = (
+            f"{statistics.median(version_bytes):,.0f} B"
+        )
+    out["1 KB edit of 100 KB: storage growth/edit"] = f"{growth:,.0f} B"
+    return out
+
+
+def bench_as_of(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
+    """``list_as_of`` of a 2,000-document space with some history: median of ``args.lists``."""
+    rng = random.Random(9)
+    store = a.open(a.cls, "with")
+    try:
+        paths = [f"d{i // 100}/doc-{i}.md" for i in range(args.space)]
+        for path in paths:
+            store.write(REF, path, prose(1024, rng))
+        middle = datetime.now(UTC)
+        time.sleep(0.01)
+        for path in paths[::2]:  # half the documents get a second version
+            store.write(REF, path, prose(1024, rng))
+        for path in paths[::20]:  # a few are deleted
+            store.delete(REF, path)
+        results: dict[str, str] = {}
+        for label, at in (("before edits", middle), ("now", datetime.now(UTC))):
+            samples: list[float] = []
+            count = 0
+            for _ in range(args.lists):
+                t0 = time.perf_counter()
+                count = len(store.list_as_of(REF, at))
+                samples.append(time.perf_counter() - t0)
+            results[f"list_as_of {args.space:,} docs ({label}) p50 ms"] = mark(
+                median_ms(samples), 50, " ms", f" ({count:,} listed)"
+            )
+        live: list[float] = []
+        for _ in range(args.lists):
+            t0 = time.perf_counter()
+            store.list(REF)
+            live.append(time.perf_counter() - t0)
+        results[f"list {args.space:,} docs (live, for scale) p50 ms"] = f"{median_ms(live):.1f}"
+    finally:
+        store.close()
+    return results
+
+
+def mark(value: float, goal: float, unit: str, note: str = "") -> str:
+    return f"goal ≤ {goal:g}{unit}: {value:.1f}{unit} {'✓' if value <= goal else '✗'}{note}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=500, help="1 KB documents per round")
+    parser.add_argument("--large", type=int, default=40, help="100 KB documents per round")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per variant")
+    parser.add_argument("--edits", type=int, default=20, help="1 KB edits of the 100 KB doc")
+    parser.add_argument("--space", type=int, default=2000, help="documents of the as_of space")
+    parser.add_argument("--lists", type=int, default=20, help="as_of listings timed")
+    parser.add_argument("--adapters", default="sqlite,postgres,fs", help="comma-separated")
+    args = parser.parse_args(argv)
+    only = [a.strip() for a in args.adapters.split(",") if a.strip()]
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-history-") as tmp:
+        with adapters(tmp, only) as found:
+            for a in found:
+                start = time.perf_counter()
+                figures = {**bench_writes(a, args), **bench_storage(a, args)}
+                figures.update(bench_as_of(a, args))
+                print(f"\n## {a.name} ({time.perf_counter() - start:.0f} s)")
+                width = max(len(k) for k in figures)
+                for key, value in figures.items():
+                    print(f"{key.ljust(width)}  {value}")
+    print(
+        f"\nwrites: {args.docs} creates + {args.docs} overwrites of 1 KB and {args.large} + "
+        f"{args.large} of 100 KB per variant and round, {args.rounds} rounds; without "
+        "history = the same store class with _record_version a no-op"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
