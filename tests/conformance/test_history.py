@@ -376,7 +376,8 @@ def test_a_global_space_keeps_history_too(clocked: tuple[MemoryStore, FakeClock]
         store.versions(REF, "policy.md")
 
 
-@pytest.mark.requires("tenant_addressing")
+# A history quota per team: the filesystem store keeps one for its whole tree (as its usage).
+@pytest.mark.requires("tenant_addressing", "team_aggregate")
 def test_another_team_never_sees_this_team_history(store_factory: StoreFactory) -> None:
     store = store_factory(Limits(history_quota=2 * KiB))
     clock = with_clock(store)

@@ -154,13 +154,18 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             self._check_quota(ref, state, delta)
             conn = self._history_conn_locked()
             records: Records = [self._observed(ref, path, existing, current)]
-            if current != w.etag:  # the same bytes again make no new version
-                records.append(self._version_record(ref, path, data, w.etag))
+            # The file's mtime (its updated_at) is the new version's instant; the same bytes
+            # again make no new version and keep the file's time.
+            mtime_ns = existing[1].st_mtime_ns if existing else None
+            if current != w.etag:
+                version = self._version_record(ref, path, data, w.etag)
+                records.append(version)
+                mtime_ns = version.at_us * 1000
 
             def change() -> None:
                 # The search index is not touched: the next reconcile (before any search)
                 # finds the new file by its size and mtime.
-                self._replace_file(space, doc, path, data)
+                self._replace_file(space, doc, path, data, mtime_ns)
                 self._record_history(conn, records)
 
             self._mutate(state, ref, delta, change)
@@ -213,15 +218,16 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = -replaced[1].st_size if replaced else 0
             conn = self._history_conn_locked()
             # History: the old path ends, the new one gets the content as its next version.
+            moved = self._version_record(ref, m.to, existing[0], etag)
             records: Records = [
                 self._observed(ref, m.path, existing, etag),
                 self._observed(ref, m.to, replaced),
                 self._version_record(ref, m.path, None),
-                self._version_record(ref, m.to, existing[0], etag),
+                moved,
             ]
 
             def change() -> None:
-                self._rename_file(space, src, dst, m.to)
+                self._rename_file(space, src, dst, m.to, moved.at_us * 1000)
                 self._record_history(conn, records)
 
             self._mutate(state, ref, delta, change)
@@ -560,17 +566,21 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         finally:
             os.close(dfd)
 
-    def _replace_file(self, space: Components, doc: Components, path: str, data: bytes) -> None:
+    def _replace_file(
+        self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
+    ) -> None:
         dfd = self._open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
         try:
-            _atomic_write(dfd, doc[-1], data)
+            _atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
         finally:
             os.close(dfd)
 
-    def _rename_file(self, space: Components, src: Components, dst: Components, to: str) -> None:
+    def _rename_file(
+        self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
+    ) -> None:
         """``rename(2)`` within the space: atomic, replacing a file at ``dst``; the moved
-        file's mtime (its ``updated_at``) becomes now."""
+        file's mtime (its ``updated_at``) becomes ``mtime_ns``, the move's instant."""
         sfd = self._open_dirs(space + src[:-1], to)
         assert sfd is not None  # the caller read the file under the lock
         try:
@@ -578,7 +588,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             assert dfd is not None  # create=True always yields a directory
             try:
                 os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
-                os.utime(dst[-1], dir_fd=dfd, follow_symlinks=False)
+                os.utime(dst[-1], ns=(mtime_ns, mtime_ns), dir_fd=dfd, follow_symlinks=False)
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
@@ -726,9 +736,16 @@ def _refuse_entry(dir_fd: int, name: str, path: str) -> None:
 
 
 def _atomic_write(
-    dir_fd: int, name: str, data: bytes, *, sync_data: bool = True, sync_dir: bool = True
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    sync_data: bool = True,
+    sync_dir: bool = True,
+    mtime_ns: int | None = None,
 ) -> None:
-    """Write ``name`` in ``dir_fd`` all-or-nothing: temp file, fsync, rename, fsync dir."""
+    """Write ``name`` in ``dir_fd`` all-or-nothing: temp file, fsync, rename, fsync dir;
+    ``mtime_ns`` sets the file's modification time (None: now)."""
     tmp = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
@@ -737,6 +754,8 @@ def _atomic_write(
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            if mtime_ns is not None:
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
             if sync_data:
                 os.fsync(fd)
         finally:

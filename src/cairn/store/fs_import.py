@@ -106,7 +106,9 @@ class _Batch:
             delta = len(w.data) - (size or 0)
             self.store._check_quota(self.ref, self.state, delta)
             records = self._versions(dfd, name, w.path, w.data, w.etag, size is not None)
-            tmp = _write_temp(dfd, w.data)
+            # The file's mtime (its updated_at) is its new version's instant, as for a write.
+            own = [r for r in records if isinstance(r, Record) and r.data is not None]
+            tmp = _write_temp(dfd, w.data, own[-1].at_us * 1000 if own else None)
             earlier = self.pending.pop((where, name), None)
             if earlier is not None:  # replaced again before the flush: drop the older one
                 with contextlib.suppress(OSError):
@@ -261,7 +263,7 @@ def _read_live(dfd: int, name: str) -> tuple[bytes, os.stat_result] | None:
         os.close(fd)
 
 
-def _write_temp(dfd: int, data: bytes) -> str:
+def _write_temp(dfd: int, data: bytes, mtime_ns: int | None = None) -> str:
     tmp = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
@@ -269,6 +271,8 @@ def _write_temp(dfd: int, data: bytes) -> str:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if mtime_ns is not None:
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
