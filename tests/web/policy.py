@@ -105,6 +105,14 @@ def _delete(w: World) -> UiReq:
     return UiReq("POST", f"/t/{w.team_id}/delete", data={**SPACE, "path": _seeded(w)})
 
 
+def _restore(w: World) -> UiReq:
+    """Restore version 1 of a document written twice, on its live etag."""
+    path = _seeded(w)
+    live = w.store.write(w.team_ref(), path, "seed, edited")
+    data = {**SPACE, "path": path, "version": "1", "if_match": live.etag}
+    return UiReq("POST", f"/t/{w.team_id}/restore", data=data)
+
+
 def _import(w: World) -> UiReq:
     archive = tarball({f"{unique('imp')}.md": "# imported"})
     return UiReq(
@@ -168,6 +176,10 @@ ROWS: list[UiRow] = [
     UiRow("POST", "/t/{team_id}/rename", _rename, TEAM_WRITE),
     UiRow("GET", "/t/{team_id}/delete", team("/delete", **DOC), TEAM_READ),
     UiRow("POST", "/t/{team_id}/delete", _delete, TEAM_WRITE),
+    UiRow("GET", "/t/{team_id}/history", team("/history", **DOC), TEAM_READ),
+    UiRow("GET", "/t/{team_id}/version", team("/version", **DOC, version="1"), TEAM_READ),
+    UiRow("GET", "/t/{team_id}/diff", team("/diff", **DOC, **{"from": "1", "to": "1"}), TEAM_READ),
+    UiRow("POST", "/t/{team_id}/restore", _restore, TEAM_WRITE),
     UiRow("GET", "/t/{team_id}/export", team("/export", **SPACE), TEAM_READ),
     UiRow("GET", "/t/{team_id}/import", team("/import", **SPACE), TEAM_READ),
     UiRow("POST", "/t/{team_id}/import", _import, TEAM_WRITE),

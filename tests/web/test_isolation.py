@@ -115,8 +115,14 @@ def test_outsider_pages_in_its_own_team_show_nothing_of_team_a(
         assert world.team_id not in body, url
     for space in SPACES:
         query = "&".join(f"{k}={v}" for k, v in space.items())
-        status, body = _ask(client, world, "GET", f"/t/{own}/doc?{query}&path=notes/{MARK}.md")
-        assert status == 404 and MARK not in body.replace(f"notes/{MARK}.md", ""), body[-300:]
+        for page in ("doc", "history", "version", "diff"):
+            extra = {"doc": "", "history": "", "version": "&version=1", "diff": "&from=1"}[page]
+            url = f"/t/{own}/{page}?{query}&path=notes/{MARK}.md{extra}"
+            status, body = _ask(client, world, "GET", url)
+            assert status == 404 and MARK not in body.replace(f"notes/{MARK}.md", ""), (
+                url,
+                body[-300:],
+            )
 
 
 def test_the_team_itself_sees_its_marked_pages(

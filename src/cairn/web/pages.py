@@ -216,8 +216,9 @@ def space_page(request: Request, team_id: str) -> Response:
 
 
 @router.get("/t/{team_id}/doc")
-def doc_page(request: Request, team_id: str, path: str) -> Response:
-    """One document, its Markdown rendered and sanitised."""
+def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> Response:
+    """One document, its Markdown rendered and sanitised (with a notice after a restore,
+    which redirects here with ``restored=<version>``)."""
     who = signed_in(request, team_id)
     ref = ref_of(who, space_fields(request.query_params))
     doc = spaces_of(request).read(ref, path)
@@ -229,6 +230,7 @@ def doc_page(request: Request, team_id: str, path: str) -> Response:
         space_id=ref.id,
         doc=doc,
         html=render(doc.content),
+        restored=int(restored) if restored.isdigit() else None,
     )
 
 
