@@ -491,3 +491,39 @@ def test_xss_document_is_shown_and_edited_inert(people: Callable[[], Tab]) -> No
     page.wait_for_load_state()
     assert page.locator("script").count() == 0
     # The people fixture fails the test on any dialog or console error.
+
+
+def test_history_diff_and_restore(people: Callable[[], Tab]) -> None:
+    """Edit a document, open its history, diff two versions, and restore the first."""
+    tab = people()
+    site = tab.site
+    page = tab.sign_in("member")
+    new_document(page, site, "history/plan.md", "# Plan\n\nShip on Friday.\n")
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_label("Markdown").fill("# Plan\n\nShip on Monday.\n")
+    page.get_by_role("button", name="Save").click()
+    assert "Monday" in page.locator("article").inner_text()
+
+    page.get_by_role("link", name="History").click()
+    assert "History of history/plan.md" in page.locator("h1").inner_text()
+    assert page.locator("tbody tr").count() == 2
+    assert "(live)" in page.locator("tr#v2").inner_text()
+    assert_labelled(page)
+    shot(page, "history")
+
+    page.get_by_role("link", name="diff version 1 with the live version").click()
+    assert page.locator(".diff-del").filter(has_text="-Ship on Friday.").count() == 1
+    assert page.locator(".diff-add").filter(has_text="+Ship on Monday.").count() == 1
+    page.go_back()
+    page.get_by_label("From version").select_option("2")
+    page.get_by_label("To version").select_option("1")
+    page.get_by_role("button", name="Show the diff").click()
+    assert page.locator(".diff-add").filter(has_text="+Ship on Friday.").count() == 1
+
+    page.go_back()
+    page.get_by_role("button", name="restore version 1").click()
+    assert "Restored version 1" in page.locator(".notice").inner_text()
+    assert "Friday" in page.locator("article").inner_text()
+    page.get_by_role("link", name="History").click()
+    assert page.locator("tbody tr").count() == 3
+    assert "(live)" in page.locator("tr#v3").inner_text()
