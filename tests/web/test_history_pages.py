@@ -11,7 +11,8 @@ from urllib.parse import parse_qsl
 
 from fastapi.testclient import TestClient
 
-from tests.api.world import SPACE, World, unique
+from cairn.spaces import SpaceRef
+from tests.api.world import PASSWORD, SPACE, World, admin_headers, unique
 from tests.web.test_pages import _assert_safe_page, _get, _member, _post
 
 HOSTILE = '# Plan\n\n<script>alert(1)</script>\n\n<img src=x onerror="alert(2)">\n'
@@ -236,3 +237,35 @@ def test_a_deleted_documents_history_lists_it_and_restores_it(
     )
     assert r.status_code == 412 and "written again since you opened its history" in r.text
     assert world.store.read(world.team_ref(), path).content == "# Recreated\n"
+
+
+def test_a_restore_over_the_quota_shows_the_services_message_next_to_it(
+    world: World, client: TestClient
+) -> None:
+    """In a team of its own (a small quota must not starve the module's other tests)."""
+    org = str(world.post("/api/admin/orgs", {"name": unique("small"), "plan": "pro_plus"})["id"])
+    team = str(world.post("/api/admin/teams", {"org_id": org, "name": "t"})["id"])
+    email = f"{unique('quota')}@example.com"
+    user = str(world.post("/api/admin/users", {"email": email, "password": PASSWORD})["id"])
+    world.post(f"/api/admin/teams/{team}/members", {"user_id": user, "role": "member"})
+    world.emails["quota-member"] = email
+    cookie, csrf = world.login("quota-member")
+    ref = SpaceRef.build("project", SPACE["name"], tenant=team, project=SPACE["project"])
+    path = "big.md"
+    world.store.write(ref, path, "x" * 3000)
+    live = world.store.write(ref, path, "small")
+    r = client.patch(
+        f"/api/admin/orgs/{org}", json={"memory_quota_bytes": 1000}, headers=admin_headers()
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"/t/{team}/restore",
+        data={**SPACE, "path": path, "version": "1", "if_match": live.etag, "csrf": csrf},
+        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        follow_redirects=False,
+    )
+    client.cookies.clear()
+    assert r.status_code == 413, r.text[-400:]
+    row = r.text.split('<tr id="v1"')[1].split("</tr>")[0]
+    assert 'id="restore-error"' in row and "quota" in row
+    assert world.store.read(ref, path).content == "small"
