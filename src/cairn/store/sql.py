@@ -350,7 +350,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         vec = vectors if vectors is not None and C.name in vectors.tables else None
         self._vec = vec
         self._sql = _Statements(engine.dialect.name, vec)
-        self._hist = _HistoryStatements()
+        self._hist = _HistoryStatements(engine.dialect)
         self.clock: Callable[[], datetime] = utcnow
 
     @classmethod

@@ -186,8 +186,10 @@ MIGRATIONS.append(
 # Every version of every document, the live one included, appended in the transaction of the
 # write, delete or move that made it: ``content`` is the version's UTF-8 text compressed with
 # zlib (NULL for a deletion marker), ``stored_bytes`` its compressed length (what the history
-# quota counts). ``version`` counts from 1 per path and is taken under the document row's
-# lock, so concurrent writers of one document number their versions in commit order.
+# quota counts); since the history's write path was made cheaper, a version under 4 KB is its
+# text after a zero byte instead (cairn.store.sql_history._pack). ``version`` counts from 1
+# per path and is taken under the document row's lock, so concurrent writers of one document
+# number their versions in commit order.
 # ``memory_tenant_usage`` gains the team's history counter and its history limits (NULL: the
 # store's defaults). Documents that exist when this runs get version 1, stamped with their
 # ``updated_at`` and the actor ``before-history``.
