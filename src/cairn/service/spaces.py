@@ -200,11 +200,16 @@ class SpaceService:
         content: str,
         *,
         if_match: str | None = None,
+        create_only: bool = False,
     ) -> WriteResult:
-        """Create or replace a document (``created`` says which) as ``who``."""
+        """Create or replace a document (``created`` says which) as ``who``; with
+        ``create_only``, ``412 precondition_failed`` when the path holds a document (decided
+        atomically with the write, where the store can)."""
         grant = authorize_space_mutation(who, ref)
         with acting_as(who.change_actor):
-            return self.store.write(ref, path, content, if_match=if_match, grant=grant)
+            return self.store.write(
+                ref, path, content, if_match=if_match, if_none_match=create_only, grant=grant
+            )
 
     def edit(
         self,
@@ -357,11 +362,15 @@ class SpaceService:
         version: int,
         *,
         if_match: str | None = None,
+        create_only: bool = False,
     ) -> WriteResult:
         """Make ``version`` of the document current again: a new write of its content, as
-        ``who``, checked like any write (authority, quota, secrets; audited for global)."""
+        ``who``, checked like any write (authority, quota, secrets; audited for global);
+        ``create_only`` brings back a deleted document only while its path stays free."""
         old = self.store.read_version(ref, path, version)
-        return self.write(who, ref, old.path, old.content, if_match=if_match)
+        return self.write(
+            who, ref, old.path, old.content, if_match=if_match, create_only=create_only
+        )
 
     def reindex(
         self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None

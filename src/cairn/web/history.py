@@ -207,17 +207,16 @@ async def restore(request: Request, team_id: str) -> Response:
         wanted = number
 
         def act() -> None:
-            if not if_match:
-                try:
-                    service.read(ref, path)
-                except NotFound:
-                    pass
-                else:
-                    raise PreconditionFailed(
-                        f"{path!r} was written again since you opened its history; reload "
-                        "the history and restore from there"
-                    )
-            service.restore(who, ref, path, wanted, if_match=if_match or None)
+            if if_match:
+                service.restore(who, ref, path, wanted, if_match=if_match)
+                return
+            try:  # a deleted document comes back only while its path stays free
+                service.restore(who, ref, path, wanted, create_only=True)
+            except PreconditionFailed:
+                raise PreconditionFailed(
+                    f"{path!r} was written again since you opened its history; reload "
+                    "the history and restore from there"
+                ) from None
 
         await off_loop(act)
     except _WHOLE_REQUEST:

@@ -292,17 +292,16 @@ async def edit_save(request: Request, team_id: str) -> Response:
         ref = ref_of(who, space)
 
         def save() -> None:
-            if not etag:
-                try:
-                    service.read(ref, path)
-                except NotFound:
-                    pass
-                else:
-                    raise AlreadyExists(
-                        f"a document already exists at {path!r}; open it to edit it, or "
-                        "choose another path"
-                    )
-            service.write(who, ref, path, content, if_match=etag or None)
+            if etag:
+                service.write(who, ref, path, content, if_match=etag)
+                return
+            try:  # a new document: written only while the path is free, in one step
+                service.write(who, ref, path, content, create_only=True)
+            except PreconditionFailed:
+                raise AlreadyExists(
+                    f"a document already exists at {path!r}; open it to edit it, or "
+                    "choose another path"
+                ) from None
 
         await off_loop(save)
     except PreconditionFailed:
