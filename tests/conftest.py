@@ -18,10 +18,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _require(env_name: str, what: str) -> None:
-    message = f"{what} not configured: set {env_name} (CAIRN_TEST_ env) to run this test"
+    _missing(what, f"{what} not configured: set {env_name} (CAIRN_TEST_ env) to run this test")
+
+
+def _missing(what: str, message: str) -> None:
+    """A component a test needs is absent: a visible skip outside CI, a failure under it."""
     if IN_CI:
         pytest.fail(f"{message}; under CI=true tests that need {what} may not skip")
-    pytest.skip(message)  # postgres/redis not configured: a visible skip outside CI
+    pytest.skip(message)
+
+
+def require_chromium(path: str) -> None:
+    """Debian's Chromium at ``path`` (``.ci/run`` installs it)."""
+    if not os.path.exists(path):
+        _missing("chromium", f"{path} is missing: apt-get install -y chromium chromium-driver")
 
 
 def require_postgres() -> str:

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import database_fixture
-from tests.conftest import IN_CI
+from tests.conftest import require_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -40,15 +40,6 @@ QUOTA = 64 * 1024
 SHOTS = os.environ.get("CAIRN_UI_SCREENSHOTS", "")
 
 database = database_fixture("database")
-
-
-def _require_chromium() -> None:
-    if Path(CHROMIUM).exists():
-        return
-    message = f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver"
-    if IN_CI:
-        pytest.fail(f"{message}; under CI=true the browser tests may not skip")
-    pytest.skip(f"chromium not installed: {message}")
 
 
 @dataclass
@@ -73,7 +64,7 @@ def _free_port() -> int:
 def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A real ``cairn serve`` with an org (quota :data:`QUOTA`, a plan with team memory),
     a team, its org owner, a member, and a super-admin."""
-    _require_chromium()
+    require_chromium(CHROMIUM)
     env = dict(os.environ)
     env.update(
         CAIRN_HOME=str(tmp_path_factory.mktemp("home")),
@@ -154,7 +145,7 @@ def _populate(site: Site) -> Site:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    _require_chromium()
+    require_chromium(CHROMIUM)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -41,6 +41,7 @@ import os
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +134,7 @@ class _Held:
     pid: int
 
 
-class SqliteSidecar:
+class SqliteSidecar(ABC):
     """Per-thread connections to one SQLite file at the store's root (the search index,
     the history): each thread holds its own connection, reopened when the file was
     replaced or deleted (its inode changed) or the process forked (SQLite forbids using an
@@ -145,8 +146,9 @@ class SqliteSidecar:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
 
+    @abstractmethod
     def _open(self) -> sqlite3.Connection:
-        raise NotImplementedError
+        """A new connection to the file, created with its schema when missing."""
 
     def _conn(self, *, create: bool) -> sqlite3.Connection | None:
         """This thread's connection to the file, reopened when the file was replaced
