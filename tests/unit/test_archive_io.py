@@ -1,4 +1,5 @@
-"""CAIRN_EXPORT_GZIP_LEVEL: read once, checked with a clear error, used by every export."""
+"""CAIRN_EXPORT_GZIP_LEVEL (read once, checked with a clear error, used by every export),
+and the member count a client of a server shows as its import's total."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from cairn.config import DEFAULT_EXPORT_GZIP_LEVEL, Config
 from cairn.documents import Document
 from cairn.errors import InvalidRequest
 from cairn.service.spaces import SpaceService
-from cairn.store.archive import write_archive
+from cairn.store.archive import count_members, write_archive
 from cairn.store.fs import FilesystemStore
 
 
@@ -59,3 +60,30 @@ def test_the_level_changes_the_compression_not_the_archive() -> None:
         assert tar.getnames() == ["d0.md", "d1.md", "d2.md"]
     # ... compressed less at 0 (stored) than at 1, and at 1 no smaller than at 9.
     assert len(made[0]) > len(made[1]) >= len(made[9])
+
+
+def test_a_client_counts_the_members_of_a_file_and_leaves_it_where_it_was() -> None:
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    sink = io.BytesIO()
+    write_archive([Document(f"d{i}.md", "x", 1, when, "e") for i in range(5)], sink)
+    source = io.BytesIO(b"lead" + sink.getvalue())
+    source.seek(4)
+    assert count_members(source) == 5
+    assert source.tell() == 4
+
+
+class _Pipe(io.BytesIO):
+    def seekable(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("data", [b"not gzip at all", gzip.compress(b"not a tar" * 100)])
+def test_no_count_for_a_broken_archive_the_server_will_refuse(data: bytes) -> None:
+    source = io.BytesIO(data)
+    assert count_members(source) is None and source.tell() == 0
+
+
+def test_no_count_for_a_pipe_which_cannot_be_read_twice() -> None:
+    sink = io.BytesIO()
+    write_archive([], sink)
+    assert count_members(_Pipe(sink.getvalue())) is None
