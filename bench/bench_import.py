@@ -162,6 +162,8 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ways = [w for w in args.ways.split(",") if w and (w != "pgserver" or args.postgres)]
+    if "pgserver" in args.ways and not args.postgres:
+        print("pgserver: not run, no PostgreSQL URL (--postgres or CAIRN_TEST_POSTGRES_URL)")
     print(f"{'way':<7} {'members':>8} {'seconds':>8} {'ms/member':>10} {'vs first':>9}")
     for way in ways:
         first: float | None = None
