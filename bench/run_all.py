@@ -35,7 +35,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_records.py": [["--sizes", "10000"]],
     "bench_search_quality.py": [[]],
     "bench_api.py": [[]],
-    "bench_export_rss.py": [["--mib", "32"], ["--mib", "32", "--adapter", "sqlite"]],
+    "bench_export_rss.py": [["--size", "32"]],
     "bench_pg_vs_sqlite.py": [
         ["--small-count", "300", "--large-count", "50", "--api-count", "300"]
     ],

@@ -113,6 +113,28 @@ def _count(value: object, info: ValidationInfo) -> object:
     return _whole_number(value, info, 0, "a whole number >= 0; fix or unset it")
 
 
+#: The gzip level of an export (``CAIRN_EXPORT_GZIP_LEVEL``): 1, chosen for throughput
+#: (docs/performance.md, "Export and import").
+DEFAULT_EXPORT_GZIP_LEVEL = 1
+
+
+def _gzip_level(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    try:
+        level = int(value.strip())
+    except ValueError:
+        level = -1
+    if not 0 <= level <= 9:
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not a gzip level: set a whole "
+            "number from 0 (no compression) to 9 (smallest, slowest), or unset it for 1"
+        )
+    return level
+
+
 def _field(info: ValidationInfo) -> FieldInfo:
     return Config.model_fields[str(info.field_name)]
 
@@ -143,6 +165,10 @@ class Config(BaseModel):
     key_hash_secret: _Text = Field(None, validation_alias="CAIRN_KEY_HASH_SECRET")
     #: Cap on an import upload (the compressed tarball).
     max_import_bytes: _PositiveInt = Field(256 * MiB, validation_alias="CAIRN_MAX_IMPORT_BYTES")
+    #: The gzip level of an export (0-9): 1 compresses fastest, 9 smallest.
+    export_gzip_level: Annotated[int, BeforeValidator(_gzip_level)] = Field(
+        DEFAULT_EXPORT_GZIP_LEVEL, ge=0, le=9, validation_alias="CAIRN_EXPORT_GZIP_LEVEL"
+    )
     login_failures_per_minute: _PositiveInt = Field(
         5, validation_alias="CAIRN_LOGIN_FAILURES_PER_MINUTE"
     )

@@ -129,7 +129,11 @@ def open_runtime(
             identity, admin_token=config.admin_token, service_token=config.service_token
         ),
         access=Access(identity),
-        spaces=SpaceService(store, lambda: document_search(config, store, embedder=embedder)),
+        spaces=SpaceService(
+            store,
+            lambda: document_search(config, store, embedder=embedder),
+            export_gzip_level=config.export_gzip_level,
+        ),
         records=build_record_service(
             engine, identity, limiter, lambda: record_search(config, embedder), vectors=vectors
         ),

@@ -424,3 +424,41 @@ def test_an_exact_fit_import_is_accepted(store_factory: StoreFactory) -> None:
     assert store.usage(ref).used_bytes == 10_000
     with pytest.raises(ImportTooLarge):
         do_import(store, ref, tar_gz([regular(f"{i}.md", "z" * 1000) for i in range(11)]))
+
+
+def test_an_import_reports_its_total_and_progress_meeting_it(store: MemoryStore) -> None:
+    # Every adapter, a client of a server too: the total (the member count) comes before
+    # the report, and the progress counts every member, a rejected one included.
+    archive = tar_gz([regular("a.md", "a"), regular("b.md", "b"), regular("../evil.md", "x")])
+    events: list[tuple[str, int]] = []
+    report = store.import_archive(
+        project_ref(),
+        io.BytesIO(archive),
+        progress=lambda n: events.append(("tick", n)),
+        total=lambda n: events.append(("total", n)),
+    )
+    assert len(report.written) == 2 and len(report.rejected) == 1
+    assert events[0] == ("total", 3)
+    assert sum(n for kind, n in events if kind == "tick") == 3
+
+
+@pytest.mark.parametrize("level", [0, 1, 9])
+def test_every_gzip_level_exports_the_same_archive_content(
+    store_factory: StoreFactory, level: int
+) -> None:
+    store = store_factory()
+    ref = project_ref()
+    for path, content in DOCS.items():
+        store.write(ref, path, content)
+    sink = io.BytesIO()
+    assert store.export(ref, sink, gzip_level=level) == len(DOCS)
+    with tarfile.open(fileobj=io.BytesIO(sink.getvalue()), mode="r:gz") as tar:
+        names = tar.getnames()
+        got = {m.name: _read(tar, m) for m in tar.getmembers()}
+    assert names == sorted(DOCS) and got == DOCS
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+    extracted = tar.extractfile(member)
+    assert extracted is not None
+    return extracted.read().decode()

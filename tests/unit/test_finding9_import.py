@@ -199,6 +199,26 @@ def test_a_batch_flushes_before_it_holds_too_many_directories(
     assert store.usage(REF).used_bytes == sum(len(f"{i}/{j}") for i in range(10) for j in range(3))
 
 
+def test_a_batch_flushes_before_its_versions_hold_too_many_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The versions' bytes wait in memory for the flush: past FLUSH_BYTES they are written,
+    # so an import's memory does not grow with the archive. Each flush is one syncfs.
+    monkeypatch.setattr(fs_import, "FLUSH_BYTES", 1000)
+    flushes: list[int] = []
+    real = fs_import._sync_filesystem
+    monkeypatch.setattr(fs_import, "_sync_filesystem", lambda fd: flushes.append(fd) or real(fd))
+    store = FilesystemStore(tmp_path / "spaces")
+    bodies = {f"n{i}.md": f"{i}" * 400 for i in range(10)}
+    report = store.import_archive(
+        REF, io.BytesIO(tar_gz([regular(p, b) for p, b in bodies.items()]))
+    )
+    assert len(report.written) == 10
+    assert len(flushes) == 4  # after 3, 6 and 9 documents of 400 bytes, then at the end
+    assert {d.path: store.read(REF, d.path).content for d in store.list(REF)} == bodies
+    assert all(len(store.versions(REF, p)) == 1 for p in bodies)
+
+
 # --- the batch keeps every rule of a single write -------------------------------------------
 
 

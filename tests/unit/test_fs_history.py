@@ -189,10 +189,13 @@ def test_an_import_records_each_write(tmp_path: Path, clock: Clock) -> None:
     on_disk(tmp_path, REF, "changed.md").write_text("edited by hand")
     clock.tick()
     with acting_as("user:importer"), store.import_writer(REF, None) as write:
-        write("kept.md", "same", False)
-        write("changed.md", "imported", False)
-        write("new.md", "first", False)
-        write("new.md", "second", False)
+        for path, content in [
+            ("kept.md", "same"),
+            ("changed.md", "imported"),
+            ("new.md", "first"),
+            ("new.md", "second"),
+        ]:
+            write(store.check_write(REF, path, content, None, False, None))
     assert [v.version for v in store.versions(REF, "kept.md")] == [1]
     changed = store.versions(REF, "changed.md")
     assert [(v.version, v.actor) for v in changed] == [

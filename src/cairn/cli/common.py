@@ -275,7 +275,8 @@ def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
         search = functools.partial(
             runtime.document_search, config, store, embed_pending=runtime.EMBED_PENDING
         )
-        return SpaceService(store, search), console_principal("local")
+        service = SpaceService(store, search, export_gzip_level=config.export_gzip_level)
+        return service, console_principal("local")
     return SpaceService(runtime.open_remote_store(server, args.token)), remote_principal()
 
 

@@ -296,7 +296,9 @@ def _import(args: argparse.Namespace) -> int:
                 source = sys.stdin.buffer
             ticker = stack.enter_context(progress("importing"))
             # At the local console this is the one act with platform authority (a global
-            # import, SPEC §5); through --server the server decides (and sends no total).
+            # import, SPEC §5); through --server the server decides. Both give the bar its
+            # total before the upload or the first write (through --server, counted here
+            # from a file; the members then all count when the server's report comes).
             report = service.import_archive(
                 who, ref, source, strategy, progress=ticker, total=ticker.set_total
             )

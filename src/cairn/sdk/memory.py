@@ -169,7 +169,8 @@ class Memory:
         search = functools.partial(
             runtime.document_search, config, store, embed_pending=runtime.EMBED_PENDING
         )
-        return cls(SpaceService(store, search), who, space, f"local {config.home}")
+        service = SpaceService(store, search, export_gzip_level=config.export_gzip_level)
+        return cls(service, who, space, f"local {config.home}")
 
     @classmethod
     def connect(

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
+from cairn.config import DEFAULT_EXPORT_GZIP_LEVEL
 from cairn.documents import (
     Document,
     DocumentInfo,
@@ -48,6 +49,7 @@ from cairn.service.access import (
     require_user,
 )
 from cairn.spaces import SpaceRef
+from cairn.store.archive import check_gzip_level
 from cairn.store.base import MemoryStore, Progress, check_precondition
 
 if TYPE_CHECKING:  # cairn.service.search loads numpy: only commands that search pay
@@ -176,9 +178,14 @@ class SpaceService:
         self,
         store: MemoryStore,
         search: DocumentSearch | Callable[[], DocumentSearch] | None = None,
+        *,
+        export_gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
     ) -> None:
         self.store = store
         self._search = search
+        #: ``CAIRN_EXPORT_GZIP_LEVEL``, checked now: a bad level fails at start, not at
+        #: the first export.
+        self.export_gzip_level = check_gzip_level(export_gzip_level)
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         """The document at ``path``; ``404 not_found`` when absent."""
@@ -263,7 +270,7 @@ class SpaceService:
 
     def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
         """Stream the space into ``sink`` as a gzipped tarball; return the document count."""
-        return self.store.export(ref, sink, progress=progress)
+        return self.store.export(ref, sink, progress=progress, gzip_level=self.export_gzip_level)
 
     def export_to(
         self,
@@ -339,7 +346,12 @@ class SpaceService:
         made then would have been); return the document count."""
         from cairn.store.archive import write_archive
 
-        return write_archive(self.store.iter_documents_as_of(ref, at), sink, progress=progress)
+        return write_archive(
+            self.store.iter_documents_as_of(ref, at),
+            sink,
+            progress=progress,
+            gzip_level=self.export_gzip_level,
+        )
 
     def diff(self, ref: SpaceRef, path: str, old: int, new: int) -> str:
         """A unified diff from version ``old`` to version ``new`` of the document (a

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import BinaryIO
 
+from cairn.config import DEFAULT_EXPORT_GZIP_LEVEL
 from cairn.documents import (
     Document,
     DocumentInfo,
@@ -195,9 +196,12 @@ SpaceRefs = list[SpaceRef]
 #: Called with a count of documents done, for a progress bar.
 Progress = Callable[[int], None]
 
-#: Writes one document of an import: ``(path, content, create_only)``, refusing exactly
-#: as :meth:`MemoryStore.write` with ``if_none_match=create_only`` (see ``import_writer``).
-ImportWriter = Callable[[str, str, bool], WriteResult]
+#: Writes one document of an import: a :class:`CheckedWrite` made by
+#: :meth:`MemoryStore.check_write` (so the writer never checks path, authority, encoding,
+#: size or secrets again), refusing what :meth:`MemoryStore._write` would refuse: the
+#: precondition (``if_none_match``), the quota, what cannot be written there (see
+#: ``import_writer``).
+ImportWriter = Callable[[CheckedWrite], WriteResult]
 
 
 def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
@@ -448,14 +452,22 @@ class MemoryStore(ABC):
             return False
         return True
 
-    def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
+    def export(
+        self,
+        ref: SpaceRef,
+        sink: BinaryIO,
+        *,
+        progress: Progress | None = None,
+        gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
+    ) -> int:
         """Write the space to ``sink`` as a gzipped tarball; return the document count.
 
         ``progress(1)`` is called per document (an adapter that streams a server's
-        archive may not call it)."""
+        archive may not call it). ``gzip_level``: 0-9 (``CAIRN_EXPORT_GZIP_LEVEL``; an
+        adapter that streams a server's archive takes the server's)."""
         from cairn.store.archive import export_space
 
-        return export_space(self, ref, sink, progress=progress)
+        return export_space(self, ref, sink, progress=progress, gzip_level=gzip_level)
 
     def import_archive(
         self,
@@ -482,13 +494,14 @@ class MemoryStore(ABC):
         batch cheaper than as many single writes (the filesystem store takes its lock and
         marks its counters once, and makes the batch durable once, at the end).
 
-        Each call refuses one document exactly as :meth:`write` would (the archive lists
-        it under ``rejected`` and goes on); what escapes the ``with`` block ends the batch.
-        By default each call is a plain :meth:`write`.
+        Each call takes a write past :meth:`check_write` (the prelude ran once, in the
+        archive's pass over the member) and refuses it exactly as :meth:`_write` would
+        (the archive lists it under ``rejected`` and goes on); what escapes the ``with``
+        block ends the batch. By default each call is a plain :meth:`_write`.
         """
 
-        def write(path: str, content: str, create_only: bool) -> WriteResult:
-            return self.write(ref, path, content, if_none_match=create_only, grant=grant)
+        def write(w: CheckedWrite) -> WriteResult:
+            return self._write(ref, w)
 
         yield write
 

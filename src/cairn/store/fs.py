@@ -176,7 +176,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         """One lock, one dirty mark and one flush for a whole import (``fs_import``)."""
         from cairn.store.fs_import import import_batch
 
-        with import_batch(self, self._checked(ref), grant) as write:
+        with import_batch(self, self._checked(ref)) as write:
             yield write
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:

@@ -11,8 +11,9 @@ thousand members that was most of a minute. A batch pays those once:
 * directories are opened once each (walked with ``O_NOFOLLOW``, as every path is) and
   a document's existence is one ``lstat`` in its directory;
 * each document is written to a temporary file, *not yet renamed* and not synced; at
-  the end (or every :data:`FLUSH_DOCUMENTS` documents, or when :data:`FLUSH_DIRECTORIES`
-  directories are open) the filesystem is flushed once (``syncfs``), then every
+  the end (or every :data:`FLUSH_DOCUMENTS` documents, when :data:`FLUSH_DIRECTORIES`
+  directories are open, or when the pending versions hold :data:`FLUSH_BYTES` of
+  content) the filesystem is flushed once (``syncfs``), then every
   temporary file is renamed over its document and each directory synced. So a crash
   never leaves a document name whose content was not yet on disk: an imported
   document is all there or not there, as with a single write. What a crash leaves is
@@ -30,9 +31,11 @@ directory walk), so the batch and a single write share every rule. The lock is h
 for the whole import: another process's writes (and its usage reads, which wait for a
 clean state) wait for the import to end.
 
-Each document is checked exactly as a single write checks it (the shared prelude
-:meth:`~cairn.store.base.MemoryStore.check_write`, the precondition, the quota against
-the running counters); a document pending in the batch counts as existing.
+Each document is checked exactly as a single write checks it: the shared prelude
+:meth:`~cairn.store.base.MemoryStore.check_write` made the :class:`~cairn.store.base.CheckedWrite`
+the batch receives (the archive runs it once per member), then the precondition and the
+quota against the running counters here; a document pending in the batch counts as
+existing.
 """
 
 from __future__ import annotations
@@ -50,9 +53,14 @@ from typing import TYPE_CHECKING, Final
 
 from cairn.documents import content_etag
 from cairn.errors import Conflict
-from cairn.quota import clamp
+from cairn.quota import MiB, clamp
 from cairn.spaces import SpaceRef
-from cairn.store.base import ImportWriter, PlatformGrant, WriteResult, check_precondition
+from cairn.store.base import (
+    CheckedWrite,
+    ImportWriter,
+    WriteResult,
+    check_precondition,
+)
 from cairn.store.fs_history import Observed, Record, history_errors
 from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
 
@@ -76,12 +84,23 @@ def _directory_bound() -> int:
 #: Open directories that trigger a flush (bounds the descriptors held).
 FLUSH_DIRECTORIES: Final = _directory_bound()
 
+#: Content held in memory by the versions awaiting a flush that triggers one: the history
+#: rows are written at the flush, so this bounds an import's memory (peak RSS), whatever
+#: the archive's size. A flush costs one ``syncfs``: at 32 MiB, a few per 200 MiB.
+FLUSH_BYTES: Final = 32 * MiB
+
+
+def _held(record: Record | Observed) -> int:
+    """Bytes of content ``record`` keeps in memory until the flush."""
+    if isinstance(record, Record):
+        return 0 if record.data is None else len(record.data)
+    return 0 if record.live is None else len(record.live[0])
+
 
 @dataclass
 class _Batch:
     store: FilesystemStore
     ref: SpaceRef
-    grant: PlatformGrant | None
     state: UsageState
     space: list[str]
     history: sqlite3.Connection
@@ -92,11 +111,15 @@ class _Batch:
     # batch holds now ('' for none).
     records: list[Record | Observed] = field(default_factory=list)
     holds: dict[str, str] = field(default_factory=dict)
+    # Bytes of content the pending versions hold in memory (flushed past FLUSH_BYTES).
+    held: int = 0
 
-    def write(self, path: str, content: str, create_only: bool) -> WriteResult:
+    def write(self, w: CheckedWrite) -> WriteResult:
+        """Write ``w`` (past :meth:`~cairn.store.base.MemoryStore.check_write`, which the
+        archive ran once) as a single write would: precondition, quota, history."""
         from cairn.store.fs import _os_errors
 
-        w = self.store.check_write(self.ref, path, content, None, create_only, self.grant)
+        create_only = w.if_none_match
         doc = encode_doc_path(w.path)
         where, name = tuple(doc[:-1]), doc[-1]
         with _os_errors(w.path):
@@ -115,6 +138,7 @@ class _Batch:
                     os.unlink(earlier[0], dir_fd=dfd)
             self.pending[(where, name)] = (tmp, len(w.data))
         self.records += records
+        self.held += sum(_held(r) for r in records)
         self.holds[w.path] = w.etag
         self.state.tree = clamp(self.state.tree + delta)
         used = clamp(self.state.spaces.get(self.ref.id, 0) + delta)
@@ -122,7 +146,11 @@ class _Batch:
             self.state.spaces[self.ref.id] = used
         else:
             self.state.spaces.pop(self.ref.id, None)
-        if len(self.pending) >= FLUSH_DOCUMENTS or len(self.dirs) >= FLUSH_DIRECTORIES:
+        if (
+            len(self.pending) >= FLUSH_DOCUMENTS
+            or len(self.dirs) >= FLUSH_DIRECTORIES
+            or self.held >= FLUSH_BYTES
+        ):
             self.flush()
         return WriteResult(w.path, len(w.data), w.etag, created=size is None)
 
@@ -191,6 +219,7 @@ class _Batch:
         with history_errors():
             self.store._record_history(self.history, self.records)
         self.records.clear()
+        self.held = 0
 
     def discard(self) -> None:
         """Drop what is pending (the import ended early) and close every directory."""
@@ -199,6 +228,7 @@ class _Batch:
                 os.unlink(tmp, dir_fd=self.dirs[where])
         self.pending.clear()
         self.records.clear()
+        self.held = 0
         for dfd in self.dirs.values():
             with contextlib.suppress(OSError):
                 os.close(dfd)
@@ -206,10 +236,9 @@ class _Batch:
 
 
 @contextlib.contextmanager
-def import_batch(
-    store: FilesystemStore, ref: SpaceRef, grant: PlatformGrant | None
-) -> Iterator[ImportWriter]:
-    """The writer of one import into ``ref`` (see the module's docstring)."""
+def import_batch(store: FilesystemStore, ref: SpaceRef) -> Iterator[ImportWriter]:
+    """The writer of one import into ``ref`` (see the module's docstring). No grant: the
+    authority of each write was checked by the prelude that made its ``CheckedWrite``."""
     from cairn.store.fs import _os_errors
 
     with _os_errors(""), store._locked():
@@ -218,7 +247,7 @@ def import_batch(
             history = store._history_conn_locked()
         state.dirty = True
         store._save_state(state, sync_data=False, sync_dir=True)
-        batch = _Batch(store, ref, grant, state, space_components(ref), history)
+        batch = _Batch(store, ref, state, space_components(ref), history)
         try:
             yield batch.write
             batch.flush()

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from cairn import errors
+from cairn.config import DEFAULT_EXPORT_GZIP_LEVEL
 from cairn.documents import Rejected, VersionInfo, parse_import_strategy
 from cairn.spaces import SpaceRef
 from cairn.store.base import (
@@ -274,8 +275,17 @@ class HttpMemoryStore(MemoryStore):
 
     # --- streaming export / import -------------------------------------------------------
 
-    def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
-        """Stream the server's tarball into ``sink``; return the document count listed."""
+    def export(
+        self,
+        ref: SpaceRef,
+        sink: BinaryIO,
+        *,
+        progress: Progress | None = None,
+        gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
+    ) -> int:
+        """Stream the server's tarball into ``sink``; return the document count listed.
+        The server compresses at its own ``CAIRN_EXPORT_GZIP_LEVEL``: ``gzip_level`` is
+        not sent."""
         count = len(self.list(ref))
         try:
             with self._client.stream(
@@ -294,10 +304,22 @@ class HttpMemoryStore(MemoryStore):
         ref: SpaceRef,
         source: BinaryIO,
         strategy: ImportStrategy = ImportStrategy.SKIP,
+        *,
+        progress: Progress | None = None,
+        total: Progress | None = None,
         **_: Any,
     ) -> ImportReport:
-        # The server streams the archive in and out: no per-document progress here; and
-        # it decides platform authority from the credential (so no ``grant`` either).
+        """Send the archive to the server, which checks and imports it and answers with the
+        report. ``total(n)``: the member count, read here from a file (not a pipe) before
+        the upload; ``progress(n)``: every member at once, when the server's report comes
+        (the server reports no member before the end). The server decides platform
+        authority from the credential (so no ``grant``)."""
+        if total is not None:
+            from cairn.store.archive import count_members
+
+            members = count_members(source)
+            if members is not None:
+                total(members)
         body = self._request(
             "POST",
             "/api/memory/import",
@@ -305,12 +327,20 @@ class HttpMemoryStore(MemoryStore):
             content=iter(lambda: source.read(_CHUNK), b""),
             headers={"Content-Type": "application/gzip"},
         ).json()
-        return ImportReport(
+        report = ImportReport(
             written=list(body["written"]),
             skipped=list(body["skipped"]),
             renamed=dict(body["renamed"]),
             rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
         )
+        if progress is not None:
+            progress(
+                len(report.written)
+                + len(report.skipped)
+                + len(report.renamed)
+                + len(report.rejected)
+            )
+        return report
 
 
 def _document(body: dict[str, Any]) -> Document:
