@@ -1,12 +1,28 @@
-"""Records benchmark: keyword-only and hybrid search latency through
-``RecordService.search`` at 2k and 20k records in one team, SQLite and PostgreSQL, and
-save throughput. Prints figures; asserts nothing.
+"""Records benchmark. By default, the issue's figures through a real ``cairn serve``;
+``--in-process`` runs the library-call figures. Prints figures; asserts nothing.
 
-    python bench/bench_records.py                          # SQLite (+ PostgreSQL, below)
+    python bench/bench_records.py                          # SQLite, then PostgreSQL
     CAIRN_TEST_POSTGRES_URL=postgresql://... python bench/bench_records.py
-    python bench/bench_records.py --postgres postgresql://... --sizes 2000,20000
-    python bench/bench_records.py --saves-only             # save rates only
-    python bench/bench_records.py --many-teams --sizes 10000,100000  # 1,000 teams, keyword
+    python bench/bench_records.py --backends sqlite --parts saves
+    python bench/bench_records.py --records-many 100000    # a smaller many-teams scale
+
+Through the API (each part in a fresh database, each goal printed beside its figure):
+
+* ``saves``: ``--clients`` (8) concurrent clients, each on one keep-alive connection,
+  saving work summaries as the service token through ``POST
+  /api/internal/teams/{team}/memory``; saves per second over ``--saves`` per client. A
+  201 is durable: the save's group has committed (fsynced on SQLite) before it answers
+  (tests/records/test_kill9.py proves it with SIGKILL).
+* ``search``: keyword-only (``CAIRN_EMBEDDER=none``) ``POST
+  /api/teams/{team}/memory/search`` with each team's API key, one client, p50/p95 over
+  ``--searches`` after 20 uncounted: at 20k records in one team (``--teams-small`` teams
+  of 20,000, searched in turn, caches warm), and at ``--records-many`` (1,000,000) records
+  over 1,000 teams (random teams, after one search of each). Records are bulk-inserted
+  straight through the store (``RecordWriter.insert``), not through the API; the load
+  rate is printed. See bench/bench_search_api.py for hybrid search and the server's RSS.
+
+In-process (``--in-process``): keyword-only and hybrid search latency through
+``RecordService.search`` at 2k and 20k records in one team, and save throughput.
 
 A search is the whole use-case (access, settings check, rate limiter, the team's search
 versions, ranking, the hits' texts, rendering) as a member who sees the whole team, with
@@ -19,8 +35,9 @@ take minutes). Records are realistic work summaries (bench/make_records_corpus.p
 templates), bulk-inserted through the store (``RecordWriter.insert``: analysed terms,
 the team's version bumped).
 
-Save rates: ``save_as_server()`` (one transaction each) and ``save_many()`` into a team
-of its own; ``--src`` runs them against another checkout's ``src`` (a before/after).
+In-process save rates: ``save_as_server()`` (one caller at a time, then 8 threads: their
+saves share group commits) and ``save_many()`` into a team of its own; ``--src`` runs
+them against another checkout's ``src`` (a before/after).
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,12 +74,17 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
+from bench_search_api import database_for, fill, run_searches, warm_all  # noqa: E402
 from cairn.db import make_engine  # noqa: E402
 from cairn.records.store import RETENTION, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
-from records_world import BenchWorld, bench_world  # noqa: E402
+from records_world import BenchWorld, bench_world, save_through  # noqa: E402
+from serving import serve  # noqa: E402
 
 TEAMS = 1000
+SERVICE_TOKEN = "bench-service-token"
+#: The issue's goals for saves through the API, saves per second.
+SAVE_GOALS = {"sqlite": 1000, "postgres": 600}
 SEARCHES = 300
 WARM = 20
 
@@ -240,13 +263,24 @@ def saves(url: str, label: str) -> None:
     for _ in range(n):
         world.records.save_as_server(team, _filler(rng))
     single = n / (time.perf_counter() - start)
+    texts = [[_filler(rng) for _ in range(n // 8)] for _ in range(8)]
+
+    def one_thread(batch: list[str]) -> None:
+        for text in batch:
+            world.records.save_as_server(team, text)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one_thread, texts))
+    grouped = sum(map(len, texts)) / (time.perf_counter() - start)
     items: list[tuple[str, str | None]] = [(_filler(rng), None) for _ in range(10_000)]
     start = time.perf_counter()
     world.records.save_many(team, items)
     many = len(items) / (time.perf_counter() - start)
     print(
-        f"[{label}] saves ({_src()}): save_as_server() {single:,.0f}/s (one transaction "
-        f"each), save_many() {many:,.0f} records/s (masked, analysed)",
+        f"[{label}] saves ({_src()}): save_as_server() {single:,.0f}/s (one caller), "
+        f"{grouped:,.0f}/s (8 threads, group commits), save_many() {many:,.0f} records/s "
+        "(masked, analysed)",
         flush=True,
     )
     engine.dispose()
@@ -281,6 +315,71 @@ def many_teams(url: str, label: str, sizes: list[int]) -> None:
     engine.dispose()
 
 
+# --- through a real server: the issue's figures ----------------------------------------------
+
+
+def _mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def api_saves(database: str, label: str, args: argparse.Namespace) -> None:
+    """Saves through ``cairn serve`` from ``args.clients`` concurrent clients."""
+    engine = make_engine(database)
+    team = bench_world(engine, 1).teams[0][0]
+    engine.dispose()
+    rng = random.Random(11)
+    home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
+    env = {"CAIRN_SERVICE_TOKEN": SERVICE_TOKEN, "CAIRN_INDEXER": "off", "CAIRN_EMBEDDER": "none"}
+    goal = SAVE_GOALS[label]
+    with serve(database, home, **env) as served:
+        warm = [[_filler(rng) for _ in range(25)] for _ in range(args.clients)]
+        save_through(served.base, team, SERVICE_TOKEN, warm)
+        texts = [[_filler(rng) for _ in range(args.saves)] for _ in range(args.clients)]
+        cpu = _cpu_seconds(served.pid)
+        rate, latencies = save_through(served.base, team, SERVICE_TOKEN, texts)
+        cpu_ms = (_cpu_seconds(served.pid) - cpu) * 1000 / (args.saves * args.clients)
+    p50, p95 = _pct([t * 1000 for t in latencies])
+    print(
+        f"[{label}] saves through cairn serve, {args.clients} clients, durable at 201: "
+        f"{rate:,.0f}/s (goal ≥ {goal:,}: {rate:,.0f} {_mark(rate >= goal)}); "
+        f"latency p50 {p50:.1f} ms p95 {p95:.1f} ms; server CPU {cpu_ms:.2f} ms per save",
+        flush=True,
+    )
+
+
+def api_search(database: str, label: str, scale: str, args: argparse.Namespace) -> None:
+    """Keyword search through ``cairn serve`` at ``scale`` (``20k`` or ``many``)."""
+    many = scale == "many"
+    teams, per_team = (TEAMS, args.records_many // TEAMS) if many else (args.teams_small, 20_000)
+    print(f"[{label}] {teams:,} teams x {per_team:,} records, bulk-loaded:", flush=True)
+    started = time.perf_counter()
+    keys = fill(database, teams, per_team, vectors=False)
+    loaded = teams * per_team / (time.perf_counter() - started)
+    home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
+    rng = random.Random(11)
+    with serve(database, home, CAIRN_INDEXER="off", CAIRN_EMBEDDER="none") as served:
+        if many:
+            warm_all(served.base, keys)
+        p50, p95, hits = run_searches(served.base, keys, args.searches, rng, randomly=many)
+    where = (
+        f"{teams * per_team:,} records over {teams:,} teams"
+        if many
+        else f"{per_team:,} records in one team"
+    )
+    print(
+        f"[{label}] keyword search through cairn serve, {where}: p50 {p50:.2f} ms, "
+        f"p95 {p95:.2f} ms (goal p95 ≤ 10: {p95:.2f} {_mark(p95 <= 10)}); {hits:.1f} "
+        f"hits/search; loaded {loaded:,.0f} records/s",
+        flush=True,
+    )
+
+
 def _with_postgres(base_url: str, run: Callable[[str], None]) -> None:
     base = base_url.rpartition("/")[0]
     name = f"bench_{uuid.uuid4().hex[:12]}"
@@ -295,13 +394,34 @@ def _with_postgres(base_url: str, run: Callable[[str], None]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="")
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--postgres", default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
-    parser.add_argument("--saves-only", action="store_true")
-    parser.add_argument("--many-teams", action="store_true")
+    parser.add_argument("--parts", default="saves,search", help="API parts: saves,search")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--saves", type=int, default=500, help="saves per client")
+    parser.add_argument("--searches", type=int, default=300)
+    parser.add_argument("--teams-small", type=int, default=5)
+    parser.add_argument("--records-many", type=int, default=1_000_000)
+    parser.add_argument("--scales", default="20k,many", help="search scales: 20k,many")
+    parser.add_argument("--in-process", action="store_true", help="the library-call figures")
+    parser.add_argument("--sizes", default="", help="in-process search sizes")
+    parser.add_argument("--saves-only", action="store_true", help="in-process save rates")
+    parser.add_argument("--many-teams", action="store_true", help="in-process, 1,000 teams")
     parser.add_argument("--src", default="", help="run against another checkout's src")
     args = parser.parse_args()
+    if not args.in_process:
+        for backend in args.backends.split(","):
+            if backend == "postgres" and not args.postgres:
+                continue
+            label = "sqlite" if backend == "sqlite" else "postgres"
+            if "saves" in args.parts:
+                with database_for(backend, args.postgres) as database:
+                    api_saves(database, label, args)
+            if "search" in args.parts:
+                for scale in args.scales.split(","):
+                    with database_for(backend, args.postgres) as database:
+                        api_search(database, label, scale, args)
+        return
     default = "10000,100000,1000000" if args.many_teams else "2000,20000"
     sizes = [int(s) for s in (args.sizes or default).split(",")]
 

@@ -70,9 +70,11 @@ def query_words() -> list[str]:
     return sorted(words)
 
 
-def fill(database: str, teams: int, per_team: int) -> list[tuple[str, str]]:
-    """``teams`` teams of ``per_team`` records, every record with a stored vector;
-    returns (team id, API key) per team."""
+def fill(
+    database: str, teams: int, per_team: int, *, vectors: bool = True
+) -> list[tuple[str, str]]:
+    """``teams`` teams of ``per_team`` records, every record with a stored vector (none
+    when not ``vectors``: keyword-only runs); returns (team id, API key) per team."""
     engine = make_engine(database)
     world = bench_world(engine, teams)
     identity = IdentityService(engine, load_key_hasher(engine, None))
@@ -81,7 +83,7 @@ def fill(database: str, teams: int, per_team: int) -> list[tuple[str, str]]:
         for team, member in world.teams
     ]
     rng = random.Random(7)
-    vectors = np.random.default_rng(7)
+    unit = np.random.default_rng(7)
     now = datetime.now(UTC)
     order = [team for team, _ in world.teams for _ in range(per_team)]
     rng.shuffle(order)
@@ -94,10 +96,11 @@ def fill(database: str, teams: int, per_team: int) -> list[tuple[str, str]]:
         ]
         with world.store.writing() as tx:
             tx.insert(rows)
-        matrix = vectors.standard_normal((len(rows), DIM)).astype(np.float32)
-        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-        pending = [PendingRecord(r.team_id, r.id, r.text) for r in rows]
-        world.store.store_record_embeddings(pending, encode_many(matrix), MODEL)
+        if vectors:
+            matrix = unit.standard_normal((len(rows), DIM)).astype(np.float32)
+            matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+            pending = [PendingRecord(r.team_id, r.id, r.text) for r in rows]
+            world.store.store_record_embeddings(pending, encode_many(matrix), MODEL)
         done = i + len(rows)
         rate = done / (time.perf_counter() - started)
         print(f"    loaded {done:,} records ({rate:,.0f}/s)", end="\r", flush=True)

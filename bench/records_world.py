@@ -1,9 +1,13 @@
 """Shared set-up of the records benchmarks: a migrated database with N teams on a
 plan that includes memory, memory switched on, one unlimited member in each, and the
-records service as the server builds it (with a search limit no benchmark reaches)."""
+records service as the server builds it (with a search limit no benchmark reaches);
+and :func:`save_through`, concurrent saves through a real server."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -87,3 +91,53 @@ def bench_world(engine: Engine, teams: int) -> BenchWorld:
         for t, u in members.items()
     ]
     return BenchWorld(records, SqlRecordStore(engine), principals)
+
+
+# --- saves through a real server ----------------------------------------------------------
+
+
+async def _saving_client(
+    host: str, port: int, path: str, token: str, texts: list[str], latencies: list[float]
+) -> None:
+    """One keep-alive connection saving ``texts`` one after another, on raw HTTP/1.1 (an
+    HTTP library would cost the 2-core machine more CPU than the server's own work)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+    try:
+        for text in texts:
+            body = json.dumps({"text": text}).encode()
+            request = f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            started = time.perf_counter()
+            writer.write(request.encode() + body)
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            answer = await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+            if b" 201 " not in status:
+                raise SystemExit(f"save answered {status!r}: {answer[:300]!r}")
+    finally:
+        writer.close()
+
+
+def save_through(
+    base: str, team: str, token: str, texts: list[list[str]]
+) -> tuple[float, list[float]]:
+    """Save ``texts[i]`` on client ``i``'s connection, all clients at once, through the
+    server at ``base``; return (saves per second, sorted latencies in seconds)."""
+    host, _, port = base.removeprefix("http://").partition(":")
+    path = f"/api/internal/teams/{team}/memory"
+    latencies: list[float] = []
+
+    async def run() -> None:
+        await asyncio.gather(
+            *(_saving_client(host, int(port), path, token, batch, latencies) for batch in texts)
+        )
+
+    started = time.perf_counter()
+    asyncio.run(run())
+    elapsed = time.perf_counter() - started
+    return sum(len(batch) for batch in texts) / elapsed, sorted(latencies)

@@ -144,14 +144,29 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 @contextlib.contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite."""
+def write_transaction(engine: Engine, *, durable: bool = False) -> Iterator[Connection]:
+    """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite.
+
+    ``durable``: on SQLite, the commit is fsynced (``synchronous=FULL`` for this one
+    transaction), so it survives a power loss, not only a killed process; PostgreSQL's
+    commit always is. For a write acknowledged as durable (a record save), whose
+    group commit shares the fsync.
+    """
     with translated_errors():
         if engine.dialect.name == "sqlite":
             with engine.connect() as conn:
-                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                with conn.begin():
-                    yield conn
+                raw = conn.connection.dbapi_connection
+                if durable and raw is not None:
+                    raw.execute("PRAGMA synchronous=FULL")  # outside any transaction
+                try:
+                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                    with conn.begin():
+                        yield conn
+                finally:
+                    if durable and raw is not None:
+                        # The pool's default again (left FULL, a connection is only slower).
+                        with contextlib.suppress(sqlite3.Error):
+                            raw.execute("PRAGMA synchronous=NORMAL")
         else:
             with engine.begin() as conn:
                 yield conn

@@ -463,8 +463,9 @@ class SqlRecordStore(RecordStore):
     def _open(self, *, write: bool) -> Iterator[_SqlWriter]:
         # One class serves both: the interface a caller is handed (RecordReader for
         # reading()) is what keeps a read transaction from writing.
-        transaction = write_transaction if write else read_transaction
-        with transaction(self.engine) as conn:
+        # A write is a save acknowledged as durable (or a delete, a setting): fsynced.
+        opened = write_transaction(self.engine, durable=True) if write else None
+        with opened or read_transaction(self.engine) as conn:
             yield _SqlWriter(conn, self)
 
     def _signing_key(self, conn: Connection) -> bytes:

@@ -250,4 +250,6 @@ class RecordStore(ABC):
     @abstractmethod
     def writing(self) -> AbstractContextManager[RecordWriter]:
         """``with store.writing() as tx:`` — one transaction that writes, committed when
-        the block ends without an error. Concurrent writers queue rather than fail."""
+        the block ends without an error, and durable once the block has ended (it
+        survives a crash of the process or of the machine). Concurrent writers queue
+        rather than fail."""

@@ -45,9 +45,17 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Engine
 
 from cairn.db import utcnow
-from cairn.errors import InvalidRequest, MemoryOff, PlanRequired, RecordNotFound, RepoNotFound
+from cairn.errors import (
+    CairnError,
+    InvalidRequest,
+    MemoryOff,
+    PlanRequired,
+    RecordNotFound,
+    RepoNotFound,
+)
 from cairn.identity.service import IdentityService
 from cairn.principal import Principal
+from cairn.records.group import GroupCommit, Outcome
 from cairn.records.models import DEFAULT_LIMIT as DEFAULT_LIMIT
 from cairn.records.models import MAX_ID as MAX_ID
 from cairn.records.models import MAX_LIMIT as MAX_LIMIT
@@ -139,6 +147,14 @@ class MemorySettings:
     can_edit: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Save:
+    """One save waiting for its group commit: checked but for what the store knows."""
+
+    access: TeamAccess
+    record: Record
+
+
 def iso(value: datetime) -> str:
     """A time as the contract spells it: ISO 8601 UTC with ``Z``."""
     return utc(value).isoformat().replace("+00:00", "Z")
@@ -160,6 +176,8 @@ class RecordService:
         self._access = access
         self._limiter = limiter
         self._search = search
+        # Concurrent saves of this process share one write transaction (group commit).
+        self._saves: GroupCommit[_Save, Record] = GroupCommit(self._write_saves)
 
     @property
     def store(self) -> RecordStore:
@@ -204,7 +222,7 @@ class RecordService:
         before it is stored; the record expires 365 days after ``now``.
         """
         access = self._access.team_access(who, team_id, Action.SAVE)
-        return self._insert(access, [(text, repo_id)], now)[0]
+        return self._save_one(access, text, repo_id, now)
 
     def save_as_server(
         self,
@@ -217,7 +235,7 @@ class RecordService:
         """:meth:`save` for the host application's own server code, in-process (no
         credential: it is the server). The same refusals, but for ``403``."""
         access = self._access.team_for_save(team_id)
-        return self._insert(access, [(text, repo_id)], now)[0]
+        return self._save_one(access, text, repo_id, now)
 
     def save_many(
         self,
@@ -236,6 +254,40 @@ class RecordService:
         """
         access = self._access.team_for_save(team_id)
         return [r.id for r in self._insert(access, items, now, chunk)]
+
+    def _save_one(
+        self, access: TeamAccess, text: str, repo_id: str | None, now: datetime | None
+    ) -> Record:
+        """One save, committed with the saves waiting beside it (see
+        :mod:`cairn.records.group`): returns once its group's transaction has committed,
+        or raises this save's own refusal."""
+        _check_text(text)
+        _check_repo_id(repo_id)
+        _check_plan(access)
+        record = new_record(access.team_id, text, repo_id, self._now(now))
+        return self._saves.submit(_Save(access, record))
+
+    def _write_saves(self, saves: builtins.list[_Save]) -> builtins.list[Outcome[Record]]:
+        """Write a group of saves in one transaction: each passes the store's gates
+        (memory on, the repository) or gets its own refusal; the others are stored."""
+        outcomes: builtins.list[Outcome[Record]] = []
+        with self._store.writing() as tx:
+            enabled: dict[str, bool] = {}
+            for save in saves:
+                team, repo_id = save.access.team_id, save.record.repo_id
+                try:
+                    if team not in enabled:
+                        enabled[team] = tx.enabled(team)
+                    if not enabled[team]:
+                        raise _memory_off()
+                    if repo_id is not None:
+                        _check_repo(tx, save.access, repo_id)
+                except CairnError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(save.record)
+            tx.insert([o for o in outcomes if isinstance(o, Record)])
+        return outcomes
 
     def _insert(
         self,
@@ -455,7 +507,11 @@ def _check_plan(access: TeamAccess) -> None:
 
 def _check_memory_on(tx: RecordReader, team_id: str) -> None:
     if not tx.enabled(team_id):
-        raise MemoryOff("team memory is off for this team; a workspace owner or admin turns it on")
+        raise _memory_off()
+
+
+def _memory_off() -> MemoryOff:
+    return MemoryOff("team memory is off for this team; a workspace owner or admin turns it on")
 
 
 def _check_repo(tx: RecordReader, access: TeamAccess, repo_id: str) -> None:
