@@ -536,19 +536,19 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
     store.write(ref, "a.md", "a")
     seen = _driver_statements(store, lambda: store.write(ref, "a.md", "ab"))
     if store.engine.dialect.name == "postgresql":
-        # lock, update, old chunks, space counter, team counter: five round trips; history
-        # adds ONE (the newest version read, the version inserted and the team's history
-        # counter bumped are data-modifying CTEs of one statement).
-        assert len(seen) == 6
+        # The row lock, then ONE change statement (cairn.store.sql_write): the update, the
+        # old chunks, both counters and the new version are data-modifying CTEs of it.
+        assert len(seen) == 2
         return
-    on_documents = [s for s in seen if "memory_documents" in s and "versions" not in s]
+    on_documents = [s for s in seen if s.lstrip().upper().startswith(("SELECT", "UPDATE"))]
     assert len(on_documents) == 2  # lock + update
-    on_chunks = [s for s in seen if "memory_chunks" in s]
+    on_chunks = [s for s in seen if s.startswith("DELETE FROM memory_chunks")]
     assert len(on_chunks) == 1  # the old chunks dropped; a search chunks the new content
-    on_history = [s for s in seen if "memory_document_versions" in s]
-    assert len(on_history) == 2  # the newest version's number, and the new version
-    # + space counter (and its search_version) + team counter + the team's history counter
-    assert len(seen) == 8
+    on_history = [s for s in seen if s.startswith("INSERT INTO memory_document_versions")]
+    assert len(on_history) == 1  # the new version, numbered in the same statement
+    # + the space counter (and its search_version) + the team counter, which grows the
+    # team's history counter in the same row update
+    assert len(seen) == 6
 
 
 def test_dead_postgres_is_store_unavailable() -> None:

@@ -39,6 +39,7 @@ background indexer embeds chunks later (:meth:`SqlStore.claim_pending_chunks`).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -58,6 +59,7 @@ from cairn.db import (
     validate_schema_name,
     write_transaction,
 )
+from cairn.documents import current_actor
 from cairn.errors import (
     Conflict,
     InvalidRequest,
@@ -76,6 +78,7 @@ from cairn.store.base import (
     ChunkRow,
     Document,
     DocumentInfo,
+    ImportWriter,
     MemoryStore,
     PlatformGrant,
     SpaceRefs,
@@ -85,7 +88,8 @@ from cairn.store.base import (
     check_precondition,
     space_of_id,
 )
-from cairn.store.sql_history import DocumentHistory, _HistoryStatements
+from cairn.store.sql_history import DocumentHistory, _HistoryStatements, pack_version
+from cairn.store.sql_import import import_batch
 from cairn.store.sql_index import (
     BACKFILL_BATCH_DOCS,
     NO_TENANT,
@@ -101,6 +105,7 @@ from cairn.store.sql_schema import (
     memory_space_usage,
     memory_tenant_usage,
 )
+from cairn.store.sql_write import ChangeStatements, DocStep
 
 #: Stands in for "no sub-cap" in the compare-and-swap (far above any real byte count).
 _UNCAPPED = 2**62
@@ -108,6 +113,8 @@ _UNCAPPED = 2**62
 ITER_BATCH_DOCS = 64
 ITER_BATCH_BYTES = 4 * 1024 * 1024
 _ITER_META_PAGE = 256
+#: A change's version that is a deletion marker.
+_DELETION: tuple[bytes | None, str] = (None, "")
 #: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
 _WRITE_ATTEMPTS = 8
 
@@ -335,6 +342,9 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         }
     )
     limits: Limits
+    #: Whether changes append versions (the history benchmark turns it off to measure the
+    #: cost of history; the store itself always keeps it).
+    keeps_history = True
 
     def __init__(
         self,
@@ -350,7 +360,8 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         vec = vectors if vectors is not None and C.name in vectors.tables else None
         self._vec = vec
         self._sql = _Statements(engine.dialect.name, vec)
-        self._hist = _HistoryStatements(engine.dialect)
+        self._hist = _HistoryStatements()
+        self._change_sql = ChangeStatements(engine.dialect)
         self.clock: Callable[[], datetime] = utcnow
 
     @classmethod
@@ -476,70 +487,86 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     # --- Writes -------------------------------------------------------------------------
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        with write_transaction(self.engine) as conn:
+            return self._write_in(conn, ref, w)
+
+    def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
         addr = self._address(ref)
-        size = len(w.data)
-        attributed = _attributed_team(w.grant)
+        now = self.clock()
         doc: dict[str, Any] = {
             **addr,
             "p": w.path,
             "vis": ref.visibility.value,
             "content": w.content,
-            "size": size,
+            "size": len(w.data),
             "etag": w.etag,
-            "now": self.clock(),
+            "now": self._time(now),
         }
-        with write_transaction(self.engine) as conn:
-            created, old_size, old_etag = self._put(conn, doc, w)
-            if old_etag != w.etag and not created:
-                # New content: its old chunks go now; the next search of the space (or the
-                # indexer) chunks it again (reconcile), so a write never waits on analysis.
-                conn.execute(self._sql.delete_chunks, doc)
-            if size != old_size:
-                self._charge(conn, ref, addr, size - old_size, attributed)  # bumps the version
-            else:
-                conn.execute(self._sql.bump_space, addr)
-            # After the counters: every mutation locks document, space, then team rows.
-            if created or old_etag != w.etag:  # the same bytes again make no new version
-                self._record_version(conn, ref, addr, w.path, doc["now"], w.data, w.etag)
-            if w.grant is not None and ref.is_global:
-                verb = "import" if w.grant.importing else "write"
-                _audit(conn, w.grant, verb, ref, w.path)
-        return WriteResult(w.path, size, w.etag, created)
+        created = self._put(conn, ref, doc, w, now)
+        if w.grant is not None and ref.is_global:
+            verb = "import" if w.grant.importing else "write"
+            _audit(conn, w.grant, verb, ref, w.path)
+        return WriteResult(w.path, len(w.data), w.etag, created)
+
+    @contextlib.contextmanager
+    def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
+        """Many documents to a transaction, each refused as a write would refuse it
+        (:mod:`cairn.store.sql_import`)."""
+        self._address(ref)  # a tenant-less team ref is refused before any I/O
+        with import_batch(self, ref, grant) as write:
+            yield write
 
     def _put(
-        self, conn: Connection, doc: dict[str, Any], w: CheckedWrite
-    ) -> tuple[bool, int, str | None]:
-        """Create or replace the row; return (created, size and etag it had before)."""
+        self, conn: Connection, ref: SpaceRef, doc: dict[str, Any], w: CheckedWrite, now: datetime
+    ) -> bool:
+        """Lock the row, check the write's condition, then create or replace the document
+        in one change (:mod:`cairn.store.sql_write`); return whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
             current = conn.execute(self._sql.lock_doc, doc).first()
             check_precondition(
                 w.path, current.etag if current else None, w.if_match, w.if_none_match
             )
-            if current is None:
-                if conn.execute(self._sql.insert_doc, doc).first() is not None:
-                    return True, 0, None
-                # A concurrent writer created it and has committed: lock and replace it.
-                continue
-            conn.execute(self._sql.update_doc, doc)
-            return False, int(current.size_bytes), str(current.etag)
+            old_size = 0 if current is None else int(current.size_bytes)
+            changed = current is None or current.etag != w.etag
+            done = self._change(
+                conn,
+                ref,
+                doc,
+                "insert" if current is None else "update",
+                len(w.data) - old_size,
+                # New content: its old chunks go now; the next search of the space (or the
+                # indexer) chunks it again (reconcile), so a write never waits on analysis.
+                drop_chunks=current is not None and changed,
+                # The same bytes again make no new version.
+                version=(w.data, w.etag) if changed else None,
+                at=now,
+                attributed=_attributed_team(w.grant),
+            )
+            if done:
+                return current is None
+            # A concurrent writer created it and has committed: lock and replace it.
         raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         addr = self._address(ref)
-        attributed = _attributed_team(d.grant)
         key = {**addr, "p": d.path}
         with write_transaction(self.engine) as conn:
             current = conn.execute(self._sql.lock_doc, key).first()
             if current is None:
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
-            conn.execute(self._sql.delete_doc, key)
-            conn.execute(self._sql.delete_chunks, key)
-            if current.size_bytes:
-                self._charge(conn, ref, addr, -int(current.size_bytes), attributed)
-            else:
-                conn.execute(self._sql.bump_space, addr)
-            self._record_version(conn, ref, addr, d.path, self.clock())  # after the counters
+            self._change(
+                conn,
+                ref,
+                key,
+                "delete",
+                -int(current.size_bytes),
+                drop_chunks=True,
+                version=_DELETION,
+                at=self.clock(),
+                attributed=_attributed_team(d.grant),
+            )
             if d.grant is not None and ref.is_global:
                 _audit(conn, d.grant, "delete", ref, d.path)
 
@@ -569,14 +596,14 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                     "to replace it"
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
-            if replaced is not None and replaced.size_bytes:
-                self._charge(conn, ref, addr, -int(replaced.size_bytes), _attributed_team(m.grant))
-            else:
-                conn.execute(self._sql.bump_space, addr)
-            # History, after the counters: the old path ends, the new one gets the content.
+            # History: the old path ends (crediting what the move replaced), the new one
+            # gets the content as its next version.
             content = conn.execute(self._sql.read_doc, target).one().content
-            self._record_version(conn, ref, addr, m.path, now)
-            self._record_version(conn, ref, addr, m.to, now, content.encode("utf-8"), current.etag)
+            attributed = _attributed_team(m.grant)
+            freed = -int(replaced.size_bytes) if replaced is not None else 0
+            self._change(conn, ref, key, None, freed, False, _DELETION, now, attributed)
+            moved = (content.encode("utf-8"), str(current.etag))
+            self._change(conn, ref, target, None, 0, False, moved, now, None)
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)
         return WriteResult(m.to, int(current.size_bytes), str(current.etag), replaced is None)
@@ -587,41 +614,73 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             return NO_TENANT, self.limits.instance_quota
         return ref.tenant, self.limits.team_quota
 
-    def _charge(
+    def _time(self, at: datetime) -> Any:
+        """``at`` as the change statement binds a timestamp (SQLite: SQLAlchemy's text)."""
+        bind = self._change_sql.bind_time
+        return utc(at) if bind is None else bind(utc(at))
+
+    def _change(
         self,
         conn: Connection,
         ref: SpaceRef,
-        addr: dict[str, str],
+        key: dict[str, Any],
+        doc: DocStep,
         delta: int,
+        drop_chunks: bool,
+        version: tuple[bytes | None, str] | None,
+        at: datetime,
         attributed: str | None,
-    ) -> None:
-        """Apply ``delta`` to every counter of the space, refusing past a quota; bump the
-        space's ``search_version`` with its counter."""
-        fresh = max(delta, 0)
+    ) -> bool:
+        """One change of the path ``key`` (its address and path, plus the document's
+        fields when ``doc`` writes it), under the row lock the caller holds: the document,
+        its chunks (``drop_chunks``), ``delta`` charged to every counter of the space
+        (refusing past a quota, bumping the space's ``search_version``), and ``version``
+        ((content, etag), or (None, '') for a deletion marker; None: no new version)
+        appended. False when the insert met a concurrent creator (nothing was done)."""
+        tenant, default = self._aggregate(ref)
         subcap = self.limits.subcap(ref.visibility)
         cap = subcap if subcap > 0 else _UNCAPPED
-        row = conn.execute(
-            self._sql.charge_space, {**addr, "d": delta, "fresh": fresh, "cap": cap}
-        ).first()
-        if row is None:
-            used = conn.execute(self._sql.space_used, addr).scalar() or 0
+        data, etag = version if version is not None else (None, "")
+        packed = None if data is None else pack_version(data)
+        params = {
+            **key,
+            "tt": tenant,
+            "d": delta,
+            "fresh": max(delta, 0),
+            "cap": cap,
+            "default_quota": default,
+            "vetag": etag,
+            "vsize": 0 if data is None else len(data),
+            "stored": 0 if packed is None else len(packed),
+            "packed": packed,
+            "at": self._time(at),
+            "actor": current_actor()[:256],
+            "deleted": data is None,
+        }
+        record = version is not None and self.keeps_history
+        got = self._change_sql.run(conn, doc, drop_chunks, record, params)
+        if not got.doc_done:
+            return False
+        if got.space_used is None:
+            used = conn.execute(self._sql.space_used, key).scalar() or 0
             raise _exceeded("space", int(used), subcap, delta)
-        if delta > 0 and row.used_bytes > cap:  # a counter created by this very write
+        if delta > 0 and got.space_used > cap:  # a counter created by this very change
             raise _exceeded("space", 0, subcap, delta)
-
-        tenant, default = self._aggregate(ref)
-        params = {"t": tenant, "d": delta, "fresh": fresh, "default_quota": default}
-        row = conn.execute(self._sql.charge_tenant, params).first()
-        if row is None or (delta > 0 and row.used_bytes > row.quota_bytes):
+        team = got.team
+        if team is None or (delta > 0 and team.used_bytes > team.quota_bytes):
             limit = "instance" if ref.is_global else "team"
-            if row is not None:  # a counter created by this very write, over its quota
-                raise _exceeded(limit, 0, int(row.quota_bytes), delta)
+            if team is not None:  # a counter created by this very change, over its quota
+                raise _exceeded(limit, 0, int(team.quota_bytes), delta)
             current = conn.execute(self._sql.tenant_used, {"t": tenant}).one()
             raise _exceeded(limit, int(current.used_bytes), int(current.quota_bytes), delta)
-
         if attributed is not None:
-            team = {**params, "t": attributed, "default_quota": self.limits.team_quota}
-            conn.execute(self._sql.attribute_tenant, team)
+            row = {"t": attributed, "d": delta, "fresh": max(delta, 0)}
+            conn.execute(
+                self._sql.attribute_tenant, {**row, "default_quota": self.limits.team_quota}
+            )
+        if got.version is not None:
+            self._keep_history(conn, tenant, key, got.version, team)
+        return True
 
     # --- Admin --------------------------------------------------------------------------
 

@@ -8,23 +8,23 @@ store's engine, row addressing (``_address``), limits and clock.
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import read_transaction, utc, write_transaction
-from cairn.documents import Document, DocumentInfo, VersionInfo, current_actor
+from cairn.documents import Document, DocumentInfo, VersionInfo
 from cairn.errors import InvalidRequest
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef
 from cairn.store.sql_schema import memory_document_versions, memory_tenant_usage
+from cairn.store.sql_write import Team
 
 V = memory_document_versions
 T = memory_tenant_usage
@@ -39,17 +39,6 @@ _RAW = b"\x00"
 #: Versions pruned per statement when a team's history is over its quota.
 _PRUNE_BATCH = 200
 
-#: Columns of a version row, in the order the raw INSERT binds them.
-_VERSION_COLUMNS = (
-    "tenant_id, space_key, path, version, space_id, etag, size_bytes, stored_bytes, content, "
-    "at, actor, deleted"
-)
-_VERSION_VALUES = (
-    ":t, :k, :p, {version}, :sid, :etag, :size, :stored, :content, :at, :actor, :deleted"
-)
-_ONE_PATH = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
-_COUNTER_COLUMNS = "history_used_bytes, history_quota_bytes, quota_bytes, history_versions"
-
 # Aliases: SqlStore defines a method called ``list``.
 Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
@@ -59,70 +48,11 @@ def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
-class _Counter(NamedTuple):
-    """The team's history counter and limits, as the write's bump of it returns them."""
-
-    history_used_bytes: int
-    history_quota_bytes: int | None
-    quota_bytes: int
-    history_versions: int | None
-
-
 class _HistoryStatements:
-    """The history's statements, built once per store.
+    """The history's statements that are not part of a change (the change statement,
+    :mod:`cairn.store.sql_write`, appends the versions), built once per store."""
 
-    The statements of every write (``record_*``) are SQL text run on the driver's own
-    cursor: they run in every write transaction, and SQLAlchemy's per-statement work
-    (cache key, parameter and result processing) cost more than SQLite's execution of
-    them. On PostgreSQL the three steps (read the path's newest version, insert the new
-    one, bump the team's history counter) are ONE statement of data-modifying CTEs, so
-    history adds one round trip to a write; SQLite runs in-process, so three plain
-    statements cost little more than one.
-    """
-
-    def __init__(self, dialect: Dialect) -> None:
-        self.postgres = dialect.name == "postgresql"
-        #: ``at`` as the dialect stores a timestamp (SQLite: SQLAlchemy's text form, which
-        #: every other statement compares with); None: the driver's own.
-        self.bind_at: Callable[[Any], Any] | None = V.c.at.type.dialect_impl(
-            dialect
-        ).bind_processor(dialect)
-        latest = (
-            f"SELECT version, stored_bytes, deleted FROM memory_document_versions "
-            f"WHERE {_ONE_PATH} ORDER BY version DESC LIMIT 1"
-        )
-        counter = (
-            "UPDATE memory_tenant_usage SET history_used_bytes = history_used_bytes + {grown} "
-            f"WHERE tenant_id = :tt RETURNING {_COUNTER_COLUMNS}"
-        )
-        self.record_latest = self.record_insert = self.record_bump = ""
-        if self.postgres:
-            # The CTEs all see the snapshot the statement started with: ``prev`` is the
-            # newest version before this insert. RETURNING of the counter is NULL when the
-            # team has no counter row yet (the LEFT JOIN).
-            statement = (
-                f"WITH prev AS ({latest}), "
-                f"ins AS (INSERT INTO memory_document_versions ({_VERSION_COLUMNS}) VALUES ("
-                + _VERSION_VALUES.format(version="coalesce((SELECT version FROM prev), 0) + 1")
-                + ") RETURNING version), "
-                "bump AS ("
-                + counter.format(
-                    grown="coalesce((SELECT stored_bytes FROM prev WHERE NOT deleted), 0)"
-                )
-                + ") SELECT ins.version, "
-                + ", ".join(f"bump.{c.strip()}" for c in _COUNTER_COLUMNS.split(","))
-                + " FROM ins LEFT JOIN bump ON true"
-            )
-            self.record_pg = _pyformat(statement)
-        else:
-            self.record_pg = ""
-            self.record_latest = latest
-            self.record_insert = (
-                f"INSERT INTO memory_document_versions ({_VERSION_COLUMNS}) VALUES ("
-                + _VERSION_VALUES.format(version=":v")
-                + ")"
-            )
-            self.record_bump = counter.format(grown=":d")
+    def __init__(self) -> None:
         space = (V.c.tenant_id == _bp("t"), V.c.space_key == _bp("k"), V.c.space_id == _bp("sid"))
         one = (*space, V.c.path == _bp("p"))
         self.versions = (
@@ -181,36 +111,13 @@ class _HistoryStatements:
         )
 
 
-def _driver(
-    conn: Connection, sql: str, params: dict[str, Any], *, fetch: bool = True
-) -> tuple[Any, ...] | None:
-    """Run ``sql`` on the driver's cursor of ``conn``, in its transaction: its first row
-    (``fetch``). A driver error is raised as SQLAlchemy's (cairn.db translates those)."""
-    dbapi: Any = conn.dialect.dbapi
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(sql, params)
-        return cursor.fetchone() if fetch else None
-    except dbapi.Error as exc:
-        raise sa.exc.DBAPIError.instance(
-            sql, params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
-        ) from exc
-    finally:
-        cursor.close()
-
-
-def _pack(data: bytes) -> bytes:
+def pack_version(data: bytes) -> bytes:
     """A version's content as stored: zlib, or as it is behind a zero byte when small."""
     return _RAW + data if len(data) < _COMPRESS_FROM else zlib.compress(data, _ZLIB_LEVEL)
 
 
 def _unpack(stored: bytes) -> bytes:
     return stored[1:] if stored[:1] == _RAW else zlib.decompress(stored)
-
-
-def _pyformat(sql: str) -> str:
-    """``:name`` parameters as psycopg's ``%(name)s``."""
-    return re.sub(r":(\w+)", r"%(\1)s", sql)
 
 
 class DocumentHistory:
@@ -226,64 +133,26 @@ class DocumentHistory:
 
     # --- Writing: called inside the mutation's own transaction -------------------------------
 
-    def _record_version(
-        self,
-        conn: Connection,
-        ref: SpaceRef,
-        addr: dict[str, str],
-        path: str,
-        at: datetime,
-        data: bytes | None = None,
-        etag: str = "",
+    def _keep_history(
+        self, conn: Connection, tenant: str, key: dict[str, str], version: int, team: Team
     ) -> None:
-        """Append the version ``data`` (None: a deletion marker) of ``path``, which the
-        caller holds the row lock of, then keep the team's history within its limits."""
-        key = {**addr, "p": path}
-        packed = None if data is None else _pack(data)
-        tenant, _ = self._aggregate(ref)
-        row = {
-            **key,
-            "tt": tenant,
-            "etag": etag,
-            "size": 0 if data is None else len(data),
-            "stored": 0 if packed is None else len(packed),
-            "content": packed,
-            "at": utc(at) if self._hist.bind_at is None else self._hist.bind_at(utc(at)),
-            "actor": current_actor()[:256],
-            "deleted": data is None,
-        }
-        version, limits = self._append_version(conn, row)
-        if limits is None:  # no counter row yet (a delete before any charge): nothing to keep
-            return
-        keep = int(limits.history_versions or self.limits.history_versions)
+        """Keep the team's history within its limits after ``version`` of the path ``key``
+        was appended (the change statement grew the history counter to ``team``'s):
+        the path's versions past the per-document count, then the team's oldest replaced
+        versions past its history quota, go in the same transaction."""
+        keep = int(team.history_versions or self.limits.history_versions)
         freed = 0
         if version > keep:
             freed += sum(
                 int(r.stored_bytes)
                 for r in conn.execute(self._hist.trim, {**key, "upto": version - keep})
             )
-        quota = self._history_quota(limits)
-        used = int(limits.history_used_bytes) - freed
+        used = int(team.history_used_bytes) - freed
+        quota = self._history_quota(team)
         if used > quota:
             freed += self._prune_oldest(conn, tenant, used - quota)
         if freed:
             conn.execute(self._hist.bump, {"t": tenant, "d": -freed})
-
-    def _append_version(self, conn: Connection, row: dict[str, Any]) -> tuple[int, _Counter | None]:
-        """Insert the version ``row`` numbered after the path's newest and add the version
-        it replaced to the team's history counter: (its number, the counter after)."""
-        h = self._hist
-        if h.postgres:
-            got = _driver(conn, h.record_pg, row)
-            assert got is not None  # the INSERT always returns its row
-            counter = None if got[1] is None else _Counter(*got[1:])
-            return int(got[0]), counter
-        previous = _driver(conn, h.record_latest, row)
-        version = 1 if previous is None else int(previous[0]) + 1
-        _driver(conn, h.record_insert, {**row, "v": version}, fetch=False)
-        grown = 0 if previous is None or previous[2] else int(previous[1])
-        got = _driver(conn, h.record_bump, {"tt": row["tt"], "d": grown})
-        return version, None if got is None else _Counter(*got)
 
     def _history_quota(self, row: Any) -> int:
         if row.history_quota_bytes is not None:

@@ -187,7 +187,7 @@ MIGRATIONS.append(
 # write, delete or move that made it: ``content`` is the version's UTF-8 text compressed with
 # zlib (NULL for a deletion marker), ``stored_bytes`` its compressed length (what the history
 # quota counts); since the history's write path was made cheaper, a version under 4 KB is its
-# text after a zero byte instead (cairn.store.sql_history._pack). ``version`` counts from 1
+# text after a zero byte instead (cairn.store.sql_history.pack_version). ``version`` counts from 1
 # per path and is taken under the document row's lock, so concurrent writers of one document
 # number their versions in commit order.
 # ``memory_tenant_usage`` gains the team's history counter and its history limits (NULL: the

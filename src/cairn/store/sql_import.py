@@ -1,0 +1,149 @@
+"""The SQL store's import batch: the documents of one import written many to a transaction.
+
+A single :meth:`~cairn.store.sql.SqlStore.write` pays a transaction per document — on
+PostgreSQL its round trips and a durable commit (an fsync), on SQLite a WAL commit. An
+import of thousands of documents paid that thousands of times. The batch writes up to
+:data:`BATCH_DOCUMENTS` documents (or about :data:`BATCH_BYTES`) per transaction, and
+commits them once:
+
+* each document goes through exactly the steps of a single write, in the batch's
+  transaction — the shared prelude (:meth:`~cairn.store.base.MemoryStore.check_write`:
+  path, authority, size, secrets), the row lock and the create-only condition, then the
+  one change statement (:mod:`cairn.store.sql_write`: the document, its old chunks, the
+  space and team counters' compare-and-swap, the new version and the history counter)
+  and, for a global space, the audit row. So it is refused exactly as a write would
+  refuse it, history is recorded and the search index is told as for a write; charging
+  the counters per document costs nothing extra (they are steps of the statement that
+  writes the document), and the database checks each charge against the counters as
+  the batch has left them;
+* each document runs inside a savepoint: a refusal rolls back that document only, and
+  the batch goes on;
+* lock order: a single write locks its document, then the space and team counters. In a
+  batch, the second document is locked while the batch holds the counters. On SQLite
+  writers queue on the database lock, so this is moot; on PostgreSQL the batch waits for
+  a document lock at most :data:`LOCK_WAIT` (``SET LOCAL lock_timeout``): a writer that
+  holds the document and waits for the counters the batch holds is never waited on for
+  long — the batch commits what it has, releasing the counters, and writes that document
+  as a single write (which waits in the usual order), then starts a new batch. No cycle
+  of waits lasts, so no deadlock;
+* what the batch wrote is durable when it commits: an import answers after its last
+  batch has committed. An exception that escapes the import rolls back the batch in
+  progress (the batches before it stay, as the documents of an interrupted import of
+  single writes stayed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RootTransaction
+
+from cairn.db import translated_errors
+from cairn.spaces import SpaceRef
+from cairn.store.base import ImportWriter, PlatformGrant, WriteResult
+
+if TYPE_CHECKING:
+    from cairn.store.sql import SqlStore
+
+#: Documents per transaction.
+BATCH_DOCUMENTS: Final = 200
+#: Bytes per transaction (about: the document that passes it ends the batch).
+BATCH_BYTES: Final = 8 * 1024 * 1024
+#: How long a batch waits for a document's row lock on PostgreSQL before it commits what
+#: it has and writes that document alone.
+LOCK_WAIT: Final = "200ms"
+#: PostgreSQL's SQLSTATE for ``lock_timeout``.
+_LOCK_NOT_AVAILABLE: Final = "55P03"
+
+
+class _Batch:
+    def __init__(self, store: SqlStore, ref: SpaceRef, grant: PlatformGrant | None) -> None:
+        self.store = store
+        self.ref = ref
+        self.grant = grant
+        self.postgres = store.engine.dialect.name == "postgresql"
+        self.conn: Connection | None = None
+        self.tx: RootTransaction | None = None
+        self.docs = 0
+        self.bytes = 0
+
+    def write(self, path: str, content: str, create_only: bool) -> WriteResult:
+        store = self.store
+        w = store.check_write(self.ref, path, content, None, create_only, self.grant)
+        with translated_errors():
+            conn = self._open()
+            savepoint = conn.begin_nested()
+            try:
+                result = store._write_in(conn, self.ref, w)
+            except sa.exc.OperationalError as exc:
+                savepoint.rollback()
+                if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                    raise
+                # Another writer holds the document (and may wait for the counters this
+                # batch holds): release them, then write it as a single write.
+                self.commit()
+                return store._write(self.ref, w)
+            except BaseException:
+                savepoint.rollback()  # this document only: the batch goes on
+                raise
+            savepoint.commit()
+            self.docs += 1
+            self.bytes += len(w.data)
+            if self.docs >= BATCH_DOCUMENTS or self.bytes >= BATCH_BYTES:
+                self.commit()
+            return result
+
+    def _open(self) -> Connection:
+        if self.conn is not None:
+            return self.conn
+        conn = self.store.engine.connect()
+        try:
+            if not self.postgres:
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+            self.tx = conn.begin()
+            if self.postgres:
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        return conn
+
+    def commit(self) -> None:
+        self._end(commit=True)
+
+    def rollback(self) -> None:
+        self._end(commit=False)
+
+    def _end(self, *, commit: bool) -> None:
+        conn, tx = self.conn, self.tx
+        self.conn, self.tx, self.docs, self.bytes = None, None, 0, 0
+        if conn is None:
+            return
+        try:
+            if tx is not None and tx.is_active:
+                if commit:
+                    tx.commit()
+                else:
+                    tx.rollback()
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def import_batch(
+    store: SqlStore, ref: SpaceRef, grant: PlatformGrant | None
+) -> Iterator[ImportWriter]:
+    """The writer of one import into ``ref`` (see the module's docstring)."""
+    batch = _Batch(store, ref, grant)
+    try:
+        yield batch.write
+    except BaseException:
+        with contextlib.suppress(Exception):
+            batch.rollback()
+        raise
+    with translated_errors():
+        batch.commit()

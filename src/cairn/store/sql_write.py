@@ -1,0 +1,213 @@
+"""The SQL store's change statement: what every write, delete and move of a document does
+after it has locked the document row, in as few round trips as the dialect allows.
+
+A change is up to six steps, always in this order (the store's lock order: document →
+its chunks → space counter → team counter, then the history, which only inserts):
+
+1. ``doc``: the document row itself — inserted (``ON CONFLICT DO NOTHING``: a concurrent
+   creator makes it return nothing), updated, deleted, or left alone (a move does its
+   own);
+2. ``gone``: the path's chunks dropped (new content is chunked again by the next search);
+3. ``space``: the space counter's compare-and-swap (``used + d <= cap``, a credit always
+   passes) with the space's ``search_version`` bumped;
+4. ``team``: the team (or instance) counter's compare-and-swap, and, in the same row
+   update, the team's history counter grown by the version this change replaces;
+5. ``ins``: the new version (or deletion marker) numbered after the path's newest.
+
+On PostgreSQL the steps are data-modifying CTEs of ONE statement, each reading the one
+before it (``FROM doc``, ``FROM space``, ...), so a step that refuses (the insert that
+met a concurrent creator, a counter over its quota) stops every later one, the database
+runs them in the order above, and the whole change is one round trip. SQLite has no
+data-modifying CTEs; it runs the same step texts one by one on the driver's cursor
+(in-process, so a statement costs microseconds), stopping at the first that refuses.
+Either way :meth:`ChangeStatements.run` answers what each step did; the store raises
+the refusal, which rolls the transaction back.
+
+The statements are SQL text run on the driver's own cursor: SQLAlchemy's per-statement
+work (cache key, parameter and result processing) cost more than SQLite's execution of
+them, and as much as a round trip on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Dialect
+
+from cairn.store.sql_schema import memory_documents
+
+#: What a change does to the document row (None: nothing; a move moves it itself).
+DocStep = Literal["insert", "update", "delete"] | None
+
+_ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
+_DOC = {
+    "insert": (
+        "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
+        "content, size_bytes, etag, updated_at) "
+        "VALUES (:t, :k, :p, :sid, :vis, :content, :size, :etag, :now) "
+        "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING 1"
+    ),
+    "update": (
+        "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
+        f"updated_at = :now WHERE {_ONE} RETURNING 1"
+    ),
+    "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
+}
+_GONE = f"DELETE FROM memory_chunks WHERE {_ONE}"
+_SPACE = (
+    "INSERT INTO memory_space_usage AS s (tenant_id, space_key, space_id, used_bytes, "
+    "search_version) SELECT :t, :k, :sid, :fresh, 1{src} WHERE true "
+    "ON CONFLICT (tenant_id, space_key) DO UPDATE SET "
+    "used_bytes = CASE WHEN s.used_bytes + :d < 0 THEN 0 ELSE s.used_bytes + :d END, "
+    "search_version = s.search_version + 1 "
+    "WHERE :d <= 0 OR s.used_bytes + :d <= :cap RETURNING used_bytes"
+)
+#: The stored bytes of the version this change replaces (0: none, or a deletion marker).
+_REPLACED = (
+    "coalesce((SELECT CASE WHEN deleted THEN 0 ELSE stored_bytes END "
+    f"FROM memory_document_versions WHERE {_ONE} ORDER BY version DESC LIMIT 1), 0)"
+)
+_TEAM_COUNTERS = (
+    "used_bytes, quota_bytes, history_used_bytes, history_quota_bytes, history_versions"
+)
+_TEAM = (
+    "INSERT INTO memory_tenant_usage AS u (tenant_id, used_bytes, quota_bytes, "
+    "history_used_bytes) SELECT :tt, :fresh, :default_quota, {grown}{src} WHERE true "
+    "ON CONFLICT (tenant_id) DO UPDATE SET "
+    "used_bytes = CASE WHEN u.used_bytes + :d < 0 THEN 0 ELSE u.used_bytes + :d END, "
+    "history_used_bytes = u.history_used_bytes + {grown} "
+    f"WHERE :d <= 0 OR u.used_bytes + :d <= u.quota_bytes RETURNING {_TEAM_COUNTERS}"
+)
+_INS = (
+    "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
+    "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
+    "SELECT :t, :k, :p, coalesce((SELECT max(version) FROM memory_document_versions "
+    f"WHERE {_ONE}), 0) + 1, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, :deleted"
+    "{src} WHERE true RETURNING version"
+)
+
+
+class Team(NamedTuple):
+    """The team (or instance) counter after the change."""
+
+    used_bytes: int
+    quota_bytes: int
+    history_used_bytes: int
+    history_quota_bytes: int | None
+    history_versions: int | None
+
+
+class Outcome(NamedTuple):
+    """What each step did; a step after one that refused did nothing (None)."""
+
+    #: False: the insert met a concurrent creator (nothing else happened).
+    doc_done: bool
+    space_used: int | None
+    team: Team | None
+    version: int | None
+
+
+def _pyformat(sql: str) -> str:
+    """``:name`` parameters as psycopg's ``%(name)s``."""
+    return re.sub(r":(\w+)", r"%(\1)s", sql)
+
+
+class ChangeStatements:
+    """The change statement's texts for one dialect, built once per variant."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.postgres = dialect.name == "postgresql"
+        #: A timestamp as the dialect stores it (SQLite: SQLAlchemy's text form, which every
+        #: other statement compares with); None: the driver's own.
+        impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
+        self.bind_time: Callable[[Any], Any] | None = impl.bind_processor(dialect)
+        self._built: dict[tuple[DocStep, bool, bool], str] = {}
+        self._steps: dict[tuple[DocStep, bool, bool], list[tuple[str, str]]] = {}
+
+    def run(
+        self,
+        conn: Connection,
+        doc: DocStep,
+        drop_chunks: bool,
+        record: bool,
+        params: dict[str, Any],
+    ) -> Outcome:
+        """Run the change in ``conn``'s transaction: ``doc``, then (``drop_chunks``) the
+        path's chunks, the counters, and (``record``) the new version."""
+        key = (doc, drop_chunks, record)
+        dbapi: Any = conn.dialect.dbapi
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            if self.postgres:
+                sql = self._built.get(key) or self._built.setdefault(key, self._postgres(*key))
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+                team = None if row[2] is None else Team(*row[2:7])
+                return Outcome(bool(row[0]), row[1], team, row[7])
+            steps = self._steps.get(key) or self._steps.setdefault(key, self._sqlite(*key))
+            return self._run_sqlite(cursor, steps, params)
+        except dbapi.Error as exc:
+            # Raised as SQLAlchemy's, which cairn.db translates.
+            raise sa.exc.DBAPIError.instance(
+                "change", params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
+            ) from exc
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _run_sqlite(cursor: Any, steps: list[tuple[str, str]], params: dict[str, Any]) -> Outcome:
+        got: dict[str, Any] = {}
+        for name, sql in steps:
+            cursor.execute(sql, params)
+            row = cursor.fetchone() if name != "gone" else ()
+            if row is None:
+                break
+            got[name] = row
+        team = got.get("team")
+        return Outcome(
+            "doc" in got or not any(name == "doc" for name, _ in steps),
+            got["space"][0] if "space" in got else None,
+            None if team is None else Team(*team),
+            got["ins"][0] if "ins" in got else None,
+        )
+
+    @staticmethod
+    def _sqlite(doc: DocStep, drop_chunks: bool, record: bool) -> list[tuple[str, str]]:
+        steps = [] if doc is None else [("doc", _DOC[doc])]
+        if drop_chunks:
+            steps.append(("gone", _GONE))
+        steps.append(("space", _SPACE.format(src="")))
+        steps.append(("team", _TEAM.format(grown=_REPLACED if record else "0", src="")))
+        if record:
+            steps.append(("ins", _INS.format(src="")))
+        return steps
+
+    @staticmethod
+    def _postgres(doc: DocStep, drop_chunks: bool, record: bool) -> str:
+        ctes: list[str] = []
+        sources: list[str] = []
+        if doc is not None:
+            ctes.append(f"doc AS ({_DOC[doc]})")
+            sources.append("doc")
+        if drop_chunks:
+            after_doc = " AND EXISTS (SELECT 1 FROM doc)" if doc is not None else ""
+            ctes.append(f"gone AS ({_GONE}{after_doc} RETURNING 1)")
+            # Read in full before the counters: the chunks are locked before the space row.
+            sources.append("(SELECT count(*) FROM gone) AS g")
+        src = f" FROM {', '.join(sources)}" if sources else ""
+        ctes.append(f"space AS ({_SPACE.format(src=src)})")
+        grown = _REPLACED if record else "0"
+        ctes.append(f"team AS ({_TEAM.format(grown=grown, src=' FROM space')})")
+        if record:
+            ctes.append(f"ins AS ({_INS.format(src=' FROM team')})")
+        done = "(SELECT count(*) FROM doc)" if doc is not None else "1"
+        version = "(SELECT version FROM ins)" if record else "NULL"
+        team_cols = ", ".join(f"tm.{c.strip()}" for c in _TEAM_COUNTERS.split(","))
+        sql = (
+            f"WITH {', '.join(ctes)} SELECT {done}, (SELECT used_bytes FROM space), "
+            f"{team_cols}, {version} FROM (SELECT 1) AS one LEFT JOIN team AS tm ON true"
+        )
+        return _pyformat(sql)

@@ -1,0 +1,136 @@
+"""The SQL store's import batch (cairn.store.sql_import): many documents to a transaction,
+each refused exactly as a write would refuse it, with history and counters as for writes,
+and a document held by another writer written alone instead of waited on under the
+batch's counter locks."""
+
+from __future__ import annotations
+
+import io
+import threading
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from cairn.errors import PreconditionFailed, QuotaExceeded, SecretDetected
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store import sql_import
+from cairn.store.base import ImportStrategy, PlatformGrant
+from cairn.store.sql import SqlStore
+from cairn.store.sql_schema import memory_document_versions
+from tests.conformance.archives import regular, tar_gz
+from tests.unit.conftest import Backend
+
+REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
+GLOBAL = SpaceRef.build(Visibility.GLOBAL, "catalogue")
+AWS_KEY = "AKIA" + "QYLPMN5HHHFPZAM2"
+
+
+def _versions(store: SqlStore) -> int:
+    with store.engine.connect() as conn:
+        return int(
+            conn.execute(sa.select(sa.func.count()).select_from(memory_document_versions)).scalar()
+            or 0
+        )
+
+
+def test_a_refused_member_leaves_the_batch_going(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_import, "BATCH_DOCUMENTS", 3)  # several batches, one refusal each
+    store = backend.open(Limits(team_quota=10_000))
+    store.write(REF, "taken.md", "already here")
+    with store.import_writer(REF, None) as write:
+        outcomes: list[str] = []
+        for i in range(8):
+            try:
+                write(f"n{i}.md", f"note {i}", True)
+                outcomes.append("ok")
+            except Exception as exc:
+                outcomes.append(type(exc).__name__)
+            for path, body, error in (
+                ("taken.md", "again", PreconditionFailed),
+                (f"big{i}.md", "x" * 20_000, QuotaExceeded),
+                (f"s{i}.md", f"key {AWS_KEY}", SecretDetected),
+            ):
+                with pytest.raises(error):
+                    write(path, body, True)
+    assert outcomes == ["ok"] * 8
+    assert [d.path for d in store.list(REF)] == sorted(
+        ["taken.md", *(f"n{i}.md" for i in range(8))]
+    )
+    assert store.read(REF, "taken.md").content == "already here"
+    usage = store.usage(REF)
+    assert usage.used_bytes == sum(d.size_bytes for d in store.list(REF))
+    assert usage.team_used_bytes == usage.used_bytes
+    assert [v.version for v in store.versions(REF, "n7.md")] == [1]
+    assert _versions(store) == 9
+
+
+def test_an_import_writes_as_writes_do(backend: Backend) -> None:
+    store = backend.open()
+    store.write(REF, "a.md", "old a")
+    members = [regular(f"d/{i}.md", f"doc {i}") for i in range(450)] + [regular("a.md", "new a")]
+    report = store.import_archive(REF, io.BytesIO(tar_gz(members)), ImportStrategy.OVERWRITE)
+    assert len(report.written) == 451 and not report.rejected
+    assert len(store.list(REF)) == 451
+    assert [v.version for v in store.versions(REF, "a.md")] == [2, 1]
+    assert store.read_version(REF, "a.md", 1).content == "old a"
+    assert store.usage(REF).used_bytes == sum(d.size_bytes for d in store.list(REF))
+
+
+def test_a_global_import_is_audited_per_document(backend: Backend) -> None:
+    store = backend.open()
+    grant = PlatformGrant("admin-token", importing=True)
+    members = [regular(f"{i}.md", f"g {i}") for i in range(3)]
+    store.import_archive(GLOBAL, io.BytesIO(tar_gz(members)), grant=grant)
+    imports = [r for r in store.audit_log() if r["action"] == "memory.global_import"]
+    assert sorted(r["path"] for r in imports) == ["0.md", "1.md", "2.md"]
+
+
+def test_an_escaping_error_rolls_back_the_batch_in_progress(backend: Backend) -> None:
+    store = backend.open()
+    with pytest.raises(RuntimeError), store.import_writer(REF, None) as write:
+        write("a.md", "a", False)
+        raise RuntimeError("the archive broke")
+    assert store.list(REF) == []
+    assert store.usage(REF).used_bytes == 0
+
+
+@pytest.mark.postgres
+def test_a_document_another_writer_holds_is_written_alone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PostgreSQL only: SQLite's writers queue on the database lock, so no row is held.
+    monkeypatch.setattr(sql_import, "LOCK_WAIT", "50ms")
+    store = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:16]}")
+    store.write(REF, "held.md", "before")
+    locked, release = threading.Event(), threading.Event()
+    key = store._address(REF)
+
+    def hold() -> None:
+        # A writer that holds the document's row and then wants the space counter,
+        # which the batch holds by then: a deadlock if the batch waited for the row.
+        with store.engine.begin() as conn:
+            conn.execute(store._sql.lock_doc, {**key, "p": "held.md"}).first()
+            locked.set()
+            release.wait(10)
+            conn.execute(store._sql.bump_space, key)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    locked.wait(10)
+    try:
+        with store.import_writer(REF, None) as write:
+            write("first.md", "first", False)  # the batch now holds the counters
+            release.set()  # the holder now waits for the space counter
+            write("held.md", "after", False)
+            write("last.md", "last", False)
+    finally:
+        release.set()
+        holder.join(10)
+    assert store.read(REF, "held.md").content == "after"
+    assert [d.path for d in store.list(REF)] == ["first.md", "held.md", "last.md"]
+    assert store.usage(REF).used_bytes == sum(d.size_bytes for d in store.list(REF))
+    store.close()
