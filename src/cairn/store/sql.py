@@ -487,6 +487,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     # --- Writes -------------------------------------------------------------------------
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        self._address(ref)  # a tenant-less team ref is refused before any I/O
         with write_transaction(self.engine) as conn:
             return self._write_in(conn, ref, w)
 
@@ -523,12 +524,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         """Lock the row, check the write's condition, then create or replace the document
         in one change (:mod:`cairn.store.sql_write`); return whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
-            current = conn.execute(self._sql.lock_doc, doc).first()
-            check_precondition(
-                w.path, current.etag if current else None, w.if_match, w.if_none_match
-            )
-            old_size = 0 if current is None else int(current.size_bytes)
-            changed = current is None or current.etag != w.etag
+            current = self._change_sql.lock(conn, doc)
+            check_precondition(w.path, current[1] if current else None, w.if_match, w.if_none_match)
+            old_size = 0 if current is None else current[0]
+            changed = current is None or current[1] != w.etag
             done = self._change(
                 conn,
                 ref,

@@ -43,6 +43,9 @@ from cairn.store.sql_schema import memory_documents
 DocStep = Literal["insert", "update", "delete"] | None
 
 _ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
+#: The row lock a write takes before its change (SQLite: its writers queue on BEGIN
+#: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE).
+_LOCK = f"SELECT size_bytes, etag FROM memory_documents WHERE {_ONE}"
 _DOC = {
     "insert": (
         "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
@@ -126,6 +129,23 @@ class ChangeStatements:
         self.bind_time: Callable[[Any], Any] | None = impl.bind_processor(dialect)
         self._built: dict[tuple[DocStep, bool, bool], str] = {}
         self._steps: dict[tuple[DocStep, bool, bool], list[tuple[str, str]]] = {}
+        self._lock = _pyformat(_LOCK + " FOR UPDATE") if self.postgres else _LOCK
+
+    def lock(self, conn: Connection, params: dict[str, Any]) -> tuple[int, str] | None:
+        """Lock the document row of ``params`` (its address and path): its (size, etag),
+        None when there is no document."""
+        dbapi: Any = conn.dialect.dbapi
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self._lock, params)
+            row = cursor.fetchone()
+        except dbapi.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                "lock", params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
+            ) from exc
+        finally:
+            cursor.close()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def run(
         self,
