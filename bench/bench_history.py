@@ -9,8 +9,8 @@ set; the filesystem store when it declares ``history``.
 on the SQL stores ``keeps_history = False``, so the change statement of every write
 (cairn.store.sql_write) leaves out the version insert and the history counter's growth (the
 same schema, the same statement otherwise); on the filesystem store ``_record_history``
-(the sidecar's insert, inside every write) a no-op. Each round writes into fresh stores, alternating which variant goes
-first, so neither always gets a warm cache.
+(the sidecar's insert, inside every write) a no-op. Each round writes into fresh stores,
+alternating which variant goes first, so neither always gets a warm cache.
 
     .venv/bin/python bench/bench_history.py                 # about a minute
     .venv/bin/python bench/bench_history.py --docs 2000 --rounds 5

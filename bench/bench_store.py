@@ -88,6 +88,32 @@ def _drop_schema(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+def commit_floor_ms(url: str, count: int = 300) -> float:
+    """p50 of one durable one-row upsert and its commit on ``url``: the fsync-bound floor
+    under any PostgreSQL write (a busy disk moves it from 0.2 to several ms)."""
+    import psycopg
+
+    samples: list[float] = []
+    table = f"cairn_bench_floor_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url) as conn:
+        conn.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
+        conn.commit()
+        try:
+            for i in range(count):
+                start = time.perf_counter()
+                conn.execute(
+                    f"INSERT INTO {table} VALUES (1, %s) "  # type: ignore[arg-type]
+                    "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                    (i,),
+                )
+                conn.commit()
+                samples.append(time.perf_counter() - start)
+        finally:
+            conn.execute(f"DROP TABLE {table}")  # type: ignore[arg-type]
+            conn.commit()
+    return pct(samples, 50) * 1e3
+
+
 def _sql_module() -> Any:
     try:
         return importlib.import_module("cairn.store.sql")
@@ -175,6 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         "export/import over the 100 KB space\n"
     )
     print_table(results)
+    by_name = {r.adapter: r.figures for r in results}
+    if "sqlite" in by_name and "postgres" in by_name:
+        # Issue 13: PostgreSQL's 1 KB writes against SQLite's, the same run.
+        def rate(name: str) -> float:
+            return float(by_name[name]["write 1 KB docs/s"].replace(",", ""))
+
+        ratio = rate("postgres") / rate("sqlite")
+        floor = commit_floor_ms(os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
+        print(f"\npostgres: a bare durable commit (one-row upsert) p50 ms  {floor:.2f}")
+        mark = "✓" if ratio >= 0.5 else "✗"
+        print(f"\npostgres ÷ sqlite, 1 KB writes/s  goal ≥ 0.5: {ratio:.2f} {mark}")
     return 0
 
 

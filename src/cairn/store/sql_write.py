@@ -113,6 +113,13 @@ class Outcome(NamedTuple):
     version: int | None
 
 
+def _grown(doc: DocStep, record: bool) -> str:
+    """What the team's history counter grows by: the version this change replaces. A
+    create replaces none that counts (the path's newest version, if any, is the marker of
+    its deletion), so it skips the lookup."""
+    return _REPLACED if record and doc != "insert" else "0"
+
+
 def _pyformat(sql: str) -> str:
     """``:name`` parameters as psycopg's ``%(name)s``."""
     return re.sub(r":(\w+)", r"%(\1)s", sql)
@@ -200,7 +207,7 @@ class ChangeStatements:
         if drop_chunks:
             steps.append(("gone", _GONE))
         steps.append(("space", _SPACE.format(src="")))
-        steps.append(("team", _TEAM.format(grown=_REPLACED if record else "0", src="")))
+        steps.append(("team", _TEAM.format(grown=_grown(doc, record), src="")))
         if record:
             steps.append(("ins", _INS.format(src="")))
         return steps
@@ -219,8 +226,7 @@ class ChangeStatements:
             sources.append("(SELECT count(*) FROM gone) AS g")
         src = f" FROM {', '.join(sources)}" if sources else ""
         ctes.append(f"space AS ({_SPACE.format(src=src)})")
-        grown = _REPLACED if record else "0"
-        ctes.append(f"team AS ({_TEAM.format(grown=grown, src=' FROM space')})")
+        ctes.append(f"team AS ({_TEAM.format(grown=_grown(doc, record), src=' FROM space')})")
         if record:
             ctes.append(f"ins AS ({_INS.format(src=' FROM team')})")
         done = "(SELECT count(*) FROM doc)" if doc is not None else "1"
