@@ -102,14 +102,14 @@ def commit_floor_ms(url: str, count: int = 300) -> float:
             for i in range(count):
                 start = time.perf_counter()
                 conn.execute(
-                    f"INSERT INTO {table} VALUES (1, %s) "  # type: ignore[arg-type]
+                    f"INSERT INTO {table} VALUES (1, %s) "
                     "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                     (i,),
                 )
                 conn.commit()
                 samples.append(time.perf_counter() - start)
         finally:
-            conn.execute(f"DROP TABLE {table}")  # type: ignore[arg-type]
+            conn.execute(f"DROP TABLE {table}")
             conn.commit()
     return pct(samples, 50) * 1e3
 
