@@ -515,7 +515,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         """Many documents to a transaction, each refused as a write would refuse it
         (:mod:`cairn.store.sql_import`)."""
         self._address(ref)  # a tenant-less team ref is refused before any I/O
-        with import_batch(self, ref, grant) as write:
+        with import_batch(self, ref) as write:
             yield write
 
     def _put(

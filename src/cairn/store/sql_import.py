@@ -6,9 +6,10 @@ import of thousands of documents paid that thousands of times. The batch writes 
 :data:`BATCH_DOCUMENTS` documents (or about :data:`BATCH_BYTES`) per transaction, and
 commits them once:
 
-* each document goes through exactly the steps of a single write, in the batch's
-  transaction — the shared prelude (:meth:`~cairn.store.base.MemoryStore.check_write`:
-  path, authority, size, secrets), the row lock and the create-only condition, then the
+* each document (a :class:`~cairn.store.base.CheckedWrite`: the archive ran the shared
+  prelude, :meth:`~cairn.store.base.MemoryStore.check_write`, once per member) goes
+  through exactly the steps of a single write past that prelude, in the batch's
+  transaction — the row lock and the create-only condition, then the
   one change statement (:mod:`cairn.store.sql_write`: the document, its old chunks, the
   space and team counters' compare-and-swap, the new version and the history counter)
   and, for a global space, the audit row. So it is refused exactly as a write would
@@ -43,7 +44,7 @@ from sqlalchemy.engine import Connection, RootTransaction
 
 from cairn.db import translated_errors
 from cairn.spaces import SpaceRef
-from cairn.store.base import ImportWriter, PlatformGrant, WriteResult
+from cairn.store.base import CheckedWrite, ImportWriter, WriteResult
 
 if TYPE_CHECKING:
     from cairn.store.sql import SqlStore
@@ -60,19 +61,17 @@ _LOCK_NOT_AVAILABLE: Final = "55P03"
 
 
 class _Batch:
-    def __init__(self, store: SqlStore, ref: SpaceRef, grant: PlatformGrant | None) -> None:
+    def __init__(self, store: SqlStore, ref: SpaceRef) -> None:
         self.store = store
         self.ref = ref
-        self.grant = grant
         self.postgres = store.engine.dialect.name == "postgresql"
         self.conn: Connection | None = None
         self.tx: RootTransaction | None = None
         self.docs = 0
         self.bytes = 0
 
-    def write(self, path: str, content: str, create_only: bool) -> WriteResult:
+    def write(self, w: CheckedWrite) -> WriteResult:
         store = self.store
-        w = store.check_write(self.ref, path, content, None, create_only, self.grant)
         with translated_errors():
             conn = self._open()
             savepoint = conn.begin_nested()
@@ -134,11 +133,9 @@ class _Batch:
 
 
 @contextlib.contextmanager
-def import_batch(
-    store: SqlStore, ref: SpaceRef, grant: PlatformGrant | None
-) -> Iterator[ImportWriter]:
+def import_batch(store: SqlStore, ref: SpaceRef) -> Iterator[ImportWriter]:
     """The writer of one import into ``ref`` (see the module's docstring)."""
-    batch = _Batch(store, ref, grant)
+    batch = _Batch(store, ref)
     try:
         yield batch.write
     except BaseException:
