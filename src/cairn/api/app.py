@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from cairn import __version__, web
 from cairn.api import errors, openapi
+from cairn.api.deps import app_state
 from cairn.api.indexer_process import IndexerProcess
 from cairn.api.metrics import Metrics
 from cairn.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
@@ -82,6 +83,7 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     app.state.audit = runtime.audit
     app.state.metrics = metrics
     app.state.login_throttle = LoginThrottle(config.login_failures_per_minute, 60.0)
+    app.state.view = app_state(app.state)
 
     errors.install(app)
     openapi.install(app)
