@@ -33,6 +33,7 @@ from cairn.config import Config
 
 ADMIN = "bench-admin-token-0123456789abcdef"
 SPACE = {"name": "bench", "project": "p"}
+PASSWORD = "bench-password-0123456789"
 
 
 class Counts:
@@ -63,11 +64,13 @@ def instrument(engine: Any, counts: Counts) -> None:
 
 
 def scope(method: str, query: dict[str, str], key: str, body: bytes) -> dict[str, Any]:
-    headers = [
-        (b"host", b"bench"),
-        (b"authorization", f"Bearer {key}".encode()),
-        (b"user-agent", b"bench"),
-    ]
+    """An ASGI scope; ``key`` is an API key, or ``cookie:VALUE`` for a browser session."""
+    credential = (
+        (b"cookie", f"cairn_session={key[7:]}".encode())
+        if key.startswith("cookie:")
+        else (b"authorization", f"Bearer {key}".encode())
+    )
+    headers = [(b"host", b"bench"), credential, (b"user-agent", b"bench")]
     if body:
         headers += [
             (b"content-type", b"application/json"),
@@ -142,17 +145,20 @@ def main() -> None:
     app = create_app(config)
     # The client's lifespan stays open while the app is driven: closing it closes the runtime.
     with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
-        key = seed(admin)
+        key, session = seed(admin)
         counts = Counts()
         instrument(app.state.runtime.engine, counts)
-        asyncio.run(measure(app, key, counts, args))
+        asyncio.run(measure(app, key, session, counts, args))
 
 
-def seed(admin: TestClient) -> str:
-    """A team, a member's API key, and the document the GET reads; the key."""
+def seed(admin: TestClient) -> tuple[str, str]:
+    """A team, a member's API key and browser session, and the document the GET reads;
+    the key and ``cookie:SESSION``."""
     org = admin.post("/api/admin/orgs", json={"name": "bench"}).json()["id"]
     team = admin.post("/api/admin/teams", json={"org_id": org, "name": "t"}).json()["id"]
-    user = admin.post("/api/admin/users", json={"email": "b@example.com"}).json()["id"]
+    user = admin.post(
+        "/api/admin/users", json={"email": "b@example.com", "password": PASSWORD}
+    ).json()["id"]
     admin.post(f"/api/admin/teams/{team}/members", json={"user_id": user, "role": "member"})
     key = str(
         admin.post("/api/admin/api-keys", json={"user_id": user, "team_id": team}).json()["key"]
@@ -163,10 +169,16 @@ def seed(admin: TestClient) -> str:
         json={"content": "# doc\n" + "x" * 1000},
         headers={"Authorization": f"Bearer {key}"},
     ).raise_for_status()
-    return key
+    login = admin.post("/api/auth/login", json={"email": "b@example.com", "password": PASSWORD})
+    login.raise_for_status()
+    session = str(login.cookies["cairn_session"])
+    admin.cookies.clear()
+    return key, f"cookie:{session}"
 
 
-async def measure(app: Any, key: str, counts: Counts, args: argparse.Namespace) -> None:
+async def measure(
+    app: Any, key: str, session: str, counts: Counts, args: argparse.Namespace
+) -> None:
     body_1k = json.dumps({"content": "# bench\n" + "y" * (1024 - 8)}).encode()
 
     def get(_i: int) -> tuple[dict[str, Any], bytes]:
@@ -175,8 +187,12 @@ async def measure(app: Any, key: str, counts: Counts, args: argparse.Namespace) 
     def put(i: int) -> tuple[dict[str, Any], bytes]:
         return scope("PUT", {**SPACE, "path": f"w/{i % 500}.md"}, key, body_1k), body_1k
 
+    def get_session(_i: int) -> tuple[dict[str, Any], bytes]:
+        return scope("GET", {**SPACE, "path": "docs/042.md"}, session, b""), b""
+
     n = args.requests
-    for label, make in (("GET doc", get), ("PUT doc 1 KB", put)):
+    kinds = (("GET doc", get), ("PUT doc 1 KB", put), ("GET, session", get_session))
+    for label, make in kinds:
         await run(app, make, 50)  # warm up: pools, caches, statement compilation
         before = (counts.transactions, counts.statements, counts.hops)
         if args.pyinstrument:
