@@ -471,7 +471,7 @@ async def write_doc(
         ref = space.ref(who, "path")
         content = _parse_put_body(request, raw)
         result = caller.state.spaces.write(who, ref, path, content, if_match=if_match)
-        return _written(result)
+        return written(result)
 
     return await caller.run(run)
 
@@ -526,12 +526,12 @@ async def move_doc(
     def run(who: Who) -> JSONResponse:
         ref = space.ref(who, "path", "to", "overwrite")
         spaces = caller.state.spaces
-        return _written(spaces.move(who, ref, path, to, overwrite=overwrite, if_match=if_match))
+        return written(spaces.move(who, ref, path, to, overwrite=overwrite, if_match=if_match))
 
     return await caller.run(run)
 
 
-def _written(result: WriteResult) -> JSONResponse:
+def written(result: WriteResult) -> JSONResponse:
     """The answer of a write: 201 when it created the document, 200 when it replaced one."""
     return FastJSONResponse(
         result.as_json(),
