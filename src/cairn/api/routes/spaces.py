@@ -272,12 +272,15 @@ class SpacesOut(BaseModel):
     responses=error_responses(*AUTH_ERRORS),
     summary="List the spaces you may read that exist, with their usage (the first 200 by id)",
 )
-def list_spaces(request: Request, who: Principal, state: State) -> dict[str, Any]:
-    if sent := list(request.query_params):
-        raise UnknownParameter(
-            f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
-        )
-    return state.spaces.list_spaces(who).as_json()
+async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
+    def run(who: Who) -> dict[str, Any]:
+        if sent := list(request.query_params):
+            raise UnknownParameter(
+                f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
+            )
+        return caller.state.spaces.list_spaces(who).as_json()
+
+    return await caller.run(run)
 
 
 _SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
@@ -290,10 +293,9 @@ READABLE = "readable"
     responses=error_responses(*AUTH_ERRORS, 422),
     summary="Search a space's documents (or every space you may read) by keyword and meaning",
 )
-def search_docs(
+async def search_docs(
     request: Request,
-    who: Principal,
-    state: State,
+    caller: Caller,
     name: Annotated[
         str | None,
         Query(
@@ -324,44 +326,49 @@ def search_docs(
         ),
     ] = None,
 ) -> JSONResponse:
-    sent = tuple(request.query_params)
-    check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
-    ref: SpaceRef | None = None
-    if scope is None:
-        if name is None:
-            raise InvalidSpaceRef(
-                "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
-                "send scope=readable to search every space you may read",
-                field="name",
-            )
-        ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
-    elif scope != READABLE:
-        raise InvalidRequest(
-            f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
-            "it out to search the space named",
-            field="scope",
-        )
-    elif named := [key for key in SPACE_PARAMS if key in sent]:
-        raise InvalidRequest(
-            f"scope=readable searches every space you may read, so it takes no "
-            f"{', '.join(named)}: leave those out, or leave scope out to search one space",
-            field="scope",
-        )
-    if q is None:
-        raise InvalidRequest("q is required: the search query", field="q")
-    count = 10
-    if limit is not None:
-        try:
-            count = int(limit)
-        except ValueError:
+    def run(who: Who) -> JSONResponse:
+        sent = tuple(request.query_params)
+        check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
+        ref: SpaceRef | None = None
+        if scope is None:
+            if name is None:
+                raise InvalidSpaceRef(
+                    "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
+                    "send scope=readable to search every space you may read",
+                    field="name",
+                )
+            ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
+        elif scope != READABLE:
             raise InvalidRequest(
-                "limit must be a whole number from 1 to 50", field="limit"
-            ) from None
-    if ref is None:
-        found = state.spaces.search_readable(who, q, limit=count, path_prefix=path_prefix)
-        return FastJSONResponse({"results": [hit.as_json() for hit in found]})
-    hits = state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
-    return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+                f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
+                "it out to search the space named",
+                field="scope",
+            )
+        elif named := [key for key in SPACE_PARAMS if key in sent]:
+            raise InvalidRequest(
+                f"scope=readable searches every space you may read, so it takes no "
+                f"{', '.join(named)}: leave those out, or leave scope out to search one space",
+                field="scope",
+            )
+        if q is None:
+            raise InvalidRequest("q is required: the search query", field="q")
+        count = 10
+        if limit is not None:
+            try:
+                count = int(limit)
+            except ValueError:
+                raise InvalidRequest(
+                    "limit must be a whole number from 1 to 50", field="limit"
+                ) from None
+        if ref is None:
+            found = caller.state.spaces.search_readable(
+                who, q, limit=count, path_prefix=path_prefix
+            )
+            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
+        hits = caller.state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
+        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+
+    return await caller.run(run)
 
 
 _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
