@@ -33,6 +33,7 @@ import anyio.to_thread
 from fastapi import Depends, Request
 
 from cairn import principal as p
+from cairn.errors import CairnError
 from cairn.service.access import Credentials, require_user
 from cairn.service.spaces import SpaceService
 
@@ -147,7 +148,26 @@ async def caller(request: Request) -> CallerCredential:
         authorization=request.headers.get("authorization"),
         session=request.cookies.get(SESSION_COOKIE) or None,
     )
+    request.state.credential_deferred = True
     return CallerCredential(request, s.view)
+
+
+async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
+    """The 401/403 a :data:`Caller` route would answer for the request's credential, when
+    its parameters failed validation before the credential was looked up; else None.
+
+    The contract refuses a bad credential before a bad parameter (docs/api.md, "Order of
+    refusals"); a Caller looks the credential up after FastAPI has parsed the parameters,
+    so the error handler looks it up on this (rare) path instead."""
+    if not getattr(request.state, "credential_deferred", False):
+        return None
+    if getattr(request.state, "principal", None) is not None:
+        return None
+    try:
+        await anyio.to_thread.run_sync(authenticate, request)
+    except CairnError as exc:
+        return exc
+    return None
 
 
 Principal = Annotated[p.Principal, Depends(authenticate)]
