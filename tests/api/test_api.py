@@ -17,6 +17,7 @@ from tests.api.conftest import make_settings
 from tests.api.world import (
     ADMIN_TOKEN,
     PASSWORD,
+    SERVICE_TOKEN,
     SPACE,
     World,
     admin_headers,
@@ -215,6 +216,28 @@ def test_revoked_key_is_unauthenticated(client: TestClient, world: World) -> Non
     assert (
         client.delete(f"/api/admin/api-keys/{key_id}", headers=admin_headers()).status_code == 404
     )
+
+
+@pytest.mark.parametrize(
+    ("route", "credential", "status"),
+    [
+        ("/api/memory/doc", "Bearer cairn_not-a-live-key", 401),
+        ("/api/memory/docs", "Bearer cairn_not-a-live-key", 401),
+        ("/api/memory/doc/versions", "Bearer cairn_not-a-live-key", 401),
+        ("/api/memory/doc", f"Bearer {SERVICE_TOKEN}", 403),
+    ],
+)
+def test_a_bad_credential_is_refused_before_a_missing_parameter(
+    client: TestClient, route: str, credential: str, status: int
+) -> None:
+    # The credential is looked up after the parameters are parsed (one thread hop); a
+    # request failing both (no `name`, no `path`) still gets the credential's refusal first
+    # (docs/api.md, "Order of refusals").
+    no_name = {"visibility": "project"}
+    r = client.get(route, params=no_name, headers={"Authorization": credential})
+    assert r.status_code == status, r.text
+    r = client.get(route, params=no_name, headers={"Cookie": "cairn_session=not-a-live-one"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
 def test_removed_member_is_refused_at_once(client: TestClient, world: World) -> None:
@@ -418,9 +441,8 @@ def test_logs_are_json_and_never_carry_secrets(
     client.get("/api/memory/docs", params=SPACE, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     lines = [JsonFormatter().format(rec) for rec in caplog.records]
     text = "\n".join(lines)
-    for line in lines:
-        json.loads(line)
-    assert any('"route": "/api/memory/doc"' in line for line in lines)
+    logged = [json.loads(line) for line in lines]
+    assert any(entry.get("route") == "/api/memory/doc" for entry in logged)
     for secret in (body, world.keys["member"], ADMIN_TOKEN, PASSWORD, world.sessions["member"][0]):
         assert secret not in text
 

@@ -10,13 +10,17 @@ from the modules in :data:`ROUTER_MODULES`, each exposing ``router`` (an
 from __future__ import annotations
 
 import contextlib
+import fcntl
 from collections.abc import AsyncIterator
+from typing import IO
 
 from fastapi import FastAPI
 from sqlalchemy.engine import Engine
+from starlette.types import Receive, Scope, Send
 
 from cairn import __version__, web
 from cairn.api import errors, openapi
+from cairn.api.deps import app_state
 from cairn.api.indexer_process import IndexerProcess
 from cairn.api.metrics import Metrics
 from cairn.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
@@ -82,6 +86,7 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     app.state.audit = runtime.audit
     app.state.metrics = metrics
     app.state.login_throttle = LoginThrottle(config.login_failures_per_minute, 60.0)
+    app.state.view = app_state(app.state)
 
     errors.install(app)
     openapi.install(app)
@@ -99,3 +104,55 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     # on its own paths only; the JSON API's answers are unchanged.
     web.install(app)
     return app
+
+
+class WorkerApp:
+    """The app of one ``cairn serve --workers N`` process, built in that process.
+
+    uvicorn hands each worker a pickled copy of this object (a built app, with its engine
+    and pool, cannot cross a process boundary), and the worker builds its own app on
+    the first ASGI call (the lifespan's startup): no migrations, which the supervisor ran,
+    and no indexer, which the supervisor runs once for all workers.
+
+    The periodic purge of expired records and old history (``CAIRN_RECORDS_PURGE_INTERVAL``)
+    runs in one worker only: the one that takes the ``flock`` of ``purge_lock`` (a file
+    the supervisor made) and holds it until it exits; a worker that replaces a dead one
+    takes the lock over. N purges at once would be harmless but would be N times the
+    work, and on SQLite N write transactions queued on the one writer lock.
+    """
+
+    def __init__(self, config: Config, purge_lock: str) -> None:
+        self.config = config
+        self.purge_lock = purge_lock
+        self._app: FastAPI | None = None
+        self._lock_file: IO[bytes] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"config": self.config, "purge_lock": self.purge_lock}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["config"], state["purge_lock"])  # type: ignore[misc]
+
+    def _build(self) -> FastAPI:
+        from cairn.api import logs
+
+        logs.configure()
+        update: dict[str, object] = {"indexer": False}
+        if not self._take_purge_lock():
+            update["records_purge_interval"] = 0.0
+        return create_app(self.config.model_copy(update=update), migrate=False)
+
+    def _take_purge_lock(self) -> bool:
+        lock_file = open(self.purge_lock, "ab")  # held for the process's life
+        try:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock_file.close()
+            return False
+        self._lock_file = lock_file
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            self._app = self._build()
+        await self._app(scope, receive, send)

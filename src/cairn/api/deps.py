@@ -18,16 +18,22 @@ Aliases:
 * :data:`AnyPrincipal` — whatever credential was presented (service token included).
 * :data:`State` — the app's services (:class:`AppState`), set by
   :func:`cairn.api.app.create_app` on ``app.state``.
+* :data:`Caller` — what :data:`Principal` resolves, resolved in the thread that does the
+  route's work: ``await caller.run(work)`` calls ``work(principal)`` in one thread-pool
+  hop, where a sync dependency and a sync route would cost two (docs/performance.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import anyio.to_thread
 from fastapi import Depends, Request
 
 from cairn import principal as p
+from cairn.errors import CairnError
 from cairn.service.access import Credentials, require_user
 from cairn.service.spaces import SpaceService
 
@@ -40,6 +46,7 @@ SESSION_COOKIE = "cairn_session"
 CSRF_HEADER = "X-CSRF-Token"
 TEAM_HEADER = "X-Cairn-Team"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +57,25 @@ class AppState:
     runtime: Runtime
     spaces: SpaceService
     metrics: Metrics
+    #: Whether a quick read runs on the event loop (:meth:`CallerCredential.read`).
+    inline_reads: bool = False
+
+
+def app_state(app_state: Any) -> AppState:
+    """The typed view of an app's ``state`` (built once by the app, see create_app)."""
+    return AppState(
+        app_state.settings,
+        app_state.runtime,
+        app_state.spaces,
+        app_state.metrics,
+        inline_reads=app_state.runtime.engine.dialect.name == "sqlite",
+    )
 
 
 async def get_state(request: Request) -> AppState:
     # async on purpose: it does no I/O, and a sync dependency costs a threadpool hop.
-    s = request.app.state
-    return AppState(s.settings, s.runtime, s.spaces, s.metrics)
+    view: AppState = request.app.state.view
+    return view
 
 
 def resolve_credential(request: Request) -> p.Principal:
@@ -84,6 +104,73 @@ def authenticate(request: Request) -> p.Principal:
     return require_user(resolve_credential(request))
 
 
+class CallerCredential:
+    """The credential of a request, resolved by :meth:`run` in the thread of the work.
+
+    Built by an async dependency that refuses at once, with no I/O, a request that
+    presents no credential at all or a malformed one (``401``, before any parameter
+    is looked at, as :data:`Principal` does); a credential that needs the database (an
+    API key, a session) is read in :meth:`run`'s thread, so a route costs one hop.
+    """
+
+    __slots__ = ("request", "state")
+
+    def __init__(self, request: Request, state: AppState) -> None:
+        self.request = request
+        self.state = state
+
+    async def run(self, work: Callable[[p.Principal], T]) -> T:
+        """``work(principal)`` in a worker thread, the principal resolved there first
+        (once per request, as :func:`authenticate` does, signed-in users only)."""
+        request = self.request
+        return await anyio.to_thread.run_sync(lambda: work(authenticate(request)))
+
+    async def read(self, work: Callable[[p.Principal], T]) -> T:
+        """As :meth:`run`, for a quick read: a point read of one row or document, never
+        a scan, a search or a write.
+
+        On SQLite it runs on the event loop itself. The database is a library in this
+        process: the read is ~0.1 ms of CPU that holds the GIL most of the time, so in
+        a worker thread it would stop the loop all the same, and the hop there and back
+        costs as much as the read (docs/performance.md). WAL readers wait for no writer.
+        On PostgreSQL a read is a network round trip: it waits in a worker thread.
+        """
+        if self.state.inline_reads:
+            return work(authenticate(self.request))
+        return await self.run(work)
+
+
+async def caller(request: Request) -> CallerCredential:
+    # async on purpose: checking that a credential is present costs no I/O, no hop.
+    s = request.app.state
+    credentials: Credentials = s.credentials
+    credentials.require_presented(
+        authorization=request.headers.get("authorization"),
+        session=request.cookies.get(SESSION_COOKIE) or None,
+    )
+    request.state.credential_deferred = True
+    return CallerCredential(request, s.view)
+
+
+async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
+    """The 401/403 a :data:`Caller` route would answer for the request's credential, when
+    its parameters failed validation before the credential was looked up; else None.
+
+    The contract refuses a bad credential before a bad parameter (docs/api.md, "Order of
+    refusals"); a Caller looks the credential up after FastAPI has parsed the parameters,
+    so the error handler looks it up on this (rare) path instead."""
+    if not getattr(request.state, "credential_deferred", False):
+        return None
+    if getattr(request.state, "principal", None) is not None:
+        return None
+    try:
+        await anyio.to_thread.run_sync(authenticate, request)
+    except CairnError as exc:
+        return exc
+    return None
+
+
 Principal = Annotated[p.Principal, Depends(authenticate)]
+Caller = Annotated[CallerCredential, Depends(caller)]
 AnyPrincipal = Annotated[p.Principal, Depends(resolve_credential)]
 State = Annotated[AppState, Depends(get_state)]

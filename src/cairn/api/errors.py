@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cairn.api import deps
 from cairn.errors import (
     CairnError,
     InvalidPath,
@@ -139,6 +140,9 @@ def install(app: FastAPI) -> None:
 
     async def validation_handler(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        refused = await deps.refusal_of_deferred_credential(request)
+        if refused is not None:  # 401/403 come before a bad parameter (docs/api.md)
+            return render_cairn_error(request, refused)
         errors = list(exc.errors())
         first = errors[0] if errors else {}
         domain = _space_query_error(request, first)

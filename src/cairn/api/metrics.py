@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -34,6 +36,23 @@ class Metrics:
             "Requests that failed because the store could not be reached.",
             registry=self.registry,
         )
+
+        #: The labelled children of one (method, route, status): ``labels()`` builds its
+        #: key and takes a lock on every call, and every request would pay it twice.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request and its duration."""
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,13 +6,13 @@ route template that the router writes into ``scope["route"]`` is visible here.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
 import uuid
 from typing import Any
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.api.logs import current_request_id
@@ -77,27 +77,27 @@ class RequestContextMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             elapsed = time.perf_counter() - started
-            self.metrics.requests.labels(scope["method"], template, str(status)).inc()
-            self.metrics.latency.labels(template).observe(elapsed)
-            principal = scope.get("state", {}).get("principal")
+            self.metrics.observe_request(scope["method"], template, status, elapsed)
             current_request_id.reset(token)
-            access_log.info(
-                "request",
-                extra={
-                    "request_id": request_id,
-                    "method": scope["method"],
-                    "route": template,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 2),
-                    # Who, never with what: the actor names a user id, not a credential.
-                    "actor": getattr(principal, "actor", None),
-                    "team": getattr(principal, "team_id", None) or None,
-                },
-            )
+            if access_log.isEnabledFor(logging.INFO):
+                principal = scope.get("state", {}).get("principal")
+                access_log.info(
+                    "request",
+                    extra={
+                        "request_id": request_id,
+                        "method": scope["method"],
+                        "route": template,
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 2),
+                        # Who, never with what: the actor names a user id, not a credential.
+                        "actor": getattr(principal, "actor", None),
+                        "team": getattr(principal, "team_id", None) or None,
+                    },
+                )
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body).encode("utf-8")
+    data = orjson.dumps(body)
     await send(
         {
             "type": "http.response.start",

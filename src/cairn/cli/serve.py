@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import os
 import socket
 import sys
+import tempfile
+from typing import Any
 
 from cairn.cli.common import UsageError, add_database_arg, cli_command
 from cairn.config import Config
@@ -21,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8420, help="port to listen on (8420)")
     add_database_arg(parser)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port (1); see docs/deploy.md",
+    )
     parser.add_argument(
         "--local",
         action="store_true",
@@ -38,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.port <= 65535:
         raise UsageError("--port must be 1-65535")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be 1-{MAX_WORKERS}")
     logs.configure()
     if args.local and args.host not in ("127.0.0.1", "localhost", "::1"):
         # Local mode has no authentication: on a network address anyone can write.
@@ -50,12 +63,61 @@ def run(args: argparse.Namespace) -> int:
     # Bound before anything else, so a port in use is one line and nothing has said
     # "listening" (uvicorn binds only once its app has started, and then logs a traceback).
     with _bind(args.host, args.port) as sock:
-        app = create_app(config, indexer=True)
-        print(_banner(args, config), file=sys.stderr)
-        # Our own access log carries the request id; uvicorn's would duplicate it.
-        server_config = uvicorn.Config(app, access_log=False, log_level="warning")
-        uvicorn.Server(server_config).run(sockets=[sock])
+        if args.workers == 1:
+            app = create_app(config, indexer=True)
+            print(_banner(args, config), file=sys.stderr)
+            uvicorn.Server(server_config(app)).run(sockets=[sock])
+            return 0
+        _serve_workers(config, sock, args)
     return 0
+
+
+#: A bound on --workers: each is a whole interpreter with its own connection pool.
+MAX_WORKERS = 64
+
+
+def server_config(app: Any, workers: int = 1) -> Any:
+    """uvicorn's settings for ``cairn serve`` (the benchmark's floor is served with the same).
+
+    ``loop``/``http`` are uvicorn's "auto": uvloop and httptools, which the
+    ``uvicorn[standard]`` dependency installs (asyncio and h11 only if they are missing).
+    Our own access log carries the request id; uvicorn's would duplicate it.
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        app, access_log=False, log_level="warning", loop="auto", http="auto", workers=workers
+    )
+
+
+def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace) -> None:
+    """``--workers N``: N uvicorn processes accepting on the one socket bound here.
+
+    This process supervises (uvicorn's ``Multiprocess``: a worker that dies is replaced,
+    SIGTERM/SIGINT stop them all). It runs the migrations once before any worker starts,
+    and the background indexer once, as its own child; each worker builds its app with
+    no migrations and no indexer. The periodic purge runs in one worker only: the one
+    holding the lock file's ``flock`` (:class:`cairn.api.app.WorkerApp`).
+    """
+    from uvicorn.supervisors import Multiprocess
+
+    from cairn.api.app import WorkerApp
+    from cairn.api.indexer_process import IndexerProcess
+    from cairn.runtime import open_runtime
+
+    open_runtime(config).close()  # migrations (and the key-hash secret), once
+    indexer = IndexerProcess(config)
+    handle, lock_path = tempfile.mkstemp(prefix="cairn-serve-", suffix=".lock")
+    os.close(handle)
+    try:
+        indexer.start()
+        print(_banner(args, config), file=sys.stderr)
+        app = WorkerApp(config, purge_lock=lock_path)
+        Multiprocess(server_config(app, args.workers), sockets=[sock]).run()
+    finally:
+        indexer.stop()
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -86,7 +148,10 @@ def _banner(args: argparse.Namespace, config: Config) -> str:
     """What a person starting the server needs to know: where it is and how to get in."""
     url = config.database_url
     shown_db = url.split("@", 1)[-1] if "@" in url else url  # never print a password
-    lines = [f"cairn serve: listening on http://{args.host}:{args.port} (database {shown_db})"]
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    lines = [
+        f"cairn serve: listening on http://{args.host}:{args.port} (database {shown_db}{workers})"
+    ]
     if config.local:
         lines.append("cairn serve: local mode: no authentication, one team 'local'")
     elif not config.admin_token:

@@ -47,6 +47,16 @@ def _with_standing(base: Principal, team_id: str, standing: Standing) -> Princip
     )
 
 
+def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
+    """``base`` acting in ``team_id``, its standing read on ``conn`` (see principal_in_team)."""
+    if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
+        raise TeamNotFound(f"no team {team_id!r} for this credential")
+    standing = standing_in_team(conn, base.user_id, team_id)
+    if standing is None or standing.team_role is None:
+        raise TeamNotFound(f"no team {team_id!r} for this credential")
+    return _with_standing(base, team_id, standing)
+
+
 def _found(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
     """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent."""
     row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
@@ -362,12 +372,8 @@ class IdentityService:
         Raises TeamNotFound when the team does not exist, the user is not a member
         (nor an owner/admin of its org), or ``base`` is an API key of another team.
         """
-        if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
-            raise TeamNotFound(f"no team {team_id!r} for this credential")
-        standing = self.standing(base.user_id, team_id)
-        if standing is None or standing.team_role is None:
-            raise TeamNotFound(f"no team {team_id!r} for this credential")
-        return _with_standing(base, team_id, standing)
+        with read_transaction(self.engine) as conn:
+            return _in_team(conn, base, team_id)
 
     def _user_teams(self, conn: Connection, user_id: str) -> list[dict[str, Any]]:
         """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
@@ -445,6 +451,7 @@ class IdentityService:
         The active team is ``team_header`` (TeamNotFound when the user cannot act in it),
         else the user's only team; with several and no header, ``team_choice_needed``.
         """
+        # One transaction: the session, then the user's teams or standing in the team.
         with read_transaction(self.engine) as conn:
             row = conn.execute(
                 sa.select(
@@ -462,14 +469,17 @@ class IdentityService:
             csrf_ok = not mutating or (
                 csrf_token is not None and self.hasher.matches(csrf_token, str(row[1]))
             )
+            base = Principal(
+                kind=CredentialKind.SESSION,
+                user_id=user_id,
+                super_admin=bool(row[3]),
+                csrf_ok=csrf_ok,
+            )
+            if team_header:
+                return _in_team(conn, base, team_header)
             teams = [x["id"] for x in self._user_teams(conn, user_id)]
-        base = Principal(
-            kind=CredentialKind.SESSION, user_id=user_id, super_admin=bool(row[3]), csrf_ok=csrf_ok
-        )
-        if team_header:
-            return self.principal_in_team(base, team_header)
-        if len(teams) == 1:
-            return self.principal_in_team(base, teams[0])
+            if len(teams) == 1:
+                return _in_team(conn, base, teams[0])
         return replace(base, team_choice_needed=True) if teams else base
 
     def is_org_member(self, user_id: str, org_id: str) -> bool:

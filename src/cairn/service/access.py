@@ -87,11 +87,9 @@ class Credentials:
         identity = self._identity
         if identity is None:
             return LOCAL_PRINCIPAL
+        self.require_presented(authorization=authorization, session=session)
         if authorization is not None:
-            scheme, _, token = authorization.partition(" ")
-            token = token.strip()
-            if scheme.lower() != "bearer" or not token:
-                raise Unauthenticated("send the credential as 'Authorization: Bearer <token>'")
+            token = authorization.partition(" ")[2].strip()
             if _same(self._admin_token, token):
                 return Principal(kind=CredentialKind.ADMIN_TOKEN)
             if _same(self._service_token, token):
@@ -101,16 +99,27 @@ class Credentials:
                 if found is not None:
                     return found
             raise Unauthenticated("the bearer token is not a valid or live credential")
-        if session:
-            found = identity.principal_for_session(
-                session, csrf_token=csrf_token, mutating=mutating, team_header=team_header
-            )
-            if found is not None:
-                return found
-            raise Unauthenticated("the session has expired or was signed out; sign in again")
-        raise Unauthenticated(
-            "sign in: send 'Authorization: Bearer <API key>' or a cairn_session cookie"
+        found = identity.principal_for_session(
+            session or "", csrf_token=csrf_token, mutating=mutating, team_header=team_header
         )
+        if found is not None:
+            return found
+        raise Unauthenticated("the session has expired or was signed out; sign in again")
+
+    def require_presented(self, *, authorization: str | None, session: str | None) -> None:
+        """``401 unauthenticated`` when the request presents no credential, or a malformed
+        ``Authorization`` header: what :meth:`authenticate` refuses before any I/O."""
+        if self._identity is None:
+            return
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("send the credential as 'Authorization: Bearer <token>'")
+            return
+        if not session:
+            raise Unauthenticated(
+                "sign in: send 'Authorization: Bearer <API key>' or a cairn_session cookie"
+            )
 
     # --- Signing in and out: browser sessions (SPEC §7.2) ---------------------------------
     # The login route throttles failed sign-ins around sign_in (brute-force protection is

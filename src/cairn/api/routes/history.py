@@ -15,9 +15,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import Principal, State
+from cairn.api.deps import Caller
+from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import AUTH_ERRORS, error_responses, parse_version
-from cairn.api.routes.spaces import _ETAG, IfMatch, PathParam, Space, WriteOut
+from cairn.api.routes.spaces import _ETAG, IfMatch, PathParam, Space, WriteOut, written
+from cairn.principal import Principal as Who
 from cairn.service.access import authorize_space_mutation
 
 router = APIRouter(tags=["spaces"])
@@ -47,10 +49,12 @@ def _version_query(description: str, alias: str | None = None) -> Any:
     responses=error_responses(*AUTH_ERRORS, 422),
     summary="A document's versions, newest first, the live one included",
 )
-def list_versions(who: Principal, state: State, space: Space, path: PathParam) -> JSONResponse:
-    ref = space.ref(who, "path")
-    versions = state.spaces.versions(ref, path)
-    return JSONResponse({"versions": [v.as_json() for v in versions]})
+async def list_versions(caller: Caller, space: Space, path: PathParam) -> JSONResponse:
+    def run(who: Who) -> JSONResponse:
+        versions = caller.state.spaces.versions(space.ref(who, "path"), path)
+        return FastJSONResponse({"versions": [v.as_json() for v in versions]})
+
+    return await caller.run(run)
 
 
 @router.get(
@@ -65,9 +69,8 @@ def list_versions(who: Principal, state: State, space: Space, path: PathParam) -
     },
     summary="A unified diff between two versions of a document (to: default the newest)",
 )
-def diff_versions(
-    who: Principal,
-    state: State,
+async def diff_versions(
+    caller: Caller,
     space: Space,
     path: PathParam,
     old: Annotated[str, _version_query("The version to diff from (required).", "from")] = "",
@@ -75,14 +78,15 @@ def diff_versions(
         str | None, _version_query("The version to diff to (default: the newest).", "to")
     ] = None,
 ) -> PlainTextResponse:
-    ref = space.ref(who, "path", "from", "to")
-    start = parse_version(old, "from")
-    if new is None:
-        end = state.spaces.versions(ref, path)[0].version
-    else:
-        end = parse_version(new, "to")
-    text = state.spaces.diff(ref, path, start, end)
-    return PlainTextResponse(text, media_type="text/x-diff; charset=utf-8")
+    def run(who: Who) -> PlainTextResponse:
+        ref = space.ref(who, "path", "from", "to")
+        start = parse_version(old, "from")
+        spaces = caller.state.spaces
+        end = spaces.versions(ref, path)[0].version if new is None else parse_version(new, "to")
+        text = spaces.diff(ref, path, start, end)
+        return PlainTextResponse(text, media_type="text/x-diff; charset=utf-8")
+
+    return await caller.run(run)
 
 
 @router.post(
@@ -96,21 +100,18 @@ def diff_versions(
     },
     summary="Make a version current again: a new write of its content (as a PUT is checked)",
 )
-def restore_version(
-    who: Principal,
-    state: State,
+async def restore_version(
+    caller: Caller,
     space: Space,
     path: PathParam,
     version: Annotated[str, _version_query("The version to restore (required).")] = "",
     if_match: IfMatch = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "path", "version")
-    # Refused before anything is read: a viewer learns nothing about which versions exist.
-    authorize_space_mutation(who, ref)
-    number = parse_version(version)
-    result = state.spaces.restore(who, ref, path, number, if_match=if_match)
-    return JSONResponse(
-        result.as_json(),
-        status_code=201 if result.created else 200,
-        headers={"ETag": f'"{result.etag}"'},
-    )
+    def run(who: Who) -> JSONResponse:
+        ref = space.ref(who, "path", "version")
+        # Refused before anything is read: a viewer learns nothing about which versions exist.
+        authorize_space_mutation(who, ref)
+        number = parse_version(version)
+        return written(caller.state.spaces.restore(who, ref, path, number, if_match=if_match))
+
+    return await caller.run(run)

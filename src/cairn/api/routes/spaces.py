@@ -16,7 +16,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import Principal, State
+from cairn.api.deps import Caller, Principal, State
+from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import (
     AS_OF_FORM,
     AUTH_ERRORS,
@@ -25,7 +26,7 @@ from cairn.api.routes.common import (
     parse_version,
 )
 from cairn.api.streams import AsyncBodyReader, iter_export
-from cairn.documents import parse_import_strategy
+from cairn.documents import WriteResult, parse_import_strategy
 from cairn.errors import InvalidDocument, InvalidRequest, InvalidSpaceRef, UnknownParameter
 from cairn.jsonbody import parse_json_body
 from cairn.principal import Principal as Who
@@ -200,8 +201,8 @@ VersionParam = Annotated[
     responses=error_responses(*AUTH_ERRORS),
     summary="Bytes used against quotas for one space",
 )
-def usage(who: Principal, state: State, space: Space) -> dict[str, Any]:
-    return state.spaces.usage(space.ref(who)).as_json()
+async def usage(caller: Caller, space: Space) -> dict[str, Any]:
+    return await caller.read(lambda who: caller.state.spaces.usage(space.ref(who)).as_json())
 
 
 @router.get(
@@ -210,23 +211,26 @@ def usage(who: Principal, state: State, space: Space) -> dict[str, Any]:
     responses=error_responses(*AUTH_ERRORS, 422),
     summary="List the documents of a space (as of an instant with as_of), sorted by path",
 )
-def list_docs(
-    who: Principal,
-    state: State,
+async def list_docs(
+    caller: Caller,
     space: Space,
     dir: Annotated[
         str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
     ] = "",
     as_of: AsOfParam = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "dir", "as_of")
-    if as_of is None:
-        docs = state.spaces.list(ref, dir)
-    else:
-        docs = state.spaces.list_as_of(ref, parse_as_of(as_of), dir)
-    # A JSONResponse skips re-validating every item against DocsOut (which still
-    # documents the answer): on a large listing that validation was most of the work.
-    return JSONResponse({"documents": [d.as_json() for d in docs]})
+    def run(who: Who) -> JSONResponse:
+        ref = space.ref(who, "dir", "as_of")
+        spaces = caller.state.spaces
+        if as_of is None:
+            docs = spaces.list(ref, dir)
+        else:
+            docs = spaces.list_as_of(ref, parse_as_of(as_of), dir)
+        # A JSONResponse skips re-validating every item against DocsOut (which still
+        # documents the answer): on a large listing that validation was most of the work.
+        return FastJSONResponse({"documents": [d.as_json() for d in docs]})
+
+    return await caller.run(run)
 
 
 class SearchSpaceOut(BaseModel):
@@ -268,12 +272,15 @@ class SpacesOut(BaseModel):
     responses=error_responses(*AUTH_ERRORS),
     summary="List the spaces you may read that exist, with their usage (the first 200 by id)",
 )
-def list_spaces(request: Request, who: Principal, state: State) -> dict[str, Any]:
-    if sent := list(request.query_params):
-        raise UnknownParameter(
-            f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
-        )
-    return state.spaces.list_spaces(who).as_json()
+async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
+    def run(who: Who) -> dict[str, Any]:
+        if sent := list(request.query_params):
+            raise UnknownParameter(
+                f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
+            )
+        return caller.state.spaces.list_spaces(who).as_json()
+
+    return await caller.run(run)
 
 
 _SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
@@ -286,10 +293,9 @@ READABLE = "readable"
     responses=error_responses(*AUTH_ERRORS, 422),
     summary="Search a space's documents (or every space you may read) by keyword and meaning",
 )
-def search_docs(
+async def search_docs(
     request: Request,
-    who: Principal,
-    state: State,
+    caller: Caller,
     name: Annotated[
         str | None,
         Query(
@@ -320,44 +326,49 @@ def search_docs(
         ),
     ] = None,
 ) -> JSONResponse:
-    sent = tuple(request.query_params)
-    check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
-    ref: SpaceRef | None = None
-    if scope is None:
-        if name is None:
-            raise InvalidSpaceRef(
-                "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
-                "send scope=readable to search every space you may read",
-                field="name",
-            )
-        ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
-    elif scope != READABLE:
-        raise InvalidRequest(
-            f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
-            "it out to search the space named",
-            field="scope",
-        )
-    elif named := [key for key in SPACE_PARAMS if key in sent]:
-        raise InvalidRequest(
-            f"scope=readable searches every space you may read, so it takes no "
-            f"{', '.join(named)}: leave those out, or leave scope out to search one space",
-            field="scope",
-        )
-    if q is None:
-        raise InvalidRequest("q is required: the search query", field="q")
-    count = 10
-    if limit is not None:
-        try:
-            count = int(limit)
-        except ValueError:
+    def run(who: Who) -> JSONResponse:
+        sent = tuple(request.query_params)
+        check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
+        ref: SpaceRef | None = None
+        if scope is None:
+            if name is None:
+                raise InvalidSpaceRef(
+                    "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
+                    "send scope=readable to search every space you may read",
+                    field="name",
+                )
+            ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
+        elif scope != READABLE:
             raise InvalidRequest(
-                "limit must be a whole number from 1 to 50", field="limit"
-            ) from None
-    if ref is None:
-        found = state.spaces.search_readable(who, q, limit=count, path_prefix=path_prefix)
-        return JSONResponse({"results": [hit.as_json() for hit in found]})
-    hits = state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
-    return JSONResponse({"results": [hit.as_json() for hit in hits]})
+                f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
+                "it out to search the space named",
+                field="scope",
+            )
+        elif named := [key for key in SPACE_PARAMS if key in sent]:
+            raise InvalidRequest(
+                f"scope=readable searches every space you may read, so it takes no "
+                f"{', '.join(named)}: leave those out, or leave scope out to search one space",
+                field="scope",
+            )
+        if q is None:
+            raise InvalidRequest("q is required: the search query", field="q")
+        count = 10
+        if limit is not None:
+            try:
+                count = int(limit)
+            except ValueError:
+                raise InvalidRequest(
+                    "limit must be a whole number from 1 to 50", field="limit"
+                ) from None
+        if ref is None:
+            found = caller.state.spaces.search_readable(
+                who, q, limit=count, path_prefix=path_prefix
+            )
+            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
+        hits = caller.state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
+        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+
+    return await caller.run(run)
 
 
 _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
@@ -369,28 +380,31 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
     responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
     summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
 )
-def read_doc(
-    who: Principal,
-    state: State,
+async def read_doc(
+    caller: Caller,
     space: Space,
     path: PathParam,
     version: VersionParam = None,
     as_of: AsOfParam = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "path", "version", "as_of")
-    if version is not None and as_of is not None:
-        raise InvalidRequest(
-            "send version or as_of, not both: a version already names one moment",
-            field="as_of",
-        )
-    if version is not None:
-        doc = state.spaces.read_version(ref, path, parse_version(version))
-    elif as_of is not None:
-        doc = state.spaces.read_as_of(ref, path, parse_as_of(as_of))
-    else:
-        doc = state.spaces.read(ref, path)
-    body = {**doc.info.as_json(), "content": doc.content}
-    return JSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
+    def run(who: Who) -> JSONResponse:
+        ref = space.ref(who, "path", "version", "as_of")
+        if version is not None and as_of is not None:
+            raise InvalidRequest(
+                "send version or as_of, not both: a version already names one moment",
+                field="as_of",
+            )
+        spaces = caller.state.spaces
+        if version is not None:
+            doc = spaces.read_version(ref, path, parse_version(version))
+        elif as_of is not None:
+            doc = spaces.read_as_of(ref, path, parse_as_of(as_of))
+        else:
+            doc = spaces.read(ref, path)
+        body = {**doc.info.as_json(), "content": doc.content}
+        return FastJSONResponse(body, headers={"ETag": f'"{doc.etag}"'})
+
+    return await caller.read(run)
 
 
 _PUT_BODY: dict[str, Any] = {
@@ -451,24 +465,22 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
 )
 async def write_doc(
     request: Request,
-    who: Principal,
-    state: State,
+    caller: Caller,
     space: Space,
     path: PathParam,
     if_match: IfMatch = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "path")
-    content = _parse_put_body(request, await request.body())
+    # The body is read on the event loop (no thread waits on the network), parsed with
+    # the rest in the one hop, after the credential and the space are checked.
+    raw = await request.body()
 
-    def run() -> JSONResponse:
-        result = state.spaces.write(who, ref, path, content, if_match=if_match)
-        return JSONResponse(
-            result.as_json(),
-            status_code=201 if result.created else 200,
-            headers={"ETag": f'"{result.etag}"'},
-        )
+    def run(who: Who) -> JSONResponse:
+        ref = space.ref(who, "path")
+        content = _parse_put_body(request, raw)
+        result = caller.state.spaces.write(who, ref, path, content, if_match=if_match)
+        return written(result)
 
-    return await anyio.to_thread.run_sync(run)
+    return await caller.run(run)
 
 
 @router.delete(
@@ -478,16 +490,17 @@ async def write_doc(
     responses=error_responses(*AUTH_ERRORS, 412, 422),
     summary="Delete one document",
 )
-def delete_doc(
-    who: Principal,
-    state: State,
+async def delete_doc(
+    caller: Caller,
     space: Space,
     path: PathParam,
     if_match: IfMatch = None,
 ) -> Response:
-    ref = space.ref(who, "path")
-    state.spaces.delete(who, ref, path, if_match=if_match)
-    return Response(status_code=204)
+    def run(who: Who) -> Response:
+        caller.state.spaces.delete(who, space.ref(who, "path"), path, if_match=if_match)
+        return Response(status_code=204)
+
+    return await caller.run(run)
 
 
 @router.post(
@@ -501,9 +514,8 @@ def delete_doc(
     },
     summary="Move one document to another path in its space, atomically",
 )
-def move_doc(
-    who: Principal,
-    state: State,
+async def move_doc(
+    caller: Caller,
     space: Space,
     path: PathParam,
     to: Annotated[
@@ -518,9 +530,17 @@ def move_doc(
     ] = False,
     if_match: IfMatch = None,
 ) -> JSONResponse:
-    ref = space.ref(who, "path", "to", "overwrite")
-    result = state.spaces.move(who, ref, path, to, overwrite=overwrite, if_match=if_match)
-    return JSONResponse(
+    def run(who: Who) -> JSONResponse:
+        ref = space.ref(who, "path", "to", "overwrite")
+        spaces = caller.state.spaces
+        return written(spaces.move(who, ref, path, to, overwrite=overwrite, if_match=if_match))
+
+    return await caller.run(run)
+
+
+def written(result: WriteResult) -> JSONResponse:
+    """The answer of a write: 201 when it created the document, 200 when it replaced one."""
+    return FastJSONResponse(
         result.as_json(),
         status_code=201 if result.created else 200,
         headers={"ETag": f'"{result.etag}"'},

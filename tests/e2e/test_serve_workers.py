@@ -1,0 +1,173 @@
+"""``cairn serve --workers 2`` end to end, on SQLite (WAL) and PostgreSQL.
+
+Two worker processes accept on the one port. Concurrent writes arrive on fresh
+connections, so the kernel hands them to both workers; afterwards every document reads
+back whole from either, the listing has them all, and the space's byte counter equals
+the bytes stored — the two processes' transactions never lost an update. Each worker
+counts the requests it answered in its own metrics; the counts of the two add up to
+every write. The purge runs in the one worker holding the lock file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from cairn.api.app import WorkerApp
+from cairn.config import Config
+from tests.api.conftest import database_fixture
+from tests.deploy.cluster import ADMIN_TOKEN, Tenant, expect, free_port, provision
+
+pytestmark = pytest.mark.slow
+
+WRITERS = 8
+DOCS_EACH = 10
+SPACE = {"name": "workers", "project": "p"}
+
+database = database_fixture("database")
+
+
+@pytest.fixture(scope="module")
+def served(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """The URL and process id of ``cairn serve --workers 2`` on ``database``."""
+    home = tmp_path_factory.mktemp("workers")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        CAIRN_HOME=str(home),
+        CAIRN_ADMIN_TOKEN=ADMIN_TOKEN,
+        CAIRN_EMBEDDER="none",
+        CAIRN_ARGON2_TIME_COST="1",
+        CAIRN_ARGON2_MEMORY_KIB="8192",
+    )
+    port = free_port()
+    log = home / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+            + ["--database", database, "--workers", "2"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_workers(proc, url, log)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _workers(pid: int) -> list[psutil.Process]:
+    """The uvicorn worker processes of the server ``pid`` (not multiprocessing's tracker)."""
+    children = psutil.Process(pid).children()
+    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+
+
+def _wait_for_workers(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise AssertionError(f"cairn serve exited:\n{log.read_text(errors='replace')}")
+        try:
+            ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            ready = False
+        if ready and len(_workers(proc.pid)) == 2:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"two workers never answered:\n{log.read_text(errors='replace')}")
+
+
+def _content(writer: int, doc: int) -> str:
+    return f"# writer {writer} doc {doc}\n" + "w" * (100 + 37 * writer + doc)
+
+
+def _write_all(url: str, tenant: Tenant, writer: int) -> list[int]:
+    statuses = []
+    for doc in range(DOCS_EACH):
+        # A new connection each time: the kernel picks the worker that accepts it.
+        r = httpx.put(
+            f"{url}/api/memory/doc",
+            params={**SPACE, "path": f"w{writer}/d{doc}.md"},
+            json={"content": _content(writer, doc)},
+            headers=tenant.key_headers,
+            timeout=60,
+        )
+        statuses.append(r.status_code)
+    return statuses
+
+
+def _put_count(metrics: str) -> float:
+    pattern = (
+        r'cairn_http_requests_total\{method="PUT",route="/api/memory/doc",status="201"\} (\S+)'
+    )
+    found = re.search(pattern, metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> None:
+    url, pid = served
+    assert len(_workers(pid)) == 2
+    tenant = provision(url, 10 * 1024 * 1024)
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        results = list(pool.map(lambda w: _write_all(url, tenant, w), range(WRITERS)))
+    assert all(status == 201 for statuses in results for status in statuses), results
+
+    expected = {f"w{w}/d{d}.md": _content(w, d) for w in range(WRITERS) for d in range(DOCS_EACH)}
+    for path, content in expected.items():
+        doc = expect(
+            httpx.get(
+                f"{url}/api/memory/doc", params={**SPACE, "path": path}, headers=tenant.key_headers
+            ),
+            200,
+        )
+        assert doc["content"] == content
+    listed = expect(
+        httpx.get(f"{url}/api/memory/docs", params=SPACE, headers=tenant.key_headers), 200
+    )
+    assert {d["path"] for d in listed["documents"]} == set(expected)
+    usage = expect(
+        httpx.get(f"{url}/api/memory/usage", params=SPACE, headers=tenant.key_headers), 200
+    )
+    assert usage["used_bytes"] == sum(len(c.encode()) for c in expected.values())
+
+    # Each worker has its own metrics: scrape on fresh connections until both have
+    # answered; their counts of the writes add up to every write.
+    counts: dict[float, int] = {}
+    for _ in range(200):
+        count = _put_count(httpx.get(f"{url}/metrics").text)
+        counts[count] = counts.get(count, 0) + 1
+        if len(counts) == 2:
+            break
+    assert len(counts) == 2, f"one worker answered every scrape: {counts}"
+    assert sum(counts) == WRITERS * DOCS_EACH
+
+
+def test_one_worker_takes_the_purge_lock(tmp_path: Path) -> None:
+    lock = str(tmp_path / "purge.lock")
+    config = Config(database_url=f"sqlite:///{tmp_path}/cairn.db")
+    first, second = WorkerApp(config, lock), WorkerApp(config, lock)
+    assert first._take_purge_lock()
+    assert not second._take_purge_lock()
+    assert first._lock_file is not None
+    first._lock_file.close()  # the leader exits: its replacement takes the lock
+    replacement = WorkerApp(config, lock)
+    assert replacement._take_purge_lock()
+    assert replacement._lock_file is not None
+    replacement._lock_file.close()
