@@ -6,10 +6,12 @@ the other."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from cairn.api.app import create_app
@@ -58,6 +60,39 @@ def test_search_takes_two_transactions(client: TestClient, engine: Engine) -> No
     count, r = Transactions(engine).during(lambda: client.post(url, json=body, headers=headers))
     assert r.status_code == 200 and len(r.json()["results"]) == 3, r.text
     assert count <= 2, count
+
+
+def test_a_warm_keyword_search_reads_in_two_statements(client: TestClient, engine: Engine) -> None:
+    # The team's setting and search counters in one query, then the hits' texts (on
+    # PostgreSQL without BEGIN/COMMIT around them): the records' share of a search.
+    world = make_world(engine)
+    _seed(world, 3)
+    who = world.principal(world.member)
+    world.records.search(who, world.team_id, "deploy payments")  # the index built
+    statements: list[str] = []
+    outside_a_transaction: list[bool] = []
+    postgres = engine.dialect.name == "postgresql"
+
+    def on_execute(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+        if postgres and "record" in statement:
+            outside_a_transaction.append(conn.connection.dbapi_connection.autocommit)
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        answer = world.records.search(who, world.team_id, "deploy payments")
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    assert len(answer.hits) == 3
+    # The caller's standing is identity's read; the records' own are these (and on
+    # SQLite its BEGIN, sent as a statement of its own).
+    ours = [s for s in statements if "record" in s]
+    assert len(ours) == 2, statements
+    # PostgreSQL: no BEGIN/COMMIT round trips around them; SQLite: one read transaction.
+    if postgres:
+        assert outside_a_transaction == [True, True]
+    else:
+        assert statements[statements.index(ours[0]) - 1] == "BEGIN DEFERRED", statements
 
 
 def test_save_takes_two_transactions(client: TestClient, engine: Engine) -> None:

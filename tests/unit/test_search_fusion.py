@@ -314,3 +314,22 @@ def test_bm25_top_is_the_brute_force_ranking(
     chosen = {h.doc for h in hits}
     assert all(expected[i] <= worst * (1 + 1e-4) for i in matching if i not in chosen)
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from("bcdefg"), max_size=8), min_size=1, max_size=15),
+    st.lists(st.sampled_from("bcdefgz"), min_size=1, max_size=4),
+    st.lists(st.booleans(), min_size=15, max_size=15),
+    st.integers(1, 20),
+)
+def test_bm25_top_under_a_mask_is_the_full_ranking_filtered(
+    docs: list[list[str]], query: list[str], mask: list[bool], k: int
+) -> None:
+    # Selecting the top k among the allowed documents answers what sorting every match
+    # and dropping the others did: the same documents, scores and tie order.
+    index = BM25Index(docs)
+    allowed = np.asarray(mask[: len(docs)], dtype=np.bool_)
+    everything = index.top(query, len(docs), relative=True)
+    expected = [h for h in everything if allowed[h.doc]][:k]
+    assert index.top(query, k, relative=True, allowed=allowed) == expected

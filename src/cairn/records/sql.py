@@ -31,7 +31,13 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.db import claim_rows, read_transaction, utcnow, write_transaction
+from cairn.db import (
+    claim_rows,
+    read_transaction,
+    translated_errors,
+    utcnow,
+    write_transaction,
+)
 from cairn.records.schema import (
     CURSOR_KEY_NAME,
     record_search_versions,
@@ -48,6 +54,7 @@ from cairn.records.store import (
     RecordStore,
     RecordWriter,
     Scope,
+    SearchState,
     SearchVersions,
     StoredVector,
     utc,
@@ -69,9 +76,15 @@ _VISIBLE_REPOS = sa.text(
 _DELETE_BY_KEY = R.delete().where(
     R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id")
 )
-_VERSIONS = sa.select(V.c.terms_version, V.c.vectors_version, V.c.vectors_reset).where(
-    V.c.team_id == sa.bindparam("team")
-)
+S = record_settings
+_ENABLED = sa.select(S.c.enabled).where(S.c.team_id == sa.bindparam("team"))
+# A search's first read: the team's setting and its search counters in one statement
+# (one round trip on PostgreSQL instead of two), each side absent for a team never set.
+_TEAM = sa.select(sa.cast(sa.bindparam("team", type_=sa.String), sa.String(64)).label("id"))
+_team = _TEAM.subquery("k")
+_STATE = sa.select(
+    S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset
+).select_from(_team.outerjoin(S, S.c.team_id == _team.c.id).outerjoin(V, V.c.team_id == _team.c.id))
 _RANKING_ROWS = (
     sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at)
     .where(R.c.team_id == sa.bindparam("team"))
@@ -246,25 +259,27 @@ def _where(scope: Scope, params: dict[str, object]) -> str:
 
 
 class _SqlReader(RecordReader):
-    def __init__(self, conn: Connection, store: SqlRecordStore) -> None:
+    def __init__(
+        self, conn: Connection, store: SqlRecordStore, *, in_transaction: bool = True
+    ) -> None:
         self._conn = conn
         self._store = store
+        self._in_transaction = in_transaction
 
     def enabled(self, team_id: str) -> bool:
-        value = self._conn.execute(
-            sa.select(record_settings.c.enabled).where(record_settings.c.team_id == team_id)
-        ).scalar()
-        return bool(value)
+        return bool(self._conn.execute(_ENABLED, {"team": team_id}).scalar())
 
     def repo_project(self, team_id: str, repo_id: str) -> str | None:
         value = self._conn.execute(_REPO_PROJECT, {"team": team_id, "repo": repo_id}).scalar()
         return None if value is None else str(value)
 
+    def search_state(self, team_id: str) -> SearchState:
+        row = self._conn.execute(_STATE, {"team": team_id}).one()
+        versions = SearchVersions(*(0 if v is None else int(v) for v in row[1:]))
+        return SearchState(bool(row[0]), versions)
+
     def search_versions(self, team_id: str) -> SearchVersions:
-        row = self._conn.execute(_VERSIONS, {"team": team_id}).first()
-        if row is None:
-            return SearchVersions(0, 0, 0)
-        return SearchVersions(int(row[0]), int(row[1]), int(row[2]))
+        return self.search_state(team_id).versions
 
     def ranking_rows(self, team_id: str) -> list[RankingRow]:
         return [
@@ -301,9 +316,9 @@ class _SqlReader(RecordReader):
             return None
         params: dict[str, object] = {}
         where = _where(scope, params)
-        found = vec.nearest(
-            R.name, ("r.id",), where, params, model, query, k, alias="r", conn=self._conn
-        )
+        # The HNSW query's settings hold for one transaction: outside one, it opens its own.
+        conn = self._conn if self._in_transaction else None
+        found = vec.nearest(R.name, ("r.id",), where, params, model, query, k, alias="r", conn=conn)
         return [(str(n.key[0]), float(n.cosine)) for n in found]
 
     def record_similarity(
@@ -464,9 +479,19 @@ class SqlRecordStore(RecordStore):
         # One class serves both: the interface a caller is handed (RecordReader for
         # reading()) is what keeps a read transaction from writing.
         # A write is a save acknowledged as durable (or a delete, a setting): fsynced.
-        opened = write_transaction(self.engine, durable=True) if write else None
-        with opened or read_transaction(self.engine) as conn:
-            yield _SqlWriter(conn, self)
+        if write:
+            with write_transaction(self.engine, durable=True) as conn:
+                yield _SqlWriter(conn, self)
+        elif self.engine.dialect.name == "postgresql":
+            # Statement by statement: at READ COMMITTED every statement of a transaction
+            # takes its own snapshot anyway, so BEGIN and COMMIT would only add two round
+            # trips to each read (a search is then two statements, two round trips).
+            with translated_errors(), self.engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield _SqlWriter(conn, self, in_transaction=False)
+        else:
+            with read_transaction(self.engine) as conn:
+                yield _SqlWriter(conn, self)
 
     def _signing_key(self, conn: Connection) -> bytes:
         # Created once with the schema and never changed, so it is read once per store,

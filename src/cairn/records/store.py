@@ -5,11 +5,13 @@ A store hands out *transactions*: :meth:`RecordStore.reading` and
 :class:`RecordReader` / :class:`RecordWriter` it yields runs inside it. The records
 service (:mod:`cairn.service.records`) decides everything — refusal order, plan,
 limits, rate — and uses one transaction per use-case, so a search reads the team's
-setting, checks the repository, reads the team's search versions (and, when its cached
-index is older, the rows to rank) and fetches the texts of the hits on one connection,
-in one round of BEGIN/COMMIT. Ranking happens in the process
-(:mod:`cairn.service.record_search`): the store finds and stores, never ranks. The store
-decides nothing; it only keeps the rules of storage:
+setting and search versions (one query), checks the repository, reads (when its cached
+index is older) the rows to rank and fetches the texts of the hits on one connection:
+on SQLite in one read transaction, on PostgreSQL statement by statement (at READ
+COMMITTED each statement of a transaction reads its own snapshot anyway, so BEGIN and
+COMMIT would only add round trips; a warm keyword search is two statements). Ranking
+happens in the process (:mod:`cairn.service.record_search`): the store finds and stores,
+never ranks. The store decides nothing; it only keeps the rules of storage:
 
 * **Tenant scoping is structural.** Every method takes the team id; nothing reads or
   removes another team's rows.
@@ -75,6 +77,15 @@ class SearchVersions:
     terms: int
     vectors: int
     vectors_reset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SearchState:
+    """What a search reads first, in one query: whether the team has memory on, and its
+    search counters."""
+
+    enabled: bool
+    versions: SearchVersions
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +164,11 @@ class RecordReader(ABC):
     def repo_project(self, team_id: str, repo_id: str) -> str | None:
         """The project of repository ``repo_id`` of this team, or None when the team
         has no such repository."""
+
+    @abstractmethod
+    def search_state(self, team_id: str) -> SearchState:
+        """Whether the team has memory on and its search counters, in one query (a
+        search's first read: one round trip, not two)."""
 
     @abstractmethod
     def search_versions(self, team_id: str) -> SearchVersions:
@@ -245,7 +261,9 @@ class RecordStore(ABC):
 
     @abstractmethod
     def reading(self) -> AbstractContextManager[RecordReader]:
-        """``with store.reading() as tx:`` — one read-only transaction."""
+        """``with store.reading() as tx:`` — the reads of one use-case, on one connection
+        (one read transaction, or statement by statement where a transaction would add
+        nothing: PostgreSQL at READ COMMITTED)."""
 
     @abstractmethod
     def writing(self) -> AbstractContextManager[RecordWriter]:

@@ -146,10 +146,15 @@ class BM25Index:
         weights: Mapping[str, float] | None = None,
         *,
         relative: bool = False,
+        allowed: npt.NDArray[np.bool_] | None = None,
     ) -> list[BM25Hit]:
         """The ``k`` best-scoring matches, best first; equal scores in corpus order.
-        ``relative``: scores divided by :meth:`full_match` (the same order)."""
+        ``relative``: scores divided by :meth:`full_match` (the same order). ``allowed``
+        (one flag per document): only those documents are candidates, so a masked search
+        still selects its top ``k`` by partition instead of sorting every match."""
         scores, matched = self.scores(query_terms, weights)
+        if allowed is not None:
+            matched &= allowed
         candidates = np.flatnonzero(matched)
         if k <= 0 or not len(candidates):
             return []

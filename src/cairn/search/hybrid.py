@@ -147,10 +147,7 @@ def keyword_top(
 ) -> list[tuple[int, float]]:
     """The ``k`` best BM25 matches among the rows ``allowed`` marks, scores relative to
     the query's full match."""
-    if allowed is not None and allowed.all():
-        allowed = None
-    hits = index.top(terms, k=len(index) if allowed is not None else k, relative=True)
-    return [(h.doc, h.score) for h in hits if allowed is None or allowed[h.doc]][:k]
+    return [(h.doc, h.score) for h in index.top(terms, k, relative=True, allowed=allowed)]
 
 
 def rank(

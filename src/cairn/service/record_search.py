@@ -35,6 +35,7 @@ from cairn.records.store import StoredVector as StoredVector
 from cairn.search.bm25 import BM25Index
 from cairn.search.cache import Entry, VectorCache
 from cairn.search.hybrid import (
+    CANDIDATES,
     BoolArray,
     DenseSide,
     ExactDense,
@@ -135,11 +136,20 @@ class RecordSearch:
         # search then costs about the longer of the two, not their sum.
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cairn-query-embed")
 
-    def rank(self, tx: RecordReader, scope: Scope, query: str, limit: int) -> list[RankedRecord]:
+    def rank(
+        self,
+        tx: RecordReader,
+        scope: Scope,
+        query: str,
+        limit: int,
+        versions: SearchVersions | None = None,
+    ) -> list[RankedRecord]:
         """The best ``limit`` records of ``scope`` for ``query`` (already masked), best
-        first, read through ``tx`` (the search's transaction)."""
-        team = scope.team_id
-        versions = tx.search_versions(team)
+        first, read through ``tx`` (the search's transaction). ``versions``: the team's
+        counters when the caller read them already in ``tx``
+        (:meth:`~cairn.records.store.RecordReader.search_state`)."""
+        if versions is None:
+            versions = tx.search_versions(scope.team_id)
         if self.embedder is not None and versions.vectors > 0:
             embedded: Future[Float32Array | None] | None = self._pool.submit(self._embed, query)
         else:
@@ -170,7 +180,10 @@ class RecordSearch:
         if not allowed.any():
             return []
         dense = self._dense(tx, scope, versions, rows, embedded)
-        hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense)[:limit]
+        # By keyword alone the fused order is the keyword order: its top ``limit`` is all
+        # a search needs (fusing CANDIDATES would build and sort hits it drops).
+        k = CANDIDATES if dense is not None else limit
+        hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense, k=k)[:limit]
         found = tx.records_by_id(team, [rows.ids[h.key] for h in hits])
         return [
             RankedRecord(found[record_id], round(h.score, 6), h.matched)

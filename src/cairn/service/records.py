@@ -336,13 +336,14 @@ class RecordService:
         masked = mask(query)
         ranking = self.record_search()
         with self._store.reading() as tx:
-            if not tx.enabled(access.team_id):
+            state = tx.search_state(access.team_id)
+            if not state.enabled:
                 return SearchAnswer(MemoryState.OFF, NOTICE, ())
             if repo_id is not None:
                 _check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
                 scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
-                found = ranking.rank(tx, scope, masked, limit)
+                found = ranking.rank(tx, scope, masked, limit, state.versions)
         log.info("records search", extra={"team_id": access.team_id, "results": len(found)})
         hits = tuple(
             RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text), hit.matched)
