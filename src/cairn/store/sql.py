@@ -22,6 +22,10 @@ Quotas (SPEC §4): a write or delete runs in ONE write transaction that
 4. for global, debits the grant's attribution team (``PlatformGrant.attribution_team``)
    without enforcement, and writes the audit row — all in the write's one transaction.
 
+On PostgreSQL a plain write (no grant) is all of 1-3 as ONE statement in autocommit, which
+hands the write to this transaction path whenever it cannot answer alone
+(:meth:`cairn.store.sql_write.ChangeStatements.put`).
+
 Credits (shrink, delete) clamp at zero. Locks are always taken in the order document →
 its chunks → space counter → team/instance counter → attributed team counter, so writers
 cannot deadlock one another (the indexer takes chunks → space counters, in key order).
@@ -53,6 +57,7 @@ from sqlalchemy.engine import Connection, Engine
 from cairn.db import (
     make_engine,
     read_transaction,
+    translated_errors,
     upgrade,
     utc,
     utcnow,
@@ -254,7 +259,16 @@ class _Statements:
         self.unindexed_in_space = unindexed.where(
             D.c.tenant_id == _bp("t"), D.c.space_key == _bp("k")
         )
-        self.lock_content = sa.select(D.c.visibility, D.c.content).where(*one_doc).with_for_update()
+        # The indexer's lock of a document it chunks. On PostgreSQL a row update (of
+        # nothing), not FOR UPDATE: the row then changes under a one-statement write
+        # that waited for it, which so learns that its snapshot misses the new chunks
+        # (sql_write.ChangeStatements.put).
+        content = (D.c.visibility, D.c.content)
+        self.lock_content: Any = (
+            sa.update(D).where(*one_doc).values(etag=D.c.etag).returning(*content)
+            if dialect == "postgresql"
+            else sa.select(*content).where(*one_doc)
+        )
         self.has_chunks = sa.select(C.c.seq).where(*chunk_doc).limit(1)
 
         delta = _bp("d", sa.BigInteger)
@@ -488,8 +502,40 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         self._address(ref)  # a tenant-less team ref is refused before any I/O
+        if self._change_sql.postgres and w.grant is None:
+            # One statement (no attribution, no audit row: those are a grant's).
+            done = self._put_at_once(ref, w)
+            if done is not None:
+                return done
         with write_transaction(self.engine) as conn:
             return self._write_in(conn, ref, w)
+
+    def _put_at_once(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult | None:
+        """The write ``w`` as one statement (:meth:`ChangeStatements.put`); None when it
+        must run in a transaction instead (nothing was written)."""
+        now = self.clock()
+        key = {**self._address(ref), "p": w.path}
+        params = {
+            **self._change_params(ref, key, 0, (w.data, w.etag), now),
+            "vis": ref.visibility.value,
+            "content": w.content,
+            "size": len(w.data),
+            "etag": w.etag,
+            "now": self._time(now),
+            "if_match": w.if_match,
+            "if_none_match": w.if_none_match,
+            "keep": self.limits.history_versions,
+            "hquota": self.limits.history_quota,
+        }
+        with translated_errors():
+            put = self._change_sql.put(self.engine, self.keeps_history, params)
+        if put is None:
+            return None
+        written, current = put
+        if written:
+            return WriteResult(w.path, len(w.data), w.etag, current is None)
+        check_precondition(w.path, current, w.if_match, w.if_none_match)  # raises
+        return None
 
     def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
@@ -636,26 +682,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         (refusing past a quota, bumping the space's ``search_version``), and ``version``
         ((content, etag), or (None, '') for a deletion marker; None: no new version)
         appended. False when the insert met a concurrent creator (nothing was done)."""
-        tenant, default = self._aggregate(ref)
+        tenant, _ = self._aggregate(ref)
         subcap = self.limits.subcap(ref.visibility)
         cap = subcap if subcap > 0 else _UNCAPPED
-        data, etag = version if version is not None else (None, "")
-        packed = None if data is None else pack_version(data)
-        params = {
-            **key,
-            "tt": tenant,
-            "d": delta,
-            "fresh": max(delta, 0),
-            "cap": cap,
-            "default_quota": default,
-            "vetag": etag,
-            "vsize": 0 if data is None else len(data),
-            "stored": 0 if packed is None else len(packed),
-            "packed": packed,
-            "at": self._time(at),
-            "actor": current_actor()[:256],
-            "deleted": data is None,
-        }
+        params = self._change_params(ref, key, delta, version, at)
         record = version is not None and self.keeps_history
         got = self._change_sql.run(conn, doc, drop_chunks, record, params)
         if not got.doc_done:
@@ -680,6 +710,35 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         if got.version is not None:
             self._keep_history(conn, tenant, key, got.version, team)
         return True
+
+    def _change_params(
+        self,
+        ref: SpaceRef,
+        key: dict[str, Any],
+        delta: int,
+        version: tuple[bytes | None, str] | None,
+        at: datetime,
+    ) -> dict[str, Any]:
+        """The change statement's parameters (see :meth:`_change`)."""
+        tenant, default = self._aggregate(ref)
+        subcap = self.limits.subcap(ref.visibility)
+        data, etag = version if version is not None else (None, "")
+        packed = None if data is None else pack_version(data)
+        return {
+            **key,
+            "tt": tenant,
+            "d": delta,
+            "fresh": max(delta, 0),
+            "cap": subcap if subcap > 0 else _UNCAPPED,
+            "default_quota": default,
+            "vetag": etag,
+            "vsize": 0 if data is None else len(data),
+            "stored": 0 if packed is None else len(packed),
+            "packed": packed,
+            "at": self._time(at),
+            "actor": current_actor()[:256],
+            "deleted": data is None,
+        }
 
     # --- Admin --------------------------------------------------------------------------
 

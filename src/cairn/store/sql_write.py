@@ -23,6 +23,11 @@ data-modifying CTEs; it runs the same step texts one by one on the driver's curs
 Either way :meth:`ChangeStatements.run` answers what each step did; the store raises
 the refusal, which rolls the transaction back.
 
+On PostgreSQL a plain write is sent with its row lock and condition as ONE statement in
+autocommit (:meth:`ChangeStatements.put`): one round trip and one commit. It writes, or
+answers that the condition refused, or writes nothing and hands the write to the
+transaction path (docs/storage.md, "A PostgreSQL write in one round trip").
+
 The statements are SQL text run on the driver's own cursor: SQLAlchemy's per-statement
 work (cache key, parameter and result processing) cost more than SQLite's execution of
 them, and as much as a round trip on PostgreSQL.
@@ -35,7 +40,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
 
 from cairn.store.sql_schema import memory_documents
 
@@ -46,16 +51,17 @@ _ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
 #: The row lock a write takes before its change (SQLite: its writers queue on BEGIN
 #: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE).
 _LOCK = f"SELECT size_bytes, etag FROM memory_documents WHERE {_ONE}"
+#: ``{src}``/``{when}``: a FROM clause and an extra condition (the one-statement write's).
 _DOC = {
     "insert": (
         "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
         "content, size_bytes, etag, updated_at) "
-        "VALUES (:t, :k, :p, :sid, :vis, :content, :size, :etag, :now) "
+        "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, :now{src} WHERE true{when} "
         "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING 1"
     ),
     "update": (
         "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
-        f"updated_at = :now WHERE {_ONE} RETURNING 1"
+        f"updated_at = :now{{src}} WHERE {_ONE}{{when}} RETURNING 1"
     ),
     "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
 }
@@ -84,13 +90,22 @@ _TEAM = (
     "history_used_bytes = u.history_used_bytes + {grown} "
     f"WHERE :d <= 0 OR u.used_bytes + :d <= u.quota_bytes RETURNING {_TEAM_COUNTERS}"
 )
+#: The number of the path's next version.
+_NEXT = f"coalesce((SELECT max(version) FROM memory_document_versions WHERE {_ONE}), 0) + 1"
 _INS = (
     "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
     "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
-    "SELECT :t, :k, :p, coalesce((SELECT max(version) FROM memory_document_versions "
-    f"WHERE {_ONE}), 0) + 1, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, :deleted"
-    "{src} WHERE true RETURNING version"
+    f"SELECT :t, :k, :p, {_NEXT}, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, :deleted"
+    "{src} WHERE true{when} RETURNING version"
 )
+
+
+#: What the one-statement write raises to undo itself (a counter refused after the
+#: document was written, or the history needs trimming): the write then runs in a
+#: transaction, which refuses or trims exactly as before. A cast error (SQLSTATE 22P02)
+#: because plain SQL has no RAISE; the text names it in the server's log.
+_UNDO = "cairn write undone, retried in a transaction"
+_UNDO_STATE = "22P02"
 
 
 class Team(NamedTuple):
@@ -120,6 +135,20 @@ def _grown(doc: DocStep, record: bool) -> str:
     return _REPLACED if record and doc != "insert" else "0"
 
 
+def _native(sql: str) -> tuple[str, list[str]]:
+    """``:name`` parameters as PostgreSQL's own ``$1``, and the names in their order: psycopg
+    sends such a statement as it is, where it would parse a ``%(name)s`` one longer than
+    4 KB again at every execution (its cache keeps shorter ones only)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return re.sub(r":(\w+)", number, sql), names
+
+
 def _pyformat(sql: str) -> str:
     """``:name`` parameters as psycopg's ``%(name)s``."""
     return re.sub(r":(\w+)", r"%(\1)s", sql)
@@ -137,6 +166,7 @@ class ChangeStatements:
         self._built: dict[tuple[DocStep, bool, bool], str] = {}
         self._steps: dict[tuple[DocStep, bool, bool], list[tuple[str, str]]] = {}
         self._lock = _pyformat(_LOCK + " FOR UPDATE") if self.postgres else _LOCK
+        self._puts: dict[bool, tuple[str, list[str]]] = {}
 
     def lock(self, conn: Connection, params: dict[str, Any]) -> tuple[int, str] | None:
         """Lock the document row of ``params`` (its address and path): its (size, etag),
@@ -184,6 +214,46 @@ class ChangeStatements:
         finally:
             cursor.close()
 
+    def put(
+        self, engine: Engine, record: bool, params: dict[str, Any]
+    ) -> tuple[bool, str | None] | None:
+        """PostgreSQL: a write of a document as ONE statement in autocommit (its own
+        transaction: one round trip, one durable commit) — the row lock, the write's
+        condition (``if_match``/``if_none_match`` in ``params``), then the change's steps.
+
+        Answers (True, the etag it replaced or None when it created the document), or
+        (False, the current etag or None) when the condition refused (nothing written),
+        or None when the write must run in a transaction instead (nothing written): the
+        statement's snapshot was older than the row it locked (a concurrent writer of
+        the document committed meanwhile, so the chunks and versions it read may be
+        stale), a concurrent creator, a counter refused, or the history to trim.
+        """
+        from psycopg import RawCursor  # PostgreSQL only
+
+        sql, names = self._puts.get(record) or self._puts.setdefault(
+            record, _native(_postgres_put(record))
+        )
+        dbapi: Any = engine.dialect.dbapi
+        with engine.connect() as conn:
+            # Its own transaction; the pool restores the connection's mode on return.
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            cursor = RawCursor(conn.connection.driver_connection)  # type: ignore[arg-type]
+            try:
+                cursor.execute(sql, [params[name] for name in names])
+                row: Any = cursor.fetchone()
+            except dbapi.Error as exc:
+                if getattr(exc, "sqlstate", None) == _UNDO_STATE and _UNDO in str(exc):
+                    return None
+                raise sa.exc.DBAPIError.instance(
+                    "put", params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
+                ) from exc
+            finally:
+                cursor.close()
+        fresh, ok, etag, done, _ = row
+        if not fresh or (ok and not done):
+            return None
+        return bool(ok), etag
+
     @staticmethod
     def _run_sqlite(cursor: Any, steps: list[tuple[str, str]], params: dict[str, Any]) -> Outcome:
         got: dict[str, Any] = {}
@@ -203,13 +273,13 @@ class ChangeStatements:
 
     @staticmethod
     def _sqlite(doc: DocStep, drop_chunks: bool, record: bool) -> list[tuple[str, str]]:
-        steps = [] if doc is None else [("doc", _DOC[doc])]
+        steps = [] if doc is None else [("doc", _DOC[doc].format(src="", when=""))]
         if drop_chunks:
             steps.append(("gone", _GONE))
         steps.append(("space", _SPACE.format(src="")))
         steps.append(("team", _TEAM.format(grown=_grown(doc, record), src="")))
         if record:
-            steps.append(("ins", _INS.format(src="")))
+            steps.append(("ins", _INS.format(src="", when="")))
         return steps
 
     @staticmethod
@@ -217,7 +287,7 @@ class ChangeStatements:
         ctes: list[str] = []
         sources: list[str] = []
         if doc is not None:
-            ctes.append(f"doc AS ({_DOC[doc]})")
+            ctes.append(f"doc AS ({_DOC[doc].format(src='', when='')})")
             sources.append("doc")
         if drop_chunks:
             after_doc = " AND EXISTS (SELECT 1 FROM doc)" if doc is not None else ""
@@ -228,7 +298,7 @@ class ChangeStatements:
         ctes.append(f"space AS ({_SPACE.format(src=src)})")
         ctes.append(f"team AS ({_TEAM.format(grown=_grown(doc, record), src=' FROM space')})")
         if record:
-            ctes.append(f"ins AS ({_INS.format(src=' FROM team')})")
+            ctes.append(f"ins AS ({_INS.format(src=' FROM team', when='')})")
         done = "(SELECT count(*) FROM doc)" if doc is not None else "1"
         version = "(SELECT version FROM ins)" if record else "NULL"
         team_cols = ", ".join(f"tm.{c.strip()}" for c in _TEAM_COUNTERS.split(","))
@@ -237,3 +307,93 @@ class ChangeStatements:
             f"{team_cols}, {version} FROM (SELECT 1) AS one LEFT JOIN team AS tm ON true"
         )
         return _pyformat(sql)
+
+
+def _postgres_put(record: bool) -> str:
+    """The one-statement write (:meth:`ChangeStatements.put`): the change statement's steps
+    after a row lock and the write's condition, all data-modifying CTEs of one statement.
+
+    * ``pre``: the history's limits as the statement's snapshot sees them; a write that
+      would trim or prune (the path's versions past the count, the team's history past
+      its quota) takes the transaction path (``busy``) before locking anything;
+    * ``cur``: the row lock; ``seen``: the same row in the statement's snapshot. A
+      concurrent writer that committed while this statement waited for the lock leaves
+      them different (PostgreSQL locks the newest row, the snapshot keeps the old one): the
+      chunks and versions this snapshot reads may be stale, so nothing is written
+      (``fresh`` false) and the write runs in a transaction, whose statements see it;
+    * ``go``: the write's condition, the size delta, and whether the content changed;
+    * the document inserted or updated, its old chunks dropped (new content only), the
+      counters' compare-and-swap, the new version (new content only) — the change
+      statement's own step texts, with the delta computed in SQL;
+    * a refusal after the document was written (a counter over its quota, or a counter
+      this very write created over it) or a history to trim fails the statement with
+      :data:`_UNDO`, which undoes all of it.
+    """
+    go_d, go_fresh = "(SELECT d FROM go)", "(SELECT greatest(d, 0) FROM go)"
+
+    def delta(sql: str) -> str:
+        return re.sub(r":fresh\b", go_fresh, re.sub(r":d\b", go_d, sql))
+
+    hist_quota = "coalesce({u}.history_quota_bytes, :hquota, {u}.quota_bytes{dflt})"
+    busy = (
+        f"{_NEXT} > coalesce(u.history_versions, :keep) OR coalesce(u.history_used_bytes, 0) "
+        f"+ r.replaced > {hist_quota.format(u='u', dflt=', :default_quota')}"
+        if record
+        else "false"
+    )
+    grown = (
+        "(SELECT CASE WHEN changed AND cur_etag IS NOT NULL THEN replaced ELSE 0 END FROM go)"
+        if record
+        else "0"
+    )
+    ctes = [
+        f"pre AS MATERIALIZED (SELECT r.replaced, {busy} AS busy FROM (SELECT {_REPLACED} "
+        "AS replaced) AS r LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
+        "cur AS MATERIALIZED (SELECT ctid AS tid, size_bytes, etag FROM memory_documents "
+        f"WHERE {_ONE} AND NOT (SELECT busy FROM pre) FOR UPDATE)",
+        f"seen AS MATERIALIZED (SELECT ctid AS tid FROM memory_documents WHERE {_ONE})",
+        "st AS MATERIALIZED (SELECT c.etag AS cur_etag, coalesce(c.size_bytes, 0) AS cur_size, "
+        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AS fresh, pre.replaced "
+        "FROM pre LEFT JOIN cur AS c ON true LEFT JOIN seen AS s ON true)",
+        # The condition as check_precondition states it: if_match demands that etag (an
+        # absent document never matches), if_none_match demands absence.
+        "go AS MATERIALIZED (SELECT cur_etag, fresh, fresh "
+        "AND (CAST(:if_match AS text) IS NULL OR cur_etag IS NOT DISTINCT FROM :if_match) "
+        "AND NOT (:if_none_match AND cur_etag IS NOT NULL) AS ok, "
+        ":size - cur_size AS d, cur_etag IS DISTINCT FROM :etag AS changed, replaced FROM st)",
+        "ins_doc AS ("
+        + _DOC["insert"].format(src=" FROM go", when=" AND go.ok AND go.cur_etag IS NULL")
+        + ")",
+        "upd_doc AS ("
+        + _DOC["update"].format(src=" FROM go", when=" AND go.ok AND go.cur_etag IS NOT NULL")
+        + ")",
+        "doc AS (SELECT 1 FROM ins_doc UNION ALL SELECT 1 FROM upd_doc)",
+        f"gone AS ({_GONE} AND EXISTS (SELECT 1 FROM upd_doc) AND (SELECT changed FROM go) "
+        "RETURNING 1)",
+        # Read in full before the counters: the chunks are locked before the space row.
+        delta(f"space AS ({_SPACE.format(src=' FROM doc, (SELECT count(*) FROM gone) AS g')})"),
+        delta(f"team AS ({_TEAM.format(grown=grown, src=' FROM space')})"),
+    ]
+    undo = (
+        "(sp.used_bytes IS NULL OR tm.used_bytes IS NULL "
+        "OR (go.d > 0 AND (sp.used_bytes > :cap OR tm.used_bytes > tm.quota_bytes))"
+    )
+    versions = "NULL"
+    if record:
+        ctes.append(
+            f"ins AS ({_INS.format(src=' FROM team', when=' AND (SELECT changed FROM go)')})"
+        )
+        versions = "(SELECT version FROM ins)"
+        undo += (
+            f" OR {versions} > coalesce(tm.history_versions, :keep) "
+            f"OR ({versions} IS NOT NULL AND tm.history_used_bytes > "
+            f"{hist_quota.format(u='tm', dflt='')})"
+        )
+    undo += ")"
+    sql = (
+        f"WITH {', '.join(ctes)} SELECT go.fresh, go.ok, go.cur_etag, "
+        "(SELECT count(*) FROM doc) AS done, "
+        f"CAST(CASE WHEN (SELECT count(*) FROM doc) > 0 AND {undo} THEN '{_UNDO}' END AS integer) "
+        "FROM go LEFT JOIN space AS sp ON true LEFT JOIN team AS tm ON true"
+    )
+    return sql

@@ -1,0 +1,270 @@
+"""PostgreSQL's one-statement write (``cairn.store.sql_write.ChangeStatements.put``): a
+plain write is one round trip, and it refuses, or hands over to the transaction path,
+exactly as the transaction path would have refused or written.
+
+Every test spies on what the statement answered, so each asserts the path it means to
+take: the statement's own answer (written, or the condition refused), or None (nothing
+written; the write ran in a transaction).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cairn.db import utcnow, write_transaction
+from cairn.errors import PreconditionFailed, QuotaExceeded
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.sql import SqlStore
+from cairn.store.sql_index import _chunk_rows
+from cairn.store.sql_schema import memory_chunks, memory_document_versions
+from tests.unit.conftest import Backend
+
+pytestmark = pytest.mark.postgres
+
+TEAM = "team-a"
+REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant=TEAM, project="p1")
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[Backend]:
+    b = Backend("postgres", postgres_url, f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        yield b
+    finally:
+        for store in b.opened:
+            store.close()
+
+
+def spy(store: SqlStore) -> list[Any]:
+    """What every one-statement write of ``store`` answers, in order."""
+    answers: list[Any] = []
+    put = store._change_sql.put
+
+    def spied(*args: Any) -> Any:
+        answers.append(put(*args))
+        return answers[-1]
+
+    store._change_sql.put = spied  # type: ignore[method-assign]
+    return answers
+
+
+def versions(store: SqlStore, path: str) -> list[int]:
+    V = memory_document_versions
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(V.c.version).where(V.c.path == path).order_by(V.c.version))
+        return [int(v) for (v,) in rows]
+
+
+def round_trips(store: SqlStore, work: Callable[[], object]) -> int:
+    """How many times the client waited for the server during ``work``: PostgreSQL's
+    ReadyForQuery messages in libpq's trace of every connection ``work`` checked out,
+    pool checkout and return included."""
+    traces: list[tuple[Any, Any]] = []
+
+    def on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        trace = tempfile.TemporaryFile()
+        dbapi_conn.pgconn.trace(trace.fileno())
+        traces.append((dbapi_conn.pgconn, trace))
+
+    sa.event.listen(store.engine, "checkout", on_checkout)
+    try:
+        work()
+    finally:
+        sa.event.remove(store.engine, "checkout", on_checkout)
+    count = 0
+    for pgconn, trace in traces:
+        pgconn.untrace()
+        trace.seek(0)
+        count += sum("\tReadyForQuery\t" in line for line in trace.read().decode().splitlines())
+        trace.close()
+    return count
+
+
+def blocked_on_a_lock(store: SqlStore) -> None:
+    """Wait until a session of this database waits for a lock (the writer thread's)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database()"
+    )
+    for _ in range(2000):
+        with store.engine.connect() as conn:
+            if conn.execute(query).scalar():
+                return
+        time.sleep(0.005)
+    raise AssertionError("the writer never waited for the lock")
+
+
+def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    got: list[object] = []
+
+    def run() -> None:
+        try:
+            got.append(work())
+        except Exception as exc:  # handed to the test
+            got.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, got
+
+
+def test_a_plain_write_is_one_round_trip(pg: Backend) -> None:
+    store = pg.open()
+    answers = spy(store)
+    store.write(REF, "a.md", "one")
+    # Create and replace, each ONE round trip: no BEGIN, no lock of its own, no COMMIT,
+    # nothing at the pool's checkout or return.
+    assert round_trips(store, lambda: store.write(REF, "b.md", "new")) == 1
+    assert round_trips(store, lambda: store.write(REF, "a.md", "two")) == 1
+    assert [a[0] for a in answers] == [True, True, True]
+    assert store.read(REF, "a.md").content == "two"
+    assert versions(store, "a.md") == [1, 2]
+    usage = store.usage(REF)
+    assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (6, 6, 1 + 3)
+
+
+def test_precondition_refusals_are_the_statements_own(pg: Backend) -> None:
+    store = pg.open()
+    etag = store.write(REF, "a.md", "first").etag
+    answers = spy(store)
+    with pytest.raises(PreconditionFailed) as changed:
+        store.write(REF, "a.md", "x", if_match="0" * 32)
+    assert changed.value.details == {"path": "a.md", "etag": etag}
+    with pytest.raises(PreconditionFailed, match="does not exist"):
+        store.write(REF, "absent.md", "x", if_match=etag)
+    with pytest.raises(PreconditionFailed, match="already exists"):
+        store.write(REF, "a.md", "x", if_none_match=True)
+    # Answered by the statement itself (False, the etag it found), nothing written.
+    assert answers == [(False, etag), (False, None), (False, etag)]
+    assert store.read(REF, "a.md").content == "first"
+    assert [d.path for d in store.list(REF)] == ["a.md"]
+    assert versions(store, "a.md") == [1]
+    assert store.usage(REF).used_bytes == 5
+    # Conditions that hold write.
+    assert not store.write(REF, "a.md", "second", if_match=etag).created
+    assert store.write(REF, "new.md", "n", if_none_match=True).created
+    assert [a[0] for a in answers[3:]] == [True, True]
+
+
+def test_a_counter_refusal_undoes_the_statement_and_refuses_with_the_figures(
+    pg: Backend,
+) -> None:
+    limits = Limits(team_quota=1000).with_subcap(Visibility.PROJECT, 100)
+    store = pg.open(limits)
+    store.write(REF, "a.md", "a" * 60)
+    answers = spy(store)
+    with pytest.raises(QuotaExceeded) as space:
+        store.write(REF, "b.md", "b" * 50)
+    assert space.value.details["limit"] == "space"
+    assert (space.value.details["used_bytes"], space.value.details["quota_bytes"]) == (60, 100)
+    assert space.value.details["needed_bytes"] == 50
+    # A replace that grows past the sub-cap: the document had been updated by the time
+    # the counter refused, and is as it was.
+    with pytest.raises(QuotaExceeded):
+        store.write(REF, "a.md", "a" * 101)
+    store.set_team_quota(TEAM, 70)
+    other = SpaceRef.build(Visibility.PROJECT, "other", tenant=TEAM, project="p1")
+    with pytest.raises(QuotaExceeded) as team:
+        store.write(other, "c.md", "c" * 20)
+    assert team.value.details["limit"] == "team"
+    assert (team.value.details["used_bytes"], team.value.details["quota_bytes"]) == (60, 70)
+    # Each: undone by the statement (None), then refused by the transaction path.
+    assert answers == [None, None, None]
+    assert store.read(REF, "a.md").content == "a" * 60
+    assert [d.path for d in store.list(REF)] == ["a.md"]
+    assert store.list(other) == []
+    assert versions(store, "a.md") == [1] and versions(store, "b.md") == []
+    usage = store.usage(REF)
+    assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (60, 60, 0)
+    assert store.usage(other).used_bytes == 0
+
+
+def test_a_counter_the_write_would_create_over_its_quota_is_not_created(pg: Backend) -> None:
+    store = pg.open(Limits(team_quota=10))
+    answers = spy(store)
+    with pytest.raises(QuotaExceeded) as exc:
+        store.write(REF, "a.md", "x" * 20)
+    assert exc.value.details["used_bytes"] == 0 and exc.value.details["quota_bytes"] == 10
+    assert answers == [None]
+    assert store.team_usage(TEAM) == (0, 10)
+    assert store.list(REF) == []
+
+
+def test_a_concurrent_creator_hands_the_write_to_the_transaction_path(pg: Backend) -> None:
+    store = pg.open()
+    answers = spy(store)
+    with write_transaction(store.engine) as conn:
+        # Another writer has inserted the row and not committed yet.
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "theirs", None, False, None))
+        thread, got = in_thread(lambda: store.write(REF, "a.md", "mine!"))
+        blocked_on_a_lock(store)
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    assert answers == [None]  # its insert met the creator: nothing written
+    assert store.read(REF, "a.md").content == "mine!"
+    assert versions(store, "a.md") == [1, 2]
+    usage = store.usage(REF)
+    # A replaced version is stored behind one byte (sql_history.pack_version).
+    assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (5, 5, 1 + 6)
+
+
+def test_a_writer_that_committed_while_the_statement_waited_is_seen(pg: Backend) -> None:
+    store = pg.open()
+    store.write(REF, "a.md", "v1")
+    answers = spy(store)
+    with write_transaction(store.engine) as conn:
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2 v2", None, False, None))
+        thread, got = in_thread(lambda: store.write(REF, "a.md", "v3"))
+        blocked_on_a_lock(store)
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    # The statement's snapshot predates v2 (its versions, its counters' figures): it
+    # wrote nothing, and the transaction path numbered v3 after v2.
+    assert answers == [None]
+    assert store.read(REF, "a.md").content == "v3"
+    assert versions(store, "a.md") == [1, 2, 3]
+    usage = store.usage(REF)
+    assert (usage.used_bytes, usage.history_used_bytes) == (2, (1 + 2) + (1 + 5))
+
+
+def test_chunks_the_indexer_committed_while_the_statement_waited_are_dropped(
+    pg: Backend,
+) -> None:
+    store = pg.open()
+    store.write(REF, "a.md", "# Old\n\nold words")
+    answers = spy(store)
+    key = {**store._address(REF), "p": "a.md"}
+    with write_transaction(store.engine) as conn:
+        # The indexer's backfill: the document locked, its chunks inserted.
+        doc = conn.execute(store._sql.lock_content, key).one()
+        bound = {**key, "vis": doc.visibility, "content": doc.content, "now": utcnow()}
+        conn.execute(memory_chunks.insert(), _chunk_rows(bound))
+        thread, got = in_thread(lambda: store.write(REF, "a.md", "# New\n\nnew words"))
+        blocked_on_a_lock(store)
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    assert answers == [None]
+    # The old content's chunks went with the write; the next reconcile chunks the new.
+    assert store.chunk_rows(REF) == []
+    store.reconcile(REF)
+    assert [c.text for c in store.chunk_rows(REF)] == ["# New\n\nnew words"]
+
+
+def test_a_write_that_trims_the_history_runs_in_a_transaction(pg: Backend) -> None:
+    store = pg.open(Limits(history_versions=2))
+    answers = spy(store)
+    for n in range(4):
+        store.write(REF, "a.md", f"v{n}")
+    # The third write would pass the per-document count: handed over before any lock.
+    assert [a is not None for a in answers] == [True, True, False, False]
+    assert versions(store, "a.md") == [3, 4]
+    assert store.usage(REF).history_used_bytes == 1 + 2  # version 3 ("v2") only
