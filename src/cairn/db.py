@@ -4,7 +4,8 @@
   SQLAlchemy engine (pysqlite in WAL mode; psycopg 3 with a connection pool).
 * :func:`write_transaction` / :func:`read_transaction` open a transaction; on SQLite
   a write transaction is ``BEGIN IMMEDIATE`` so concurrent writers queue on the
-  database lock instead of failing at commit.
+  database lock instead of failing at commit; :func:`read_statements` reads without a
+  transaction of its own on PostgreSQL (one round trip per statement).
 * :class:`Migration` and :func:`upgrade`: each component keeps an ordered list of
   migrations; applied ones are recorded in ``cairn_migrations`` (component, version).
 * :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
@@ -176,6 +177,22 @@ def write_transaction(engine: Engine, *, durable: bool = False) -> Iterator[Conn
 def read_transaction(engine: Engine) -> Iterator[Connection]:
     with translated_errors(), engine.connect() as conn, conn.begin():
         yield conn
+
+
+@contextlib.contextmanager
+def read_statements(engine: Engine) -> Iterator[Connection]:
+    """Reads that need no transaction of their own: on PostgreSQL each statement runs in
+    autocommit, since at READ COMMITTED every statement of a transaction takes its own
+    snapshot anyway, and BEGIN and COMMIT would only add two round trips to each read
+    (docs/performance.md). On SQLite a read transaction, which is in-process and keeps one
+    snapshot across the statements. Not for reads that rely on a transaction: ``SET
+    LOCAL``/``set_config(..., true)``, ``FOR UPDATE``, server-side cursors."""
+    if engine.dialect.name != "postgresql":
+        with read_transaction(engine) as conn:
+            yield conn
+        return
+    with translated_errors(), engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 @contextlib.contextmanager

@@ -5,8 +5,11 @@ instance counter, the attributed team and the audit row — is the other."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from tests.api.world import GLOBAL_SPACE, SPACE, World
@@ -75,3 +78,32 @@ def test_a_refused_global_write_leaves_no_audit_row(
     assert client.get("/api/admin/audit", headers=admin).json()["events"][:1] == before
     r = client.get("/api/memory/doc", params=params, headers=world.headers("super_admin"))
     assert r.status_code == 404
+
+
+def test_a_document_read_sends_no_begin_or_commit_on_postgresql(
+    app: FastAPI, client: TestClient, world: World
+) -> None:
+    # Reads are statement by statement on PostgreSQL (READ COMMITTED gives each statement
+    # of a transaction its own snapshot anyway): the key's resolution and the read are a
+    # round trip each, not four. SQLite keeps a read transaction, in-process.
+    engine = _engine(app)
+    headers = world.headers("api_key")
+    params = {**SPACE, "path": "notes/read.md"}
+    client.put("/api/memory/doc", params=params, json={"content": "read me"}, headers=headers)
+    seen: list[tuple[str, bool]] = []
+
+    def on_execute(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        raw = conn.connection.dbapi_connection
+        seen.append((statement, bool(getattr(raw, "autocommit", False))))
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        r = client.get("/api/memory/doc", params=params, headers=headers)
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    assert r.status_code == 200, r.text
+    assert len(seen) >= 2, seen  # the key, then the document
+    if engine.dialect.name == "postgresql":
+        assert all(autocommit for _, autocommit in seen), seen
+    else:
+        assert not any(autocommit for _, autocommit in seen), seen

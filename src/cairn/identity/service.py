@@ -17,7 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Connection, Engine
 
-from cairn.db import read_transaction, utc, utcnow, write_transaction
+from cairn.db import read_statements, read_transaction, utc, utcnow, write_transaction
 from cairn.errors import Conflict, InvalidRequest, NotFound, TeamNotFound, Unauthenticated
 from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
@@ -340,7 +340,7 @@ class IdentityService:
 
     def standing(self, user_id: str, team_id: str) -> Standing | None:
         """The user's standing in ``team_id`` (one query); None when there is no such team."""
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             return standing_in_team(conn, user_id, team_id)
 
     def principal_for_api_key(self, key: str) -> Principal | None:
@@ -349,7 +349,7 @@ class IdentityService:
         One query. A key whose user left its team resolves with ``team_role=None``
         (routes then answer ``team_not_found``).
         """
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             row = conn.execute(PRINCIPAL_FOR_KEY, {"h": self.hasher.hash(key)}).first()
             if row is None:
                 return None
@@ -372,7 +372,7 @@ class IdentityService:
         Raises TeamNotFound when the team does not exist, the user is not a member
         (nor an owner/admin of its org), or ``base`` is an API key of another team.
         """
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             return _in_team(conn, base, team_id)
 
     def _user_teams(self, conn: Connection, user_id: str) -> list[dict[str, Any]]:
@@ -399,7 +399,7 @@ class IdentityService:
 
     def user_teams(self, user_id: str) -> list[dict[str, Any]]:
         """Every team the user acts in, by id (what signing in answers), read anew."""
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             return self._user_teams(conn, user_id)
 
     # --- browser sessions ---------------------------------------------------------------
@@ -451,8 +451,8 @@ class IdentityService:
         The active team is ``team_header`` (TeamNotFound when the user cannot act in it),
         else the user's only team; with several and no header, ``team_choice_needed``.
         """
-        # One transaction: the session, then the user's teams or standing in the team.
-        with read_transaction(self.engine) as conn:
+        # One connection: the session, then the user's teams or standing in the team.
+        with read_statements(self.engine) as conn:
             row = conn.execute(
                 sa.select(
                     t.sessions.c.user_id,

@@ -33,8 +33,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import (
     claim_rows,
+    read_statements,
     read_transaction,
-    translated_errors,
     utcnow,
     write_transaction,
 )
@@ -482,16 +482,10 @@ class SqlRecordStore(RecordStore):
         if write:
             with write_transaction(self.engine, durable=True) as conn:
                 yield _SqlWriter(conn, self)
-        elif self.engine.dialect.name == "postgresql":
-            # Statement by statement: at READ COMMITTED every statement of a transaction
-            # takes its own snapshot anyway, so BEGIN and COMMIT would only add two round
-            # trips to each read (a search is then two statements, two round trips).
-            with translated_errors(), self.engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-                yield _SqlWriter(conn, self, in_transaction=False)
         else:
-            with read_transaction(self.engine) as conn:
-                yield _SqlWriter(conn, self)
+            # A search is then two statements, two round trips on PostgreSQL.
+            with read_statements(self.engine) as conn:
+                yield _SqlWriter(conn, self, in_transaction=conn.in_transaction())
 
     def _signing_key(self, conn: Connection) -> bytes:
         # Created once with the schema and never changed, so it is read once per store,

@@ -56,6 +56,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import (
     make_engine,
+    read_statements,
     read_transaction,
     translated_errors,
     upgrade,
@@ -432,7 +433,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     def read(self, ref: SpaceRef, path: str) -> Document:
         addr = self._address(ref)
         path = validate_doc_path(path)
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             row = conn.execute(self._sql.read_doc, {**addr, "p": path}).first()
         if row is None:
             raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
@@ -441,7 +442,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         addr = self._address(ref)
         prefix = validate_dir_prefix(dir)
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             if prefix:
                 rows = conn.execute(self._sql.list_dir, {**addr, **self._dir_range(prefix)})
             else:
@@ -481,7 +482,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     def usage(self, ref: SpaceRef) -> Usage:
         addr = self._address(ref)
         aggregate, default = self._aggregate(ref)
-        with read_transaction(self.engine) as conn:
+        with read_statements(self.engine) as conn:
             used = conn.execute(self._sql.space_used, addr).scalar()
             team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
             history = self._history_usage_in(conn, aggregate, default)
