@@ -10,9 +10,12 @@ Through the API (each part in a fresh database, each goal printed beside its fig
 
 * ``saves``: ``--clients`` (8) concurrent clients, each on one keep-alive connection,
   saving work summaries as the service token through ``POST
-  /api/internal/teams/{team}/memory``; saves per second over ``--saves`` per client. A
-  201 is durable: the save's group has committed (fsynced on SQLite) before it answers
-  (tests/records/test_kill9.py proves it with SIGKILL).
+  /api/internal/teams/{team}/memory``; saves per second over ``--saves`` per client, for
+  each ``--workers`` count in turn (``1,2``: ``cairn serve`` with one process, then
+  ``--workers 2``; a group commit is per process, and on SQLite the processes share the
+  file's write lock), with the server's CPU per save (all its processes). A 201 is
+  durable: the save's group has committed (fsynced on SQLite) before it answers
+  (tests/records/test_kill9.py proves it with SIGKILL, with one worker and two).
 * ``search``: keyword-only (``CAIRN_EMBEDDER=none``) ``POST
   /api/teams/{team}/memory/search`` with each team's API key, one client, p50/p95 over
   ``--searches`` after 20 uncounted: at 20k records in one team (``--teams-small`` teams
@@ -326,13 +329,20 @@ def _mark(ok: bool) -> str:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of process ``pid`` and its live descendants so far (Linux
+    ``/proc``): with ``--workers N`` the requests are served by the children."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:  # a process that ended meanwhile
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(_cpu_seconds(int(child)) for child in children)
 
 
-def api_saves(database: str, label: str, args: argparse.Namespace) -> None:
-    """Saves through ``cairn serve`` from ``args.clients`` concurrent clients."""
+def api_saves(database: str, label: str, args: argparse.Namespace, workers: int) -> None:
+    """Saves through ``cairn serve --workers workers`` from ``args.clients`` concurrent
+    clients."""
     engine = make_engine(database)
     team = bench_world(engine, 1).teams[0][0]
     engine.dispose()
@@ -340,7 +350,7 @@ def api_saves(database: str, label: str, args: argparse.Namespace) -> None:
     home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
     env = {"CAIRN_SERVICE_TOKEN": SERVICE_TOKEN, "CAIRN_INDEXER": "off", "CAIRN_EMBEDDER": "none"}
     goal = SAVE_GOALS[label]
-    with serve(database, home, **env) as served:
+    with serve(database, home, workers=workers, **env) as served:
         warm = [[_filler(rng) for _ in range(25)] for _ in range(args.clients)]
         save_through(served.base, team, SERVICE_TOKEN, warm)
         texts = [[_filler(rng) for _ in range(args.saves)] for _ in range(args.clients)]
@@ -349,11 +359,16 @@ def api_saves(database: str, label: str, args: argparse.Namespace) -> None:
         cpu_ms = (_cpu_seconds(served.pid) - cpu) * 1000 / (args.saves * args.clients)
     p50, p95 = _pct([t * 1000 for t in latencies])
     print(
-        f"[{label}] saves through cairn serve, {args.clients} clients, durable at 201: "
+        f"[{label}] saves through cairn serve, {_workers(workers)}, {args.clients} clients, "
+        "durable at 201: "
         f"{rate:,.0f}/s (goal ≥ {goal:,}: {rate:,.0f} {_mark(rate >= goal)}); "
         f"latency p50 {p50:.1f} ms p95 {p95:.1f} ms; server CPU {cpu_ms:.2f} ms per save",
         flush=True,
     )
+
+
+def _workers(n: int) -> str:
+    return "1 worker" if n == 1 else f"{n} workers"
 
 
 def api_search(database: str, label: str, scale: str, args: argparse.Namespace) -> None:
@@ -405,6 +420,11 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
     parser.add_argument("--parts", default="saves,search", help="API parts: saves,search")
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--workers",
+        default="1,2",
+        help="saves: the cairn serve --workers counts to measure, in turn (default 1,2)",
+    )
     parser.add_argument("--saves", type=int, default=500, help="saves per client")
     parser.add_argument("--searches", type=int, default=300)
     parser.add_argument("--teams-small", type=int, default=5)
@@ -422,8 +442,9 @@ def main() -> None:
                 continue
             label = "sqlite" if backend == "sqlite" else "postgres"
             if "saves" in args.parts:
-                with database_for(backend, args.postgres) as database:
-                    api_saves(database, label, args)
+                for workers in (int(n) for n in args.workers.split(",")):
+                    with database_for(backend, args.postgres) as database:
+                        api_saves(database, label, args, workers)
             if "search" in args.parts:
                 for scale in args.scales.split(","):
                     with database_for(backend, args.postgres) as database:

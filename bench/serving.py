@@ -35,10 +35,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(database: str, home: Path, *, pin: bool = False, **env_extra: str) -> Iterator[Served]:
+def serve(
+    database: str, home: Path, *, pin: bool = False, workers: int = 1, **env_extra: str
+) -> Iterator[Served]:
     """``cairn serve`` on ``database`` with ``CAIRN_HOME=home`` and ``env_extra`` (every
     other ``CAIRN_*`` of this process dropped), ready when this yields; its output goes
-    to ``home/serve-PORT.log``. ``pin``: on CPU 1 only (``taskset``)."""
+    to ``home/serve-PORT.log``. ``pin``: on CPU 1 only (``taskset``); ``workers``:
+    ``--workers N``."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update(CAIRN_HOME=str(home), **env_extra)
@@ -48,7 +51,8 @@ def serve(database: str, home: Path, *, pin: bool = False, **env_extra: str) -> 
         proc = subprocess.Popen(
             (["taskset", "-c", "1"] if pin else [])
             + [sys.executable, "-m", "cairn.cli.main", "serve"]
-            + ["--port", str(port), "--database", database],
+            + ["--port", str(port), "--database", database]
+            + (["--workers", str(workers)] if workers > 1 else []),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

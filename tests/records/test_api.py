@@ -407,9 +407,17 @@ def test_refusal_order(app: FastAPI, client: TestClient, creds: Creds, engine: E
     r = search(client, lapsed.team_id, lapsed_h, repo_id=lapsed.other_repo)
     assert code(r) == (404, "repo_not_found")
     assert code(search(client, lapsed.team_id, lapsed_h)) == (429, "rate_limited")
-    # Save: plan before off before repo.
+    # Save: team before 400 (the service token's team is checked in the save's write,
+    # but a bad field still hears of a missing team first), 400 before plan, plan
+    # before off before repo.
     set_plan(engine, lapsed.org_id, "free")
     records_of(engine).set_enabled_as_server(lapsed.team_id, False)
+    assert code(save(client, "team_missing", SERVICE_H, text=""))[1] == "team_not_found"
+    assert code(save(client, "team_missing", SERVICE_H, text="x"))[1] == "team_not_found"
+    assert code(save(client, lapsed.team_id, SERVICE_H, text="", repo_id="nope")) == (
+        400,
+        "invalid_request",
+    )
     assert code(save(client, lapsed.team_id, SERVICE_H, text="x", repo_id="nope"))[1] == (
         "plan_required"
     )

@@ -1,5 +1,6 @@
 """A record answered 201 is durable: a real ``cairn serve`` killed with SIGKILL while
-8 clients save records loses none of the saves it acknowledged (SQLite and PostgreSQL).
+8 clients save records loses none of the saves it acknowledged (SQLite and PostgreSQL,
+one process and ``--workers 2``: every process of the server is killed at once).
 
 Saves that were in flight when the process died may or may not be there (their client
 got no answer); every save that got its 201 must be, with its text, after a restart.
@@ -46,7 +47,14 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_postgres_database(url)
 
 
-def _serve(database: str, home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def _serve(
+    database: str, home: Path, log: Path, workers: int = 1
+) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
@@ -56,16 +64,20 @@ def _serve(database: str, home: Path, log: Path) -> tuple[subprocess.Popen[bytes
         "CAIRN_EMBEDDER": "none",
     }
     argv = [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+    argv += ["--workers", str(workers), "--database", database]
     with open(log, "ab") as out:
+        # A session of its own: the kill below reaches the workers too, as a crash would.
         proc = subprocess.Popen(
-            [*argv, "--database", database], env=env, stdout=out, stderr=subprocess.STDOUT
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     url = f"http://127.0.0.1:{port}"
     _wait_ready(proc, url, log)
     return proc, url
 
 
-def test_no_acknowledged_record_is_lost_to_sigkill(database: str, tmp_path: Path) -> None:
+def test_no_acknowledged_record_is_lost_to_sigkill(
+    database: str, workers: int, tmp_path: Path
+) -> None:
     engine = make_engine(database)
     upgrade_all(engine)
     world = make_world(engine)
@@ -74,7 +86,7 @@ def test_no_acknowledged_record_is_lost_to_sigkill(database: str, tmp_path: Path
     )[1]
     engine.dispose()
     log = tmp_path / "serve.log"
-    proc, url = _serve(database, tmp_path / "home", log)
+    proc, url = _serve(database, tmp_path / "home", log, workers)
 
     acknowledged: dict[str, str] = {}  # record id -> the text saved
     lock = threading.Lock()
@@ -103,14 +115,14 @@ def test_no_acknowledged_record_is_lost_to_sigkill(database: str, tmp_path: Path
         for t in threads:
             t.start()
         assert enough.wait(120), log.read_text()
-        proc.send_signal(signal.SIGKILL)  # mid-stream: the clients are still saving
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-stream: the clients are still saving
         proc.wait(timeout=30)
         for t in threads:
             t.join(timeout=60)
         assert not any(t.is_alive() for t in threads)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
     proc, url = _serve(database, tmp_path / "home", log)

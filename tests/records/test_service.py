@@ -147,7 +147,11 @@ def test_save_refusals(engine: Engine) -> None:
     records = records_of(engine)
     with pytest.raises(TeamNotFound):
         records.save_as_server("team_missing", "text")
+    with pytest.raises(TeamNotFound):  # the team before the text
+        records.save_as_server("team_missing", "")
     lapsed = make_world(engine, plan="pro", enabled=False)
+    with pytest.raises(InvalidRequest):  # the text before the plan
+        records.save_as_server(lapsed.team_id, "")
     with pytest.raises(PlanRequired):  # plan first, even while off
         records.save_as_server(lapsed.team_id, "text")
     off = make_world(engine, plan="enterprise", enabled=False)

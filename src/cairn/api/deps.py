@@ -21,6 +21,8 @@ Aliases:
 * :data:`Caller` — what :data:`Principal` resolves, resolved in the thread that does the
   route's work: ``await caller.run(work)`` calls ``work(principal)`` in one thread-pool
   hop, where a sync dependency and a sync route would cost two (docs/performance.md).
+* :data:`AnyCaller` — the same for what :data:`AnyPrincipal` resolves (the records
+  routes: the service token saves records).
 """
 
 from __future__ import annotations
@@ -113,17 +115,24 @@ class CallerCredential:
     API key, a session) is read in :meth:`run`'s thread, so a route costs one hop.
     """
 
-    __slots__ = ("request", "state")
+    __slots__ = ("request", "resolve", "state")
 
-    def __init__(self, request: Request, state: AppState) -> None:
+    def __init__(
+        self,
+        request: Request,
+        state: AppState,
+        resolve: Callable[[Request], p.Principal] = authenticate,
+    ) -> None:
         self.request = request
         self.state = state
+        #: :func:`authenticate` (signed-in users only) or :func:`resolve_credential`.
+        self.resolve = resolve
 
     async def run(self, work: Callable[[p.Principal], T]) -> T:
         """``work(principal)`` in a worker thread, the principal resolved there first
-        (once per request, as :func:`authenticate` does, signed-in users only)."""
-        request = self.request
-        return await anyio.to_thread.run_sync(lambda: work(authenticate(request)))
+        (once per request, by :attr:`resolve`)."""
+        request, resolve = self.request, self.resolve
+        return await anyio.to_thread.run_sync(lambda: work(resolve(request)))
 
     async def read(self, work: Callable[[p.Principal], T]) -> T:
         """As :meth:`run`, for a quick read: a point read of one row or document, never
@@ -136,20 +145,30 @@ class CallerCredential:
         On PostgreSQL a read is a network round trip: it waits in a worker thread.
         """
         if self.state.inline_reads:
-            return work(authenticate(self.request))
+            return work(self.resolve(self.request))
         return await self.run(work)
 
 
-async def caller(request: Request) -> CallerCredential:
-    # async on purpose: checking that a credential is present costs no I/O, no hop.
+def _deferred(request: Request, resolve: Callable[[Request], p.Principal]) -> CallerCredential:
     s = request.app.state
     credentials: Credentials = s.credentials
     credentials.require_presented(
         authorization=request.headers.get("authorization"),
         session=request.cookies.get(SESSION_COOKIE) or None,
     )
-    request.state.credential_deferred = True
-    return CallerCredential(request, s.view)
+    # What the validation error's handler resolves (refusal_of_deferred_credential).
+    request.state.credential_deferred = resolve
+    return CallerCredential(request, s.view, resolve)
+
+
+async def caller(request: Request) -> CallerCredential:
+    # async on purpose: checking that a credential is present costs no I/O, no hop.
+    return _deferred(request, authenticate)
+
+
+async def any_caller(request: Request) -> CallerCredential:
+    # async on purpose, as caller.
+    return _deferred(request, resolve_credential)
 
 
 async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
@@ -159,12 +178,15 @@ async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
     The contract refuses a bad credential before a bad parameter (docs/api.md, "Order of
     refusals"); a Caller looks the credential up after FastAPI has parsed the parameters,
     so the error handler looks it up on this (rare) path instead."""
-    if not getattr(request.state, "credential_deferred", False):
+    resolve: Callable[[Request], p.Principal] | None = getattr(
+        request.state, "credential_deferred", None
+    )
+    if resolve is None:
         return None
     if getattr(request.state, "principal", None) is not None:
         return None
     try:
-        await anyio.to_thread.run_sync(authenticate, request)
+        await anyio.to_thread.run_sync(resolve, request)
     except CairnError as exc:
         return exc
     return None
@@ -172,5 +194,6 @@ async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
 
 Principal = Annotated[p.Principal, Depends(authenticate)]
 Caller = Annotated[CallerCredential, Depends(caller)]
+AnyCaller = Annotated[CallerCredential, Depends(any_caller)]
 AnyPrincipal = Annotated[p.Principal, Depends(resolve_credential)]
 State = Annotated[AppState, Depends(get_state)]

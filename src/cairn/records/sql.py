@@ -13,10 +13,11 @@ Vectors are written by the background indexer, never by a save:
 without a lock and one short write at the end), and every batch stored bumps its teams'
 ``vectors_version``, teams in key order.
 
-Repositories belong to the identity component. This module reads them with plain SQL
-over the ``repos`` table (its ``team_id``, ``id`` and ``project_id`` columns are the
-whole contract) instead of importing identity's schema, so the records component
-depends on nothing of identity's but a table in the same database.
+Repositories and teams belong to the identity component. This module reads them with
+plain SQL over the ``repos`` table (its ``team_id``, ``id`` and ``project_id`` columns)
+and the ``teams`` and ``orgs`` tables (``id``, ``org_id``, ``plan``) instead of
+importing identity's schema, so the records component depends on nothing of
+identity's but tables in the same database.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ V = record_search_versions
 
 # A repository's project, read straight from identity's table (see the module doc).
 _REPO_PROJECT = sa.text("SELECT project_id FROM repos WHERE team_id = :team AND id = :repo")
+# A team's org and plan, read straight from identity's tables too.
+_TEAM_PLAN = sa.text(
+    "SELECT teams.org_id, orgs.plan FROM teams JOIN orgs ON orgs.id = teams.org_id "
+    "WHERE teams.id = :team"
+)
 _VISIBLE_REPOS = sa.text(
     "SELECT id FROM repos WHERE team_id = :team AND project_id IN :projects"
 ).bindparams(sa.bindparam("projects", expanding=True))
@@ -277,6 +283,10 @@ class _SqlReader(RecordReader):
         row = self._conn.execute(_STATE, {"team": team_id}).one()
         versions = SearchVersions(*(0 if v is None else int(v) for v in row[1:]))
         return SearchState(bool(row[0]), versions)
+
+    def team_plan(self, team_id: str) -> tuple[str, str] | None:
+        row = self._conn.execute(_TEAM_PLAN, {"team": team_id}).first()
+        return None if row is None else (str(row.org_id), str(row.plan))
 
     def search_versions(self, team_id: str) -> SearchVersions:
         return self.search_state(team_id).versions

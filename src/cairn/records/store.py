@@ -171,6 +171,11 @@ class RecordReader(ABC):
         search's first read: one round trip, not two)."""
 
     @abstractmethod
+    def team_plan(self, team_id: str) -> tuple[str, str] | None:
+        """The team's org and that org's plan, or None when there is no such team (a
+        save's team check, made in its write transaction)."""
+
+    @abstractmethod
     def search_versions(self, team_id: str) -> SearchVersions:
         """The team's search counters, in one query (both 0 for a team never written)."""
 

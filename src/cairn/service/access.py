@@ -424,9 +424,33 @@ class Access:
     def team_for_save(self, team_id: str) -> TeamAccess:
         """The access the server's own code has when it saves for ``team_id``."""
         standing = self._standing("", team_id)
-        if standing is None:
-            raise TeamNotFound(f"team {team_id!r} was not found; check the team id")
-        return TeamAccess(team_id, standing.org_id, standing.plan, None, False)
+        return self.save_access(
+            team_id, None if standing is None else (standing.org_id, standing.plan), server=True
+        )
+
+    def save_checked_on_write(self, who: Principal | None, team_id: str) -> bool:
+        """Whether a save by ``who`` (None: the server's own code) may leave its team
+        check to the save's write transaction (:meth:`save_access` over what it reads).
+
+        Only the service token and the server may: their one check is that the team
+        exists (then its plan), which the write reads beside the memory setting at no
+        extra transaction. Every other credential is refused by :meth:`team_access`
+        first (a user credential never saves), and a team id no team can have never
+        reaches the database."""
+        if self._identity is None or not is_clean_id(team_id):
+            return False
+        return who is None or who.kind is CredentialKind.SERVICE_TOKEN
+
+    @staticmethod
+    def save_access(team_id: str, found: tuple[str, str] | None, *, server: bool) -> TeamAccess:
+        """The access of a save for ``team_id`` by the service token (or, ``server``, the
+        server's own code) from the team's ``(org, plan)``; ``404 team_not_found``
+        when ``found`` is None (no such team)."""
+        if found is None:
+            if server:
+                raise TeamNotFound(f"team {team_id!r} was not found; check the team id")
+            raise _team_not_found(team_id)
+        return TeamAccess(team_id, found[0], found[1], None, False)
 
     def may_read_org(self, who: Principal, org_id: str) -> bool:
         """Org-wide figures: platform authority, org members of any role and members of

@@ -14,7 +14,9 @@ itself, and refuses in the contract's order::
 (401 comes first, from the face that turns a credential into a principal.) The gates
 — the team's setting, the repository — and the search, listing or insert share one
 store transaction, so with a credential that resolved its standing as it was read (an
-API key), a request costs two transactions in all.
+API key), a request costs two transactions in all; a save by the service token costs
+one, shared with the saves beside it (its team and plan are read in its group's write,
+see :meth:`RecordService.save`).
 
 Answers are frozen dataclasses. Every record text in an answer is already a fenced
 block its content cannot close (:func:`cairn.records.render.render_text`), and every
@@ -149,10 +151,15 @@ class MemorySettings:
 
 @dataclass(frozen=True, slots=True)
 class _Save:
-    """One save waiting for its group commit: checked but for what the store knows."""
+    """One save waiting for its group commit: checked but for what the store knows.
 
-    access: TeamAccess
+    ``access`` None: the team's existence and plan are checked in the group's
+    transaction too (:meth:`Access.save_checked_on_write`); ``server`` says which
+    ``404`` a missing team gets."""
+
+    access: TeamAccess | None
     record: Record
+    server: bool = False
 
 
 def iso(value: datetime) -> str:
@@ -221,8 +228,12 @@ class RecordService:
         for a ``repo_id`` that is not a repository of this team. The text is masked
         before it is stored; the record expires 365 days after ``now``.
         """
-        access = self._access.team_access(who, team_id, Action.SAVE)
-        return self._save_one(access, text, repo_id, now)
+        if not self._access.save_checked_on_write(who, team_id):
+            access = self._access.team_access(who, team_id, Action.SAVE)
+            return self._save_one(access, text, repo_id, now)
+        return self._save_checked_on_write(
+            team_id, text, repo_id, now, lambda: self.check_access(who, team_id, Action.SAVE)
+        )
 
     def save_as_server(
         self,
@@ -234,8 +245,11 @@ class RecordService:
     ) -> Record:
         """:meth:`save` for the host application's own server code, in-process (no
         credential: it is the server). The same refusals, but for ``403``."""
-        access = self._access.team_for_save(team_id)
-        return self._save_one(access, text, repo_id, now)
+        if not self._access.save_checked_on_write(None, team_id):
+            return self._save_one(self._access.team_for_save(team_id), text, repo_id, now)
+        return self._save_checked_on_write(
+            team_id, text, repo_id, now, lambda: self._access.team_for_save(team_id), server=True
+        )
 
     def save_many(
         self,
@@ -267,21 +281,51 @@ class RecordService:
         record = new_record(access.team_id, text, repo_id, self._now(now))
         return self._saves.submit(_Save(access, record))
 
+    def _save_checked_on_write(
+        self,
+        team_id: str,
+        text: str,
+        repo_id: str | None,
+        now: datetime | None,
+        check_team: Callable[[], object],
+        *,
+        server: bool = False,
+    ) -> Record:
+        """A save whose team is checked in its group's transaction (no transaction of
+        its own before it). A field outside its limits is still refused after the
+        team's ``404``: ``check_team()`` reads it then, on that path only."""
+        try:
+            _check_text(text)
+            _check_repo_id(repo_id)
+        except InvalidRequest:
+            check_team()
+            raise
+        record = new_record(team_id, text, repo_id, self._now(now))
+        return self._saves.submit(_Save(None, record, server))
+
     def _write_saves(self, saves: builtins.list[_Save]) -> builtins.list[Outcome[Record]]:
-        """Write a group of saves in one transaction: each passes the store's gates
-        (memory on, the repository) or gets its own refusal; the others are stored."""
+        """Write a group of saves in one transaction: each passes the gates (the team
+        and its plan when not checked before, memory on, the repository) or gets its
+        own refusal, in the contract's order; the others are stored."""
         outcomes: builtins.list[Outcome[Record]] = []
         with self._store.writing() as tx:
             enabled: dict[str, bool] = {}
+            teams: dict[str, tuple[str, str] | None] = {}
             for save in saves:
-                team, repo_id = save.access.team_id, save.record.repo_id
+                team, repo_id = save.record.team_id, save.record.repo_id
                 try:
+                    access = save.access
+                    if access is None:
+                        if team not in teams:
+                            teams[team] = tx.team_plan(team)
+                        access = self._access.save_access(team, teams[team], server=save.server)
+                        _check_plan(access)
                     if team not in enabled:
                         enabled[team] = tx.enabled(team)
                     if not enabled[team]:
                         raise _memory_off()
                     if repo_id is not None:
-                        _check_repo(tx, save.access, repo_id)
+                        _check_repo(tx, access, repo_id)
                 except CairnError as exc:
                     outcomes.append(exc)
                     continue

@@ -22,7 +22,7 @@ from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from cairn.api.deps import AnyPrincipal
+from cairn.api.deps import AnyCaller, CallerCredential
 from cairn.api.records_bodies import (
     SaveRequest,
     SearchRequest,
@@ -30,6 +30,7 @@ from cairn.api.records_bodies import (
     check_params,
     parse,
 )
+from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import error_responses
 from cairn.errors import BadRequest, StoreUnavailable
 from cairn.principal import Principal
@@ -56,7 +57,7 @@ def _records(request: Request) -> RecordService:
     return records
 
 
-async def _read(
+def _read(
     records: RecordService, who: Principal, team: str, action: Action, read: Callable[[], T]
 ) -> T:
     """``read()`` the request's input; when it cannot be read (400), a caller who may
@@ -65,7 +66,7 @@ async def _read(
     try:
         return read()
     except BadRequest:
-        await run_in_threadpool(records.check_access, who, team, action)
+        records.check_access(who, team, action)
         raise
 
 
@@ -74,19 +75,24 @@ def _params(request: Request, *allowed: str) -> Callable[[], None]:
     return lambda: check_params(request.query_params.keys(), allowed)
 
 
-async def _with_body(
-    request: Request, who: Principal, team: str, action: Action, model: type[M]
-) -> tuple[RecordService, M]:
-    """The records service and the JSON body as ``model``, read by :func:`_read` (a route
-    with a body takes no query parameter)."""
-    records = _records(request)
-    raw = await request.body()
+def _body(request: Request, raw: bytes, model: type[M]) -> Callable[[], M]:
+    """The reading of a route with a body: the JSON body as ``model`` (such a route takes
+    no query parameter)."""
 
     def read() -> M:
         check_params(request.query_params.keys(), ())
         return parse(model, raw)
 
-    return records, await _read(records, who, team, action, read)
+    return read
+
+
+async def _serve(
+    request: Request, caller: CallerCredential, work: Callable[[RecordService, Principal], T]
+) -> T:
+    """``work(records, who)`` in one thread-pool hop, the credential resolved there first
+    (:data:`~cairn.api.deps.AnyCaller`): a bad credential is refused before the records
+    store is looked for, as before."""
+    return await caller.run(lambda who: work(_records(request), who))
 
 
 @contextlib.asynccontextmanager
@@ -161,7 +167,7 @@ def _page_json(page: RecordPage) -> dict[str, Any]:
 _READ_ERRORS = error_responses(400, 401, 403, 404, 500, 503)
 
 
-def _body(model: type[Any]) -> dict[str, Any]:
+def _schema(model: type[Any]) -> dict[str, Any]:
     return {
         "requestBody": {
             "required": True,
@@ -172,46 +178,53 @@ def _body(model: type[Any]) -> dict[str, Any]:
 
 @router.post(
     "/api/teams/{team}/memory/search",
-    openapi_extra=_body(SearchRequest),
+    openapi_extra=_schema(SearchRequest),
     responses=error_responses(400, 401, 402, 403, 404, 429, 500, 503),
     summary="Search the team's memory records",
 )
-async def search_records(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    records, body = await _with_body(request, who, team, Action.READ, SearchRequest)
-    answer = await run_in_threadpool(
-        records.search, who, team, body.query, repo_id=body.repo_id, limit=body.limit
-    )
-    return _search_json(answer)
+async def search_records(team: str, request: Request, caller: AnyCaller) -> Response:
+    raw = await request.body()
+
+    def run(records: RecordService, who: Principal) -> Response:
+        body = _read(records, who, team, Action.READ, _body(request, raw, SearchRequest))
+        answer = records.search(who, team, body.query, repo_id=body.repo_id, limit=body.limit)
+        return FastJSONResponse(_search_json(answer))
+
+    return await _serve(request, caller, run)
 
 
 @router.post(
     "/api/internal/teams/{team}/memory",
     status_code=201,
-    openapi_extra=_body(SaveRequest),
+    openapi_extra=_schema(SaveRequest),
     responses=error_responses(400, 401, 402, 403, 404, 409, 500, 503),
     summary="Save a record (the service token only)",
 )
-async def save_record(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    records, body = await _with_body(request, who, team, Action.SAVE, SaveRequest)
-    record = await run_in_threadpool(records.save, who, team, body.text, body.repo_id)
-    return {"id": record.id, "expires_at": iso(record.expires_at)}
+async def save_record(team: str, request: Request, caller: AnyCaller) -> Response:
+    raw = await request.body()
+
+    def run(records: RecordService, who: Principal) -> Response:
+        body = _read(records, who, team, Action.SAVE, _body(request, raw, SaveRequest))
+        record = records.save(who, team, body.text, body.repo_id)
+        answer = {"id": record.id, "expires_at": iso(record.expires_at)}
+        return FastJSONResponse(answer, status_code=201)
+
+    return await _serve(request, caller, run)
 
 
 @router.get(
     "/api/teams/{team}/memory", responses=_READ_ERRORS, summary="List the team's memory records"
 )
-async def list_records(team: str, request: Request, who: AnyPrincipal) -> dict[str, Any]:
-    records = _records(request)
-    await _read(records, who, team, Action.READ, _params(request, "repo_id", "next_token"))
-    q = request.query_params
-    page = await run_in_threadpool(
-        records.list,
-        who,
-        team,
-        repo_id=q.get("repo_id") or None,
-        next_token=q.get("next_token") or None,
-    )
-    return _page_json(page)
+async def list_records(team: str, request: Request, caller: AnyCaller) -> Response:
+    def run(records: RecordService, who: Principal) -> Response:
+        _read(records, who, team, Action.READ, _params(request, "repo_id", "next_token"))
+        q = request.query_params
+        page = records.list(
+            who, team, repo_id=q.get("repo_id") or None, next_token=q.get("next_token") or None
+        )
+        return FastJSONResponse(_page_json(page))
+
+    return await _serve(request, caller, run)
 
 
 @router.delete("/api/teams/{team}/memory/{id}", status_code=204, summary="Delete one record")
@@ -219,12 +232,14 @@ async def delete_record(
     team: str,
     record_id: Annotated[str, Path(alias="id", description="The record's id")],
     request: Request,
-    who: AnyPrincipal,
+    caller: AnyCaller,
 ) -> Response:
-    records = _records(request)
-    await _read(records, who, team, Action.MANAGE, _params(request))
-    await run_in_threadpool(records.delete, who, team, record_id)
-    return Response(status_code=204)
+    def run(records: RecordService, who: Principal) -> Response:
+        _read(records, who, team, Action.MANAGE, _params(request))
+        records.delete(who, team, record_id)
+        return Response(status_code=204)
+
+    return await _serve(request, caller, run)
 
 
 @router.get(
@@ -232,18 +247,25 @@ async def delete_record(
     responses=_READ_ERRORS,
     summary="The team's memory setting",
 )
-async def get_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
-    records = _records(request)
-    await _read(records, who, team, Action.READ, _params(request))
-    return asdict(await run_in_threadpool(records.get_settings, who, team))
+async def get_memory_settings(team: str, request: Request, caller: AnyCaller) -> dict[str, bool]:
+    def run(records: RecordService, who: Principal) -> dict[str, bool]:
+        _read(records, who, team, Action.READ, _params(request))
+        return asdict(records.get_settings(who, team))
+
+    return await _serve(request, caller, run)
 
 
 @router.put(
     "/api/teams/{team}/memory-settings",
-    openapi_extra=_body(SettingsRequest),
+    openapi_extra=_schema(SettingsRequest),
     responses=_READ_ERRORS,
     summary="Turn the team's memory on or off",
 )
-async def put_memory_settings(team: str, request: Request, who: AnyPrincipal) -> dict[str, bool]:
-    records, body = await _with_body(request, who, team, Action.MANAGE, SettingsRequest)
-    return asdict(await run_in_threadpool(records.set_enabled, who, team, body.enabled))
+async def put_memory_settings(team: str, request: Request, caller: AnyCaller) -> dict[str, bool]:
+    raw = await request.body()
+
+    def run(records: RecordService, who: Principal) -> dict[str, bool]:
+        body = _read(records, who, team, Action.MANAGE, _body(request, raw, SettingsRequest))
+        return asdict(records.set_enabled(who, team, body.enabled))
+
+    return await _serve(request, caller, run)

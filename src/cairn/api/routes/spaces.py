@@ -9,14 +9,14 @@ parameter the route does not take — is refused ``400 unknown_parameter``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, BinaryIO
 
-import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import Caller, Principal, State
+from cairn.api.deps import Caller
 from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import (
     AS_OF_FORM,
@@ -559,18 +559,23 @@ def written(result: WriteResult) -> JSONResponse:
     },
     summary="Export a space (as of an instant with as_of) as a .tar.gz (streamed)",
 )
-def export_space(
-    who: Principal, state: State, space: Space, as_of: AsOfParam = None
-) -> StreamingResponse:
-    ref = space.ref(who, "as_of")
-    at = None if as_of is None else parse_as_of(as_of)
-    # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
-    state.spaces.usage(ref)
+async def export_space(caller: Caller, space: Space, as_of: AsOfParam = None) -> StreamingResponse:
+    def check(who: Who) -> tuple[SpaceRef, datetime | None]:
+        ref = space.ref(who, "as_of")
+        at = None if as_of is None else parse_as_of(as_of)
+        # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
+        caller.state.spaces.usage(ref)
+        return ref, at
+
+    # One hop: the credential, the parameters and the store's check in one thread; the
+    # archive is then written by the export's own thread (iter_export).
+    ref, at = await caller.run(check)
+    spaces = caller.state.spaces
 
     def export(sink: BinaryIO) -> int:
         if at is None:
-            return state.spaces.export(ref, sink)
-        return state.spaces.export_as_of(ref, at, sink)
+            return spaces.export(ref, sink)
+        return spaces.export_as_of(ref, at, sink)
 
     return StreamingResponse(
         iter_export(export),
@@ -596,23 +601,24 @@ _IMPORT_BODY: dict[str, Any] = {
 )
 async def import_space(
     request: Request,
-    who: Principal,
-    state: State,
+    caller: Caller,
     space: Space,
     strategy: Annotated[str, Query(description="skip (default), overwrite or rename.")] = "skip",
 ) -> dict[str, Any]:
-    ref = space.ref(who, "strategy")
-    how = parse_import_strategy(strategy)
-    # Refuse before the upload is read: the caller's rights do not depend on the archive.
-    authorize_space_mutation(who, ref)
-    reader = AsyncBodyReader(request.stream(), state.settings.max_import_bytes)
+    spaces = caller.state.spaces
+    reader = AsyncBodyReader(request.stream(), caller.state.settings.max_import_bytes)
 
-    def run() -> dict[str, Any]:
-        report = state.spaces.import_archive(who, ref, reader, how)  # type: ignore[arg-type]
+    def run(who: Who) -> dict[str, Any]:
+        ref = space.ref(who, "strategy")
+        how = parse_import_strategy(strategy)
+        # Refused before the upload is read: the caller's rights do not depend on the
+        # archive. The same thread then reads it (one hop in all).
+        authorize_space_mutation(who, ref)
+        report = spaces.import_archive(who, ref, reader, how)  # type: ignore[arg-type]
         return report.as_json()
 
     try:
-        return await anyio.to_thread.run_sync(run)
+        return await caller.run(run)
     except Exception:
         if reader.refused is not None:  # also when the archive parser wrapped it
             raise reader.refused from None
