@@ -119,33 +119,24 @@ def commit_floor_ms(url: str, count: int = 300) -> float:
 
 def round_trips_per_write(store: Any, count: int = 20) -> float:
     """PostgreSQL: how many times a 1 KB write waits for the server (half creates, half
-    replaces), counted in libpq's trace of every connection the writes check out of the
-    pool (its ReadyForQuery messages), pool checkout and return included."""
-    import sqlalchemy as sa
+    replaces), counted as tests/unit/test_sql_put.py counts them: libpq's trace of every
+    connection the writes check out of the pool (its ReadyForQuery messages), pool checkout
+    and return included."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.unit.test_sql_put import round_trips
 
     ref = SpaceRef.build("project", "round-trips", tenant="bench", project="bench")
     for i in range(count // 2):
         store.write(ref, f"r{i}.md", body(1024, i))
-    traces: list[tuple[Any, Any]] = []
 
-    def on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        trace = tempfile.TemporaryFile()
-        dbapi_conn.pgconn.trace(trace.fileno())
-        traces.append((dbapi_conn.pgconn, trace))
-
-    sa.event.listen(store.engine, "checkout", on_checkout)
-    try:
+    def writes() -> None:
         for i in range(count):
             store.write(ref, f"r{i}.md", body(1024, count + i))
-    finally:
-        sa.event.remove(store.engine, "checkout", on_checkout)
-    waits = 0
-    for pgconn, trace in traces:
-        pgconn.untrace()
-        trace.seek(0)
-        waits += trace.read().decode().count("\tReadyForQuery\t")
-        trace.close()
-    return waits / count
+
+    return round_trips(store, writes) / count
 
 
 def concurrent_writes(store: MemoryStore, label: str, writers: int, count: int) -> float:
