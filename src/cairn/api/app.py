@@ -30,7 +30,10 @@ from cairn.config import Config
 from cairn.runtime import Runtime, open_runtime
 
 #: Route modules, in the order their routes appear in /openapi.json.
-ROUTER_MODULES = (ops, auth, spaces, history, orgs, admin, records)
+#: Most requested first: FastAPI tries a request's path against each router's routes in this
+#: order (twice: to pick the router, then the route), and no two routers' paths overlap,
+#: so the order changes what a request costs, not where it goes (docs/performance.md).
+ROUTER_MODULES = (spaces, records, history, ops, auth, orgs, admin)
 
 
 def create_app(
