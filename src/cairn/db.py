@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import sqlite3
@@ -146,26 +147,70 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-_WRITER_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
-_WRITER_LOCKS_GUARD = threading.Lock()
-
-
-def sqlite_writer_lock(engine: Engine) -> threading.RLock:
-    """The lock a process's writers of one SQLite database take before ``BEGIN IMMEDIATE``.
+class SqliteWriters:
+    """The turn of a writer of one SQLite database, taken before ``BEGIN IMMEDIATE``.
 
     SQLite lets one writer in at a time, and a writer that finds the database locked waits
     in its busy handler by *sleeping* (1, 2, 5, 10 … 100 ms), not in a queue: with four
     request threads writing, most writes paid a sleep long after the lock was free (PUT doc
-    p99 180 ms, docs/performance.md). Queued on this lock instead, the threads of one
-    process take the database in turn with no sleep; writers of other processes
-    (``cairn serve --workers``) still meet the busy handler. Reentrant, so a thread that
-    nests a write keeps today's behaviour (SQLite's own timeout) instead of deadlocking.
+    p99 180 ms; with ``cairn serve --workers 2``, 408 ms; docs/performance.md). Writers
+    queue here instead: the threads of a process on a lock, and the processes on an
+    ``flock`` of a file beside the database (``<database>-writer.lock``; the kernel drops
+    it with a process that dies), so the database is taken in turn with no sleep.
+    Reentrant in a thread, so a nested write keeps SQLite's own behaviour (its timeout)
+    instead of deadlocking.
     """
-    with _WRITER_LOCKS_GUARD:
-        lock = _WRITER_LOCKS.get(engine)
-        if lock is None:
-            lock = _WRITER_LOCKS[engine] = threading.RLock()
-        return lock
+
+    def __init__(self, lock_path: str | None) -> None:
+        self._threads = threading.RLock()
+        self._lock_path = lock_path
+        self._fd: int | None = None
+        self._depth = 0  # changed only by the thread holding _threads
+
+    def __enter__(self) -> SqliteWriters:
+        self._threads.acquire()
+        try:
+            if self._depth == 0 and self._lock_path is not None:
+                if self._fd is None:
+                    self._fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                    weakref.finalize(self, os.close, self._fd)  # kept open while in use
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._threads.release()
+            raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def held_elsewhere(self) -> bool:
+        """Whether another thread of this process holds the turn (for tests)."""
+        if not self._threads.acquire(blocking=False):
+            return True
+        self._threads.release()
+        return False
+
+
+_WRITERS: weakref.WeakKeyDictionary[Engine, SqliteWriters] = weakref.WeakKeyDictionary()
+_WRITERS_GUARD = threading.Lock()
+
+
+def sqlite_writers(engine: Engine) -> SqliteWriters:
+    """The :class:`SqliteWriters` of ``engine``'s database (one per engine in a process)."""
+    with _WRITERS_GUARD:
+        writers = _WRITERS.get(engine)
+        if writers is None:
+            path = engine.url.database
+            on_disk = bool(path) and path != ":memory:" and not str(path).startswith("file:")
+            lock_path = f"{os.path.abspath(str(path))}-writer.lock" if on_disk else None
+            writers = _WRITERS[engine] = SqliteWriters(lock_path)
+        return writers
 
 
 @contextlib.contextmanager
@@ -179,7 +224,7 @@ def write_transaction(engine: Engine, *, durable: bool = False) -> Iterator[Conn
     """
     with translated_errors():
         if engine.dialect.name == "sqlite":
-            with sqlite_writer_lock(engine), engine.connect() as conn:
+            with sqlite_writers(engine), engine.connect() as conn:
                 raw = conn.connection.dbapi_connection
                 if durable and raw is not None:
                     raw.execute("PRAGMA synchronous=FULL")  # outside any transaction

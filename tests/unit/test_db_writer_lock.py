@@ -1,60 +1,92 @@
-"""A process's SQLite writers queue on one lock per database before ``BEGIN IMMEDIATE``,
-instead of meeting in SQLite's busy handler, which waits by sleeping."""
+"""SQLite writers take turns before ``BEGIN IMMEDIATE``, the threads of a process on a lock
+and the processes on an ``flock`` beside the database, instead of meeting in SQLite's busy
+handler, which waits by sleeping."""
 
 from __future__ import annotations
 
+import fcntl
+import multiprocessing
+import os
 import threading
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from cairn.db import make_engine, sqlite_writer_lock, write_transaction
+from cairn.db import SqliteWriters, make_engine, sqlite_writers, write_transaction
 from cairn.errors import StoreUnavailable
 
 
-def _held_elsewhere(lock: threading.RLock) -> bool:
+def _held_elsewhere(writers: SqliteWriters) -> bool:
     got: list[bool] = []
-
-    def probe() -> None:
-        taken = lock.acquire(blocking=False)
-        if taken:
-            lock.release()
-        got.append(not taken)
-
-    t = threading.Thread(target=probe)
+    t = threading.Thread(target=lambda: got.append(writers.held_elsewhere()))
     t.start()
     t.join()
     return got[0]
 
 
-def test_a_write_transaction_holds_its_databases_writer_lock(tmp_path: Path) -> None:
+def _flock_free(path: str, answer: multiprocessing.SimpleQueue[bool]) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        answer.put(False)
+    else:
+        answer.put(True)
+    finally:
+        os.close(fd)
+
+
+def _free_in_another_process(path: str) -> bool:
+    ctx = multiprocessing.get_context("spawn")
+    answer: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
+    child = ctx.Process(target=_flock_free, args=(path, answer))
+    child.start()
+    child.join(60)
+    return answer.get()
+
+
+def test_a_write_transaction_holds_its_databases_turn(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path}/a.db")
     other = make_engine(f"sqlite:///{tmp_path}/b.db")
     try:
-        lock = sqlite_writer_lock(engine)
-        assert sqlite_writer_lock(engine) is lock
-        assert sqlite_writer_lock(other) is not lock
-        assert not _held_elsewhere(lock)
+        writers = sqlite_writers(engine)
+        assert sqlite_writers(engine) is writers
+        assert sqlite_writers(other) is not writers
+        assert not _held_elsewhere(writers)
         with write_transaction(engine) as conn:
             conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
-            assert _held_elsewhere(lock)
-            assert not _held_elsewhere(sqlite_writer_lock(other))
+            assert _held_elsewhere(writers)
+            assert not _held_elsewhere(sqlite_writers(other))
             # Reentrant: a nested write of the same thread is SQLite's to refuse, as before.
-            with lock:
+            with writers:
                 pass
-        assert not _held_elsewhere(lock)
+            assert _held_elsewhere(writers)
+        assert not _held_elsewhere(writers)
     finally:
         engine.dispose()
         other.dispose()
 
 
-def test_the_lock_is_released_when_the_transaction_fails(tmp_path: Path) -> None:
+def test_other_processes_wait_on_the_lock_file(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/a.db")
+    lock_file = f"{tmp_path}/a.db-writer.lock"
+    try:
+        with write_transaction(engine) as conn:
+            conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+            assert not _free_in_another_process(lock_file)
+        assert _free_in_another_process(lock_file)
+    finally:
+        engine.dispose()
+
+
+def test_the_turn_is_given_back_when_the_transaction_fails(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path}/a.db")
     try:
         with pytest.raises(StoreUnavailable), write_transaction(engine) as conn:
             conn.execute(sa.text("SELECT * FROM no_such_table"))
-        assert not _held_elsewhere(sqlite_writer_lock(engine))
+        assert not _held_elsewhere(sqlite_writers(engine))
+        assert _free_in_another_process(f"{tmp_path}/a.db-writer.lock")
     finally:
         engine.dispose()
 
