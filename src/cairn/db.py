@@ -172,9 +172,9 @@ class SqliteWriters:
         try:
             if self._depth == 0 and self._lock_path is not None:
                 if self._fd is None:
-                    self._fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-                    weakref.finalize(self, os.close, self._fd)  # kept open while in use
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                    self._fd = self._open_lock_file(self._lock_path)
+                if self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX)
         except BaseException:
             self._threads.release()
             raise
@@ -188,6 +188,18 @@ class SqliteWriters:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
+
+    def _open_lock_file(self, path: str) -> int | None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            # A directory this process may not create files in (a read-only copy of the
+            # database, say): writers of other processes then meet in SQLite's busy handler
+            # as before, and a write there fails as SQLite decides.
+            self._lock_path = None
+            return None
+        weakref.finalize(self, os.close, fd)  # kept open while the engine lives
+        return fd
 
     def held_elsewhere(self) -> bool:
         """Whether another thread of this process holds the turn (for tests)."""

@@ -111,3 +111,15 @@ def test_concurrent_writers_of_one_process_all_commit(tmp_path: Path) -> None:
             assert conn.execute(sa.text("SELECT count(DISTINCT x) FROM t")).scalar() == 400
     finally:
         engine.dispose()
+
+
+def test_a_lock_file_that_cannot_be_made_leaves_the_turn_to_the_process_lock(
+    tmp_path: Path,
+) -> None:
+    # A directory this process may not create files in (here: one that does not exist):
+    # the turn is then the process's lock alone, and a write is SQLite's to allow.
+    writers = SqliteWriters(f"{tmp_path}/missing-dir/a.db-writer.lock")
+    with writers:
+        assert _held_elsewhere(writers)
+    assert not _held_elsewhere(writers)
+    assert not (tmp_path / "missing-dir").exists()
