@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from cairn.db import sqlite_writers
 from cairn.errors import PreconditionFailed, QuotaExceeded
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
@@ -116,6 +118,31 @@ def test_an_escaping_error_rolls_back_the_batch_in_progress(backend: Backend) ->
         raise RuntimeError("the archive broke")
     assert store.list(REF) == []
     assert store.usage(REF).used_bytes == 0
+
+
+def test_on_sqlite_a_batch_holds_its_turn_among_the_databases_writers(tmp_path: Path) -> None:
+    # SQLite only: PostgreSQL's writers wait on row locks, with no turn to take.
+    store = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None).open()
+    writers = sqlite_writers(store.engine)
+
+    def held() -> bool:
+        seen: list[bool] = []
+        probe = threading.Thread(target=lambda: seen.append(writers.held_elsewhere()))
+        probe.start()
+        probe.join()
+        return seen[0]
+
+    with pytest.raises(RuntimeError), store.import_writer(REF, None) as write:
+        write(_checked(store, "a.md", "a", False))
+        assert held()
+        raise RuntimeError("the archive broke")
+    assert not held()
+    with store.import_writer(REF, None) as write:
+        write(_checked(store, "b.md", "b", False))
+        assert held()
+    assert not held()
+    assert [d.path for d in store.list(REF)] == ["b.md"]
+    store.close()
 
 
 @pytest.mark.postgres

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RootTransaction
 
-from cairn.db import translated_errors
+from cairn.db import sqlite_writers, translated_errors
 from cairn.spaces import SpaceRef
 from cairn.store.base import CheckedWrite, ImportWriter, WriteResult
 
@@ -67,6 +67,7 @@ class _Batch:
         self.postgres = store.engine.dialect.name == "postgresql"
         self.conn: Connection | None = None
         self.tx: RootTransaction | None = None
+        self.turn: contextlib.ExitStack | None = None
         self.docs = 0
         self.bytes = 0
 
@@ -98,6 +99,11 @@ class _Batch:
     def _open(self) -> Connection:
         if self.conn is not None:
             return self.conn
+        # On SQLite the batch's transaction takes its turn among the database's writers
+        # as a single write does (write_transaction), given back in _end.
+        turn = contextlib.ExitStack()
+        if not self.postgres:
+            turn.enter_context(sqlite_writers(self.store.engine))
         conn = self.store.engine.connect()
         try:
             if not self.postgres:
@@ -107,8 +113,9 @@ class _Batch:
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
         except BaseException:
             conn.close()
+            turn.close()
             raise
-        self.conn = conn
+        self.conn, self.turn = conn, turn
         return conn
 
     def commit(self) -> None:
@@ -118,8 +125,8 @@ class _Batch:
         self._end(commit=False)
 
     def _end(self, *, commit: bool) -> None:
-        conn, tx = self.conn, self.tx
-        self.conn, self.tx, self.docs, self.bytes = None, None, 0, 0
+        conn, tx, turn = self.conn, self.tx, self.turn
+        self.conn, self.tx, self.turn, self.docs, self.bytes = None, None, None, 0, 0
         if conn is None:
             return
         try:
@@ -130,6 +137,8 @@ class _Batch:
                     tx.rollback()
         finally:
             conn.close()
+            if turn is not None:
+                turn.close()
 
 
 @contextlib.contextmanager
