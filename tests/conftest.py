@@ -6,6 +6,7 @@ Tests that need PostgreSQL or Redis skip visibly when ``CAIRN_TEST_POSTGRES_URL`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -25,7 +26,8 @@ def _missing(what: str, message: str) -> None:
     """A component a test needs is absent: a visible skip outside CI, a failure under it."""
     if IN_CI:
         pytest.fail(f"{message}; under CI=true tests that need {what} may not skip")
-    pytest.skip(message)
+    else:
+        pytest.skip(message)
 
 
 def require_chromium(path: str) -> None:
@@ -71,6 +73,23 @@ def drop_postgres_database(url: str) -> None:
     admin = f"{base}/{_admin_url(POSTGRES_URL)[1]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def fresh_database(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a new, empty database of ``kind`` (``sqlite`` or ``postgres``).
+
+    A PostgreSQL database is dropped on exit (and skipped without
+    ``CAIRN_TEST_POSTGRES_URL``, see :func:`require_postgres`).
+    """
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,27 +12,10 @@ from fastapi.testclient import TestClient
 from cairn.api.app import create_app
 from cairn.config import Config
 from tests.api.world import ADMIN_TOKEN, SERVICE_TOKEN, World, build_world
-from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.conftest import fresh_database
 
 #: The database kinds every API and end-to-end test module runs on.
 DATABASE_KINDS = ["sqlite", "postgres"]
-
-
-@contextlib.contextmanager
-def fresh_database(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a new, empty database of ``kind`` (``sqlite`` or ``postgres``).
-
-    A PostgreSQL database is dropped on exit (and skipped without
-    ``CAIRN_TEST_POSTGRES_URL``, see ``tests/conftest.py``).
-    """
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
-        return
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
 
 
 def database_fixture(name: str) -> Any:

@@ -23,7 +23,7 @@ from cairn.db import make_engine
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
 from cairn.schema import upgrade_all
-from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.conftest import fresh_database
 from tests.records.conftest import make_world
 from tests.records.test_e2e_serve import _free_port, _wait_ready
 
@@ -36,15 +36,11 @@ BEFORE_KILL = 400
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/kill9.db"
-        return
-    url = create_postgres_database()
-    try:
+def database(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    with fresh_database(request.param, tmp_path_factory) as url:
         yield url
-    finally:
-        drop_postgres_database(url)
 
 
 @pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
