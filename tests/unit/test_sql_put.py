@@ -132,6 +132,30 @@ def test_a_plain_write_is_one_round_trip(pg: Backend) -> None:
     assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (6, 6, 1 + 3)
 
 
+def test_the_statement_leaves_its_pooled_connection_out_of_autocommit(pg: Backend) -> None:
+    # The statement switches its pooled connection to autocommit itself (no SQLAlchemy
+    # Connection to restore it): written, refused and undone, the connection goes back to
+    # the pool as it came, so the next transaction on it is one.
+    store = pg.open(Limits(team_quota=10))
+    answers = spy(store)
+    store.write(REF, "a.md", "one")
+    with pytest.raises(PreconditionFailed):
+        store.write(REF, "a.md", "x", if_none_match=True)
+    with pytest.raises(QuotaExceeded):
+        store.write(REF, "b.md", "x" * 20)
+    assert [a if a is None else a[0] for a in answers] == [True, False, None]
+    pooled = [store.engine.raw_connection() for _ in range(store.engine.pool.checkedin())]
+    try:
+        assert pooled and not any(p.driver_connection.autocommit for p in pooled)
+    finally:
+        for p in pooled:
+            p.close()
+    with pytest.raises(RuntimeError), write_transaction(store.engine) as conn:
+        conn.execute(sa.text("DELETE FROM memory_documents"))
+        raise RuntimeError("rolled back")
+    assert [d.path for d in store.list(REF)] == ["a.md"]
+
+
 def test_precondition_refusals_are_the_statements_own(pg: Backend) -> None:
     store = pg.open()
     etag = store.write(REF, "a.md", "first").etag
