@@ -316,6 +316,28 @@ def test_a_hand_edit_that_is_not_utf8_is_kept_and_refused_plainly(tmp_path: Path
         store.read_version(REF, "a.md", 2)
 
 
+def test_versions_are_packed_by_size_and_those_of_every_era_read_back(tmp_path: Path) -> None:
+    import zlib
+
+    small, large = "note " * 100, "a line of notes\n" * 1000  # 500 B and 16 KB
+    store = make(tmp_path)
+    store.write(REF, "small.md", small)
+    store.write(REF, "large.md", large)
+    with sqlite3.connect(tmp_path / "spaces" / HISTORY_FILE) as conn:
+        rows = dict(conn.execute("SELECT path, content FROM versions").fetchall())
+        assert rows["small.md"] == b"\x00" + small.encode()  # as it is, after a zero byte
+        assert rows["large.md"][:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame
+        assert len(rows["large.md"]) < len(large) // 10
+        # Before zstd, every version was a zlib stream: those still read.
+        for path, text in (("small.md", small), ("large.md", large)):
+            conn.execute(
+                "UPDATE versions SET content = ? WHERE path = ?",
+                (zlib.compress(text.encode(), 1), path),
+            )
+    assert store.read_version(REF, "small.md", 1).content == small
+    assert store.read_version(REF, "large.md", 1).content == large
+
+
 def test_documents_that_predate_the_history_are_its_version_one(tmp_path: Path) -> None:
     old = on_disk(tmp_path, REF, "old.md")
     old.parent.mkdir(parents=True)
@@ -534,9 +556,9 @@ def test_a_document_keeps_at_most_history_versions(tmp_path: Path, clock: Clock)
 
 
 def _packed(text: str) -> bytes:
-    import zlib
+    from cairn.store.version_pack import pack_version
 
-    return zlib.compress(text.encode(), 1)
+    return pack_version(text.encode())
 
 
 def test_the_history_quota_drops_the_oldest_replaced_versions_first(

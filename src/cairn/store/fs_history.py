@@ -10,12 +10,13 @@ old path and a version on the new one per move, numbered per path, attributed to
 Where: beside the plain tree, in one SQLite file at the root,
 ``<root>/.cairn-history.sqlite`` (:data:`HISTORY_FILE`, with SQLite's ``-wal``/``-shm``),
 so a person browsing the tree still sees only their ``.md`` files. One table of versions
-(space id, path, version, etag, size, zlib content, stored bytes, instant, actor, deleted)
-and a ``meta`` table holding the tree's history counter (bytes of versions that are no
-longer the newest of their path: the filesystem store has one tree-wide aggregate, so
-its history counter is tree-wide too) and the limits set by :meth:`set_history_limits`.
-Connections are the search index's plumbing (:class:`~cairn.store.fs_index.SqliteSidecar`:
-one per thread, reopened after a fork or when the file is replaced; WAL).
+(space id, path, version, etag, size, content packed by :mod:`cairn.store.version_pack`,
+stored bytes, instant, actor, deleted) and a ``meta`` table holding the tree's history
+counter (bytes of versions that are no longer the newest of their path: the filesystem
+store has one tree-wide aggregate, so its history counter is tree-wide too) and the
+limits set by :meth:`set_history_limits`. Connections are the search index's plumbing
+(:class:`~cairn.store.fs_index.SqliteSidecar`: one per thread, reopened after a fork or
+when the file is replaced; WAL).
 
 When: under the store's lock, in the same critical section as the file operation.
 
@@ -68,7 +69,6 @@ import logging
 import os
 import sqlite3
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -81,6 +81,7 @@ from cairn.quota import Limits, clamp
 from cairn.spaces import SpaceRef
 from cairn.store.fs_index import SqliteSidecar, connect_wal, write_transaction
 from cairn.store.fs_layout import encode_doc_path, space_components
+from cairn.store.version_pack import pack_version, unpack_version
 
 log = logging.getLogger("cairn.store")
 
@@ -89,8 +90,6 @@ HISTORY_FILE: Final = ".cairn-history.sqlite"
 HAND_EDIT: Final = "hand-edit"
 #: The actor of the version 1 of a document that predates the history file.
 BEFORE_HISTORY: Final = "before-history"
-#: zlib level of stored versions (as the SQL store): text compresses 3-5x at little CPU.
-_ZLIB_LEVEL = 1
 _PRUNE_BATCH = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -368,7 +367,7 @@ def _default_quota(limits: Limits) -> int:
 
 def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
     """Insert ``r`` as ``version`` of its path; returns its stored bytes."""
-    packed = None if r.data is None else zlib.compress(r.data, _ZLIB_LEVEL)
+    packed = None if r.data is None else pack_version(r.data)
     conn.execute(
         "INSERT INTO versions (space_id, path, version, etag, size, stored_bytes, at_us, "
         "actor, deleted, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -591,7 +590,7 @@ class DocumentHistory:
         if row is None or row[4] or row[0] is None:
             return None
         try:
-            text = zlib.decompress(row[0]).decode("utf-8")
+            text = unpack_version(row[0]).decode("utf-8")
         except UnicodeDecodeError:  # a hand edit recorded as it was found
             raise InvalidDocument(
                 f"version {version} of {path!r} is not valid UTF-8 (a file edited by hand); "

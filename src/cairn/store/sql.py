@@ -94,7 +94,7 @@ from cairn.store.base import (
     check_precondition,
     space_of_id,
 )
-from cairn.store.sql_history import DocumentHistory, _HistoryStatements, pack_version
+from cairn.store.sql_history import DocumentHistory, _HistoryStatements
 from cairn.store.sql_import import import_batch
 from cairn.store.sql_index import (
     BACKFILL_BATCH_DOCS,
@@ -112,6 +112,7 @@ from cairn.store.sql_schema import (
     memory_tenant_usage,
 )
 from cairn.store.sql_write import ChangeStatements, DocStep
+from cairn.store.version_pack import pack_version
 
 #: Stands in for "no sub-cap" in the compare-and-swap (far above any real byte count).
 _UNCAPPED = 2**62

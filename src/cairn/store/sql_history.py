@@ -8,7 +8,6 @@ store's engine, row addressing (``_address``), limits and clock.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,17 +24,11 @@ from cairn.quota import Limits
 from cairn.spaces import SpaceRef
 from cairn.store.sql_schema import memory_document_versions, memory_tenant_usage
 from cairn.store.sql_write import Team
+from cairn.store.version_pack import unpack_version
 
 V = memory_document_versions
 T = memory_tenant_usage
 
-#: zlib level of stored versions: text compresses 2-5x at level 1.
-_ZLIB_LEVEL = 1
-#: A version smaller than this is stored as it is, after a zero byte (no zlib stream starts
-#: with one): zlib costs about 20 µs per KB, as much as the rest of a small write's
-#: history, to save at most a couple of KB.
-_COMPRESS_FROM = 4096
-_RAW = b"\x00"
 #: Versions pruned per statement when a team's history is over its quota.
 _PRUNE_BATCH = 200
 
@@ -109,15 +102,6 @@ class _HistoryStatements:
             .where(ranked.c.n == 1, ranked.c.deleted.is_(False))
             .order_by(ranked.c.path)
         )
-
-
-def pack_version(data: bytes) -> bytes:
-    """A version's content as stored: zlib, or as it is behind a zero byte when small."""
-    return _RAW + data if len(data) < _COMPRESS_FROM else zlib.compress(data, _ZLIB_LEVEL)
-
-
-def _unpack(stored: bytes) -> bytes:
-    return stored[1:] if stored[:1] == _RAW else zlib.decompress(stored)
 
 
 class DocumentHistory:
@@ -312,7 +296,7 @@ class DocumentHistory:
             row = conn.execute(self._hist.content, key).first()
         if row is None or row.deleted or row.content is None:
             return None
-        text = _unpack(row.content).decode("utf-8")
+        text = unpack_version(row.content).decode("utf-8")
         return Document(path, text, int(row.size_bytes), utc(row.at), row.etag)
 
     def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:

@@ -184,10 +184,10 @@ MIGRATIONS.append(
 # --- v4: document history (issue 14) ----------------------------------------------------------
 #
 # Every version of every document, the live one included, appended in the transaction of the
-# write, delete or move that made it: ``content`` is the version's UTF-8 text compressed with
-# zlib (NULL for a deletion marker), ``stored_bytes`` its compressed length (what the history
-# quota counts); since the history's write path was made cheaper, a version under 4 KB is its
-# text after a zero byte instead (cairn.store.sql_history.pack_version). ``version`` counts from 1
+# write, delete or move that made it: ``content`` is the version's UTF-8 text packed by
+# cairn.store.version_pack (NULL for a deletion marker: under 4 KB as it is after a zero byte,
+# from 4 KB a zstd frame; rows written before either are zlib streams, still read),
+# ``stored_bytes`` its packed length (what the history quota counts). ``version`` counts from 1
 # per path and is taken under the document row's lock, so concurrent writers of one document
 # number their versions in commit order.
 # ``memory_tenant_usage`` gains the team's history counter and its history limits (NULL: the
@@ -222,7 +222,7 @@ _HISTORY_COLUMNS = {
 
 
 def _v4_document_history(conn: Connection) -> None:
-    import zlib
+    from cairn.store.version_pack import pack_version
 
     memory_document_versions.create(conn, checkfirst=True)
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_tenant_usage")}
@@ -250,7 +250,7 @@ def _v4_document_history(conn: Connection) -> None:
     )
     batch: list[dict[str, object]] = []
     for row in rows:
-        packed = zlib.compress(row.content.encode("utf-8"), 1)
+        packed = pack_version(row.content.encode("utf-8"))
         batch.append(
             {
                 "tenant_id": row.tenant_id,
