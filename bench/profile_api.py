@@ -3,9 +3,11 @@
 Builds the app of ``cairn serve`` over a temporary SQLite file (or ``--database``),
 seeds a team, an API key and a document, then calls the app directly with raw ASGI
 messages ``--requests`` times for a GET and for a 1 KB PUT of ``/api/memory/doc``.
-Prints, per request: mean time, database transactions, statements, and thread-pool
-hops; with ``--profile``, the top of a cProfile by cumulative time (or pyinstrument's
-tree with ``--pyinstrument``). Not a test: it prints figures, asserts nothing.
+Prints, per request: mean time, database transactions, statements (through SQLAlchemy's
+``Connection``), statements on a pooled driver connection in autocommit (``pooled``:
+:func:`cairn.db.on_pooled`, each its own transaction), and thread-pool hops; with
+``--profile``, the top of a cProfile by cumulative time (or pyinstrument's tree with
+``--pyinstrument``). Not a test: it prints figures, asserts nothing.
 
     .venv/bin/python bench/profile_api.py [--requests 2000] [--profile] [--database URL]
 """
@@ -40,6 +42,7 @@ class Counts:
     def __init__(self) -> None:
         self.transactions = 0
         self.statements = 0
+        self.pooled = 0
         self.hops = 0
 
 
@@ -53,6 +56,16 @@ def instrument(engine: Any, counts: Counts) -> None:
     @event.listens_for(engine, "before_cursor_execute")
     def _statement(*_args: Any) -> None:
         counts.statements += 1
+
+    import cairn.db
+
+    pooled = cairn.db.on_pooled
+
+    def counted_pooled(*args: Any, **kwargs: Any) -> Any:
+        counts.pooled += 1
+        return pooled(*args, **kwargs)
+
+    cairn.db.on_pooled = counted_pooled  # type: ignore[assignment]
 
     real = anyio.to_thread.run_sync
 
@@ -194,7 +207,7 @@ async def measure(
     kinds = (("GET doc", get), ("PUT doc 1 KB", put), ("GET, session", get_session))
     for label, make in kinds:
         await run(app, make, 50)  # warm up: pools, caches, statement compilation
-        before = (counts.transactions, counts.statements, counts.hops)
+        before = (counts.transactions, counts.statements, counts.hops, counts.pooled)
         if args.pyinstrument:
             from pyinstrument import Profiler
 
@@ -216,9 +229,11 @@ async def measure(
         tx = (counts.transactions - before[0]) / n
         st = (counts.statements - before[1]) / n
         hops = (counts.hops - before[2]) / n
+        pooled = (counts.pooled - before[3]) / n
         print(
             f"{label:14} wall {mean * 1e3:6.3f} ms  CPU {cpu * 1e3:6.3f} ms/request  "
-            f"transactions {tx:.2f}  statements {st:.2f}  thread hops {hops:.2f}"
+            f"transactions {tx:.2f}  statements {st:.2f}  pooled {pooled:.2f}  "
+            f"thread hops {hops:.2f}"
         )
 
 

@@ -1,4 +1,9 @@
-"""Counting the database transactions a request costs (SQLAlchemy engine events)."""
+"""Counting the database transactions a request costs (SQLAlchemy engine and pool events).
+
+Two kinds count: a transaction begun on a SQLAlchemy ``Connection`` (its ``begin`` event),
+and a statement run straight on a pooled driver connection in autocommit
+(:func:`cairn.db.on_pooled`, a transaction of its own), seen as a pool checkout that no
+``Connection`` made (``checkout`` without ``engine_connect``)."""
 
 from __future__ import annotations
 
@@ -17,13 +22,25 @@ class Transactions:
 
     def during(self, call: Callable[[], Any]) -> tuple[int, Any]:
         begun: list[int] = []
+        checkouts: list[int] = []
+        connections: list[int] = []
 
         def on_begin(_conn: Connection) -> None:
             begun.append(1)
 
-        event.listen(self.engine, "begin", on_begin)
+        def on_checkout(*_args: Any) -> None:
+            checkouts.append(1)
+
+        def on_connect(_conn: Connection) -> None:
+            connections.append(1)
+
+        listeners = [("begin", on_begin), ("checkout", on_checkout), ("engine_connect", on_connect)]
+        for name, listener in listeners:
+            event.listen(self.engine, name, listener)
         try:
             result = call()
         finally:
-            event.remove(self.engine, "begin", on_begin)
-        return len(begun), result
+            for name, listener in listeners:
+                event.remove(self.engine, name, listener)
+        pooled = len(checkouts) - len(connections)
+        return len(begun) + pooled, result

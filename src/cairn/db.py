@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 
 from cairn.errors import InvalidRequest, StoreUnavailable
+
+T = TypeVar("T")
 
 metadata_migrations = sa.MetaData()
 
@@ -274,6 +276,124 @@ def read_statements(engine: Engine) -> Iterator[Connection]:
         return
     with translated_errors(), engine.connect() as conn:
         yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statement") -> T:
+    """``work(driver_connection)`` on a pooled DBAPI connection, in autocommit, without
+    SQLAlchemy's ``Connection``: its checkout, events, transaction and reset on return cost
+    about as much CPU as a point read or a one-statement write itself (docs/performance.md).
+
+    SQLite's connections are always in autocommit (Cairn sends its own ``BEGIN``), so a
+    statement is its own transaction. On PostgreSQL the connection is switched to
+    autocommit for ``work`` and back (a client-side switch: psycopg sends nothing), or
+    invalidated when it cannot be switched back (a broken connection); in a transaction
+    the pool would roll it back on return, and psycopg drops every prepared statement of
+    the connection at a rollback. A driver error is raised as SQLAlchemy's (``what`` names
+    the statement, never its parameters), which :func:`translated_errors` translates."""
+    dbapi: Any = engine.dialect.loaded_dbapi
+    pooled = engine.raw_connection()
+    try:
+        driver: Any = pooled.driver_connection
+        postgres = engine.dialect.name == "postgresql"
+        if postgres:
+            driver.autocommit = True
+        try:
+            return work(driver)
+        except dbapi.Error as exc:
+            gone = engine.dialect.is_disconnect(exc, driver, None)
+            if gone:  # never handed out again, as SQLAlchemy's Connection would do
+                pooled.invalidate(exc)
+            raise sa.exc.DBAPIError.instance(
+                what,
+                None,
+                exc,
+                dbapi.Error,
+                connection_invalidated=gone,
+                dialect=engine.dialect,
+            ) from exc
+        finally:
+            if postgres and pooled.is_valid:
+                try:
+                    driver.autocommit = False
+                except Exception:
+                    pooled.invalidate()
+    finally:
+        pooled.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRead:
+    sql: str
+    #: Parameter names in the statement's order (qmark/numeric), or None (named).
+    order: tuple[str, ...] | None
+    binds: dict[str, Callable[[Any], Any]]
+    #: The values of the statement's own parameters (literals it was built with).
+    fixed: dict[str, Any]
+    results: tuple[Callable[[Any], Any] | None, ...]
+    row: Callable[..., Any]
+
+
+class PointRead:
+    """One ``SELECT`` of every request's path (a credential's row, a document), compiled
+    once per dialect and run by :func:`on_pooled`: the statement's text, its parameters
+    bound and its columns processed by the column types as SQLAlchemy would (a SQLite
+    timestamp is parsed, a boolean made one), its row answered as a named tuple.
+
+    One statement is one snapshot on either engine. Not for statements that take lists
+    (``IN`` expanded at execution) or that need a transaction."""
+
+    def __init__(self, stmt: sa.Select[Any]) -> None:
+        self.stmt = stmt
+        self._compiled: dict[str, _CompiledRead] = {}
+
+    def first(self, engine: Engine, params: dict[str, Any]) -> Any | None:
+        """The statement's first row for ``params`` (by bind name), or None."""
+        c = self._compiled.get(engine.dialect.name) or self._compile(engine.dialect)
+        given = {**c.fixed, **params}
+        bound = {k: (c.binds[k](v) if k in c.binds else v) for k, v in given.items()}
+        args: Any = bound if c.order is None else [bound[k] for k in c.order]
+
+        def fetch(driver: Any) -> Any:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(c.sql, args)
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+
+        with translated_errors():
+            row = on_pooled(engine, fetch, what="point read")
+        if row is None:
+            return None
+        return c.row(*(v if f is None else f(v) for f, v in zip(c.results, row, strict=True)))
+
+    def _compile(self, dialect: Dialect) -> _CompiledRead:
+        from collections import namedtuple
+
+        compiled: Any = self.stmt.compile(dialect=dialect)
+        binds, fixed = {}, {}
+        for name, bind in compiled.binds.items():
+            if bind.expanding:
+                raise ValueError(f"a point read takes no list parameter ({name!r})")
+            if not bind.required:
+                fixed[name] = bind.effective_value
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                binds[name] = process
+        columns = list(self.stmt.selected_columns)
+        results = tuple(
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        )
+        done = _CompiledRead(
+            compiled.string,
+            tuple(compiled.positiontup) if compiled.positional else None,
+            binds,
+            fixed,
+            results,
+            namedtuple("PointRow", [c.key for c in columns], rename=True),  # type: ignore[misc]
+        )
+        self._compiled[dialect.name] = done
+        return done
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ instance counter, the attributed team and the audit row — is the other."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 from fastapi import FastAPI
@@ -80,30 +81,49 @@ def test_a_refused_global_write_leaves_no_audit_row(
     assert r.status_code == 404
 
 
-def test_a_document_read_sends_no_begin_or_commit_on_postgresql(
+def test_a_document_read_is_two_statements_and_no_begin_or_commit(
     app: FastAPI, client: TestClient, world: World
 ) -> None:
-    # Reads are statement by statement on PostgreSQL (READ COMMITTED gives each statement
-    # of a transaction its own snapshot anyway): the key's resolution and the read are a
-    # round trip each, not four. SQLite keeps a read transaction, in-process.
+    # The key's resolution and the document are a point read each (cairn.db.PointRead):
+    # one statement in autocommit, one round trip on PostgreSQL, no BEGIN/COMMIT on either
+    # engine. Seen by the driver itself: libpq's trace, SQLite's trace callback.
     engine = _engine(app)
     headers = world.headers("api_key")
     params = {**SPACE, "path": "notes/read.md"}
     client.put("/api/memory/doc", params=params, json={"content": "read me"}, headers=headers)
-    seen: list[tuple[str, bool]] = []
+    seen: list[str] = []
+    traced: list[tuple[Any, Any]] = []
 
-    def on_execute(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        raw = conn.connection.dbapi_connection
-        seen.append((statement, bool(getattr(raw, "autocommit", False))))
+    def on_checkout(dbapi_conn: Any, *_args: Any) -> None:
+        if engine.dialect.name == "postgresql":
+            trace = tempfile.TemporaryFile()
+            dbapi_conn.pgconn.trace(trace.fileno())
+            traced.append((dbapi_conn.pgconn, trace))
+        else:
+            dbapi_conn.set_trace_callback(seen.append)
+            traced.append((dbapi_conn, None))
 
-    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "checkout", on_checkout)
     try:
         r = client.get("/api/memory/doc", params=params, headers=headers)
     finally:
-        event.remove(engine, "before_cursor_execute", on_execute)
+        event.remove(engine, "checkout", on_checkout)
+        for conn, trace in traced:
+            if trace is None:
+                conn.set_trace_callback(None)
+                continue
+            conn.untrace()
+            trace.seek(0)
+            for line in trace.read().decode().splitlines():
+                if "\tReadyForQuery\t" in line:  # the end of one round trip
+                    seen.append("round trip")
+                elif "\tQuery\t" in line or "\tParse\t" in line:  # a statement's text
+                    seen.append(line)
+            trace.close()
     assert r.status_code == 200, r.text
-    assert len(seen) >= 2, seen  # the key, then the document
     if engine.dialect.name == "postgresql":
-        assert all(autocommit for _, autocommit in seen), seen
+        # (a prepared statement is sent by name: its text shows only when it is parsed)
+        assert seen.count("round trip") == 2, seen  # the key with its standing, the document
     else:
-        assert not any(autocommit for _, autocommit in seen), seen
+        assert len(seen) == 2 and all(s.startswith("SELECT") for s in seen), seen
+    assert not any(word in s.upper() for s in seen for word in ("BEGIN", "COMMIT")), seen

@@ -22,7 +22,7 @@ from cairn.errors import Conflict, InvalidRequest, NotFound, TeamNotFound, Unaut
 from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
 from cairn.identity.standing import (
-    PRINCIPAL_FOR_KEY,
+    KEY_POINT,
     Standing,
     standing_from_row,
     standing_in_team,
@@ -349,12 +349,11 @@ class IdentityService:
         One query. A key whose user left its team resolves with ``team_role=None``
         (routes then answer ``team_not_found``).
         """
-        with read_statements(self.engine) as conn:
-            row = conn.execute(PRINCIPAL_FOR_KEY, {"h": self.hasher.hash(key)}).first()
-            if row is None:
-                return None
-            user_id, team_id = str(row.user_id), str(row.team_id)
-            standing = standing_from_row(conn, row, user_id, team_id)
+        row = KEY_POINT.first(self.engine, {"h": self.hasher.hash(key)})
+        if row is None:
+            return None
+        user_id, team_id = str(row.user_id), str(row.team_id)
+        standing = standing_from_row(lambda: read_statements(self.engine), row, user_id, team_id)
         return _with_standing(
             Principal(
                 kind=CredentialKind.API_KEY,

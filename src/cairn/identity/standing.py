@@ -7,12 +7,16 @@ role and team role one by one.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from cairn.db import PointRead
 from cairn.identity import schema as t
 from cairn.principal import OrgRole, TeamRole
 
@@ -65,6 +69,9 @@ PRINCIPAL_FOR_KEY = (
     .where(t.api_keys.c.key_hash == sa.bindparam("h"), t.api_keys.c.revoked_at.is_(None))
 )
 
+#: The same, as every request with an API key runs it (a point read off the pool).
+KEY_POINT = PointRead(PRINCIPAL_FOR_KEY)
+
 PROJECT_LIMIT = sa.select(t.team_member_projects.c.project_id).where(
     t.team_member_projects.c.team_id == sa.bindparam("t"),
     t.team_member_projects.c.user_id == sa.bindparam("u"),
@@ -88,11 +95,17 @@ class Standing:
     project_ids: frozenset[str] | None = None
 
 
-def standing_from_row(conn: Connection, row: Any, user_id: str, team_id: str) -> Standing:
+def standing_from_row(
+    conn: Connection | Callable[[], AbstractContextManager[Connection]],
+    row: Any,
+    user_id: str,
+    team_id: str,
+) -> Standing:
     """The :class:`Standing` off a ROLE_IN_TEAM- or PRINCIPAL_FOR_KEY-shaped row.
 
-    Only a limited membership costs a second statement (its project list), in the same
-    transaction.
+    Only a limited membership costs a second statement (its project list): on ``conn``
+    (the row's transaction), or on a connection ``conn()`` opens when the row was a
+    :class:`~cairn.db.PointRead`'s.
     """
     if row is None or row.org_id is None:
         return Standing()
@@ -104,8 +117,9 @@ def standing_from_row(conn: Connection, row: Any, user_id: str, team_id: str) ->
         return Standing(org_id, plan, org_role, None, None)
     limit: frozenset[str] | None = None
     if row.projects_limited:
-        rows = conn.execute(PROJECT_LIMIT, {"t": team_id, "u": user_id})
-        limit = frozenset(str(r[0]) for r in rows)
+        with contextlib.nullcontext(conn) if isinstance(conn, Connection) else conn() as c:
+            rows = c.execute(PROJECT_LIMIT, {"t": team_id, "u": user_id})
+            limit = frozenset(str(r[0]) for r in rows)
     return Standing(org_id, plan, org_role, TeamRole(row.team_role), limit)
 
 

@@ -55,6 +55,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from cairn.db import (
+    PointRead,
     make_engine,
     read_statements,
     read_transaction,
@@ -173,6 +174,8 @@ class _Statements:
         self.read_doc = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
             *one_doc
         )
+        #: The same, as every GET of a document runs it (a point read off the pool).
+        self.read_point = PointRead(self.read_doc)
         # What a write stores, bound from SqlStore._write.
         body = {
             "content": _bp("content"),
@@ -434,8 +437,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     def read(self, ref: SpaceRef, path: str) -> Document:
         addr = self._address(ref)
         path = validate_doc_path(path)
-        with read_statements(self.engine) as conn:
-            row = conn.execute(self._sql.read_doc, {**addr, "p": path}).first()
+        row = self._sql.read_point.first(self.engine, {**addr, "p": path})
         if row is None:
             raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
         return Document(path, row.content, row.size_bytes, utc(row.updated_at), row.etag)

@@ -42,6 +42,7 @@ from typing import Any, Literal, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
+from cairn.db import on_pooled
 from cairn.store.sql_schema import memory_documents
 
 #: What a change does to the document row (None: nothing; a move moves it itself).
@@ -231,45 +232,26 @@ class ChangeStatements:
         sql, names = self._puts.get(record) or self._puts.setdefault(
             record, _native(_postgres_put(record))
         )
-        dbapi: Any = engine.dialect.dbapi
+        args = [params[name] for name in names]
+
+        def execute(driver: Any) -> Any:
+            from psycopg import RawCursor  # PostgreSQL only
+
+            with RawCursor(driver) as cursor:
+                cursor.execute(sql, args)
+                return cursor.fetchone()
+
         try:
-            row: Any = self._put_on_pooled(engine, sql, [params[name] for name in names])
-        except dbapi.Error as exc:
-            if getattr(exc, "sqlstate", None) == _UNDO_STATE and _UNDO in str(exc):
+            row: Any = on_pooled(engine, execute, what="put")
+        except sa.exc.DBAPIError as exc:
+            raw = exc.orig
+            if getattr(raw, "sqlstate", None) == _UNDO_STATE and _UNDO in str(raw):
                 return None
-            raise sa.exc.DBAPIError.instance(
-                "put", params, exc, dbapi.Error, hide_parameters=True, dialect=engine.dialect
-            ) from exc
+            raise
         fresh, ok, etag, done, _ = row
         if not fresh or (ok and not done):
             return None
         return bool(ok), etag
-
-    @staticmethod
-    def _put_on_pooled(engine: Engine, sql: str, args: list[Any]) -> Any:
-        """Run ``sql`` in autocommit on a pooled connection, without SQLAlchemy's
-        ``Connection``: its checkout, isolation-level switch and reset on return cost
-        about 0.03 ms of CPU a write (docs/performance.md, "Document writes"). The
-        connection goes back to the pool as it came (not in autocommit), or is
-        invalidated when that cannot be restored (a broken connection): the statement's
-        own outcome, written or raised, stands either way."""
-        from psycopg import RawCursor  # PostgreSQL only
-
-        pooled = engine.raw_connection()
-        try:
-            driver: Any = pooled.driver_connection
-            driver.autocommit = True  # client-side: psycopg sends nothing
-            try:
-                with RawCursor(driver) as cursor:
-                    cursor.execute(sql, args)
-                    return cursor.fetchone()
-            finally:
-                try:
-                    driver.autocommit = False
-                except Exception:
-                    pooled.invalidate()
-        finally:
-            pooled.close()
 
     @staticmethod
     def _run_sqlite(cursor: Any, steps: list[tuple[str, str]], params: dict[str, Any]) -> Outcome:
