@@ -17,12 +17,12 @@ from pydantic import BaseModel
 
 from cairn.api.deps import Caller
 from cairn.api.responses import FastJSONResponse
-from cairn.api.routes.common import AUTH_ERRORS, error_responses, parse_version
+from cairn.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses, parse_version
 from cairn.api.routes.spaces import _ETAG, IfMatch, PathParam, Space, WriteOut, written
 from cairn.principal import Principal as Who
 from cairn.service.access import authorize_space_mutation
 
-router = APIRouter(tags=["spaces"])
+router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
 
 
 class VersionOut(BaseModel):

@@ -21,9 +21,13 @@ from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import (
     AS_OF_FORM,
     AUTH_ERRORS,
+    HandReadRoute,
     error_responses,
     parse_as_of,
     parse_version,
+    query_parameters,
+    query_value,
+    reads_query,
 )
 from cairn.api.streams import AsyncBodyReader, iter_export
 from cairn.documents import WriteResult, parse_import_strategy
@@ -33,7 +37,7 @@ from cairn.principal import Principal as Who
 from cairn.service.access import authorize_space_mutation, space_ref
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef
 
-router = APIRouter(tags=["spaces"])
+router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
 
 SPACE_PARAMS = ("name", "visibility", "project", "bot")
 _IDENTITY_PARAMS = {"tenant", "team", "user"}
@@ -143,15 +147,25 @@ class SpaceQuery:
         return space_ref(who, self.name, self.visibility, project=self.project, bot=self.bot)
 
 
-async def space_query(
-    request: Request,
-    name: Name,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
-) -> SpaceQuery:
-    # async on purpose: no I/O, so no threadpool hop.
-    return SpaceQuery(name, visibility, project, bot, tuple(request.query_params))
+@reads_query(
+    name=(Name, ...),
+    visibility=(VisibilityParam, "project"),
+    project=(ProjectParam, None),
+    bot=(BotParam, None),
+)
+async def space_query(request: Request) -> SpaceQuery:
+    # async on purpose: no I/O, so no threadpool hop. Read by hand (routes.common): every
+    # spaces route takes these four.
+    query = request.query_params
+    name = query_value(query, "name", required=True)
+    assert name is not None
+    return SpaceQuery(
+        name,
+        query_value(query, "visibility", "project") or "",
+        query_value(query, "project"),
+        query_value(query, "bot"),
+        tuple(query),
+    )
 
 
 Space = Annotated[SpaceQuery, Depends(space_query)]
@@ -379,14 +393,19 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
     response_model=DocOut,
     responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
     summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
+    # The most requested route: its own parameters are read by hand too (routes.common).
+    openapi_extra={
+        "parameters": query_parameters(
+            path=(PathParam, ...), version=(VersionParam, None), as_of=(AsOfParam, None)
+        )
+    },
 )
-async def read_doc(
-    caller: Caller,
-    space: Space,
-    path: PathParam,
-    version: VersionParam = None,
-    as_of: AsOfParam = None,
-) -> JSONResponse:
+async def read_doc(caller: Caller, space: Space) -> JSONResponse:
+    query = caller.request.query_params
+    path = query_value(query, "path", required=True)
+    assert path is not None
+    version, as_of = query_value(query, "version"), query_value(query, "as_of")
+
     def run(who: Who) -> JSONResponse:
         ref = space.ref(who, "path", "version", "as_of")
         if version is not None and as_of is not None:
