@@ -183,6 +183,26 @@ class SqliteWriters:
         self._depth += 1
         return self
 
+    def try_enter(self) -> bool:
+        """Take the turn only if it is free right now, waiting for nothing: True when
+        taken (leave it with ``__exit__``), False when a thread or a process has it."""
+        if not self._threads.acquire(blocking=False):
+            return False
+        try:
+            if self._depth == 0 and self._lock_path is not None:
+                if self._fd is None:
+                    self._fd = self._open_lock_file(self._lock_path)
+                if self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another process writes
+            self._threads.release()
+            return False
+        except BaseException:
+            self._threads.release()
+            raise
+        self._depth += 1
+        return True
+
     def __exit__(self, *_exc: object) -> None:
         self._depth -= 1
         try:

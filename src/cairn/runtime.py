@@ -7,10 +7,11 @@ else constructs an engine, a store, the identity service or the search rate limi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from argon2 import PasswordHasher
 from sqlalchemy.engine import Engine
 
 from cairn.config import Config
-from cairn.db import make_engine, read_transaction, sqlite_path
+from cairn.db import make_engine, read_transaction, sqlite_path, sqlite_writers
 from cairn.errors import InvalidRequest
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
@@ -74,6 +75,23 @@ class Runtime:
     owns_engine: bool = False
     #: The embedder of search, opened on first use (the indexer's process opens its own).
     embedder: SharedEmbedder | None = None
+
+    @contextlib.contextmanager
+    def writer_turn_now(self) -> Iterator[bool]:
+        """On SQLite, the database's writer turn (:func:`cairn.db.sqlite_writers`) taken for
+        the block if it is free right now, without waiting: yields True when taken, False
+        when another thread or process writes (or on PostgreSQL, which has no turn)."""
+        if self.engine.dialect.name != "sqlite":
+            yield False
+            return
+        writers = sqlite_writers(self.engine)
+        if not writers.try_enter():
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            writers.__exit__()
 
     def ping(self) -> None:
         """Reach the database once (readiness); StoreUnavailable when it cannot."""

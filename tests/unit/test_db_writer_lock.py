@@ -123,3 +123,50 @@ def test_a_lock_file_that_cannot_be_made_leaves_the_turn_to_the_process_lock(
         assert _held_elsewhere(writers)
     assert not _held_elsewhere(writers)
     assert not (tmp_path / "missing-dir").exists()
+
+
+def _hold_flock(
+    path: str, held: multiprocessing.SimpleQueue[bool], done: multiprocessing.SimpleQueue[bool]
+) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.put(True)
+    done.get()  # until told to let go
+    os.close(fd)
+
+
+def test_try_enter_takes_only_a_free_turn(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/a.db")
+    try:
+        writers = sqlite_writers(engine)
+        assert writers.try_enter()  # free: taken
+        assert writers.try_enter()  # reentrant in its thread, like the blocking turn
+        assert _held_elsewhere(writers)
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(writers.try_enter()))
+        t.start()
+        t.join()
+        assert got == [False]  # another thread of the process has it: no wait, no turn
+        writers.__exit__()
+        assert _held_elsewhere(writers)  # still held once
+        writers.__exit__()
+        assert not _held_elsewhere(writers)
+        assert _free_in_another_process(f"{tmp_path}/a.db-writer.lock")
+        # Another process has it: no wait, no turn, and the thread lock is given back.
+        ctx = multiprocessing.get_context("spawn")
+        held: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
+        done: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
+        lock_file = f"{tmp_path}/a.db-writer.lock"
+        holder = ctx.Process(target=_hold_flock, args=(lock_file, held, done))
+        holder.start()
+        try:
+            assert held.get() is True
+            assert not writers.try_enter()
+            assert not _held_elsewhere(writers)
+        finally:
+            done.put(True)
+            holder.join(60)
+        assert writers.try_enter()
+        writers.__exit__()
+    finally:
+        engine.dispose()

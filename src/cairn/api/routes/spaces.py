@@ -499,7 +499,7 @@ async def write_doc(
         result = caller.state.spaces.write(who, ref, path, content, if_match=if_match)
         return written(result)
 
-    return await caller.run(run)
+    return await caller.write(run)
 
 
 @router.delete(
@@ -519,7 +519,7 @@ async def delete_doc(
         caller.state.spaces.delete(who, space.ref(who, "path"), path, if_match=if_match)
         return Response(status_code=204)
 
-    return await caller.run(run)
+    return await caller.write(run)
 
 
 @router.post(
