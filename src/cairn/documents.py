@@ -60,7 +60,13 @@ class WriteResult:
     created: bool
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Field by field: dataclasses.asdict deep-copies (4 % of a PUT under a profiler).
+        return {
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "etag": self.etag,
+            "created": self.created,
+        }
 
 
 @dataclass(frozen=True, slots=True)
