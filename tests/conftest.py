@@ -24,10 +24,9 @@ def _require(env_name: str, what: str) -> None:
 
 def _missing(what: str, message: str) -> None:
     """A component a test needs is absent: a visible skip outside CI, a failure under it."""
-    if IN_CI:
-        pytest.fail(f"{message}; under CI=true tests that need {what} may not skip")
-    else:
+    if not IN_CI:
         pytest.skip(message)
+    pytest.fail(f"{message}; under CI=true tests that need {what} may not skip")
 
 
 def require_chromium(path: str) -> None:

@@ -298,6 +298,38 @@ def read_statements(engine: Engine) -> Iterator[Connection]:
         yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
+def as_sqlalchemy(
+    exc: Exception, what: str, dialect: Dialect, *, invalidated: bool = False
+) -> sa.exc.StatementError:
+    """A driver's error as SQLAlchemy's (which :func:`translated_errors` translates), for
+    statements run on the driver itself: ``what`` names the statement, never its
+    parameters."""
+    return sa.exc.DBAPIError.instance(
+        what,
+        None,
+        exc,
+        dialect.loaded_dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=invalidated,
+        dialect=dialect,
+    )
+
+
+@contextlib.contextmanager
+def driver_cursor(conn: Connection, what: str) -> Iterator[Any]:
+    """A cursor of ``conn``'s own driver connection, in its transaction: statements sent
+    as they are, without SQLAlchemy's per-statement work; closed after, and a driver
+    error raised as SQLAlchemy's (:func:`as_sqlalchemy`)."""
+    dbapi: Any = conn.dialect.loaded_dbapi
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        yield cursor
+    except dbapi.Error as exc:
+        raise as_sqlalchemy(exc, what, conn.dialect) from exc
+    finally:
+        cursor.close()
+
+
 def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statement") -> T:
     """``work(driver_connection)`` on a pooled DBAPI connection, in autocommit, without
     SQLAlchemy's ``Connection``: its checkout, events, transaction and reset on return cost
@@ -323,14 +355,7 @@ def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statemen
             gone = engine.dialect.is_disconnect(exc, driver, None)
             if gone:  # never handed out again, as SQLAlchemy's Connection would do
                 pooled.invalidate(exc)
-            raise sa.exc.DBAPIError.instance(
-                what,
-                None,
-                exc,
-                dbapi.Error,
-                connection_invalidated=gone,
-                dialect=engine.dialect,
-            ) from exc
+            raise as_sqlalchemy(exc, what, engine.dialect, invalidated=gone) from exc
         finally:
             if postgres and pooled.is_valid:
                 try:

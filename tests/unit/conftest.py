@@ -27,19 +27,25 @@ class Backend:
         self.opened.append(store)
         return store
 
+    @classmethod
+    def closing(cls, kind: str, url: str) -> Iterator[Backend]:
+        """A backend of ``kind`` at ``url`` (PostgreSQL: in a fresh schema) whose stores
+        are closed after the test."""
+        b = cls(kind, url, None if kind == "sqlite" else f"t_{uuid.uuid4().hex[:16]}")
+        try:
+            yield b
+        finally:
+            for store in b.opened:
+                store.close()
+
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
-        b = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None)
+        url = f"sqlite:///{tmp_path / 'cairn.db'}"
     else:
-        url: str = request.getfixturevalue("postgres_url")
-        b = Backend("postgres", url, f"t_{uuid.uuid4().hex[:16]}")
-    try:
-        yield b
-    finally:
-        for store in b.opened:
-            store.close()
+        url = request.getfixturevalue("postgres_url")
+    yield from Backend.closing(request.param, url)
 
 
 @pytest.fixture

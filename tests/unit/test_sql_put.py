@@ -12,7 +12,6 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,12 +35,7 @@ REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant=TEAM, project="p1")
 
 @pytest.fixture
 def pg(postgres_url: str) -> Iterator[Backend]:
-    b = Backend("postgres", postgres_url, f"t_{uuid.uuid4().hex[:16]}")
-    try:
-        yield b
-    finally:
-        for store in b.opened:
-            store.close()
+    yield from Backend.closing("postgres", postgres_url)
 
 
 def spy(store: SqlStore) -> list[Any]:
@@ -237,7 +231,7 @@ def test_a_concurrent_creator_hands_the_write_to_the_transaction_path(pg: Backen
     assert store.read(REF, "a.md").content == "mine!"
     assert versions(store, "a.md") == [1, 2]
     usage = store.usage(REF)
-    # A replaced version is stored behind one byte (sql_history.pack_version).
+    # A replaced version is stored behind one byte (cairn.store.version_pack).
     assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (5, 5, 1 + 6)
 
 

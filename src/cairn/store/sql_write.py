@@ -42,7 +42,7 @@ from typing import Any, Literal, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from cairn.db import on_pooled
+from cairn.db import driver_cursor, on_pooled
 from cairn.store.sql_schema import memory_documents
 
 #: What a change does to the document row (None: nothing; a move moves it itself).
@@ -172,17 +172,9 @@ class ChangeStatements:
     def lock(self, conn: Connection, params: dict[str, Any]) -> tuple[int, str] | None:
         """Lock the document row of ``params`` (its address and path): its (size, etag),
         None when there is no document."""
-        dbapi: Any = conn.dialect.dbapi
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
+        with driver_cursor(conn, "lock") as cursor:
             cursor.execute(self._lock, params)
             row = cursor.fetchone()
-        except dbapi.Error as exc:
-            raise sa.exc.DBAPIError.instance(
-                "lock", params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
-            ) from exc
-        finally:
-            cursor.close()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def run(
@@ -196,9 +188,7 @@ class ChangeStatements:
         """Run the change in ``conn``'s transaction: ``doc``, then (``drop_chunks``) the
         path's chunks, the counters, and (``record``) the new version."""
         key = (doc, drop_chunks, record)
-        dbapi: Any = conn.dialect.dbapi
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
+        with driver_cursor(conn, "change") as cursor:
             if self.postgres:
                 sql = self._built.get(key) or self._built.setdefault(key, self._postgres(*key))
                 cursor.execute(sql, params)
@@ -207,13 +197,6 @@ class ChangeStatements:
                 return Outcome(bool(row[0]), row[1], team, row[7])
             steps = self._steps.get(key) or self._steps.setdefault(key, self._sqlite(*key))
             return self._run_sqlite(cursor, steps, params)
-        except dbapi.Error as exc:
-            # Raised as SQLAlchemy's, which cairn.db translates.
-            raise sa.exc.DBAPIError.instance(
-                "change", params, exc, dbapi.Error, hide_parameters=True, dialect=conn.dialect
-            ) from exc
-        finally:
-            cursor.close()
 
     def put(
         self, engine: Engine, record: bool, params: dict[str, Any]

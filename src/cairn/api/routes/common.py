@@ -109,20 +109,26 @@ def parse_version(raw: str, field: str = "version") -> int:
 # instead, with the same values, refusals and documentation as declared ones:
 #
 # * :func:`query_value` answers what FastAPI would (the last value of a repeated one, ``""``
-#   for ``?name=``), and a missing required one is the very error FastAPI raises, so the
+#   for ``?name=``), and :func:`required_query` raises for a missing one the very error
+#   FastAPI raises, so the
 #   app's validation handler answers it as before (the credential's refusal first, then
 #   the domain's ``invalid_space_ref``/``invalid_path``);
 # * :func:`query_parameters` writes their OpenAPI entries from the same ``Annotated``
 #   declarations, in the shape FastAPI gives declared ones.
 
 
-def query_value(
-    params: Any, name: str, default: str | None = None, *, required: bool = False
-) -> str | None:
-    """The value of query parameter ``name`` in ``params`` (a request's ``query_params``):
-    ``default`` when absent, or when ``required``, the validation error FastAPI raises."""
-    value: str | None = params.get(name, default)
-    if value is None and required:
+def query_value(params: Any, name: str) -> str | None:
+    """The value of query parameter ``name`` in ``params`` (a request's ``query_params``),
+    None when absent."""
+    value: str | None = params.get(name)
+    return value
+
+
+def required_query(params: Any, name: str) -> str:
+    """The value of required query parameter ``name``; when absent, the validation error
+    FastAPI raises for a declared one."""
+    value = query_value(params, name)
+    if value is None:
         from fastapi.exceptions import RequestValidationError
 
         raise RequestValidationError(

@@ -28,6 +28,7 @@ from cairn.api.routes.common import (
     query_parameters,
     query_value,
     reads_query,
+    required_query,
 )
 from cairn.api.streams import AsyncBodyReader, iter_export
 from cairn.documents import WriteResult, parse_import_strategy
@@ -157,11 +158,9 @@ async def space_query(request: Request) -> SpaceQuery:
     # async on purpose: no I/O, so no threadpool hop. Read by hand (routes.common): every
     # spaces route takes these four.
     query = request.query_params
-    name = query_value(query, "name", required=True)
-    assert name is not None
     return SpaceQuery(
-        name,
-        query_value(query, "visibility", "project") or "",
+        required_query(query, "name"),
+        query.get("visibility", "project"),
         query_value(query, "project"),
         query_value(query, "bot"),
         tuple(query),
@@ -402,8 +401,7 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
 )
 async def read_doc(caller: Caller, space: Space) -> JSONResponse:
     query = caller.request.query_params
-    path = query_value(query, "path", required=True)
-    assert path is not None
+    path = required_query(query, "path")
     version, as_of = query_value(query, "version"), query_value(query, "as_of")
 
     def run(who: Who) -> JSONResponse:
