@@ -180,8 +180,11 @@ _PEM = -1  # owner id of the private key gate among the trigger literals
 # So the literals are grouped by an *anchor* character they contain, one pattern per
 # group: the anchor, then lookbehind and lookahead for the rest of each literal. Anchors
 # are characters that are rare in prose and shared by many literals, in this order of
-# preference; a literal with none of them is searched for on its own.
-_ANCHORS = "_-.~QJKG"
+# preference (a literal with several joins the first: "Q~" shares Q with "IQoJb3JpZ2lu", one
+# search of the text fewer); a literal with none of them is searched for on its own.
+# Capitals that start several literals ("A") or ":" would save more searches but stop at
+# every such character: "A" * n scanned 6x slower, so they are not anchors.
+_ANCHORS = "_-.QJKG~"
 
 
 class _Group:

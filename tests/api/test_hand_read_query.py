@@ -74,3 +74,55 @@ def test_openapi_lists_every_parameter_read_by_hand(app: FastAPI) -> None:
     assert get_doc["path"]["required"] is True
     assert get_doc["path"]["schema"]["pattern"] == r"\.md$"
     assert get_doc["as_of"]["schema"]["format"] == "date-time"
+
+
+def test_put_and_delete_read_path_and_if_match_as_declared_ones_were(
+    client: TestClient, world: World
+) -> None:
+    path = f"{unique('hand-write')}.md"
+    q = {**SPACE, "path": path}
+    # A missing path: the same refusal as GET's, for PUT and DELETE alike.
+    for method in ("PUT", "DELETE"):
+        r = client.request(method, "/api/memory/doc", params=SPACE, headers=key(world))
+        error = r.json()["error"]
+        assert (r.status_code, error["code"], error["field"]) == (422, "invalid_path", "path")
+    created = client.put("/api/memory/doc", params=q, json={"content": "v1"}, headers=key(world))
+    assert created.status_code == 201, created.text
+    etag = created.json()["etag"]
+    # If-Match: a stale etag is refused 412 and changes nothing; quoted, bare and weak
+    # forms of the current one are each accepted.
+    stale = client.put(
+        "/api/memory/doc",
+        params=q,
+        json={"content": "lost"},
+        headers={**key(world), "If-Match": '"0000"'},
+    )
+    assert stale.status_code == 412, stale.text
+    for n, shape in enumerate(('"{}"', "{}", 'W/"{}"')):
+        form = shape.format(etag)
+        r = client.put(
+            "/api/memory/doc",
+            params=q,
+            json={"content": f"v{n + 2}"},
+            headers={**key(world), "If-Match": form},
+        )
+        assert r.status_code == 200, (form, r.text)
+        etag = r.json()["etag"]
+    assert client.get("/api/memory/doc", params=q, headers=key(world)).json()["content"] == "v4"
+    gone = client.delete("/api/memory/doc", params=q, headers={**key(world), "If-Match": '"0000"'})
+    assert gone.status_code == 412, gone.text
+    gone = client.delete("/api/memory/doc", params=q, headers={**key(world), "If-Match": etag})
+    assert gone.status_code == 204, gone.text
+
+
+def test_openapi_lists_the_write_routes_path_and_if_match(app: FastAPI) -> None:
+    doc: dict[str, Any] = app.openapi()["paths"]["/api/memory/doc"]
+    for method in ("put", "delete"):
+        listed = [(p["name"], p["in"]) for p in doc[method]["parameters"]]
+        # In FastAPI's own order: the route's parameters, then the space's.
+        assert listed[:2] == [("path", "query"), ("If-Match", "header")], method
+        by_name = {p["name"]: p for p in doc[method]["parameters"]}
+        assert by_name["path"]["required"] is True
+        assert by_name["If-Match"]["required"] is False
+        assert by_name["If-Match"]["schema"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert set(doc["put"]["requestBody"]["content"]) == {"application/json", "text/markdown"}
