@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from cairn.api.deps import Caller
+from cairn.api.deps import Caller, caller_of
 from cairn.api.responses import FastJSONResponse
 from cairn.api.routes.common import (
     AS_OF_FORM,
@@ -157,6 +157,12 @@ class SpaceQuery:
 async def space_query(request: Request) -> SpaceQuery:
     # async on purpose: no I/O, so no threadpool hop. Read by hand (routes.common): every
     # spaces route takes these four.
+    return space_of(request)
+
+
+def space_of(request: Request) -> SpaceQuery:
+    """What :data:`Space` resolves, for a route that takes it by hand (see
+    :func:`~cairn.api.deps.caller_of`)."""
     query = request.query_params
     return SpaceQuery(
         required_query(query, "name"),
@@ -201,9 +207,20 @@ _IF_MATCH_PARAMETER: dict[str, Any] = {
     },
     "description": _IF_MATCH_DOC,
 }
-#: PUT and DELETE of a document read ``path`` and If-Match by hand, as GET reads its own:
-#: FastAPI's declared parameters cost about a tenth of a write's CPU (docs/performance.md).
 _DOC_WRITE_PARAMETERS = [*query_parameters(path=(PathParam, ...)), _IF_MATCH_PARAMETER]
+
+
+def _by_hand(own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The OpenAPI parameters of a document route (GET, PUT, DELETE /api/memory/doc): its
+    own, then the space's, as FastAPI would list them declared.
+
+    The most requested routes take nothing from FastAPI but the request: their credential
+    (:func:`~cairn.api.deps.caller_of`), space (:func:`space_of`), parameters and headers
+    are read by hand, in the order the dependencies would read them. FastAPI's solving of
+    declared parameters and dependencies cost about a tenth of each request's CPU
+    (docs/performance.md)."""
+    space: list[dict[str, Any]] = getattr(space_query, "openapi_parameters")  # noqa: B009
+    return [*own, *space]
 
 
 IfMatch = Annotated[str | None, Depends(_if_match)]
@@ -410,15 +427,17 @@ _ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type
     response_model=DocOut,
     responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
     summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
-    # The most requested route: its own parameters are read by hand too (routes.common).
     openapi_extra={
-        "parameters": query_parameters(
-            path=(PathParam, ...), version=(VersionParam, None), as_of=(AsOfParam, None)
+        "parameters": _by_hand(
+            query_parameters(
+                path=(PathParam, ...), version=(VersionParam, None), as_of=(AsOfParam, None)
+            )
         )
     },
 )
-async def read_doc(caller: Caller, space: Space) -> JSONResponse:
-    query = caller.request.query_params
+async def read_doc(request: Request) -> JSONResponse:
+    caller, space = caller_of(request), space_of(request)
+    query = request.query_params
     path = required_query(query, "path")
     version, as_of = query_value(query, "version"), query_value(query, "as_of")
 
@@ -495,11 +514,11 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
         201: {"description": "Created", "model": WriteOut, "headers": _ETAG},
         **error_responses(*AUTH_ERRORS, 412, 413, 422),
     },
-    openapi_extra={**_PUT_BODY, "parameters": _DOC_WRITE_PARAMETERS},
+    openapi_extra={**_PUT_BODY, "parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
     summary="Create (201) or replace (200) one document; If-Match for a conditional write",
 )
-async def write_doc(caller: Caller, space: Space) -> JSONResponse:
-    request = caller.request
+async def write_doc(request: Request) -> JSONResponse:
+    caller, space = caller_of(request), space_of(request)
     path = required_query(request.query_params, "path")
     if_match = etag_of_if_match(request.headers.get("if-match"))
     # The body is read on the event loop (no thread waits on the network), parsed with
@@ -521,11 +540,12 @@ async def write_doc(caller: Caller, space: Space) -> JSONResponse:
     response_class=Response,
     responses=error_responses(*AUTH_ERRORS, 412, 422),
     summary="Delete one document",
-    openapi_extra={"parameters": _DOC_WRITE_PARAMETERS},
+    openapi_extra={"parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
 )
-async def delete_doc(caller: Caller, space: Space) -> Response:
-    path = required_query(caller.request.query_params, "path")
-    if_match = etag_of_if_match(caller.request.headers.get("if-match"))
+async def delete_doc(request: Request) -> Response:
+    caller, space = caller_of(request), space_of(request)
+    path = required_query(request.query_params, "path")
+    if_match = etag_of_if_match(request.headers.get("if-match"))
 
     def run(who: Who) -> Response:
         caller.state.spaces.delete(who, space.ref(who, "path"), path, if_match=if_match)
