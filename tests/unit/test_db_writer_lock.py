@@ -170,3 +170,29 @@ def test_try_enter_takes_only_a_free_turn(tmp_path: Path) -> None:
         writers.__exit__()
     finally:
         engine.dispose()
+
+
+def test_a_begin_the_database_refuses_is_store_unavailable(tmp_path: Path) -> None:
+    """``BEGIN IMMEDIATE`` is sent on the driver itself (cairn.db's begin listener): a writer
+    outside Cairn's turns holding the database past the busy timeout is the driver's
+    error, raised as SQLAlchemy's and translated as any other; the connection stays
+    usable, and the next transaction begins once the database is free."""
+    import sqlite3
+
+    path = tmp_path / "c.db"
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:  # the pool's one connection: a short busy timeout
+        conn.connection.driver_connection.execute("PRAGMA busy_timeout=20")  # type: ignore[union-attr]
+    outsider = sqlite3.connect(path, isolation_level=None)
+    outsider.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable), write_transaction(engine) as conn:
+            raise AssertionError("began while another writer held the database")
+    finally:
+        outsider.execute("COMMIT")
+        outsider.close()
+    with write_transaction(engine) as conn:
+        conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar() == 0
+    engine.dispose()
