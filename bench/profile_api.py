@@ -4,7 +4,8 @@ Builds the app of ``cairn serve`` over a temporary SQLite file (or ``--database`
 seeds a team, an API key and a document, then calls the app directly with raw ASGI
 messages ``--requests`` times for a GET and for a 1 KB PUT of ``/api/memory/doc``.
 Prints, per request: mean time, database transactions, statements (through SQLAlchemy's
-``Connection``), statements on a pooled driver connection in autocommit (``pooled``:
+``Connection``; a write's statements, and SQLite's ``BEGIN``, go to the driver's cursor
+itself and are not among them), statements on a pooled driver connection in autocommit (``pooled``:
 :func:`cairn.db.on_pooled`, each its own transaction), and thread-pool hops; with
 ``--profile``, the top of a cProfile by cumulative time (or pyinstrument's tree with
 ``--pyinstrument``). Not a test: it prints figures, asserts nothing.
