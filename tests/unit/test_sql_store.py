@@ -540,15 +540,18 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
         # update, the old chunks, both counters and the new version are CTEs of it.
         assert len(seen) == 1
         return
-    on_documents = [s for s in seen if s.lstrip().upper().startswith(("SELECT", "UPDATE"))]
+    on_documents = [s for s in seen if "memory_documents" in s.split(" WHERE ")[0]]
     assert len(on_documents) == 2  # lock + update
     on_chunks = [s for s in seen if s.startswith("DELETE FROM memory_chunks")]
     assert len(on_chunks) == 1  # the old chunks dropped; a search chunks the new content
-    on_history = [s for s in seen if s.startswith("INSERT INTO memory_document_versions")]
-    assert len(on_history) == 1  # the new version, numbered in the same statement
+    # The path's newest version read once (its number and the bytes this write replaces),
+    # then the next one appended by a plain insert that reads nothing
+    on_history = [s for s in seen if "memory_document_versions" in s]
+    assert [s.split()[0] for s in on_history] == ["SELECT", "INSERT"]
+    assert " SELECT " not in on_history[1] and "RETURNING" not in on_history[1]
     # + the space counter (and its search_version) + the team counter, which grows the
-    # team's history counter in the same row update
-    assert len(seen) == 6
+    # team's history counter in the same row update, by the replaced bytes just read
+    assert len(seen) == 7
 
 
 def test_dead_postgres_is_store_unavailable() -> None:

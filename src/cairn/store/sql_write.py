@@ -19,7 +19,9 @@ before it (``FROM doc``, ``FROM space``, ...), so a step that refuses (the inser
 met a concurrent creator, a counter over its quota) stops every later one, the database
 runs them in the order above, and the whole change is one round trip. SQLite has no
 data-modifying CTEs; it runs the same step texts one by one on the driver's cursor
-(in-process, so a statement costs microseconds), stopping at the first that refuses.
+(in-process, so a statement costs microseconds), stopping at the first that refuses,
+except for the history: it reads the path's newest version once before the team step
+(``newest``) and appends the next one with a plain ``INSERT … VALUES``.
 Either way :meth:`ChangeStatements.run` answers what each step did; the store raises
 the refusal, which rolls the transaction back.
 
@@ -93,11 +95,27 @@ _TEAM = (
 )
 #: The number of the path's next version.
 _NEXT = f"coalesce((SELECT max(version) FROM memory_document_versions WHERE {_ONE}), 0) + 1"
-_INS = (
+_VERSION_COLUMNS = (
     "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
     "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
-    f"SELECT :t, :k, :p, {_NEXT}, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, :deleted"
-    "{src} WHERE true{when} RETURNING version"
+)
+_INS = (
+    _VERSION_COLUMNS + f"SELECT :t, :k, :p, {_NEXT}, :sid, :vetag, :vsize, :stored, :packed, "
+    ":at, :actor, :deleted{src} WHERE true{when} RETURNING version"
+)
+#: SQLite: the path's newest version and the stored bytes it would replace, read once
+#: before the counters, so that neither the team step nor the insert reads the versions
+#: table itself. An ``INSERT … SELECT`` that reads the table it inserts into is copied
+#: through a temporary table first, and ``RETURNING`` buffers its row in another: the
+#: plain insert below costs half as much (docs/history.md, "Measured").
+_NEWEST = (
+    "SELECT version, CASE WHEN deleted THEN 0 ELSE stored_bytes END "
+    f"FROM memory_document_versions WHERE {_ONE} ORDER BY version DESC LIMIT 1"
+)
+_INS_VALUES = (
+    _VERSION_COLUMNS
+    + "VALUES (:t, :k, :p, :version, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, "
+    ":deleted)"
 )
 
 
@@ -241,6 +259,14 @@ class ChangeStatements:
         got: dict[str, Any] = {}
         for name, sql in steps:
             cursor.execute(sql, params)
+            if name == "newest":  # a read: what the team step and the insert take
+                newest = cursor.fetchone()
+                version, replaced = (0, 0) if newest is None else newest
+                params = {**params, "version": version + 1, "replaced": replaced}
+                continue
+            if name == "ins":  # a plain insert: its number is the one just read
+                got[name] = (params["version"],)
+                continue
             row = cursor.fetchone() if name != "gone" else ()
             if row is None:
                 break
@@ -259,9 +285,12 @@ class ChangeStatements:
         if drop_chunks:
             steps.append(("gone", _GONE))
         steps.append(("space", _SPACE.format(src="")))
-        steps.append(("team", _TEAM.format(grown=_grown(doc, record), src="")))
         if record:
-            steps.append(("ins", _INS.format(src="", when="")))
+            steps.append(("newest", _NEWEST))
+        grown = ":replaced" if _grown(doc, record) != "0" else "0"
+        steps.append(("team", _TEAM.format(grown=grown, src="")))
+        if record:
+            steps.append(("ins", _INS_VALUES))
         return steps
 
     @staticmethod
