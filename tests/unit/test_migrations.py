@@ -113,3 +113,114 @@ def test_documents_v3_adds_the_index_to_a_v2_database(blank_engine: Engine) -> N
         ).one()
         assert tuple(row) == (42, 0)
     assert upgrade(blank_engine, sql_schema.MIGRATIONS) == []
+
+
+def test_documents_v5_moves_each_live_version_onto_its_document(blank_engine: Engine) -> None:
+    """A database at documents v4 kept every version in the table, the live one included;
+    v5 gives each document its live version's number, actor and packed content and drops
+    those rows, so the history reads back exactly as it was."""
+    import zlib
+    from datetime import UTC, datetime, timedelta
+
+    from cairn.spaces import SpaceRef, Visibility
+    from cairn.store.sql import SqlStore
+    from cairn.store.version_pack import pack_version
+
+    v4 = sql_schema.MIGRATIONS[:4]
+    assert upgrade(blank_engine, v4) == v4
+    ref = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
+    addr = SqlStore._address(ref)
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    big = "a line of notes\n" * 1000  # 16 KB
+    # path -> versions as v4 kept them: (number, content or None for a deletion, actor);
+    # the document's content, or None for a deleted path.
+    paths: dict[str, tuple[list[tuple[int, str | None, str]], str | None]] = {
+        "a.md": ([(1, "one", "user:1"), (2, "two", "user:2"), (3, "three", "user:3")], "three"),
+        "big.md": ([(1, "small first", "user:1"), (2, big, "user:2")], big),
+        "zlib.md": ([(1, "from the zlib era", "before-history")], "from the zlib era"),
+        "gone.md": ([(1, "was here", "user:1"), (2, None, "user:1")], None),
+        "again.md": ([(1, "first", "user:1"), (2, None, "user:1"), (3, "back", "user:4")], "back"),
+        # A document with no row for its content: its version 1.
+        "orphan.md": ([], big + "orphan"),
+    }
+
+    def etag(text: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    V, D = sql_schema.memory_document_versions, sql_schema.memory_documents
+    expected: dict[str, list[tuple[int, str, int, datetime, str, bool]]] = {}
+    with blank_engine.begin() as conn:
+        for path, (versions, live) in paths.items():
+            history = []
+            for n, text, actor in versions:
+                when = at + timedelta(minutes=n)
+                data = None if text is None else text.encode()
+                packed = None if data is None else pack_version(data)
+                if path == "zlib.md" and data is not None:
+                    packed = zlib.compress(data)
+                conn.execute(
+                    V.insert().values(
+                        tenant_id=addr["t"],
+                        space_key=addr["k"],
+                        space_id=addr["sid"],
+                        path=path,
+                        version=n,
+                        etag="" if text is None else etag(text),
+                        size_bytes=0 if data is None else len(data),
+                        stored_bytes=0 if packed is None else len(packed),
+                        content=packed,
+                        at=when,
+                        actor=actor,
+                        deleted=text is None,
+                    )
+                )
+                history.append(
+                    (n, "" if text is None else etag(text), len(data or b""), when, actor, not data)
+                )
+            if live is not None:
+                updated = history[-1][3] if history else at
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, "
+                        "visibility, content, size_bytes, etag, updated_at) VALUES (:t, :k, :p, "
+                        ":sid, 'project', :c, :s, :e, :u)"
+                    ).bindparams(sa.bindparam("u", type_=sa.DateTime(timezone=True))),
+                    {**addr, "p": path, "c": live, "s": len(live.encode()), "e": etag(live)}
+                    | {"u": updated},
+                )
+                if not history:
+                    history.append((1, etag(live), len(live.encode()), at, "before-history", False))
+            expected[path] = list(reversed(history))
+
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == sql_schema.MIGRATIONS[4:]
+    store = SqlStore(blank_engine)
+    for path, versions in expected.items():
+        found = [
+            (v.version, v.etag, v.size_bytes, v.at, v.actor, v.deleted)
+            for v in store.versions(ref, path)
+        ]
+        assert found == versions, path
+        for n, _, _, _, _, deleted in versions:
+            text = {m: t for m, t, _ in paths[path][0]}.get(n, paths[path][1])
+            got = store.read_version(ref, path, n) if not deleted else None
+            assert deleted or (got is not None and got.content == text), (path, n)
+    with blank_engine.connect() as conn:
+        live_rows = conn.execute(
+            sa.select(V.c.path).select_from(
+                V.join(D, sa.and_(V.c.path == D.c.path, V.c.version == D.c.version))
+            )
+        ).scalars()
+        # A small live version's row goes; a large one's packed row stays with it. (The
+        # orphan's version 1 has none: it is compressed when it is replaced... by SQL as
+        # it is, so it is kept whole.)
+        assert sorted(live_rows) == ["big.md"]
+    # The live versions are replaced as any other: their content kept in the table.
+    for path in ("a.md", "big.md", "zlib.md", "again.md", "orphan.md"):
+        store.write(ref, path, "after v5")
+        assert store.read_version(ref, path, expected[path][0][0]).content == paths[path][1]
+        assert [v.version for v in store.versions(ref, path)][:2] == [
+            expected[path][0][0] + 1,
+            expected[path][0][0],
+        ]

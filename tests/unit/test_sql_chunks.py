@@ -209,8 +209,8 @@ def test_every_write_and_delete_bumps_the_space_version(store: SqlStore) -> None
     step()
     store.write(ref, "a.md", "# A\n\nthree")  # resized
     step()
-    store.write(ref, "a.md", "# A\n\nthree")  # unchanged
-    step()
+    store.write(ref, "a.md", "# A\n\nthree")  # unchanged: nothing changes, no bump
+    assert store.search_version(ref) == seen[-1]
     store.write(ref, "empty.md", "")
     step()
     store.delete(ref, "empty.md")  # a zero-byte delete charges nothing

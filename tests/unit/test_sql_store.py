@@ -540,18 +540,22 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
         # update, the old chunks, both counters and the new version are CTEs of it.
         assert len(seen) == 1
         return
-    on_documents = [s for s in seen if "memory_documents" in s.split(" WHERE ")[0]]
-    assert len(on_documents) == 2  # lock + update
+    # The lock reads the live version's number and stored size; the version it replaces is
+    # copied from the document row into the history by one INSERT … SELECT, before the
+    # update makes the new content the next version
+    assert [s.split()[0] for s in seen[:3]] == ["SELECT", "INSERT", "UPDATE"]
+    assert "FROM memory_documents" in seen[0] and "FROM memory_documents" in seen[1]
+    assert seen[1].startswith("INSERT INTO memory_document_versions")
+    assert seen[2].startswith("UPDATE memory_documents")
     on_chunks = [s for s in seen if s.startswith("DELETE FROM memory_chunks")]
     assert len(on_chunks) == 1  # the old chunks dropped; a search chunks the new content
-    # The path's newest version read once (its number and the bytes this write replaces),
-    # then the next one appended by a plain insert that reads nothing
-    on_history = [s for s in seen if "memory_document_versions" in s]
-    assert [s.split()[0] for s in on_history] == ["SELECT", "INSERT"]
-    assert " SELECT " not in on_history[1] and "RETURNING" not in on_history[1]
     # + the space counter (and its search_version) + the team counter, which grows the
-    # team's history counter in the same row update, by the replaced bytes just read
-    assert len(seen) == 7
+    # team's history counter in the same row update, by the replaced bytes the lock read
+    assert len(seen) == 6
+    # A new path writes no history at all: lock, insert, the two counters
+    created = _driver_statements(store, lambda: store.write(ref, "b.md", "b"))
+    assert not [s for s in created if "INTO memory_document_versions" in s]
+    assert len(created) == 4
 
 
 def test_dead_postgres_is_store_unavailable() -> None:
@@ -599,11 +603,18 @@ def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlS
     small, large = "note " * 100, "a line of notes\n" * 1000  # 500 B and 16 KB
     store.write(ref, "small.md", small)
     store.write(ref, "large.md", large)
+    # The live versions are the documents' rows; a large one also has its packed row,
+    # written with it. A small one is copied into the table when it is replaced.
+    assert [r.path for r in rows(store, V)] == ["large.md"]
+    assert store.history_usage(TEAM)[0] == 0  # no version was replaced yet
+    store.write(ref, "small.md", "next")
+    store.write(ref, "large.md", "next")
     stored = {r.path: (r.stored_bytes, r.content) for r in rows(store, V)}
     # A zero byte, then the text: compressing would cost more write time than it saves.
     assert stored["small.md"] == (len(small) + 1, b"\x00" + small.encode())
     assert stored["large.md"][0] < len(large) // 10
     assert stored["large.md"][1][:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame
+    assert store.history_usage(TEAM)[0] == stored["small.md"][0] + stored["large.md"][0]
     assert store.read_version(ref, "small.md", 1).content == small
     assert store.read_version(ref, "large.md", 1).content == large
     # Versions stored as zlib streams whatever their size (migration 4's backfill and

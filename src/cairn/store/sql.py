@@ -108,12 +108,13 @@ from cairn.store.sql_schema import (
     MIGRATIONS,
     audit_events,
     memory_chunks,
+    memory_document_versions,
     memory_documents,
     memory_space_usage,
     memory_tenant_usage,
 )
-from cairn.store.sql_write import ChangeStatements, DocStep
-from cairn.store.version_pack import pack_version
+from cairn.store.sql_write import ChangeStatements, DocStep, Locked, Team
+from cairn.store.version_pack import COMPRESS_FROM, pack_version
 
 #: Stands in for "no sub-cap" in the compare-and-swap (far above any real byte count).
 _UNCAPPED = 2**62
@@ -121,8 +122,6 @@ _UNCAPPED = 2**62
 ITER_BATCH_DOCS = 64
 ITER_BATCH_BYTES = 4 * 1024 * 1024
 _ITER_META_PAGE = 256
-#: A change's version that is a deletion marker.
-_DELETION: tuple[bytes | None, str] = (None, "")
 #: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
 _WRITE_ATTEMPTS = 8
 
@@ -133,6 +132,7 @@ D = memory_documents
 S = memory_space_usage
 T = memory_tenant_usage
 C = memory_chunks
+V = memory_document_versions
 
 
 def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
@@ -170,29 +170,29 @@ class _Statements:
         after = D.c.path > _bp("after")
         meta_cols = (D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
 
-        self.lock_doc = sa.select(D.c.size_bytes, D.c.etag).where(*one_doc).with_for_update()
         self.read_doc = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
             *one_doc
         )
         #: The same, as every GET of a document runs it (a point read off the pool).
         self.read_point = PointRead(self.read_doc)
-        # What a write stores, bound from SqlStore._write.
-        body = {
-            "content": _bp("content"),
-            "size_bytes": _bp("size"),
-            "etag": _bp("etag"),
-            "updated_at": _bp("now"),
-        }
-        self.insert_doc = (
-            insert(D)
-            .values(**address, path=_bp("p"), visibility=_bp("vis"), **body)
-            .on_conflict_do_nothing(index_elements=[D.c.tenant_id, D.c.space_key, D.c.path])
-            # RETURNING, not rowcount: a driver need not report the rowcount of an INSERT.
-            .returning(D.c.size_bytes)
+        # The moved document becomes the target path's next version.
+        target_versions = sa.select(sa.func.coalesce(sa.func.max(V.c.version), 0) + 1).where(
+            V.c.tenant_id == D.c.tenant_id,
+            V.c.space_key == D.c.space_key,
+            V.c.space_id == D.c.space_id,
+            V.c.path == _bp("to"),
         )
-        self.update_doc = sa.update(D).where(*one_doc).values(**body)
-        self.delete_doc = sa.delete(D).where(*one_doc)
-        self.move_doc = sa.update(D).where(*one_doc).values(path=_bp("to"), updated_at=_bp("now"))
+        self.move_doc = (
+            sa.update(D)
+            .where(*one_doc)
+            .values(
+                path=_bp("to"),
+                updated_at=_bp("now"),
+                actor=_bp("actor"),
+                version=target_versions.scalar_subquery(),
+            )
+            .returning(D.c.version)
+        )
         self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
         self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
         page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(_ITER_META_PAGE)
@@ -380,7 +380,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         self._vec = vec
         self._sql = _Statements(engine.dialect.name, vec)
         self._hist = _HistoryStatements()
-        self._change_sql = ChangeStatements(engine.dialect)
+        self._change_sql = ChangeStatements(engine.dialect, history=self.keeps_history)
         self.clock: Callable[[], datetime] = utcnow
 
     @classmethod
@@ -520,12 +520,8 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         now = self.clock()
         key = {**self._address(ref), "p": w.path}
         params = {
-            **self._change_params(ref, key, 0, (w.data, w.etag), now),
-            "vis": ref.visibility.value,
-            "content": w.content,
-            "size": len(w.data),
-            "etag": w.etag,
-            "now": self._time(now),
+            **self._change_params(ref, key, 0, None, now),
+            **self._body(ref, w, now),
             "if_match": w.if_match,
             "if_none_match": w.if_none_match,
             "keep": self.limits.history_versions,
@@ -543,22 +539,32 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
     def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
-        addr = self._address(ref)
         now = self.clock()
-        doc: dict[str, Any] = {
-            **addr,
-            "p": w.path,
-            "vis": ref.visibility.value,
-            "content": w.content,
-            "size": len(w.data),
-            "etag": w.etag,
-            "now": self._time(now),
-        }
+        doc = {**self._address(ref), "p": w.path, **self._body(ref, w, now)}
         created = self._put(conn, ref, doc, w, now)
         if w.grant is not None and ref.is_global:
             verb = "import" if w.grant.importing else "write"
             _audit(conn, w.grant, verb, ref, w.path)
         return WriteResult(w.path, len(w.data), w.etag, created)
+
+    def _body(self, ref: SpaceRef, w: CheckedWrite, now: datetime) -> dict[str, Any]:
+        """What a write stores in the document row: the new live version."""
+        return {
+            "vis": ref.visibility.value,
+            "content": w.content,
+            "size": len(w.data),
+            "etag": w.etag,
+            "now": self._time(now),
+            "actor": current_actor()[:256],
+            # A large version is packed now, while its bytes are at hand: its row goes into
+            # the history with it (a small one is copied there by SQL once replaced).
+            **self._live_row(w.data),
+        }
+
+    def _live_row(self, data: bytes) -> dict[str, Any]:
+        large = self.keeps_history and len(data) >= COMPRESS_FROM
+        packed = pack_version(data) if large else None
+        return {"live_packed": packed, "live_stored": 0 if packed is None else len(packed)}
 
     @contextlib.contextmanager
     def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
@@ -575,24 +581,27 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         in one change (:mod:`cairn.store.sql_write`); return whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
             current = self._change_sql.lock(conn, doc)
-            check_precondition(w.path, current[1] if current else None, w.if_match, w.if_none_match)
-            old_size = 0 if current is None else current[0]
-            changed = current is None or current[1] != w.etag
-            done = self._change(
+            check_precondition(
+                w.path, current.etag if current else None, w.if_match, w.if_none_match
+            )
+            if current is not None and current.etag == w.etag:
+                # The same bytes again: nothing changes (no version; the time is kept).
+                return False
+            team = self._change(
                 conn,
                 ref,
                 doc,
                 "insert" if current is None else "update",
-                len(w.data) - old_size,
+                len(w.data) - (0 if current is None else current.size_bytes),
                 # New content: its old chunks go now; the next search of the space (or the
                 # indexer) chunks it again (reconcile), so a write never waits on analysis.
-                drop_chunks=current is not None and changed,
-                # The same bytes again make no new version.
-                version=(w.data, w.etag) if changed else None,
+                drop_chunks=current is not None,
+                replaced=current,
+                mark=False,
                 at=now,
                 attributed=_attributed_team(w.grant),
             )
-            if done:
+            if team is not None:
                 return current is None
             # A concurrent writer created it and has committed: lock and replace it.
         raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
@@ -601,7 +610,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         addr = self._address(ref)
         key = {**addr, "p": d.path}
         with write_transaction(self.engine) as conn:
-            current = conn.execute(self._sql.lock_doc, key).first()
+            current = self._change_sql.lock(conn, key)
             if current is None:
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
@@ -610,9 +619,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 ref,
                 key,
                 "delete",
-                -int(current.size_bytes),
+                -current.size_bytes,
                 drop_chunks=True,
-                version=_DELETION,
+                replaced=current,
+                mark=True,
                 at=self.clock(),
                 attributed=_attributed_team(d.grant),
             )
@@ -625,18 +635,35 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with write_transaction(self.engine) as conn:
             # Both rows locked in path order, as every writer of two documents takes them.
             first, second = sorted((key, target), key=lambda k: k["p"])
-            rows = {k["p"]: conn.execute(self._sql.lock_doc, k).first() for k in (first, second)}
+            rows = {k["p"]: self._change_sql.lock(conn, k) for k in (first, second)}
             current, replaced = rows[m.path], rows[m.to]
             if current is None:
                 raise NotFound(f"no document at {m.path!r} in space {addr['sid']!r}", path=m.path)
             check_precondition(m.path, current.etag, m.if_match)
             check_move_target(m, replaced is not None)
-            if replaced is not None:
-                conn.execute(self._sql.delete_doc, target)
-                conn.execute(self._sql.delete_chunks, target)
             now = self.clock()
+            if replaced is not None:
+                # What m.to held is kept in its history, ended by the moved document (its
+                # next version), not by a marker.
+                self._change(
+                    conn,
+                    ref,
+                    target,
+                    "delete",
+                    -replaced.size_bytes,
+                    drop_chunks=True,
+                    replaced=replaced,
+                    mark=False,
+                    at=now,
+                    attributed=_attributed_team(m.grant),
+                )
+            # History: the old path's version is kept and a marker ends it.
+            team = self._change(conn, ref, key, None, 0, False, current, True, now, None)
             try:
-                conn.execute(self._sql.move_doc, {**key, "to": m.to, "now": now})
+                moved = conn.execute(
+                    self._sql.move_doc,
+                    {**key, "to": m.to, "now": now, "actor": current_actor()[:256]},
+                ).scalar_one()
             except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
                 # A writer created a document at m.to after the lock found none (PostgreSQL;
                 # SQLite's writers queue): that is the document the move must not replace.
@@ -645,17 +672,30 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                     "to replace it"
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
-            # History: the old path ends (crediting what the move replaced), the new one
-            # gets the content as its next version.
-            content = conn.execute(self._sql.read_doc, target).one().content
-            attributed = _attributed_team(m.grant)
-            freed = -int(replaced.size_bytes) if replaced is not None else 0
-            self._change(conn, ref, key, None, freed, False, _DELETION, now, attributed)
-            moved = (content.encode("utf-8"), str(current.etag))
-            self._change(conn, ref, target, None, 0, False, moved, now, None)
+            if team is not None and self.keeps_history:
+                if current.size_bytes >= COMPRESS_FROM:  # m.to's new version's packed row
+                    content = conn.execute(self._sql.read_doc, target).one().content
+                    packed = pack_version(content.encode("utf-8"))
+                    conn.execute(
+                        V.insert().values(
+                            tenant_id=addr["t"],
+                            space_key=addr["k"],
+                            space_id=addr["sid"],
+                            path=m.to,
+                            version=int(moved),
+                            etag=current.etag,
+                            size_bytes=current.size_bytes,
+                            stored_bytes=len(packed),
+                            content=packed,
+                            at=now,
+                            actor=current_actor()[:256],
+                            deleted=False,
+                        )
+                    )
+                self._trim_versions(conn, self._aggregate(ref)[0], target, int(moved), team)
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)
-        return WriteResult(m.to, int(current.size_bytes), str(current.etag), replaced is None)
+        return WriteResult(m.to, current.size_bytes, current.etag, replaced is None)
 
     def _aggregate(self, ref: SpaceRef) -> tuple[str, int]:
         """The counter a space answers to, and the quota it starts at."""
@@ -676,24 +716,35 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         doc: DocStep,
         delta: int,
         drop_chunks: bool,
-        version: tuple[bytes | None, str] | None,
+        replaced: Locked | None,
+        mark: bool,
         at: datetime,
         attributed: str | None,
-    ) -> bool:
+    ) -> Team | None:
         """One change of the path ``key`` (its address and path, plus the document's
         fields when ``doc`` writes it), under the row lock the caller holds: the document,
         its chunks (``drop_chunks``), ``delta`` charged to every counter of the space
-        (refusing past a quota, bumping the space's ``search_version``), and ``version``
-        ((content, etag), or (None, '') for a deletion marker; None: no new version)
-        appended. False when the insert met a concurrent creator (nothing was done)."""
+        (refusing past a quota, bumping the space's ``search_version``), the live version
+        ``replaced`` (the locked row; None: none is replaced) kept in the history, the new
+        content's packed row when it is large, and (``mark``) a deletion marker after it.
+        The team's counters after it, or None when the insert met a concurrent creator
+        (nothing was done)."""
         tenant, _ = self._aggregate(ref)
         subcap = self.limits.subcap(ref.visibility)
         cap = subcap if subcap > 0 else _UNCAPPED
-        params = self._change_params(ref, key, delta, version, at)
-        record = version is not None and self.keeps_history
-        got = self._change_sql.run(conn, doc, drop_chunks, record, params)
+        if not self.keeps_history:
+            replaced = None
+        params = self._change_params(ref, key, delta, replaced, at)
+        shape = (
+            doc,
+            drop_chunks,
+            replaced is not None and replaced.row_stored is None,  # a small one: copied
+            doc in ("insert", "update") and key.get("live_packed") is not None,
+            mark and replaced is not None,
+        )
+        got = self._change_sql.run(conn, shape, params)
         if not got.doc_done:
-            return False
+            return None
         if got.space_used is None:
             used = conn.execute(self._sql.space_used, key).scalar() or 0
             raise _exceeded("space", int(used), subcap, delta)
@@ -711,23 +762,21 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             conn.execute(
                 self._sql.attribute_tenant, {**row, "default_quota": self.limits.team_quota}
             )
-        if got.version is not None:
+        if self.keeps_history and got.version is not None:
             self._keep_history(conn, tenant, key, got.version, team)
-        return True
+        return team
 
     def _change_params(
         self,
         ref: SpaceRef,
         key: dict[str, Any],
         delta: int,
-        version: tuple[bytes | None, str] | None,
+        replaced: Locked | None,
         at: datetime,
     ) -> dict[str, Any]:
         """The change statement's parameters (see :meth:`_change`)."""
         tenant, default = self._aggregate(ref)
         subcap = self.limits.subcap(ref.visibility)
-        data, etag = version if version is not None else (None, "")
-        packed = None if data is None else pack_version(data)
         return {
             **key,
             "tt": tenant,
@@ -735,13 +784,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             "fresh": max(delta, 0),
             "cap": subcap if subcap > 0 else _UNCAPPED,
             "default_quota": default,
-            "vetag": etag,
-            "vsize": 0 if data is None else len(data),
-            "stored": 0 if packed is None else len(packed),
-            "packed": packed,
+            "kept_stored": 0 if replaced is None else replaced.kept_bytes,
+            "mark": None if replaced is None else replaced.version + 1,
             "at": self._time(at),
             "actor": current_actor()[:256],
-            "deleted": data is None,
         }
 
     # --- Admin --------------------------------------------------------------------------

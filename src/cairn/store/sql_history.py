@@ -22,12 +22,17 @@ from cairn.documents import Document, DocumentInfo, VersionInfo
 from cairn.errors import InvalidRequest
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef
-from cairn.store.sql_schema import memory_document_versions, memory_tenant_usage
+from cairn.store.sql_schema import (
+    memory_document_versions,
+    memory_documents,
+    memory_tenant_usage,
+)
 from cairn.store.sql_write import Team
 from cairn.store.version_pack import unpack_version
 
 V = memory_document_versions
 T = memory_tenant_usage
+D = memory_documents
 
 #: Versions pruned per statement when a team's history is over its quota.
 _PRUNE_BATCH = 200
@@ -48,20 +53,36 @@ class _HistoryStatements:
     def __init__(self) -> None:
         space = (V.c.tenant_id == _bp("t"), V.c.space_key == _bp("k"), V.c.space_id == _bp("sid"))
         one = (*space, V.c.path == _bp("p"))
+        live_space = (
+            D.c.tenant_id == _bp("t"),
+            D.c.space_key == _bp("k"),
+            D.c.space_id == _bp("sid"),
+        )
+        live_one = (*live_space, D.c.path == _bp("p"))
+        # The replaced versions and markers (the table), and the live one (the document).
         self.versions = (
             sa.select(V.c.version, V.c.etag, V.c.size_bytes, V.c.at, V.c.actor, V.c.deleted)
             .where(*one)
             .order_by(V.c.version.desc())
         )
+        self.live = sa.select(
+            D.c.version, D.c.etag, D.c.size_bytes, D.c.updated_at, D.c.actor
+        ).where(*live_one)
         self.content = sa.select(V.c.content, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted).where(
             *one, V.c.version == _bp("v")
         )
+        self.live_content = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
+            *live_one, D.c.version == _bp("v")
+        )
         # What the space held at :at: each path's newest version at or before it, unless a
-        # deletion. One pass with a window, no self-join: with the statistics of a young
-        # table PostgreSQL planned a join of the versions with their grouped max (or an
-        # anti-join) as a nested loop over the whole space, seconds for 2,000 documents.
-        self.as_of_all = self._as_of(space)
-        self.as_of_dir = self._as_of((*space, V.c.path >= _bp("lo"), V.c.path < _bp("hi")))
+        # deletion — among the table's and the live documents'. One pass with a window, no
+        # self-join: with the statistics of a young table PostgreSQL planned a join of the
+        # versions with their grouped max (or an anti-join) as a nested loop over the whole
+        # space, seconds for 2,000 documents.
+        in_dir = (V.c.path >= _bp("lo"), V.c.path < _bp("hi"))
+        live_in_dir = (D.c.path >= _bp("lo"), D.c.path < _bp("hi"))
+        self.as_of_all = self._as_of(space, live_space)
+        self.as_of_dir = self._as_of((*space, *in_dir), (*live_space, *live_in_dir))
         # The versions of a document past its per-document count (never its newest).
         self.trim = sa.delete(V).where(*one, V.c.version <= _bp("upto")).returning(V.c.stored_bytes)
         self.bump = (
@@ -88,20 +109,62 @@ class _HistoryStatements:
         ).where(T.c.tenant_id == _bp("t"))
 
     @staticmethod
-    def _as_of(where: tuple[Any, ...]) -> sa.Select[Any]:
-        newest_first = sa.func.row_number().over(partition_by=V.c.path, order_by=V.c.version.desc())
-        ranked = (
-            sa.select(
-                V.c.path, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted, newest_first.label("n")
-            )
-            .where(*where, V.c.at <= _bp("at"))
-            .subquery()
+    def _as_of(where: tuple[Any, ...], live_where: tuple[Any, ...]) -> sa.Select[Any]:
+        at = _bp("at")
+        kept = sa.select(
+            V.c.path, V.c.version, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted
+        ).where(*where, V.c.at <= at)
+        live = sa.select(
+            D.c.path,
+            D.c.version,
+            D.c.size_bytes,
+            D.c.updated_at.label("at"),
+            D.c.etag,
+            sa.false().label("deleted"),
+        ).where(*live_where, D.c.updated_at <= at)
+        every = sa.union_all(kept, live).subquery()
+        newest_first = sa.func.row_number().over(
+            partition_by=every.c.path, order_by=every.c.version.desc()
         )
+        ranked = sa.select(
+            every.c.path,
+            every.c.size_bytes,
+            every.c.at,
+            every.c.etag,
+            every.c.deleted,
+            newest_first.label("n"),
+        ).subquery()
         return (
             sa.select(ranked.c.path, ranked.c.size_bytes, ranked.c.at, ranked.c.etag)
             .where(ranked.c.n == 1, ranked.c.deleted.is_(False))
             .order_by(ranked.c.path)
         )
+
+
+def _replaced(by: datetime | None = None) -> sa.ColumnElement[bool]:
+    """A row of the table that is not its path's newest version (``by``: replaced at or
+    before that instant): a newer row follows it, or a newer document lives at its path."""
+    newer = V.alias("newer")
+    newer_row = [
+        newer.c.tenant_id == V.c.tenant_id,
+        newer.c.space_key == V.c.space_key,
+        newer.c.path == V.c.path,
+        newer.c.version > V.c.version,
+    ]
+    live = [
+        D.c.tenant_id == V.c.tenant_id,
+        D.c.space_key == V.c.space_key,
+        D.c.path == V.c.path,
+        # A large live version has its own row: that one is the newest, not replaced.
+        D.c.version > V.c.version,
+    ]
+    if by is not None:
+        newer_row.append(newer.c.at <= by)
+        live.append(D.c.updated_at <= by)
+    return sa.or_(
+        sa.select(newer.c.version).where(*newer_row).exists(),
+        sa.select(D.c.version).where(*live).exists(),
+    )
 
 
 class DocumentHistory:
@@ -120,23 +183,34 @@ class DocumentHistory:
     def _keep_history(
         self, conn: Connection, tenant: str, key: dict[str, str], version: int, team: Team
     ) -> None:
-        """Keep the team's history within its limits after ``version`` of the path ``key``
-        was appended (the change statement grew the history counter to ``team``'s):
-        the path's versions past the per-document count, then the team's oldest replaced
-        versions past its history quota, go in the same transaction."""
-        keep = int(team.history_versions or self.limits.history_versions)
-        freed = 0
-        if version > keep:
-            freed += sum(
-                int(r.stored_bytes)
-                for r in conn.execute(self._hist.trim, {**key, "upto": version - keep})
-            )
+        """Keep the team's history within its limits after a change made ``version`` the
+        newest of the path ``key`` (the change statement grew the history counter to
+        ``team``'s): the path's versions past the per-document count, then the team's
+        oldest replaced versions past its history quota, go in the same transaction."""
+        freed = self._trimmed(conn, key, version, team)
         used = int(team.history_used_bytes) - freed
         quota = self._history_quota(team)
         if used > quota:
             freed += self._prune_oldest(conn, tenant, used - quota)
         if freed:
             conn.execute(self._hist.bump, {"t": tenant, "d": -freed})
+
+    def _trim_versions(
+        self, conn: Connection, tenant: str, key: dict[str, str], version: int, team: Team
+    ) -> None:
+        """The versions of the path ``key`` past the per-document count, now that
+        ``version`` is its newest, dropped and uncounted."""
+        freed = self._trimmed(conn, key, version, team)
+        if freed:
+            conn.execute(self._hist.bump, {"t": tenant, "d": -freed})
+
+    def _trimmed(self, conn: Connection, key: dict[str, str], version: int, team: Team) -> int:
+        # ``history_versions`` counts the newest (the live document, or a marker) too.
+        keep = int(team.history_versions or self.limits.history_versions)
+        if version <= keep:
+            return 0
+        rows = conn.execute(self._hist.trim, {**key, "upto": version - keep})
+        return sum(int(r.stored_bytes) for r in rows)
 
     def _history_quota(self, row: Any) -> int:
         if row.history_quota_bytes is not None:
@@ -148,22 +222,11 @@ class DocumentHistory:
     def _prune_oldest(self, conn: Connection, tenant: str, over: int) -> int:
         """Drop the team's oldest replaced versions until ``over`` bytes are freed (never a
         path's newest version: the live document, or the marker of its deletion)."""
-        newer = V.alias("newer")
-        has_newer = (
-            sa.select(newer.c.version)
-            .where(
-                newer.c.tenant_id == V.c.tenant_id,
-                newer.c.space_key == V.c.space_key,
-                newer.c.path == V.c.path,
-                newer.c.version > V.c.version,
-            )
-            .exists()
-        )
         freed = 0
         while freed < over:
             rows = conn.execute(
                 sa.select(V.c.space_key, V.c.path, V.c.version, V.c.stored_bytes)
-                .where(V.c.tenant_id == tenant, has_newer)
+                .where(V.c.tenant_id == tenant, _replaced())
                 .order_by(V.c.at, V.c.version)
                 .limit(_PRUNE_BATCH)
             ).all()
@@ -198,20 +261,9 @@ class DocumentHistory:
         for team in teams:
             days = int(team.history_days or self.limits.history_days)
             cutoff = now - timedelta(days=days)
-            newer = V.alias("newer")
+            # Kept while it was the version current at the cutoff.
             replaced_before = sa.and_(
-                V.c.tenant_id == team.tenant_id,
-                V.c.at < cutoff,
-                sa.select(newer.c.version)
-                .where(
-                    newer.c.tenant_id == V.c.tenant_id,
-                    newer.c.space_key == V.c.space_key,
-                    newer.c.path == V.c.path,
-                    newer.c.version > V.c.version,
-                    # Kept while it was the version current at the cutoff.
-                    newer.c.at <= cutoff,
-                )
-                .exists(),
+                V.c.tenant_id == team.tenant_id, V.c.at < cutoff, _replaced(by=cutoff)
             )
             with write_transaction(self.engine) as conn:
                 freed = conn.execute(
@@ -283,17 +335,30 @@ class DocumentHistory:
     # --- Reading the past --------------------------------------------------------------------
 
     def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        key = {**self._address(ref), "p": path}
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(self._hist.versions, {**self._address(ref), "p": path}).all()
-        return [
+            live = conn.execute(self._hist.live, key).first()
+            rows = conn.execute(self._hist.versions, key).all()
+        found = [
             VersionInfo(int(r.version), r.etag, int(r.size_bytes), utc(r.at), r.actor, r.deleted)
             for r in rows
         ]
+        if live is None:
+            return found
+        at = utc(live.updated_at)
+        current = VersionInfo(int(live.version), live.etag, int(live.size_bytes), at, live.actor)
+        # A large live version's packed row is the table's newest: listed once.
+        return [current, *(v for v in found if v.version != current.version)]
 
     def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         key = {**self._address(ref), "p": path, "v": version}
         with read_transaction(self.engine) as conn:
-            row = conn.execute(self._hist.content, key).first()
+            live = conn.execute(self._hist.live_content, key).first()
+            row = None if live is not None else conn.execute(self._hist.content, key).first()
+        if live is not None:
+            return Document(
+                path, live.content, int(live.size_bytes), utc(live.updated_at), live.etag
+            )
         if row is None or row.deleted or row.content is None:
             return None
         text = unpack_version(row.content).decode("utf-8")

@@ -34,6 +34,8 @@ _ADDED_LATER = frozenset(
         "history_quota_bytes",
         "history_versions",
         "history_days",
+        "version",
+        "actor",
     }
 )
 
@@ -53,6 +55,10 @@ memory_documents = sa.Table(
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
     sa.Column("etag", sa.String(64), nullable=False),
     sa.Column("updated_at", TS, nullable=False),
+    # v5: the live document is the newest version of its path: its number and who wrote
+    # it (``updated_at`` is when).
+    sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("actor", sa.String(256), nullable=False, server_default=""),
 )
 
 memory_space_usage = sa.Table(
@@ -280,5 +286,63 @@ MIGRATIONS.append(
         4,
         "memory_document_versions (document history) and the teams' history counters",
         _v4_document_history,
+    )
+)
+
+
+# --- v5: the live version on the document row (issue 14) --------------------------------------
+#
+# Until v5 the table of versions held every version, the live one included, so every document
+# was stored twice and every create wrote a version row (three b-trees on SQLite: its table,
+# primary key and ``at`` index) beside the document. From v5 the table holds only versions that
+# were replaced (and deletion markers): the live version is the document row itself — its
+# number, its actor and ``updated_at`` — and a change that replaces it first copies it into the
+# table (cairn.store.sql_write). A write of a new small document writes no history at all.
+#
+# A large live version (from version_pack.COMPRESS_FROM bytes) keeps its row: it is packed
+# when written, while its bytes are at hand, so replacing it copies nothing.
+#
+# For every document: its number is that of its newest version row with its etag (else the
+# path's next number), its actor that row's (else ``before-history``); then the rows of small
+# live documents go. The history counter counted only replaced versions: it stays as it is.
+
+
+def _v5_live_version_on_document(conn: Connection) -> None:
+    from cairn.store.version_pack import COMPRESS_FROM
+
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
+    for name, ddl in (
+        ("version", "BIGINT NOT NULL DEFAULT 0"),
+        ("actor", "VARCHAR(256) NOT NULL DEFAULT ''"),
+    ):
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE memory_documents ADD COLUMN {name} {ddl}")
+    same_path = (
+        "v.tenant_id = d.tenant_id AND v.space_key = d.space_key AND v.space_id = d.space_id "
+        "AND v.path = d.path"
+    )
+    live = f"{same_path} AND v.etag = d.etag AND NOT v.deleted"
+    row_of_live = f"{same_path} AND v.version = d.version"
+    conn.exec_driver_sql(
+        "UPDATE memory_documents AS d SET version = coalesce("
+        f"(SELECT max(v.version) FROM memory_document_versions AS v WHERE {live}), "
+        f"(SELECT max(v.version) + 1 FROM memory_document_versions AS v WHERE {same_path}), 1)"
+    )
+    conn.exec_driver_sql(
+        "UPDATE memory_documents AS d SET actor = coalesce((SELECT v.actor FROM "
+        f"memory_document_versions AS v WHERE {row_of_live}), 'before-history')"
+    )
+    conn.exec_driver_sql(
+        "DELETE FROM memory_document_versions AS v WHERE EXISTS (SELECT 1 FROM "
+        f"memory_documents AS d WHERE {row_of_live} AND d.size_bytes < {COMPRESS_FROM})"
+    )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        5,
+        "the live version on the document row: memory_documents.version and actor",
+        _v5_live_version_on_document,
     )
 )

@@ -1,29 +1,37 @@
 """The SQL store's change statement: what every write, delete and move of a document does
 after it has locked the document row, in as few round trips as the dialect allows.
 
-A change is up to six steps, always in this order (the store's lock order: document →
-its chunks → space counter → team counter, then the history, which only inserts):
+The live version of a document is its row in ``memory_documents`` (its ``version``,
+``actor`` and ``updated_at``); the table of versions holds the versions that were replaced,
+deletion markers, and the live version of a large document (from
+``version_pack.COMPRESS_FROM`` bytes), packed by the store when it was written, while its
+bytes were at hand (docs/history.md, "Where"). A change is up to eight steps, in this order
+on PostgreSQL (the store's lock order: document → its chunks → space counter → team counter,
+then the history, which only inserts):
 
-1. ``doc``: the document row itself — inserted (``ON CONFLICT DO NOTHING``: a concurrent
-   creator makes it return nothing), updated, deleted, or left alone (a move does its
-   own);
+1. ``doc``: the document row itself — inserted as the path's next version
+   (``ON CONFLICT DO NOTHING``: a concurrent creator makes it return nothing), updated to
+   the next version, deleted, or left alone (a move does its own);
 2. ``gone``: the path's chunks dropped (new content is chunked again by the next search);
 3. ``space``: the space counter's compare-and-swap (``used + d <= cap``, a credit always
    passes) with the space's ``search_version`` bumped;
 4. ``team``: the team (or instance) counter's compare-and-swap, and, in the same row
    update, the team's history counter grown by the version this change replaces;
-5. ``ins``: the new version (or deletion marker) numbered after the path's newest.
+5. ``keep``: a small live version this change replaces, copied from its row into the
+   table (its text after a zero byte: version_pack's format, made in SQL; a large one is
+   there already);
+6. ``live``: the new content's packed row, when it is large;
+7. ``mark``: a deletion marker, numbered after the version it ends.
 
 On PostgreSQL the steps are data-modifying CTEs of ONE statement, each reading the one
-before it (``FROM doc``, ``FROM space``, ...), so a step that refuses (the insert that
-met a concurrent creator, a counter over its quota) stops every later one, the database
-runs them in the order above, and the whole change is one round trip. SQLite has no
-data-modifying CTEs; it runs the same step texts one by one on the driver's cursor
-(in-process, so a statement costs microseconds), stopping at the first that refuses,
-except for the history: it reads the path's newest version once before the team step
-(``newest``) and appends the next one with a plain ``INSERT … VALUES``.
-Either way :meth:`ChangeStatements.run` answers what each step did; the store raises
-the refusal, which rolls the transaction back.
+before it (``FROM doc``, ``FROM team``, ...), so a step that refuses (the insert that met a
+concurrent creator, a counter over its quota) stops every later one, and the whole change
+is one round trip; every CTE reads the statement's snapshot, so ``keep`` copies the row as
+it was before ``doc`` changed it. SQLite has no data-modifying CTEs; it runs the same step
+texts one by one on the driver's cursor (in-process, so a statement costs microseconds),
+``keep`` first (it must read the row before ``doc`` changes it), stopping at the first
+that refuses. Either way :meth:`ChangeStatements.run` answers what each step did; the store
+raises the refusal, which rolls the transaction back.
 
 On PostgreSQL a plain write is sent with its row lock and condition as ONE statement in
 autocommit (:meth:`ChangeStatements.put`): one round trip and one commit. It writes, or
@@ -46,25 +54,55 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 
 from cairn.db import driver_cursor, on_pooled
 from cairn.store.sql_schema import memory_documents
+from cairn.store.version_pack import COMPRESS_FROM
 
 #: What a change does to the document row (None: nothing; a move moves it itself).
 DocStep = Literal["insert", "update", "delete"] | None
 
 _ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
+#: A large live version's row in the table, for ``memory_documents AS d``.
+_LIVE_ROW = (
+    "(SELECT v.stored_bytes FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
+    "AND v.space_key = d.space_key AND v.space_id = d.space_id AND v.path = d.path "
+    "AND v.version = d.version)"
+)
+#: A live version is large from this many bytes: its packed row is in the table.
+_LARGE = f"d.size_bytes >= {COMPRESS_FROM}"
+#: The document row of :data:`_ONE`, as ``d``.
+_ROW = f"FROM memory_documents AS d WHERE {_ONE}"
+#: The live version has no row in the table yet (for ``_KEEP``'s ``{when}``).
+_UNKEPT = (
+    " AND NOT EXISTS (SELECT 1 FROM memory_document_versions AS v WHERE "
+    "v.tenant_id = memory_documents.tenant_id AND v.space_key = memory_documents.space_key "
+    "AND v.space_id = memory_documents.space_id AND v.path = memory_documents.path "
+    "AND v.version = memory_documents.version)"
+)
 #: The row lock a write takes before its change (SQLite: its writers queue on BEGIN
-#: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE).
-_LOCK = f"SELECT size_bytes, etag FROM memory_documents WHERE {_ONE}"
+#: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE), with the stored bytes of a large
+#: live version's row (``{row}``; NULL: a small one, kept by copying it).
+_LOCK = f"SELECT d.size_bytes, d.etag, d.version, {{row}} FROM memory_documents AS d WHERE {_ONE}"
+#: The number of a new path's first version: after the versions an earlier document at
+#: the path left (the table holds them; a path never written starts at 1). The parameters
+#: are cast to their columns' types: the insert that numbers a document with it also
+#: stores them, and PostgreSQL must deduce one type for each.
+_NEXT = (
+    "coalesce((SELECT max(version) FROM memory_document_versions WHERE tenant_id = "
+    "CAST(:t AS text) AND space_key = CAST(:k AS varchar) AND space_id = CAST(:sid AS text) "
+    "AND path = CAST(:p AS text)), 0) + 1"
+)
 #: ``{src}``/``{when}``: a FROM clause and an extra condition (the one-statement write's).
 _DOC = {
     "insert": (
         "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
-        "content, size_bytes, etag, updated_at) "
-        "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, :now{src} WHERE true{when} "
-        "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING 1"
+        "content, size_bytes, etag, updated_at, version, actor) "
+        f"SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, :now, {_NEXT}, :actor"
+        "{src} WHERE true{when} "
+        "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING version"
     ),
     "update": (
         "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
-        f"updated_at = :now{{src}} WHERE {_ONE}{{when}} RETURNING 1"
+        "updated_at = :now, version = memory_documents.version + 1, actor = :actor"
+        f"{{src}} WHERE {_ONE}{{when}} RETURNING memory_documents.version"
     ),
     "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
 }
@@ -77,11 +115,6 @@ _SPACE = (
     "search_version = s.search_version + 1 "
     "WHERE :d <= 0 OR s.used_bytes + :d <= :cap RETURNING used_bytes"
 )
-#: The stored bytes of the version this change replaces (0: none, or a deletion marker).
-_REPLACED = (
-    "coalesce((SELECT CASE WHEN deleted THEN 0 ELSE stored_bytes END "
-    f"FROM memory_document_versions WHERE {_ONE} ORDER BY version DESC LIMIT 1), 0)"
-)
 _TEAM_COUNTERS = (
     "used_bytes, quota_bytes, history_used_bytes, history_quota_bytes, history_versions"
 )
@@ -93,29 +126,30 @@ _TEAM = (
     "history_used_bytes = u.history_used_bytes + {grown} "
     f"WHERE :d <= 0 OR u.used_bytes + :d <= u.quota_bytes RETURNING {_TEAM_COUNTERS}"
 )
-#: The number of the path's next version.
-_NEXT = f"coalesce((SELECT max(version) FROM memory_document_versions WHERE {_ONE}), 0) + 1"
 _VERSION_COLUMNS = (
     "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
     "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
 )
-_INS = (
-    _VERSION_COLUMNS + f"SELECT :t, :k, :p, {_NEXT}, :sid, :vetag, :vsize, :stored, :packed, "
-    ":at, :actor, :deleted{src} WHERE true{when} RETURNING version"
+#: A small live version, copied from its row before the change replaces it: its text after
+#: a zero byte, as version_pack stores a small version (``{raw}``, made in SQL).
+_KEEP = (
+    _VERSION_COLUMNS + "SELECT tenant_id, space_key, path, version, space_id, etag, "
+    "size_bytes, size_bytes + 1, {raw}, updated_at, actor, false "
+    f"FROM memory_documents{{src}} WHERE {_ONE}{{when}}"
 )
-#: SQLite: the path's newest version and the stored bytes it would replace, read once
-#: before the counters, so that neither the team step nor the insert reads the versions
-#: table itself. An ``INSERT … SELECT`` that reads the table it inserts into is copied
-#: through a temporary table first, and ``RETURNING`` buffers its row in another: the
-#: plain insert below costs half as much (docs/history.md, "Measured").
-_NEWEST = (
-    "SELECT version, CASE WHEN deleted THEN 0 ELSE stored_bytes END "
-    f"FROM memory_document_versions WHERE {_ONE} ORDER BY version DESC LIMIT 1"
+_RAW = {
+    "sqlite": "CAST(X'00' || content AS BLOB)",
+    "postgresql": "decode('00', 'hex') || convert_to(content, 'UTF8')",
+}
+#: The packed row of a large new content, numbered as its document (``{version}``).
+_LIVE = (
+    _VERSION_COLUMNS + "SELECT :t, :k, :p, {version}, :sid, :etag, :size, :live_stored, "
+    ":live_packed, :now, :actor, false{src} WHERE true"
 )
-_INS_VALUES = (
-    _VERSION_COLUMNS
-    + "VALUES (:t, :k, :p, :version, :sid, :vetag, :vsize, :stored, :packed, :at, :actor, "
-    ":deleted)"
+#: A deletion marker: the path holds nothing from ``:at`` on.
+_MARK = (
+    _VERSION_COLUMNS + "SELECT :t, :k, :p, :mark, :sid, '', 0, 0, NULL, :at, :actor, true"
+    "{src} WHERE true"
 )
 
 
@@ -125,6 +159,23 @@ _INS_VALUES = (
 #: because plain SQL has no RAISE; the text names it in the server's log.
 _UNDO = "cairn write undone, retried in a transaction"
 _UNDO_STATE = "22P02"
+
+
+class Locked(NamedTuple):
+    """The document row a change locked."""
+
+    size_bytes: int
+    etag: str
+    #: Its version number.
+    version: int
+    #: The stored bytes of its version's packed row (a large one), or None: a small one,
+    #: which the change copies into the table when it replaces it.
+    row_stored: int | None
+
+    @property
+    def kept_bytes(self) -> int:
+        """What the history counter grows by when this version is replaced."""
+        return self.size_bytes + 1 if self.row_stored is None else self.row_stored
 
 
 class Team(NamedTuple):
@@ -144,14 +195,9 @@ class Outcome(NamedTuple):
     doc_done: bool
     space_used: int | None
     team: Team | None
+    #: The path's newest version after the change: the document's (written) or the
+    #: deletion marker's; None when the change made neither.
     version: int | None
-
-
-def _grown(doc: DocStep, record: bool) -> str:
-    """What the team's history counter grows by: the version this change replaces. A
-    create replaces none that counts (the path's newest version, if any, is the marker of
-    its deletion), so it skips the lookup."""
-    return _REPLACED if record and doc != "insert" else "0"
 
 
 def _native(sql: str) -> tuple[str, list[str]]:
@@ -165,55 +211,77 @@ def _native(sql: str) -> tuple[str, list[str]]:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
 
-    return re.sub(r":(\w+)", number, sql), names
+    return re.sub(r"(?<!:):(\w+)", number, sql), names
 
 
 def _pyformat(sql: str) -> str:
     """``:name`` parameters as psycopg's ``%(name)s``."""
-    return re.sub(r":(\w+)", r"%(\1)s", sql)
+    return re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
+
+
+#: A change's shape: (doc, drop_chunks, keep, live, mark).
+Shape = tuple[DocStep, bool, bool, bool, bool]
 
 
 class ChangeStatements:
     """The change statement's texts for one dialect, built once per variant."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, history: bool = True) -> None:
         self.postgres = dialect.name == "postgresql"
+        self._keep = _KEEP.format(
+            raw=_RAW["postgresql" if self.postgres else "sqlite"], src="{src}", when="{when}"
+        )
         #: A timestamp as the dialect stores it (SQLite: SQLAlchemy's text form, which every
         #: other statement compares with); None: the driver's own.
         impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
         self.bind_time: Callable[[Any], Any] | None = impl.bind_processor(dialect)
-        self._built: dict[tuple[DocStep, bool, bool], str] = {}
-        self._steps: dict[tuple[DocStep, bool, bool], list[tuple[str, str]]] = {}
-        self._lock = _pyformat(_LOCK + " FOR UPDATE") if self.postgres else _LOCK
-        self._puts: dict[bool, tuple[str, list[str]]] = {}
+        self._built: dict[Shape, str] = {}
+        self._steps: dict[Shape, list[tuple[str, str]]] = {}
+        # Without history (the benchmark's baseline) a lock reads no row of it. On
+        # PostgreSQL neither: a lock that waited for a concurrent writer returns that
+        # writer's row, but its subqueries read the snapshot from before the wait, which
+        # lacks the writer's packed row; the change statement, a new snapshot, looks.
+        row = (
+            f"CASE WHEN {_LARGE} THEN {_LIVE_ROW} END" if history and not self.postgres else "NULL"
+        )
+        lock = _LOCK.format(row=row)
+        self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
+        self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
 
-    def lock(self, conn: Connection, params: dict[str, Any]) -> tuple[int, str] | None:
-        """Lock the document row of ``params`` (its address and path): its (size, etag),
-        None when there is no document."""
+    def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
+        """Lock the document row of ``params`` (its address and path); None when there is
+        no document."""
         with driver_cursor(conn, "lock") as cursor:
             cursor.execute(self._lock, params)
             row = cursor.fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        if row is None:
+            return None
+        return Locked(
+            int(row[0]), str(row[1]), int(row[2]), None if row[3] is None else int(row[3])
+        )
 
     def run(
         self,
         conn: Connection,
-        doc: DocStep,
-        drop_chunks: bool,
-        record: bool,
+        shape: Shape,
         params: dict[str, Any],
     ) -> Outcome:
-        """Run the change in ``conn``'s transaction: ``doc``, then (``drop_chunks``) the
-        path's chunks, the counters, and (``record``) the new version."""
-        key = (doc, drop_chunks, record)
+        """Run the change ``shape`` = (doc, drop_chunks, keep, live, mark) in ``conn``'s
+        transaction: ``doc``, then (``drop_chunks``) the path's chunks, the counters (the
+        team's history counter grown by ``params["kept_stored"]``), then (``keep``) the
+        small live version it replaces copied into the table, (``live``) the new content's
+        packed row (``params["live_packed"]``), and (``mark``) a deletion marker numbered
+        ``params["mark"]``."""
         with driver_cursor(conn, "change") as cursor:
             if self.postgres:
-                sql = self._built.get(key) or self._built.setdefault(key, self._postgres(*key))
+                sql = self._built.get(shape) or self._built.setdefault(
+                    shape, self._postgres(*shape)
+                )
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
                 team = None if row[2] is None else Team(*row[2:7])
                 return Outcome(bool(row[0]), row[1], team, row[7])
-            steps = self._steps.get(key) or self._steps.setdefault(key, self._sqlite(*key))
+            steps = self._steps.get(shape) or self._steps.setdefault(shape, self._sqlite(*shape))
             return self._run_sqlite(cursor, steps, params)
 
     def put(
@@ -221,17 +289,20 @@ class ChangeStatements:
     ) -> tuple[bool, str | None] | None:
         """PostgreSQL: a write of a document as ONE statement in autocommit (its own
         transaction: one round trip, one durable commit) — the row lock, the write's
-        condition (``if_match``/``if_none_match`` in ``params``), then the change's steps.
+        condition (``if_match``/``if_none_match`` in ``params``), then the change's steps
+        (``record``: with the history's).
 
         Answers (True, the etag it replaced or None when it created the document), or
         (False, the current etag or None) when the condition refused (nothing written),
         or None when the write must run in a transaction instead (nothing written): the
         statement's snapshot was older than the row it locked (a concurrent writer of
         the document committed meanwhile, so the chunks and versions it read may be
-        stale), a concurrent creator, a counter refused, or the history to trim.
+        stale), a concurrent creator, a counter refused, or the history to trim. The same
+        bytes again change nothing: (True, their etag).
         """
-        sql, names = self._puts.get(record) or self._puts.setdefault(
-            record, _native(_postgres_put(record))
+        variant = (record, record and params.get("live_packed") is not None)
+        sql, names = self._puts.get(variant) or self._puts.setdefault(
+            variant, _native(_postgres_put(*variant))
         )
         args = [params[name] for name in names]
 
@@ -249,8 +320,8 @@ class ChangeStatements:
             if getattr(raw, "sqlstate", None) == _UNDO_STATE and _UNDO in str(raw):
                 return None
             raise
-        fresh, ok, etag, done, _ = row
-        if not fresh or (ok and not done):
+        fresh, ok, etag, done, changed, _ = row
+        if not fresh or (ok and changed and not done):
             return None
         return bool(ok), etag
 
@@ -259,42 +330,48 @@ class ChangeStatements:
         got: dict[str, Any] = {}
         for name, sql in steps:
             cursor.execute(sql, params)
-            if name == "newest":  # a read: what the team step and the insert take
-                newest = cursor.fetchone()
-                version, replaced = (0, 0) if newest is None else newest
-                params = {**params, "version": version + 1, "replaced": replaced}
+            if name in ("keep", "live", "mark", "gone"):  # inserts, a delete: nothing to read
+                got[name] = ()
                 continue
-            if name == "ins":  # a plain insert: its number is the one just read
-                got[name] = (params["version"],)
-                continue
-            row = cursor.fetchone() if name != "gone" else ()
+            row = cursor.fetchone()
             if row is None:
                 break
             got[name] = row
+            if name == "doc":  # the new content's number, for its packed row
+                params = {**params, "version": row[0]}
         team = got.get("team")
+        version: int | None = None
+        if "mark" in got:
+            version = int(params["mark"])
+        elif "doc" in got:
+            version = int(got["doc"][0])
         return Outcome(
-            "doc" in got or not any(name == "doc" for name, _ in steps),
+            "doc" in got or "delete" in got or not any(n in ("doc", "delete") for n, _ in steps),
             got["space"][0] if "space" in got else None,
             None if team is None else Team(*team),
-            got["ins"][0] if "ins" in got else None,
+            version,
         )
 
-    @staticmethod
-    def _sqlite(doc: DocStep, drop_chunks: bool, record: bool) -> list[tuple[str, str]]:
-        steps = [] if doc is None else [("doc", _DOC[doc].format(src="", when=""))]
+    def _sqlite(
+        self, doc: DocStep, drop_chunks: bool, keep: bool, live: bool, mark: bool
+    ) -> list[tuple[str, str]]:
+        # The copy of the live version reads the row before the document step changes it.
+        steps = [("keep", self._keep.format(src="", when=""))] if keep else []
+        if doc is not None:
+            # An insert or update answers the document's new version number.
+            name = "delete" if doc == "delete" else "doc"
+            steps.append((name, _DOC[doc].format(src="", when="")))
         if drop_chunks:
             steps.append(("gone", _GONE))
         steps.append(("space", _SPACE.format(src="")))
-        if record:
-            steps.append(("newest", _NEWEST))
-        grown = ":replaced" if _grown(doc, record) != "0" else "0"
-        steps.append(("team", _TEAM.format(grown=grown, src="")))
-        if record:
-            steps.append(("ins", _INS_VALUES))
+        steps.append(("team", _TEAM.format(grown=":kept_stored", src="")))
+        if live:
+            steps.append(("live", _LIVE.format(version=":version", src="")))
+        if mark:
+            steps.append(("mark", _MARK.format(src="")))
         return steps
 
-    @staticmethod
-    def _postgres(doc: DocStep, drop_chunks: bool, record: bool) -> str:
+    def _postgres(self, doc: DocStep, drop_chunks: bool, keep: bool, live: bool, mark: bool) -> str:
         ctes: list[str] = []
         sources: list[str] = []
         if doc is not None:
@@ -307,11 +384,27 @@ class ChangeStatements:
             sources.append("(SELECT count(*) FROM gone) AS g")
         src = f" FROM {', '.join(sources)}" if sources else ""
         ctes.append(f"space AS ({_SPACE.format(src=src)})")
-        ctes.append(f"team AS ({_TEAM.format(grown=_grown(doc, record), src=' FROM space')})")
-        if record:
-            ctes.append(f"ins AS ({_INS.format(src=' FROM team', when='')})")
+        # What the replaced version adds to the history: its packed row's bytes, or its
+        # text's after a zero byte (copied below) — in the statement's snapshot, the
+        # document row as it was before ``doc`` changed it.
+        grown = f"coalesce((SELECT coalesce({_LIVE_ROW}, d.size_bytes + 1) {_ROW}), 0)"
+        ctes.append(f"team AS ({_TEAM.format(grown=grown if keep else '0', src=' FROM space')})")
+        if keep:
+            # The version replaced, unless its packed row is in the table already.
+            body = self._keep.format(src=", (SELECT 1 FROM team) AS tm", when=_UNKEPT)
+            ctes.append(f"kept AS ({body} RETURNING 1)")
+        if live:
+            body = _LIVE.format(version="(SELECT version FROM doc)", src=" FROM team")
+            ctes.append(f"lived AS ({body} RETURNING 1)")
+        if mark:
+            ctes.append(f"marked AS ({_MARK.format(src=' FROM team')} RETURNING version)")
         done = "(SELECT count(*) FROM doc)" if doc is not None else "1"
-        version = "(SELECT version FROM ins)" if record else "NULL"
+        if mark:
+            version = "(SELECT version FROM marked)"
+        elif doc in ("insert", "update"):
+            version = "(SELECT version FROM doc)"
+        else:
+            version = "NULL"
         team_cols = ", ".join(f"tm.{c.strip()}" for c in _TEAM_COUNTERS.split(","))
         sql = (
             f"WITH {', '.join(ctes)} SELECT {done}, (SELECT used_bytes FROM space), "
@@ -320,22 +413,28 @@ class ChangeStatements:
         return _pyformat(sql)
 
 
-def _postgres_put(record: bool) -> str:
+def _postgres_put(record: bool, live: bool) -> str:
     """The one-statement write (:meth:`ChangeStatements.put`): the change statement's steps
-    after a row lock and the write's condition, all data-modifying CTEs of one statement.
+    after a row lock and the write's condition, all data-modifying CTEs of one statement
+    (``record``: with the history's; ``live``: the new content is large, its packed row
+    written too).
 
-    * ``pre``: the history's limits as the statement's snapshot sees them; a write that
-      would trim or prune (the path's versions past the count, the team's history past
-      its quota) takes the transaction path (``busy``) before locking anything;
+    * ``pre``: the live version's number, what it adds to the history when replaced, and
+      whether its packed row is in the table already (a large one), as the statement's
+      snapshot sees them, and the history's limits; a write that would trim or prune (the
+      path's versions past the count, the team's history past its quota) takes the
+      transaction path (``busy``) before locking anything;
     * ``cur``: the row lock; ``seen``: the same row in the statement's snapshot. A
       concurrent writer that committed while this statement waited for the lock leaves
       them different (PostgreSQL locks the newest row, the snapshot keeps the old one): the
       chunks and versions this snapshot reads may be stale, so nothing is written
       (``fresh`` false) and the write runs in a transaction, whose statements see it;
-    * ``go``: the write's condition, the size delta, and whether the content changed;
-    * the document inserted or updated, its old chunks dropped (new content only), the
-      counters' compare-and-swap, the new version (new content only) — the change
-      statement's own step texts, with the delta computed in SQL;
+    * ``go``: the write's condition, the size delta, and whether the content changed (the
+      same bytes again change nothing);
+    * the document inserted or updated, its old chunks dropped, the counters'
+      compare-and-swap, the replaced small version copied from the snapshot's row, the new
+      large content's packed row — the change statement's own step texts, with the delta
+      computed in SQL;
     * a refusal after the document was written (a counter over its quota, or a counter
       this very write created over it) or a history to trim fails the statement with
       :data:`_UNDO`, which undoes all of it.
@@ -346,8 +445,12 @@ def _postgres_put(record: bool) -> str:
         return re.sub(r":fresh\b", go_fresh, re.sub(r":d\b", go_d, sql))
 
     hist_quota = "coalesce({u}.history_quota_bytes, :hquota, {u}.quota_bytes{dflt})"
+    row = _ROW
+    replaced = (
+        f"CASE WHEN {_LARGE} THEN coalesce({_LIVE_ROW}, d.size_bytes + 1) ELSE d.size_bytes + 1 END"
+    )
     busy = (
-        f"{_NEXT} > coalesce(u.history_versions, :keep) OR coalesce(u.history_used_bytes, 0) "
+        "r.next > coalesce(u.history_versions, :keep) OR coalesce(u.history_used_bytes, 0) "
         f"+ r.replaced > {hist_quota.format(u='u', dflt=', :default_quota')}"
         if record
         else "false"
@@ -358,29 +461,34 @@ def _postgres_put(record: bool) -> str:
         else "0"
     )
     ctes = [
-        f"pre AS MATERIALIZED (SELECT r.replaced, {busy} AS busy FROM (SELECT {_REPLACED} "
-        "AS replaced) AS r LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
+        "pre AS MATERIALIZED (SELECT r.replaced, r.prekept, "
+        f"{busy} AS busy FROM (SELECT coalesce((SELECT {replaced} {row}), 0) AS replaced, "
+        f"coalesce((SELECT {_LARGE} AND {_LIVE_ROW} IS NOT NULL {row}), false) AS prekept, "
+        f"coalesce((SELECT d.version + 1 {row}), {_NEXT}) AS next) AS r "
+        "LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
         "cur AS MATERIALIZED (SELECT ctid AS tid, size_bytes, etag FROM memory_documents "
         f"WHERE {_ONE} AND NOT (SELECT busy FROM pre) FOR UPDATE)",
         f"seen AS MATERIALIZED (SELECT ctid AS tid FROM memory_documents WHERE {_ONE})",
         "st AS MATERIALIZED (SELECT c.etag AS cur_etag, coalesce(c.size_bytes, 0) AS cur_size, "
-        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AS fresh, pre.replaced "
+        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AS fresh, pre.replaced, pre.prekept "
         "FROM pre LEFT JOIN cur AS c ON true LEFT JOIN seen AS s ON true)",
         # The condition as check_precondition states it: if_match demands that etag (an
         # absent document never matches), if_none_match demands absence.
         "go AS MATERIALIZED (SELECT cur_etag, fresh, fresh "
         "AND (CAST(:if_match AS text) IS NULL OR cur_etag IS NOT DISTINCT FROM :if_match) "
         "AND NOT (:if_none_match AND cur_etag IS NOT NULL) AS ok, "
-        ":size - cur_size AS d, cur_etag IS DISTINCT FROM :etag AS changed, replaced FROM st)",
+        ":size - cur_size AS d, cur_etag IS DISTINCT FROM :etag AS changed, replaced, prekept "
+        "FROM st)",
         "ins_doc AS ("
         + _DOC["insert"].format(src=" FROM go", when=" AND go.ok AND go.cur_etag IS NULL")
         + ")",
         "upd_doc AS ("
-        + _DOC["update"].format(src=" FROM go", when=" AND go.ok AND go.cur_etag IS NOT NULL")
+        + _DOC["update"].format(
+            src=" FROM go", when=" AND go.ok AND go.changed AND go.cur_etag IS NOT NULL"
+        )
         + ")",
-        "doc AS (SELECT 1 FROM ins_doc UNION ALL SELECT 1 FROM upd_doc)",
-        f"gone AS ({_GONE} AND EXISTS (SELECT 1 FROM upd_doc) AND (SELECT changed FROM go) "
-        "RETURNING 1)",
+        "doc AS (SELECT version FROM ins_doc UNION ALL SELECT version FROM upd_doc)",
+        f"gone AS ({_GONE} AND EXISTS (SELECT 1 FROM upd_doc) RETURNING 1)",
         # Read in full before the counters: the chunks are locked before the space row.
         delta(f"space AS ({_SPACE.format(src=' FROM doc, (SELECT count(*) FROM gone) AS g')})"),
         delta(f"team AS ({_TEAM.format(grown=grown, src=' FROM space')})"),
@@ -389,21 +497,26 @@ def _postgres_put(record: bool) -> str:
         "(sp.used_bytes IS NULL OR tm.used_bytes IS NULL "
         "OR (go.d > 0 AND (sp.used_bytes > :cap OR tm.used_bytes > tm.quota_bytes))"
     )
-    versions = "NULL"
     if record:
-        ctes.append(
-            f"ins AS ({_INS.format(src=' FROM team', when=' AND (SELECT changed FROM go)')})"
+        # The snapshot's row, as it was before upd_doc changed it: a small version's text.
+        keep = _KEEP.format(
+            raw=_RAW["postgresql"],
+            src=", (SELECT 1 FROM team) AS tm",
+            when=" AND EXISTS (SELECT 1 FROM upd_doc) AND NOT (SELECT prekept FROM go)",
         )
-        versions = "(SELECT version FROM ins)"
+        ctes.append(f"kept AS ({keep} RETURNING 1)")
+        if live:
+            body = _LIVE.format(version="(SELECT version FROM doc)", src=" FROM team")
+            ctes.append(f"lived AS ({body} RETURNING 1)")
         undo += (
-            f" OR {versions} > coalesce(tm.history_versions, :keep) "
-            f"OR ({versions} IS NOT NULL AND tm.history_used_bytes > "
+            " OR (SELECT version FROM doc) > coalesce(tm.history_versions, :keep) "
+            "OR ((SELECT changed AND cur_etag IS NOT NULL FROM go) AND tm.history_used_bytes > "
             f"{hist_quota.format(u='tm', dflt='')})"
         )
     undo += ")"
     sql = (
         f"WITH {', '.join(ctes)} SELECT go.fresh, go.ok, go.cur_etag, "
-        "(SELECT count(*) FROM doc) AS done, "
+        "(SELECT count(*) FROM doc) AS done, go.changed, "
         f"CAST(CASE WHEN (SELECT count(*) FROM doc) > 0 AND {undo} THEN '{_UNDO}' END AS integer) "
         "FROM go LEFT JOIN space AS sp ON true LEFT JOIN team AS tm ON true"
     )
