@@ -7,6 +7,7 @@ stored)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -147,6 +148,113 @@ def test_many_threads_every_caller_gets_its_own_value() -> None:
         answers = list(pool.map(group.submit, range(2000)))
     assert answers == [i + 1000 for i in range(2000)]
     assert sorted(seen) == list(range(2000))  # each item written exactly once
+
+
+# --- coroutines: waiting on the event loop, one thread per group ----------------------------
+
+
+def test_coroutines_waiting_during_a_commit_share_the_next_one() -> None:
+    run = Recorder()
+    group: GroupCommit[int, int] = GroupCommit(run)
+    threads_in_run: set[str] = set()
+    recorded = run.__call__
+
+    def run_noting_thread(items: list[int]) -> list[Outcome[int]]:
+        threads_in_run.add(threading.current_thread().name)
+        return recorded(items)
+
+    group._run = run_noting_thread
+
+    async def main() -> list[object]:
+        first = asyncio.ensure_future(group.submit_async(0))
+        while not run.entered.is_set():
+            await asyncio.sleep(0.001)
+        rest = [asyncio.ensure_future(group.submit_async(i)) for i in range(1, 8)]
+        while len(group._queue) < 7:
+            await asyncio.sleep(0.001)
+        run.release.set()
+        return list(await asyncio.gather(first, *rest))
+
+    assert asyncio.run(main()) == [i * 10 for i in range(8)]
+    assert run.groups == [[0], list(range(1, 8))]  # one group, one transaction
+    # Written in a worker thread, never on the event loop.
+    assert threads_in_run and threading.main_thread().name not in threads_in_run
+    assert not group._leading and not group._queue
+
+
+def test_coroutines_and_threads_share_groups_each_with_its_own_answer() -> None:
+    refused = ValueError("refused")
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def run(items: list[int]) -> list[Outcome[int]]:
+        with lock:
+            seen.extend(items)
+        return [refused if i % 97 == 0 else i + 1000 for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(run, max_group=16)
+
+    def sync(i: int) -> object:
+        try:
+            return group.submit(i)
+        except ValueError as exc:
+            return exc
+
+    async def one(i: int) -> object:
+        try:
+            return await group.submit_async(i)
+        except ValueError as exc:
+            return exc
+
+    async def main() -> tuple[list[object], list[object]]:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            threads = [loop.run_in_executor(pool, sync, i) for i in range(0, 2000, 2)]
+            coros = [one(i) for i in range(1, 2000, 2)]
+            return list(await asyncio.gather(*threads)), list(await asyncio.gather(*coros))
+
+    from_threads, from_coros = asyncio.run(main())
+    expect = [refused if i % 97 == 0 else i + 1000 for i in range(2000)]
+    assert from_threads == expect[0::2] and from_coros == expect[1::2]
+    assert sorted(seen) == list(range(2000))  # each item written exactly once
+    assert not group._leading and not group._queue
+
+
+def test_a_coroutine_is_answered_only_after_its_group_was_written() -> None:
+    written = threading.Event()
+
+    def run(items: list[int]) -> list[Outcome[int]]:
+        threading.Event().wait(0.05)
+        written.set()
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(run)
+
+    async def main() -> bool:
+        await group.submit_async(1)
+        return written.is_set()
+
+    assert asyncio.run(main())
+
+
+def test_a_cancelled_coroutine_does_not_stop_its_group() -> None:
+    run = Recorder()
+    group: GroupCommit[int, int] = GroupCommit(run)
+
+    async def main() -> object:
+        first = asyncio.ensure_future(group.submit_async(0))
+        while not run.entered.is_set():
+            await asyncio.sleep(0.001)
+        gone = asyncio.ensure_future(group.submit_async(1))
+        kept = asyncio.ensure_future(group.submit_async(2))
+        while len(group._queue) < 2:
+            await asyncio.sleep(0.001)
+        gone.cancel()  # its client went away while it waited
+        run.release.set()
+        return await asyncio.gather(first, kept)
+
+    assert asyncio.run(main()) == [0, 20]
+    assert run.groups == [[0], [1, 2]]  # the cancelled item is written all the same
 
 
 # --- the records service: grouped saves against real databases ------------------------------

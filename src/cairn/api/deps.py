@@ -134,6 +134,20 @@ class CallerCredential:
         request, resolve = self.request, self.resolve
         return await anyio.to_thread.run_sync(lambda: work(resolve(request)))
 
+    def principal_now(self) -> p.Principal | None:
+        """The request's principal when it can be had without I/O (it was resolved
+        already, or it is the admin or the service token, or local mode) — resolved, and
+        refused, as :meth:`run` would — else None: :meth:`run` resolves it then, in a
+        worker thread."""
+        request = self.request
+        cached = getattr(request.state, "principal", None)
+        if isinstance(cached, p.Principal):
+            return cached
+        credentials: Credentials = request.app.state.credentials
+        if not credentials.resolves_without_io(authorization=request.headers.get("authorization")):
+            return None
+        return self.resolve(request)
+
     async def read(self, work: Callable[[p.Principal], T]) -> T:
         """As :meth:`run`, for a quick read: a point read of one row or document, never
         a scan, a search or a write.

@@ -106,6 +106,18 @@ class Credentials:
             return found
         raise Unauthenticated("the session has expired or was signed out; sign in again")
 
+    def resolves_without_io(self, *, authorization: str | None) -> bool:
+        """Whether :meth:`authenticate` answers this credential with no database read:
+        local mode, the admin token and the service token (an API key or a session is
+        read from the database)."""
+        if self._identity is None:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return False
+        return _same(self._admin_token, token) or _same(self._service_token, token)
+
     def require_presented(self, *, authorization: str | None, session: str | None) -> None:
         """``401 unauthenticated`` when the request presents no credential, or a malformed
         ``Authorization`` header: what :meth:`authenticate` refuses before any I/O."""

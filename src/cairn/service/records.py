@@ -44,6 +44,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from cairn.db import utcnow
@@ -69,12 +70,14 @@ from cairn.records.render import NOTICE, render_text
 from cairn.records.sql import SqlRecordStore, VectorColumn
 from cairn.records.store import (
     PagePosition,
-    Record,
     RecordReader,
     RecordStore,
     Scope,
     new_record,
     utc,
+)
+from cairn.records.store import (
+    Record as Record,  # what a save answers (re-exported for the faces)
 )
 from cairn.secrets import mask
 from cairn.service.access import Access, Action, TeamAccess
@@ -281,6 +284,33 @@ class RecordService:
         record = new_record(access.team_id, text, repo_id, self._now(now))
         return self._saves.submit(_Save(access, record))
 
+    async def save_async(
+        self,
+        who: Principal,
+        team_id: str,
+        text: str,
+        repo_id: str | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> Record:
+        """:meth:`save`, for a caller on an event loop (the HTTP face): the same refusals
+        in the same order, and it returns once the record's group has committed.
+
+        A save by the service token is checked, masked and analysed on the loop and
+        waits there for its group, which a worker thread writes: one thread hop per
+        group of saves, not one per save (docs/performance.md, "Records"). Any other
+        save, and the team's refusals before a field's, run in a worker thread."""
+        if not self._access.save_checked_on_write(who, team_id):
+            return await anyio.to_thread.run_sync(
+                lambda: self.save(who, team_id, text, repo_id, now=now)
+            )
+        try:
+            save = self._checked(team_id, text, repo_id, now)
+        except InvalidRequest:
+            await anyio.to_thread.run_sync(lambda: self.check_access(who, team_id, Action.SAVE))
+            raise
+        return await self._saves.submit_async(save)
+
     def _save_checked_on_write(
         self,
         team_id: str,
@@ -295,13 +325,25 @@ class RecordService:
         its own before it). A field outside its limits is still refused after the
         team's ``404``: ``check_team()`` reads it then, on that path only."""
         try:
-            _check_text(text)
-            _check_repo_id(repo_id)
+            save = self._checked(team_id, text, repo_id, now, server)
         except InvalidRequest:
             check_team()
             raise
-        record = new_record(team_id, text, repo_id, self._now(now))
-        return self._saves.submit(_Save(None, record, server))
+        return self._saves.submit(save)
+
+    def _checked(
+        self,
+        team_id: str,
+        text: str,
+        repo_id: str | None,
+        now: datetime | None,
+        server: bool = False,
+    ) -> _Save:
+        """A save whose team its group's transaction checks: its fields checked (else
+        ``InvalidRequest``), its text masked and analysed."""
+        _check_text(text)
+        _check_repo_id(repo_id)
+        return _Save(None, new_record(team_id, text, repo_id, self._now(now)), server)
 
     def _write_saves(self, saves: builtins.list[_Save]) -> builtins.list[Outcome[Record]]:
         """Write a group of saves in one transaction: each passes the gates (the team

@@ -37,6 +37,7 @@ from cairn.principal import Principal
 from cairn.service.access import Action
 from cairn.service.records import (
     ListedRecord,
+    Record,
     RecordHit,
     RecordPage,
     RecordService,
@@ -202,14 +203,29 @@ async def search_records(team: str, request: Request, caller: AnyCaller) -> Resp
 )
 async def save_record(team: str, request: Request, caller: AnyCaller) -> Response:
     raw = await request.body()
+    who = caller.principal_now()
+    if who is None:  # a credential read from the database, in a worker thread: refused there
 
-    def run(records: RecordService, who: Principal) -> Response:
-        body = _read(records, who, team, Action.SAVE, _body(request, raw, SaveRequest))
-        record = records.save(who, team, body.text, body.repo_id)
-        answer = {"id": record.id, "expires_at": iso(record.expires_at)}
-        return FastJSONResponse(answer, status_code=201)
+        def run(records: RecordService, who: Principal) -> Response:
+            body = _read(records, who, team, Action.SAVE, _body(request, raw, SaveRequest))
+            return _saved(records.save(who, team, body.text, body.repo_id))
 
-    return await _serve(request, caller, run)
+        return await _serve(request, caller, run)
+    # The service token: the save is prepared here, on the event loop, and waits here for
+    # its group, which a worker thread writes (RecordService.save_async).
+    records = _records(request)
+    try:
+        body = _body(request, raw, SaveRequest)()
+    except BadRequest:
+        await caller.run(lambda who: records.check_access(who, team, Action.SAVE))
+        raise
+    return _saved(await records.save_async(who, team, body.text, body.repo_id))
+
+
+def _saved(record: Record) -> Response:
+    return FastJSONResponse(
+        {"id": record.id, "expires_at": iso(record.expires_at)}, status_code=201
+    )
 
 
 @router.get(
