@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds",
         type=int,
         default=8,
-        help="rounds per variant (the throughput is the median of their rates: 4 put it 3 points either side)",
+        help="rounds per variant (the throughput is their rates' median: 4 moved it 3 points)",
     )
     parser.add_argument("--edits", type=int, default=20, help="1 KB edits of the 100 KB doc")
     parser.add_argument("--space", type=int, default=2000, help="documents of the as_of space")
