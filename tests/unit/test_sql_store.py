@@ -628,3 +628,21 @@ def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlS
         )
     assert store.read_version(ref, "small.md", 1).content == "x"
     assert store.read_version(ref, "large.md", 1).content == large
+
+
+def test_a_moved_large_document_carries_its_packed_row(store: SqlStore) -> None:
+    from cairn.store.sql_schema import memory_document_versions as V
+
+    ref = project()
+    large = "a line of notes\n" * 1000  # 16 KB
+    store.write(ref, "a.md", large)
+    store.move(ref, "a.md", "b.md")
+    kept = {(r.path, r.version): r for r in rows(store, V)}
+    # a.md: its version 1 (the packed row written with it) and the marker of the move;
+    # b.md: version 1, the same packed row, written with the move.
+    assert sorted(kept) == [("a.md", 1), ("a.md", 2), ("b.md", 1)]
+    assert kept[("b.md", 1)].content == kept[("a.md", 1)].content
+    assert kept[("b.md", 1)].content[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame, not the text
+    store.write(ref, "b.md", "next")
+    assert store.read_version(ref, "b.md", 1).content == large
+    assert store.history_usage(TEAM)[0] == 2 * kept[("b.md", 1)].stored_bytes

@@ -673,25 +673,10 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
             if team is not None and self.keeps_history:
-                if current.size_bytes >= COMPRESS_FROM:  # m.to's new version's packed row
-                    content = conn.execute(self._sql.read_doc, target).one().content
-                    packed = pack_version(content.encode("utf-8"))
-                    conn.execute(
-                        V.insert().values(
-                            tenant_id=addr["t"],
-                            space_key=addr["k"],
-                            space_id=addr["sid"],
-                            path=m.to,
-                            version=int(moved),
-                            etag=current.etag,
-                            size_bytes=current.size_bytes,
-                            stored_bytes=len(packed),
-                            content=packed,
-                            at=now,
-                            actor=current_actor()[:256],
-                            deleted=False,
-                        )
-                    )
+                if current.size_bytes >= COMPRESS_FROM:  # its packed row goes with it
+                    at, actor = self._time(now), current_actor()[:256]
+                    carried = {**key, "to": m.to, "moved": moved, "v": current.version}
+                    self._change_sql.carry(conn, {**carried, "at": at, "actor": actor})
                 self._trim_versions(conn, self._aggregate(ref)[0], target, int(moved), team)
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)

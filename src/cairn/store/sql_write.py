@@ -146,6 +146,14 @@ _LIVE = (
     _VERSION_COLUMNS + "SELECT :t, :k, :p, {version}, :sid, :etag, :size, :live_stored, "
     ":live_packed, :now, :actor, false{src} WHERE true"
 )
+#: A moved large document's packed row, carried from the path it left (``:p``, its version
+#: ``:v``) to the path it now holds as version ``:moved`` (``:to``). None there (a large
+#: version kept before its packed row was): nothing, and SQL keeps it as it is once replaced.
+_CARRY = (
+    _VERSION_COLUMNS + "SELECT tenant_id, space_key, :to, :moved, space_id, etag, size_bytes, "
+    f"stored_bytes, content, :at, :actor, false FROM memory_document_versions "
+    f"WHERE {_ONE} AND version = :v"
+)
 #: A deletion marker: the path holds nothing from ``:at`` on.
 _MARK = (
     _VERSION_COLUMNS + "SELECT :t, :k, :p, :mark, :sid, '', 0, 0, NULL, :at, :actor, true"
@@ -247,6 +255,7 @@ class ChangeStatements:
         lock = _LOCK.format(row=row)
         self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
         self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
+        self._carry = _pyformat(_CARRY) if self.postgres else _CARRY
 
     def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
         """Lock the document row of ``params`` (its address and path); None when there is
@@ -259,6 +268,11 @@ class ChangeStatements:
         return Locked(
             int(row[0]), str(row[1]), int(row[2]), None if row[3] is None else int(row[3])
         )
+
+    def carry(self, conn: Connection, params: dict[str, Any]) -> None:
+        """A moved large document's packed row copied to its new path (see :data:`_CARRY`)."""
+        with driver_cursor(conn, "carry") as cursor:
+            cursor.execute(self._carry, params)
 
     def run(
         self,
