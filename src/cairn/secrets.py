@@ -198,12 +198,13 @@ class _Group:
     checked one by one.
     """
 
-    __slots__ = ("also", "literals", "pattern", "single")
+    __slots__ = ("also", "anchor", "literals", "pattern", "single")
 
     def __init__(self, anchor: str, members: list[tuple[str, int]]) -> None:
         # The order of the alternatives in ``pattern`` (and so of their groups): literals
         # that start with the anchor first, see ``_alternatives``.
         members = sorted(members, key=lambda member: member[1] != 0)
+        self.anchor = anchor  # every match of ``pattern`` starts with it
         self.literals = tuple(members)
         self.also = tuple(
             tuple(
@@ -323,11 +324,13 @@ def _find(
     found: dict[int, list[int]] = {}
     dense: set[int] = set()
     budget = 64 + int(len(text) * _DENSE) if limit else len(text)
+    hop = len(text) >= _HOP_FROM
     for group in groups:
         literals, also = group.literals, group.also
+        matches = _hopping(group, text) if hop else group.pattern.finditer(text)
         if group.single:
             literal, i = literals[0]
-            first = itertools.islice(group.pattern.finditer(text), budget + 1)
+            first = itertools.islice(matches, budget + 1)
             starts = [m.start() - i for m in first]
             if len(starts) > budget:
                 dense.update(owners[literal])
@@ -336,7 +339,7 @@ def _find(
                 found.setdefault(owner, []).extend(starts)
             continue
         hits = 0
-        for m in group.pattern.finditer(text):
+        for m in matches:
             hits += 1
             if hits > budget:
                 dense.update(owner for literal, _ in literals for owner in owners[literal])
@@ -353,6 +356,37 @@ def _find(
     for positions in found.values():
         positions.sort()
     return found, dense
+
+
+# The regex engine's search for a pattern's first character tests the text one character
+# at a time; ``str.find`` of one character runs at memory speed (about thirty times as
+# fast: 1 µs against 37 µs over 128 KB of ASCII). Hopping from one occurrence of a group's
+# anchor to the next and trying the pattern there from Python costs about what the engine
+# spends scanning this many characters: sparser anchors are hopped to, denser ones leave
+# the rest of the text to the engine's own search. Below ``_HOP_FROM`` characters the
+# hops cannot repay the calls they make. (On a 128 KB note without the rarer anchors, the
+# scan takes 0.40-0.47 × the time; on prose where they are everywhere, 0.97-1.02 ×.)
+_HOP_COST = 512
+_HOP_FROM = 16 * 1024
+
+
+def _hopping(group: _Group, text: str) -> Iterator[re.Match[str]]:
+    """What ``group.pattern.finditer(text)`` yields (every match starts with
+    ``group.anchor``), found by hopping between anchors while they are sparse."""
+    anchor, pattern = group.anchor, group.pattern
+    pos = text.find(anchor)
+    hops = 0
+    while pos != -1:
+        hops += 1
+        if hops * _HOP_COST > pos + 8 * _HOP_COST:
+            yield from pattern.finditer(text, pos)
+            return
+        m = pattern.match(text, pos)
+        if m is None:
+            pos = text.find(anchor, pos + 1)
+        else:
+            yield m
+            pos = text.find(anchor, m.end())  # no match is empty: m.end() > pos
 
 
 def _is_filler(value: str) -> bool:

@@ -789,6 +789,44 @@ def test_arbitrary_text_matches_the_reference_engine(text: str) -> None:
     _same_as_reference(text)
 
 
+# Stretches of text between the pieces of a large text: none of the anchors, a few, or one
+# every few characters, so the trigger search hops, goes on hopping, or hands over to the
+# regex engine's own search part way through.
+_STRETCH = st.sampled_from(
+    [
+        "plain words only ",
+        "a-b.c_d G J K Q x: ",
+        "-",
+        ". ",
+        "Q~ eyJ AKIA ",
+        "ACAC",
+        "://://",
+        "\n" * 7,
+    ]
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(_MIXED, _STRETCH, st.integers(0, 6000)), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_large_texts_find_every_trigger_the_regex_search_finds(
+    parts: list[tuple[str, str, int]], pad_first: bool
+) -> None:
+    # Past _HOP_FROM the trigger search hops between anchors with str.find; it must yield
+    # exactly the matches (and alternatives) of each group's pattern searched whole.
+    text = "".join(piece + stretch * (n // len(stretch)) for piece, stretch, n in parts)
+    pad = "z" * max(0, secrets._HOP_FROM - len(text))
+    text = pad + text if pad_first else text + pad
+    assert len(text) >= secrets._HOP_FROM
+    for group in (*secrets._EXACT_GROUPS, *secrets._FOLDED_GROUPS):
+        hopped = [(m.span(), m.lastindex) for m in secrets._hopping(group, text)]
+        searched = [(m.span(), m.lastindex) for m in group.pattern.finditer(text)]
+        assert hopped == searched, group.pattern.pattern
+    _same_as_reference(text)
+
+
 @pytest.mark.parametrize(
     "text",
     [*_WHOLE, *_NEAR, *BENIGN, *ADVERSARIAL.values(), "\n".join(_WHOLE), "".join(_SECRETS)],
