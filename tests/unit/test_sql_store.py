@@ -603,9 +603,10 @@ def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlS
     small, large = "note " * 100, "a line of notes\n" * 1000  # 500 B and 16 KB
     store.write(ref, "small.md", small)
     store.write(ref, "large.md", large)
-    # The live versions are the documents' rows; a large one also has its packed row,
-    # written with it. A small one is copied into the table when it is replaced.
-    assert [r.path for r in rows(store, V)] == ["large.md"]
+    # The live versions are the documents' rows. SQL copies a small one into the table when
+    # it is replaced; SQLite packs a large one then too, PostgreSQL when it is written.
+    postgres = store.engine.dialect.name == "postgresql"
+    assert [r.path for r in rows(store, V)] == (["large.md"] if postgres else [])
     assert store.history_usage(TEAM)[0] == 0  # no version was replaced yet
     store.write(ref, "small.md", "next")
     store.write(ref, "large.md", "next")
@@ -630,7 +631,7 @@ def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlS
     assert store.read_version(ref, "large.md", 1).content == large
 
 
-def test_a_moved_large_document_carries_its_packed_row(store: SqlStore) -> None:
+def test_a_moved_large_document_keeps_its_packed_version(store: SqlStore) -> None:
     from cairn.store.sql_schema import memory_document_versions as V
 
     ref = project()
@@ -638,11 +639,71 @@ def test_a_moved_large_document_carries_its_packed_row(store: SqlStore) -> None:
     store.write(ref, "a.md", large)
     store.move(ref, "a.md", "b.md")
     kept = {(r.path, r.version): r for r in rows(store, V)}
-    # a.md: its version 1 (the packed row written with it) and the marker of the move;
-    # b.md: version 1, the same packed row, written with the move.
-    assert sorted(kept) == [("a.md", 1), ("a.md", 2), ("b.md", 1)]
-    assert kept[("b.md", 1)].content == kept[("a.md", 1)].content
-    assert kept[("b.md", 1)].content[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame, not the text
-    store.write(ref, "b.md", "next")
+    # a.md: its version 1, packed, and the marker of the move. PostgreSQL packed it when it
+    # was written and carries that row to b.md, whose version 1 it is; SQLite packed it when
+    # the move replaced it, and packs b.md's when a change replaces that.
+    postgres = store.engine.dialect.name == "postgresql"
+    assert sorted(kept) == [("a.md", 1), ("a.md", 2), *([("b.md", 1)] if postgres else [])]
+    assert kept[("a.md", 1)].content[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame, not the text
+    if postgres:
+        assert kept[("b.md", 1)].content == kept[("a.md", 1)].content
+    assert store.read_version(ref, "a.md", 1).content == large
     assert store.read_version(ref, "b.md", 1).content == large
-    assert store.history_usage(TEAM)[0] == 2 * kept[("b.md", 1)].stored_bytes
+    store.write(ref, "b.md", "next")
+    kept = {(r.path, r.version): r for r in rows(store, V)}
+    assert sorted(kept) == [("a.md", 1), ("a.md", 2), ("b.md", 1)]
+    assert kept[("b.md", 1)].content[:4] == b"\x28\xb5\x2f\xfd"
+    assert store.read_version(ref, "b.md", 1).content == large
+    assert store.history_usage(TEAM)[0] == sum(
+        kept[k].stored_bytes for k in (("a.md", 1), ("b.md", 1))
+    )
+
+
+def test_a_large_version_packed_when_it_was_written_is_kept_as_it_is(store: SqlStore) -> None:
+    # PostgreSQL writes a large live version's packed row with it, as SQLite stores of
+    # migration 5 did until they packed on replace. Replaced, deleted or moved, that version
+    # keeps its row: never a second one, and the history counts the row's bytes.
+    from cairn.documents import content_etag
+    from cairn.store.sql_schema import memory_document_versions as V
+    from cairn.store.version_pack import pack_version
+
+    ref = project()
+    bodies = {p: f"{p} holds a line of notes\n" * 800 for p in ("w.md", "d.md", "m.md")}
+    for path, body in bodies.items():
+        store.write(ref, path, body)
+    space = rows(store, memory_documents)[0]
+    postgres = store.engine.dialect.name == "postgresql"
+    if postgres:
+        assert sorted(r.path for r in rows(store, V)) == sorted(bodies)
+    with store.engine.begin() as conn:
+        for path, body in bodies.items() if not postgres else ():
+            packed = pack_version(body.encode())
+            conn.execute(
+                sa.insert(V).values(
+                    tenant_id=space.tenant_id,
+                    space_key=space.space_key,
+                    space_id=space.space_id,
+                    path=path,
+                    version=1,
+                    etag=content_etag(body.encode()),
+                    size_bytes=len(body),
+                    stored_bytes=len(packed),
+                    content=packed,
+                    at=space.updated_at,
+                    actor="earlier",
+                    deleted=False,
+                )
+            )
+    store.write(ref, "w.md", "next")
+    store.delete(ref, "d.md")
+    store.move(ref, "m.md", "n.md")
+    kept = {(r.path, r.version): r for r in rows(store, V)}
+    carried = [("n.md", 1)] if postgres else []  # PostgreSQL's row moves with the document
+    assert sorted(kept) == sorted(
+        [("d.md", 1), ("d.md", 2), ("m.md", 1), ("m.md", 2), ("w.md", 1), *carried]
+    )
+    if not postgres:
+        assert {kept[(p, 1)].actor for p in bodies} == {"earlier"}
+    for path, body in bodies.items():
+        assert store.read_version(ref, path, 1).content == body
+    assert store.history_usage(TEAM)[0] == sum(kept[(p, 1)].stored_bytes for p in bodies)

@@ -381,6 +381,9 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         self._sql = _Statements(engine.dialect.name, vec)
         self._hist = _HistoryStatements()
         self._change_sql = ChangeStatements(engine.dialect, history=self.keeps_history)
+        #: Whether a large version is packed when it is written (PostgreSQL) rather than when
+        #: a change replaces it (SQLite): ``ChangeStatements``' docstring says why.
+        self._packs_on_write = self.keeps_history and self._change_sql.postgres
         self.clock: Callable[[], datetime] = utcnow
 
     @classmethod
@@ -556,13 +559,14 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             "etag": w.etag,
             "now": self._time(now),
             "actor": current_actor()[:256],
-            # A large version is packed now, while its bytes are at hand: its row goes into
-            # the history with it (a small one is copied there by SQL once replaced).
+            # PostgreSQL: a large version is packed now, while its bytes are at hand, into
+            # its row of the history (SQLite packs it when a change replaces it; SQL copies
+            # a small one then), docs/history.md "Where".
             **self._live_row(w.data),
         }
 
     def _live_row(self, data: bytes) -> dict[str, Any]:
-        large = self.keeps_history and len(data) >= COMPRESS_FROM
+        large = self._packs_on_write and len(data) >= COMPRESS_FROM
         packed = pack_version(data) if large else None
         return {"live_packed": packed, "live_stored": 0 if packed is None else len(packed)}
 
@@ -673,7 +677,9 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 ) from None
             conn.execute(self._sql.move_chunks, {**key, "to": m.to})
             if team is not None and self.keeps_history:
-                if current.size_bytes >= COMPRESS_FROM:  # its packed row goes with it
+                if self._packs_on_write and current.size_bytes >= COMPRESS_FROM:
+                    # Its packed row goes with it (SQLite packs the version the move
+                    # replaced at the old path, from the content its lock read).
                     at, actor = self._time(now), current_actor()[:256]
                     carried = {**key, "to": m.to, "moved": moved, "v": current.version}
                     self._change_sql.carry(conn, {**carried, "at": at, "actor": actor})
@@ -769,7 +775,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             "fresh": max(delta, 0),
             "cap": subcap if subcap > 0 else _UNCAPPED,
             "default_quota": default,
-            "kept_stored": 0 if replaced is None else replaced.kept_bytes,
+            **_kept(replaced),
             "mark": None if replaced is None else replaced.version + 1,
             "at": self._time(at),
             "actor": current_actor()[:256],
@@ -812,6 +818,27 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with read_transaction(self.engine) as conn:
             row = conn.execute(self._sql.tenant_used, {"t": tenant}).first()
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
+
+
+def _kept(replaced: Locked | None) -> dict[str, Any]:
+    """What the version a change replaces takes in the history (``kept_stored``), and on
+    SQLite a large one packed now from the content its lock read (``kept_packed``, of
+    ``kept_len`` bytes; None: SQL copies a small one, or its row is there already)."""
+    packed = None
+    if replaced is None:
+        stored = 0
+    elif replaced.row_stored is not None:
+        stored = replaced.row_stored
+    elif replaced.content is not None:
+        packed = pack_version(replaced.content.encode("utf-8"))
+        stored = len(packed)
+    else:
+        stored = replaced.size_bytes + 1
+    return {
+        "kept_stored": stored,
+        "kept_packed": packed,
+        "kept_len": None if packed is None else len(packed),
+    }
 
 
 def _attributed_team(grant: PlatformGrant | None) -> str | None:

@@ -300,7 +300,9 @@ MIGRATIONS.append(
 # table (cairn.store.sql_write). A write of a new small document writes no history at all.
 #
 # A large live version (from version_pack.COMPRESS_FROM bytes) keeps its row: it is packed
-# when written, while its bytes are at hand, so replacing it copies nothing.
+# when written, while its bytes are at hand, so replacing it copies nothing. (PostgreSQL
+# still packs on write; SQLite stores since pack when a change replaces the version, from the
+# content its lock reads, and keep such an earlier row as it is.)
 #
 # For every document: its number is that of its newest version row with its etag (else the
 # path's next number), its actor that row's (else ``before-history``); then the rows of small

@@ -2,12 +2,16 @@
 after it has locked the document row, in as few round trips as the dialect allows.
 
 The live version of a document is its row in ``memory_documents`` (its ``version``,
-``actor`` and ``updated_at``); the table of versions holds the versions that were replaced,
-deletion markers, and the live version of a large document (from
-``version_pack.COMPRESS_FROM`` bytes), packed by the store when it was written, while its
-bytes were at hand (docs/history.md, "Where"). A change is up to eight steps, in this order
-on PostgreSQL (the store's lock order: document → its chunks → space counter → team counter,
-then the history, which only inserts):
+``actor`` and ``updated_at``); the table of versions holds the versions that were replaced
+and deletion markers (docs/history.md, "Where"). SQL copies a small version into the table
+when a change replaces it; SQL cannot compress a large one (from
+``version_pack.COMPRESS_FROM`` bytes), so the store packs it: on SQLite when a change
+replaces it, from the content the row lock read (in-process, a read costs microseconds); on
+PostgreSQL when it is written, while its bytes are at hand, into a row of the table beside
+the live document (the one-statement write could not read and compress the replaced
+content, and a second round trip costs more than the compression). A change is up to eight
+steps, in this order on PostgreSQL (the store's lock order: document → its chunks → space
+counter → team counter, then the history, which only inserts):
 
 1. ``doc``: the document row itself — inserted as the path's next version
    (``ON CONFLICT DO NOTHING``: a concurrent creator makes it return nothing), updated to
@@ -17,10 +21,11 @@ then the history, which only inserts):
    passes) with the space's ``search_version`` bumped;
 4. ``team``: the team (or instance) counter's compare-and-swap, and, in the same row
    update, the team's history counter grown by the version this change replaces;
-5. ``keep``: a small live version this change replaces, copied from its row into the
-   table (its text after a zero byte: version_pack's format, made in SQL; a large one is
-   there already);
-6. ``live``: the new content's packed row, when it is large;
+5. ``keep``: the live version this change replaces, copied from its row into the table:
+   a small one as its text after a zero byte (version_pack's format, made in SQL), a large
+   one on SQLite as the store packed it (``:kept_packed``); none when its row is there
+   already (a large one on PostgreSQL);
+6. ``live`` (PostgreSQL): the new content's packed row, when it is large;
 7. ``mark``: a deletion marker, numbered after the version it ends.
 
 On PostgreSQL the steps are data-modifying CTEs of ONE statement, each reading the one
@@ -79,8 +84,12 @@ _UNKEPT = (
 )
 #: The row lock a write takes before its change (SQLite: its writers queue on BEGIN
 #: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE), with the stored bytes of a large
-#: live version's row (``{row}``; NULL: a small one, kept by copying it).
-_LOCK = f"SELECT d.size_bytes, d.etag, d.version, {{row}} FROM memory_documents AS d WHERE {_ONE}"
+#: live version's row in the table (``{row}``; NULL: none, the change copies the version)
+#: and, on SQLite, a large version's content for the store to pack (``{content}``).
+_LOCK = (
+    "SELECT d.size_bytes, d.etag, d.version, {row}, {content} "
+    f"FROM memory_documents AS d WHERE {_ONE}"
+)
 #: The number of a new path's first version: after the versions an earlier document at
 #: the path left (the table holds them; a path never written starts at 1). The parameters
 #: are cast to their columns' types: the insert that numbers a document with it also
@@ -130,13 +139,21 @@ _VERSION_COLUMNS = (
     "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
     "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
 )
-#: A small live version, copied from its row before the change replaces it: its text after
-#: a zero byte, as version_pack stores a small version (``{raw}``, made in SQL).
+#: The live version, copied from its row before the change replaces it: a large one as
+#: the store packed it (SQLite: ``:kept_packed``, ``:kept_len`` bytes), a small one as its
+#: text after a zero byte, as version_pack stores a small version (``{raw}``, made in SQL).
 _KEEP = (
     _VERSION_COLUMNS + "SELECT tenant_id, space_key, path, version, space_id, etag, "
-    "size_bytes, size_bytes + 1, {raw}, updated_at, actor, false "
+    "size_bytes, {stored}, {packed}, updated_at, actor, false "
     f"FROM memory_documents{{src}} WHERE {_ONE}{{when}}"
 )
+_KEPT = {
+    "sqlite": {
+        "stored": "coalesce(:kept_len, size_bytes + 1)",
+        "packed": "coalesce(:kept_packed, {raw})",
+    },
+    "postgresql": {"stored": "size_bytes + 1", "packed": "{raw}"},
+}
 _RAW = {
     "sqlite": "CAST(X'00' || content AS BLOB)",
     "postgresql": "decode('00', 'hex') || convert_to(content, 'UTF8')",
@@ -176,14 +193,13 @@ class Locked(NamedTuple):
     etag: str
     #: Its version number.
     version: int
-    #: The stored bytes of its version's packed row (a large one), or None: a small one,
-    #: which the change copies into the table when it replaces it.
+    #: The stored bytes of its version's packed row (a large one on PostgreSQL, or on
+    #: SQLite one packed when it was written, before this store), or None: none, the
+    #: change copies the version into the table when it replaces it.
     row_stored: int | None
-
-    @property
-    def kept_bytes(self) -> int:
-        """What the history counter grows by when this version is replaced."""
-        return self.size_bytes + 1 if self.row_stored is None else self.row_stored
+    #: On SQLite a large version's content without a row, for the store to pack when the
+    #: change replaces it; None otherwise.
+    content: str | None = None
 
 
 class Team(NamedTuple):
@@ -236,9 +252,9 @@ class ChangeStatements:
 
     def __init__(self, dialect: Dialect, history: bool = True) -> None:
         self.postgres = dialect.name == "postgresql"
-        self._keep = _KEEP.format(
-            raw=_RAW["postgresql" if self.postgres else "sqlite"], src="{src}", when="{when}"
-        )
+        name = "postgresql" if self.postgres else "sqlite"
+        kept = {k: v.format(raw=_RAW[name]) for k, v in _KEPT[name].items()}
+        self._keep = _KEEP.format(**kept, src="{src}", when="{when}")
         #: A timestamp as the dialect stores it (SQLite: SQLAlchemy's text form, which every
         #: other statement compares with); None: the driver's own.
         impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
@@ -252,7 +268,14 @@ class ChangeStatements:
         row = (
             f"CASE WHEN {_LARGE} THEN {_LIVE_ROW} END" if history and not self.postgres else "NULL"
         )
-        lock = _LOCK.format(row=row)
+        # SQLite packs a large version when a change replaces it: the lock reads its content
+        # (unless an earlier store's packed row is there already).
+        content = (
+            f"CASE WHEN {_LARGE} AND {_LIVE_ROW} IS NULL THEN d.content END"
+            if history and not self.postgres
+            else "NULL"
+        )
+        lock = _LOCK.format(row=row, content=content)
         self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
         self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
         self._carry = _pyformat(_CARRY) if self.postgres else _CARRY
@@ -266,7 +289,11 @@ class ChangeStatements:
         if row is None:
             return None
         return Locked(
-            int(row[0]), str(row[1]), int(row[2]), None if row[3] is None else int(row[3])
+            int(row[0]),
+            str(row[1]),
+            int(row[2]),
+            None if row[3] is None else int(row[3]),
+            None if row[4] is None else str(row[4]),
         )
 
     def carry(self, conn: Connection, params: dict[str, Any]) -> None:
@@ -283,8 +310,9 @@ class ChangeStatements:
         """Run the change ``shape`` = (doc, drop_chunks, keep, live, mark) in ``conn``'s
         transaction: ``doc``, then (``drop_chunks``) the path's chunks, the counters (the
         team's history counter grown by ``params["kept_stored"]``), then (``keep``) the
-        small live version it replaces copied into the table, (``live``) the new content's
-        packed row (``params["live_packed"]``), and (``mark``) a deletion marker numbered
+        live version it replaces copied into the table (SQLite: a large one as
+        ``params["kept_packed"]``), (``live``) the new content's packed row
+        (``params["live_packed"]``), and (``mark``) a deletion marker numbered
         ``params["mark"]``."""
         with driver_cursor(conn, "change") as cursor:
             if self.postgres:
@@ -514,7 +542,8 @@ def _postgres_put(record: bool, live: bool) -> str:
     if record:
         # The snapshot's row, as it was before upd_doc changed it: a small version's text.
         keep = _KEEP.format(
-            raw=_RAW["postgresql"],
+            stored="size_bytes + 1",
+            packed=_RAW["postgresql"],
             src=", (SELECT 1 FROM team) AS tm",
             when=" AND EXISTS (SELECT 1 FROM upd_doc) AND NOT (SELECT prekept FROM go)",
         )
