@@ -318,3 +318,46 @@ def test_a_write_that_trims_the_history_runs_in_a_transaction(pg: Backend) -> No
     assert [a is not None for a in answers] == [True, True, False, False]
     assert versions(store, "a.md") == [3, 4]
     assert store.usage(REF).history_used_bytes == 1 + 2  # version 3 ("v2") only
+
+
+def test_a_create_whose_lock_found_nothing_numbers_after_a_delete_it_waited_for(
+    pg: Backend,
+) -> None:
+    # A write in a transaction locks the path and finds no document; before its change
+    # statement runs, another writer creates the document and a third starts deleting it.
+    # The change statement's snapshot has the created row but not the deletion's versions,
+    # and its insert waits for the deleter: numbered from that snapshot, the new document
+    # took a number the deletion had just kept, and the next change of the path failed on
+    # a duplicate key. It must look again instead.
+    store = pg.open()
+    store.write(REF, "a.md", "v1")
+    store.delete(REF, "a.md")  # 1 kept, 2 the marker
+    real_lock = store._change_sql.lock
+    found_nothing, go = threading.Event(), threading.Event()
+    writer: list[threading.Thread] = []
+
+    def lock(conn: Any, params: dict[str, Any]) -> Any:
+        got = real_lock(conn, params)
+        if writer and threading.current_thread() is writer[0] and not found_nothing.is_set():
+            found_nothing.set()
+            go.wait(30)
+        return got
+
+    store._change_sql.lock = lock  # type: ignore[method-assign]
+    thread, got = in_thread(lambda: store.write(REF, "a.md", "y", grant=PlatformGrant("t")))
+    writer.append(thread)
+    assert found_nothing.wait(30)
+    store.write(REF, "a.md", "w")  # version 3, committed
+    key = {**store._address(REF), "p": "a.md"}
+    with write_transaction(store.engine) as conn:
+        current = real_lock(conn, key)
+        assert current is not None and current.version == 3
+        store._change(conn, REF, key, "delete", -1, True, current, True, utcnow(), None)
+        go.set()
+        blocked_on_a_lock(store)  # the writer waits for this deletion (3 kept, 4 the marker)
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    assert versions(store, "a.md") == [1, 2, 3, 4, 5]
+    assert store.read_version(REF, "a.md", 5).content == "y"
+    store.delete(REF, "a.md")
+    assert versions(store, "a.md") == [1, 2, 3, 4, 5, 6]

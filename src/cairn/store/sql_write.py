@@ -115,6 +115,8 @@ _DOC = {
     ),
     "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
 }
+#: The document is not in the statement's snapshot (PostgreSQL's insert, for ``{when}``).
+_ABSENT = f" AND NOT EXISTS (SELECT 1 FROM memory_documents WHERE {_ONE})"
 _GONE = f"DELETE FROM memory_chunks WHERE {_ONE}"
 _SPACE = (
     "INSERT INTO memory_space_usage AS s (tenant_id, space_key, space_id, used_bytes, "
@@ -417,7 +419,13 @@ class ChangeStatements:
         ctes: list[str] = []
         sources: list[str] = []
         if doc is not None:
-            ctes.append(f"doc AS ({_DOC[doc].format(src='', when='')})")
+            # An insert follows a lock that found no document. When the statement's
+            # snapshot has one (created since the lock, perhaps being deleted by a writer
+            # the insert would wait for, whose kept versions this snapshot lacks), a number
+            # taken from it could be one that deletion keeps: insert nothing, and the store
+            # locks again.
+            when = _ABSENT if doc == "insert" else ""
+            ctes.append(f"doc AS ({_DOC[doc].format(src='', when=when)})")
             sources.append("doc")
         if drop_chunks:
             after_doc = " AND EXISTS (SELECT 1 FROM doc)" if doc is not None else ""
