@@ -822,8 +822,8 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
 def _kept(replaced: Locked | None) -> dict[str, Any]:
     """What the version a change replaces takes in the history (``kept_stored``), and on
-    SQLite a large one packed now from the content its lock read (``kept_packed``, of
-    ``kept_len`` bytes; None: SQL copies a small one, or its row is there already)."""
+    SQLite a large one packed now from the content its lock read (``kept_packed``; None:
+    SQL copies a small one, or its row is there already)."""
     packed = None
     if replaced is None:
         stored = 0
@@ -834,11 +834,7 @@ def _kept(replaced: Locked | None) -> dict[str, Any]:
         stored = len(packed)
     else:
         stored = replaced.size_bytes + 1
-    return {
-        "kept_stored": stored,
-        "kept_packed": packed,
-        "kept_len": None if packed is None else len(packed),
-    }
+    return {"kept_stored": stored, "kept_packed": packed}
 
 
 def _attributed_team(grant: PlatformGrant | None) -> str | None:

@@ -142,23 +142,21 @@ _VERSION_COLUMNS = (
     "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
 )
 #: The live version, copied from its row before the change replaces it: a large one as
-#: the store packed it (SQLite: ``:kept_packed``, ``:kept_len`` bytes), a small one as its
-#: text after a zero byte, as version_pack stores a small version (``{raw}``, made in SQL).
+#: the store packed it (SQLite: ``:kept_packed``, ``:kept_stored`` bytes), a small one as
+#: its text after a zero byte, as version_pack stores a small version (made in SQL).
 _KEEP = (
     _VERSION_COLUMNS + "SELECT tenant_id, space_key, path, version, space_id, etag, "
     "size_bytes, {stored}, {packed}, updated_at, actor, false "
     f"FROM memory_documents{{src}} WHERE {_ONE}{{when}}"
 )
-_KEPT = {
-    "sqlite": {
-        "stored": "coalesce(:kept_len, size_bytes + 1)",
-        "packed": "coalesce(:kept_packed, {raw})",
-    },
-    "postgresql": {"stored": "size_bytes + 1", "packed": "{raw}"},
-}
 _RAW = {
     "sqlite": "CAST(X'00' || content AS BLOB)",
     "postgresql": "decode('00', 'hex') || convert_to(content, 'UTF8')",
+}
+#: ``_KEEP``'s stored bytes and content per dialect.
+_KEPT = {
+    "sqlite": {"stored": ":kept_stored", "packed": f"coalesce(:kept_packed, {_RAW['sqlite']})"},
+    "postgresql": {"stored": "size_bytes + 1", "packed": _RAW["postgresql"]},
 }
 #: The packed row of a large new content, numbered as its document (``{version}``).
 _LIVE = (
@@ -199,8 +197,8 @@ class Locked(NamedTuple):
     #: SQLite one packed when it was written, before this store), or None: none, the
     #: change copies the version into the table when it replaces it.
     row_stored: int | None
-    #: On SQLite a large version's content without a row, for the store to pack when the
-    #: change replaces it; None otherwise.
+    #: On SQLite a large version's content, for the store to pack when the change replaces
+    #: it (unless ``row_stored``); None otherwise.
     content: str | None = None
 
 
@@ -255,8 +253,7 @@ class ChangeStatements:
     def __init__(self, dialect: Dialect, history: bool = True) -> None:
         self.postgres = dialect.name == "postgresql"
         name = "postgresql" if self.postgres else "sqlite"
-        kept = {k: v.format(raw=_RAW[name]) for k, v in _KEPT[name].items()}
-        self._keep = _KEEP.format(**kept, src="{src}", when="{when}")
+        self._keep = _KEEP.format(**_KEPT[name], src="{src}", when="{when}")
         #: A timestamp as the dialect stores it (SQLite: SQLAlchemy's text form, which every
         #: other statement compares with); None: the driver's own.
         impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
@@ -271,11 +268,9 @@ class ChangeStatements:
             f"CASE WHEN {_LARGE} THEN {_LIVE_ROW} END" if history and not self.postgres else "NULL"
         )
         # SQLite packs a large version when a change replaces it: the lock reads its content
-        # (unless an earlier store's packed row is there already).
+        # (the store ignores it where an earlier store's packed row is there already).
         content = (
-            f"CASE WHEN {_LARGE} AND {_LIVE_ROW} IS NULL THEN d.content END"
-            if history and not self.postgres
-            else "NULL"
+            f"CASE WHEN {_LARGE} THEN d.content END" if history and not self.postgres else "NULL"
         )
         lock = _LOCK.format(row=row, content=content)
         self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
@@ -550,8 +545,7 @@ def _postgres_put(record: bool, live: bool) -> str:
     if record:
         # The snapshot's row, as it was before upd_doc changed it: a small version's text.
         keep = _KEEP.format(
-            stored="size_bytes + 1",
-            packed=_RAW["postgresql"],
+            **_KEPT["postgresql"],
             src=", (SELECT 1 FROM team) AS tm",
             when=" AND EXISTS (SELECT 1 FROM upd_doc) AND NOT (SELECT prekept FROM go)",
         )
