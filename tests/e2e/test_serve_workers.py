@@ -10,6 +10,7 @@ every write. The purge runs in the one worker holding the lock file.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -148,23 +149,43 @@ def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> Non
     assert usage["used_bytes"] == sum(len(c.encode()) for c in expected.values())
 
     # Each worker has its own metrics: scrape on fresh connections until both have
-    # answered; their counts of the writes add up to every write. The scrapes go 16 at a
-    # time: the kernel hands a lone connection on a shared socket to whichever worker
-    # wakes first, and an idle one may win every time (one CI run: 200 of 200), while
-    # connections that arrive together find the first worker busy.
-    counts: dict[float, int] = {}
-
-    def scrape(_: int) -> float:
-        return _put_count(httpx.get(f"{url}/metrics").text)
-
+    # answered; their counts of the writes add up to every write. A scrape is told to its
+    # worker by the worker's end of the connection, not by the count it printed: the two
+    # may well have answered 40 writes each. The scrapes go 16 at a time: the kernel hands
+    # a lone connection on a shared socket to whichever worker wakes first, and an idle one
+    # may win every time (one CI run: 200 of 200), while connections that arrive together
+    # find the first worker busy.
+    workers = _workers(pid)
+    counts: dict[int, float] = {}
     with ThreadPoolExecutor(16) as pool:
         for _ in range(50):
-            for count in pool.map(scrape, range(16)):
-                counts[count] = counts.get(count, 0) + 1
+            for worker, count in pool.map(lambda _: _scrape(url, workers), range(16)):
+                assert counts.setdefault(worker, count) == count, (worker, count, counts)
             if len(counts) == 2:
                 break
     assert len(counts) == 2, f"one worker answered every scrape: {counts}"
-    assert sum(counts) == WRITERS * DOCS_EACH
+    assert sum(counts.values()) == WRITERS * DOCS_EACH, counts
+
+
+def _scrape(url: str, workers: list[psutil.Process]) -> tuple[int, float]:
+    """The process id of the worker that answered a scrape on a new connection, and the
+    count of writes it printed. The connection stays open while the workers' sockets are
+    searched for its far end."""
+    address = httpx.URL(url)
+    conn = http.client.HTTPConnection(address.host, address.port, timeout=30)
+    try:
+        conn.connect()
+        assert conn.sock is not None
+        port = conn.sock.getsockname()[1]
+        conn.request("GET", "/metrics")
+        count = _put_count(conn.getresponse().read().decode())
+        for worker in workers:
+            for c in worker.net_connections(kind="tcp"):
+                if c.raddr and c.raddr.port == port:
+                    return worker.pid, count
+        raise AssertionError(f"no worker holds the connection from port {port}")
+    finally:
+        conn.close()
 
 
 def test_one_worker_takes_the_purge_lock(tmp_path: Path) -> None:
