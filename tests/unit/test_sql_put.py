@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -361,3 +362,99 @@ def test_a_create_whose_lock_found_nothing_numbers_after_a_delete_it_waited_for(
     assert store.read_version(REF, "a.md", 5).content == "y"
     store.delete(REF, "a.md")
     assert versions(store, "a.md") == [1, 2, 3, 4, 5, 6]
+
+
+class StepClock:
+    """A clock that answers the same time until a test moves it (:meth:`at`, seconds from
+    its start), and once, at the first reading by the thread ``hook_thread``, runs
+    ``hook`` before it answers."""
+
+    def __init__(self) -> None:
+        self.start = self.now = utcnow()
+        self.hook: Callable[[], None] | None = None
+        self.hook_thread: threading.Thread | None = None
+
+    def at(self, seconds: float) -> None:
+        self.now = self.start + timedelta(seconds=seconds)
+
+    def __call__(self) -> datetime:
+        now = self.now
+        if self.hook is not None and threading.current_thread() is self.hook_thread:
+            hook, self.hook = self.hook, None
+            hook()
+        return now
+
+
+def times(store: SqlStore, path: str) -> list[float]:
+    """The times of the path's versions in the order of their numbers, in seconds from
+    the clock's start."""
+    clock = store.clock
+    assert isinstance(clock, StepClock)
+    found = sorted(store.versions(REF, path), key=lambda v: v.version)
+    return [(v.at - clock.start).total_seconds() for v in found]
+
+
+def contents(store: SqlStore, path: str, upto: int) -> list[str]:
+    return [store.read_version(REF, path, n).content for n in range(1, upto + 1)]
+
+
+def test_a_write_that_waited_for_the_lock_is_timed_after_the_version_it_replaces(
+    pg: Backend,
+) -> None:
+    # A write in a transaction (a grant's) waits for the row lock while another writer,
+    # who read the clock after it, commits. Its time must be read under the lock: read
+    # before the wait, it preceded the version it replaced.
+    store = pg.open()
+    store.clock = clock = StepClock()
+    store.write(REF, "a.md", "v1")
+    key = {**store._address(REF), "p": "a.md"}
+    with write_transaction(store.engine) as conn:
+        store._change_sql.lock(conn, key)  # the other writer holds the row
+        clock.at(1)
+        thread, got = in_thread(lambda: store.write(REF, "a.md", "v3", grant=PlatformGrant("t")))
+        blocked_on_a_lock(store)
+        clock.at(2)
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2", None, False, None))
+    clock.at(3)
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    assert contents(store, "a.md", 3) == ["v1", "v2", "v3"]
+    assert times(store, "a.md") == [0, 2, 3]
+
+
+def test_a_write_whose_time_precedes_the_live_version_runs_in_a_transaction(
+    pg: Backend,
+) -> None:
+    # The one-statement write reads the clock before it sends the statement. A writer that
+    # read the clock later and committed in between is in the statement's snapshot, with
+    # no lock to wait for: the statement must not write a version timed before it.
+    store = pg.open()
+    store.clock = clock = StepClock()
+    store.write(REF, "a.md", "v1")
+    first = store.read(REF, "a.md").etag
+    answers = spy(store)
+
+    def the_other_writer() -> None:
+        clock.at(2)
+        store.write(REF, "a.md", "v2")
+        clock.at(3)
+
+    clock.at(1)
+    got: list[object] = []
+
+    def write() -> None:
+        try:
+            got.append(store.write(REF, "a.md", "v3"))
+        except Exception as exc:  # handed to the test
+            got.append(exc)
+
+    thread = threading.Thread(target=write)
+    clock.hook, clock.hook_thread = the_other_writer, thread
+    thread.start()
+    thread.join()
+    assert not isinstance(got[0], Exception), got
+    # The other writer's statement wrote v2; this one's wrote nothing (v2 is newer than
+    # its time), and the transaction path timed v3 under the lock.
+    assert answers == [(True, first), None]
+    assert contents(store, "a.md", 3) == ["v1", "v2", "v3"]
+    assert times(store, "a.md") == [0, 2, 3]

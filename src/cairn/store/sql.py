@@ -542,22 +542,22 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
     def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
-        now = self.clock()
-        doc = {**self._address(ref), "p": w.path, **self._body(ref, w, now)}
-        created = self._put(conn, ref, doc, w, now)
+        doc = {**self._address(ref), "p": w.path, **self._body(ref, w, None)}
+        created = self._put(conn, ref, doc, w)
         if w.grant is not None and ref.is_global:
             verb = "import" if w.grant.importing else "write"
             _audit(conn, w.grant, verb, ref, w.path)
         return WriteResult(w.path, len(w.data), w.etag, created)
 
-    def _body(self, ref: SpaceRef, w: CheckedWrite, now: datetime) -> dict[str, Any]:
-        """What a write stores in the document row: the new live version."""
+    def _body(self, ref: SpaceRef, w: CheckedWrite, now: datetime | None) -> dict[str, Any]:
+        """What a write stores in the document row: the new live version (its time
+        ``now``; None: set by :meth:`_put`, once it holds the row lock)."""
         return {
             "vis": ref.visibility.value,
             "content": w.content,
             "size": len(w.data),
             "etag": w.etag,
-            "now": self._time(now),
+            "now": None if now is None else self._time(now),
             "actor": current_actor()[:256],
             # PostgreSQL: a large version is packed now, while its bytes are at hand, into
             # its row of the history (SQLite packs it when a change replaces it; SQL copies
@@ -578,9 +578,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with import_batch(self, ref) as write:
             yield write
 
-    def _put(
-        self, conn: Connection, ref: SpaceRef, doc: dict[str, Any], w: CheckedWrite, now: datetime
-    ) -> bool:
+    def _put(self, conn: Connection, ref: SpaceRef, doc: dict[str, Any], w: CheckedWrite) -> bool:
         """Lock the row, check the write's condition, then create or replace the document
         in one change (:mod:`cairn.store.sql_write`); return whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
@@ -591,6 +589,13 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             if current is not None and current.etag == w.etag:
                 # The same bytes again: nothing changes (no version; the time is kept).
                 return False
+            # The version's time is read under the lock: a writer that committed while this
+            # one waited for it took its time earlier, so the path's versions follow each
+            # other in time as in number (a time read before the wait could precede the
+            # version it replaces, and a read as of a moment between the two would see this
+            # version before it was written).
+            now = self.clock()
+            doc["now"] = self._time(now)
             team = self._change(
                 conn,
                 ref,

@@ -336,8 +336,9 @@ class ChangeStatements:
         or None when the write must run in a transaction instead (nothing written): the
         statement's snapshot was older than the row it locked (a concurrent writer of
         the document committed meanwhile, so the chunks and versions it read may be
-        stale), a concurrent creator, a counter refused, or the history to trim. The same
-        bytes again change nothing: (True, their etag).
+        stale), a live version not older than the write's time, a concurrent creator, a
+        counter refused, or the history to trim. The same bytes again change nothing:
+        (True, their etag).
         """
         variant = (record, record and params.get("live_packed") is not None)
         sql, names = self._puts.get(variant) or self._puts.setdefault(
@@ -473,7 +474,10 @@ def _postgres_put(record: bool, live: bool) -> str:
       concurrent writer that committed while this statement waited for the lock leaves
       them different (PostgreSQL locks the newest row, the snapshot keeps the old one): the
       chunks and versions this snapshot reads may be stale, so nothing is written
-      (``fresh`` false) and the write runs in a transaction, whose statements see it;
+      (``fresh`` false) and the write runs in a transaction, whose statements see it.
+      Nor when the live version is not older than this write's time (``:now``, read before
+      the statement: a writer committed in between): the transaction path reads its time
+      under the lock, so a path's versions follow each other in time as in number;
     * ``go``: the write's condition, the size delta, and whether the content changed (the
       same bytes again change nothing);
     * the document inserted or updated, its old chunks dropped, the counters'
@@ -513,9 +517,11 @@ def _postgres_put(record: bool, live: bool) -> str:
         "LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
         "cur AS MATERIALIZED (SELECT ctid AS tid, size_bytes, etag FROM memory_documents "
         f"WHERE {_ONE} AND NOT (SELECT busy FROM pre) FOR UPDATE)",
-        f"seen AS MATERIALIZED (SELECT ctid AS tid FROM memory_documents WHERE {_ONE})",
+        "seen AS MATERIALIZED (SELECT ctid AS tid, updated_at AS at FROM memory_documents "
+        f"WHERE {_ONE})",
         "st AS MATERIALIZED (SELECT c.etag AS cur_etag, coalesce(c.size_bytes, 0) AS cur_size, "
-        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AS fresh, pre.replaced, pre.prekept "
+        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AND (s.at IS NULL OR s.at < :now) "
+        "AS fresh, pre.replaced, pre.prekept "
         "FROM pre LEFT JOIN cur AS c ON true LEFT JOIN seen AS s ON true)",
         # The condition as check_precondition states it: if_match demands that etag (an
         # absent document never matches), if_none_match demands absence.
