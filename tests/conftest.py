@@ -12,10 +12,18 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 POSTGRES_URL = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
 REDIS_URL = os.environ.get("CAIRN_TEST_REDIS_URL", "")
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# Property tests have no deadline: on a busy machine a slow example is the machine's, not
+# the code's (Hypothesis's own "ci" profile, which it loads under CI, has none either; it
+# is also derandomized there).
+settings.register_profile("cairn", deadline=None)
+if not IN_CI:
+    settings.load_profile("cairn")
 
 
 def _require(env_name: str, what: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -604,16 +605,23 @@ def test_purge_job_prunes_old_versions(
     put(client, h, q, "third")
     clock.step(days=2)  # versions 1 and 2 replaced more than a day ago
 
-    async def run_briefly() -> None:
+    def listed() -> list[int]:
+        got = client.get("/api/memory/doc/versions", params=q, headers=h).json()["versions"]
+        return [v["version"] for v in got]
+
+    async def run_until_pruned() -> None:
+        # Until a pass has pruned (each pass purges expired records first, which on a
+        # busy machine can take longer than a fixed wait), or a minute has passed.
         task = asyncio.create_task(purge_periodically(app, interval=0.05))
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and await asyncio.to_thread(listed) != [3]:
+            await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(run_briefly())
-    versions = client.get("/api/memory/doc/versions", params=q, headers=h).json()["versions"]
-    assert [v["version"] for v in versions] == [3]
+    asyncio.run(run_until_pruned())
+    assert listed() == [3]
     usage = client.get("/api/memory/usage", params=SPACE, headers=h).json()
     assert usage["history_used_bytes"] == 0
 

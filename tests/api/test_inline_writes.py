@@ -82,6 +82,8 @@ def test_a_write_waits_for_a_busy_turn_in_a_thread_while_the_loop_serves(
         if sqlite:
             holder.join(30)
     assert (read_status, write_status) == (200, 201)
-    assert waited is sqlite  # on SQLite the write waited for the turn the holder had
+    if sqlite:  # the write waited for the turn the holder had (PostgreSQL has none to wait
+        # for; how soon its write answered is the machine's speed, not asserted)
+        assert waited
     r = client.get("/api/memory/doc", params=q, headers=headers)
     assert r.status_code == 200 and r.json()["content"] == "w"

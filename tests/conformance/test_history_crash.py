@@ -55,9 +55,9 @@ def churn(spec: StoreSpec, seed: int, ready: str) -> None:
                 size = rng.choice((10, 1000, 300_000))  # large bodies: long transactions
                 store.write(REF, path, f"{seed} {n} " + "y" * size)
         except (NotFound, AlreadyExists):
-            pass
+            continue
         n += 1
-        if n == 5:
+        if n == 5:  # five changes committed: the round has something to check
             Path(ready).touch()
 
 

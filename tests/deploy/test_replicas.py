@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -236,9 +237,20 @@ def test_records_rate_limit_holds_across_replicas(deployment: Deployment) -> Non
         200,
     )
     assert [r["id"] for r in found["results"]] == [saved["id"]]
+    # A replica's first search loads the embedding model, which on a busy machine can take
+    # longer than the limiter's one-second window: warm the other one too, outside the burst.
+    expect(
+        httpx.post(
+            f"{urls[0]}/api/teams/{team}/memory/search",
+            json={"query": "postgresql replicas"},
+            headers=tenant.key_headers,
+            timeout=30,
+        ),
+        200,
+    )
+    time.sleep(1.1)  # the burst has a window of its own
 
-    # The search above took one of this second's 5 slots (or its second has passed).
-    # Fire 6 more at once, split across the replicas: at most 5 are admitted.
+    # Fire 6 searches at once, split across the replicas: at most 5 are admitted.
     barrier = threading.Barrier(6)
 
     def search(i: int) -> httpx.Response:

@@ -134,17 +134,22 @@ def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> Non
     for path, content in expected.items():
         doc = expect(
             httpx.get(
-                f"{url}/api/memory/doc", params={**SPACE, "path": path}, headers=tenant.key_headers
+                f"{url}/api/memory/doc",
+                params={**SPACE, "path": path},
+                headers=tenant.key_headers,
+                timeout=30,
             ),
             200,
         )
         assert doc["content"] == content
     listed = expect(
-        httpx.get(f"{url}/api/memory/docs", params=SPACE, headers=tenant.key_headers), 200
+        httpx.get(f"{url}/api/memory/docs", params=SPACE, headers=tenant.key_headers, timeout=30),
+        200,
     )
     assert {d["path"] for d in listed["documents"]} == set(expected)
     usage = expect(
-        httpx.get(f"{url}/api/memory/usage", params=SPACE, headers=tenant.key_headers), 200
+        httpx.get(f"{url}/api/memory/usage", params=SPACE, headers=tenant.key_headers, timeout=30),
+        200,
     )
     assert usage["used_bytes"] == sum(len(c.encode()) for c in expected.values())
 

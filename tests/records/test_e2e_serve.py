@@ -140,15 +140,22 @@ def test_two_servers_share_records_and_limits(cluster: Cluster) -> None:
         timeout=30,
     )
     assert saved.status_code == 201, saved.text
-    # Warm both servers (first requests import lazily) and let the window pass.
-    hit = _search(c, 1)
-    assert [r["id"] for r in hit.json()["results"]] == [saved.json()["id"]]
-    time.sleep(1.1)
+    # Warm both servers (a server's first search loads the embedding model, which on a
+    # busy machine can take longer than the limiter's one-second window).
+    for server in (0, 1):
+        hit = _search(c, server)
+        assert [r["id"] for r in hit.json()["results"]] == [saved.json()["id"]]
 
     # A burst of 8 concurrent searches spread over both servers: 5 admitted, the rest 429.
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(pool.map(lambda i: _search(c, i % 2), range(8)))
-    statuses = sorted(r.status_code for r in answers)
+    # A burst that a stalled machine stretched over two windows admits more; it is fired
+    # again, a window later, up to three times.
+    for _ in range(3):
+        time.sleep(1.1)  # a window of its own
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(lambda i: _search(c, i % 2), range(8)))
+        statuses = sorted(r.status_code for r in answers)
+        if statuses == [200] * 5 + [429] * 3:
+            break
     assert statuses == [200] * 5 + [429] * 3, [r.text for r in answers]
     refused = [r for r in answers if r.status_code == 429]
     assert all(r.json()["error"]["code"] == "rate_limited" for r in refused)

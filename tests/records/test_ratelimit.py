@@ -66,14 +66,20 @@ def test_refused_acquire_takes_nothing() -> None:
 
 
 def test_redis_rate_and_in_flight(redis_url: str) -> None:
-    limiter = _redis(redis_url)
+    # A wide window for the refusal: a stalled machine cannot let it pass mid-test.
+    limiter = _redis(redis_url, window=30.0)
     for _ in range(5):
         limiter.acquire("t")()
     with pytest.raises(RateLimited, match="a second"):
         limiter.acquire("t")
     limiter.acquire("u")()
-    time.sleep(1.05)  # the sliding window moves on the Redis clock
-    limiter.acquire("t")()
+    # The one-second window slides on the Redis clock.
+    sliding = _redis(redis_url)
+    for _ in range(5):
+        sliding.acquire("t")()
+    time.sleep(1.05)
+    sliding.acquire("t")()
+    sliding.close()
 
     wide = _redis(redis_url, rate=1000)
     held = [wide.acquire("t") for _ in range(10)]
@@ -88,12 +94,13 @@ def test_redis_rate_and_in_flight(redis_url: str) -> None:
 
 
 def test_redis_crashed_holder_does_not_wedge(redis_url: str) -> None:
-    limiter = _redis(redis_url, rate=1000, in_flight_ttl=0.3)
+    # The slots must outlive the test's own acquires on a stalled machine, then expire.
+    limiter = _redis(redis_url, rate=1000, in_flight_ttl=3.0)
     for _ in range(10):
         limiter.acquire("t")  # never released: a replica that died mid-search
     with pytest.raises(RateLimited):
         limiter.acquire("t")
-    time.sleep(0.4)
+    time.sleep(3.2)
     limiter.acquire("t")()
     limiter.close()
 
@@ -101,7 +108,8 @@ def test_redis_crashed_holder_does_not_wedge(redis_url: str) -> None:
 def _acquire_in_child(
     url: str, prefix: str, rate: int, count: int, ready: Any, results: Any
 ) -> None:
-    limiter = RedisRateLimiter(url, prefix=prefix, rate=rate)
+    # A wide window: both children's attempts fall in it however slowly they start.
+    limiter = RedisRateLimiter(url, prefix=prefix, rate=rate, window=60.0)
     ready.wait()
     admitted, refused = 0, 0
     held: list[Callable[[], None]] = []
@@ -143,7 +151,7 @@ def test_two_processes_share_in_flight_limit(redis_url: str) -> None:
 
 @pytest.mark.slow
 def test_two_processes_share_rate_limit(redis_url: str) -> None:
-    # 4 attempts each within well under a second: only 5 admitted in total.
+    # 4 attempts each within one window: only 5 admitted in total.
     out = _two_processes(redis_url, rate=5, count=4)
     assert sum(a for a, _ in out) == 5
     assert sum(r for _, r in out) == 3
