@@ -180,7 +180,6 @@ def test_a_cluster_stops_without_leaving_anything() -> None:
     require_pgvector()
     server = start_server()
     try:
-        assert server.startup_seconds < 15
         pid = server.pid
         assert pid is not None
         conn = psycopg.connect(server.url, autocommit=True)

@@ -212,7 +212,7 @@ def people(
 
     def make() -> Tab:
         context = browser.new_context()
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(30_000)  # Chromium on two busy cores
         tab = Tab(context, site, problems)
         tabs.append(tab)
         return tab
@@ -226,6 +226,15 @@ def people(
     for tab in tabs:
         tab.context.close()
     assert not problems, problems
+
+
+def expect(locator: Any) -> Any:
+    """Playwright's retrying assertions on ``locator``, as patient as the pages' timeout
+    (``is_visible()`` and ``count()`` answer at once, perhaps before the page has loaded)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    playwright_expect.set_options(timeout=30_000)
+    return playwright_expect(locator)
 
 
 def shot(page: Any, name: str) -> None:
@@ -292,8 +301,8 @@ def test_sign_in_open_a_space_and_create_edit_rename_delete(people: Callable[[],
 
     # Open the space: the tree lists it, with the usage bars.
     page.locator(".crumbs a").click()
-    assert page.get_by_role("link", name="deploy.md").is_visible()
-    assert page.locator("meter").count() >= 2
+    expect(page.get_by_role("link", name="deploy.md")).to_be_visible()
+    expect(page.locator("meter").nth(1)).to_be_attached()  # two usage bars at least
     shot(page, "space")
 
     # Edit in two tabs: the second save wins, the first meets the conflict page.
@@ -497,24 +506,24 @@ def test_history_diff_and_restore(people: Callable[[], Tab]) -> None:
 
     page.get_by_role("link", name="History").click()
     assert "History of history/plan.md" in page.locator("h1").inner_text()
-    assert page.locator("tbody tr").count() == 2
+    expect(page.locator("tbody tr")).to_have_count(2)
     assert "(live)" in page.locator("tr#v2").inner_text()
     assert_labelled(page)
     shot(page, "history")
 
     page.get_by_role("link", name="diff version 1 with the live version").click()
-    assert page.locator(".diff-del").filter(has_text="-Ship on Friday.").count() == 1
-    assert page.locator(".diff-add").filter(has_text="+Ship on Monday.").count() == 1
+    expect(page.locator(".diff-del").filter(has_text="-Ship on Friday.")).to_have_count(1)
+    expect(page.locator(".diff-add").filter(has_text="+Ship on Monday.")).to_have_count(1)
     page.go_back()
     page.get_by_label("From version").select_option("2")
     page.get_by_label("To version").select_option("1")
     page.get_by_role("button", name="Show the diff").click()
-    assert page.locator(".diff-add").filter(has_text="+Ship on Friday.").count() == 1
+    expect(page.locator(".diff-add").filter(has_text="+Ship on Friday.")).to_have_count(1)
 
     page.go_back()
     page.get_by_role("button", name="restore version 1").click()
     assert "Restored version 1" in page.locator(".notice").inner_text()
     assert "Friday" in page.locator("article").inner_text()
     page.get_by_role("link", name="History").click()
-    assert page.locator("tbody tr").count() == 3
+    expect(page.locator("tbody tr")).to_have_count(3)
     assert "(live)" in page.locator("tr#v3").inner_text()
