@@ -37,7 +37,7 @@ def serving(home: Path, *args: str) -> Iterator[str]:
     )
     try:
         # Wait for the socket to accept; a server that died is reported with its log.
-        for _ in range(600):
+        for _ in range(2400):
             if proc.poll() is not None:
                 raise AssertionError(
                     f"cairn mcp --http exited {proc.returncode}: "
@@ -48,6 +48,11 @@ def serving(home: Path, *args: str) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.05)
+        else:
+            raise AssertionError(
+                "cairn mcp --http never accepted: "
+                + (home.parent / f"server-{port}.log").read_text()
+            )
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

@@ -70,13 +70,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=url, timeout=30) as c:
-            for _ in range(600):
+            for _ in range(2400):
                 assert proc.poll() is None, (tmp / "serve.log").read_text()
                 try:
                     if c.get("/healthz").status_code == 200:
                         break
                 except httpx.HTTPError:
                     time.sleep(0.05)
+            else:
+                raise AssertionError(
+                    "cairn serve never answered:\n" + (tmp / "serve.log").read_text()
+                )
             admin = {"Authorization": f"Bearer {ADMIN}"}
 
             def post(path: str, body: dict[str, object]) -> dict[str, object]:
