@@ -227,27 +227,20 @@ def test_records_rate_limit_holds_across_replicas(deployment: Deployment) -> Non
         ),
         201,
     )
-    found = expect(
-        httpx.post(
-            f"{urls[1]}/api/teams/{team}/memory/search",
-            json={"query": "postgresql replicas"},
-            headers=tenant.key_headers,
-            timeout=30,
-        ),
-        200,
-    )
-    assert [r["id"] for r in found["results"]] == [saved["id"]]
-    # A replica's first search loads the embedding model, which on a busy machine can take
-    # longer than the limiter's one-second window: warm the other one too, outside the burst.
-    expect(
-        httpx.post(
-            f"{urls[0]}/api/teams/{team}/memory/search",
-            json={"query": "postgresql replicas"},
-            headers=tenant.key_headers,
-            timeout=30,
-        ),
-        200,
-    )
+    # Found through each replica; a replica's first search loads the embedding model,
+    # which on a busy machine can take longer than the limiter's one-second window, so
+    # both are warm before the burst below.
+    for url in (urls[1], urls[0]):
+        found = expect(
+            httpx.post(
+                f"{url}/api/teams/{team}/memory/search",
+                json={"query": "postgresql replicas"},
+                headers=tenant.key_headers,
+                timeout=30,
+            ),
+            200,
+        )
+        assert [r["id"] for r in found["results"]] == [saved["id"]]
     time.sleep(1.1)  # the burst has a window of its own
 
     # Fire 6 searches at once, split across the replicas: at most 5 are admitted.

@@ -398,15 +398,22 @@ def contents(store: SqlStore, path: str, upto: int) -> list[str]:
     return [store.read_version(REF, path, n).content for n in range(1, upto + 1)]
 
 
+@pytest.fixture
+def stepped(pg: Backend) -> tuple[SqlStore, StepClock]:
+    """A store on a :class:`StepClock` whose ``a.md`` holds version 1 ("v1") at its start."""
+    store = pg.open()
+    store.clock = clock = StepClock()
+    store.write(REF, "a.md", "v1")
+    return store, clock
+
+
 def test_a_write_that_waited_for_the_lock_is_timed_after_the_version_it_replaces(
-    pg: Backend,
+    stepped: tuple[SqlStore, StepClock],
 ) -> None:
     # A write in a transaction (a grant's) waits for the row lock while another writer,
     # who read the clock after it, commits. Its time must be read under the lock: read
     # before the wait, it preceded the version it replaced.
-    store = pg.open()
-    store.clock = clock = StepClock()
-    store.write(REF, "a.md", "v1")
+    store, clock = stepped
     key = {**store._address(REF), "p": "a.md"}
     with write_transaction(store.engine) as conn:
         store._change_sql.lock(conn, key)  # the other writer holds the row
@@ -423,14 +430,12 @@ def test_a_write_that_waited_for_the_lock_is_timed_after_the_version_it_replaces
 
 
 def test_a_write_whose_time_precedes_the_live_version_runs_in_a_transaction(
-    pg: Backend,
+    stepped: tuple[SqlStore, StepClock],
 ) -> None:
     # The one-statement write reads the clock before it sends the statement. A writer that
     # read the clock later and committed in between is in the statement's snapshot, with
     # no lock to wait for: the statement must not write a version timed before it.
-    store = pg.open()
-    store.clock = clock = StepClock()
-    store.write(REF, "a.md", "v1")
+    store, clock = stepped
     first = store.read(REF, "a.md").etag
     answers = spy(store)
 
