@@ -23,12 +23,15 @@ from cairn.identity import schema as t
 from cairn.identity.keys import KeyHasher, new_api_key, new_id, new_token
 from cairn.identity.standing import (
     KEY_POINT,
+    SESSION_FOR_TOKEN,
+    TEAMS_AS_MEMBER,
+    TEAMS_AS_ORG_ADMIN,
     Standing,
     standing_from_row,
     standing_in_team,
 )
 from cairn.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
-from cairn.principal import CredentialKind, OrgRole, Principal, TeamRole
+from cairn.principal import CredentialKind, Principal, TeamRole
 
 MIN_PASSWORD_CHARS = 8
 _UNSET: Any = object()
@@ -377,23 +380,10 @@ class IdentityService:
     def _user_teams(self, conn: Connection, user_id: str) -> list[dict[str, Any]]:
         """Every team the user acts in: memberships, plus each team of an org it owns/admins."""
         out: dict[str, dict[str, Any]] = {}
-        rows = conn.execute(
-            sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id, t.team_members.c.role)
-            .join(t.team_members, t.team_members.c.team_id == t.teams.c.id)
-            .where(t.team_members.c.user_id == user_id)
-        )
-        for r in rows:
+        for r in conn.execute(TEAMS_AS_MEMBER, {"u": user_id}):
             out[r[0]] = {"id": r[0], "name": r[1], "org_id": r[2], "role": r[3]}
-        rows = conn.execute(
-            sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id)
-            .join(t.org_members, t.org_members.c.org_id == t.teams.c.org_id)
-            .where(
-                t.org_members.c.user_id == user_id,
-                t.org_members.c.role.in_([OrgRole.OWNER.value, OrgRole.ADMIN.value]),
-            )
-        )
-        for r in rows:
-            out[r[0]] = {"id": r[0], "name": r[1], "org_id": r[2], "role": TeamRole.ADMIN.value}
+        for a in conn.execute(TEAMS_AS_ORG_ADMIN, {"u": user_id}):
+            out[a[0]] = {"id": a[0], "name": a[1], "org_id": a[2], "role": TeamRole.ADMIN.value}
         return [out[k] for k in sorted(out)]
 
     def user_teams(self, user_id: str) -> list[dict[str, Any]]:
@@ -452,16 +442,7 @@ class IdentityService:
         """
         # One connection: the session, then the user's teams or standing in the team.
         with read_statements(self.engine) as conn:
-            row = conn.execute(
-                sa.select(
-                    t.sessions.c.user_id,
-                    t.sessions.c.csrf_hash,
-                    t.sessions.c.expires_at,
-                    t.users.c.super_admin,
-                )
-                .join(t.users, t.users.c.id == t.sessions.c.user_id)
-                .where(t.sessions.c.id_hash == self.hasher.hash(token))
-            ).first()
+            row = conn.execute(SESSION_FOR_TOKEN, {"h": self.hasher.hash(token)}).first()
             if row is None or utc(row[2]) <= utcnow():
                 return None
             user_id = str(row[0])

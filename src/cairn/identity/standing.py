@@ -1,4 +1,5 @@
-"""A user's standing in a team, read on every request: one round trip, statements built once.
+"""A user's standing in a team, read on every request: one round trip, statements built once
+(a browser session's, and its user's teams, too).
 
 Membership is never cached (a removed member's very next request is refused); what is
 saved is the cost of building the SQL, and the round trips of reading key, team, org
@@ -71,6 +72,39 @@ PRINCIPAL_FOR_KEY = (
 
 #: The same, as every request with an API key runs it (a point read off the pool).
 KEY_POINT = PointRead(PRINCIPAL_FOR_KEY)
+
+#: A live-or-expired browser session (by its token's hash) with its user's standing flag.
+SESSION_FOR_TOKEN = (
+    sa.select(
+        t.sessions.c.user_id,
+        t.sessions.c.csrf_hash,
+        t.sessions.c.expires_at,
+        t.users.c.super_admin,
+    )
+    .join(t.users, t.users.c.id == t.sessions.c.user_id)
+    .where(t.sessions.c.id_hash == sa.bindparam("h"))
+)
+
+#: The teams a user (``u``) is a member of, with the membership's role.
+TEAMS_AS_MEMBER = (
+    sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id, t.team_members.c.role)
+    .join(t.team_members, t.team_members.c.team_id == t.teams.c.id)
+    .where(t.team_members.c.user_id == sa.bindparam("u"))
+)
+
+#: The teams of the orgs a user (``u``) owns or administers (two plain comparisons, not an
+#: ``IN`` list, which SQLAlchemy expands again at every execution).
+TEAMS_AS_ORG_ADMIN = (
+    sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id)
+    .join(t.org_members, t.org_members.c.org_id == t.teams.c.org_id)
+    .where(
+        t.org_members.c.user_id == sa.bindparam("u"),
+        sa.or_(
+            t.org_members.c.role == OrgRole.OWNER.value,
+            t.org_members.c.role == OrgRole.ADMIN.value,
+        ),
+    )
+)
 
 PROJECT_LIMIT = sa.select(t.team_member_projects.c.project_id).where(
     t.team_member_projects.c.team_id == sa.bindparam("t"),
