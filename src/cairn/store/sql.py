@@ -524,7 +524,8 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         key = {**self._address(ref), "p": w.path}
         params = {
             **self._change_params(ref, key, 0, None, now),
-            **self._body(ref, w, now),
+            **self._body(ref, w),
+            "now": self._time(now),
             "if_match": w.if_match,
             "if_none_match": w.if_none_match,
             "keep": self.limits.history_versions,
@@ -542,22 +543,22 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
     def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
-        doc = {**self._address(ref), "p": w.path, **self._body(ref, w, None)}
+        doc = {**self._address(ref), "p": w.path, **self._body(ref, w)}
         created = self._put(conn, ref, doc, w)
         if w.grant is not None and ref.is_global:
             verb = "import" if w.grant.importing else "write"
             _audit(conn, w.grant, verb, ref, w.path)
         return WriteResult(w.path, len(w.data), w.etag, created)
 
-    def _body(self, ref: SpaceRef, w: CheckedWrite, now: datetime | None) -> dict[str, Any]:
-        """What a write stores in the document row: the new live version (its time
-        ``now``; None: set by :meth:`_put`, once it holds the row lock)."""
+    def _body(self, ref: SpaceRef, w: CheckedWrite) -> dict[str, Any]:
+        """What a write stores in the document row: the new live version, all but its
+        time (``now``), which each write path adds (the transaction path once it holds the
+        row lock, :meth:`_put`)."""
         return {
             "vis": ref.visibility.value,
             "content": w.content,
             "size": len(w.data),
             "etag": w.etag,
-            "now": None if now is None else self._time(now),
             "actor": current_actor()[:256],
             # PostgreSQL: a large version is packed now, while its bytes are at hand, into
             # its row of the history (SQLite packs it when a change replaces it; SQL copies
