@@ -198,6 +198,37 @@ def test_a_move_ends_the_old_path_and_starts_the_new_one(
     assert [v.deleted for v in store.versions(REF, "b.md")] == [True, False]
 
 
+def test_a_clock_that_steps_back_never_times_a_version_before_the_one_it_replaces(
+    clocked: tuple[MemoryStore, FakeClock],
+) -> None:
+    """An NTP step, or replicas whose clocks disagree: every change of a path is timed no
+    earlier than the version it replaces, so a path's versions follow each other in time as
+    in number and a read as of the newest one's instant sees it."""
+    store, clock = clocked
+    late = clock.tick(100)
+    store.write(REF, "a.md", "one")
+    store.write(REF, "b.md", "target")
+    for seconds, change in (
+        (50, lambda: store.write(REF, "a.md", "two")),
+        (40, lambda: store.delete(REF, "a.md")),
+        (30, lambda: store.write(REF, "a.md", "three")),
+        (20, lambda: store.move(REF, "a.md", "b.md", overwrite=True)),
+        (10, lambda: store.write(REF, "b.md", "four")),
+    ):
+        clock.now = late - timedelta(seconds=seconds)
+        change()
+    for path, count in (("a.md", 5), ("b.md", 3)):
+        found = store.versions(REF, path)
+        assert len(found) == count, path
+        times = [v.at for v in found]  # newest first
+        assert times == sorted(times, reverse=True), (path, times)
+        assert min(times) == late, (path, times)
+    with pytest.raises(NotFound):
+        store.read_as_of(REF, "a.md", late)
+    assert store.read_as_of(REF, "b.md", late).content == "four"
+    assert [d.path for d in store.list_as_of(REF, late)] == ["b.md"]
+
+
 # --- The past by instant ----------------------------------------------------------------------
 
 

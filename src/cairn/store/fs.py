@@ -153,12 +153,13 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
             conn = self._history_conn_locked()
-            records: Records = [self._observed(ref, path, existing, current)]
+            now = self._instant(conn, ref, (path, existing, current))
+            records: Records = [self._observed(ref, path, existing, current, now)]
             # The file's mtime (its updated_at) is the new version's instant; the same bytes
             # again make no new version and keep the file's time.
             mtime_ns = existing[1].st_mtime_ns if existing else None
             if current != w.etag:
-                version = self._version_record(ref, path, data, w.etag)
+                version = self._version_record(ref, path, data, w.etag, now)
                 records.append(version)
                 mtime_ns = version.at_us * 1000
 
@@ -193,8 +194,9 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
             conn = self._history_conn_locked()
-            records: Records = [self._observed(ref, path, existing, current)]
-            records.append(self._version_record(ref, path, None))
+            now = self._instant(conn, ref, (path, existing, current))
+            records: Records = [self._observed(ref, path, existing, current, now)]
+            records.append(self._version_record(ref, path, None, "", now))
 
             def change() -> None:
                 self._remove_file(space, doc, path)
@@ -218,11 +220,12 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = -replaced[1].st_size if replaced else 0
             conn = self._history_conn_locked()
             # History: the old path ends, the new one gets the content as its next version.
-            moved = self._version_record(ref, m.to, existing[0], etag)
+            now = self._instant(conn, ref, (m.path, existing, etag), (m.to, replaced, None))
+            moved = self._version_record(ref, m.to, existing[0], etag, now)
             records: Records = [
-                self._observed(ref, m.path, existing, etag),
-                self._observed(ref, m.to, replaced),
-                self._version_record(ref, m.path, None),
+                self._observed(ref, m.path, existing, etag, now),
+                self._observed(ref, m.to, replaced, None, now),
+                self._version_record(ref, m.path, None, "", now),
                 moved,
             ]
 

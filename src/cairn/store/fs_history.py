@@ -437,22 +437,41 @@ class DocumentHistory:
                     at = st.st_mtime_ns // 1000
                     yield Record(ref.id, doc_path, data, content_etag(data), at, BEFORE_HISTORY)
 
-    def _version_record(
-        self, ref: SpaceRef, path: str, data: bytes | None, etag: str = ""
-    ) -> Record:
-        """The version a mutation through the store makes now."""
-        return Record(ref.id, path, data, etag, _us(self.clock()), current_actor())
+    def _instant(
+        self, conn: sqlite3.Connection, ref: SpaceRef, *found: tuple[str, Live, str | None]
+    ) -> int:
+        """Now, in µs, for a mutation of the paths of ``found`` (each with the file found
+        there and its etag when known): the clock's, but never before a path's newest
+        version, nor before the hand edit of its file recorded first. A clock that stepped
+        back would otherwise time a version before the one it replaces."""
+        now = _us(self.clock())
+        for path, live, etag in found:
+            newest = self._history.newest(conn, ref.id, path)
+            if newest is not None:
+                now = max(now, newest[3])
+            edit = _hand_edit(newest, ref.id, path, live, now, etag)
+            if edit is not None:
+                now = max(now, edit.at_us)
+        return now
 
-    def _observed(self, ref: SpaceRef, path: str, live: Live, etag: str | None = None) -> Observed:
+    def _version_record(
+        self, ref: SpaceRef, path: str, data: bytes | None, etag: str, at_us: int
+    ) -> Record:
+        """The version a mutation through the store makes at ``at_us`` (its instant)."""
+        return Record(ref.id, path, data, etag, at_us, current_actor())
+
+    def _observed(
+        self, ref: SpaceRef, path: str, live: Live, etag: str | None = None, now_us: int = 0
+    ) -> Observed:
         """The file found at ``path`` (its content's ``etag`` when known) before a
-        change: a hand edit is recorded first."""
-        return Observed(ref.id, path, live, _us(self.clock()), etag)
+        change at ``now_us`` (0: the clock's now): a hand edit is recorded first."""
+        return Observed(ref.id, path, live, now_us or _us(self.clock()), etag)
 
     def _is_hand_edited(
-        self, conn: sqlite3.Connection, ref: SpaceRef, path: str, live: Live
+        self, conn: sqlite3.Connection, ref: SpaceRef, path: str, live: Live, etag: str | None
     ) -> bool:
         newest = self._history.newest(conn, ref.id, path)
-        return _hand_edit(newest, ref.id, path, live, 0) is not None
+        return _hand_edit(newest, ref.id, path, live, 0, etag) is not None
 
     def _record_history(
         self, conn: sqlite3.Connection, records: Sequence[Record | Observed]
@@ -559,7 +578,7 @@ class DocumentHistory:
             return []
         comps = space_components(ref) + encode_doc_path(path)
         with _os_errors(path), history_errors():
-            if self._is_hand_edited(conn, ref, path, self._read_file(comps, path)):
+            if self._is_hand_edited(conn, ref, path, self._read_file(comps, path), None):
                 # A hand edit: record it under the lock (a writer may be between its file
                 # operation and its insert: look again once it is done).
                 with self._locked():

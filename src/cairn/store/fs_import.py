@@ -61,7 +61,7 @@ from cairn.store.base import (
     WriteResult,
     check_precondition,
 )
-from cairn.store.fs_history import Observed, Record, history_errors
+from cairn.store.fs_history import Observed, Record, _us, history_errors
 from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
 
 if TYPE_CHECKING:
@@ -111,6 +111,8 @@ class _Batch:
     # batch holds now ('' for none).
     records: list[Record | Observed] = field(default_factory=list)
     holds: dict[str, str] = field(default_factory=dict)
+    # The instant of each path's newest change in this batch (µs): the next is no earlier.
+    times: dict[str, int] = field(default_factory=dict)
     # Bytes of content the pending versions hold in memory (flushed past FLUSH_BYTES).
     held: int = 0
 
@@ -163,13 +165,19 @@ class _Batch:
         records: list[Record | Observed] = []
         if held is None:
             live = _read_live(dfd, name) if exists else None
+            held = "" if live is None else content_etag(live[0])
             # A file's content is held until the flush only when it is a hand edit.
             with history_errors():
-                if live is None or self.store._is_hand_edited(self.history, self.ref, path, live):
-                    records.append(self.store._observed(self.ref, path, live))
-            held = "" if live is None else content_etag(live[0])
+                now = self.store._instant(self.history, self.ref, (path, live, held or None))
+                if live is None or self.store._is_hand_edited(
+                    self.history, self.ref, path, live, held
+                ):
+                    records.append(self.store._observed(self.ref, path, live, held or None, now))
+        else:  # written earlier in this batch: its versions are not in the history yet
+            now = max(_us(self.store.clock()), self.times[path])
+        self.times[path] = now
         if held != etag:
-            records.append(self.store._version_record(self.ref, path, data, etag))
+            records.append(self.store._version_record(self.ref, path, data, etag, now))
         return records
 
     def _directory(self, where: tuple[str, ...], path: str) -> int:

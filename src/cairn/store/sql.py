@@ -594,8 +594,9 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             # one waited for it took its time earlier, so the path's versions follow each
             # other in time as in number (a time read before the wait could precede the
             # version it replaces, and a read as of a moment between the two would see this
-            # version before it was written).
-            now = self.clock()
+            # version before it was written). Nor before the version it replaces when the
+            # clock stepped back (a new document: the insert sees to it, _INSERT_AT).
+            now = _not_before(self.clock(), current)
             doc["now"] = self._time(now)
             team = self._change(
                 conn,
@@ -633,7 +634,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 drop_chunks=True,
                 replaced=current,
                 mark=True,
-                at=self.clock(),
+                at=_not_before(self.clock(), current),
                 attributed=_attributed_team(d.grant),
             )
             if d.grant is not None and ref.is_global:
@@ -651,7 +652,12 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
                 raise NotFound(f"no document at {m.path!r} in space {addr['sid']!r}", path=m.path)
             check_precondition(m.path, current.etag, m.if_match)
             check_move_target(m, replaced is not None)
-            now = self.clock()
+            # Both paths' newest versions come before the move's (m.to without a document
+            # may hold a deletion marker).
+            now = _not_before(self.clock(), current, replaced)
+            if replaced is None and self.keeps_history:
+                last = self._change_sql.last_at(conn, target)
+                now = now if last is None else max(now, last)
             if replaced is not None:
                 # What m.to held is kept in its history, ended by the moved document (its
                 # next version), not by a marker.
@@ -824,6 +830,14 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with read_transaction(self.engine) as conn:
             row = conn.execute(self._sql.tenant_used, {"t": tenant}).first()
         return (int(row.used_bytes), int(row.quota_bytes)) if row else (0, default)
+
+
+def _not_before(now: datetime, *locked: Locked | None) -> datetime:
+    """``now``, or the latest version time of the ``locked`` rows when it is later: a change
+    is never timed before a version it replaces (a clock that stepped back, or a replica
+    whose clock is behind the one that wrote the document)."""
+    times = [now] + [row.at for row in locked if row is not None and row.at is not None]
+    return max(times)
 
 
 def _kept(replaced: Locked | None) -> dict[str, Any]:

@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from cairn.db import driver_cursor, on_pooled
+from cairn.db import driver_cursor, on_pooled, utc
 from cairn.store.sql_schema import memory_documents
 from cairn.store.version_pack import COMPRESS_FROM
 
@@ -87,7 +88,7 @@ _UNKEPT = (
 #: live version's row in the table (``{row}``; NULL: none, the change copies the version)
 #: and, on SQLite, a large version's content for the store to pack (``{content}``).
 _LOCK = (
-    "SELECT d.size_bytes, d.etag, d.version, {row}, {content} "
+    "SELECT d.size_bytes, d.etag, d.version, {row}, {content}, d.updated_at "
     f"FROM memory_documents AS d WHERE {_ONE}"
 )
 #: The number of a new path's first version: after the versions an earlier document at
@@ -104,7 +105,7 @@ _DOC = {
     "insert": (
         "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
         "content, size_bytes, etag, updated_at, version, actor) "
-        f"SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, :now, {_NEXT}, :actor"
+        f"SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {{at}}, {_NEXT}, :actor"
         "{src} WHERE true{when} "
         "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING version"
     ),
@@ -115,6 +116,26 @@ _DOC = {
     ),
     "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
 }
+#: A new document's time (``{at}`` of ``_DOC["insert"]``): the write's, but never before the
+#: newest version its path holds already (a clock that stepped back, or a replica's clock
+#: behind another's, would time it before the deletion it follows). Its own lookup of the
+#: path's versions, which a path never written finds empty at once.
+_INSERT_AT = {
+    "sqlite": (
+        f"max(:now, coalesce((SELECT max(at) FROM memory_document_versions WHERE {_ONE}), :now))"
+    ),
+    "postgresql": (
+        "greatest(CAST(:now AS timestamptz), (SELECT max(at) FROM memory_document_versions "
+        "WHERE tenant_id = CAST(:t AS text) AND space_key = CAST(:k AS varchar) "
+        "AND space_id = CAST(:sid AS text) AND path = CAST(:p AS text)))"
+    ),
+}
+#: ``_DOC`` as each dialect runs it.
+_DOCS = {
+    name: {**_DOC, "insert": _DOC["insert"].replace("{at}", at)} for name, at in _INSERT_AT.items()
+}
+#: The time of a path's newest version in the table (a move's target without a document).
+_LAST_AT = f"SELECT max(at) FROM memory_document_versions WHERE {_ONE}"
 #: The document is not in the statement's snapshot (PostgreSQL's insert, for ``{when}``).
 _ABSENT = f" AND NOT EXISTS (SELECT 1 FROM memory_documents WHERE {_ONE})"
 _GONE = f"DELETE FROM memory_chunks WHERE {_ONE}"
@@ -200,6 +221,8 @@ class Locked(NamedTuple):
     #: On SQLite a large version's content, for the store to pack when the change replaces
     #: it (unless ``row_stored``); None otherwise.
     content: str | None = None
+    #: Its version's time (``updated_at``): a change of the document is timed no earlier.
+    at: datetime | None = None
 
 
 class Team(NamedTuple):
@@ -258,6 +281,8 @@ class ChangeStatements:
         #: other statement compares with); None: the driver's own.
         impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
         self.bind_time: Callable[[Any], Any] | None = impl.bind_processor(dialect)
+        self._read_time: Callable[[Any], Any] | None = impl.result_processor(dialect, None)
+        self._doc = _DOCS[name]
         self._built: dict[Shape, str] = {}
         self._steps: dict[Shape, list[tuple[str, str]]] = {}
         # Without history (the benchmark's baseline) a lock reads no row of it. On
@@ -276,6 +301,7 @@ class ChangeStatements:
         self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
         self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
         self._carry = _pyformat(_CARRY) if self.postgres else _CARRY
+        self._last_at = _pyformat(_LAST_AT) if self.postgres else _LAST_AT
 
     def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
         """Lock the document row of ``params`` (its address and path); None when there is
@@ -291,7 +317,20 @@ class ChangeStatements:
             int(row[2]),
             None if row[3] is None else int(row[3]),
             None if row[4] is None else str(row[4]),
+            self._time_of(row[5]),
         )
+
+    def _time_of(self, value: Any) -> datetime:
+        """A stored timestamp as an aware UTC datetime (SQLite stores text)."""
+        return utc(value if self._read_time is None else self._read_time(value))
+
+    def last_at(self, conn: Connection, params: dict[str, Any]) -> datetime | None:
+        """The time of the newest version the path of ``params`` holds in the table (a
+        deletion marker, or a version a move carried away), None when it has none."""
+        with driver_cursor(conn, "last_at") as cursor:
+            cursor.execute(self._last_at, params)
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else self._time_of(row[0])
 
     def carry(self, conn: Connection, params: dict[str, Any]) -> None:
         """A moved large document's packed row copied to its new path (see :data:`_CARRY`)."""
@@ -400,7 +439,7 @@ class ChangeStatements:
         if doc is not None:
             # An insert or update answers the document's new version number.
             name = "delete" if doc == "delete" else "doc"
-            steps.append((name, _DOC[doc].format(src="", when="")))
+            steps.append((name, self._doc[doc].format(src="", when="")))
         if drop_chunks:
             steps.append(("gone", _GONE))
         steps.append(("space", _SPACE.format(src="")))
@@ -421,7 +460,7 @@ class ChangeStatements:
             # taken from it could be one that deletion keeps: insert nothing, and the store
             # locks again.
             when = _ABSENT if doc == "insert" else ""
-            ctes.append(f"doc AS ({_DOC[doc].format(src='', when=when)})")
+            ctes.append(f"doc AS ({self._doc[doc].format(src='', when=when)})")
             sources.append("doc")
         if drop_chunks:
             after_doc = " AND EXISTS (SELECT 1 FROM doc)" if doc is not None else ""
@@ -531,10 +570,12 @@ def _postgres_put(record: bool, live: bool) -> str:
         ":size - cur_size AS d, cur_etag IS DISTINCT FROM :etag AS changed, replaced, prekept "
         "FROM st)",
         "ins_doc AS ("
-        + _DOC["insert"].format(src=" FROM go", when=" AND go.ok AND go.cur_etag IS NULL")
+        + _DOCS["postgresql"]["insert"].format(
+            src=" FROM go", when=" AND go.ok AND go.cur_etag IS NULL"
+        )
         + ")",
         "upd_doc AS ("
-        + _DOC["update"].format(
+        + _DOCS["postgresql"]["update"].format(
             src=" FROM go", when=" AND go.ok AND go.changed AND go.cur_etag IS NOT NULL"
         )
         + ")",
