@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from cairn.db import utcnow, write_transaction
+from cairn.documents import content_etag
 from cairn.errors import PreconditionFailed, QuotaExceeded
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
@@ -362,6 +363,70 @@ def test_a_create_whose_lock_found_nothing_numbers_after_a_delete_it_waited_for(
     assert store.read_version(REF, "a.md", 5).content == "y"
     store.delete(REF, "a.md")
     assert versions(store, "a.md") == [1, 2, 3, 4, 5, 6]
+
+
+def stale_number(store: SqlStore, path: str, content: str) -> None:
+    """The state the create race can leave (see ``Locked.newest_kept``): ``path`` was
+    written and deleted (its version 1 kept, 2 the marker), and a document holds it again
+    numbered 1, as a create numbered from a snapshot taken before another writer created
+    the document and a third deleted it."""
+    store.write(REF, path, "first")
+    store.delete(REF, path)
+    row = {**store._address(REF), "p": path}
+    with write_transaction(store.engine) as conn:
+        conn.execute(
+            sa.insert(memory_documents).values(
+                tenant_id=row["t"],
+                space_key=row["k"],
+                space_id=row["sid"],
+                path=path,
+                visibility=REF.visibility.value,
+                content=content,
+                size_bytes=len(content),
+                etag=content_etag(content.encode()),
+                updated_at=utcnow() - timedelta(seconds=1),
+                version=1,
+                actor="test",
+            )
+        )
+
+
+def test_a_document_numbered_as_a_kept_version_is_renumbered_by_its_next_write(
+    pg: Backend,
+) -> None:
+    # Its next change kept it as version 1 again: a duplicate key (a 500), at every change
+    # of the document from then on.
+    store = pg.open()
+    stale_number(store, "a.md", "stale")
+    answers = spy(store)
+    store.write(REF, "a.md", "next")
+    assert answers == [None]  # the statement met the duplicate; a transaction renumbered
+    assert versions(store, "a.md") == [1, 2, 3, 4]
+    assert [store.read_version(REF, "a.md", n).content for n in (1, 3, 4)] == [
+        "first",
+        "stale",
+        "next",
+    ]
+    found = store.versions(REF, "a.md")
+    assert [v.version for v in found] == [4, 3, 2, 1]
+    assert [v.at for v in found] == sorted((v.at for v in found), reverse=True)
+    store.write(REF, "a.md", "again")  # one statement again
+    assert answers[-1] == (True, content_etag(b"next"))
+
+
+def test_a_document_numbered_as_a_kept_version_is_renumbered_by_a_delete_or_move(
+    pg: Backend,
+) -> None:
+    store = pg.open()
+    stale_number(store, "a.md", "stale")
+    store.delete(REF, "a.md")
+    assert versions(store, "a.md") == [1, 2, 3, 4]
+    assert store.read_version(REF, "a.md", 3).content == "stale"
+    stale_number(store, "b.md", "stale b")
+    store.move(REF, "b.md", "c.md")
+    assert versions(store, "b.md") == [1, 2, 3, 4]
+    assert store.read_version(REF, "b.md", 3).content == "stale b"
+    assert store.read(REF, "c.md").content == "stale b"
 
 
 class StepClock:

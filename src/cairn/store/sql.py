@@ -583,7 +583,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         """Lock the row, check the write's condition, then create or replace the document
         in one change (:mod:`cairn.store.sql_write`); return whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
-            current = self._change_sql.lock(conn, doc)
+            current = self._locked(conn, doc)
             check_precondition(
                 w.path, current.etag if current else None, w.if_match, w.if_none_match
             )
@@ -617,11 +617,17 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             # A concurrent writer created it and has committed: lock and replace it.
         raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
 
+    def _locked(self, conn: Connection, key: dict[str, Any]) -> Locked | None:
+        """The document row of ``key`` locked for a change, renumbered first when it holds a
+        number its path's history holds too (``Locked.newest_kept``)."""
+        current = self._change_sql.lock(conn, key)
+        return None if current is None else self._change_sql.renumbered(conn, key, current)
+
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         addr = self._address(ref)
         key = {**addr, "p": d.path}
         with write_transaction(self.engine) as conn:
-            current = self._change_sql.lock(conn, key)
+            current = self._locked(conn, key)
             if current is None:
                 raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
             check_precondition(d.path, current.etag, d.if_match)
@@ -646,7 +652,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with write_transaction(self.engine) as conn:
             # Both rows locked in path order, as every writer of two documents takes them.
             first, second = sorted((key, target), key=lambda k: k["p"])
-            rows = {k["p"]: self._change_sql.lock(conn, k) for k in (first, second)}
+            rows = {k["p"]: self._locked(conn, k) for k in (first, second)}
             current, replaced = rows[m.path], rows[m.to]
             if current is None:
                 raise NotFound(f"no document at {m.path!r} in space {addr['sid']!r}", path=m.path)

@@ -88,8 +88,20 @@ _UNKEPT = (
 #: live version's row in the table (``{row}``; NULL: none, the change copies the version)
 #: and, on SQLite, a large version's content for the store to pack (``{content}``).
 _LOCK = (
-    "SELECT d.size_bytes, d.etag, d.version, {row}, {content}, d.updated_at "
+    "SELECT d.size_bytes, d.etag, d.version, {row}, {content}, d.updated_at, {newest} "
     f"FROM memory_documents AS d WHERE {_ONE}"
+)
+#: The path's newest version in the table (PostgreSQL's lock, for ``{newest}``).
+_NEWEST_KEPT = (
+    "(SELECT max(v.version) FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
+    "AND v.space_key = d.space_key AND v.space_id = d.space_id AND v.path = d.path)"
+)
+#: A document numbered before a version its path holds already (see ``Locked.newest_kept``)
+#: renumbered after it, and timed no earlier than it.
+_RENUMBER = (
+    "UPDATE memory_documents SET version = :n, updated_at = greatest(updated_at, "
+    f"(SELECT max(at) FROM memory_document_versions WHERE {_ONE})) WHERE {_ONE} "
+    "RETURNING updated_at"
 )
 #: The number of a new path's first version: after the versions an earlier document at
 #: the path left (the table holds them; a path never written starts at 1). The parameters
@@ -205,6 +217,8 @@ _MARK = (
 #: because plain SQL has no RAISE; the text names it in the server's log.
 _UNDO = "cairn write undone, retried in a transaction"
 _UNDO_STATE = "22P02"
+#: unique_violation: the one statement met a version number the table holds already.
+_DUPLICATE_STATE = "23505"
 
 
 class Locked(NamedTuple):
@@ -223,6 +237,11 @@ class Locked(NamedTuple):
     content: str | None = None
     #: Its version's time (``updated_at``): a change of the document is timed no earlier.
     at: datetime | None = None
+    #: PostgreSQL: the newest version number the path holds in the table. Above the
+    #: document's own, the document took a number a concurrent deletion kept (a create
+    #: numbered from a snapshot taken before another writer created the document and a third
+    #: deleted it, all inside the create's one statement): the change renumbers it first.
+    newest_kept: int | None = None
 
 
 class Team(NamedTuple):
@@ -297,11 +316,13 @@ class ChangeStatements:
         content = (
             f"CASE WHEN {_LARGE} THEN d.content END" if history and not self.postgres else "NULL"
         )
-        lock = _LOCK.format(row=row, content=content)
+        newest = _NEWEST_KEPT if history and self.postgres else "NULL"
+        lock = _LOCK.format(row=row, content=content, newest=newest)
         self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
         self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
         self._carry = _pyformat(_CARRY) if self.postgres else _CARRY
         self._last_at = _pyformat(_LAST_AT) if self.postgres else _LAST_AT
+        self._renumber = _pyformat(_RENUMBER)
 
     def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
         """Lock the document row of ``params`` (its address and path); None when there is
@@ -318,7 +339,20 @@ class ChangeStatements:
             None if row[3] is None else int(row[3]),
             None if row[4] is None else str(row[4]),
             self._time_of(row[5]),
+            None if row[6] is None else int(row[6]),
         )
+
+    def renumbered(self, conn: Connection, params: dict[str, Any], locked: Locked) -> Locked:
+        """``locked`` as its change must see it: a document numbered below the newest version
+        its path's table holds (``Locked.newest_kept``, PostgreSQL) renumbered after it (a
+        large live version's own packed row has the document's number)."""
+        if locked.newest_kept is None or locked.newest_kept <= locked.version:
+            return locked
+        number = locked.newest_kept + 1
+        with driver_cursor(conn, "renumber") as cursor:
+            cursor.execute(self._renumber, {**params, "n": number})
+            at = cursor.fetchone()[0]
+        return locked._replace(version=number, at=self._time_of(at), newest_kept=None)
 
     def _time_of(self, value: Any) -> datetime:
         """A stored timestamp as an aware UTC datetime (SQLite stores text)."""
@@ -396,7 +430,13 @@ class ChangeStatements:
             row: Any = on_pooled(engine, execute, what="put")
         except sa.exc.DBAPIError as exc:
             raw = exc.orig
-            if getattr(raw, "sqlstate", None) == _UNDO_STATE and _UNDO in str(raw):
+            state = getattr(raw, "sqlstate", None)
+            if state == _UNDO_STATE and _UNDO in str(raw):
+                return None
+            if state == _DUPLICATE_STATE:
+                # A version numbered as one the table holds: the document took a number a
+                # concurrent deletion kept (Locked.newest_kept). The transaction path
+                # renumbers it.
                 return None
             raise
         fresh, ok, etag, done, changed, _ = row
