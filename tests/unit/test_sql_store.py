@@ -42,6 +42,7 @@ from cairn.errors import (
 from cairn.quota import Limits
 from cairn.spaces import SpaceRef, Visibility
 from cairn.store import sql as sql_module
+from cairn.store import sql_statements
 from cairn.store.base import PlatformGrant
 from cairn.store.sql import NO_TENANT, SqlStore
 from cairn.store.sql_schema import memory_documents, memory_tenant_usage
@@ -454,7 +455,7 @@ def test_cas_holds_across_processes(backend: Backend) -> None:
 
 
 def test_iter_documents_pages_in_order(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sql_module, "_ITER_META_PAGE", 7)
+    monkeypatch.setattr(sql_statements, "ITER_META_PAGE", 7)
     monkeypatch.setattr(sql_module, "ITER_BATCH_DOCS", 3)
     store = backend.open()
     ref = project()

@@ -27,6 +27,7 @@ from cairn.store.sql_schema import (
     memory_documents,
     memory_tenant_usage,
 )
+from cairn.store.sql_statements import bp
 from cairn.store.sql_write import Team
 from cairn.store.version_pack import unpack_version
 
@@ -42,23 +43,19 @@ Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
 
 
-def _bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
-    return sa.bindparam(name, type_=type_)
-
-
 class _HistoryStatements:
     """The history's statements that are not part of a change (the change statement,
     :mod:`cairn.store.sql_write`, appends the versions), built once per store."""
 
     def __init__(self) -> None:
-        space = (V.c.tenant_id == _bp("t"), V.c.space_key == _bp("k"), V.c.space_id == _bp("sid"))
-        one = (*space, V.c.path == _bp("p"))
+        space = (V.c.tenant_id == bp("t"), V.c.space_key == bp("k"), V.c.space_id == bp("sid"))
+        one = (*space, V.c.path == bp("p"))
         live_space = (
-            D.c.tenant_id == _bp("t"),
-            D.c.space_key == _bp("k"),
-            D.c.space_id == _bp("sid"),
+            D.c.tenant_id == bp("t"),
+            D.c.space_key == bp("k"),
+            D.c.space_id == bp("sid"),
         )
-        live_one = (*live_space, D.c.path == _bp("p"))
+        live_one = (*live_space, D.c.path == bp("p"))
         # The replaced versions and markers (the table), and the live one (the document).
         self.versions = (
             sa.select(V.c.version, V.c.etag, V.c.size_bytes, V.c.at, V.c.actor, V.c.deleted)
@@ -69,29 +66,29 @@ class _HistoryStatements:
             D.c.version, D.c.etag, D.c.size_bytes, D.c.updated_at, D.c.actor
         ).where(*live_one)
         self.content = sa.select(V.c.content, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted).where(
-            *one, V.c.version == _bp("v")
+            *one, V.c.version == bp("v")
         )
         self.live_content = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
-            *live_one, D.c.version == _bp("v")
+            *live_one, D.c.version == bp("v")
         )
         # What the space held at :at: each path's newest version at or before it, unless a
         # deletion — among the table's and the live documents'. One pass with a window, no
         # self-join: with the statistics of a young table PostgreSQL planned a join of the
         # versions with their grouped max (or an anti-join) as a nested loop over the whole
         # space, seconds for 2,000 documents.
-        in_dir = (V.c.path >= _bp("lo"), V.c.path < _bp("hi"))
-        live_in_dir = (D.c.path >= _bp("lo"), D.c.path < _bp("hi"))
+        in_dir = (V.c.path >= bp("lo"), V.c.path < bp("hi"))
+        live_in_dir = (D.c.path >= bp("lo"), D.c.path < bp("hi"))
         self.as_of_all = self._as_of(space, live_space)
         self.as_of_dir = self._as_of((*space, *in_dir), (*live_space, *live_in_dir))
         # The versions of a document past its per-document count (never its newest).
-        self.trim = sa.delete(V).where(*one, V.c.version <= _bp("upto")).returning(V.c.stored_bytes)
+        self.trim = sa.delete(V).where(*one, V.c.version <= bp("upto")).returning(V.c.stored_bytes)
         self.bump = (
             sa.update(T)
-            .where(T.c.tenant_id == _bp("t"))
+            .where(T.c.tenant_id == bp("t"))
             .values(
                 history_used_bytes=sa.case(
-                    (T.c.history_used_bytes + _bp("d", sa.BigInteger) < 0, 0),
-                    else_=T.c.history_used_bytes + _bp("d", sa.BigInteger),
+                    (T.c.history_used_bytes + bp("d", sa.BigInteger) < 0, 0),
+                    else_=T.c.history_used_bytes + bp("d", sa.BigInteger),
                 )
             )
             .returning(
@@ -103,14 +100,14 @@ class _HistoryStatements:
         )
         self.limits = sa.select(
             T.c.history_quota_bytes, T.c.quota_bytes, T.c.history_versions, T.c.history_days
-        ).where(T.c.tenant_id == _bp("t"))
+        ).where(T.c.tenant_id == bp("t"))
         self.usage = sa.select(
             T.c.history_used_bytes, T.c.history_quota_bytes, T.c.quota_bytes
-        ).where(T.c.tenant_id == _bp("t"))
+        ).where(T.c.tenant_id == bp("t"))
 
     @staticmethod
     def _as_of(where: tuple[Any, ...], live_where: tuple[Any, ...]) -> sa.Select[Any]:
-        at = _bp("at")
+        at = bp("at")
         kept = sa.select(
             V.c.path, V.c.version, V.c.size_bytes, V.c.at, V.c.etag, V.c.deleted
         ).where(*where, V.c.at <= at)

@@ -32,7 +32,7 @@ from cairn.store.base import ChunkRow, Progress
 from cairn.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
 
 if TYPE_CHECKING:
-    from cairn.store.sql import _Statements
+    from cairn.store.sql_statements import Statements
 
 D = memory_documents
 S = memory_space_usage
@@ -106,7 +106,7 @@ class DocumentIndex:
     docstring)."""
 
     engine: Engine
-    _sql: _Statements
+    _sql: Statements
     _vec: pgvector.Pgvector | None
 
     @staticmethod
