@@ -92,6 +92,29 @@ def test_document_primary_key_leads_with_tenant(store: SqlStore) -> None:
             assert inspector.get_pk_constraint(table)["constrained_columns"][0] == "tenant_id"
 
 
+@pytest.mark.parametrize("lookup", ["_NEXT", "_NEWEST_AT"])
+def test_a_path_s_versions_are_found_by_the_primary_key(tmp_path: Path, lookup: str) -> None:
+    # A write's lookups of its path's versions (the next number, the newest time) must
+    # search by the whole path: max(at) once walked the team's `at` index instead, every
+    # version of the team for a path that had none (20x slower creates at 10,000 versions).
+    from cairn.store import sql_write
+
+    store = SqlStore.open(f"sqlite:///{tmp_path}/plan.db", Limits())
+    params = {"t": "team", "k": "key", "sid": "space", "p": "a.md"}
+    try:
+        with store.engine.connect() as conn:
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN SELECT {getattr(sql_write, lookup)}", params
+            ).all()
+    finally:
+        store.close()
+    searches = [row[3] for row in plan if row[3].startswith("SEARCH")]
+    assert searches == [
+        "SEARCH memory_document_versions USING INDEX "
+        "sqlite_autoindex_memory_document_versions_1 (tenant_id=? AND space_key=? AND path=?)"
+    ], plan
+
+
 def test_tenantless_team_ref_is_refused_before_any_io(tmp_path: Path) -> None:
     # Both engines fail on first use (nothing listens on port 1; a directory is no
     # database), so anything but InvalidSpaceRef would mean the store touched them.

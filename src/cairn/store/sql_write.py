@@ -96,21 +96,25 @@ _NEWEST_KEPT = (
     "(SELECT max(v.version) FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
     "AND v.space_key = d.space_key AND v.space_id = d.space_id AND v.path = d.path)"
 )
-#: A document numbered before a version its path holds already (see ``Locked.newest_kept``)
-#: renumbered after it, and timed no earlier than it.
-_RENUMBER = (
-    "UPDATE memory_documents SET version = :n, updated_at = greatest(updated_at, "
-    f"(SELECT max(at) FROM memory_document_versions WHERE {_ONE})) WHERE {_ONE} "
-    "RETURNING updated_at"
-)
 #: The number of a new path's first version: after the versions an earlier document at
 #: the path left (the table holds them; a path never written starts at 1). The parameters
 #: are cast to their columns' types: the insert that numbers a document with it also
 #: stores them, and PostgreSQL must deduce one type for each.
-_NEXT = (
-    "coalesce((SELECT max(version) FROM memory_document_versions WHERE tenant_id = "
-    "CAST(:t AS text) AND space_key = CAST(:k AS varchar) AND space_id = CAST(:sid AS text) "
-    "AND path = CAST(:p AS text)), 0) + 1"
+_OF_PATH = (
+    "FROM memory_document_versions WHERE tenant_id = CAST(:t AS text) "
+    "AND space_key = CAST(:k AS varchar) AND space_id = CAST(:sid AS text) "
+    "AND path = CAST(:p AS text)"
+)
+_NEXT = f"coalesce((SELECT max(version) {_OF_PATH}), 0) + 1"
+#: The time of the path's newest version in the table (NULL: it has none), found by the
+#: primary key: ``max(at)`` would walk the team's ``at`` index back to the path's rows, all
+#: of the team's history for a path that has none.
+_NEWEST_AT = f"(SELECT at {_OF_PATH} ORDER BY version DESC LIMIT 1)"
+#: A document numbered before a version its path holds already (see ``Locked.newest_kept``)
+#: renumbered after it, and timed no earlier than it.
+_RENUMBER = (
+    f"UPDATE memory_documents SET version = :n, updated_at = greatest(updated_at, {_NEWEST_AT}) "
+    f"WHERE {_ONE} RETURNING updated_at"
 )
 #: ``{src}``/``{when}``: a FROM clause and an extra condition (the one-statement write's).
 _DOC = {
@@ -133,21 +137,15 @@ _DOC = {
 #: behind another's, would time it before the deletion it follows). Its own lookup of the
 #: path's versions, which a path never written finds empty at once.
 _INSERT_AT = {
-    "sqlite": (
-        f"max(:now, coalesce((SELECT max(at) FROM memory_document_versions WHERE {_ONE}), :now))"
-    ),
-    "postgresql": (
-        "greatest(CAST(:now AS timestamptz), (SELECT max(at) FROM memory_document_versions "
-        "WHERE tenant_id = CAST(:t AS text) AND space_key = CAST(:k AS varchar) "
-        "AND space_id = CAST(:sid AS text) AND path = CAST(:p AS text)))"
-    ),
+    "sqlite": f"max(:now, coalesce({_NEWEST_AT}, :now))",
+    "postgresql": f"greatest(CAST(:now AS timestamptz), {_NEWEST_AT})",
 }
 #: ``_DOC`` as each dialect runs it.
 _DOCS = {
     name: {**_DOC, "insert": _DOC["insert"].replace("{at}", at)} for name, at in _INSERT_AT.items()
 }
 #: The time of a path's newest version in the table (a move's target without a document).
-_LAST_AT = f"SELECT max(at) FROM memory_document_versions WHERE {_ONE}"
+_LAST_AT = f"SELECT {_NEWEST_AT}"
 #: The document is not in the statement's snapshot (PostgreSQL's insert, for ``{when}``).
 _ABSENT = f" AND NOT EXISTS (SELECT 1 FROM memory_documents WHERE {_ONE})"
 _GONE = f"DELETE FROM memory_chunks WHERE {_ONE}"
