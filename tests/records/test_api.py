@@ -471,6 +471,45 @@ def test_purge_runs_periodically(app: FastAPI, creds: Creds) -> None:
         w.records.delete(w.principal(w.owner, CredentialKind.SESSION), w.team_id, old.id)
 
 
+def test_the_app_s_lifespan_runs_the_purge(engine: Engine, creds: Creds) -> None:
+    """The periodic purge is part of the app's own lifespan (the records router has
+    none, so its routes can be the app's own): it runs while the app serves, and stops
+    with it."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from cairn.records.schema import records
+
+    w = creds.world
+    settings = Config(
+        database_url="unused://",
+        service_token=SERVICE,
+        admin_token=ADMIN,
+        records_purge_interval=0.05,
+    )
+    served = create_app(settings, engine=engine)
+
+    def stale() -> str:
+        old = datetime.now(UTC) - timedelta(days=400)
+        return w.records.save_as_server(w.team_id, "stale", now=old).id
+
+    def kept(record_id: str) -> bool:
+        with engine.connect() as conn:
+            found = sa.select(records.c.id).where(records.c.id == record_id)
+            return conn.execute(found).first() is not None
+
+    before = stale()
+    with TestClient(served):
+        deadline = time.monotonic() + 10
+        while kept(before) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not kept(before), "no purge ran within 10 s of the app's start"
+    after = stale()  # the app has stopped, and its purge with it
+    time.sleep(0.3)
+    assert kept(after)
+    w.records.delete(w.principal(w.owner, CredentialKind.SESSION), w.team_id, after)
+
+
 def test_openapi_lists_the_routes(app: FastAPI) -> None:
     paths = app.openapi()["paths"]
     for path in (
@@ -483,3 +522,14 @@ def test_openapi_lists_the_routes(app: FastAPI) -> None:
         assert path in paths
     body = paths["/api/teams/{team}/memory/search"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["additionalProperties"] is False
+    # The save and the search read their team by hand: listed as FastAPI lists a declared
+    # one (the list route still declares it).
+    declared = paths["/api/teams/{team}/memory"]["get"]["parameters"][0]
+    assert declared == {
+        "in": "path",
+        "name": "team",
+        "required": True,
+        "schema": {"title": "Team", "type": "string"},
+    }
+    for path in ("/api/teams/{team}/memory/search", "/api/internal/teams/{team}/memory"):
+        assert paths[path]["post"]["parameters"] == [declared], path

@@ -64,7 +64,8 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
         if background is not None:
             background.start()
         try:
-            yield
+            async with records.purging(_app):
+                yield
         finally:
             if background is not None:
                 background.stop()
@@ -102,12 +103,13 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
     for module in ROUTER_MODULES:
-        if module is spaces:
-            # The document routes, the most requested, become the app's own routes rather
-            # than an included router's: FastAPI (0.165) matches a request against an
-            # included router's routes twice (to pick the router, then the route), ~27 us
-            # against ~11 (docs/performance.md). The router takes no prefix, dependency or
-            # lifespan, so the routes and /openapi.json are the same either way.
+        if module in (spaces, records):
+            # The document and record routes, the most requested, become the app's own
+            # routes rather than an included router's: FastAPI (0.165) matches a request
+            # against an included router's routes twice (to pick the router, then the
+            # route), ~27 us against ~11 (docs/performance.md). Neither router takes a
+            # prefix, dependency or lifespan (the records' purge is the app's lifespan's,
+            # above), so the routes and /openapi.json are the same either way.
             app.router.routes.extend(module.router.routes)
         else:
             app.include_router(module.router)

@@ -202,9 +202,15 @@ async def caller(request: Request) -> CallerCredential:
     return caller_of(request)
 
 
+def any_caller_of(request: Request) -> CallerCredential:
+    """What :data:`AnyCaller` resolves, for a route that takes it by hand (a record save
+    and a search, the records routes most requested)."""
+    return _deferred(request, resolve_credential)
+
+
 async def any_caller(request: Request) -> CallerCredential:
     # async on purpose, as caller.
-    return _deferred(request, resolve_credential)
+    return any_caller_of(request)
 
 
 async def refusal_of_deferred_credential(request: Request) -> CairnError | None:
