@@ -12,10 +12,13 @@ same schema, the same statement otherwise); on the filesystem store ``_record_hi
 (the sidecar's insert, inside every write) a no-op. Each round writes into fresh stores,
 alternating which variant goes first, so neither always gets a warm cache.
 
-    .venv/bin/python bench/bench_history.py                 # about a minute
+    .venv/bin/python bench/bench_history.py                 # a few minutes
     .venv/bin/python bench/bench_history.py --docs 2000 --rounds 5
 
-Prints figures and each goal as ``goal ≤ x: value ✓/✗``; asserts nothing about time.
+Prints figures and each goal as ``goal ≤ x: value ✓/✗``, a write goal with its rounds'
+spread (each round's own with ÷ without, lowest to highest and the middle half: a figure
+near the line within that spread is the machine's noise as much as the store's cost);
+asserts nothing about time.
 """
 
 from __future__ import annotations
@@ -200,8 +203,12 @@ def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
         lat: dict[str, list[float]] = {"with": [], "without": []}
         over: dict[str, list[float]] = {"with": [], "without": []}
         rate: dict[str, list[float]] = {"with": [], "without": []}
+        # Each round's own p50 and rate ratios: the spread printed beside each goal, so a
+        # figure near the line can be told from the machine's noise.
+        paired: dict[str, list[float]] = {"slower": [], "lower": []}
         for round_ in range(args.rounds):
             order = [("with", a.cls), ("without", plain)]
+            p50: dict[str, float] = {}
             for variant, cls in order if round_ % 2 == 0 else order[::-1]:
                 store = a.open(cls, variant)
                 try:
@@ -211,6 +218,9 @@ def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
                 lat[variant].extend(samples)
                 over[variant].extend(samples[docs:])
                 rate[variant].append(per_s)
+                p50[variant] = statistics.median(samples)
+            paired["slower"].append((p50["with"] / p50["without"] - 1) * 100)
+            paired["lower"].append((1 - rate["with"][-1] / rate["without"][-1]) * 100)
         with_ms, without_ms = median_ms(lat["with"]), median_ms(lat["without"])
         with_rate, without_rate = (
             statistics.median(rate["with"]),
@@ -219,14 +229,14 @@ def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
         slower = (with_ms / without_ms - 1) * 100
         out[f"write {label} p50 ms, without history"] = f"{without_ms:.3f}"
         out[f"write {label} p50 ms, with history"] = f"{with_ms:.3f}"
-        out[f"write {label} p50 slower %"] = mark(slower, 15, "%")
+        out[f"write {label} p50 slower %"] = mark(slower, 15, "%", spread(paired["slower"]))
         # History costs an overwrite only (a create keeps no version): its share alone.
         alone = (median_ms(over["with"]) / median_ms(over["without"]) - 1) * 100
         out[f"overwrite {label} p50 slower % (overwrites alone, for scale)"] = f"{alone:.1f}%"
         out[f"write {label} writes/s, without history"] = f"{without_rate:,.0f}"
         out[f"write {label} writes/s, with history"] = f"{with_rate:,.0f}"
         out[f"write {label} throughput lower %"] = mark(
-            (1 - with_rate / without_rate) * 100, 15, "%"
+            (1 - with_rate / without_rate) * 100, 15, "%", spread(paired["lower"])
         )
     return out
 
@@ -345,6 +355,15 @@ def bench_as_of(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
     finally:
         store.close()
     return results
+
+
+def spread(per_round: list[float]) -> str:
+    """The rounds' own figures, lowest to highest, with their middle half."""
+    if len(per_round) < 4:
+        return ""
+    q1, _, q3 = statistics.quantiles(per_round, n=4)
+    low, high = min(per_round), max(per_round)
+    return f" (rounds {low:.1f} to {high:.1f}, middle half {q1:.1f} to {q3:.1f})"
 
 
 def mark(value: float, goal: float, unit: str, note: str = "") -> str:
