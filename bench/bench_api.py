@@ -7,7 +7,11 @@ A team space is seeded with 100 documents; then ``wrk`` drives each scenario wit
 ``--clients`` connections for ``--seconds``, the servers' figures interleaved with the
 floor's over ``--rounds`` rounds (the median of each is kept, so a noisy moment of a
 shared machine moves both sides). Prints requests/s, p50 and p99, the ratios and the
-goals of issue 13 beside them. Not a test: it prints figures, asserts nothing.
+goals of issue 13 beside them, and for ``--workers 2`` each round's rate beside how wrk's
+connections fell between the two workers (``2+2``, ``3+1``; the workers accept from one
+socket, and a worker serves the keep-alive connections it accepted: 30 trials of 4
+connections opened at once split 2+2 18 times and 3+1 12 times, and a 3+1 round measures
+the busier worker). Not a test: it prints figures, asserts nothing.
 
 The load generator is ``wrk`` (Debian: ``apt-get install wrk``): one C thread costs a few
 microseconds a request, where a Python client costs more CPU than the server it
@@ -57,7 +61,9 @@ GOALS = {"GET doc": 0.6, "PUT doc": 0.5, "workers 2": 1.6}
 
 
 @contextmanager
-def process(argv: list[str], env: dict[str, str], ready_url: str, log: Path) -> Iterator[None]:
+def process(
+    argv: list[str], env: dict[str, str], ready_url: str, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -72,7 +78,7 @@ def process(argv: list[str], env: dict[str, str], ready_url: str, log: Path) -> 
                 raise SystemExit(f"{argv[:6]} did not start:\n{log.read_text(errors='replace')}")
             time.sleep(0.1)
         time.sleep(1.0)  # every worker up, not only the first to answer
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -93,17 +99,45 @@ def _ms(text: str) -> float:
     return float(number) * _UNITS[unit]
 
 
-def wrk(url: str, script: str, seconds: int, clients: int) -> Figure:
-    """One wrk run of ``script`` against ``url``; any non-2xx answer ends the benchmark."""
+def split(server: subprocess.Popen[bytes], port: int) -> str:
+    """How the connections open on ``port`` fall between ``server``'s worker processes,
+    most first (``3+1``): a worker serves the keep-alive connections it accepted, and the
+    workers accept from one socket, so wrk's few connections may not split evenly."""
+    import psutil
+
+    counts = []
+    for child in psutil.Process(server.pid).children(recursive=True):
+        conns = [c for c in child.net_connections(kind="tcp") if c.laddr.port == port]
+        if any(c.status == psutil.CONN_LISTEN for c in conns):  # a worker, not a helper
+            counts.append(sum(1 for c in conns if c.raddr))
+    return "+".join(str(n) for n in sorted(counts, reverse=True))
+
+
+def wrk(
+    url: str,
+    script: str,
+    seconds: int,
+    clients: int,
+    watch: subprocess.Popen[bytes] | None = None,
+    splits: list[str] | None = None,
+) -> Figure:
+    """One wrk run of ``script`` against ``url``; any non-2xx answer ends the benchmark.
+    ``watch``: a server of several workers, whose connections' split is appended to
+    ``splits`` a second into the run."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     try:
-        out = subprocess.run(
+        run = subprocess.Popen(
             ["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", f.name, url],
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
-        ).stdout
+        )
+        if watch is not None and splits is not None:
+            time.sleep(min(1.0, seconds / 3))
+            splits.append(split(watch, int(url.rsplit(":", 1)[1])))
+        out, _ = run.communicate()
+        if run.returncode != 0:
+            raise SystemExit(f"wrk failed ({run.returncode}):\n{out}")
     finally:
         os.unlink(f.name)
     if "Non-2xx" in out or "Socket errors" in out:
@@ -196,8 +230,9 @@ def main() -> None:
     with process(serve(one, 1), env, f"{servers[1]}/readyz", home / "one.log"):
         key = seed(servers[1])
         with contextlib.ExitStack() as stack:
+            two_workers = None
             if not args.one_worker:
-                stack.enter_context(
+                two_workers = stack.enter_context(
                     process(serve(two, 2), env, f"{servers[2]}/readyz", home / "two.log")
                 )
             stack.enter_context(process(floor_cmd, env, f"{floor}/", home / "floor.log"))
@@ -222,9 +257,13 @@ def main() -> None:
                 scenarios["GET doc, 2 workers"] = (servers[2], get_doc)
                 scenarios["PUT doc, 2 workers"] = (servers[2], put_doc)
             runs: dict[str, list[Figure]] = {label: [] for label in scenarios}
+            splits: dict[str, list[str]] = {label: [] for label in scenarios}
             for _ in range(args.rounds):
                 for label, (base, script) in scenarios.items():
-                    runs[label].append(wrk(base, script, args.seconds, args.clients))
+                    watch = two_workers if base == servers[2] else None
+                    runs[label].append(
+                        wrk(base, script, args.seconds, args.clients, watch, splits[label])
+                    )
 
     results = {
         label: Figure(
@@ -253,6 +292,11 @@ def main() -> None:
     put_workers = results["PUT doc, 2 workers"].rps / results["PUT doc (1 KB)"].rps
     print(f"GET doc, 2 workers ÷ 1 worker       {verdict(workers_ratio, GOALS['workers 2'])}")
     print(f"PUT doc, 2 workers ÷ 1 worker       {put_workers:.2f} (no goal: SQLite has one writer)")
+    for label in ("GET doc, 2 workers", "PUT doc, 2 workers"):
+        rounds = ", ".join(
+            f"{f.rps:.0f} req/s at {s}" for f, s in zip(runs[label], splits[label], strict=True)
+        )
+        print(f"{label}, each round and its connections per worker: {rounds}")
 
 
 if __name__ == "__main__":
