@@ -100,7 +100,7 @@ async def _serve(
 async def purging(app: FastAPI) -> AsyncIterator[None]:
     """Purge expired records and prune old document history periodically
     (``CAIRN_RECORDS_PURGE_INTERVAL`` seconds, default 3600; 0 turns it off) while the
-    app runs: a part of the app's lifespan (``cairn.api.app.create_app``), so this router
+    app runs: a part of the app's lifespan (``cairn.api.app.app_for``), so this router
     has none of its own and its routes can be the app's own."""
     task = asyncio.create_task(purge_periodically(app))
     try:
