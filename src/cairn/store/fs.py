@@ -153,7 +153,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = len(data) - (existing[1].st_size if existing else 0)
             self._check_quota(ref, state, delta)
             conn = self._history_conn_locked()
-            now = self._instant(conn, ref, (path, existing, current))
+            now, known = self._instant(conn, ref, (path, existing, current))
             records: Records = [self._observed(ref, path, existing, current, now)]
             # The file's mtime (its updated_at) is the new version's instant; the same bytes
             # again make no new version and keep the file's time.
@@ -167,7 +167,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
                 # The search index is not touched: the next reconcile (before any search)
                 # finds the new file by its size and mtime.
                 self._replace_file(space, doc, path, data, mtime_ns)
-                self._record_history(conn, records)
+                self._record_history(conn, records, known)
 
             self._mutate(state, ref, delta, change)
         return WriteResult(path, len(data), w.etag, created=existing is None)
@@ -194,13 +194,13 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
             conn = self._history_conn_locked()
-            now = self._instant(conn, ref, (path, existing, current))
+            now, known = self._instant(conn, ref, (path, existing, current))
             records: Records = [self._observed(ref, path, existing, current, now)]
             records.append(self._version_record(ref, path, None, "", now))
 
             def change() -> None:
                 self._remove_file(space, doc, path)
-                self._record_history(conn, records)
+                self._record_history(conn, records, known)
 
             self._mutate(state, ref, delta, change)
 
@@ -220,7 +220,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
             delta = -replaced[1].st_size if replaced else 0
             conn = self._history_conn_locked()
             # History: the old path ends, the new one gets the content as its next version.
-            now = self._instant(conn, ref, (m.path, existing, etag), (m.to, replaced, None))
+            now, known = self._instant(conn, ref, (m.path, existing, etag), (m.to, replaced, None))
             moved = self._version_record(ref, m.to, existing[0], etag, now)
             records: Records = [
                 self._observed(ref, m.path, existing, etag, now),
@@ -231,7 +231,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
 
             def change() -> None:
                 self._rename_file(space, src, dst, m.to, moved.at_us * 1000)
-                self._record_history(conn, records)
+                self._record_history(conn, records, known)
 
             self._mutate(state, ref, delta, change)
         return WriteResult(m.to, len(existing[0]), etag, created=replaced is None)

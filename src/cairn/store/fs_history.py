@@ -108,6 +108,9 @@ CREATE INDEX IF NOT EXISTS versions_by_path
 
 #: The newest version of one path: (version, etag, deleted, at_us, stored_bytes).
 Newest = tuple[int, str, bool, int, int]
+#: Paths' newest versions as read under the store's lock, by (space id, path): what an
+#: append that follows under the same lock starts from instead of reading them again.
+Known = dict[tuple[str, str], Newest | None]
 # Aliases: FilesystemStore defines a method called ``list``.
 Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
@@ -226,14 +229,19 @@ class HistoryDb(SqliteSidecar):
     # --- Writes (one transaction each) ----------------------------------------------------------
 
     def append(
-        self, conn: sqlite3.Connection, records: Sequence[Record | Observed], limits: Limits
+        self,
+        conn: sqlite3.Connection,
+        records: Sequence[Record | Observed],
+        limits: Limits,
+        known: Known | None = None,
     ) -> None:
         """Append ``records`` in order (an :class:`Observed` file only when it is a hand
-        edit), then keep the tree's history within its limits."""
+        edit), then keep the tree's history within its limits. ``known``: paths' newest
+        versions read under the store's lock since, not read again."""
         if not records:
             return
         with write_transaction(conn):
-            self._append_locked(conn, records, limits)
+            self._append_locked(conn, records, limits, known)
 
     def backfill(self, conn: sqlite3.Connection, records: Iterable[Record]) -> None:
         """Record the documents that predate the history and mark the file ready."""
@@ -245,14 +253,18 @@ class HistoryDb(SqliteSidecar):
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('ready', 1)")
 
     def _append_locked(
-        self, conn: sqlite3.Connection, records: Sequence[Record | Observed], limits: Limits
+        self,
+        conn: sqlite3.Connection,
+        records: Sequence[Record | Observed],
+        limits: Limits,
+        seen: Known | None,
     ) -> None:
         meta = dict(conn.execute("SELECT key, value FROM meta WHERE key != 'ready'").fetchall())
         used = before = int(meta.get("used") or 0)
         keep = int(meta.get("versions") or limits.history_versions)
         freed = 0
-        # Each path's newest version, read once per transaction.
-        known: dict[tuple[str, str], Newest | None] = {}
+        # Each path's newest version, read once (none read already under the lock).
+        known: Known = dict(seen or {})
         for item in records:
             key = (item.space_id, item.path)
             if key not in known:
@@ -439,20 +451,22 @@ class DocumentHistory:
 
     def _instant(
         self, conn: sqlite3.Connection, ref: SpaceRef, *found: tuple[str, Live, str | None]
-    ) -> int:
+    ) -> tuple[int, Known]:
         """Now, in µs, for a mutation of the paths of ``found`` (each with the file found
         there and its etag when known): the clock's, but never before a path's newest
         version, nor before the hand edit of its file recorded first. A clock that stepped
-        back would otherwise time a version before the one it replaces."""
+        back would otherwise time a version before the one it replaces. With the paths'
+        newest versions it read, for the mutation's append (under the same lock)."""
         now = _us(self.clock())
+        known: Known = {}
         for path, live, etag in found:
-            newest = self._history.newest(conn, ref.id, path)
+            newest = known[(ref.id, path)] = self._history.newest(conn, ref.id, path)
             if newest is not None:
                 now = max(now, newest[3])
             edit = _hand_edit(newest, ref.id, path, live, now, etag)
             if edit is not None:
                 now = max(now, edit.at_us)
-        return now
+        return now, known
 
     def _version_record(
         self, ref: SpaceRef, path: str, data: bytes | None, etag: str, at_us: int
@@ -467,16 +481,20 @@ class DocumentHistory:
         change at ``now_us`` (0: the clock's now): a hand edit is recorded first."""
         return Observed(ref.id, path, live, now_us or _us(self.clock()), etag)
 
+    @staticmethod
     def _is_hand_edited(
-        self, conn: sqlite3.Connection, ref: SpaceRef, path: str, live: Live, etag: str | None
+        newest: Newest | None, ref: SpaceRef, path: str, live: Live, etag: str | None
     ) -> bool:
-        newest = self._history.newest(conn, ref.id, path)
+        """The file ``live`` at ``path`` is not its newest version: a hand edit."""
         return _hand_edit(newest, ref.id, path, live, 0, etag) is not None
 
     def _record_history(
-        self, conn: sqlite3.Connection, records: Sequence[Record | Observed]
+        self,
+        conn: sqlite3.Connection,
+        records: Sequence[Record | Observed],
+        known: Known | None = None,
     ) -> None:
-        self._history.append(conn, records, self.limits)
+        self._history.append(conn, records, self.limits, known)
 
     def _reconcile_history_locked(self) -> int:
         """Record every difference between the files and their history as a hand edit
@@ -578,7 +596,8 @@ class DocumentHistory:
             return []
         comps = space_components(ref) + encode_doc_path(path)
         with _os_errors(path), history_errors():
-            if self._is_hand_edited(conn, ref, path, self._read_file(comps, path), None):
+            newest = self._history.newest(conn, ref.id, path)
+            if self._is_hand_edited(newest, ref, path, self._read_file(comps, path), None):
                 # A hand edit: record it under the lock (a writer may be between its file
                 # operation and its insert: look again once it is done).
                 with self._locked():

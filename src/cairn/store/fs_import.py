@@ -61,7 +61,7 @@ from cairn.store.base import (
     WriteResult,
     check_precondition,
 )
-from cairn.store.fs_history import Observed, Record, _us, history_errors
+from cairn.store.fs_history import Known, Observed, Record, _us, history_errors
 from cairn.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX, encode_doc_path, space_components
 
 if TYPE_CHECKING:
@@ -113,6 +113,9 @@ class _Batch:
     holds: dict[str, str] = field(default_factory=dict)
     # The instant of each path's newest change in this batch (µs): the next is no earlier.
     times: dict[str, int] = field(default_factory=dict)
+    # The newest versions in the history of the paths of ``records``, read when each was
+    # first written (under the import's lock): the flush's append starts from them.
+    known: Known = field(default_factory=dict)
     # Bytes of content the pending versions hold in memory (flushed past FLUSH_BYTES).
     held: int = 0
 
@@ -168,10 +171,10 @@ class _Batch:
             held = "" if live is None else content_etag(live[0])
             # A file's content is held until the flush only when it is a hand edit.
             with history_errors():
-                now = self.store._instant(self.history, self.ref, (path, live, held or None))
-                if live is None or self.store._is_hand_edited(
-                    self.history, self.ref, path, live, held
-                ):
+                now, known = self.store._instant(self.history, self.ref, (path, live, held or None))
+                self.known.update(known)
+                newest = known[(self.ref.id, path)]
+                if live is None or self.store._is_hand_edited(newest, self.ref, path, live, held):
                     records.append(self.store._observed(self.ref, path, live, held or None, now))
         else:  # written earlier in this batch: its versions are not in the history yet
             now = max(_us(self.store.clock()), self.times[path])
@@ -225,8 +228,9 @@ class _Batch:
             os.close(dfd)
         self.dirs.clear()
         with history_errors():
-            self.store._record_history(self.history, self.records)
+            self.store._record_history(self.history, self.records, self.known)
         self.records.clear()
+        self.known.clear()
         self.held = 0
 
     def discard(self) -> None:
@@ -236,6 +240,7 @@ class _Batch:
                 os.unlink(tmp, dir_fd=self.dirs[where])
         self.pending.clear()
         self.records.clear()
+        self.known.clear()
         self.held = 0
         for dfd in self.dirs.values():
             with contextlib.suppress(OSError):
