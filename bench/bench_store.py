@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         mark = "✓" if ratio >= 0.5 else "✗"
         print(f"\npostgres ÷ sqlite, 1 KB writes/s  goal ≥ 0.5: {ratio:.2f} {mark}")
         if args.writers > 0:
-            # Beside the goal, not instead of it: PostgreSQL syncs every commit where
-            # SQLite (synchronous=NORMAL) does not, and concurrent writers share its syncs.
+            # Beside the goal, not instead of it: both engines sync every acknowledged
+            # commit (docs/storage.md "Durability"); concurrent writers share the syncs.
             key = f"write 1 KB docs/s, {args.writers} writers"
             both = [float(by_name[n][key].replace(",", "")) for n in ("postgres", "sqlite")]
             print(

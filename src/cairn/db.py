@@ -15,17 +15,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import fcntl
 import os
+import queue
 import re
 import sqlite3
 import threading
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -138,6 +142,8 @@ def _configure_sqlite(engine: Engine) -> None:
             raise InvalidRequest(
                 f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
             ) from None
+        # A commit writes the WAL without syncing it; a durable write then syncs it once,
+        # outside the writers' turn, shared with its concurrent writers (WalSync).
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -253,30 +259,244 @@ def sqlite_writers(engine: Engine) -> SqliteWriters:
         return writers
 
 
+class WalSync:
+    """The fsync that makes a SQLite database's commits durable, shared by the writers
+    that wait for it at the same time (a group commit's fsync).
+
+    Connections commit at ``synchronous=NORMAL``: the commit writes its frames to the WAL
+    and syncs nothing, so it survives a killed process but not a power loss. A durable
+    write then calls :meth:`sync` (or awaits :meth:`synced`) after its commit, once it has
+    given back the writers' turn: the next writer commits while this one's fsync runs, and
+    writers that arrive while an fsync runs share the next one. That is what
+    ``synchronous=FULL`` would give, minus the fsync held inside the turn: FULL serialises
+    every fsync behind the lock.
+
+    The WAL is one sequential file, so an fsync of it makes every commit written before
+    the call durable. A commit whose frames a checkpoint has since copied into the
+    database is durable already (at NORMAL a checkpoint syncs the database file once it
+    has copied), and with no WAL file at all (the journal is not a WAL) the database file
+    is synced instead. The WAL's descriptor is kept open between syncs: SQLite removes
+    the file only when the last connection to the database closes, so it is opened again
+    after any of this engine's connections closed (:meth:`reopen`, a pool event).
+    """
+
+    def __init__(self, database: str) -> None:
+        self._paths = (f"{database}-wal", database)
+        self._cond = threading.Condition()
+        self._arrived = 0  # callers numbered as they arrive, after their commit
+        self._synced = 0  # every caller numbered up to this one is durable
+        self._syncing = False
+        #: The WAL's descriptor, used and replaced only by the caller that syncs.
+        self._fd: list[int] = []
+        self._reopen = False
+        weakref.finalize(self, _close_all, self._fd)
+        #: Coroutines awaiting :meth:`synced`, and the thread that syncs for them.
+        self._awaiting: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, _Done]] = (
+            queue.SimpleQueue()
+        )
+        self._syncer: threading.Thread | None = None
+        self._syncer_guard = threading.Lock()
+
+    def reopen(self) -> None:
+        """The WAL may be another file from now on (a connection closed): open it again
+        before the next sync."""
+        self._reopen = True
+
+    def sync(self) -> None:
+        """Return once every commit made before this call is on disk."""
+        with self._cond:
+            self._arrived += 1
+            ticket = self._arrived
+            while self._synced < ticket:
+                if self._syncing:
+                    self._cond.wait()
+                    continue
+                self._syncing, covers, synced = True, self._arrived, False
+                self._cond.release()
+                try:
+                    self._fsync()
+                    synced = True
+                finally:
+                    self._cond.acquire()
+                    self._syncing = False
+                    if synced:
+                        self._synced = max(self._synced, covers)
+                    self._cond.notify_all()  # done, or failed: a waiter tries its own
+
+    async def synced(self) -> None:
+        """:meth:`sync` for a coroutine, awaited on its event loop, which an fsync must not
+        stop: a thread of this database's own syncs once for every coroutine waiting by
+        then (sharing the fsync with callers in threads too) and wakes each loop once.
+        What a coroutine costs the loop is a future and a queue entry; the thread's own
+        turns with the GIL are few (one per fsync, besides the fsync), as every turn it
+        takes from a busy loop may wait a switch interval for it."""
+        loop = asyncio.get_running_loop()
+        done: _Done = loop.create_future()
+        self._awaiting.put((loop, done))
+        if self._syncer is None:
+            with self._syncer_guard:
+                if self._syncer is None:
+                    self._syncer = threading.Thread(
+                        target=self._sync_awaiting, name="cairn-wal-sync", daemon=True
+                    )
+                    self._syncer.start()
+        await done
+
+    def _sync_awaiting(self) -> None:
+        """The syncer thread: while coroutines wait, sync for all of them; gone after a
+        second with none (started again by the next)."""
+        waiting = self._awaiting
+        while True:
+            try:
+                batch = [waiting.get(timeout=1.0)]
+            except queue.Empty:
+                with self._syncer_guard:
+                    if waiting.empty():
+                        self._syncer = None
+                        return
+                continue
+            while not waiting.empty():
+                batch.append(waiting.get_nowait())
+            error: BaseException | None = None
+            try:
+                self.sync()  # each of the batch arrived after its commit
+            except BaseException as exc:  # handed to every waiter; the thread goes on
+                error = exc
+            loops: dict[asyncio.AbstractEventLoop, list[_Done]] = {}
+            for loop, done in batch:
+                loops.setdefault(loop, []).append(done)
+            for loop, futures in loops.items():
+                with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+                    loop.call_soon_threadsafe(_settle, futures, error)
+
+    def _fsync(self) -> None:
+        """One fsync, by the one caller that syncs at a time."""
+        try:
+            if self._reopen or not self._fd:
+                self._reopen = False
+                _close_all(self._fd)
+                with contextlib.suppress(FileNotFoundError):  # no WAL: its database
+                    self._fd.append(os.open(self._paths[0], os.O_RDONLY))
+            if self._fd:
+                _datasync(self._fd[0])
+                return
+            fd = os.open(self._paths[1], os.O_RDONLY)
+            try:
+                _datasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._reopen = True
+            raise StoreUnavailable(
+                f"the database's disk failed to sync a commit ({exc.strerror or exc}); "
+                "check the disk, then read the document back before writing again"
+            ) from exc
+
+
+_Done: TypeAlias = "asyncio.Future[None]"
+
+
+def _close_all(fds: list[int]) -> None:
+    while fds:
+        with contextlib.suppress(OSError):
+            os.close(fds.pop())
+
+
+def _settle(futures: list[_Done], error: BaseException | None) -> None:
+    for done in futures:
+        if done.done():  # its request was cancelled
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+
 @contextlib.contextmanager
-def write_transaction(engine: Engine, *, durable: bool = False) -> Iterator[Connection]:
+def syncs_deferred(syncs: list[WalSync]) -> Iterator[None]:
+    """The durable writes of the block do not sync the WAL themselves: each appends its
+    :class:`WalSync` to ``syncs`` instead, for the caller to await (:meth:`WalSync.synced`)
+    before it answers. For writes run on an event loop (``Runtime.writer_turn_now``),
+    where an fsync would stop every request of the process, and inside the writers'
+    turn, which the sync would otherwise hold."""
+    token = _DEFERRED.set(syncs)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+_DEFERRED: contextvars.ContextVar[list[WalSync] | None] = contextvars.ContextVar(
+    "cairn_deferred_syncs", default=None
+)
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+_SYNCS: weakref.WeakKeyDictionary[Engine, WalSync | None] = weakref.WeakKeyDictionary()
+
+
+def wal_sync(engine: Engine) -> WalSync | None:
+    """The :class:`WalSync` of ``engine``'s SQLite database (one per engine in a process);
+    None for a database with no file (``:memory:``), which nothing makes durable."""
+    with _WRITERS_GUARD:
+        if engine not in _SYNCS:
+            sync = _SYNCS[engine] = _sync_for(str(engine.url.database or ""))
+            if sync is not None:
+                # A connection that closes may have been the database's last, whose close
+                # removes the WAL: the next one makes another file.
+                for name in ("close", "close_detached", "invalidate"):
+                    event.listen(engine, name, lambda *_: sync.reopen())
+        return _SYNCS[engine]
+
+
+def _sync_for(database: str) -> WalSync | None:
+    if database.startswith("file:"):  # a URI: its path, unless it names memory
+        uri = urllib.parse.urlsplit(database)
+        if "mode=memory" in uri.query or not uri.path:
+            return None
+        database = urllib.parse.unquote(uri.path)
+    if not database or database == ":memory:":
+        return None
+    return WalSync(os.path.abspath(database))
+
+
+def made_durable(engine: Engine) -> None:
+    """Make the SQLite commits this thread made on ``engine`` durable before going on: sync
+    the WAL (shared, :class:`WalSync`), or leave the sync to the caller that deferred it
+    (:func:`syncs_deferred`). Call it after the commit, once the writers' turn is given
+    back. PostgreSQL's commits are durable already."""
+    sync = wal_sync(engine) if engine.dialect.name == "sqlite" else None
+    if sync is None:
+        return
+    deferred = _DEFERRED.get()
+    if deferred is None:
+        sync.sync()
+    else:
+        deferred.append(sync)
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine, *, durable: bool = True) -> Iterator[Connection]:
     """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite.
 
-    ``durable``: on SQLite, the commit is fsynced (``synchronous=FULL`` for this one
-    transaction), so it survives a power loss, not only a killed process; PostgreSQL's
-    commit always is. For a write acknowledged as durable (a record save), whose
-    group commit shares the fsync.
+    ``durable`` (the default): the commit is on disk before the block returns, so what a
+    caller is told was written survives a power loss, not only a killed process:
+    PostgreSQL's commit always is; on SQLite the WAL is synced after the commit, outside
+    the writers' turn (:class:`WalSync`). Documents, records, settings, users and keys
+    all commit so: a revoked key or an acknowledged ``MEMORY.md`` never comes back
+    changed after a crash of the machine.
+
+    ``durable=False``: for what is made again from durable data when lost (search chunks
+    and vectors, a purge's pass). On SQLite its commit is not synced (durable against a
+    killed process; a power loss may take it back, never corrupt the database). The WAL
+    is sequential, so the next durable commit makes it durable too.
     """
     with translated_errors():
         if engine.dialect.name == "sqlite":
             with sqlite_writers(engine), engine.connect() as conn:
-                raw = conn.connection.dbapi_connection
-                if durable and raw is not None:
-                    raw.execute("PRAGMA synchronous=FULL")  # outside any transaction
-                try:
-                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                    with conn.begin():
-                        yield conn
-                finally:
-                    if durable and raw is not None:
-                        # The pool's default again (left FULL, a connection is only slower).
-                        with contextlib.suppress(sqlite3.Error):
-                            raw.execute("PRAGMA synchronous=NORMAL")
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    yield conn
+            if durable:
+                made_durable(engine)
         else:
             with engine.begin() as conn:
                 yield conn
@@ -490,7 +710,7 @@ def claim_rows(
         claimed = claim(conn, False)
     yield claimed
     if dirty(claimed):
-        with write_transaction(engine) as conn:
+        with write_transaction(engine, durable=False) as conn:  # vectors: made again
             finish(conn, claimed)
 
 

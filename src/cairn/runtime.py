@@ -20,7 +20,10 @@ from argon2 import PasswordHasher
 from sqlalchemy.engine import Engine
 
 from cairn.config import Config
-from cairn.db import make_engine, read_transaction, sqlite_path, sqlite_writers
+
+# WalSync is the type of writer_turn_now's syncs, for the faces that await them.
+from cairn.db import WalSync as WalSync
+from cairn.db import make_engine, read_transaction, sqlite_path, sqlite_writers, syncs_deferred
 from cairn.errors import InvalidRequest
 from cairn.identity.keys import load_key_hasher
 from cairn.identity.service import IdentityService
@@ -77,10 +80,15 @@ class Runtime:
     embedder: SharedEmbedder | None = None
 
     @contextlib.contextmanager
-    def writer_turn_now(self) -> Iterator[bool]:
+    def writer_turn_now(self, syncs: list[WalSync]) -> Iterator[bool]:
         """On SQLite, the database's writer turn (:func:`cairn.db.sqlite_writers`) taken for
         the block if it is free right now, without waiting: yields True when taken, False
-        when another thread or process writes (or on PostgreSQL, which has no turn)."""
+        when another thread or process writes (or on PostgreSQL, which has no turn).
+
+        The durable commits of a block that has the turn leave their WAL sync in ``syncs``
+        (:func:`cairn.db.syncs_deferred`): the caller awaits each (``WalSync.synced``) once
+        the turn is given back, before it answers, so the fsync neither holds the turn nor
+        stops an event loop."""
         if self.engine.dialect.name != "sqlite":
             yield False
             return
@@ -89,7 +97,8 @@ class Runtime:
             yield False
             return
         try:
-            yield True
+            with syncs_deferred(syncs):
+                yield True
         finally:
             writers.__exit__()
 

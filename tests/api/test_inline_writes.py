@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +15,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from cairn import db
 from cairn.db import sqlite_writers
+from cairn.errors import StoreUnavailable
 from tests.api.world import SPACE, World, unique
 
 
@@ -87,3 +91,72 @@ def test_a_write_waits_for_a_busy_turn_in_a_thread_while_the_loop_serves(
         assert waited
     r = client.get("/api/memory/doc", params=q, headers=headers)
     assert r.status_code == 200 and r.json()["content"] == "w"
+
+
+def test_a_write_on_the_loop_is_answered_only_after_its_fsync_which_runs_off_the_loop(
+    app: FastAPI, client: TestClient, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md "Durability": the WAL sync of a write run on the loop is awaited
+    there, done by a thread of the database's own, before the 201. PostgreSQL's commit is
+    its own fsync: no WAL sync there."""
+    sqlite = app.state.runtime.engine.dialect.name == "sqlite"
+    synced = threading.Event()
+    threads: list[str] = []
+    real = db._datasync
+
+    def slow(fd: int) -> None:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.3)  # an answer sent before the sync would come back before this ends
+        real(fd)
+        synced.set()
+
+    monkeypatch.setattr(db, "_datasync", slow)
+    q = {**SPACE, "path": f"{unique('durable')}.md"}
+    r = client.put(
+        "/api/memory/doc", params=q, json={"content": "x"}, headers=world.headers("api_key")
+    )
+    assert r.status_code == 201, r.text
+    if sqlite:
+        assert synced.is_set()
+        assert threads and set(threads) == {"cairn-wal-sync"}
+    else:
+        assert threads == []
+
+
+def test_coroutines_awaiting_together_share_the_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = db.WalSync(str(tmp_path / "a.db"))
+    fsyncs: list[str] = []
+
+    def slow(_fd: int) -> None:
+        fsyncs.append(threading.current_thread().name)
+        time.sleep(0.05)
+
+    monkeypatch.setattr(db, "_datasync", slow)
+
+    async def many() -> None:
+        await asyncio.gather(*(sync.synced() for _ in range(20)))
+
+    asyncio.run(many())
+    assert 1 <= len(fsyncs) < 20
+    assert set(fsyncs) == {"cairn-wal-sync"}
+
+
+def test_a_failed_fsync_fails_the_awaiting_coroutines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = db.WalSync(str(tmp_path / "a.db"))
+
+    def broken(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(db, "_datasync", broken)
+
+    async def one() -> None:
+        await sync.synced()
+
+    with pytest.raises(StoreUnavailable, match="failed to sync"):
+        asyncio.run(one())

@@ -42,7 +42,7 @@ from cairn.service.spaces import SpaceService
 if TYPE_CHECKING:
     from cairn.api.metrics import Metrics
     from cairn.config import Config
-    from cairn.runtime import Runtime
+    from cairn.runtime import Runtime, WalSync
 
 SESSION_COOKIE = "cairn_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -171,11 +171,20 @@ class CallerCredential:
         (PUT doc 0.90–0.96 → 0.63–0.70 ms in process, docs/performance.md), and the write
         holds the GIL for most of its ~0.3 ms anyway. Only a free turn is taken on the loop:
         a write waiting there for another process's or an import's turn would stop every
-        request of the worker."""
+        request of the worker. Nor is the commit's fsync run on the loop: the write leaves
+        it in ``syncs``, awaited here once the turn is given back (docs/storage.md,
+        "Durability"), so nobody is answered before their write is on disk."""
         if self.state.inline_reads:
-            with self.state.runtime.writer_turn_now() as mine:
-                if mine:
-                    return work(self.resolve(self.request))
+            syncs: list[WalSync] = []
+            try:
+                with self.state.runtime.writer_turn_now(syncs) as mine:
+                    if mine:
+                        result = work(self.resolve(self.request))
+            finally:
+                for sync in dict.fromkeys(syncs):
+                    await sync.synced()
+            if mine:
+                return result
         return await self.run(work)
 
 

@@ -490,7 +490,7 @@ class SqlRecordStore(RecordStore):
         # reading()) is what keeps a read transaction from writing.
         # A write is a save acknowledged as durable (or a delete, a setting): fsynced.
         if write:
-            with write_transaction(self.engine, durable=True) as conn:
+            with write_transaction(self.engine) as conn:
                 yield _SqlWriter(conn, self)
         else:
             # A search is then two statements, two round trips on PostgreSQL.
@@ -554,7 +554,7 @@ class SqlRecordStore(RecordStore):
         a record deleted, or embedded by ``model``, since it was read is left alone.
         Returns the number stored."""
         pairs = paired(rows, blobs)
-        with write_transaction(self.engine) as conn:
+        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
             stored = self._store_vectors(conn, pairs, model)
         self._index_vectors(pairs, model)
         return stored

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RootTransaction
 
-from cairn.db import sqlite_writers, translated_errors
+from cairn.db import made_durable, sqlite_writers, translated_errors
 from cairn.spaces import SpaceRef
 from cairn.store.base import CheckedWrite, ImportWriter, WriteResult
 
@@ -129,16 +129,20 @@ class _Batch:
         self.conn, self.tx, self.turn, self.docs, self.bytes = None, None, None, 0, 0
         if conn is None:
             return
+        committed = False
         try:
             if tx is not None and tx.is_active:
                 if commit:
                     tx.commit()
+                    committed = True
                 else:
                     tx.rollback()
         finally:
             conn.close()
             if turn is not None:
                 turn.close()
+        if committed and not self.postgres:
+            made_durable(self.store.engine)  # the batch's one sync, after the writers' turn
 
 
 @contextlib.contextmanager

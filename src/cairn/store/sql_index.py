@@ -254,7 +254,7 @@ class DocumentIndex:
         vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
         rewritten since it was read is left alone. Returns the number stored."""
         pairs = paired(rows, blobs)
-        with write_transaction(self.engine) as conn:
+        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
             stored = self._store_embeddings(conn, pairs, model)
         self._index_vectors(pairs, model)
         return stored
@@ -330,7 +330,7 @@ class DocumentIndex:
                 batch = conn.execute(query, after).all()
             if not batch:
                 return done
-            with write_transaction(self.engine) as conn:
+            with write_transaction(self.engine, durable=False) as conn:  # chunks: derived
                 touched: set[tuple[str, str, str]] = set()
                 for r in batch:
                     key = {"t": r.tenant_id, "k": r.space_key, "sid": r.space_id, "p": r.path}

@@ -1,0 +1,239 @@
+"""On SQLite every acknowledged change is on disk before it is acknowledged, as a
+PostgreSQL commit is: documents, imports, settings, records and keys. Commits write the WAL
+unsynced; each durable write then syncs it after its commit, outside the writers' turn, one
+fsync shared by the writers waiting at the same time (``cairn.db.WalSync``). Only what is
+made again from durable data (search chunks, vectors, a purge's pass) is not synced.
+
+A power loss cannot be staged here; the order of commits and syncs decides it, and that is
+what these tests read (the sync is wrapped, the commits seen through SQLAlchemy's events)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from cairn import db
+from cairn.db import WalSync, make_engine, wal_sync, write_transaction
+from cairn.errors import StoreUnavailable
+from cairn.quota import Limits
+from cairn.spaces import SpaceRef, Visibility
+from cairn.store.base import ImportStrategy
+from cairn.store.sql import SqlStore
+
+REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
+
+
+class Events:
+    """Commits of write transactions and syncs of the database's files, in order."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[str] = []
+        real = db._datasync
+
+        def datasync(fd: int) -> None:
+            real(fd)
+            self.seen.append("sync " + os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+
+        monkeypatch.setattr(db, "_datasync", datasync)
+
+    def during(self, engine: Engine, call: Callable[[], Any]) -> list[str]:
+        def on_commit(conn: Connection) -> None:
+            if conn.get_execution_options().get("sqlite_begin") == "IMMEDIATE":
+                self.seen.append("commit")  # a read's commit writes nothing
+
+        self.seen = []
+        event.listen(engine, "commit", on_commit)
+        try:
+            call()
+        finally:
+            event.remove(engine, "commit", on_commit)
+        seen, self.seen = self.seen, []
+        return seen
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> Events:
+    return Events(monkeypatch)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    opened = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", Limits())
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _each_commit_synced(seen: list[str], database: str) -> None:
+    assert seen, "nothing committed"
+    assert seen == ["commit", f"sync {database}-wal"] * (len(seen) // 2), seen
+
+
+def test_a_durable_write_transaction_syncs_the_wal_after_its_commit(
+    tmp_path: Path, events: Events
+) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'a.db'}")
+    try:
+
+        def write(durable: bool) -> None:
+            with write_transaction(engine, durable=durable) as conn:
+                conn.execute(sa.text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+                conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+
+        assert events.during(engine, lambda: write(True)) == ["commit", "sync a.db-wal"]
+        assert events.during(engine, lambda: write(False)) == ["commit"]
+
+        def failing() -> None:
+            with write_transaction(engine) as conn:
+                conn.execute(sa.text("INSERT INTO t VALUES (2)"))
+                raise RuntimeError("the block failed")
+
+        with pytest.raises(RuntimeError):
+            events.during(engine, failing)
+        assert events.seen == []  # rolled back: nothing to sync
+    finally:
+        engine.dispose()
+
+
+def test_every_document_change_is_synced_before_it_returns(store: SqlStore, events: Events) -> None:
+    def changes() -> None:
+        store.write(REF, "a.md", "first")
+        store.write(REF, "a.md", "second")
+        store.move(REF, "a.md", "b.md")
+        store.delete(REF, "b.md")
+        store.set_team_quota("team-a", 10 * 1024 * 1024)
+
+    seen = events.during(store.engine, changes)
+    assert seen.count("commit") == 5
+    _each_commit_synced(seen, "cairn.db")
+
+
+def test_an_import_batch_is_synced_once_after_its_commit(store: SqlStore, events: Events) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for i in range(3):
+            data = f"# note {i}\n".encode()
+            info = tarfile.TarInfo(f"n{i}.md")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw.seek(0)
+
+    seen = events.during(
+        store.engine, lambda: store.import_archive(REF, raw, ImportStrategy.OVERWRITE)
+    )
+    assert seen == ["commit", "sync cairn.db-wal"]
+    assert [d.path for d in store.list(REF)] == ["n0.md", "n1.md", "n2.md"]
+
+
+def test_search_chunks_are_derived_and_not_synced(store: SqlStore, events: Events) -> None:
+    store.write(REF, "a.md", "# deploy\nthe deploy notes")
+    assert events.during(store.engine, store.reindex) == ["commit"]
+
+
+def test_writers_waiting_together_share_an_fsync_that_began_after_each_arrived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = tmp_path / "a.db"
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(database))
+    clock = itertools.count()
+    fsyncs: list[tuple[int, int]] = []
+
+    def slow(_fd: int) -> None:
+        began = next(clock)
+        time.sleep(0.02)
+        fsyncs.append((began, next(clock)))
+
+    monkeypatch.setattr(db, "_datasync", slow)
+    calls: list[tuple[int, int]] = []
+
+    def caller() -> None:
+        arrived = next(clock)
+        sync.sync()
+        calls.append((arrived, next(clock)))
+
+    threads = [threading.Thread(target=caller) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 16
+    assert len(fsyncs) < 16  # shared
+    for arrived, returned in calls:
+        assert any(arrived < began and ended < returned for began, ended in fsyncs)
+
+
+def test_a_failed_fsync_is_an_error_and_the_next_caller_syncs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+    outcomes = iter([OSError(5, "Input/output error"), None])
+    done: list[int] = []
+
+    def flaky(_fd: int) -> None:
+        failure = next(outcomes)
+        if failure is not None:
+            raise failure
+        done.append(1)
+
+    monkeypatch.setattr(db, "_datasync", flaky)
+    with pytest.raises(StoreUnavailable, match="failed to sync"):
+        sync.sync()
+    sync.sync()
+    assert done == [1]
+
+
+def test_with_no_wal_the_database_file_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db").write_bytes(b"pages")
+    synced: list[str] = []
+    monkeypatch.setattr(
+        db, "_datasync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+    )
+    WalSync(str(tmp_path / "a.db")).sync()
+    assert synced == [str(tmp_path / "a.db")]
+
+
+def test_a_database_in_memory_has_nothing_to_sync(tmp_path: Path) -> None:
+    memory = make_engine("sqlite://")
+    try:
+        assert wal_sync(memory) is None
+    finally:
+        memory.dispose()
+    assert db._sync_for("file:mem1?mode=memory&cache=shared") is None
+    found = db._sync_for(f"file:{tmp_path / 'u.db'}?mode=rwc")
+    assert found is not None and found._paths == (f"{tmp_path}/u.db-wal", f"{tmp_path}/u.db")
+
+
+def test_the_wal_is_opened_again_once_a_connection_closed(tmp_path: Path, events: Events) -> None:
+    """The descriptor kept between syncs: SQLite removes the WAL with the database's last
+    connection, and the next connection makes a new file, which is the one to sync."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'a.db'}")
+
+    def write() -> None:
+        with write_transaction(engine) as conn:
+            conn.execute(sa.text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+
+    try:
+        assert events.during(engine, write) == ["commit", "sync a.db-wal"]
+        engine.dispose()  # the last connection: its close removes the WAL
+        assert not (tmp_path / "a.db-wal").exists()
+        assert events.during(engine, write) == ["commit", "sync a.db-wal"]  # not "(deleted)"
+    finally:
+        engine.dispose()
