@@ -91,7 +91,10 @@ def server_config(app: Any, workers: int = 1) -> Any:
 
 
 def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace) -> None:
-    """``--workers N``: N uvicorn processes accepting on the one socket bound here.
+    """``--workers N``: N uvicorn processes accepting on the one socket bound here, each
+    taking a new connection only while it holds no more open connections than the least
+    loaded of the others (:mod:`cairn.cli.serve_balance`: otherwise a few keep-alive
+    connections that arrive together often all land on one worker).
 
     This process supervises (uvicorn's ``Multiprocess``: a worker that dies is replaced,
     SIGTERM/SIGINT stop them all). It runs the migrations once before any worker starts,
@@ -99,10 +102,9 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
     no migrations and no indexer. The periodic purge runs in one worker only: the one
     holding the lock file's ``flock`` (:class:`cairn.api.app.WorkerApp`).
     """
-    from uvicorn.supervisors import Multiprocess
-
     from cairn.api.app import WorkerApp
     from cairn.api.indexer_process import IndexerProcess
+    from cairn.cli.serve_balance import serve_balanced
     from cairn.runtime import open_runtime
 
     open_runtime(config).close()  # migrations (and the key-hash secret), once
@@ -113,7 +115,7 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
         indexer.start()
         print(_banner(args, config), file=sys.stderr)
         app = WorkerApp(config, purge_lock=lock_path)
-        Multiprocess(server_config(app, args.workers), sockets=[sock]).run()
+        serve_balanced(server_config(app, args.workers), sock)
     finally:
         indexer.stop()
         with contextlib.suppress(OSError):
