@@ -431,11 +431,15 @@ _DEFERRED: contextvars.ContextVar[list[WalSync] | None] = contextvars.ContextVar
 )
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 _SYNCS: weakref.WeakKeyDictionary[Engine, WalSync | None] = weakref.WeakKeyDictionary()
+_UNKNOWN = object()
 
 
 def wal_sync(engine: Engine) -> WalSync | None:
     """The :class:`WalSync` of ``engine``'s SQLite database (one per engine in a process);
     None for a database with no file (``:memory:``), which nothing makes durable."""
+    known = _SYNCS.get(engine, _UNKNOWN)  # every durable write asks: no lock once made
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
     with _WRITERS_GUARD:
         if engine not in _SYNCS:
             sync = _SYNCS[engine] = _sync_for(str(engine.url.database or ""))

@@ -141,7 +141,7 @@ class _Batch:
             conn.close()
             if turn is not None:
                 turn.close()
-        if committed and not self.postgres:
+        if committed:
             made_durable(self.store.engine)  # the batch's one sync, after the writers' turn
 
 
