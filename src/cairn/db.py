@@ -24,6 +24,7 @@ import queue
 import re
 import sqlite3
 import threading
+import time
 import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -278,7 +279,25 @@ class WalSync:
     is synced instead. The WAL's descriptor is kept open between syncs: SQLite removes
     the file only when the last connection to the database closes, so it is opened again
     after any of this engine's connections closed (:meth:`reopen`, a pool event).
+
+    A coroutine's wait (:meth:`synced`) adapts to the disk: where an fsync costs the loop
+    less than handing it to a thread and back (on the 2-core development machine the
+    hand-off cost the loop ~0.3 ms of CPU, and an fsync of the WAL took ~0.15 ms), the loop
+    syncs itself. When a sync the loop made took over :data:`SLOW_FSYNC_S`, or the running
+    mean of those syncs rose over :data:`INLINE_FSYNC_S` (a disk slower than the hand-off;
+    an fsync's rare spike moves it little), the thread syncs for every
+    coroutine for the next :data:`SLOW_HOLD_S`; then the loop tries again, its mean
+    forgotten. A slow disk so stops the loop for one fsync every SLOW_HOLD_S at most
+    (docs/storage.md, "Durability"). Only the loop's own syncs are timed: the thread's
+    would count its wait for the GIL after the fsync, which a busy loop makes long.
     """
+
+    #: The running mean of the loop's fsyncs, in seconds, over which the thread syncs.
+    INLINE_FSYNC_S = 0.0005
+    #: A sync of the loop this slow sends every coroutine's wait to the thread at once.
+    SLOW_FSYNC_S = 0.005
+    #: How long the thread syncs for coroutines before the loop tries again.
+    SLOW_HOLD_S = 2.0
 
     def __init__(self, database: str) -> None:
         self._paths = (f"{database}-wal", database)
@@ -286,6 +305,12 @@ class WalSync:
         self._arrived = 0  # callers numbered as they arrive, after their commit
         self._synced = 0  # every caller numbered up to this one is durable
         self._syncing = False
+        #: The running mean of the loop's fsyncs (weight 1/32 to the newest; None: none
+        #: timed since the last hold), how many it counts (it decides from the eighth),
+        #: and until when the thread syncs for coroutines.
+        self._fsync_s: float | None = None
+        self._timed_n = 0
+        self._threaded_until = 0.0
         #: The WAL's descriptor, used and replaced only by the caller that syncs.
         self._fd: list[int] = []
         self._reopen = False
@@ -302,8 +327,9 @@ class WalSync:
         before the next sync."""
         self._reopen = True
 
-    def sync(self) -> None:
-        """Return once every commit made before this call is on disk."""
+    def sync(self, *, timed: bool = False) -> None:
+        """Return once every commit made before this call is on disk. ``timed``: the
+        caller is an event loop (:meth:`synced`), whose fsyncs are timed."""
         with self._cond:
             self._arrived += 1
             ticket = self._arrived
@@ -314,7 +340,7 @@ class WalSync:
                 self._syncing, covers, synced = True, self._arrived, False
                 self._cond.release()
                 try:
-                    self._fsync()
+                    self._fsync(timed)
                     synced = True
                 finally:
                     self._cond.acquire()
@@ -323,13 +349,22 @@ class WalSync:
                         self._synced = max(self._synced, covers)
                     self._cond.notify_all()  # done, or failed: a waiter tries its own
 
+    def syncs_inline(self) -> bool:
+        """Whether :meth:`synced` syncs on the loop itself: no slow sync of the loop's
+        holds the coroutines' waits on the thread now."""
+        return time.monotonic() >= self._threaded_until
+
     async def synced(self) -> None:
-        """:meth:`sync` for a coroutine, awaited on its event loop, which an fsync must not
-        stop: a thread of this database's own syncs once for every coroutine waiting by
-        then (sharing the fsync with callers in threads too) and wakes each loop once.
+        """:meth:`sync` for a coroutine, awaited on its event loop, which a slow fsync must
+        not stop: a thread of this database's own syncs once for every coroutine waiting
+        by then (sharing the fsync with callers in threads too) and wakes each loop once.
         What a coroutine costs the loop is a future and a queue entry; the thread's own
         turns with the GIL are few (one per fsync, besides the fsync), as every turn it
-        takes from a busy loop may wait a switch interval for it."""
+        takes from a busy loop may wait a switch interval for it. Where the disk's fsyncs
+        are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself."""
+        if self.syncs_inline():
+            self.sync(timed=True)
+            return
         loop = asyncio.get_running_loop()
         done: _Done = loop.create_future()
         self._awaiting.put((loop, done))
@@ -369,28 +404,42 @@ class WalSync:
                 with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
                     loop.call_soon_threadsafe(_settle, futures, error)
 
-    def _fsync(self) -> None:
-        """One fsync, by the one caller that syncs at a time."""
+    def _fsync(self, timed: bool = False) -> None:
+        """One fsync, by the one caller that syncs at a time (``timed``: a loop)."""
         try:
             if self._reopen or not self._fd:
                 self._reopen = False
                 _close_all(self._fd)
                 with contextlib.suppress(FileNotFoundError):  # no WAL: its database
                     self._fd.append(os.open(self._paths[0], os.O_RDONLY))
+            started = time.monotonic()
             if self._fd:
                 _datasync(self._fd[0])
-                return
-            fd = os.open(self._paths[1], os.O_RDONLY)
-            try:
-                _datasync(fd)
-            finally:
-                os.close(fd)
+            else:
+                fd = os.open(self._paths[1], os.O_RDONLY)
+                try:
+                    _datasync(fd)
+                finally:
+                    os.close(fd)
+            if timed:
+                self._timed(time.monotonic() - started)
         except OSError as exc:
             self._reopen = True
             raise StoreUnavailable(
                 f"the database's disk failed to sync a commit ({exc.strerror or exc}); "
                 "check the disk, then read the document back before writing again"
             ) from exc
+
+    def _timed(self, took: float) -> None:
+        """Account the duration of a loop's fsync (by the one caller that syncs at a
+        time): too slow, or too slow on average, and the thread syncs for a while."""
+        mean = took if self._fsync_s is None else self._fsync_s + (took - self._fsync_s) / 32
+        self._timed_n += 1
+        if took > self.SLOW_FSYNC_S or (mean > self.INLINE_FSYNC_S and self._timed_n >= 8):
+            self._threaded_until = time.monotonic() + self.SLOW_HOLD_S
+            self._fsync_s, self._timed_n = None, 0
+        else:
+            self._fsync_s = mean
 
 
 _Done: TypeAlias = "asyncio.Future[None]"

@@ -9,6 +9,7 @@ what these tests read (the sync is wrapped, the commits seen through SQLAlchemy'
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import os
@@ -237,3 +238,72 @@ def test_the_wal_is_opened_again_once_a_connection_closed(tmp_path: Path, events
         assert events.during(engine, write) == ["commit", "sync a.db-wal"]  # not "(deleted)"
     finally:
         engine.dispose()
+
+
+def _where_synced(monkeypatch: pytest.MonkeyPatch, took: float = 0.0) -> list[str]:
+    """The thread of each fsync from now on; each one takes ``took`` seconds."""
+    threads: list[str] = []
+
+    def datasync(_fd: int) -> None:
+        time.sleep(took)
+        threads.append(threading.current_thread().name)
+
+    monkeypatch.setattr(db, "_datasync", datasync)
+    return threads
+
+
+def test_a_coroutine_syncs_on_its_loop_while_the_disk_is_quick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+    threads = _where_synced(monkeypatch)
+
+    async def three() -> str:
+        for _ in range(3):
+            await sync.synced()
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(three())
+    assert threads == [loop_thread] * 3
+
+
+def test_after_a_slow_fsync_the_thread_syncs_for_coroutines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+    threads = _where_synced(monkeypatch, took=WalSync.SLOW_FSYNC_S * 2)
+
+    async def three() -> str:
+        for _ in range(3):
+            await sync.synced()
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(three())
+    # the first told the loop the disk is slow; the thread's syncs are not timed
+    assert threads == [loop_thread, "cairn-wal-sync", "cairn-wal-sync"]
+
+
+def test_the_loop_tries_again_after_the_hold_with_its_mean_forgotten(tmp_path: Path) -> None:
+    sync = WalSync(str(tmp_path / "a.db"))
+    assert sync.syncs_inline()  # the first sync tells
+    quick, middling = WalSync.INLINE_FSYNC_S / 10, WalSync.INLINE_FSYNC_S * 2
+    for _ in range(8):
+        sync._timed(quick)
+    sync._timed(middling)  # slower than the mean's bar, not slow: the mean absorbs one
+    assert sync.syncs_inline()
+    while sync.syncs_inline():  # ... not a run of them
+        sync._timed(middling)
+    sync._threaded_until = time.monotonic() - 1  # the hold has passed
+    assert sync.syncs_inline()
+    sync._timed(middling)  # the mean starts again from the first sync after the hold,
+    assert sync._fsync_s == middling and sync.syncs_inline()  # and decides from the eighth
+    for _ in range(6):
+        sync._timed(middling)
+    assert sync.syncs_inline()
+    sync._timed(middling)
+    assert not sync.syncs_inline()
+    sync._threaded_until = time.monotonic() - 1
+    sync._timed(WalSync.SLOW_FSYNC_S * 2)  # one slow sync is enough
+    assert not sync.syncs_inline()

@@ -171,9 +171,10 @@ class CallerCredential:
         (PUT doc 0.90–0.96 → 0.63–0.70 ms in process, docs/performance.md), and the write
         holds the GIL for most of its ~0.3 ms anyway. Only a free turn is taken on the loop:
         a write waiting there for another process's or an import's turn would stop every
-        request of the worker. Nor is the commit's fsync run on the loop: the write leaves
-        it in ``syncs``, awaited here once the turn is given back (docs/storage.md,
-        "Durability"), so nobody is answered before their write is on disk."""
+        request of the worker. The commit's fsync is left in ``syncs`` and awaited here
+        once the turn is given back, so nobody is answered before their write is on disk:
+        done on the loop while the disk is quick, by a thread while it is slow
+        (:meth:`WalSync.synced`, docs/storage.md "Durability")."""
         if self.state.inline_reads:
             syncs: list[WalSync] = []
             try:
