@@ -282,14 +282,15 @@ class WalSync:
 
     A coroutine's wait (:meth:`synced`) adapts to the disk: where an fsync costs the loop
     less than handing it to a thread and back (on the 2-core development machine the
-    hand-off cost the loop ~0.3 ms of CPU, and an fsync of the WAL took ~0.15 ms), the loop
-    syncs itself. When a sync the loop made took over :data:`SLOW_FSYNC_S`, or the running
-    mean of those syncs rose over :data:`INLINE_FSYNC_S` (a disk slower than the hand-off;
-    an fsync's rare spike moves it little), the thread syncs for every
-    coroutine for the next :data:`SLOW_HOLD_S`; then the loop tries again, its mean
-    forgotten. A slow disk so stops the loop for one fsync every SLOW_HOLD_S at most
-    (docs/storage.md, "Durability"). Only the loop's own syncs are timed: the thread's
-    would count its wait for the GIL after the fsync, which a busy loop makes long.
+    hand-off cost the loop ~0.3 ms of CPU, and an fsync of the WAL took ~0.15 ms), the
+    loop syncs itself, once for the writes of a turn of the loop. When a sync the loop
+    made took over :data:`SLOW_FSYNC_S`, or the running mean of those syncs rose over
+    :data:`INLINE_FSYNC_S` (a disk slower than the hand-off; an fsync's rare spike moves
+    it little), the thread syncs for every coroutine for the next :data:`SLOW_HOLD_S`;
+    then the loop tries again, its mean forgotten. A slow disk so stops the loop for one
+    fsync every SLOW_HOLD_S at most (docs/storage.md, "Durability"). Only the loop's own
+    syncs are timed: the thread's would count its wait for the GIL after the fsync, which
+    a busy loop makes long.
     """
 
     #: The running mean of the loop's fsyncs, in seconds, over which the thread syncs.
@@ -311,6 +312,10 @@ class WalSync:
         self._fsync_s: float | None = None
         self._timed_n = 0
         self._threaded_until = 0.0
+        #: Per event loop, the coroutines whose fsync the loop makes in its next turn.
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Done]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: The WAL's descriptor, used and replaced only by the caller that syncs.
         self._fd: list[int] = []
         self._reopen = False
@@ -361,9 +366,19 @@ class WalSync:
         What a coroutine costs the loop is a future and a queue entry; the thread's own
         turns with the GIL are few (one per fsync, besides the fsync), as every turn it
         takes from a busy loop may wait a switch interval for it. Where the disk's fsyncs
-        are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself."""
+        are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself, at
+        the start of its next turn, once for every coroutine that awaited in this one."""
         if self.syncs_inline():
-            self.sync(timed=True)
+            # The writes of one turn of the loop share its fsync: the callback runs in the
+            # next turn, after every task that was ready in this one.
+            loop = asyncio.get_running_loop()
+            turn = self._turns.get(loop)
+            if turn is None:
+                turn = self._turns[loop] = []
+                loop.call_soon(self._sync_turn, loop, turn)
+            mine: _Done = loop.create_future()
+            turn.append(mine)
+            await mine
             return
         loop = asyncio.get_running_loop()
         done: _Done = loop.create_future()
@@ -376,6 +391,17 @@ class WalSync:
                     )
                     self._syncer.start()
         await done
+
+    def _sync_turn(self, loop: asyncio.AbstractEventLoop, turn: list[_Done]) -> None:
+        """On the loop: one fsync for the coroutines that awaited :meth:`synced` in a
+        turn of it (each its own future, so a cancelled one cancels no other)."""
+        del self._turns[loop]
+        error: Exception | None = None
+        try:
+            self.sync(timed=True)
+        except Exception as exc:  # handed to every waiter of the turn
+            error = exc
+        _settle(turn, error)
 
     def _sync_awaiting(self) -> None:
         """The syncer thread: while coroutines wait, sync for all of them; gone after a

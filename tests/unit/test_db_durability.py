@@ -307,3 +307,56 @@ def test_the_loop_tries_again_after_the_hold_with_its_mean_forgotten(tmp_path: P
     sync._threaded_until = time.monotonic() - 1
     sync._timed(WalSync.SLOW_FSYNC_S * 2)  # one slow sync is enough
     assert not sync.syncs_inline()
+
+
+def test_coroutines_of_one_turn_of_the_loop_share_its_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+    threads = _where_synced(monkeypatch)
+
+    async def together() -> str:
+        await asyncio.gather(*(sync.synced() for _ in range(20)))
+        await sync.synced()  # a later turn: its own
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(together())
+    assert threads == [loop_thread, loop_thread]
+
+
+def test_a_cancelled_waiter_cancels_no_other_of_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+    threads = _where_synced(monkeypatch)
+
+    async def one_cancelled() -> None:
+        gone = asyncio.ensure_future(sync.synced())
+        kept = asyncio.ensure_future(sync.synced())
+        await asyncio.sleep(0)  # both wait for the turn's fsync
+        gone.cancel()
+        await kept
+        assert gone.cancelled()
+
+    asyncio.run(one_cancelled())
+    assert len(threads) == 1
+
+
+def test_a_failed_fsync_of_a_turn_fails_each_of_its_waiters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    sync = WalSync(str(tmp_path / "a.db"))
+
+    def failing(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(db, "_datasync", failing)
+
+    async def two() -> list[BaseException | None]:
+        return await asyncio.gather(sync.synced(), sync.synced(), return_exceptions=True)
+
+    outcomes = asyncio.run(two())
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes)
