@@ -345,7 +345,10 @@ class WalSync:
                 self._syncing, covers, synced = True, self._arrived, False
                 self._cond.release()
                 try:
-                    self._fsync(timed)
+                    started = time.monotonic()
+                    self._fsync()
+                    if timed:
+                        self._timed(time.monotonic() - started)
                     synced = True
                 finally:
                     self._cond.acquire()
@@ -430,15 +433,14 @@ class WalSync:
                 with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
                     loop.call_soon_threadsafe(_settle, futures, error)
 
-    def _fsync(self, timed: bool = False) -> None:
-        """One fsync, by the one caller that syncs at a time (``timed``: a loop)."""
+    def _fsync(self) -> None:
+        """One fsync, by the one caller that syncs at a time."""
         try:
             if self._reopen or not self._fd:
                 self._reopen = False
                 _close_all(self._fd)
                 with contextlib.suppress(FileNotFoundError):  # no WAL: its database
                     self._fd.append(os.open(self._paths[0], os.O_RDONLY))
-            started = time.monotonic()
             if self._fd:
                 _datasync(self._fd[0])
             else:
@@ -447,8 +449,6 @@ class WalSync:
                     _datasync(fd)
                 finally:
                     os.close(fd)
-            if timed:
-                self._timed(time.monotonic() - started)
         except OSError as exc:
             self._reopen = True
             raise StoreUnavailable(

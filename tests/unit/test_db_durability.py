@@ -240,6 +240,19 @@ def test_the_wal_is_opened_again_once_a_connection_closed(tmp_path: Path, events
         engine.dispose()
 
 
+def _with_wal(tmp_path: Path) -> WalSync:
+    """The WalSync of a database in ``tmp_path`` whose WAL holds frames."""
+    (tmp_path / "a.db-wal").write_bytes(b"frames")
+    return WalSync(str(tmp_path / "a.db"))
+
+
+async def _one_after_another(sync: WalSync, times: int) -> str:
+    """Await ``sync.synced()`` ``times`` times in a row; the loop's thread."""
+    for _ in range(times):
+        await sync.synced()
+    return threading.current_thread().name
+
+
 def _where_synced(monkeypatch: pytest.MonkeyPatch, took: float = 0.0) -> list[str]:
     """The thread of each fsync from now on; each one takes ``took`` seconds."""
     threads: list[str] = []
@@ -255,32 +268,20 @@ def _where_synced(monkeypatch: pytest.MonkeyPatch, took: float = 0.0) -> list[st
 def test_a_coroutine_syncs_on_its_loop_while_the_disk_is_quick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = WalSync(str(tmp_path / "a.db"))
+    sync = _with_wal(tmp_path)
     threads = _where_synced(monkeypatch)
 
-    async def three() -> str:
-        for _ in range(3):
-            await sync.synced()
-        return threading.current_thread().name
-
-    loop_thread = asyncio.run(three())
+    loop_thread = asyncio.run(_one_after_another(sync, 3))
     assert threads == [loop_thread] * 3
 
 
 def test_after_a_slow_fsync_the_thread_syncs_for_coroutines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = WalSync(str(tmp_path / "a.db"))
+    sync = _with_wal(tmp_path)
     threads = _where_synced(monkeypatch, took=WalSync.SLOW_FSYNC_S * 2)
 
-    async def three() -> str:
-        for _ in range(3):
-            await sync.synced()
-        return threading.current_thread().name
-
-    loop_thread = asyncio.run(three())
+    loop_thread = asyncio.run(_one_after_another(sync, 3))
     # the first told the loop the disk is slow; the thread's syncs are not timed
     assert threads == [loop_thread, "cairn-wal-sync", "cairn-wal-sync"]
 
@@ -312,8 +313,7 @@ def test_the_loop_tries_again_after_the_hold_with_its_mean_forgotten(tmp_path: P
 def test_coroutines_of_one_turn_of_the_loop_share_its_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = WalSync(str(tmp_path / "a.db"))
+    sync = _with_wal(tmp_path)
     threads = _where_synced(monkeypatch)
 
     async def together() -> str:
@@ -328,8 +328,7 @@ def test_coroutines_of_one_turn_of_the_loop_share_its_fsync(
 def test_a_cancelled_waiter_cancels_no_other_of_its_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = WalSync(str(tmp_path / "a.db"))
+    sync = _with_wal(tmp_path)
     threads = _where_synced(monkeypatch)
 
     async def one_cancelled() -> None:
@@ -347,8 +346,7 @@ def test_a_cancelled_waiter_cancels_no_other_of_its_turn(
 def test_a_failed_fsync_of_a_turn_fails_each_of_its_waiters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = WalSync(str(tmp_path / "a.db"))
+    sync = _with_wal(tmp_path)
 
     def failing(_fd: int) -> None:
         raise OSError(5, "Input/output error")
