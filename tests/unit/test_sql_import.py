@@ -183,3 +183,47 @@ def test_a_document_another_writer_holds_is_written_alone(
     assert [d.path for d in store.list(REF)] == ["first.md", "held.md", "last.md"]
     assert store.usage(REF).used_bytes == sum(d.size_bytes for d in store.list(REF))
     store.close()
+
+
+def test_an_import_trims_the_history_as_writes_do(backend: Backend) -> None:
+    # A member whose write must trim its path's history takes the transaction path (the
+    # one-statement write on PostgreSQL hands it over): the same versions as writes keep.
+    store = backend.open(Limits(history_versions=2))
+    for body in ("one", "two", "three"):
+        store.write(REF, "imported.md", body)
+        store.write(REF, "written.md", body)
+    with store.import_writer(REF, None) as write:
+        write(_checked(store, "imported.md", "four", False))
+    store.write(REF, "written.md", "four")
+    imported = [(v.version, v.etag) for v in store.versions(REF, "imported.md")]
+    written = [(v.version, v.etag) for v in store.versions(REF, "written.md")]
+    assert imported == written and len(imported) <= 3
+    assert store.read(REF, "imported.md").content == "four"
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_member_costs_the_batch_one_round_trip(postgres_url: str) -> None:
+    # The transaction path took four per document (savepoint, lock, change, release); the
+    # one-statement write, pipelined with its savepoint, one. Counted as libpq's
+    # ReadyForQuery messages, an import of n + 40 members against one of n: what the
+    # batch costs besides its members (its begin, commit, pool checkout) cancels out.
+    from tests.unit.test_sql_put import round_trips
+
+    store = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:16]}")
+    trips: list[int] = []
+    for run, count in enumerate((40, 80)):
+        store.write(REF, f"old{run}.md", "before")
+        members = [_checked(store, f"r{run}/{i}.md", f"doc {i}") for i in range(count - 1)]
+        members.append(_checked(store, f"old{run}.md", "after", False))  # keeps a version
+
+        def work(members: list[CheckedWrite] = members) -> None:
+            with store.import_writer(REF, None) as write:
+                for member in members:
+                    write(member)
+
+        trips.append(round_trips(store, work))
+    assert trips[1] - trips[0] == 40
+    assert len(store.list(REF)) == 120
+    assert [v.version for v in store.versions(REF, "old1.md")] == [2, 1]
+    assert store.read_version(REF, "old1.md", 1).content == "before"
+    store.close()

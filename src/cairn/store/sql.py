@@ -315,9 +315,12 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         with write_transaction(self.engine) as conn:
             return self._write_in(conn, ref, w)
 
-    def _put_at_once(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult | None:
-        """The write ``w`` as one statement (:meth:`ChangeStatements.put`); None when it
-        must run in a transaction instead (nothing was written)."""
+    def _put_at_once(
+        self, ref: SpaceRef, w: CheckedWrite, batch: Connection | None = None
+    ) -> WriteResult | None:
+        """The write ``w`` as one statement (:meth:`ChangeStatements.put`, or in the import
+        batch's transaction ``batch``, :meth:`ChangeStatements.put_in`); None when it must
+        run on the transaction path instead (nothing was written)."""
         now = self.clock()
         key = {**self._address(ref), "p": w.path}
         params = {
@@ -329,8 +332,11 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
             "keep": self.limits.history_versions,
             "hquota": self.limits.history_quota,
         }
-        with translated_errors():
-            put = self._change_sql.put(self.engine, self.keeps_history, params)
+        if batch is None:
+            with translated_errors():
+                put = self._change_sql.put(self.engine, self.keeps_history, params)
+        else:  # the batch translates the errors it does not handle (it waits out a lock)
+            put = self._change_sql.put_in(batch, self.keeps_history, params)
         if put is None:
             return None
         written, current = put

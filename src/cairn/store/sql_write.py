@@ -58,7 +58,7 @@ from typing import Any, Literal, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from cairn.db import driver_cursor, on_pooled, utc
+from cairn.db import as_sqlalchemy, driver_cursor, on_pooled, utc
 from cairn.store.sql_schema import memory_documents
 from cairn.store.version_pack import COMPRESS_FROM
 
@@ -264,6 +264,29 @@ class Outcome(NamedTuple):
     version: int | None
 
 
+#: The savepoint of :meth:`ChangeStatements.put_in` (a name SQLAlchemy's never take).
+_SAVEPOINT = "SAVEPOINT cairn_put"
+_RELEASE = "RELEASE SAVEPOINT cairn_put"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT cairn_put"
+
+
+def _in_transaction_instead(raw: Any) -> bool:
+    """Whether the one-statement write's error ``raw`` (the driver's) means the write runs
+    on the transaction path: the statement undid itself (:data:`_UNDO`), or it met a
+    version number the table holds already (the document took a number a concurrent
+    deletion kept, ``Locked.newest_kept``: the transaction path renumbers it)."""
+    state = getattr(raw, "sqlstate", None)
+    return (state == _UNDO_STATE and _UNDO in str(raw)) or state == _DUPLICATE_STATE
+
+
+def _put_answer(row: Any) -> tuple[bool, str | None] | None:
+    """The one-statement write's row as :meth:`ChangeStatements.put` answers it."""
+    fresh, ok, etag, done, changed, _ = row
+    if not fresh or (ok and changed and not done):
+        return None
+    return bool(ok), etag
+
+
 def _native(sql: str) -> tuple[str, list[str]]:
     """``:name`` parameters as PostgreSQL's own ``$1``, and the names in their order: psycopg
     sends such a statement as it is, where it would parse a ``%(name)s`` one longer than
@@ -411,11 +434,7 @@ class ChangeStatements:
         counter refused, or the history to trim. The same bytes again change nothing:
         (True, their etag).
         """
-        variant = (record, record and params.get("live_packed") is not None)
-        sql, names = self._puts.get(variant) or self._puts.setdefault(
-            variant, _native(_postgres_put(*variant))
-        )
-        args = [params[name] for name in names]
+        sql, args = self._put_statement(record, params)
 
         def execute(driver: Any) -> Any:
             from psycopg import RawCursor  # PostgreSQL only
@@ -427,20 +446,54 @@ class ChangeStatements:
         try:
             row: Any = on_pooled(engine, execute, what="put")
         except sa.exc.DBAPIError as exc:
-            raw = exc.orig
-            state = getattr(raw, "sqlstate", None)
-            if state == _UNDO_STATE and _UNDO in str(raw):
-                return None
-            if state == _DUPLICATE_STATE:
-                # A version numbered as one the table holds: the document took a number a
-                # concurrent deletion kept (Locked.newest_kept). The transaction path
-                # renumbers it.
+            if _in_transaction_instead(exc.orig):
                 return None
             raise
-        fresh, ok, etag, done, changed, _ = row
-        if not fresh or (ok and changed and not done):
+        return _put_answer(row)
+
+    def put_in(
+        self, conn: Connection, record: bool, params: dict[str, Any]
+    ) -> tuple[bool, str | None] | None:
+        """:meth:`put` in the transaction of ``conn`` (an import batch's), inside a savepoint
+        of its own sent with it in one round trip: the savepoint, the statement and the
+        savepoint's release go in one pipeline, so a document costs the batch one round trip
+        where the transaction path costs four (savepoint, lock, change, release).
+
+        Answers as :meth:`put` does. When the statement fails, the savepoint is rolled back
+        (the batch's earlier documents stay) before the answer: None when the write must
+        run on the transaction path, else the error, raised as SQLAlchemy's (a
+        ``lock_timeout`` among them)."""
+        from psycopg import RawCursor  # PostgreSQL only
+
+        sql, args = self._put_statement(record, params)
+        driver: Any = conn.connection.driver_connection
+        failed: Exception | None = None
+        with driver.pipeline(), RawCursor(driver) as cursor:
+            driver.execute(_SAVEPOINT, prepare=False)
+            cursor.execute(sql, args)
+            driver.execute(_RELEASE, prepare=False)
+            try:
+                row: Any = cursor.fetchone()  # one round trip: the pipeline's sync
+            except conn.dialect.loaded_dbapi.Error as exc:
+                # Caught inside the pipeline, which then ends cleanly (the release was
+                # skipped: the server drops a failed pipeline's later statements).
+                failed = exc
+        if failed is None:
+            return _put_answer(row)
+        with driver_cursor(conn, "rollback to savepoint") as rollback:
+            rollback.execute(_ROLLBACK_TO)  # what the statement did, undone
+            rollback.execute(_RELEASE)  # and the savepoint itself gone
+        if _in_transaction_instead(failed):
             return None
-        return bool(ok), etag
+        raise as_sqlalchemy(failed, "put", conn.dialect) from failed
+
+    def _put_statement(self, record: bool, params: dict[str, Any]) -> tuple[str, list[Any]]:
+        """The one-statement write's text (built once per variant) and its arguments."""
+        variant = (record, record and params.get("live_packed") is not None)
+        sql, names = self._puts.get(variant) or self._puts.setdefault(
+            variant, _native(_postgres_put(*variant))
+        )
+        return sql, [params[name] for name in names]
 
     @staticmethod
     def _run_sqlite(cursor: Any, steps: list[tuple[str, str]], params: dict[str, Any]) -> Outcome:
