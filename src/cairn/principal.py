@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+#: Every API key starts with this, so a leaked key is recognisable (and secret scanners match).
+API_KEY_PREFIX = "cairn_"
+
 
 class TeamRole(StrEnum):
     VIEWER = "viewer"
@@ -122,3 +125,20 @@ class Principal:
         """How a document's history names this caller: :attr:`actor`, plus the API key
         when one acted (``user:<id> key:<id>``), so a key's changes can be told apart."""
         return f"{self.actor} key:{self.key_id}" if self.key_id else self.actor
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A user's standing in one team, read in one query (never cached).
+
+    ``team_role`` is the effective rung: an org owner/admin ranks as team ``admin``
+    (unlimited) in every team of the org; None when the user acts in no such team.
+    ``project_ids`` is None for an unlimited standing, else the projects the
+    membership is limited to. ``plan`` is the org's plan.
+    """
+
+    org_id: str = ""
+    plan: str = ""
+    org_role: OrgRole | None = None
+    team_role: TeamRole | None = None
+    project_ids: frozenset[str] | None = None

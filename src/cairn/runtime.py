@@ -15,42 +15,37 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from argon2 import PasswordHasher
-from sqlalchemy.engine import Engine
-
 from cairn.config import Config
-
-# WalSync is the type of writer_turn_now's syncs, for the faces that await them.
-from cairn.db import WalSync as WalSync
-from cairn.db import make_engine, read_transaction, sqlite_path, sqlite_writers, syncs_deferred
 from cairn.errors import InvalidRequest
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
 from cairn.quota import Limits
-from cairn.records.ratelimit import RateLimiter, RedisRateLimiter, rate_limiter
-from cairn.schema import upgrade_all
-from cairn.service.access import Access, Credentials
-from cairn.service.admin import AdminService
-from cairn.service.audit import AuditService
-from cairn.service.records import RecordService, build_record_service
-from cairn.service.spaces import SpaceService
-from cairn.store import pgvector
 
-# MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
-from cairn.store.base import MemoryStore as MemoryStore
-from cairn.store.fs import FilesystemStore
-from cairn.store.http import HttpMemoryStore
-from cairn.store.sql import SqlStore
+# What the composition root builds is imported where it is built: a command that needs
+# one piece (the CLI's ``--server`` client, ``cairn --help``) loads neither SQLAlchemy nor
+# the stores it does not use (docs/performance.md, "The CLI's start").
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
-if TYPE_CHECKING:  # cairn.embed loads numpy and the tokenizer: only commands that embed pay
+    # WalSync is the type of writer_turn_now's syncs, for the faces that await them.
+    from cairn.db import WalSync as WalSync
+
     # Re-exported for the faces' annotations: they may not import cairn.embed.
     from cairn.embed import Embedder as Embedder
     from cairn.embed import EmbedderStatus as EmbedderStatus
+    from cairn.identity.service import IdentityService
+    from cairn.records.ratelimit import RateLimiter
     from cairn.search.cache import VectorCache
+    from cairn.service.access import Access, Credentials
+    from cairn.service.admin import AdminService
+    from cairn.service.audit import AuditService
     from cairn.service.indexer import Indexer, ReindexReport
     from cairn.service.record_search import RecordSearch
+    from cairn.service.records import RecordService
     from cairn.service.search import DocumentSearch
+    from cairn.service.spaces import SpaceService
+
+    # MemoryStore is the faces' type of a store: they may not import cairn.store themselves.
+    from cairn.store.base import MemoryStore as MemoryStore
+    from cairn.store.sql import SqlStore
 
 
 @dataclass
@@ -89,6 +84,8 @@ class Runtime:
         (:func:`cairn.db.syncs_deferred`): the caller awaits each (``WalSync.synced``) once
         the turn is given back, before it answers, so the fsync neither holds the turn nor
         stops an event loop."""
+        from cairn.db import sqlite_writers, syncs_deferred
+
         if self.engine.dialect.name != "sqlite":
             yield False
             return
@@ -104,11 +101,17 @@ class Runtime:
 
     def ping(self) -> None:
         """Reach the database once (readiness); StoreUnavailable when it cannot."""
+        import sqlalchemy as sa
+
+        from cairn.db import read_transaction
+
         with read_transaction(self.engine) as conn:
             conn.execute(sa.text("SELECT 1"))
 
     def close(self) -> None:
         """Release the limiter's connections, and the engine if this runtime made it."""
+        from cairn.records.ratelimit import RedisRateLimiter
+
         if isinstance(self.limiter, RedisRateLimiter):
             self.limiter.close()
         if self.owns_engine:
@@ -128,6 +131,20 @@ def open_runtime(
     are what new team and instance counters start at (default: SPEC §4's; the admin API
     re-caps them in the database, and ``CAIRN_MEMORY_*`` are the filesystem store's).
     """
+    from argon2 import PasswordHasher
+
+    from cairn.identity.keys import load_key_hasher
+    from cairn.identity.service import IdentityService
+    from cairn.records.ratelimit import rate_limiter
+    from cairn.schema import upgrade_all
+    from cairn.service.access import Access, Credentials
+    from cairn.service.admin import AdminService
+    from cairn.service.audit import AuditService
+    from cairn.service.records import build_record_service
+    from cairn.service.spaces import SpaceService
+    from cairn.store import pgvector
+    from cairn.store.sql import SqlStore
+
     owns_engine = engine is None
     if engine is None:
         engine = _make_engine(config)
@@ -174,6 +191,8 @@ def open_runtime(
 def open_engine(config: Config, *, migrate: bool = True) -> Engine:
     """An engine on ``config.database_url``; every pending migration applied unless
     ``migrate`` is False. The caller disposes of it."""
+    from cairn.schema import upgrade_all
+
     engine = _make_engine(config)
     if migrate:
         upgrade_all(engine)
@@ -184,6 +203,8 @@ def _make_engine(config: Config) -> Engine:
     """The engine of ``config.database_url``. A SQLite file's directory must exist, except
     for the default database: ``$CAIRN_HOME`` is made on first use. A mistyped
     ``--database`` would otherwise leave a new directory and an empty database behind."""
+    from cairn.db import make_engine, sqlite_path
+
     path = sqlite_path(config.database_url)
     if path is not None:
         directory = os.path.dirname(path)
@@ -200,11 +221,15 @@ def _make_engine(config: Config) -> Engine:
 def open_local_store(config: Config, limits: Limits | None = None) -> MemoryStore:
     """The filesystem store under ``$CAIRN_HOME/spaces``, with ``limits`` (default: the
     configured ``CAIRN_MEMORY_*`` overrides)."""
+    from cairn.store.fs import FilesystemStore
+
     return FilesystemStore(config.home / "spaces", config.limits() if limits is None else limits)
 
 
 def open_remote_store(server: str, token: str | None) -> MemoryStore:
     """The store that is the Cairn server at ``server``, reached with API key ``token``."""
+    from cairn.store.http import HttpMemoryStore
+
     return HttpMemoryStore(server, token)
 
 

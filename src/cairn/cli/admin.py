@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.cli.common import (
     UsageError,
@@ -23,9 +23,11 @@ from cairn.cli.common import (
     runtime_for,
 )
 from cairn.errors import InvalidRequest
+from cairn.paging import DEFAULT_PAGE, MAX_PAGE
 from cairn.principal import CredentialKind, Principal
-from cairn.schema import upgrade_all
-from cairn.service.admin import DEFAULT_PAGE, MAX_PAGE, AdminService, Page
+
+if TYPE_CHECKING:
+    from cairn.service.admin import AdminService, Page
 
 #: Who the local operator is to the admin use-cases: whoever can open the server's
 #: database already holds the platform's authority, as the admin token does.
@@ -257,6 +259,8 @@ def _db_prune_history(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from cairn.schema import upgrade_all  # SQLAlchemy: loaded by the commands that use it
+
     with open_engine(args, upgrade=False) as engine:
         applied = upgrade_all(engine)
     return print_json({"applied": [f"{m.component}:{m.version}" for m in applied]})

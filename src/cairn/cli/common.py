@@ -21,19 +21,21 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Any
 
 from cairn import runtime
 from cairn.config import Config
 from cairn.errors import InvalidRequest, InvalidSpaceRef
 from cairn.principal import Principal
 from cairn.quota import Limits
-from cairn.runtime import MemoryStore
 from cairn.service.access import console_principal, remote_principal
 from cairn.service.spaces import SpaceService
 from cairn.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, project_key
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from cairn.runtime import MemoryStore
 
 DEFAULT_SPACE_NAME = "default"
 

@@ -29,12 +29,6 @@ from cairn.cli.common import add_database_arg, cli_command, cli_config, human_by
 from cairn.config import Config
 from cairn.errors import CairnError
 from cairn.service.access import LOCAL_TEAM
-from cairn.service.doctor import (
-    migration_state,
-    ping_redis,
-    record_hand_edits,
-    recount_local_store,
-)
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -110,6 +104,8 @@ def _database(config: Config) -> Check:
                 WARN,
                 f"{shown} does not exist yet; `cairn serve` or `cairn db upgrade` creates it",
             )
+    from cairn.service.doctor import migration_state  # SQLAlchemy: loaded by this check only
+
     try:
         engine = runtime.open_engine(config, migrate=False)
         try:
@@ -159,6 +155,8 @@ def _model(config: Config) -> Check:
 def _redis(config: Config) -> Check:
     if not config.redis_url:
         return Check("redis", OK, "CAIRN_REDIS_URL is not set: the search limit is in-process")
+    from cairn.service.doctor import ping_redis
+
     shown = config.redis_url.split("@", 1)[-1]  # never print a password
     try:
         ping_redis(config.redis_url)
@@ -175,6 +173,8 @@ def _local_history(config: Config) -> Check:
     root = config.home / "spaces"
     if not root.is_dir():
         return Check("history", OK, f"no local spaces yet ({root})")
+    from cairn.service.doctor import record_hand_edits
+
     try:
         found = record_hand_edits(runtime.open_local_store(config))
     except CairnError as exc:
@@ -186,6 +186,8 @@ def _local_usage(config: Config) -> Check:
     root = config.home / "spaces"
     if not root.is_dir():
         return Check("local usage", OK, f"no local spaces yet ({root})")
+    from cairn.service.doctor import recount_local_store
+
     try:
         found = recount_local_store(runtime.open_local_store(config), LOCAL_TEAM)
     except CairnError as exc:

@@ -14,7 +14,6 @@ import sys
 
 from cairn.cli.common import add_database_arg, print_json, runtime_for
 from cairn.errors import InvalidRequest
-from cairn.service.records import iso
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +54,8 @@ def _add(args: argparse.Namespace) -> int:
         text = sys.stdin.read()
     with runtime_for(args) as runtime:
         record = runtime.records.save_as_server(args.team, text, repo_id=args.repo)
+    from cairn.service.records import iso
+
     return print_json({"id": record.id, "expires_at": iso(record.expires_at)})
 
 

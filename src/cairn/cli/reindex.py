@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from typing import TYPE_CHECKING
 
 from cairn import runtime
 from cairn.cli.common import add_database_arg, cli_command, cli_config, print_json, progress
 from cairn.config import Config
 from cairn.errors import CairnError
-from cairn.service.indexer import ReindexReport, embed_pending
+
+if TYPE_CHECKING:
+    from cairn.service.indexer import ReindexReport
 
 MEANING_OFF = "search by meaning is off (CAIRN_EMBEDDER=none): chunked only, nothing embedded"
 
@@ -61,6 +64,8 @@ def embed_and_report(config: Config, store: runtime.MemoryStore, documents: int)
     """After ``cairn memory reindex`` chunked ``documents`` documents of the local
     ``store``: embed what it has pending when the configured embedder loads, saying so
     on stderr (stdout keeps the document count), or why search by meaning is off."""
+    from cairn.service.indexer import embed_pending  # the search stack: loaded when used
+
     embedder: runtime.Embedder | None = None
     if config.embedder != "none":
         try:

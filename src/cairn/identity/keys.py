@@ -17,9 +17,8 @@ from sqlalchemy.engine import Engine
 
 from cairn.db import read_transaction, utcnow, write_transaction
 from cairn.identity.schema import server_secrets
+from cairn.principal import API_KEY_PREFIX as API_KEY_PREFIX
 
-#: Every API key starts with this, so a leaked key is recognisable (and secret scanners match).
-API_KEY_PREFIX = "cairn_"
 _SECRET_NAME = "key_hash_secret"
 
 

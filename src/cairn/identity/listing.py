@@ -23,10 +23,8 @@ from sqlalchemy.engine import Engine
 from cairn.db import read_transaction, utc
 from cairn.errors import InvalidRequest
 from cairn.identity import schema as t
-
-#: A page's size unless the caller asks, and the most it may ask for.
-DEFAULT_PAGE = 50
-MAX_PAGE = 200
+from cairn.paging import DEFAULT_PAGE as DEFAULT_PAGE
+from cairn.paging import MAX_PAGE as MAX_PAGE
 
 T = TypeVar("T")
 

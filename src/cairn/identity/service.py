@@ -26,12 +26,11 @@ from cairn.identity.standing import (
     SESSION_FOR_TOKEN,
     TEAMS_AS_MEMBER,
     TEAMS_AS_ORG_ADMIN,
-    Standing,
     standing_from_row,
     standing_in_team,
 )
 from cairn.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
-from cairn.principal import CredentialKind, Principal, TeamRole
+from cairn.principal import CredentialKind, Principal, Standing, TeamRole
 
 MIN_PASSWORD_CHARS = 8
 _UNSET: Any = object()

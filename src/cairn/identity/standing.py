@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from cairn.db import PointRead
 from cairn.identity import schema as t
-from cairn.principal import OrgRole, TeamRole
+from cairn.principal import OrgRole, Standing, TeamRole
 
 _org = t.org_members.alias("om")
 _member = t.team_members.alias("m")
@@ -110,23 +109,6 @@ PROJECT_LIMIT = sa.select(t.team_member_projects.c.project_id).where(
     t.team_member_projects.c.team_id == sa.bindparam("t"),
     t.team_member_projects.c.user_id == sa.bindparam("u"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """A user's standing in one team, read in one query (never cached).
-
-    ``team_role`` is the effective rung: an org owner/admin ranks as team ``admin``
-    (unlimited) in every team of the org; None when the user acts in no such team.
-    ``project_ids`` is None for an unlimited standing, else the projects the
-    membership is limited to. ``plan`` is the org's plan.
-    """
-
-    org_id: str = ""
-    plan: str = ""
-    org_role: OrgRole | None = None
-    team_role: TeamRole | None = None
-    project_ids: frozenset[str] | None = None
 
 
 def standing_from_row(

@@ -14,6 +14,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from cairn.documents import PlatformGrant
 from cairn.errors import (
@@ -27,12 +28,21 @@ from cairn.errors import (
     TeamNotFound,
     Unauthenticated,
 )
-from cairn.identity.keys import API_KEY_PREFIX
-from cairn.identity.service import IdentityService
-from cairn.identity.standing import Standing
-from cairn.principal import MEMORY_PLANS, CredentialKind, OrgRole, Plan, Principal, TeamRole
+from cairn.principal import (
+    API_KEY_PREFIX,
+    MEMORY_PLANS,
+    CredentialKind,
+    OrgRole,
+    Plan,
+    Principal,
+    Standing,
+    TeamRole,
+)
 from cairn.records.models import is_clean_id
 from cairn.spaces import SpaceRef, Visibility, parse_visibility
+
+if TYPE_CHECKING:
+    from cairn.identity.service import IdentityService
 
 #: The implicit team of ``cairn serve --local`` and of the local CLI.
 LOCAL_TEAM = "local"
