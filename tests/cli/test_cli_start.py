@@ -1,0 +1,47 @@
+"""The CLI's start loads no SQL stack: building the parser (``cairn --help``, a
+``--server`` command's start) imports neither SQLAlchemy nor a store, which the commands
+that use them import when they run (docs/performance.md, "The CLI's start")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("sqlalchemy", "argon2", "cairn.store.sql", "cairn.store.fs", "cairn.identity.service")
+
+
+def _loaded_after(code: str) -> dict[str, bool]:
+    shown = f"print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+    probe = f"import json, sys\n{code}\n{shown}"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_building_the_parser_loads_no_sql_stack() -> None:
+    loaded = _loaded_after("from cairn.cli.main import build_parser\nbuild_parser()")
+    assert loaded == dict.fromkeys(HEAVY, False)
+
+
+def test_the_remote_store_loads_no_sql_stack() -> None:
+    # What `cairn memory ... --server URL` builds: the HTTP store under the space service.
+    code = (
+        "import argparse\n"
+        "from cairn.cli.common import spaces_for\n"
+        "spaces_for(argparse.Namespace(server='http://127.0.0.1:9', token='t'))"
+    )
+    assert _loaded_after(code) == dict.fromkeys(HEAVY, False)
+
+
+def test_a_local_command_still_finds_its_store() -> None:
+    # The local store is imported when a command opens it.
+    code = (
+        "import argparse, os, tempfile\n"
+        "os.environ['CAIRN_HOME'] = tempfile.mkdtemp()\n"
+        "from cairn.cli.common import spaces_for\n"
+        "spaces_for(argparse.Namespace(server=None, token=None))"
+    )
+    assert _loaded_after(code)["cairn.store.fs"] is True
