@@ -9,8 +9,10 @@ set; the filesystem store when it declares ``history``.
 on the SQL stores ``keeps_history = False``, so the change statement of every write
 (cairn.store.sql_write) leaves out the version insert and the history counter's growth (the
 same schema, the same statement otherwise); on the filesystem store ``_record_history``
-(the sidecar's insert, inside every write) a no-op. Each round writes into fresh stores,
-alternating which variant goes first, so neither always gets a warm cache.
+(the sidecar's insert, inside every write) a no-op. Each round writes into a fresh store
+of each variant, the two taking turns every ten writes (the first of each turn
+alternating), so both meet the same moments of a noisy machine and neither always gets a
+warm cache.
 
     .venv/bin/python bench/bench_history.py                 # a few minutes
     .venv/bin/python bench/bench_history.py --docs 2000 --rounds 5
@@ -180,19 +182,35 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
-def write_round(store: MemoryStore, docs: int, size: int, seed: int) -> tuple[list[float], float]:
-    """``docs`` creates then as many overwrites of ``size`` bytes: each write's seconds, and
-    the round's writes per second."""
+#: Writes each variant makes in a row before the other takes its turn (see write_round).
+CHUNK = 10
+
+
+def write_round(
+    stores: dict[str, MemoryStore], docs: int, size: int, seed: int
+) -> dict[str, tuple[list[float], float]]:
+    """``docs`` creates then as many overwrites of ``size`` bytes into each store of
+    ``stores`` (the same bodies, the same paths), the stores taking turns every
+    :data:`CHUNK` writes, the first of each turn alternating: both variants meet the same
+    moments of a noisy machine, where a round of one then a round of the other met
+    different ones. Per variant: each write's seconds, and its writes per second (over
+    the time of its own turns)."""
     rng = random.Random(seed)
     bodies = [prose(size, rng) for _ in range(2 * docs)]
     paths = [f"d{i // 100}/doc-{i}.md" for i in range(docs)]
-    samples: list[float] = []
-    start = time.perf_counter()
-    for i, body in enumerate(bodies):
-        t0 = time.perf_counter()
-        store.write(REF, paths[i % docs], body)
-        samples.append(time.perf_counter() - t0)
-    return samples, len(bodies) / (time.perf_counter() - start)
+    samples: dict[str, list[float]] = {name: [] for name in stores}
+    busy: dict[str, float] = dict.fromkeys(stores, 0.0)
+    names = list(stores)
+    for turn, start in enumerate(range(0, len(bodies), CHUNK)):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            store = stores[name]
+            began = time.perf_counter()
+            for i in range(start, min(start + CHUNK, len(bodies))):
+                t0 = time.perf_counter()
+                store.write(REF, paths[i % docs], bodies[i])
+                samples[name].append(time.perf_counter() - t0)
+            busy[name] += time.perf_counter() - began
+    return {name: (samples[name], len(bodies) / busy[name]) for name in stores}
 
 
 def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
@@ -208,13 +226,17 @@ def bench_writes(a: Adapter, args: argparse.Namespace) -> dict[str, str]:
         paired: dict[str, list[float]] = {"slower": [], "lower": []}
         for round_ in range(args.rounds):
             order = [("with", a.cls), ("without", plain)]
-            p50: dict[str, float] = {}
-            for variant, cls in order if round_ % 2 == 0 else order[::-1]:
-                store = a.open(cls, variant)
-                try:
-                    samples, per_s = write_round(store, docs, size, seed=round_)
-                finally:
+            stores = {
+                variant: a.open(cls, variant)
+                for variant, cls in (order if round_ % 2 == 0 else order[::-1])
+            }
+            try:
+                got = write_round(stores, docs, size, seed=round_)
+            finally:
+                for store in stores.values():
                     store.close()
+            p50: dict[str, float] = {}
+            for variant, (samples, per_s) in got.items():
                 lat[variant].extend(samples)
                 over[variant].extend(samples[docs:])
                 rate[variant].append(per_s)
