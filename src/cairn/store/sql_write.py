@@ -66,6 +66,8 @@ from cairn.store.version_pack import COMPRESS_FROM
 DocStep = Literal["insert", "update", "delete"] | None
 
 _ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
+#: :data:`_ONE` for ``memory_documents AS d`` among other tables.
+_D_ONE = "d.tenant_id = :t AND d.space_key = :k AND d.space_id = :sid AND d.path = :p"
 #: A large live version's row in the table, for ``memory_documents AS d``.
 _LIVE_ROW = (
     "(SELECT v.stored_bytes FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
@@ -624,7 +626,6 @@ def _postgres_put(record: bool, live: bool) -> str:
         return re.sub(r":fresh\b", go_fresh, re.sub(r":d\b", go_d, sql))
 
     hist_quota = "coalesce({u}.history_quota_bytes, :hquota, {u}.quota_bytes{dflt})"
-    row = _ROW
     replaced = (
         f"CASE WHEN {_LARGE} THEN coalesce({_LIVE_ROW}, d.size_bytes + 1) ELSE d.size_bytes + 1 END"
     )
@@ -640,10 +641,12 @@ def _postgres_put(record: bool, live: bool) -> str:
         else "0"
     )
     ctes = [
+        # The document row read once (none for a new path), beside the team's counter.
         "pre AS MATERIALIZED (SELECT r.replaced, r.prekept, "
-        f"{busy} AS busy FROM (SELECT coalesce((SELECT {replaced} {row}), 0) AS replaced, "
-        f"coalesce((SELECT {_LARGE} AND {_LIVE_ROW} IS NOT NULL {row}), false) AS prekept, "
-        f"coalesce((SELECT d.version + 1 {row}), {_NEXT}) AS next) AS r "
+        f"{busy} AS busy FROM (SELECT coalesce({replaced}, 0) AS replaced, "
+        f"coalesce({_LARGE} AND {_LIVE_ROW} IS NOT NULL, false) AS prekept, "
+        f"coalesce(d.version + 1, {_NEXT}) AS next FROM (SELECT 1) AS one "
+        f"LEFT JOIN memory_documents AS d ON {_D_ONE}) AS r "
         "LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
         "cur AS MATERIALIZED (SELECT ctid AS tid, size_bytes, etag FROM memory_documents "
         f"WHERE {_ONE} AND NOT (SELECT busy FROM pre) FOR UPDATE)",
