@@ -82,34 +82,35 @@ class _Batch:
         store = self.store
         with translated_errors():
             conn = self._open()
-            result: WriteResult | None = None
-            if self.postgres and w.grant is None:
-                # One round trip: the one-statement write in a savepoint of its own
-                # (nothing to attribute or audit: those are a grant's).
-                try:
+            try:
+                result: WriteResult | None = None
+                if self.postgres and w.grant is None:
+                    # One round trip: the one-statement write in a savepoint of its own
+                    # (nothing to attribute or audit: those are a grant's).
                     result = store._put_at_once(self.ref, w, batch=conn)
-                except sa.exc.OperationalError as exc:
-                    if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
-                        raise
-                    return self._alone(w)
-            if result is None:
-                savepoint = conn.begin_nested()
-                try:
-                    result = store._write_in(conn, self.ref, w)
-                except sa.exc.OperationalError as exc:
-                    savepoint.rollback()
-                    if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
-                        raise
-                    return self._alone(w)
-                except BaseException:
-                    savepoint.rollback()  # this document only: the batch goes on
+                if result is None:
+                    result = self._in_savepoint(conn, w)
+            except sa.exc.OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
                     raise
-                savepoint.commit()
+                return self._alone(w)
             self.docs += 1
             self.bytes += len(w.data)
             if self.docs >= BATCH_DOCUMENTS or self.bytes >= BATCH_BYTES:
                 self.commit()
             return result
+
+    def _in_savepoint(self, conn: Connection, w: CheckedWrite) -> WriteResult:
+        """``w`` on the transaction path, in a savepoint: a refusal rolls back this document
+        only, and the batch goes on."""
+        savepoint = conn.begin_nested()
+        try:
+            result = self.store._write_in(conn, self.ref, w)
+        except BaseException:
+            savepoint.rollback()
+            raise
+        savepoint.commit()
+        return result
 
     def _alone(self, w: CheckedWrite) -> WriteResult:
         """``w`` as a single write, after committing the batch: another writer holds the
