@@ -469,17 +469,23 @@ class ChangeStatements:
 
         sql, args = self._put_statement(record, params)
         driver: Any = conn.connection.driver_connection
+        error = conn.dialect.loaded_dbapi.Error
         failed: Exception | None = None
-        with driver.pipeline(), RawCursor(driver) as cursor:
-            driver.execute(_SAVEPOINT, prepare=False)
-            cursor.execute(sql, args)
-            driver.execute(_RELEASE, prepare=False)
-            try:
-                row: Any = cursor.fetchone()  # one round trip: the pipeline's sync
-            except conn.dialect.loaded_dbapi.Error as exc:
-                # Caught inside the pipeline, which then ends cleanly (the release was
-                # skipped: the server drops a failed pipeline's later statements).
-                failed = exc
+        try:
+            with driver.pipeline(), RawCursor(driver) as cursor:
+                try:
+                    driver.execute(_SAVEPOINT, prepare=False)
+                    cursor.execute(sql, args)
+                    driver.execute(_RELEASE, prepare=False)
+                    row: Any = cursor.fetchone()  # one round trip: the pipeline's sync
+                except error as exc:
+                    # The statement's error, wherever psycopg reads it: at the fetch, or
+                    # already while it sends the release (the server skips the release).
+                    failed = exc
+        except error as exc:
+            # The pipeline's end after an error read while sending (``PipelineAborted``):
+            # the statement's own error, caught above, is the one that counts.
+            failed = failed or exc
         if failed is None:
             return _put_answer(row)
         with driver_cursor(conn, "rollback to savepoint") as rollback:
