@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
-import uuid
 from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cairn.api.logs import current_request_id
+from cairn.api.logs import current_request_id, direct_handler
 from cairn.api.metrics import Metrics
 from cairn.errors import BodyTooLarge, CairnError, ImportTooLarge
 
@@ -46,7 +46,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         incoming = _header(scope, b"x-request-id")
-        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else secrets.token_hex(16)
         scope.setdefault("state", {})["request_id"] = request_id
         token = current_request_id.set(request_id)
         started = time.perf_counter()
@@ -81,19 +81,21 @@ class RequestContextMiddleware:
             current_request_id.reset(token)
             if access_log.isEnabledFor(logging.INFO):
                 principal = scope.get("state", {}).get("principal")
-                access_log.info(
-                    "request",
-                    extra={
-                        "request_id": request_id,
-                        "method": scope["method"],
-                        "route": template,
-                        "status": status,
-                        "duration_ms": round(elapsed * 1000, 2),
-                        # Who, never with what: the actor names a user id, not a credential.
-                        "actor": getattr(principal, "actor", None),
-                        "team": getattr(principal, "team_id", None) or None,
-                    },
-                )
+                fields = {
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    # Who, never with what: the actor names a user id, not a credential.
+                    "actor": getattr(principal, "actor", None),
+                    "team": getattr(principal, "team_id", None) or None,
+                }
+                direct = direct_handler(access_log)
+                if direct is None:
+                    access_log.info("request", extra=fields)
+                else:
+                    direct.write_fields(access_log.name, "request", fields)
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
