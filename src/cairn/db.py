@@ -312,7 +312,7 @@ class WalSync:
         self._fsync_s: float | None = None
         self._timed_n = 0
         self._threaded_until = 0.0
-        #: Per event loop, the coroutines whose fsync the loop makes in its next turn.
+        #: Per event loop, the coroutines whose fsync the loop makes two turns on.
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Done]] = (
             weakref.WeakKeyDictionary()
         )
@@ -369,16 +369,22 @@ class WalSync:
         What a coroutine costs the loop is a future and a queue entry; the thread's own
         turns with the GIL are few (one per fsync, besides the fsync), as every turn it
         takes from a busy loop may wait a switch interval for it. Where the disk's fsyncs
-        are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself, at
-        the start of its next turn, once for every coroutine that awaited in this one."""
+        are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself two
+        turns later, once for every coroutine that awaited in this turn or the next."""
         if self.syncs_inline():
-            # The writes of one turn of the loop share its fsync: the callback runs in the
-            # next turn, after every task that was ready in this one.
+            # The writes of two turns of the loop share its fsync: the callback runs in the
+            # turn after the next, after every task that was ready in the next one.
             loop = asyncio.get_running_loop()
             turn = self._turns.get(loop)
             if turn is None:
                 turn = self._turns[loop] = []
-                loop.call_soon(self._sync_turn, loop, turn)
+                # Not in the next turn: a request read while this turn runs starts its
+                # task in the next one, after the callbacks this turn scheduled, so an
+                # fsync of the next turn would run before its write, and one scheduled
+                # from the next turn runs after it. Syncing in the next turn, 4 clients'
+                # PUTs made 1.9 writes an fsync, against 3.9 so (docs/performance.md, "An
+                # fsync two turns on").
+                loop.call_soon(loop.call_soon, self._sync_turn, loop, turn)
             mine: _Done = loop.create_future()
             turn.append(mine)
             await mine

@@ -325,6 +325,25 @@ def test_coroutines_of_one_turn_of_the_loop_share_its_fsync(
     assert threads == [loop_thread, loop_thread]
 
 
+def test_a_waiter_that_starts_in_the_next_turn_shares_the_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a request read while a write's turn ran: its task starts in the next turn, after
+    # the callbacks that turn scheduled.
+    sync = _with_wal(tmp_path)
+    threads = _where_synced(monkeypatch)
+
+    async def staggered() -> None:
+        first = asyncio.ensure_future(sync.synced())  # awaits in the next turn
+        await asyncio.sleep(0)  # that turn: first awaits, then this goes on
+        second = asyncio.ensure_future(sync.synced())  # awaits in the turn after
+        await asyncio.gather(first, second)
+        await asyncio.ensure_future(sync.synced())  # two turns later: its own
+        assert len(threads) == 2
+
+    asyncio.run(staggered())
+
+
 def test_a_cancelled_waiter_cancels_no_other_of_its_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
