@@ -372,17 +372,15 @@ class WalSync:
         are quicker than that hand-off (:meth:`syncs_inline`), the loop syncs itself two
         turns later, once for every coroutine that awaited in this turn or the next."""
         if self.syncs_inline():
-            # The writes of two turns of the loop share its fsync: the callback runs in the
-            # turn after the next, after every task that was ready in the next one.
             loop = asyncio.get_running_loop()
             turn = self._turns.get(loop)
             if turn is None:
                 turn = self._turns[loop] = []
-                # Not in the next turn: a request read while this turn runs starts its
-                # task in the next one, after the callbacks this turn scheduled, so an
-                # fsync of the next turn would run before its write, and one scheduled
-                # from the next turn runs after it. Syncing in the next turn, 4 clients'
-                # PUTs made 1.9 writes an fsync, against 3.9 so (docs/performance.md, "An
+                # The writes of two turns share the fsync, scheduled from the next turn:
+                # a request read while this turn runs starts its task in the next one,
+                # after the callbacks this turn scheduled, so an fsync of the next turn
+                # would run before its write. Syncing in the next turn, 4 clients' PUTs
+                # made 1.9 writes an fsync, against 3.9 so (docs/performance.md, "An
                 # fsync two turns on").
                 loop.call_soon(loop.call_soon, self._sync_turn, loop, turn)
             mine: _Done = loop.create_future()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,52 +76,39 @@ def test_the_direct_line_is_the_loggers_line(configured: io.StringIO) -> None:
     assert direct_in["request_id"] == "outer"
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        "filter on the logger",
-        "handler on the logger",
-        "second handler",
-        "handler level",
-        "logger level",
-        "propagates to root",
-        "another handler class",
-        "disabled",
-    ],
-)
-def test_any_other_setup_logs_through_the_logger(configured: io.StringIO, change: str) -> None:
+_ACCESS, _CAIRN = logging.getLogger("cairn.access"), logging.getLogger("cairn")
+
+#: Each other setup: (what is changed, its attribute, the value it takes).
+OTHER_SETUPS: dict[str, tuple[object, str, Callable[[], object]]] = {
+    "filter on the logger": (_ACCESS, "filters", lambda: [logging.Filter("elsewhere")]),
+    "handler on the logger": (_ACCESS, "handlers", lambda: [logging.NullHandler()]),
+    "second handler": (_CAIRN, "handlers", lambda: [*_CAIRN.handlers, logging.NullHandler()]),
+    "handler level": (_CAIRN, "level", lambda: logging.WARNING),
+    "logger level": (_ACCESS, "level", lambda: logging.WARNING),
+    "propagates to root": (_CAIRN, "propagate", lambda: True),
+    "another handler class": (
+        _CAIRN,
+        "handlers",
+        lambda: [logging.StreamHandler(io.StringIO())],
+    ),
+    "disabled": (_ACCESS, "disabled", lambda: True),
+}
+
+
+@pytest.mark.parametrize("change", OTHER_SETUPS)
+def test_any_other_setup_logs_through_the_logger(
+    configured: io.StringIO, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
     _alone()
-    access, root = logging.getLogger("cairn.access"), logging.getLogger("cairn")
-    undo: list[tuple[object, str, object]] = []
-
-    def setattr_(obj: object, name: str, value: object) -> None:
-        undo.append((obj, name, getattr(obj, name)))
-        setattr(obj, name, value)
-
-    try:
-        if change == "filter on the logger":
-            setattr_(access, "filters", [logging.Filter("elsewhere")])
-        elif change == "handler on the logger":
-            setattr_(access, "handlers", [logging.NullHandler()])
-        elif change == "second handler":
-            setattr_(root, "handlers", [*root.handlers, logging.NullHandler()])
-        elif change == "handler level":
-            setattr_(root.handlers[0], "level", logging.WARNING)
-        elif change == "logger level":
-            setattr_(access, "level", logging.WARNING)
-            logging.getLogger().manager._clear_cache()  # type: ignore[attr-defined]
-        elif change == "propagates to root":
-            setattr_(root, "propagate", True)
-        elif change == "another handler class":
-            setattr_(root, "handlers", [logging.StreamHandler(io.StringIO())])
-        elif change == "disabled":
-            setattr_(access, "disabled", True)
-        assert direct_handler(access) is None
-    finally:
-        for obj, name, value in reversed(undo):
-            setattr(obj, name, value)
-        logging.getLogger().manager._clear_cache()  # type: ignore[attr-defined]
-    assert direct_handler(access) is not None
+    target, name, value = OTHER_SETUPS[change]
+    if change == "handler level":
+        target = _CAIRN.handlers[0]  # configure()'s, made by the fixture
+    monkeypatch.setattr(target, name, value())
+    _ACCESS.manager._clear_cache()  # levels are cached per logger
+    assert direct_handler(_ACCESS) is None
+    monkeypatch.undo()
+    _ACCESS.manager._clear_cache()
+    assert direct_handler(_ACCESS) is not None
 
 
 def test_a_request_writes_one_access_line_directly(
