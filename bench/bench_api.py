@@ -1,8 +1,8 @@
-"""Benchmark: ``cairn serve`` against a bare FastAPI floor, and ``--workers 2`` against one.
+"""Benchmark: ``keepstone serve`` against a bare FastAPI floor, and ``--workers 2`` against one.
 
 In one run, on loopback: a bare FastAPI app answering a constant JSON body (the floor),
-``cairn serve`` with one worker and ``cairn serve --workers 2``, all three served by
-uvicorn with the same settings (``cairn.cli.serve.server_config``: uvloop and httptools).
+``keepstone serve`` with one worker and ``keepstone serve --workers 2``, all three served by
+uvicorn with the same settings (``keepstone.cli.serve.server_config``: uvloop and httptools).
 A team space is seeded with 100 documents; then ``wrk`` drives each scenario with
 ``--clients`` connections for ``--seconds``, the servers' figures interleaved with the
 floor's over ``--rounds`` rounds (the median of each is kept, so a noisy moment of a
@@ -47,7 +47,7 @@ ADMIN = "bench-admin-token-0123456789abcdef"
 FLOOR_APP = """
 import socket, uvicorn
 from fastapi import FastAPI
-from cairn.cli.serve import server_config
+from keepstone.cli.serve import server_config
 app = FastAPI()
 @app.get('/')
 def root() -> dict[str, bool]:
@@ -208,20 +208,20 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("bench_api.py drives the servers with wrk: apt-get install wrk")
 
-    home = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
-    database = args.database or f"sqlite:///{home}/cairn.db"
+    home = Path(tempfile.mkdtemp(prefix="keepstone-bench-"))
+    database = args.database or f"sqlite:///{home}/keepstone.db"
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
     env.update(
-        CAIRN_HOME=str(home),
-        CAIRN_ADMIN_TOKEN=ADMIN,
-        CAIRN_EMBEDDER="none",  # no indexer: the figures are the request path's
+        KEEPSTONE_HOME=str(home),
+        KEEPSTONE_ADMIN_TOKEN=ADMIN,
+        KEEPSTONE_EMBEDDER="none",  # no indexer: the figures are the request path's
         PYTHONPATH=os.pathsep.join(filter(None, [src, env.get("PYTHONPATH", "")])),
     )
     one, two, floor_port = free_port(), free_port(), free_port()
 
     def serve(port: int, workers: int) -> list[str]:
-        argv = [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+        argv = [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
         return argv + ["--database", database] + (["--workers", "2"] if workers > 1 else [])
 
     floor = f"http://127.0.0.1:{floor_port}"
@@ -273,7 +273,8 @@ def main() -> None:
     }
     floor_rps = results["floor (constant JSON)"].rps
     print(
-        f"cairn serve ({database.split(':', 1)[0]}) vs bare FastAPI floor, same uvicorn settings; "
+        f"keepstone serve ({database.split(':', 1)[0]}) vs bare FastAPI floor, "
+        "same uvicorn settings; "
         f"wrk, {args.clients} connections, median of {args.rounds} rounds x {args.seconds}s"
     )
     print(f"{'scenario':24} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s ÷ floor':>14}")

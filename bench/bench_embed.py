@@ -1,6 +1,6 @@
 """Speed of the default embedder, all-MiniLM-L6-v2 on numpy. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/bench_embed.py                 # CAIRN_EMBED_THREADS, default 1
+    .venv/bin/python bench/bench_embed.py                 # KEEPSTONE_EMBED_THREADS, default 1
     .venv/bin/python bench/bench_embed.py --threads 2     # BLAS threads, set before numpy loads
     .venv/bin/python bench/bench_embed.py --texts 1024 --queries 200
 
@@ -44,8 +44,8 @@ def parse_args() -> argparse.Namespace:
 
 def set_threads(wanted: int | None) -> int:
     """Give the native thread pools ``wanted`` threads (else keep the environment's, else
-    CAIRN_EMBED_THREADS, else 1); before numpy loads. Returns the BLAS thread count."""
-    default = str(wanted or os.environ.get("CAIRN_EMBED_THREADS") or 1)
+    KEEPSTONE_EMBED_THREADS, else 1); before numpy loads. Returns the BLAS thread count."""
+    default = str(wanted or os.environ.get("KEEPSTONE_EMBED_THREADS") or 1)
     for name in THREAD_VARIABLES:
         if wanted is not None:
             os.environ[name] = default
@@ -66,7 +66,7 @@ def main() -> None:
 
     import numpy as np
 
-    from cairn.embed import MiniLMEmbedder, locate_model
+    from keepstone.embed import MiniLMEmbedder, locate_model
 
     started = time.perf_counter()
     embedder = MiniLMEmbedder(locate_model())  # batch size 32, the default

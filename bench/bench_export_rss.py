@@ -34,14 +34,14 @@ from pathlib import Path
 
 import psutil
 
-from cairn.quota import GiB, Limits, MiB
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
+from keepstone.quota import GiB, Limits, MiB
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
 
 DOC_BYTES = 128 * 1024
 LIMITS = Limits(team_quota=4 * GiB).with_subcap(Visibility.BOT, 2 * GiB)
-WORDS = "cairn keeps what agents learned across runs in plain markdown notes".split()
+WORDS = "keepstone keeps what agents learned across runs in plain markdown notes".split()
 
 GOAL_EXPORT_MBS = 100.0
 GOAL_IMPORT_MBS = 50.0
@@ -49,16 +49,16 @@ GOAL_RSS_MB = 150.0
 
 CHILD = """
 import sys, time
-from cairn.quota import GiB, Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy
+from keepstone.quota import GiB, Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportStrategy
 verb, adapter, where, archive = sys.argv[1:5]
 limits = Limits(team_quota=4 * GiB).with_subcap(Visibility.BOT, 2 * GiB)
 if adapter == "fs":
-    from cairn.store.fs import FilesystemStore
+    from keepstone.store.fs import FilesystemStore
     store = FilesystemStore(where, limits)
 else:
-    from cairn.store.sql import SqlStore
+    from keepstone.store.sql import SqlStore
     store = SqlStore.open(where, limits)
 bot = "src" if verb == "export" else "dst"
 ref = SpaceRef.build("bot", "default", tenant="local", project="bench", bot=bot)
@@ -160,9 +160,9 @@ def run_adapter(adapter: str, size: int, tmp: Path, text: str = "notes") -> None
         where = str(tmp / "spaces")
         store = FilesystemStore(where, LIMITS)
     else:
-        from cairn.store.sql import SqlStore
+        from keepstone.store.sql import SqlStore
 
-        where = f"sqlite:///{tmp / 'cairn.db'}"
+        where = f"sqlite:///{tmp / 'keepstone.db'}"
         store = SqlStore.open(where, LIMITS)
     child = [sys.executable, "-c", CHILD]
     try:
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = parse_size(args.size)
     adapters = ["fs", "sqlite"] if args.adapter == "both" else [args.adapter]
-    tmp = Path(tempfile.mkdtemp(prefix="cairn-rss-"))
+    tmp = Path(tempfile.mkdtemp(prefix="keepstone-rss-"))
     try:
         for adapter in adapters:
             run_adapter(adapter, size, tmp / adapter, args.text)

@@ -2,12 +2,12 @@
 it, the storage one version takes, and an ``as_of`` listing of a 2,000-document space.
 
 Per adapter that declares ``history``: SQLite on a temporary file; PostgreSQL in a
-throw-away schema when ``CAIRN_BENCH_POSTGRES_URL`` (or ``CAIRN_TEST_POSTGRES_URL``) is
+throw-away schema when ``KEEPSTONE_BENCH_POSTGRES_URL`` (or ``KEEPSTONE_TEST_POSTGRES_URL``) is
 set; the filesystem store when it declares ``history``.
 
 "Without history" is the same store class with its history step removed in a subclass:
 on the SQL stores ``keeps_history = False``, so the change statement of every write
-(cairn.store.sql_write) leaves out the version insert and the history counter's growth (the
+(keepstone.store.sql_write) leaves out the version insert and the history counter's growth (the
 same schema, the same statement otherwise); on the filesystem store ``_record_history``
 (the sidecar's insert, inside every write) a no-op. Each round writes into a fresh store
 of each variant, the two taking turns every ten writes (the first of each turn
@@ -43,9 +43,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent / "src"))
 
-from cairn.quota import GiB, Limits, MiB  # noqa: E402
-from cairn.spaces import SpaceRef, Visibility  # noqa: E402
-from cairn.store.base import MemoryStore  # noqa: E402
+from keepstone.quota import GiB, Limits, MiB  # noqa: E402
+from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
+from keepstone.store.base import MemoryStore  # noqa: E402
 
 #: Roomy limits: the benchmark measures cost, not refusals or retention.
 LIMITS = Limits(
@@ -123,12 +123,12 @@ def tree_size(root: str) -> Callable[[MemoryStore], int]:
 
 @contextlib.contextmanager
 def adapters(tmp: str, only: list[str]) -> Iterator[list[Adapter]]:
-    from cairn.store.fs import FilesystemStore
-    from cairn.store.sql import SqlStore
+    from keepstone.store.fs import FilesystemStore
+    from keepstone.store.sql import SqlStore
 
     schemas: list[str] = []
-    pg_url = os.environ.get("CAIRN_BENCH_POSTGRES_URL") or os.environ.get(
-        "CAIRN_TEST_POSTGRES_URL", ""
+    pg_url = os.environ.get("KEEPSTONE_BENCH_POSTGRES_URL") or os.environ.get(
+        "KEEPSTONE_TEST_POSTGRES_URL", ""
     )
     found: list[Adapter] = []
     counter = iter(range(1_000_000))
@@ -141,7 +141,7 @@ def adapters(tmp: str, only: list[str]) -> Iterator[list[Adapter]]:
     if "sqlite" in only:
 
         def open_sqlite(cls: type[Any], _: str) -> MemoryStore:
-            store: MemoryStore = cls.open(f"sqlite:///{fresh_dir()}/cairn.db", LIMITS)
+            store: MemoryStore = cls.open(f"sqlite:///{fresh_dir()}/keepstone.db", LIMITS)
             return store
 
         found.append(Adapter("sqlite", SqlStore, open_sqlite, sqlite_size))
@@ -303,7 +303,7 @@ def stored_bytes(store: MemoryStore, path: str) -> int:
     """The ``stored_bytes`` of the newest version of ``path`` (SQL stores)."""
     import sqlalchemy as sa
 
-    from cairn.store.sql_schema import memory_document_versions as V
+    from keepstone.store.sql_schema import memory_document_versions as V
 
     with store.engine.connect() as conn:  # type: ignore[attr-defined]
         return int(
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapters", default="sqlite,postgres,fs", help="comma-separated")
     args = parser.parse_args(argv)
     only = [a.strip() for a in args.adapters.split(",") if a.strip()]
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-history-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="keepstone-bench-history-") as tmp:
         with adapters(tmp, only) as found:
             for a in found:
                 start = time.perf_counter()

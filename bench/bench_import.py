@@ -1,17 +1,17 @@
-"""Import time by archive size: ``cairn memory import`` must be linear (issue 11, finding 9).
+"""Import time by archive size: ``keepstone memory import`` must be linear (issue 11, finding 9).
 
 For each size (1,000, 2,500 and 10,000 members by default) builds a gzipped tarball
 of small notes spread over 50 directories, then imports it into an empty space three
 ways, each timed from start to end:
 
-* ``cli``: the real ``cairn memory import --in FILE`` in a child process, on the
-  filesystem store of a temporary ``CAIRN_HOME`` (what the issue measured: 1k 2 s,
+* ``cli``: the real ``keepstone memory import --in FILE`` in a child process, on the
+  filesystem store of a temporary ``KEEPSTONE_HOME`` (what the issue measured: 1k 2 s,
   2.5k 13 s, 10k 103 s before; the acceptance line is 10k in at most 5 s);
 * ``fs``: ``FilesystemStore.import_archive`` in this process;
 * ``sqlite``: ``SqlStore.import_archive`` on a SQLite file, for comparison;
-* ``pgserver``: ``cairn memory import --server`` against a real ``cairn serve`` on a
+* ``pgserver``: ``keepstone memory import --server`` against a real ``keepstone serve`` on a
   fresh PostgreSQL database (created from ``--postgres``, default
-  ``$CAIRN_TEST_POSTGRES_URL``, and dropped after), with an API key of a team member:
+  ``$KEEPSTONE_TEST_POSTGRES_URL``, and dropped after), with an API key of a team member:
   issue 13's goal is 2,000 documents in at most 5 s, printed beside the figure. Runs
   only when a PostgreSQL URL is given.
 
@@ -22,7 +22,7 @@ is mostly waiting for the disk. Nothing is asserted.
 
     .venv/bin/python bench/bench_import.py
     .venv/bin/python bench/bench_import.py --sizes 1000,10000 --ways cli,fs
-    CAIRN_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \
+    KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \
         .venv/bin/python bench/bench_import.py --ways pgserver --sizes 2000
 """
 
@@ -46,11 +46,11 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from cairn.quota import GiB, Limits
-from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
+from keepstone.quota import GiB, Limits
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
 from serving import serve
 
 LIMITS = Limits(team_quota=4 * GiB)
@@ -92,9 +92,9 @@ def through_cli(data: bytes, where: Path) -> float:
     archive.write_bytes(data)
     project = where / "project"
     project.mkdir()
-    env = {**os.environ, "CAIRN_HOME": str(where / "home")}
-    env["CAIRN_MEMORY_QUOTA_ORG_TOTAL"] = str(4 * GiB)
-    cmd = [sys.executable, "-m", "cairn.cli.main", "memory", "import", "--quiet"]
+    env = {**os.environ, "KEEPSTONE_HOME": str(where / "home")}
+    env["KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"] = str(4 * GiB)
+    cmd = [sys.executable, "-m", "keepstone.cli.main", "memory", "import", "--quiet"]
     cmd += ["--visibility", "project", "--project", str(project), "--in", str(archive)]
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -105,7 +105,7 @@ def through_cli(data: bytes, where: Path) -> float:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"cairn memory import failed ({done.returncode}): {done.stderr}")
+        raise SystemExit(f"keepstone memory import failed ({done.returncode}): {done.stderr}")
     return seconds
 
 
@@ -124,12 +124,14 @@ def fresh_postgres(url: str) -> Iterator[str]:
 
 
 def through_pg_server(data: bytes, where: Path, postgres: str) -> float:
-    """``cairn memory import --server`` into a project space of a fresh team."""
+    """``keepstone memory import --server`` into a project space of a fresh team."""
     archive = where / "in.tar.gz"
     archive.write_bytes(data)
     with (
         fresh_postgres(postgres) as database,
-        serve(database, where / "home", CAIRN_ADMIN_TOKEN=ADMIN, CAIRN_INDEXER="off") as served,
+        serve(
+            database, where / "home", KEEPSTONE_ADMIN_TOKEN=ADMIN, KEEPSTONE_INDEXER="off"
+        ) as served,
     ):
         with httpx.Client(base_url=served.base, headers={"Authorization": f"Bearer {ADMIN}"}) as a:
             org = a.post("/api/admin/orgs", json={"name": "bench"}).json()["id"]
@@ -137,9 +139,9 @@ def through_pg_server(data: bytes, where: Path, postgres: str) -> float:
             user = a.post("/api/admin/users", json={"email": "bench@example.com"}).json()["id"]
             a.post(f"/api/admin/teams/{team}/members", json={"user_id": user, "role": "member"})
             key = a.post("/api/admin/api-keys", json={"user_id": user, "team_id": team})
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-        env["CAIRN_HOME"] = str(where / "client")
-        cmd = [sys.executable, "-m", "cairn.cli.main", "memory", "import", "--quiet"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+        env["KEEPSTONE_HOME"] = str(where / "client")
+        cmd = [sys.executable, "-m", "keepstone.cli.main", "memory", "import", "--quiet"]
         cmd += ["--server", served.base, "--token", key.json()["key"]]
         cmd += ["--visibility", "project", "--project", "bench", "--in", str(archive)]
         start = time.perf_counter()
@@ -156,20 +158,20 @@ def main() -> int:
     parser.add_argument("--ways", default=",".join(WAYS), help="cli, fs, sqlite, pgserver")
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""),
+        default=os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", ""),
         help="a PostgreSQL URL to create the pgserver way's database beside",
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ways = [w for w in args.ways.split(",") if w and (w != "pgserver" or args.postgres)]
     if "pgserver" in args.ways and not args.postgres:
-        print("pgserver: not run, no PostgreSQL URL (--postgres or CAIRN_TEST_POSTGRES_URL)")
+        print("pgserver: not run, no PostgreSQL URL (--postgres or KEEPSTONE_TEST_POSTGRES_URL)")
     print(f"{'way':<7} {'members':>8} {'seconds':>8} {'ms/member':>10} {'vs first':>9}")
     for way in ways:
         first: float | None = None
         for n in sizes:
             data = archive_of(n)
-            tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-import-"))
+            tmp = Path(tempfile.mkdtemp(prefix="keepstone-bench-import-"))
             try:
                 cpu = time.process_time()
                 if way == "cli":
@@ -180,7 +182,9 @@ def main() -> int:
                     seconds = in_process(lambda w: FilesystemStore(w / "spaces", LIMITS), data, tmp)
                 else:
                     seconds = in_process(
-                        lambda w: SqlStore.open(f"sqlite:///{w / 'cairn.db'}", LIMITS), data, tmp
+                        lambda w: SqlStore.open(f"sqlite:///{w / 'keepstone.db'}", LIMITS),
+                        data,
+                        tmp,
                     )
                 cpu = time.process_time() - cpu
             finally:

@@ -1,4 +1,4 @@
-"""The background indexer against request handling, through a real ``cairn serve``.
+"""The background indexer against request handling, through a real ``keepstone serve``.
 Prints figures; asserts nothing.
 
     python bench/bench_indexer.py                          # SQLite file
@@ -6,7 +6,7 @@ Prints figures; asserts nothing.
 
 (a) Records saved per second through the API (``POST /api/internal/teams/{team}/memory``
     with the service token, ``--clients`` threads, ``--seconds`` per round), a server with
-    ``CAIRN_INDEXER=off`` and one with it on, alternating, ``--rounds`` rounds each, medians
+    ``KEEPSTONE_INDEXER=off`` and one with it on, alternating, ``--rounds`` rounds each, medians
     and their ratio. In the "on" rounds the indexer is kept *busy* for the whole round: a
     backlog of documents is written straight into the database just before, and the round
     starts once the indexer stores vectors (the worst case for the saves: the embedder
@@ -45,15 +45,15 @@ import psycopg  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
 import serving  # noqa: E402
-from cairn.db import make_engine  # noqa: E402
-from cairn.identity.keys import load_key_hasher  # noqa: E402
-from cairn.identity.service import IdentityService  # noqa: E402
-from cairn.records.sql import SqlRecordStore  # noqa: E402
-from cairn.schema import upgrade_all  # noqa: E402
-from cairn.spaces import SpaceRef  # noqa: E402
-from cairn.store.http import HttpMemoryStore  # noqa: E402
-from cairn.store.sql import SqlStore  # noqa: E402
-from cairn.store.sql_schema import memory_chunks  # noqa: E402
+from keepstone.db import make_engine  # noqa: E402
+from keepstone.identity.keys import load_key_hasher  # noqa: E402
+from keepstone.identity.service import IdentityService  # noqa: E402
+from keepstone.records.sql import SqlRecordStore  # noqa: E402
+from keepstone.schema import upgrade_all  # noqa: E402
+from keepstone.spaces import SpaceRef  # noqa: E402
+from keepstone.store.http import HttpMemoryStore  # noqa: E402
+from keepstone.store.sql import SqlStore  # noqa: E402
+from keepstone.store.sql_schema import memory_chunks  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS  # noqa: E402
 from records_world import bench_world  # noqa: E402
 
@@ -68,8 +68,8 @@ def serve(database: str, home: Path, *, indexer: bool, pin: bool = False) -> Ite
         database,
         home,
         pin=pin,
-        CAIRN_SERVICE_TOKEN=SERVICE,
-        CAIRN_INDEXER="on" if indexer else "off",
+        KEEPSTONE_SERVICE_TOKEN=SERVICE,
+        KEEPSTONE_INDEXER="on" if indexer else "off",
     ) as served:
         yield served.base
 
@@ -243,7 +243,7 @@ def latency_report(label: str, saved: list[float], seen: list[float | None]) -> 
 
 def wait_idle(database: str, timeout: float = 600) -> None:
     """Until the indexer has embedded everything pending (the earlier parts' backlog)."""
-    from cairn.records.schema import records
+    from keepstone.records.schema import records
 
     engine = make_engine(database)
     left = sa.or_(records.c.model.is_(None), records.c.model != MODEL)
@@ -266,7 +266,7 @@ def part_b(database: str, home: Path, team: str, args: argparse.Namespace) -> No
     if not hasattr(SqlRecordStore, "claim_pending_records"):
         print("    skipped: team records have no vectors yet (claim_pending_records is missing)")
         return
-    from cairn.records import schema as rschema
+    from keepstone.records import schema as rschema
 
     records = rschema.records
     rng = random.Random(2)

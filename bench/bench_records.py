@@ -1,8 +1,8 @@
-"""Records benchmark. By default, the issue's figures through a real ``cairn serve``;
+"""Records benchmark. By default, the issue's figures through a real ``keepstone serve``;
 ``--in-process`` runs the library-call figures. Prints figures; asserts nothing.
 
     python bench/bench_records.py                          # SQLite, then PostgreSQL
-    CAIRN_TEST_POSTGRES_URL=postgresql://... python bench/bench_records.py
+    KEEPSTONE_TEST_POSTGRES_URL=postgresql://... python bench/bench_records.py
     python bench/bench_records.py --backends sqlite --parts saves
     python bench/bench_records.py --records-many 100000    # a smaller many-teams scale
 
@@ -11,12 +11,12 @@ Through the API (each part in a fresh database, each goal printed beside its fig
 * ``saves``: ``--clients`` (8) concurrent clients, each on one keep-alive connection,
   saving work summaries as the service token through ``POST
   /api/internal/teams/{team}/memory``; saves per second over ``--saves`` per client, for
-  each ``--workers`` count in turn (``1,2``: ``cairn serve`` with one process, then
+  each ``--workers`` count in turn (``1,2``: ``keepstone serve`` with one process, then
   ``--workers 2``; a group commit is per process, and on SQLite the processes share the
   file's write lock), with the server's CPU per save (all its processes). A 201 is
   durable: the save's group has committed (fsynced on SQLite) before it answers
   (tests/records/test_kill9.py proves it with SIGKILL, with one worker and two).
-* ``search``: keyword-only (``CAIRN_EMBEDDER=none``) ``POST
+* ``search``: keyword-only (``KEEPSTONE_EMBEDDER=none``) ``POST
   /api/teams/{team}/memory/search`` with each team's API key, one client, p50/p95 over
   ``--searches`` after 20 uncounted: at 20k records in one team (``--teams-small`` teams
   of 20,000, searched in turn, caches warm), and at ``--records-many`` (1,000,000) records
@@ -81,8 +81,8 @@ import psycopg  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from bench_search_api import database_for, fill, run_searches, warm_all  # noqa: E402
-from cairn.db import make_engine  # noqa: E402
-from cairn.records.store import RETENTION, Record  # noqa: E402
+from keepstone.db import make_engine  # noqa: E402
+from keepstone.records.store import RETENTION, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import BenchWorld, bench_world, save_through  # noqa: E402
 from serving import serve  # noqa: E402
@@ -183,15 +183,15 @@ class _Remembered:
 
 
 def one_team(url: str, label: str, sizes: list[int]) -> None:
-    from cairn.embed.minilm import MiniLMEmbedder, locate_model
-    from cairn.identity.keys import load_key_hasher
-    from cairn.identity.service import IdentityService
-    from cairn.records.ratelimit import LocalRateLimiter
-    from cairn.records.store import PendingRecord
-    from cairn.search.cache import VectorCache
-    from cairn.search.vectors import encode_many
-    from cairn.service.record_search import RecordSearch
-    from cairn.service.records import RecordService, build_record_service
+    from keepstone.embed.minilm import MiniLMEmbedder, locate_model
+    from keepstone.identity.keys import load_key_hasher
+    from keepstone.identity.service import IdentityService
+    from keepstone.records.ratelimit import LocalRateLimiter
+    from keepstone.records.store import PendingRecord
+    from keepstone.search.cache import VectorCache
+    from keepstone.search.vectors import encode_many
+    from keepstone.service.record_search import RecordSearch
+    from keepstone.service.records import RecordService, build_record_service
 
     engine = make_engine(url)
     rng = random.Random(7)
@@ -341,14 +341,18 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def api_saves(database: str, label: str, args: argparse.Namespace, workers: int) -> None:
-    """Saves through ``cairn serve --workers workers`` from ``args.clients`` concurrent
+    """Saves through ``keepstone serve --workers workers`` from ``args.clients`` concurrent
     clients."""
     engine = make_engine(database)
     team = bench_world(engine, 1).teams[0][0]
     engine.dispose()
     rng = random.Random(11)
-    home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
-    env = {"CAIRN_SERVICE_TOKEN": SERVICE_TOKEN, "CAIRN_INDEXER": "off", "CAIRN_EMBEDDER": "none"}
+    home = Path(tempfile.mkdtemp(prefix="keepstone-bench-home-"))
+    env = {
+        "KEEPSTONE_SERVICE_TOKEN": SERVICE_TOKEN,
+        "KEEPSTONE_INDEXER": "off",
+        "KEEPSTONE_EMBEDDER": "none",
+    }
     goal = SAVE_GOALS[label]
     with serve(database, home, workers=workers, **env) as served:
         warm = [[_filler(rng) for _ in range(25)] for _ in range(args.clients)]
@@ -359,7 +363,7 @@ def api_saves(database: str, label: str, args: argparse.Namespace, workers: int)
         cpu_ms = (_cpu_seconds(served.pid) - cpu) * 1000 / (args.saves * args.clients)
     p50, p95 = _pct([t * 1000 for t in latencies])
     print(
-        f"[{label}] saves through cairn serve, {_workers(workers)}, {args.clients} clients, "
+        f"[{label}] saves through keepstone serve, {_workers(workers)}, {args.clients} clients, "
         "durable at 201: "
         f"{rate:,.0f}/s (goal ≥ {goal:,}: {rate:,.0f} {_mark(rate >= goal)}); "
         f"latency p50 {p50:.1f} ms p95 {p95:.1f} ms; server CPU {cpu_ms:.2f} ms per save",
@@ -372,16 +376,16 @@ def _workers(n: int) -> str:
 
 
 def api_search(database: str, label: str, scale: str, args: argparse.Namespace) -> None:
-    """Keyword search through ``cairn serve`` at ``scale`` (``20k`` or ``many``)."""
+    """Keyword search through ``keepstone serve`` at ``scale`` (``20k`` or ``many``)."""
     many = scale == "many"
     teams, per_team = (TEAMS, args.records_many // TEAMS) if many else (args.teams_small, 20_000)
     print(f"[{label}] {teams:,} teams x {per_team:,} records, bulk-loaded:", flush=True)
     started = time.perf_counter()
     keys = fill(database, teams, per_team, vectors=False)
     loaded = teams * per_team / (time.perf_counter() - started)
-    home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
+    home = Path(tempfile.mkdtemp(prefix="keepstone-bench-home-"))
     rng = random.Random(11)
-    with serve(database, home, CAIRN_INDEXER="off", CAIRN_EMBEDDER="none") as served:
+    with serve(database, home, KEEPSTONE_INDEXER="off", KEEPSTONE_EMBEDDER="none") as served:
         # One search of each team first: its index is built then, not in a timed search
         # (nor in the server's CPU per search).
         warm_all(served.base, keys)
@@ -395,7 +399,7 @@ def api_search(database: str, label: str, scale: str, args: argparse.Namespace) 
         else f"{per_team:,} records in one team"
     )
     print(
-        f"[{label}] keyword search through cairn serve, {where}: p50 {p50:.2f} ms, "
+        f"[{label}] keyword search through keepstone serve, {where}: p50 {p50:.2f} ms, "
         f"p95 {p95:.2f} ms (goal p95 ≤ 10: {p95:.2f} {_mark(p95 <= 10)}); {hits:.1f} "
         f"hits/search; server CPU {cpu_ms:.2f} ms per search; loaded {loaded:,.0f} records/s",
         flush=True,
@@ -417,13 +421,13 @@ def _with_postgres(base_url: str, run: Callable[[str], None]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--postgres", default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
+    parser.add_argument("--postgres", default=os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", ""))
     parser.add_argument("--parts", default="saves,search", help="API parts: saves,search")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument(
         "--workers",
         default="1,2",
-        help="saves: the cairn serve --workers counts to measure, in turn (default 1,2)",
+        help="saves: the keepstone serve --workers counts to measure, in turn (default 1,2)",
     )
     parser.add_argument("--saves", type=int, default=500, help="saves per client")
     parser.add_argument("--searches", type=int, default=300)

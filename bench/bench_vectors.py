@@ -1,4 +1,4 @@
-"""Vector storage and the bounded cache (cairn.search.vectors): prints figures, asserts
+"""Vector storage and the bounded cache (keepstone.search.vectors): prints figures, asserts
 nothing.
 
     python bench/bench_vectors.py                          # everything, full sizes
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT.parent / "src"))
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
-from cairn.search.cache import DEFAULT_CACHE_MB, Entry, VectorCache  # noqa: E402
-from cairn.search.vectors import (  # noqa: E402
+from keepstone.search.cache import DEFAULT_CACHE_MB, Entry, VectorCache  # noqa: E402
+from keepstone.search.vectors import (  # noqa: E402
     QuantizedMatrix,
     VectorFormat,
     decode_many,

@@ -1,8 +1,8 @@
-"""The records search tokens of Cairn before records were ranked in the process (records
+"""The records search tokens of Keepstone before records were ranked in the process (records
 migration 1): team-prefixed, Snowball-stemmed words with the longer stop list. Kept here,
 out of the product, only so ``bench_search_study.py`` can measure them beside the chosen
 analysis (its "FTS5, the records tokens of today" rows); records now store
-``cairn.search.text.analyze`` terms (docs/search.md, "How it ranks").
+``keepstone.search.text.analyze`` terms (docs/search.md, "How it ranks").
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Where a document request's time goes, in-process: the real ASGI app, no socket.
 
-Builds the app of ``cairn serve`` over a temporary SQLite file (or ``--database``),
+Builds the app of ``keepstone serve`` over a temporary SQLite file (or ``--database``),
 seeds a team, an API key and a document, then calls the app directly with raw ASGI
 messages ``--requests`` times for a GET and for a 1 KB PUT of ``/api/memory/doc``.
 Prints, per request: mean time, database transactions, statements (through SQLAlchemy's
 ``Connection``; a write's statements, and SQLite's ``BEGIN``, go to the driver's cursor
 itself and are not among them), statements on a pooled driver connection in autocommit (``pooled``:
-:func:`cairn.db.on_pooled`, each its own transaction), and thread-pool hops; with
+:func:`keepstone.db.on_pooled`, each its own transaction), and thread-pool hops; with
 ``--profile``, the top of a cProfile by cumulative time (or pyinstrument's tree with
 ``--pyinstrument``). Not a test: it prints figures, asserts nothing.
 
@@ -31,8 +31,8 @@ import anyio.to_thread
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from cairn.api.app import create_app
-from cairn.config import Config
+from keepstone.api.app import create_app
+from keepstone.config import Config
 
 ADMIN = "bench-admin-token-0123456789abcdef"
 SPACE = {"name": "bench", "project": "p"}
@@ -58,15 +58,15 @@ def instrument(engine: Any, counts: Counts) -> None:
     def _statement(*_args: Any) -> None:
         counts.statements += 1
 
-    import cairn.db
+    import keepstone.db
 
-    pooled = cairn.db.on_pooled
+    pooled = keepstone.db.on_pooled
 
     def counted_pooled(*args: Any, **kwargs: Any) -> Any:
         counts.pooled += 1
         return pooled(*args, **kwargs)
 
-    cairn.db.on_pooled = counted_pooled  # type: ignore[assignment]
+    keepstone.db.on_pooled = counted_pooled  # type: ignore[assignment]
 
     real = anyio.to_thread.run_sync
 
@@ -80,7 +80,7 @@ def instrument(engine: Any, counts: Counts) -> None:
 def scope(method: str, query: dict[str, str], key: str, body: bytes) -> dict[str, Any]:
     """An ASGI scope; ``key`` is an API key, or ``cookie:VALUE`` for a browser session."""
     credential = (
-        (b"cookie", f"cairn_session={key[7:]}".encode())
+        (b"cookie", f"keepstone_session={key[7:]}".encode())
         if key.startswith("cookie:")
         else (b"authorization", f"Bearer {key}".encode())
     )
@@ -150,9 +150,9 @@ def main() -> None:
     parser.add_argument("--pyinstrument", action="store_true", help="print pyinstrument's tree")
     args = parser.parse_args()
 
-    home = tempfile.mkdtemp(prefix="cairn-profile-")
+    home = tempfile.mkdtemp(prefix="keepstone-profile-")
     config = Config(
-        database_url=args.database or f"sqlite:///{home}/cairn.db",
+        database_url=args.database or f"sqlite:///{home}/keepstone.db",
         admin_token=ADMIN,
         key_hash_secret="bench-key-hash-secret-0123456789",
     )
@@ -185,7 +185,7 @@ def seed(admin: TestClient) -> tuple[str, str]:
     ).raise_for_status()
     login = admin.post("/api/auth/login", json={"email": "b@example.com", "password": PASSWORD})
     login.raise_for_status()
-    session = str(login.cookies["cairn_session"])
+    session = str(login.cookies["keepstone_session"])
     admin.cookies.clear()
     return key, f"cookie:{session}"
 

@@ -13,15 +13,15 @@ from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
 
-from cairn.db import upgrade, write_transaction
-from cairn.identity import schema as ids
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.principal import CredentialKind, Principal, TeamRole
-from cairn.records import schema as rschema
-from cairn.records.ratelimit import LocalRateLimiter
-from cairn.records.sql import SqlRecordStore
-from cairn.service.records import RecordService, build_record_service
+from keepstone.db import upgrade, write_transaction
+from keepstone.identity import schema as ids
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.principal import CredentialKind, Principal, TeamRole
+from keepstone.records import schema as rschema
+from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.records.sql import SqlRecordStore
+from keepstone.service.records import RecordService, build_record_service
 
 ORG = "org_bench"
 PLAN = "enterprise"

@@ -2,12 +2,12 @@
 
 Each ``bench_*.py`` is a standalone script that prints its own figures; this runs
 them one after another as child processes of the same interpreter, with the
-environment passed through. With ``CAIRN_TEST_POSTGRES_URL`` set, the scripts that
+environment passed through. With ``KEEPSTONE_TEST_POSTGRES_URL`` set, the scripts that
 know PostgreSQL print its figures beside SQLite's in the same run, and
 ``bench_pg_vs_sqlite.py`` (run last) ends with one side-by-side table.
 
     make bench                                       # quick sizes, SQLite (+ fs)
-    CAIRN_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test make bench
+    KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test make bench
     .venv/bin/python bench/run_all.py --full         # each script's own default sizes
     .venv/bin/python bench/run_all.py --only store,pg_vs_sqlite
 
@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     env = dict(os.environ)
-    # The scripts import cairn from src/ and their siblings from bench/.
+    # The scripts import keepstone from src/ and their siblings from bench/.
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH.parent / "src"), str(BENCH), env.get("PYTHONPATH", "")) if p
     )
-    pg = "PostgreSQL beside SQLite" if env.get("CAIRN_TEST_POSTGRES_URL") else "no PostgreSQL"
+    pg = "PostgreSQL beside SQLite" if env.get("KEEPSTONE_TEST_POSTGRES_URL") else "no PostgreSQL"
     print(f"# {len(chosen)} benchmarks, {'full' if args.full else 'quick'} sizes, {pg}")
 
     outcomes: list[tuple[str, int, float]] = []

@@ -1,4 +1,4 @@
-"""A real ``cairn serve`` on 127.0.0.1 for the benchmarks that drive one over HTTP."""
+"""A real ``keepstone serve`` on 127.0.0.1 for the benchmarks that drive one over HTTP."""
 
 from __future__ import annotations
 
@@ -38,19 +38,19 @@ def free_port() -> int:
 def serve(
     database: str, home: Path, *, pin: bool = False, workers: int = 1, **env_extra: str
 ) -> Iterator[Served]:
-    """``cairn serve`` on ``database`` with ``CAIRN_HOME=home`` and ``env_extra`` (every
-    other ``CAIRN_*`` of this process dropped), ready when this yields; its output goes
+    """``keepstone serve`` on ``database`` with ``KEEPSTONE_HOME=home`` and ``env_extra`` (every
+    other ``KEEPSTONE_*`` of this process dropped), ready when this yields; its output goes
     to ``home/serve-PORT.log``. ``pin``: on CPU 1 only (``taskset``); ``workers``:
     ``--workers N``."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(CAIRN_HOME=str(home), **env_extra)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+    env.update(KEEPSTONE_HOME=str(home), **env_extra)
     home.mkdir(parents=True, exist_ok=True)
     log = home / f"serve-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             (["taskset", "-c", "1"] if pin else [])
-            + [sys.executable, "-m", "cairn.cli.main", "serve"]
+            + [sys.executable, "-m", "keepstone.cli.main", "serve"]
             + ["--port", str(port), "--database", database]
             + (["--workers", str(workers)] if workers > 1 else []),
             env=env,
@@ -66,7 +66,7 @@ def serve(
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None:
-                raise SystemExit(f"cairn serve exited:\n{log.read_text(errors='replace')}")
+                raise SystemExit(f"keepstone serve exited:\n{log.read_text(errors='replace')}")
             time.sleep(0.1)
         yield Served(base, proc.pid)
     finally:

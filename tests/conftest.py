@@ -1,7 +1,7 @@
 """Shared fixtures: real PostgreSQL and Redis, a fresh database per test module.
 
-Tests that need PostgreSQL or Redis skip visibly when ``CAIRN_TEST_POSTGRES_URL`` /
-``CAIRN_TEST_REDIS_URL`` are unset, except under ``CI=true`` where they fail instead.
+Tests that need PostgreSQL or Redis skip visibly when ``KEEPSTONE_TEST_POSTGRES_URL`` /
+``KEEPSTONE_TEST_REDIS_URL`` are unset, except under ``CI=true`` where they fail instead.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-POSTGRES_URL = os.environ.get("CAIRN_TEST_POSTGRES_URL", "")
-REDIS_URL = os.environ.get("CAIRN_TEST_REDIS_URL", "")
+POSTGRES_URL = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
+REDIS_URL = os.environ.get("KEEPSTONE_TEST_REDIS_URL", "")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # Property tests have no deadline: on a busy machine a slow example is the machine's, not
 # the code's (Hypothesis's own "ci" profile, which it loads under CI, has none either; it
 # is also derandomized there).
-settings.register_profile("cairn", deadline=None)
+settings.register_profile("keepstone", deadline=None)
 if not IN_CI:
-    settings.load_profile("cairn")
+    settings.load_profile("keepstone")
 
 
 def _require(env_name: str, what: str) -> None:
-    _missing(what, f"{what} not configured: set {env_name} (CAIRN_TEST_ env) to run this test")
+    _missing(what, f"{what} not configured: set {env_name} (KEEPSTONE_TEST_ env) to run this test")
 
 
 def _missing(what: str, message: str) -> None:
@@ -47,13 +47,13 @@ def require_chromium(path: str) -> None:
 
 def require_postgres() -> str:
     if not POSTGRES_URL:
-        _require("CAIRN_TEST_POSTGRES_URL", "postgres")
+        _require("KEEPSTONE_TEST_POSTGRES_URL", "postgres")
     return POSTGRES_URL
 
 
 def require_redis() -> str:
     if not REDIS_URL:
-        _require("CAIRN_TEST_REDIS_URL", "redis")
+        _require("KEEPSTONE_TEST_REDIS_URL", "redis")
     return REDIS_URL
 
 
@@ -89,10 +89,10 @@ def fresh_database(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """The URL of a new, empty database of ``kind`` (``sqlite`` or ``postgres``).
 
     A PostgreSQL database is dropped on exit (and skipped without
-    ``CAIRN_TEST_POSTGRES_URL``, see :func:`require_postgres`).
+    ``KEEPSTONE_TEST_POSTGRES_URL``, see :func:`require_postgres`).
     """
     if kind == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
+        yield f"sqlite:///{tmp_path_factory.mktemp('db')}/keepstone.db"
         return
     url = create_postgres_database()
     try:
@@ -148,6 +148,6 @@ def pgvector_server() -> Iterator[_pgvector.PgvectorServer]:
 
 @pytest.fixture(scope="session")
 def pgvector_url(pgvector_server: _pgvector.PgvectorServer) -> str:
-    """``postgresql://postgres@127.0.0.1:PORT/cairn`` on a PostgreSQL with the ``vector``
+    """``postgresql://postgres@127.0.0.1:PORT/keepstone`` on a PostgreSQL with the ``vector``
     extension created (pgvector 0.8.5), one cluster for the whole session."""
     return pgvector_server.url

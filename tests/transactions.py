@@ -2,7 +2,7 @@
 
 Two kinds count: a transaction begun on a SQLAlchemy ``Connection`` (its ``begin`` event),
 and a statement run straight on a pooled driver connection in autocommit
-(:func:`cairn.db.on_pooled`, a transaction of its own), seen as a pool checkout that no
+(:func:`keepstone.db.on_pooled`, a transaction of its own), seen as a pool checkout that no
 ``Connection`` made (``checkout`` without ``engine_connect``)."""
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn.api.app import create_app
-from cairn.config import Config
+from keepstone.api.app import create_app
+from keepstone.config import Config
 from tests.api.world import ADMIN_TOKEN, SERVICE_TOKEN, World, build_world
 from tests.conftest import fresh_database
 

@@ -10,8 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cairn.db import read_transaction
-from cairn.identity import schema as ids
+from keepstone.db import read_transaction
+from keepstone.identity import schema as ids
 from tests.api.world import PASSWORD, World, admin_headers, unique
 
 
@@ -156,5 +156,5 @@ def test_plan_required_says_who_changes_the_plan_and_how(world: World, client: T
     assert r.status_code == 402, r.text
     message = r.json()["error"]["message"]
     assert "Billing" not in message
-    assert "PATCH /api/admin/orgs/" in message and "cairn admin set-plan" in message
+    assert "PATCH /api/admin/orgs/" in message and "keepstone admin set-plan" in message
     assert "instance admin" in message

@@ -11,8 +11,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn.api.app import create_app
-from cairn.api.logs import JsonFormatter
+from keepstone.api.app import create_app
+from keepstone.api.logs import JsonFormatter
 from tests.api.conftest import make_settings
 from tests.api.world import (
     ADMIN_TOKEN,
@@ -221,9 +221,9 @@ def test_revoked_key_is_unauthenticated(client: TestClient, world: World) -> Non
 @pytest.mark.parametrize(
     ("route", "credential", "status"),
     [
-        ("/api/memory/doc", "Bearer cairn_not-a-live-key", 401),
-        ("/api/memory/docs", "Bearer cairn_not-a-live-key", 401),
-        ("/api/memory/doc/versions", "Bearer cairn_not-a-live-key", 401),
+        ("/api/memory/doc", "Bearer keepstone_not-a-live-key", 401),
+        ("/api/memory/docs", "Bearer keepstone_not-a-live-key", 401),
+        ("/api/memory/doc/versions", "Bearer keepstone_not-a-live-key", 401),
         ("/api/memory/doc", f"Bearer {SERVICE_TOKEN}", 403),
     ],
 )
@@ -236,7 +236,7 @@ def test_a_bad_credential_is_refused_before_a_missing_parameter(
     no_name = {"visibility": "project"}
     r = client.get(route, params=no_name, headers={"Authorization": credential})
     assert r.status_code == status, r.text
-    r = client.get(route, params=no_name, headers={"Cookie": "cairn_session=not-a-live-one"})
+    r = client.get(route, params=no_name, headers={"Cookie": "keepstone_session=not-a-live-one"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
@@ -252,7 +252,9 @@ def test_removed_member_is_refused_at_once(client: TestClient, world: World) -> 
     assert r.status_code == 404 and r.json()["error"]["code"] == "team_not_found"
 
 
-@pytest.mark.parametrize("value", ["Bearer nope", "Basic abc", "Bearer cairn_forged", "Bearer "])
+@pytest.mark.parametrize(
+    "value", ["Bearer nope", "Basic abc", "Bearer keepstone_forged", "Bearer "]
+)
 def test_bad_bearer_values(client: TestClient, value: str) -> None:
     r = client.get("/api/memory/docs", params=SPACE, headers={"Authorization": value})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
@@ -261,11 +263,11 @@ def test_bad_bearer_values(client: TestClient, value: str) -> None:
 def test_keys_are_stored_only_as_hashes(app: FastAPI, world: World) -> None:
     import sqlalchemy as sa
 
-    from cairn.identity.schema import api_keys
+    from keepstone.identity.schema import api_keys
 
     with app.state.runtime.engine.connect() as conn:
         hashes = [r[0] for r in conn.execute(sa.select(api_keys.c.key_hash))]
-    assert world.keys["member"].startswith("cairn_") and len(world.keys["member"]) > 40
+    assert world.keys["member"].startswith("keepstone_") and len(world.keys["member"]) > 40
     assert world.keys["member"] not in hashes
     assert world.identity.hasher.hash(world.keys["member"]) in hashes
 
@@ -277,18 +279,22 @@ def test_session_login_logout_and_team_choice(client: TestClient, world: World) 
     assert r.status_code == 200
     set_cookie = r.headers["set-cookie"].lower()
     assert "httponly" in set_cookie and "samesite=lax" in set_cookie
-    cookie, csrf = r.cookies["cairn_session"], r.json()["csrf_token"]
+    cookie, csrf = r.cookies["keepstone_session"], r.json()["csrf_token"]
     client.cookies.clear()
     world.identity.create_team(world.org_id, unique("second"))  # the owner now has two teams
-    h = {"Cookie": f"cairn_session={cookie}", "X-CSRF-Token": csrf}
+    h = {"Cookie": f"keepstone_session={cookie}", "X-CSRF-Token": csrf}
     r = client.get("/api/memory/docs", params=SPACE, headers=h)
-    assert r.status_code == 400 and "X-Cairn-Team" in r.json()["error"]["message"]
-    r = client.get("/api/memory/docs", params=SPACE, headers={**h, "X-Cairn-Team": world.team_id})
+    assert r.status_code == 400 and "X-Keepstone-Team" in r.json()["error"]["message"]
+    r = client.get(
+        "/api/memory/docs", params=SPACE, headers={**h, "X-Keepstone-Team": world.team_id}
+    )
     assert r.status_code == 200
     r = client.post("/api/auth/logout", headers=h)
     assert r.status_code == 204
     client.cookies.clear()
-    r = client.get("/api/memory/docs", params=SPACE, headers={**h, "X-Cairn-Team": world.team_id})
+    r = client.get(
+        "/api/memory/docs", params=SPACE, headers={**h, "X-Keepstone-Team": world.team_id}
+    )
     assert r.status_code == 401
 
 
@@ -332,7 +338,7 @@ def test_org_quota_is_written_onto_team_counters(client: TestClient, world: Worl
     assert r.status_code == 413 and r.json()["error"]["code"] == "quota_exceeded"
     assert r.json()["error"]["limit"] == "team"
     metrics = client.get("/metrics").text
-    assert 'cairn_quota_refusals_total{limit="team"}' in metrics
+    assert 'keepstone_quota_refusals_total{limit="team"}' in metrics
     r = client.get(f"/api/orgs/{org}/usage", headers=h)
     assert r.json()["effective_memory_quota_bytes"] == 10
     assert r.json()["teams"] == [{"team_id": team, "used_bytes": 0, "quota_bytes": 10}]
@@ -428,7 +434,7 @@ def test_request_id_is_echoed_or_made(client: TestClient) -> None:
 def test_logs_are_json_and_never_carry_secrets(
     client: TestClient, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="cairn")
+    caplog.set_level(logging.INFO, logger="keepstone")
     body = f"the body {unique('secretbody')}"
     client.put(
         "/api/memory/doc",
@@ -451,7 +457,7 @@ def test_readyz_reports_an_unreachable_database(tmp_path: object) -> None:
     import os
     import shutil
 
-    path = os.path.join(str(tmp_path), "gone", "cairn.db")
+    path = os.path.join(str(tmp_path), "gone", "keepstone.db")
     os.makedirs(os.path.dirname(path))  # a database's directory must exist to open it
     app = create_app(make_settings(f"sqlite:///{path}"))
     app.state.runtime.engine.dispose()  # drop pooled connections, then the database itself

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from cairn.db import utcnow
-from cairn.identity import schema as t
-from cairn.jsonbody import MAX_JSON_DEPTH
+from keepstone.db import utcnow
+from keepstone.identity import schema as t
+from keepstone.jsonbody import MAX_JSON_DEPTH
 from tests.api.world import SERVICE_TOKEN, SPACE, World, admin_headers, unique
 
 DEEP = "[" * 1000 + "]" * 1000

@@ -1,7 +1,7 @@
 """Issue 11, finding 8: ``/docs`` and ``/redoc`` work offline.
 
 Their pages loaded Swagger UI and ReDoc from a CDN (and fonts from Google), so without a
-network they were blank. Cairn now serves the assets itself, from a pinned package:
+network they were blank. Keepstone now serves the assets itself, from a pinned package:
 every URL the pages reference is same-origin, and each answers 200 with JavaScript,
 CSS or an image. The app here is in-process (no socket, no network).
 """
@@ -16,9 +16,9 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.api.app import app_for
-from cairn.config import Config
-from cairn.runtime import open_runtime
+from keepstone.api.app import app_for
+from keepstone.config import Config
+from keepstone.runtime import open_runtime
 
 #: src="…", href="…" and spec-url="…" in the page, and the url: '…' / "…" the scripts are given.
 _REFERENCES = re.compile(
@@ -71,7 +71,7 @@ def test_every_asset_the_page_references_is_served(client: TestClient, page: str
     # The OpenAPI document the pages render is served too.
     spec = [r for r in _references(html) if r.endswith("openapi.json")]
     assert spec == ["/openapi.json"]
-    assert client.get("/openapi.json").json()["info"]["title"] == "Cairn"
+    assert client.get("/openapi.json").json()["info"]["title"] == "Keepstone"
 
 
 def test_the_oauth2_redirect_page_still_answers(client: TestClient) -> None:

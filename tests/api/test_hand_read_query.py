@@ -1,4 +1,4 @@
-"""Query parameters read by hand (cairn.api.routes.common: a space's four on every spaces
+"""Query parameters read by hand (keepstone.api.routes.common: a space's four on every spaces
 route, and GET /api/memory/doc's own): the same values, refusals and OpenAPI entries as
 parameters FastAPI reads."""
 

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn.store.sql import SqlStore
-from cairn.store.sql_schema import memory_document_versions
+from keepstone.store.sql import SqlStore
+from keepstone.store.sql_schema import memory_document_versions
 from tests.api.world import SPACE, World, admin_headers, unique
 
 
@@ -587,7 +587,7 @@ def test_org_history_limits_need_platform_authority(client: TestClient, world: W
 def test_purge_job_prunes_old_versions(
     app: FastAPI, client: TestClient, world: World, clock: Clock
 ) -> None:
-    from cairn.api.routes.records import purge_periodically
+    from keepstone.api.routes.records import purge_periodically
 
     org = world.identity.create_org(unique("purge"))
     team = world.identity.create_team(org, "t")
@@ -632,9 +632,9 @@ def test_purge_job_prunes_old_versions(
 def test_http_store_reads_the_past_through_the_routes(
     client: TestClient, world: World, clock: Clock
 ) -> None:
-    from cairn import errors
-    from cairn.spaces import SpaceRef
-    from cairn.store.http import HttpMemoryStore
+    from keepstone import errors
+    from keepstone.spaces import SpaceRef
+    from keepstone.store.http import HttpMemoryStore
     from tests.conformance.helpers import _AppTransport
 
     def store_for(secret: str) -> HttpMemoryStore:

@@ -1,4 +1,4 @@
-"""HttpMemoryStore's mapping of answers back to cairn.errors (the e2e test drives it live)."""
+"""HttpMemoryStore's mapping of answers back to keepstone.errors (the e2e test drives it live)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import socket
 import httpx
 import pytest
 
-from cairn import errors
-from cairn.spaces import SpaceRef
-from cairn.store.http import HttpMemoryStore, error_from_response
+from keepstone import errors
+from keepstone.spaces import SpaceRef
+from keepstone.store.http import HttpMemoryStore, error_from_response
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_an_unreachable_server_is_store_unavailable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = HttpMemoryStore(f"http://127.0.0.1:{port}", "cairn_x", timeout=2)
+    store = HttpMemoryStore(f"http://127.0.0.1:{port}", "keepstone_x", timeout=2)
     with pytest.raises(errors.StoreUnavailable):
         store.list(SpaceRef.build("project", "n", project="p"))
     store.close()
@@ -62,7 +62,7 @@ def _unreachable_store() -> HttpMemoryStore:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return HttpMemoryStore(f"http://127.0.0.1:{port}", "cairn_x", timeout=2)
+    return HttpMemoryStore(f"http://127.0.0.1:{port}", "keepstone_x", timeout=2)
 
 
 @pytest.mark.parametrize("content", ["a\x00b", "lone \udce9 surrogate", b"bytes", None])

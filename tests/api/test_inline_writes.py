@@ -1,6 +1,6 @@
 """A document write on SQLite runs on the event loop when the database's writer turn is
 free, and in a worker thread, waiting there, when another thread or process has it
-(cairn.api.deps.CallerCredential.write): the loop never waits for a turn."""
+(keepstone.api.deps.CallerCredential.write): the loop never waits for a turn."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn import db
-from cairn.db import sqlite_writers
-from cairn.errors import StoreUnavailable
+from keepstone import db
+from keepstone.db import sqlite_writers
+from keepstone.errors import StoreUnavailable
 from tests.api.world import SPACE, World, unique
 
 
@@ -68,7 +68,7 @@ def test_a_write_waits_for_a_busy_turn_in_a_thread_while_the_loop_serves(
 
     async def scenario() -> tuple[int, int, bool]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://cairn") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://keepstone") as http:
             put = asyncio.create_task(
                 http.put("/api/memory/doc", params=q, json={"content": "w"}, headers=headers)
             )
@@ -123,7 +123,7 @@ def test_a_write_on_the_loop_is_answered_only_after_its_fsync_off_the_loop_when_
     if sqlite:
         # the first fsync may have run on the loop (the disk was quick until then); it
         # was slow, so the second ran on the thread
-        assert len(threads) == 2 and threads[1] == "cairn-wal-sync"
+        assert len(threads) == 2 and threads[1] == "keepstone-wal-sync"
     else:
         assert threads == []
 
@@ -147,7 +147,7 @@ def test_coroutines_awaiting_together_share_the_fsync(
 
     asyncio.run(many())
     assert 1 <= len(fsyncs) < 20
-    assert set(fsyncs) == {"cairn-wal-sync"}
+    assert set(fsyncs) == {"keepstone-wal-sync"}
 
 
 def test_a_failed_fsync_fails_the_awaiting_coroutines(

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn.spaces import SpaceRef
+from keepstone.spaces import SpaceRef
 from tests.api.world import PASSWORD, admin_headers, tarball
 
 VISIBILITIES: dict[str, dict[str, str]] = {
@@ -68,7 +68,7 @@ def teams(app: FastAPI, client: TestClient) -> list[Team]:
             )
             key = str(r.json()["key"])
             login = client.post("/api/auth/login", json={"email": email, "password": PASSWORD})
-            session = (login.cookies["cairn_session"], str(login.json()["csrf_token"]))
+            session = (login.cookies["keepstone_session"], str(login.json()["csrf_token"]))
             client.cookies.clear()
             out.append(Team(label, org_id, team_id, user_id, key, session))
     for team in out:
@@ -92,9 +92,9 @@ def key_headers(team: Team) -> dict[str, str]:
 def session_headers(team: Team, team_header: str | None = None) -> dict[str, str]:
     cookie, csrf = team.session
     return {
-        "Cookie": f"cairn_session={cookie}",
+        "Cookie": f"keepstone_session={cookie}",
         "X-CSRF-Token": csrf,
-        "X-Cairn-Team": team_header or team.team_id,
+        "X-Keepstone-Team": team_header or team.team_id,
     }
 
 
@@ -259,7 +259,7 @@ def test_session_cannot_pick_a_foreign_team(teams: list[Team], client: TestClien
 
 def test_api_key_ignores_team_header(teams: list[Team], client: TestClient) -> None:
     me, other = teams[0], teams[1]
-    h = {**key_headers(me), "X-Cairn-Team": other.team_id}
+    h = {**key_headers(me), "X-Keepstone-Team": other.team_id}
     params = {"name": "shared", "visibility": "org", "path": "notes/doc.md"}
     r = client.get("/api/memory/doc", params=params, headers=h)
     assert r.json()["content"] == f"secret of {me.label}"

@@ -1,5 +1,5 @@
 """``GET /api/memory/search``: answers, refusals, isolation between teams, and the HTTP
-client store's ``search`` (what ``cairn memory search --server`` calls)."""
+client store's ``search`` (what ``keepstone memory search --server`` calls)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.service.access import remote_principal
-from cairn.service.search import DocumentSearch
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.base import PlatformGrant
-from cairn.store.http import HttpMemoryStore
+from keepstone.service.access import remote_principal
+from keepstone.service.search import DocumentSearch
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import PlatformGrant
+from keepstone.store.http import HttpMemoryStore
 from tests.api.world import World, admin_headers, unique
 
 SPACE = {"name": "searchable", "project": "p1"}
@@ -23,7 +23,7 @@ How we ship.
 
 ## Rollback
 
-Run `cairn rollback` and watch the quokka dashboards.
+Run `keepstone rollback` and watch the quokka dashboards.
 """
 
 
@@ -46,7 +46,7 @@ def test_a_search_answers_hits_best_first(seeded: World) -> None:
     assert results[0] == {
         "path": "ops/runbook.md",
         "heading": "Deploy runbook > Rollback",
-        "snippet": "Rollback Run cairn rollback and watch the quokka dashboards.",
+        "snippet": "Rollback Run keepstone rollback and watch the quokka dashboards.",
         "score": results[0]["score"],
         "matched": ["keyword"],
     }

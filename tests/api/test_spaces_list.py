@@ -7,11 +7,11 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from cairn.service.access import remote_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.base import PlatformGrant
-from cairn.store.http import HttpMemoryStore
+from keepstone.service.access import remote_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import PlatformGrant
+from keepstone.store.http import HttpMemoryStore
 from tests.api.world import World, admin_headers, unique
 from tests.conformance.helpers import _AppTransport
 

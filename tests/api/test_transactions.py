@@ -84,7 +84,7 @@ def test_a_refused_global_write_leaves_no_audit_row(
 def test_a_document_read_is_two_statements_and_no_begin_or_commit(
     app: FastAPI, client: TestClient, world: World
 ) -> None:
-    # The key's resolution and the document are a point read each (cairn.db.PointRead):
+    # The key's resolution and the document are a point read each (keepstone.db.PointRead):
     # one statement in autocommit, one round trip on PostgreSQL, no BEGIN/COMMIT on either
     # engine. Seen by the driver itself: libpq's trace, SQLite's trace callback.
     engine = _engine(app)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn.identity.service import IdentityService
-from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore, PlatformGrant
+from keepstone.identity.service import IdentityService
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import MemoryStore, PlatformGrant
 
 ADMIN_TOKEN = "test-admin-token-abcdefghijklmnopqrstuvwxyz"
 SERVICE_TOKEN = "test-service-token-abcdefghijklmnopqrstuvwx"
@@ -98,7 +98,7 @@ class World:
             "/api/auth/login", json={"email": self.emails[role], "password": PASSWORD}
         )
         assert r.status_code == 200, r.text
-        cookie = r.cookies["cairn_session"]
+        cookie = r.cookies["keepstone_session"]
         self.client.cookies.clear()
         return cookie, str(r.json()["csrf_token"])
 
@@ -114,11 +114,11 @@ class World:
             return {"Authorization": f"Bearer {self.keys['member']}"}
         role = "member" if cred == "session_no_csrf" else cred
         cookie, csrf = self.login(role) if fresh else self.sessions[role]
-        out = {"Cookie": f"cairn_session={cookie}"}
+        out = {"Cookie": f"keepstone_session={cookie}"}
         if cred != "session_no_csrf":
             out["X-CSRF-Token"] = csrf
         if role != "super_admin":
-            out["X-Cairn-Team"] = self.team_id
+            out["X-Keepstone-Team"] = self.team_id
         return out
 
     def team_ref(self, **space: str) -> SpaceRef:

@@ -1,6 +1,6 @@
-"""A stand-in agent for ``cairn run`` tests, written out as a script by the tests.
+"""A stand-in agent for ``keepstone run`` tests, written out as a script by the tests.
 
-It edits, adds, deletes and symlinks notes in ``$CAIRN_AUTO_MEMORY_DIR``, writes a
+It edits, adds, deletes and symlinks notes in ``$KEEPSTONE_AUTO_MEMORY_DIR``, writes a
 secret into one note and a non-Markdown file beside them, records what it saw in
 ``$AGENT_REPORT`` (a JSON file outside the memory directory), and then, by ``MODE``:
 exits 0, exits 3, or waits to be signalled.
@@ -11,7 +11,7 @@ import json, os, sys, time
 from pathlib import Path
 
 mode = sys.argv[1]
-d = Path(os.environ["CAIRN_AUTO_MEMORY_DIR"])
+d = Path(os.environ["KEEPSTONE_AUTO_MEMORY_DIR"])
 seen = {
     str(p.relative_to(d)): p.read_text()
     for p in sorted(d.rglob("*")) if p.is_file()
@@ -20,8 +20,8 @@ report = {
     "argv": sys.argv[2:],
     "dir": str(d),
     "seen": seen,
-    "prompt": os.environ.get("CAIRN_AUTO_MEMORY_PROMPT"),
-    "prompt_file": os.environ.get("CAIRN_AUTO_MEMORY_PROMPT_FILE"),
+    "prompt": os.environ.get("KEEPSTONE_AUTO_MEMORY_PROMPT"),
+    "prompt_file": os.environ.get("KEEPSTONE_AUTO_MEMORY_PROMPT_FILE"),
 }
 if mode == "append":
     note = d / "MEMORY.md"

@@ -1,7 +1,7 @@
-"""``cairn run --as-of`` and ``cairn mcp --as-of``: a run hydrated from the space as it was.
+"""``keepstone run --as-of`` and ``keepstone mcp --as-of``: a run hydrated from the space as it was.
 
 On a SQL store (SQLite in ``tmp_path``), which keeps history, with a clock the test moves;
-``cairn run`` in-process with the CLI's local store put in its place.
+``keepstone run`` in-process with the CLI's local store put in its place.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from cairn.automemory import auto_memory_ref, fold_back, materialise_as_of
-from cairn.cli import common
-from cairn.cli.agents import build_tools
-from cairn.cli.main import build_parser, main
-from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.sql import SqlStore
+from keepstone.automemory import auto_memory_ref, fold_back, materialise_as_of
+from keepstone.cli import common
+from keepstone.cli.agents import build_tools
+from keepstone.cli.main import build_parser, main
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
+from keepstone.store.sql import SqlStore
 from tests.automemory.agent_script import AGENT
 
 ME = console_principal("local")
@@ -48,7 +48,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cairn.db'}"
+    return f"sqlite:///{tmp_path / 'keepstone.db'}"
 
 
 @pytest.fixture
@@ -166,8 +166,13 @@ def test_a_live_document_unchanged_since_hydration_takes_the_run_s_edit(
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, clock: Clock) -> Path:
     """A repository as the current directory; the CLI's local store is the SQLite store."""
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_AUTO_MEMORY", "CAIRN_DATABASE_URL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    for name in (
+        "KEEPSTONE_SERVER",
+        "KEEPSTONE_TOKEN",
+        "KEEPSTONE_AUTO_MEMORY",
+        "KEEPSTONE_DATABASE_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
@@ -182,7 +187,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, clock: Clock
     return repo
 
 
-def test_cairn_run_as_of(
+def test_keepstone_run_as_of(
     repo: Path,
     svc: SpaceService,
     clock: Clock,
@@ -210,15 +215,15 @@ def test_cairn_run_as_of(
     assert [d.path for d in svc.list(ref)] == ["MEMORY.md", "keep.md", "later.md"]
 
 
-def test_cairn_run_as_of_usage_errors(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_keepstone_run_as_of_usage_errors(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--bot", "b", "--as-of", "last tuesday", "--", "true"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("cairn: usage: --as-of 'last tuesday' is not a time")
+    assert err.startswith("keepstone: usage: --as-of 'last tuesday' is not a time")
     assert main(["run", "--bot", "b", "--as-of", "2h", "--auto-memory", "off", "--", "true"]) == 2
     assert "drop one of the two" in capsys.readouterr().err
 
 
-def test_cairn_mcp_as_of_serves_the_past_read_only(
+def test_keepstone_mcp_as_of_serves_the_past_read_only(
     repo: Path, svc: SpaceService, clock: Clock
 ) -> None:
     ref = SpaceRef.build("project", "default", tenant="local", project="web")

@@ -1,4 +1,4 @@
-"""``cairn run`` with a stand-in agent: every way a run can end folds the notes back."""
+"""``keepstone run`` with a stand-in agent: every way a run can end folds the notes back."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from cairn.cli.main import main
-from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import AUTO_MEMORY_SPACE, SpaceRef, Visibility, encode_workdir_key
-from cairn.store.fs import FilesystemStore
+from keepstone.cli.main import main
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import AUTO_MEMORY_SPACE, SpaceRef, Visibility, encode_workdir_key
+from keepstone.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
 
-#: The operator at the local console, as the CLI and `cairn run` act.
+#: The operator at the local console, as the CLI and `keepstone run` act.
 ME = console_principal("local")
 
 BOT = "whats-next"
@@ -36,9 +36,9 @@ class Env:
     report: Path
 
     def environ(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
         env.update(
-            CAIRN_HOME=str(self.home),
+            KEEPSTONE_HOME=str(self.home),
             AGENT_REPORT=str(self.report),
             TMPDIR=str(self.tmp / "tmp"),
         )
@@ -71,7 +71,7 @@ class Env:
         return [
             sys.executable,
             "-m",
-            "cairn.cli.main",
+            "keepstone.cli.main",
             "run",
             *run_args,
             "--",
@@ -110,7 +110,7 @@ def _assert_folded_back(env: Env, stderr: str) -> None:
         "old.md": "stale\n",
         "keep.md": "kept\n",
     }
-    warnings = [line for line in stderr.splitlines() if line.startswith("cairn: warning:")]
+    warnings = [line for line in stderr.splitlines() if line.startswith("keepstone: warning:")]
     for skipped in ("notes.txt", "link.md", "linkdir", "secret.md"):
         assert any(f" {skipped}: " in w for w in warnings), (skipped, stderr)
     assert "secret_detected" in stderr
@@ -142,7 +142,7 @@ def test_run_interrupted_forwards_the_signal_and_still_syncs(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # Without a controlling terminal, as under a supervisor: cairn must forward the
+        # Without a controlling terminal, as under a supervisor: keepstone must forward the
         # signal itself (at a terminal, the terminal delivers Ctrl-C to the agent too).
         start_new_session=True,
     )
@@ -199,7 +199,7 @@ def test_off_just_runs_the_command(env: Env) -> None:
         timeout=120,
     )
     # Without a memory directory the agent cannot start its edits: KeyError, exit 1.
-    assert proc.returncode == 1 and "CAIRN_AUTO_MEMORY_DIR" in proc.stderr
+    assert proc.returncode == 1 and "KEEPSTONE_AUTO_MEMORY_DIR" in proc.stderr
     assert env.space() == {"MEMORY.md": "# Index\n", "old.md": "stale\n", "keep.md": "kept\n"}
 
 
@@ -209,16 +209,16 @@ def test_env_and_config_precedence(env: Env) -> None:
     config = bot_dir / "agent.yaml"
     config.write_text("auto_memory: off\nbackend: claw\n")
     run = env.argv("--config", str(config), mode="exit0")
-    # The config's off beats CAIRN_AUTO_MEMORY=on: the agent sees no directory.
+    # The config's off beats KEEPSTONE_AUTO_MEMORY=on: the agent sees no directory.
     off = subprocess.run(
         run,
         cwd=env.repo,
-        env=env.environ(CAIRN_AUTO_MEMORY="on"),
+        env=env.environ(KEEPSTONE_AUTO_MEMORY="on"),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert off.returncode == 1 and "CAIRN_AUTO_MEMORY_DIR" in off.stderr
+    assert off.returncode == 1 and "KEEPSTONE_AUTO_MEMORY_DIR" in off.stderr
     # --auto-memory on beats the config; the bot id is the config's directory name.
     on = subprocess.run(
         env.argv("--config", str(config), "--auto-memory", "on", mode="exit0"),
@@ -239,7 +239,7 @@ def test_quota_refusal_warns_and_the_rest_lands(env: Env) -> None:
     proc = subprocess.run(
         env.argv("--auto-memory", "on", "--bot", BOT, mode="exit3"),
         cwd=env.repo,
-        env=env.environ(CAIRN_MEMORY_QUOTA_ORG_TOTAL=str(quota)),
+        env=env.environ(KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL=str(quota)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -254,7 +254,7 @@ def test_quota_refusal_warns_and_the_rest_lands(env: Env) -> None:
 
 
 def _in_process(env: Env, monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
-    for key in [k for k in os.environ if k.startswith("CAIRN_")]:
+    for key in [k for k in os.environ if k.startswith("KEEPSTONE_")]:
         monkeypatch.delenv(key)
     for key, value in env.environ(**extra).items():
         monkeypatch.setenv(key, value)
@@ -289,7 +289,7 @@ def test_a_space_that_cannot_be_loaded_does_not_run_the_command(
     broken_home = env.tmp / "broken"
     broken_home.mkdir()
     (broken_home / "spaces").write_text("not a directory")
-    _in_process(env, monkeypatch, CAIRN_HOME=str(broken_home))
+    _in_process(env, monkeypatch, KEEPSTONE_HOME=str(broken_home))
     argv = ["run", "--auto-memory", "on", "--bot", BOT, "--"]
     assert main([*argv, sys.executable, str(env.agent), "exit0"]) == 1
     err = capsys.readouterr().err

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.agentconfig import parse_config_text
-from cairn.automemory import (
+from keepstone.agentconfig import parse_config_text
+from keepstone.automemory import (
     auto_memory_ref,
     decide_auto_memory,
     fold_back,
@@ -20,16 +20,16 @@ from cairn.automemory import (
     repository_root,
     resolve_bot_id,
 )
-from cairn.automemory.sync import sync_budget
-from cairn.cli.main import main
-from cairn.errors import InvalidRequest
-from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import AUTO_MEMORY_SPACE, Visibility, encode_workdir_key
-from cairn.store.fs import FilesystemStore
+from keepstone.automemory.sync import sync_budget
+from keepstone.cli.main import main
+from keepstone.errors import InvalidRequest
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import AUTO_MEMORY_SPACE, Visibility, encode_workdir_key
+from keepstone.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
 
-#: The operator at the local console, as the CLI and `cairn run` act.
+#: The operator at the local console, as the CLI and `keepstone run` act.
 ME = console_principal("local")
 
 
@@ -63,14 +63,14 @@ def test_runs_from_root_subdir_and_a_resume_share_one_space(tmp_path: Path) -> N
     repo = _repo(tmp_path)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(CAIRN_HOME=str(tmp_path / "home"), AGENT_REPORT=str(tmp_path / "r.json"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+    env.update(KEEPSTONE_HOME=str(tmp_path / "home"), AGENT_REPORT=str(tmp_path / "r.json"))
     for cwd, line in ((repo, "first"), (repo / "pkg", "second"), (repo / "pkg" / "sub", "resume")):
         subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "cairn.cli.main",
+                "keepstone.cli.main",
                 "run",
                 "--auto-memory",
                 "on",
@@ -96,16 +96,16 @@ def test_precedence_of_the_switch() -> None:
     on = parse_config_text("auto_memory: on\n", "c.yaml")
     off = parse_config_text("auto_memory: off\n", "c.yaml")
     silent = parse_config_text("backend: claw\n", "c.yaml")
-    assert decide_auto_memory("off", on, {"CAIRN_AUTO_MEMORY": "on"}) is False
+    assert decide_auto_memory("off", on, {"KEEPSTONE_AUTO_MEMORY": "on"}) is False
     assert decide_auto_memory("on", off, {}) is True
-    assert decide_auto_memory(None, off, {"CAIRN_AUTO_MEMORY": "on"}) is False
-    assert decide_auto_memory(None, on, {"CAIRN_AUTO_MEMORY": "off"}) is True
-    assert decide_auto_memory(None, silent, {"CAIRN_AUTO_MEMORY": "on"}) is True
-    assert decide_auto_memory(None, None, {"CAIRN_AUTO_MEMORY": "1"}) is True
-    assert decide_auto_memory(None, None, {"CAIRN_AUTO_MEMORY": "off"}) is False
+    assert decide_auto_memory(None, off, {"KEEPSTONE_AUTO_MEMORY": "on"}) is False
+    assert decide_auto_memory(None, on, {"KEEPSTONE_AUTO_MEMORY": "off"}) is True
+    assert decide_auto_memory(None, silent, {"KEEPSTONE_AUTO_MEMORY": "on"}) is True
+    assert decide_auto_memory(None, None, {"KEEPSTONE_AUTO_MEMORY": "1"}) is True
+    assert decide_auto_memory(None, None, {"KEEPSTONE_AUTO_MEMORY": "off"}) is False
     assert decide_auto_memory(None, None, {}) is False
-    with pytest.raises(InvalidRequest, match="CAIRN_AUTO_MEMORY"):
-        decide_auto_memory(None, None, {"CAIRN_AUTO_MEMORY": "sometimes"})
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_AUTO_MEMORY"):
+        decide_auto_memory(None, None, {"KEEPSTONE_AUTO_MEMORY": "sometimes"})
 
 
 def test_bot_id_rule(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``cairn admin list-orgs|list-users|list-keys|revoke-key`` on the server's database
+"""``keepstone admin list-orgs|list-users|list-keys|revoke-key`` on the server's database
 (issue 11, finding 6): the same use-cases as the admin API's lists, one JSON object out."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from cairn.cli.main import main
+from keepstone.cli.main import main
 
 
 @pytest.fixture
 def admin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Any:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CAIRN_ARGON2_TIME_COST", "1")
-    monkeypatch.setenv("CAIRN_ARGON2_MEMORY_KIB", "1024")
-    monkeypatch.delenv("CAIRN_DATABASE_URL", raising=False)
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_ARGON2_TIME_COST", "1")
+    monkeypatch.setenv("KEEPSTONE_ARGON2_MEMORY_KIB", "1024")
+    monkeypatch.delenv("KEEPSTONE_DATABASE_URL", raising=False)
 
     def run(*argv: str, ok: bool = True) -> Any:
         try:
@@ -66,13 +66,15 @@ def test_list_keys_revoke_key_and_no_secret(admin: Any) -> None:
     assert by_id[made[1]["id"]]["revoked"] is False
     code, _, err = admin("revoke-key", "--id", made[0]["id"], ok=False)
     assert code == 1
-    assert err.strip() == f"cairn: not_found: no active API key with id {made[0]['id']!r}"
+    assert err.strip() == f"keepstone: not_found: no active API key with id {made[0]['id']!r}"
     users = admin("list-users")["users"]
     assert [(u["email"], u["has_password"]) for u in users] == [("ann@example.com", True)]
 
 
 def test_a_bad_limit_or_cursor_is_one_line(admin: Any) -> None:
     code, _, err = admin("list-users", "--limit", "500", ok=False)
-    assert code == 1 and err.strip() == "cairn: invalid_request: limit must be 1-200 (default 50)"
+    assert (
+        code == 1 and err.strip() == "keepstone: invalid_request: limit must be 1-200 (default 50)"
+    )
     code, _, err = admin("list-orgs", "--cursor", "nope", ok=False)
     assert code == 1 and len(err.splitlines()) == 1 and "cursor" in err

@@ -1,4 +1,4 @@
-"""The CLI's start loads no SQL stack: building the parser (``cairn --help``, a
+"""The CLI's start loads no SQL stack: building the parser (``keepstone --help``, a
 ``--server`` command's start) imports neither SQLAlchemy nor a store, which the commands
 that use them import when they run (docs/performance.md, "The CLI's start")."""
 
@@ -8,7 +8,13 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("sqlalchemy", "argon2", "cairn.store.sql", "cairn.store.fs", "cairn.identity.service")
+HEAVY = (
+    "sqlalchemy",
+    "argon2",
+    "keepstone.store.sql",
+    "keepstone.store.fs",
+    "keepstone.identity.service",
+)
 
 
 def _loaded_after(code: str) -> dict[str, bool]:
@@ -22,15 +28,15 @@ def _loaded_after(code: str) -> dict[str, bool]:
 
 
 def test_building_the_parser_loads_no_sql_stack() -> None:
-    loaded = _loaded_after("from cairn.cli.main import build_parser\nbuild_parser()")
+    loaded = _loaded_after("from keepstone.cli.main import build_parser\nbuild_parser()")
     assert loaded == dict.fromkeys(HEAVY, False)
 
 
 def test_the_remote_store_loads_no_sql_stack() -> None:
-    # What `cairn memory ... --server URL` builds: the HTTP store under the space service.
+    # What `keepstone memory ... --server URL` builds: the HTTP store under the space service.
     code = (
         "import argparse\n"
-        "from cairn.cli.common import spaces_for\n"
+        "from keepstone.cli.common import spaces_for\n"
         "spaces_for(argparse.Namespace(server='http://127.0.0.1:9', token='t'))"
     )
     assert _loaded_after(code) == dict.fromkeys(HEAVY, False)
@@ -40,8 +46,8 @@ def test_a_local_command_still_finds_its_store() -> None:
     # The local store is imported when a command opens it.
     code = (
         "import argparse, os, tempfile\n"
-        "os.environ['CAIRN_HOME'] = tempfile.mkdtemp()\n"
-        "from cairn.cli.common import spaces_for\n"
+        "os.environ['KEEPSTONE_HOME'] = tempfile.mkdtemp()\n"
+        "from keepstone.cli.common import spaces_for\n"
         "spaces_for(argparse.Namespace(server=None, token=None))"
     )
-    assert _loaded_after(code)["cairn.store.fs"] is True
+    assert _loaded_after(code)["keepstone.store.fs"] is True

@@ -1,4 +1,4 @@
-"""``cairn doctor``: one line per check, exit 1 on a FAIL, and the local store's usage
+"""``keepstone doctor``: one line per check, exit 1 on a FAIL, and the local store's usage
 recounted after hand edits (issue 11, finding 6: ``du`` stayed stale with no way to
 recount)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cairn.cli.main import main
+from keepstone.cli.main import main
 
 
 @pytest.fixture
@@ -20,22 +20,22 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     project = tmp_path / "proj"
     project.mkdir()
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")  # the model check has its own test
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")  # the model check has its own test
     for name in (
-        "CAIRN_DATABASE_URL",
-        "CAIRN_REDIS_URL",
-        "CAIRN_SERVER",
-        "CAIRN_TOKEN",
-        "CAIRN_MODEL_DIR",
-        "CAIRN_MEMORY_QUOTA_ORG_TOTAL",
+        "KEEPSTONE_DATABASE_URL",
+        "KEEPSTONE_REDIS_URL",
+        "KEEPSTONE_SERVER",
+        "KEEPSTONE_TOKEN",
+        "KEEPSTONE_MODEL_DIR",
+        "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(project)
     return home
 
 
-def cairn(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def keepstone(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     try:
         code = main(list(argv))
     except SystemExit as exc:
@@ -45,13 +45,13 @@ def cairn(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = cairn(capsys, "doctor", "--json", *argv)
+    code, out, err = keepstone(capsys, "doctor", "--json", *argv)
     body = json.loads(out)
     return code, {c["name"]: c for c in body["checks"]} | {"ok": body["ok"]}
 
 
 def du(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    code, out, err = cairn(capsys, "memory", "du", "--bot", "b1", "--json")
+    code, out, err = keepstone(capsys, "memory", "du", "--bot", "b1", "--json")
     assert code == 0, err
     body: dict[str, Any] = json.loads(out)
     return body
@@ -62,7 +62,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
 ) -> None:
     note = Path.cwd() / "note.md"
     note.write_text("12345")
-    code, _, err = cairn(capsys, "memory", "put", "a.md", "--bot", "b1", "--file", str(note))
+    code, _, err = keepstone(capsys, "memory", "put", "a.md", "--bot", "b1", "--file", str(note))
     assert code == 0, err
     assert du(capsys)["used_bytes"] == 5
     (on_disk,) = (home / "spaces").rglob("a.md")
@@ -70,7 +70,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
     (on_disk.parent / "b.md").write_text("added by hand")
     assert du(capsys)["used_bytes"] == 5  # stale
 
-    code, out, err = cairn(capsys, "doctor")
+    code, out, err = keepstone(capsys, "doctor")
     assert code == 0, err
     (line,) = [x for x in out.splitlines() if "local usage" in x]
     assert line.split()[0] == "ok"
@@ -91,9 +91,9 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
 def test_one_line_per_check_and_a_current_database_is_ok(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = cairn(capsys, "doctor")
+    code, out, _ = keepstone(capsys, "doctor")
     assert code == 0
-    names = ["python", "cairn", "home", "database", "model", "redis", "history", "local usage"]
+    names = ["python", "keepstone", "home", "database", "model", "redis", "history", "local usage"]
     assert [line.split()[0] for line in out.splitlines()] == [
         "ok",
         "ok",
@@ -106,7 +106,7 @@ def test_one_line_per_check_and_a_current_database_is_ok(
     ]
     assert [line[6:].split("  ")[0].strip() for line in out.splitlines()] == names
     assert not home.exists()  # the doctor only looks
-    assert cairn(capsys, "db", "upgrade")[0] == 0
+    assert keepstone(capsys, "db", "upgrade")[0] == 0
     code, checks = doctor(capsys)
     assert code == 0
     assert checks["home"]["status"] == "ok"
@@ -126,14 +126,14 @@ def test_a_bad_database_fails_with_exit_1(
         junk.write_bytes(b"this is not a SQLite database, not at all" * 100)
         url, why = f"sqlite:///{junk}", ""
     else:
-        url, why = "postgresql://cairn:s3cret@127.0.0.1:1/nothing", ""
+        url, why = "postgresql://keepstone:s3cret@127.0.0.1:1/nothing", ""
     code, checks = doctor(capsys, "--database", url)
     assert code == 1 and checks["ok"] is False
     assert checks["database"]["status"] == "FAIL"
     assert why in checks["database"]["detail"]
     assert "s3cret" not in checks["database"]["detail"]
     assert not (tmp_path / "nowhere").exists()
-    code, out, _ = cairn(capsys, "doctor", "--database", url)
+    code, out, _ = keepstone(capsys, "doctor", "--database", url)
     assert code == 1
     assert [x for x in out.splitlines() if x.startswith("FAIL")][0].split()[1] == "database"
 
@@ -150,18 +150,18 @@ def test_a_world_writable_home_fails(home: Path, capsys: pytest.CaptureFixture[s
 def test_a_missing_model_says_to_install_it(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CAIRN_EMBEDDER", "minilm")
-    monkeypatch.setenv("CAIRN_MODEL_DIR", str(tmp_path / "no-model-here"))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
+    monkeypatch.setenv("KEEPSTONE_MODEL_DIR", str(tmp_path / "no-model-here"))
     code, checks = doctor(capsys)
     assert code == 0  # search still works, by keyword
     assert checks["model"]["status"] == "warn"
-    assert "run: cairn models install" in checks["model"]["detail"]
+    assert "run: keepstone models install" in checks["model"]["detail"]
 
 
 def test_an_unreachable_redis_fails(
     home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CAIRN_REDIS_URL", "redis://:pw0rd@127.0.0.1:1/0")
+    monkeypatch.setenv("KEEPSTONE_REDIS_URL", "redis://:pw0rd@127.0.0.1:1/0")
     code, checks = doctor(capsys)
     assert code == 1
     assert checks["redis"]["status"] == "FAIL"
@@ -172,7 +172,7 @@ def test_an_unreachable_redis_fails(
 def test_a_reachable_redis_is_ok(
     home: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CAIRN_REDIS_URL", redis_url)
+    monkeypatch.setenv("KEEPSTONE_REDIS_URL", redis_url)
     code, checks = doctor(capsys)
     assert code == 0, checks
     assert checks["redis"]["status"] == "ok"

@@ -1,5 +1,5 @@
-"""The operator's side of document history (issue 14): ``cairn admin set-history``,
-``cairn db prune-history``, and the history line of ``cairn memory du``."""
+"""The operator's side of document history (issue 14): ``keepstone admin set-history``,
+``keepstone db prune-history``, and the history line of ``keepstone memory du``."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from typing import Any
 
 import pytest
 
-from cairn import runtime as cairn_runtime
-from cairn.cli.main import main
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef
-from cairn.store.sql import SqlStore
+from keepstone import runtime as keepstone_runtime
+from keepstone.cli.main import main
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef
+from keepstone.store.sql import SqlStore
 from tests.conformance.helpers import TEAM, ServedHttpStore
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.setenv("CAIRN_ARGON2_TIME_COST", "1")
-    monkeypatch.setenv("CAIRN_ARGON2_MEMORY_KIB", "1024")
-    for name in ("CAIRN_DATABASE_URL", "CAIRN_SERVER", "CAIRN_TOKEN"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    monkeypatch.setenv("KEEPSTONE_ARGON2_TIME_COST", "1")
+    monkeypatch.setenv("KEEPSTONE_ARGON2_MEMORY_KIB", "1024")
+    for name in ("KEEPSTONE_DATABASE_URL", "KEEPSTONE_SERVER", "KEEPSTONE_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     project = tmp_path / "repo"
     project.mkdir()
@@ -32,7 +32,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def cairn(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def keepstone(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     try:
         code = main(list(argv))
     except SystemExit as exc:
@@ -42,13 +42,13 @@ def cairn(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
 
 
 def ok(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    code, out, err = cairn(capsys, *argv)
+    code, out, err = keepstone(capsys, *argv)
     assert code == 0, err
     return json.loads(out)
 
 
 def _store(home: Path) -> SqlStore:
-    return SqlStore.open(f"sqlite:///{home / 'cairn.db'}")
+    return SqlStore.open(f"sqlite:///{home / 'keepstone.db'}")
 
 
 def test_set_history_applies_to_every_team_of_the_org(
@@ -98,7 +98,7 @@ def test_set_history_refusals_are_one_line(
     home: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], status: int, says: str
 ) -> None:
     org = ok(capsys, "admin", "create-org", "--name", "Acme")["id"]
-    code, out, err = cairn(capsys, "admin", "set-history", "--org", org, *argv)
+    code, out, err = keepstone(capsys, "admin", "set-history", "--org", org, *argv)
     assert code == status and out == "" and says in err and err.count("\n") == 1
 
 
@@ -133,7 +133,7 @@ def test_du_prints_the_history_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The local filesystem store keeps history for its whole tree: the line says so.
-    code, out, _ = cairn(capsys, "memory", "du", "--bot", "b1")
+    code, out, _ = keepstone(capsys, "memory", "du", "--bot", "b1")
     assert code == 0 and "history 0 B of 1.0 GiB" in out and "replaced versions" in out
     # A server's store keeps history: its bytes apart from the live ones.
     served = tmp_path / "served"
@@ -146,11 +146,13 @@ def test_du_prints_the_history_line(
     finally:
         writer.close()
     monkeypatch.setattr(
-        cairn_runtime, "open_remote_store", lambda server, token: ServedHttpStore(served, Limits())
+        keepstone_runtime,
+        "open_remote_store",
+        lambda server, token: ServedHttpStore(served, Limits()),
     )
     argv = ("memory", "du", "--visibility", "project", "--project", "p", "--name", "notes")
-    argv = (*argv, "--server", "http://cairn.test")
-    code, out, err = cairn(capsys, *argv)
+    argv = (*argv, "--server", "http://keepstone.test")
+    code, out, err = keepstone(capsys, *argv)
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("history"))
     assert (

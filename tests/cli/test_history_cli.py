@@ -1,4 +1,4 @@
-"""``cairn memory log|show|diff|restore`` and ``--as-of`` on ``ls``/``cat``/``export``.
+"""``keepstone memory log|show|diff|restore`` and ``--as-of`` on ``ls``/``cat``/``export``.
 
 In-process through ``cli.main.main``, on a SQL store (SQLite in ``tmp_path``) put in place of
 the local store, with a clock the test moves, so every version has a known instant.
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.cli import common
-from cairn.cli.common import UsageError
-from cairn.cli.history import parse_time
-from cairn.cli.main import main
-from cairn.store.sql import SqlStore
+from keepstone.cli import common
+from keepstone.cli.common import UsageError
+from keepstone.cli.history import parse_time
+from keepstone.cli.main import main
+from keepstone.store.sql import SqlStore
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -40,14 +40,14 @@ class Clock:
 @pytest.fixture
 def clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     """The CLI's local store is a SQLite SqlStore driven by the returned clock."""
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_DATABASE_URL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     project = tmp_path / "myrepo"
     project.mkdir()
     monkeypatch.chdir(project)
-    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    url = f"sqlite:///{tmp_path / 'keepstone.db'}"
     the_clock = Clock()
 
     def sql_store(limits: object = None) -> SqlStore:
@@ -121,7 +121,7 @@ def test_show_prints_a_version(three: list[datetime], capsys: pytest.CaptureFixt
     )
     code, out, err = run(capsys, "show", "MEMORY.md", "--version", "9", "--bot", "b1")
     assert (code, out) == (1, "")
-    assert err.startswith("cairn: not_found: ") and "version 9" in err and err.count("\n") == 1
+    assert err.startswith("keepstone: not_found: ") and "version 9" in err and err.count("\n") == 1
     code, _, err = run(capsys, "show", "MEMORY.md", "--version", "0", "--bot", "b1")
     assert code == 1 and "version must be a whole number from 1" in err
     code, _, err = run(capsys, "show", "MEMORY.md", "--bot", "b1")
@@ -140,7 +140,7 @@ def test_diff_defaults_to_the_live_version(
     code, out, err = run(capsys, "diff", "MEMORY.md", "--from", "2", "--to", "2", "--bot", "b1")
     assert (code, out) == (0, "") and "identical" in err
     code, _, err = run(capsys, "diff", "MEMORY.md", "--from", "7", "--bot", "b1")
-    assert code == 1 and err.startswith("cairn: not_found: ")
+    assert code == 1 and err.startswith("keepstone: not_found: ")
 
 
 def test_restore_writes_the_old_content_as_a_new_version(
@@ -155,7 +155,7 @@ def test_restore_writes_the_old_content_as_a_new_version(
     code, out, err = run(
         capsys, "restore", "MEMORY.md", "--version", "3", "--if-match", "0" * 32, "--bot", "b1"
     )
-    assert (code, out) == (1, "") and err.startswith("cairn: precondition_failed: ")
+    assert (code, out) == (1, "") and err.startswith("keepstone: precondition_failed: ")
     assert run(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "one\n"
 
 
@@ -179,7 +179,7 @@ def test_cat_and_ls_as_of(
     assert [d["path"] for d in json.loads(out)["documents"]] == ["MEMORY.md", "topics/later.md"]
     before = (T0 - timedelta(days=1)).isoformat()
     code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", before)
-    assert (code, out) == (1, "") and err.startswith("cairn: not_found: there was no document")
+    assert (code, out) == (1, "") and err.startswith("keepstone: not_found: there was no document")
     code, out, err = run(capsys, "ls", "--bot", "b1", "--as-of", before)
     assert (code, out) == (0, "") and "no documents" in err
 
@@ -204,7 +204,8 @@ def test_a_bad_as_of_is_a_usage_error(
     code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", "yesterday")
     assert (code, out) == (2, "")
     assert (
-        err.startswith("cairn: usage: --as-of 'yesterday' is not a time") and err.count("\n") == 1
+        err.startswith("keepstone: usage: --as-of 'yesterday' is not a time")
+        and err.count("\n") == 1
     )
 
 
@@ -226,14 +227,14 @@ def test_the_local_store_without_history_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Whatever store is behind the CLI, a history verb it cannot answer is one line."""
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
-    assert code == 1 and out == "" and err.count("\n") == 1 and err.startswith("cairn: ")
+    assert code == 1 and out == "" and err.count("\n") == 1 and err.startswith("keepstone: ")
 
 
 def test_the_verbs_are_registered() -> None:
-    from cairn.cli.main import build_parser
+    from keepstone.cli.main import build_parser
 
     args = build_parser().parse_args(["memory", "restore", "a.md", "--version", "2", "--bot", "b"])
     assert (args.verb, args.path, args.version, args.if_match) == ("restore", "a.md", 2, None)

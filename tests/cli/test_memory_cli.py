@@ -1,4 +1,4 @@
-"""``cairn memory``: in-process through ``cli.main.main`` and once as a real subprocess."""
+"""``keepstone memory``: in-process through ``cli.main.main`` and once as a real subprocess."""
 
 from __future__ import annotations
 
@@ -12,26 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from cairn.cli.common import (
-    cairn_home,
+from keepstone.cli.common import (
+    keepstone_home,
     local_store,
     progress,
     resolve_server_args,
     space_ref_from_args,
 )
-from cairn.cli.main import build_parser, main
-from cairn.spaces import SpaceRef, encode_workdir_key
-from cairn.store.fs import FilesystemStore
+from keepstone.cli.main import build_parser, main
+from keepstone.spaces import SpaceRef, encode_workdir_key
+from keepstone.store.fs import FilesystemStore
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """CAIRN_HOME in tmp_path; the current directory is a project folder."""
+    """KEEPSTONE_HOME in tmp_path; the current directory is a project folder."""
     home = tmp_path / "home"
     project = tmp_path / "myrepo"
     project.mkdir()
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(project)
     return home
@@ -85,7 +85,7 @@ def test_put_ls_cat_du_rm(
     assert run(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
     code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1")
     assert code == 1 and out == ""
-    assert err.startswith("cairn: not_found: ") and err.count("\n") == 1
+    assert err.startswith("keepstone: not_found: ") and err.count("\n") == 1
     # The files are where a person would look for them.
     doc = home / "spaces/bot/local" / encode_workdir_key(Path.cwd()) / "b1/default/topics"
     assert (doc / "deploy.md").read_text() == "deploy steps"
@@ -110,7 +110,7 @@ def test_space_flags(home: Path, capsys: pytest.CaptureFixture[str], tmp_path: P
     assert [d.path for d in store.list(user_ref)] == ["a.md"]
     args = build_parser().parse_args(["memory", "ls", "--visibility", "org", "--bot", "ignored"])
     assert space_ref_from_args(args, "local").id == "v1:org:local::::default"
-    assert cairn_home() == home
+    assert keepstone_home() == home
 
 
 @pytest.mark.parametrize(
@@ -165,21 +165,21 @@ def test_refusals_exit_1_with_one_line(
         argv += ["--bot", "b1"]
     code, out, err = run(capsys, *argv)
     assert code == 1
-    assert err.startswith(f"cairn: {code_name}") and err.count("\n") == 1
+    assert err.startswith(f"keepstone: {code_name}") and err.count("\n") == 1
     assert "Traceback" not in err and "AKIAQ3EGRT6YHNP2LXVB" not in err
 
 
 def test_quota_refusal_names_the_limit(
     home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", "4")
+    monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "4")
     feed_stdin(monkeypatch, b"12345")
     code, _, err = run(capsys, "put", "a.md", "--visibility", "org")
     assert code == 1
-    assert "cairn: quota_exceeded: tree quota exceeded: 0 of 4 bytes used" in err
-    monkeypatch.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", "many")
+    assert "keepstone: quota_exceeded: tree quota exceeded: 0 of 4 bytes used" in err
+    monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "many")
     code, _, err = run(capsys, "du", "--visibility", "org")
-    assert code == 1 and "CAIRN_MEMORY_QUOTA_ORG_TOTAL" in err
+    assert code == 1 and "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL" in err
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
@@ -235,7 +235,7 @@ def test_export_import_round_trip_and_strategies(
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(b"not a gzip at all")
     code, _, err = run(capsys, "import", "--bot", "dst", "--in", str(broken))
-    assert code == 1 and err.startswith("cairn: invalid_archive")
+    assert code == 1 and err.startswith("keepstone: invalid_archive")
 
 
 def test_import_grants_global_authority_locally(
@@ -259,7 +259,7 @@ def test_export_to_stdout_and_import_from_stdin(
     assert main(["memory", "export", "--bot", "b1"]) == 0
     fake_stdout.flush()
     monkeypatch.undo()
-    monkeypatch.setenv("CAIRN_HOME", str(home))
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
     feed_stdin(monkeypatch, buffer.getvalue())
     code, out, _ = run(capsys, "import", "--bot", "b2")
     assert code == 0 and "written   a.md" in out
@@ -269,8 +269,8 @@ def test_export_to_stdout_and_import_from_stdin(
 def test_server_flags_come_from_the_environment(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_SERVER", "http://127.0.0.1:9")
-    monkeypatch.setenv("CAIRN_TOKEN", "tok")
+    monkeypatch.setenv("KEEPSTONE_SERVER", "http://127.0.0.1:9")
+    monkeypatch.setenv("KEEPSTONE_TOKEN", "tok")
     args = build_parser().parse_args(["memory", "du", "--bot", "b"])
     resolve_server_args(args)  # the token is read after parsing (see test_newcomer)
     assert (args.server, args.token) == ("http://127.0.0.1:9", "tok")
@@ -281,7 +281,7 @@ def test_server_flags_come_from_the_environment(
 def test_progress_counts_documents_exported_and_written(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cairn.store.base import ImportStrategy
+    from keepstone.store.base import ImportStrategy
 
     store = local_store()
     ref = bot_ref(Path.cwd())
@@ -307,20 +307,20 @@ def test_progress_counts_documents_exported_and_written(
 def test_real_subprocess(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     project.mkdir()
-    env = {**os.environ, "CAIRN_HOME": str(tmp_path / "home")}
-    env.pop("CAIRN_SERVER", None)
-    cli = Path(sys.executable).parent / "cairn"
-    cmd = [str(cli)] if cli.exists() else [sys.executable, "-m", "cairn.cli.main"]
+    env = {**os.environ, "KEEPSTONE_HOME": str(tmp_path / "home")}
+    env.pop("KEEPSTONE_SERVER", None)
+    cli = Path(sys.executable).parent / "keepstone"
+    cmd = [str(cli)] if cli.exists() else [sys.executable, "-m", "keepstone.cli.main"]
 
-    def cairn(*argv: str, data: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    def keepstone(*argv: str, data: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
             [*cmd, "memory", *argv], input=data, cwd=project, env=env, capture_output=True
         )
 
-    assert cairn("put", "MEMORY.md", "--bot", "b", data=b"# remembered\n").returncode == 0
-    exported = cairn("export", "--bot", "b")
+    assert keepstone("put", "MEMORY.md", "--bot", "b", data=b"# remembered\n").returncode == 0
+    exported = keepstone("export", "--bot", "b")
     assert exported.returncode == 0 and exported.stdout[:2] == b"\x1f\x8b"
-    imported = cairn("import", "--bot", "c", "--json", data=exported.stdout)
+    imported = keepstone("import", "--bot", "c", "--json", data=exported.stdout)
     assert imported.returncode == 0
     assert json.loads(imported.stdout)["written"] == ["MEMORY.md"]
     imported_ref = SpaceRef.build(
@@ -328,7 +328,7 @@ def test_real_subprocess(tmp_path: Path) -> None:
     )
     with_home = FilesystemStore(tmp_path / "home" / "spaces")
     assert with_home.read(imported_ref, "MEMORY.md").content == "# remembered\n"
-    missing = cairn("ls")
+    missing = keepstone("ls")
     assert missing.returncode == 2 and missing.stderr.count(b"\n") == 1
 
 
@@ -349,9 +349,9 @@ def test_server_mode_against_a_real_local_server(
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CAIRN_HOME": str(tmp_path / "server-home")}
+    env = {**os.environ, "KEEPSTONE_HOME": str(tmp_path / "server-home")}
     server = subprocess.Popen(
-        [sys.executable, "-m", "cairn.cli.main", "serve", "--local", "--port", str(port)],
+        [sys.executable, "-m", "keepstone.cli.main", "serve", "--local", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -381,12 +381,12 @@ def test_server_mode_against_a_real_local_server(
         # Nothing went to the local store.
         assert local_store().list(bot_ref(Path.cwd(), "b")) == []
         code, _, err = run(capsys, "cat", "missing.md", *remote)
-        assert code == 1 and err.startswith("cairn: not_found")
+        assert code == 1 and err.startswith("keepstone: not_found")
     finally:
         server.terminate()
         server.wait(10)
     code, _, err = run(capsys, "ls", *remote)
-    assert code == 1 and err.startswith("cairn: store_unavailable")
+    assert code == 1 and err.startswith("keepstone: store_unavailable")
 
 
 def test_reindex_finds_hand_made_files_and_is_idempotent(
@@ -398,7 +398,7 @@ def test_reindex_finds_hand_made_files_and_is_idempotent(
     assert run(capsys, "reindex")[:2] == (0, "reindexed 0 document(s)\n")
     # A note written by hand into the plain tree is found by the next reindex.
     hand = home / "spaces" / "org" / "local" / "n" / "hand.md"
-    hand.write_text("# By hand\n\nwritten without cairn\n", encoding="utf-8")
+    hand.write_text("# By hand\n\nwritten without keepstone\n", encoding="utf-8")
     assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
     ref = SpaceRef.build("org", "n", tenant="local")
     paths = {row.path for row in FilesystemStore(home / "spaces").chunk_rows(ref)}
@@ -410,4 +410,4 @@ def test_reindex_over_a_server_says_the_server_indexes_itself(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run(capsys, "reindex", "--server", "http://127.0.0.1:9")
-    assert code == 1 and "a Cairn server indexes its documents itself" in err
+    assert code == 1 and "a Keepstone server indexes its documents itself" in err

@@ -1,4 +1,4 @@
-"""``cairn memory search``: plain and ``--json`` output on the local store, its limits, and
+"""``keepstone memory search``: plain and ``--json`` output on the local store, its limits, and
 search by meaning with the configured embedder."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ How we ship.
 
 ## Rollback
 
-Run `cairn rollback` and watch the quokka dashboards.
+Run `deploy rollback` and watch the quokka dashboards.
 """
 
 
@@ -29,7 +29,7 @@ def put(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: str, content: 
 
 @pytest.fixture
 def keyword_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
 
 
 @pytest.mark.usefixtures("keyword_only")
@@ -49,7 +49,7 @@ def test_search_plain_and_json(
     assert first[0] == "ops/runbook.md"
     assert first[1] == "  Deploy runbook > Rollback"
     assert first[2].startswith("  score ") and first[2].endswith("(keyword)")
-    assert first[3] == "    Rollback Run cairn rollback and watch the quokka dashboards."
+    assert first[3] == "    Rollback Run deploy rollback and watch the quokka dashboards."
     assert blocks[1].splitlines()[0] == "notes/park.md"
 
     code, out, err = run(capsys, "search", "quokka", "--bot", "b1", "--json", "--limit", "1")
@@ -82,7 +82,7 @@ def test_search_by_meaning_with_the_model(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CAIRN_EMBEDDER", "minilm")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
     code, out, err = run(capsys, "search", "revert a broken release", "--bot", "b1", "--json")

@@ -1,7 +1,7 @@
 """The CLI never surprises a newcomer (issue 11, findings 1, 2, 3, 4 and 6).
 
-Each test drives ``cairn`` as a new user would: in-process through ``cli.main.main``
-on a real local store in a temporary ``CAIRN_HOME``, or as a real subprocess where the
+Each test drives ``keepstone`` as a new user would: in-process through ``cli.main.main``
+on a real local store in a temporary ``KEEPSTONE_HOME``, or as a real subprocess where the
 terminal or stdin itself is what is tested.
 """
 
@@ -21,26 +21,26 @@ from pathlib import Path
 
 import pytest
 
-from cairn.cli.common import (
-    CairnArgumentParser,
+from keepstone.cli.common import (
+    KeepstoneArgumentParser,
     Ticker,
     UsageError,
     local_store,
     progress,
 )
-from cairn.cli.main import build_parser, main
-from cairn.documents import ImportStrategy
-from cairn.spaces import SpaceRef, encode_workdir_key
+from keepstone.cli.main import build_parser, main
+from keepstone.documents import ImportStrategy
+from keepstone.spaces import SpaceRef, encode_workdir_key
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """CAIRN_HOME in tmp_path; the current directory is a project folder."""
+    """KEEPSTONE_HOME in tmp_path; the current directory is a project folder."""
     home = tmp_path / "home"
     project = tmp_path / "myrepo"
     project.mkdir()
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(project)
     return home
@@ -66,14 +66,14 @@ def _tar(members: dict[str, bytes]) -> bytes:
 
 
 def _cli() -> list[str]:
-    cli = Path(sys.executable).parent / "cairn"
-    return [str(cli)] if cli.exists() else [sys.executable, "-m", "cairn.cli.main"]
+    cli = Path(sys.executable).parent / "keepstone"
+    return [str(cli)] if cli.exists() else [sys.executable, "-m", "keepstone.cli.main"]
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {**os.environ, "CAIRN_HOME": str(home)}
-    env.pop("CAIRN_SERVER", None)
-    env.pop("CAIRN_TOKEN", None)
+    env = {**os.environ, "KEEPSTONE_HOME": str(home)}
+    env.pop("KEEPSTONE_SERVER", None)
+    env.pop("KEEPSTONE_TOKEN", None)
     return env
 
 
@@ -152,7 +152,7 @@ def test_a_project_spelled_as_a_directory_is_that_directory(
     assert local_store().read(ref, "n.md").content == "in the folder"
     code, out, err = run(capsys, "memory", "ls", "--bot", "b", "--project", "./nope")
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith("cairn: usage: --project") and "no such directory" in err
+    assert err.startswith("keepstone: usage: --project") and "no such directory" in err
 
 
 def test_project_help_says_name_or_directory() -> None:
@@ -161,7 +161,7 @@ def test_project_help_says_name_or_directory() -> None:
 
 
 def test_mcp_takes_a_project_name(home: Path) -> None:
-    from cairn.cli.agents import build_tools
+    from keepstone.cli.agents import build_tools
 
     args = build_parser().parse_args(["mcp", "--bot", "b", "--project", "web"])
     tools = build_tools(args)
@@ -172,7 +172,7 @@ def test_mcp_takes_a_project_name(home: Path) -> None:
 
 
 def test_mcp_config_overrides_keep_a_directory_absolute_and_a_name_as_given(home: Path) -> None:
-    from cairn.cli.agents import project_override
+    from keepstone.cli.agents import project_override
 
     (Path.cwd() / "web").mkdir()
     assert project_override("web") == "web"
@@ -182,8 +182,8 @@ def test_mcp_config_overrides_keep_a_directory_absolute_and_a_name_as_given(home
 
 
 def test_run_takes_a_project_name_or_directory(home: Path) -> None:
-    from cairn.automemory.space import auto_memory_ref
-    from cairn.cli.agents import run_ref
+    from keepstone.automemory.space import auto_memory_ref
+    from keepstone.cli.agents import run_ref
 
     def ref_for(*flags: str) -> SpaceRef:
         args = build_parser().parse_args(["run", "--bot", "b", *flags, "--", "true"])
@@ -208,7 +208,7 @@ def test_an_empty_listing_names_the_space_on_stderr(
     key = encode_workdir_key(Path.cwd())
     assert "bot space 'default'" in err and f"project {key}" in err
     assert "the current directory" in err and "bot b1" in err
-    assert "cairn memory spaces" in err
+    assert "keepstone memory spaces" in err
     code, out, err = run(capsys, "memory", "ls", "--visibility", "project", "--project", "web")
     assert (code, out) == (0, "") and "project space 'default'" in err and "project web" in err
     code, out, err = run(capsys, "memory", "ls", "--visibility", "user", "--user", "ann")
@@ -222,7 +222,7 @@ def test_a_search_without_hits_names_the_space(
 ) -> None:
     code, out, err = run(capsys, "memory", "search", "quokka", "--bot", "b1")
     assert (code, out) == (0, "")
-    assert err.startswith("no matches in bot space 'default'") and "cairn memory spaces" in err
+    assert err.startswith("no matches in bot space 'default'") and "keepstone memory spaces" in err
 
 
 # --- Finding 4: put never waits at a terminal, never empties a note by accident --------------
@@ -249,7 +249,7 @@ def test_put_at_a_terminal_refuses_at_once(home: Path, tmp_path: Path) -> None:
 def test_empty_content_does_not_replace_a_note(home: Path, tmp_path: Path) -> None:
     env, cwd = _env(home), Path.cwd()
 
-    def cairn(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    def keepstone(*argv: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
             [*_cli(), "memory", *argv],
             stdin=subprocess.DEVNULL,
@@ -260,19 +260,19 @@ def test_empty_content_does_not_replace_a_note(home: Path, tmp_path: Path) -> No
 
     note = tmp_path / "note.md"
     note.write_text("twelve bytes")
-    assert cairn("put", "MEMORY.md", "--bot", "b", "--file", str(note)).returncode == 0
-    refused = cairn("put", "MEMORY.md", "--bot", "b")  # stdin is /dev/null
+    assert keepstone("put", "MEMORY.md", "--bot", "b", "--file", str(note)).returncode == 0
+    refused = keepstone("put", "MEMORY.md", "--bot", "b")  # stdin is /dev/null
     assert refused.returncode == 2 and b"--empty" in refused.stderr
     empty = tmp_path / "empty.md"
     empty.write_text("")
-    refused = cairn("put", "MEMORY.md", "--bot", "b", "--file", str(empty))
+    refused = keepstone("put", "MEMORY.md", "--bot", "b", "--file", str(empty))
     assert refused.returncode == 2 and b"--empty" in refused.stderr
-    assert cairn("cat", "MEMORY.md", "--bot", "b").stdout == b"twelve bytes"
+    assert keepstone("cat", "MEMORY.md", "--bot", "b").stdout == b"twelve bytes"
 
-    emptied = cairn("put", "MEMORY.md", "--bot", "b", "--empty")
+    emptied = keepstone("put", "MEMORY.md", "--bot", "b", "--empty")
     assert emptied.returncode == 0 and emptied.stdout.startswith(b"replaced MEMORY.md (0 B")
-    assert cairn("cat", "MEMORY.md", "--bot", "b").stdout == b""
-    both = cairn("put", "MEMORY.md", "--bot", "b", "--empty", "--file", str(note))
+    assert keepstone("cat", "MEMORY.md", "--bot", "b").stdout == b""
+    both = keepstone("put", "MEMORY.md", "--bot", "b", "--empty", "--file", str(note))
     assert both.returncode == 2 and b"--empty" in both.stderr
 
 
@@ -298,7 +298,7 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 def test_every_parser_suggests() -> None:
     parsers = _all_parsers(build_parser())
     assert len(parsers) > 20
-    assert all(isinstance(p, CairnArgumentParser) for p in parsers)
+    assert all(isinstance(p, KeepstoneArgumentParser) for p in parsers)
 
 
 @pytest.mark.parametrize(
@@ -332,10 +332,10 @@ def test_token_without_a_server_is_a_usage_error(
 ) -> None:
     code, out, err = run(capsys, "memory", "ls", "--bot", "b", "--token", "t")
     assert code == 2 and out == ""
-    assert "--token is for a server: add --server URL (or set CAIRN_SERVER)" in err
+    assert "--token is for a server: add --server URL (or set KEEPSTONE_SERVER)" in err
     assert "drop --token to use the local store" in err
     # A token kept in the environment is no error: the local store is used.
-    monkeypatch.setenv("CAIRN_TOKEN", "kept")
+    monkeypatch.setenv("KEEPSTONE_TOKEN", "kept")
     code, _, err = run(capsys, "memory", "ls", "--bot", "b", "--json")
     assert (code, err) == (0, "")
 
@@ -343,14 +343,14 @@ def test_token_without_a_server_is_a_usage_error(
 def test_the_token_comes_from_the_flag_else_the_environment(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cairn.cli.common import resolve_server_args
+    from keepstone.cli.common import resolve_server_args
 
-    monkeypatch.setenv("CAIRN_TOKEN", "from-env")
+    monkeypatch.setenv("KEEPSTONE_TOKEN", "from-env")
     args = build_parser().parse_args(["memory", "du", "--bot", "b", "--server", "http://x"])
     assert args.token is None  # not given: read from the environment afterwards
     resolve_server_args(args)
     assert (args.server, args.token) == ("http://x", "from-env")
-    monkeypatch.setenv("CAIRN_SERVER", "http://env")
+    monkeypatch.setenv("KEEPSTONE_SERVER", "http://env")
     args = build_parser().parse_args(["memory", "du", "--bot", "b", "--token", "flag"])
     resolve_server_args(args)
     assert (args.server, args.token) == ("http://env", "flag")
@@ -379,7 +379,7 @@ def test_import_learns_its_total_before_any_write(home: Path) -> None:
 def test_the_progress_display_shows_the_total(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import cairn.cli.memory as memory_cli
+    import keepstone.cli.memory as memory_cli
 
     shown: list[Ticker] = []
     real = memory_cli.progress

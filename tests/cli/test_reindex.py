@@ -1,9 +1,9 @@
-"""``cairn reindex``: the server database's index, backfilled in one command (real model).
+"""``keepstone reindex``: the server database's index, backfilled in one command (real model).
 
 It chunks every unindexed document and embeds every pending chunk (``--json`` counts
 them), does nothing the second time, starts over with ``--rebuild``, only chunks with
-``CAIRN_EMBEDDER=none`` (and says search by meaning is off), and refuses in one line
-when the model is not installed. ``cairn memory reindex`` embeds the local store's
+``KEEPSTONE_EMBEDDER=none`` (and says search by meaning is off), and refuses in one line
+when the model is not installed. ``keepstone memory reindex`` embeds the local store's
 chunks through the same code.
 """
 
@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cairn.cli.main import main
-from cairn.config import Config
-from cairn.db import make_engine
-from cairn.records.schema import records
-from cairn.runtime import open_runtime
-from cairn.search.vectors import decode
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
+from keepstone.cli.main import main
+from keepstone.config import Config
+from keepstone.db import make_engine
+from keepstone.records.schema import records
+from keepstone.runtime import open_runtime
+from keepstone.search.vectors import decode
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
 from tests.records.conftest import make_world
 
 MODEL = "all-MiniLM-L6-v2"
@@ -32,10 +32,15 @@ REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
 
 @pytest.fixture
 def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    for name in ("CAIRN_DATABASE_URL", "CAIRN_EMBEDDER", "CAIRN_MODEL_DIR", "CAIRN_SERVER"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    for name in (
+        "KEEPSTONE_DATABASE_URL",
+        "KEEPSTONE_EMBEDDER",
+        "KEEPSTONE_MODEL_DIR",
+        "KEEPSTONE_SERVER",
+    ):
         monkeypatch.delenv(name, raising=False)
-    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    url = f"sqlite:///{tmp_path / 'keepstone.db'}"
     store = SqlStore.open(url)
     try:
         for i in range(3):
@@ -86,7 +91,7 @@ def test_reindex_chunks_and_embeds_everything_then_nothing(
 def test_rebuild_drops_every_vector_first(
     database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_DATABASE_URL", database)  # as `cairn serve` reads it
+    monkeypatch.setenv("KEEPSTONE_DATABASE_URL", database)  # as `keepstone serve` reads it
     assert reindex(capsys, "--json")[0] == 0
     code, out, _ = reindex(capsys, "--rebuild", "--json")
     assert code == 0
@@ -98,11 +103,11 @@ def test_rebuild_drops_every_vector_first(
 def test_with_no_embedder_it_chunks_only_and_says_so(
     database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
     code, out, err = reindex(capsys, "--database", database)
     assert code == 0
     assert out == "reindexed 3 document(s)\n"
-    assert "search by meaning is off (CAIRN_EMBEDDER=none)" in err
+    assert "search by meaning is off (KEEPSTONE_EMBEDDER=none)" in err
     assert stored(database) == [(None, 0)] * 6  # keyword-searchable, nothing embedded
     code, out, _ = reindex(capsys, "--database", database, "--json")
     assert json.loads(out) == {
@@ -119,12 +124,12 @@ def test_a_model_that_is_not_installed_is_one_line_and_exit_1(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("CAIRN_MODEL_DIR", str(tmp_path / "no-model"))
+    monkeypatch.setenv("KEEPSTONE_MODEL_DIR", str(tmp_path / "no-model"))
     code, out, err = reindex(capsys, "--database", database)
     assert code == 1
     assert out == ""
     assert len(err.splitlines()) == 1
-    assert "cairn models install" in err
+    assert "keepstone models install" in err
     assert stored(database) == []  # refused before touching the database
 
 
@@ -132,8 +137,13 @@ def test_memory_reindex_embeds_the_local_store_through_the_same_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    for name in ("CAIRN_EMBEDDER", "CAIRN_MODEL_DIR", "CAIRN_SERVER", "CAIRN_TOKEN"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    for name in (
+        "KEEPSTONE_EMBEDDER",
+        "KEEPSTONE_MODEL_DIR",
+        "KEEPSTONE_SERVER",
+        "KEEPSTONE_TOKEN",
+    ):
         monkeypatch.delenv(name, raising=False)
     local = SpaceRef.build(Visibility.PROJECT, "notes", tenant="local", project="p1")
     store = FilesystemStore(home / "spaces")

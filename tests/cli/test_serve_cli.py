@@ -1,8 +1,8 @@
-"""``cairn serve``'s start: a bad port, a port in use and a SQLite database in a missing
+"""``keepstone serve``'s start: a bad port, a port in use and a SQLite database in a missing
 directory are each one line, before anything says "listening" (issue 11, finding 5).
 
-The port cases run the real ``cairn serve`` in a subprocess; the database rule is held
-in-process too, through ``cairn db upgrade``, which opens the database the same way.
+The port cases run the real ``keepstone serve`` in a subprocess; the database rule is held
+in-process too, through ``keepstone db upgrade``, which opens the database the same way.
 """
 
 from __future__ import annotations
@@ -17,14 +17,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.cli.main import main
+from keepstone.cli.main import main
 
 
 def _env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
-    for name in ("CAIRN_DATABASE_URL", "CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_ADMIN_TOKEN"):
+    for name in (
+        "KEEPSTONE_DATABASE_URL",
+        "KEEPSTONE_SERVER",
+        "KEEPSTONE_TOKEN",
+        "KEEPSTONE_ADMIN_TOKEN",
+    ):
         env.pop(name, None)
-    env.update(CAIRN_HOME=str(home), CAIRN_INDEXER="off", CAIRN_EMBEDDER="none")
+    env.update(KEEPSTONE_HOME=str(home), KEEPSTONE_INDEXER="off", KEEPSTONE_EMBEDDER="none")
     return env
 
 
@@ -37,7 +42,7 @@ def _free_port() -> int:
 def _serve(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     # A start that fails must exit on its own; a server that started would hit the timeout.
     return subprocess.run(
-        [sys.executable, "-m", "cairn.cli.main", "serve", *argv],
+        [sys.executable, "-m", "keepstone.cli.main", "serve", *argv],
         env=_env(home),
         capture_output=True,
         text=True,
@@ -50,7 +55,7 @@ def _serve(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 def test_a_port_out_of_range_is_one_usage_line(tmp_path: Path, port: str) -> None:
     done = _serve(tmp_path / "home", "--port", port)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["cairn: usage: --port must be 1-65535"]
+    assert done.stderr.splitlines() == ["keepstone: usage: --port must be 1-65535"]
     assert "listening" not in done.stdout + done.stderr
 
 
@@ -63,7 +68,7 @@ def test_a_port_in_use_fails_in_one_line_before_listening(tmp_path: Path) -> Non
         done = _serve(tmp_path / "home", "--port", str(port))
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f"cairn: conflict: 127.0.0.1:{port} is in use: stop the other server or pass --port N"
+        f"keepstone: conflict: 127.0.0.1:{port} is in use: stop the other server or pass --port N"
     ]
     assert "listening" not in done.stdout
 
@@ -74,7 +79,7 @@ def test_serve_says_listening_once_bound_and_answers(tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     with open(log, "w+b") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cairn.cli.main", "serve", "--local", "--port", str(port)],
+            [sys.executable, "-m", "keepstone.cli.main", "serve", "--local", "--port", str(port)],
             env=_env(tmp_path / "home"),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -93,9 +98,9 @@ def test_serve_says_listening_once_bound_and_answers(tmp_path: Path) -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=20)
-    assert f"cairn serve: listening on http://127.0.0.1:{port}" in log.read_text()
-    # The default database under a new CAIRN_HOME is still created, home and all.
-    assert (tmp_path / "home" / "cairn.db").is_file()
+    assert f"keepstone serve: listening on http://127.0.0.1:{port}" in log.read_text()
+    # The default database under a new KEEPSTONE_HOME is still created, home and all.
+    assert (tmp_path / "home" / "keepstone.db").is_file()
 
 
 @pytest.mark.slow
@@ -106,7 +111,7 @@ def test_serve_refuses_a_sqlite_database_in_a_missing_directory(tmp_path: Path) 
     )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f"cairn: invalid_request: the directory {missing} of the SQLite database does not "
+        f"keepstone: invalid_request: the directory {missing} of the SQLite database does not "
         "exist; create it or choose another --database"
     ]
     assert not missing.exists()
@@ -115,9 +120,9 @@ def test_serve_refuses_a_sqlite_database_in_a_missing_directory(tmp_path: Path) 
 def test_db_upgrade_refuses_a_sqlite_database_in_a_missing_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
     missing = tmp_path / "nowhere" / "deeper"
-    monkeypatch.setenv("CAIRN_DATABASE_URL", f"sqlite:///{missing}/x.db")
+    monkeypatch.setenv("KEEPSTONE_DATABASE_URL", f"sqlite:///{missing}/x.db")
     assert main(["db", "upgrade"]) == 1
     assert f"the directory {missing} of the SQLite database does not exist" in (
         capsys.readouterr().err
@@ -125,24 +130,24 @@ def test_db_upgrade_refuses_a_sqlite_database_in_a_missing_directory(
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_the_default_database_still_creates_cairn_home(
+def test_the_default_database_still_creates_keepstone_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     home = tmp_path / "new" / "home"
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.delenv("CAIRN_DATABASE_URL", raising=False)
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    monkeypatch.delenv("KEEPSTONE_DATABASE_URL", raising=False)
     assert main(["db", "upgrade"]) == 0, capsys.readouterr().err
-    assert (home / "cairn.db").is_file()
+    assert (home / "keepstone.db").is_file()
 
 
 def test_a_file_that_is_not_a_sqlite_database_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all " * 200)
     assert main(["db", "upgrade", "--database", f"sqlite:///{junk}"]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"cairn: invalid_request: {junk} is not a SQLite database (file is not a database); "
+        f"keepstone: invalid_request: {junk} is not a SQLite database (file is not a database); "
         "choose another --database"
     ]

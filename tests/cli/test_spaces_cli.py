@@ -1,4 +1,4 @@
-"""``cairn memory spaces``: the local tree's spaces with their usage (issue 11, finding 6)."""
+"""``keepstone memory spaces``: the local tree's spaces with their usage (issue 11, finding 6)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.cli.main import main
-from cairn.spaces import encode_workdir_key
+from keepstone.cli.main import main
+from keepstone.spaces import encode_workdir_key
 
 
 @pytest.fixture
@@ -16,8 +16,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     project = tmp_path / "myrepo"
     project.mkdir()
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(project)
     return home

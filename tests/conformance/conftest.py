@@ -1,7 +1,7 @@
-"""One conformance suite for every :class:`~cairn.store.base.MemoryStore` adapter.
+"""One conformance suite for every :class:`~keepstone.store.base.MemoryStore` adapter.
 
 Every test takes ``store_factory`` and runs once per registered adapter. A factory
-takes a :class:`~cairn.quota.Limits`, so tests build stores with small quotas the same
+takes a :class:`~keepstone.quota.Limits`, so tests build stores with small quotas the same
 way on every adapter. A test that needs optional behaviour says so with
 ``@pytest.mark.requires("capability", ...)``; it is generated only for the adapters whose
 store declares those ``capabilities`` (never chosen by the adapter's name), so nothing in
@@ -11,7 +11,7 @@ Adding an adapter = one more entry in :data:`OPENERS` (and a branch in
 :meth:`StoreSpec.open`, which child processes of the concurrency test call).
 
 The adapters: ``fs``, ``sqlite``, ``postgres``, and ``http`` — the
-:class:`~cairn.store.http.HttpMemoryStore` as a client of an in-process Cairn app in
+:class:`~keepstone.store.http.HttpMemoryStore` as a client of an in-process Keepstone app in
 local mode, whose own store is a fresh SQLite store with the test's limits
 (:class:`~tests.conformance.helpers.ServedHttpStore`).
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.quota import Limits
-from cairn.store.base import MemoryStore
+from keepstone.quota import Limits
+from keepstone.store.base import MemoryStore
 from tests.conformance.helpers import StoreSpec, declared_capabilities
 
 #: kind → builder of a fresh, empty location: (pytest request, a fresh directory) → spec.
@@ -38,7 +38,7 @@ def _fs(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpe
 
 
 def _sqlite(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
-    return StoreSpec("sqlite", f"sqlite:///{where / 'cairn.db'}", limits)
+    return StoreSpec("sqlite", f"sqlite:///{where / 'keepstone.db'}", limits)
 
 
 def _postgres(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
@@ -48,7 +48,7 @@ def _postgres(request: pytest.FixtureRequest, where: Path, limits: Limits) -> St
 
 
 def _http(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
-    # A client of an in-process Cairn app (local mode) over a fresh SQLite store in `where`.
+    # A client of an in-process Keepstone app (local mode) over a fresh SQLite store in `where`.
     return StoreSpec("http", str(where), limits)
 
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 
-from cairn.quota import Limits
-from cairn.service.access import LOCAL_PRINCIPAL
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore, Usage
-from cairn.store.http import HttpMemoryStore
+from keepstone.quota import Limits
+from keepstone.service.access import LOCAL_PRINCIPAL
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore, Usage
+from keepstone.store.http import HttpMemoryStore
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -40,12 +40,12 @@ class StoreSpec:
 
     def open(self) -> MemoryStore:
         if self.kind == "fs":
-            from cairn.store.fs import FilesystemStore
+            from keepstone.store.fs import FilesystemStore
 
             return FilesystemStore(self.target, self.limits)
         if self.kind == "http":
             return ServedHttpStore(Path(self.target), self.limits)
-        from cairn.store.sql import SqlStore
+        from keepstone.store.sql import SqlStore
 
         return SqlStore.open(self.target, self.limits, schema=self.schema)
 
@@ -53,12 +53,12 @@ class StoreSpec:
 def declared_capabilities(kind: str) -> frozenset[str]:
     """What the adapter of ``kind`` declares (its class attribute; never a name test)."""
     if kind == "fs":
-        from cairn.store.fs import FilesystemStore
+        from keepstone.store.fs import FilesystemStore
 
         return FilesystemStore.capabilities
     if kind == "http":
         return ServedHttpStore.capabilities
-    from cairn.store.sql import SqlStore
+    from keepstone.store.sql import SqlStore
 
     return SqlStore.capabilities
 
@@ -90,7 +90,7 @@ class _AppTransport(httpx.BaseTransport):
 
 
 class ServedHttpStore(HttpMemoryStore):
-    """The HTTP adapter, talking to a Cairn app of its own served in this process.
+    """The HTTP adapter, talking to a Keepstone app of its own served in this process.
 
     The app runs in local single-tenant mode (every request is the local principal, who
     has platform authority) over a fresh SQL store in ``home`` (SQLite) with ``limits``.
@@ -100,11 +100,11 @@ class ServedHttpStore(HttpMemoryStore):
     def __init__(self, home: Path, limits: Limits) -> None:
         from fastapi.testclient import TestClient
 
-        from cairn.api.app import app_for
-        from cairn.config import Config
-        from cairn.runtime import open_runtime
+        from keepstone.api.app import app_for
+        from keepstone.config import Config
+        from keepstone.runtime import open_runtime
 
-        url = f"sqlite:///{home / 'cairn.db'}"
+        url = f"sqlite:///{home / 'keepstone.db'}"
         config = Config(home=home, database_url=url, local=True)
         runtime = open_runtime(config, limits=limits)
         self._served = runtime.store

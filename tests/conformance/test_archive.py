@@ -9,15 +9,15 @@ from collections.abc import Callable
 
 import pytest
 
-from cairn.errors import (
+from keepstone.errors import (
     ImportTooLarge,
     InvalidArchive,
     InvalidRequest,
     PlatformAuthorityRequired,
 )
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportReport, ImportStrategy, MemoryStore, PlatformGrant
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportReport, ImportStrategy, MemoryStore, PlatformGrant
 from tests.conformance.archives import (
     bomb_declared,
     bomb_trailing,

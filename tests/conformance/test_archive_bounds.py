@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn.errors import ImportTooLarge, InvalidArchive
-from cairn.quota import Limits
-from cairn.spaces import Visibility
-from cairn.store.archive import MAX_IMPORT_MEMBERS, import_space
-from cairn.store.fs import FilesystemStore
+from keepstone.errors import ImportTooLarge, InvalidArchive
+from keepstone.quota import Limits
+from keepstone.spaces import Visibility
+from keepstone.store.archive import MAX_IMPORT_MEMBERS, import_space
+from keepstone.store.fs import FilesystemStore
 from tests.conformance.archives import many_members, regular, special, tar_bytes
 from tests.conformance.helpers import project_ref, snapshot
 

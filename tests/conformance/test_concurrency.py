@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cairn.quota import KiB, Limits, MiB
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore
+from keepstone.quota import KiB, Limits, MiB
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import ref_for
 from tests.conformance.workers import observer_process, writer_process

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from cairn.errors import InvalidPath, InvalidSpaceRef
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
+from keepstone.errors import InvalidPath, InvalidSpaceRef
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
 from tests.conformance.archives import regular, tar_gz
 from tests.conformance.helpers import TEAM, project_ref
 

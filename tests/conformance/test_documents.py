@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import (
+from keepstone.errors import (
     InvalidDocument,
     InvalidPath,
     InvalidSpaceRef,
@@ -17,8 +17,8 @@ from cairn.errors import (
     SecretDetected,
     UnsupportedVisibility,
 )
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore, PlatformGrant, content_etag
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore, PlatformGrant, content_etag
 from tests.conformance.helpers import OTHER_TEAM, TEAM, project_ref, ref_for
 
 # Refs built without SpaceRef.build (which drops qualifiers a visibility does not take).

@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from cairn.documents import acting_as
-from cairn.errors import InvalidRequest, NotFound
-from cairn.quota import KiB, Limits, MiB
-from cairn.service.access import LOCAL_PRINCIPAL
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy, MemoryStore, PlatformGrant
+from keepstone.documents import acting_as
+from keepstone.errors import InvalidRequest, NotFound
+from keepstone.quota import KiB, Limits, MiB
+from keepstone.service.access import LOCAL_PRINCIPAL
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportStrategy, MemoryStore, PlatformGrant
 from tests.conformance.archives import regular, tar_gz
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import (

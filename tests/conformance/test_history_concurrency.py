@@ -16,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from cairn.errors import PreconditionFailed
-from cairn.quota import Limits
-from cairn.store.base import MemoryStore
+from keepstone.errors import PreconditionFailed
+from keepstone.quota import Limits
+from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import StoreSpec, project_ref
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.documents import content_etag
-from cairn.errors import AlreadyExists, NotFound
-from cairn.quota import GiB, Limits, MiB
-from cairn.spaces import Visibility
-from cairn.store.base import MemoryStore
+from keepstone.documents import content_etag
+from keepstone.errors import AlreadyExists, NotFound
+from keepstone.quota import GiB, Limits, MiB
+from keepstone.spaces import Visibility
+from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import StoreSpec, project_ref
 

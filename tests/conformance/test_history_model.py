@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cairn.errors import NotFound
-from cairn.quota import Limits
-from cairn.store.base import ImportStrategy, MemoryStore
+from keepstone.errors import NotFound
+from keepstone.quota import Limits
+from keepstone.store.base import ImportStrategy, MemoryStore
 from tests.conformance.archives import regular, tar_gz
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import FakeClock, project_ref

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore, PlatformGrant
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore, PlatformGrant
 from tests.conformance.helpers import OTHER_TEAM, TEAM, USER, ref_for
 
 

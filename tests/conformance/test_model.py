@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from cairn.errors import ImportTooLarge, NotFound, QuotaExceeded
-from cairn.quota import Limits
-from cairn.spaces import Visibility
-from cairn.store.archive import export_space
-from cairn.store.base import ImportStrategy, MemoryStore
+from keepstone.errors import ImportTooLarge, NotFound, QuotaExceeded
+from keepstone.quota import Limits
+from keepstone.spaces import Visibility
+from keepstone.store.archive import export_space
+from keepstone.store.base import ImportStrategy, MemoryStore
 from tests.conformance.archives import regular, tar_gz
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import project_ref

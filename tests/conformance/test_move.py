@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.errors import (
+from keepstone.errors import (
     AlreadyExists,
     InvalidPath,
     InvalidRequest,
@@ -13,9 +13,9 @@ from cairn.errors import (
     PreconditionFailed,
     QuotaExceeded,
 )
-from cairn.quota import Limits
-from cairn.spaces import Visibility
-from cairn.store.base import MemoryStore, PlatformGrant
+from keepstone.quota import Limits
+from keepstone.spaces import Visibility
+from keepstone.store.base import MemoryStore, PlatformGrant
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import OTHER_TEAM, contents, project_ref, ref_for
 

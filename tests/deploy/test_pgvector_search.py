@@ -3,12 +3,12 @@
 On the session's PostgreSQL with pgvector (tests/pgvector_server.py), a database made
 from ``template0`` (so the extension is not there yet) receives the labelled document
 set (tests/data: 326 documents, 1,013 chunks, in 12 spaces of 3 teams) with their
-stored all-MiniLM-L6-v2 vectors, first by a store with ``CAIRN_PGVECTOR=off`` (blobs
+stored all-MiniLM-L6-v2 vectors, first by a store with ``KEEPSTONE_PGVECTOR=off`` (blobs
 only), then opened with ``auto``: the extension, the ``vec`` column filled from the
 blobs and the HNSW index appear; the HNSW answers agree with exact numpy over the same
 vectors; document search takes the HNSW path (a counter and the plan show it) and
 returns the numpy path's hits; no query of one space ever returns another's chunk. On
-the plain system PostgreSQL nothing changes, and ``CAIRN_PGVECTOR=on`` refuses to start.
+the plain system PostgreSQL nothing changes, and ``KEEPSTONE_PGVECTOR=on`` refuses to start.
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from cairn.config import Config
-from cairn.db import make_engine
-from cairn.errors import InvalidRequest, StoreUnavailable
-from cairn.records.sql import SqlRecordStore
-from cairn.records.store import Scope, new_record
-from cairn.runtime import open_runtime, reindex_database
-from cairn.schema import upgrade_all
-from cairn.search.cache import VectorCache
-from cairn.search.vectors import decode, encode_many, normalize_rows, top_k
-from cairn.service.access import LOCAL_PRINCIPAL
-from cairn.service.record_search import RecordSearch
-from cairn.service.search import DocumentSearch
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store import pgvector
-from cairn.store.pgvector import Pgvector
-from cairn.store.sql import SqlStore
+from keepstone.config import Config
+from keepstone.db import make_engine
+from keepstone.errors import InvalidRequest, StoreUnavailable
+from keepstone.records.sql import SqlRecordStore
+from keepstone.records.store import Scope, new_record
+from keepstone.runtime import open_runtime, reindex_database
+from keepstone.schema import upgrade_all
+from keepstone.search.cache import VectorCache
+from keepstone.search.vectors import decode, encode_many, normalize_rows, top_k
+from keepstone.service.access import LOCAL_PRINCIPAL
+from keepstone.service.record_search import RecordSearch
+from keepstone.service.search import DocumentSearch
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store import pgvector
+from keepstone.store.pgvector import Pgvector
+from keepstone.store.sql import SqlStore
 from tests.pgvector_server import PgvectorServer
 from tests.search import labelled
 
@@ -98,7 +98,7 @@ def embed_pending(store: SqlStore, corpus: Corpus) -> int:
 @pytest.fixture(scope="module")
 def url(pgvector_server: PgvectorServer, corpus: Corpus, spaces: list[str]) -> str:
     """A database without the extension, holding the corpus and its vectors as blobs
-    only (written with ``CAIRN_PGVECTOR=off``)."""
+    only (written with ``KEEPSTONE_PGVECTOR=off``)."""
     name = f"test_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(pgvector_server.url_for("postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
@@ -118,7 +118,7 @@ def url(pgvector_server: PgvectorServer, corpus: Corpus, spaces: list[str]) -> s
 
 @pytest.fixture(scope="module")
 def store(url: str) -> Iterator[SqlStore]:
-    opened = SqlStore.open(url)  # CAIRN_PGVECTOR=auto
+    opened = SqlStore.open(url)  # KEEPSTONE_PGVECTOR=auto
     try:
         yield opened
     finally:
@@ -215,7 +215,7 @@ def test_off_keeps_an_existing_column_written_and_never_queries_it(
         assert not handle.search and handle.tables == frozenset({"memory_chunks"})
         ref = space_ref(spaces[3], spaces)
         assert off.nearest_chunks(ref, MODEL, np.eye(1, DIM)[0].astype(np.float32), 5) is None
-        off.write(ref, "written/while-off.md", "# Off\nWritten with CAIRN_PGVECTOR=off.\n")
+        off.write(ref, "written/while-off.md", "# Off\nWritten with KEEPSTONE_PGVECTOR=off.\n")
         off.reconcile(ref)
         rows = [r for r in off.pending_chunks(100, MODEL) if r.path == "written/while-off.md"]
         off.store_embeddings(rows, encode_many(np.eye(len(rows), DIM)), MODEL)
@@ -246,7 +246,7 @@ def test_a_role_that_may_not_create_the_extension(pgvector_server: PgvectorServe
     with pytest.raises(StoreUnavailable) as refused:
         SqlStore.open(as_app, pgvector_mode="on")
     assert "CREATE EXTENSION vector was refused" in refused.value.message
-    assert "CAIRN_PGVECTOR=auto" in refused.value.message
+    assert "KEEPSTONE_PGVECTOR=auto" in refused.value.message
 
 
 def test_a_search_never_builds_an_index_and_a_failed_build_is_replaced(
@@ -534,7 +534,7 @@ def test_the_runtime_hands_one_setup_to_both_stores(pgvector_server: PgvectorSer
 def test_search_by_meaning_through_the_runtime_with_minilm(
     pgvector_server: PgvectorServer,
 ) -> None:
-    """End to end with the real model: documents written, embedded by ``cairn reindex``'s
+    """End to end with the real model: documents written, embedded by ``keepstone reindex``'s
     code, found by a paraphrase through ``SpaceService.search`` on the HNSW path."""
     config = Config(database_url=pgvector_server.create_database(), hnsw_min_vectors=0, local=True)
     runtime = open_runtime(config)
@@ -584,13 +584,13 @@ def test_pgvector_on_refuses_a_postgresql_without_it(postgres_url: str) -> None:
     with pytest.raises(StoreUnavailable) as refused:
         SqlStore.open(postgres_url, pgvector_mode="on")
     message = refused.value.message
-    assert "CAIRN_PGVECTOR=on" in message and "install pgvector" in message
+    assert "KEEPSTONE_PGVECTOR=on" in message and "install pgvector" in message
     assert "pg_available_extensions" in message
 
 
 def test_pgvector_on_refuses_sqlite(tmp_path: Path) -> None:
-    with pytest.raises(StoreUnavailable, match="CAIRN_PGVECTOR=on needs PostgreSQL"):
-        SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", pgvector_mode="on")
+    with pytest.raises(StoreUnavailable, match="KEEPSTONE_PGVECTOR=on needs PostgreSQL"):
+        SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}", pgvector_mode="on")
 
 
 def test_pgvector_on_starts_where_the_extension_is(pgvector_server: PgvectorServer) -> None:
@@ -602,11 +602,11 @@ def test_pgvector_on_starts_where_the_extension_is(pgvector_server: PgvectorServ
 
 
 def test_the_settings_are_checked() -> None:
-    config = Config.from_env({"CAIRN_PGVECTOR": "ON", "CAIRN_HNSW_MIN_VECTORS": "0"})
+    config = Config.from_env({"KEEPSTONE_PGVECTOR": "ON", "KEEPSTONE_HNSW_MIN_VECTORS": "0"})
     assert (config.pgvector, config.hnsw_min_vectors) == ("on", 0)
     default = Config.from_env({})
     assert (default.pgvector, default.hnsw_min_vectors) == ("auto", pgvector.MIN_VECTORS)
-    with pytest.raises(InvalidRequest, match="CAIRN_PGVECTOR='maybe' is not one of auto"):
-        Config.from_env({"CAIRN_PGVECTOR": "maybe"})
-    with pytest.raises(InvalidRequest, match="CAIRN_HNSW_MIN_VECTORS"):
-        Config.from_env({"CAIRN_HNSW_MIN_VECTORS": "-5"})
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_PGVECTOR='maybe' is not one of auto"):
+        Config.from_env({"KEEPSTONE_PGVECTOR": "maybe"})
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_HNSW_MIN_VECTORS"):
+        Config.from_env({"KEEPSTONE_HNSW_MIN_VECTORS": "-5"})

@@ -1,5 +1,5 @@
 """The PostgreSQL deployment end to end (SPEC §10, docs/deploy.md): two stateless
-``cairn serve`` replicas over one PostgreSQL database and one Redis, driven at once.
+``keepstone serve`` replicas over one PostgreSQL database and one Redis, driven at once.
 
 * quotas hold across replicas: concurrent writes, overwrites and deletes through
   both never take the team counter over its quota, and afterwards every counter
@@ -68,7 +68,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 
 def _body(rng: random.Random, size: int) -> str:
-    words = ["cairn", "replica", "quota", "deploy", "postgres", "note", "memory", "team"]
+    words = ["keepstone", "replica", "quota", "deploy", "postgres", "note", "memory", "team"]
     text = "# note\n"
     while len(text) < size:
         text += rng.choice(words) + (" " if rng.random() < 0.9 else ".\n")

@@ -1,4 +1,4 @@
-"""Kill -9 of ``cairn serve`` while its background indexer embeds, then a restart.
+"""Kill -9 of ``keepstone serve`` while its background indexer embeds, then a restart.
 
 A real server (the real all-MiniLM-L6-v2 model, SQLite and PostgreSQL) takes document
 writes from a team member and team records from the service token; as soon as its
@@ -26,14 +26,14 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from cairn.db import make_engine
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.records.schema import records
-from cairn.schema import upgrade_all
-from cairn.spaces import SpaceRef
-from cairn.store.http import HttpMemoryStore
-from cairn.store.sql_schema import memory_chunks
+from keepstone.db import make_engine
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.records.schema import records
+from keepstone.schema import upgrade_all
+from keepstone.spaces import SpaceRef
+from keepstone.store.http import HttpMemoryStore
+from keepstone.store.sql_schema import memory_chunks
 from tests.api.conftest import database_fixture
 from tests.records.conftest import make_world
 
@@ -110,18 +110,18 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(database: str, home: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A real ``cairn serve`` with the indexer on; killed at the end if alive."""
+    """A real ``keepstone serve`` with the indexer on; killed at the end if alive."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
     env.update(
-        CAIRN_HOME=str(home),
-        CAIRN_INDEXER="on",
-        CAIRN_EMBEDDER="minilm",
-        CAIRN_SERVICE_TOKEN=SERVICE,
+        KEEPSTONE_HOME=str(home),
+        KEEPSTONE_INDEXER="on",
+        KEEPSTONE_EMBEDDER="minilm",
+        KEEPSTONE_SERVICE_TOKEN=SERVICE,
     )
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cairn.cli.main", "serve"]
+            [sys.executable, "-m", "keepstone.cli.main", "serve"]
             + ["--port", str(port), "--database", database],
             env=env,
             stdout=out,
@@ -137,7 +137,7 @@ def serve(database: str, home: Path, log: Path) -> Iterator[tuple[subprocess.Pop
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"cairn serve did not start:\n{log.read_text(errors='replace')}")
+                pytest.fail(f"keepstone serve did not start:\n{log.read_text(errors='replace')}")
             time.sleep(0.1)
         yield proc, base
     finally:

@@ -1,6 +1,6 @@
-"""The README, driven top to bottom (``make run`` aside) in a temp ``CAIRN_HOME``: every code
+"""The README, driven top to bottom (``make run`` aside) in a temp ``KEEPSTONE_HOME``: every code
 block is run as a reader would run it, and every command the prose names is run too, so the
-README cannot drift from what Cairn does (issue 11).
+README cannot drift from what Keepstone does (issue 11).
 
 Each fenced block must be claimed by exactly one handler below (a new block without one fails
 :func:`test_every_block_is_driven`); each handler runs its block's text as it stands in the
@@ -29,7 +29,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from cairn.tools import TOOL_NAMES
+from keepstone.tools import TOOL_NAMES
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +55,11 @@ def blocks() -> list[Block]:
 #: name → (does this block belong to the handler, ...) — the classification of every block.
 CLAIMS: dict[str, Callable[[Block], bool]] = {
     "quickstart": lambda b: b.text.startswith("make run"),
-    "local_cli": lambda b: "cairn memory put" in b.text,
+    "local_cli": lambda b: "keepstone memory put" in b.text,
     "claude_mcp_add": lambda b: b.text.startswith("claude mcp add"),
     "mcp_config": lambda b: b.lang == "json" and "mcpServers" in b.text,
     "python": lambda b: b.lang == "python",
-    "serve": lambda b: "cairn serve" in b.text and "CAIRN_ADMIN_TOKEN" in b.text,
+    "serve": lambda b: "keepstone serve" in b.text and "KEEPSTONE_ADMIN_TOKEN" in b.text,
     "admin_curl": lambda b: "/api/admin/orgs" in b.text,
     "member_curl": lambda b: "/api/memory/doc" in b.text and "$KEY" in b.text,
 }
@@ -88,9 +88,10 @@ def test_quickstart_is_the_two_make_targets() -> None:
 
 @pytest.fixture
 def reader(tmp_path: Path) -> dict[str, str]:
-    """A reader's environment: a fresh CAIRN_HOME, `cairn` on PATH, no CAIRN_* of ours."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(CAIRN_HOME=str(tmp_path / "home"), PATH=f"{BIN}{os.pathsep}{env['PATH']}")
+    """A reader's environment: a fresh KEEPSTONE_HOME, `keepstone` on PATH, no KEEPSTONE_* of
+    ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+    env.update(KEEPSTONE_HOME=str(tmp_path / "home"), PATH=f"{BIN}{os.pathsep}{env['PATH']}")
     return env
 
 
@@ -137,7 +138,7 @@ def test_the_local_cli_block(reader: dict[str, str], tmp_path: Path) -> None:
     # The import skipped the one document that exists; the search found it by meaning.
     assert "skipped 1" in out
     assert out.count("MEMORY.md") >= 4
-    # `cairn memory spaces` listed the bot's space.
+    # `keepstone memory spaces` listed the bot's space.
     assert "whats-next" in out
 
 
@@ -153,7 +154,7 @@ async def _list_tools(params: StdioServerParameters, log: Path) -> list[str]:
 
 
 def test_claude_mcp_add_runs_the_server_it_names(reader: dict[str, str], tmp_path: Path) -> None:
-    # `claude mcp add cairn -- COMMAND...`: Claude Code runs COMMAND as a stdio MCP server.
+    # `claude mcp add keepstone -- COMMAND...`: Claude Code runs COMMAND as a stdio MCP server.
     argv = the_block("claude_mcp_add").text.strip().split(" -- ", 1)[1].split()
     params = StdioServerParameters(
         command=shutil.which(argv[0], path=reader["PATH"]) or argv[0],
@@ -165,7 +166,7 @@ def test_claude_mcp_add_runs_the_server_it_names(reader: dict[str, str], tmp_pat
 
 
 def test_the_mcp_client_config(reader: dict[str, str], tmp_path: Path) -> None:
-    entry = json.loads(the_block("mcp_config").text)["mcpServers"]["cairn"]
+    entry = json.loads(the_block("mcp_config").text)["mcpServers"]["keepstone"]
     repo = tmp_path / "repo"
     repo.mkdir()
     args = [str(repo) if a == "/path/to/your/repo" else a for a in entry["args"]]
@@ -191,7 +192,7 @@ def _free_port() -> int:
 
 
 def test_the_streamable_http_mcp_endpoint(reader: dict[str, str], tmp_path: Path) -> None:
-    command = _inline("cairn mcp --http")
+    command = _inline("keepstone mcp --http")
     assert "--port 8421" in command and "http://127.0.0.1:8421/mcp" in README
     port = _free_port()
     argv = command.replace("--port 8421", f"--port {port}").split()
@@ -208,9 +209,9 @@ def test_the_streamable_http_mcp_endpoint(reader: dict[str, str], tmp_path: Path
         assert anyio.run(main) == list(TOOL_NAMES)
 
 
-def test_cairn_run_and_cairn_validate(reader: dict[str, str], tmp_path: Path) -> None:
+def test_keepstone_run_and_keepstone_validate(reader: dict[str, str], tmp_path: Path) -> None:
     # `claude` is stood in for by a script that does what Claude Code does with the settings
-    # cairn run hands it: writes a note into the auto-memory directory.
+    # keepstone run hands it: writes a note into the auto-memory directory.
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "claude").write_text(
@@ -225,15 +226,15 @@ def test_cairn_run_and_cairn_validate(reader: dict[str, str], tmp_path: Path) ->
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    bash(_inline("cairn run --auto-memory on"), env, repo)
-    listed = bash("cairn memory ls --bot my-bot --name auto-memory", env, repo)
+    bash(_inline("keepstone run --auto-memory on"), env, repo)
+    listed = bash("keepstone memory ls --bot my-bot --name auto-memory", env, repo)
     assert "MEMORY.md" in listed
 
     (repo / "agent.yaml").write_text(
         "memory:\n  visibility: bot\n  scope: {name: notes, bot: my-bot}\n"
         "auto_memory: on\nbackend: claude_code\n"
     )
-    bash(_inline("cairn validate agent.yaml"), env, repo)
+    bash(_inline("keepstone validate agent.yaml"), env, repo)
 
 
 # --- The server: start it, the admin's curl calls, the member's ------------------------------
@@ -244,11 +245,11 @@ def served(reader: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     block = the_block("serve").text
     port = _free_port()
     export, serve = [line.split("#")[0].strip() for line in block.strip().splitlines()]
-    assert serve == "cairn serve" and export.startswith("export CAIRN_ADMIN_TOKEN=")
-    env = {**reader, "CAIRN_ARGON2_TIME_COST": "1", "CAIRN_ARGON2_MEMORY_KIB": "1024"}
-    token = bash(f"{export}\necho $CAIRN_ADMIN_TOKEN", env, tmp_path).strip()
-    env["CAIRN_ADMIN_TOKEN"] = token
-    argv = ["cairn", "serve", "--port", str(port)]
+    assert serve == "keepstone serve" and export.startswith("export KEEPSTONE_ADMIN_TOKEN=")
+    env = {**reader, "KEEPSTONE_ARGON2_TIME_COST": "1", "KEEPSTONE_ARGON2_MEMORY_KIB": "1024"}
+    token = bash(f"{export}\necho $KEEPSTONE_ADMIN_TOKEN", env, tmp_path).strip()
+    env["KEEPSTONE_ADMIN_TOKEN"] = token
+    argv = ["keepstone", "serve", "--port", str(port)]
     with _running(argv, env, tmp_path, f"http://127.0.0.1:{port}/readyz"):
         yield {**env, "PORT": str(port)}
 
@@ -262,7 +263,7 @@ def test_the_server_walkthrough(served: dict[str, str], tmp_path: Path) -> None:
     work.mkdir()
     out = bash(f'{admin}\n{member}\necho "KEY=$KEY"', served, work)
     key = out.rsplit("KEY=", 1)[1].split()[0]
-    assert key.startswith("cairn_")
+    assert key.startswith("keepstone_")
     assert '"path":"MEMORY.md"' in out.replace(" ", "")
     with tarfile.open(work / "notes.tar.gz") as archive:
         assert archive.getnames() == ["MEMORY.md"]
@@ -270,7 +271,7 @@ def test_the_server_walkthrough(served: dict[str, str], tmp_path: Path) -> None:
         assert member_file is not None and member_file.read() == b"# What we learned"
     # The same note is reachable from the CLI, over the server, by its project name.
     cli = bash(
-        f"cairn memory cat MEMORY.md --server http://127.0.0.1:{port} --token {key} "
+        f"keepstone memory cat MEMORY.md --server http://127.0.0.1:{port} --token {key} "
         "--visibility project --name notes --project web",
         served,
         work,

@@ -1,4 +1,4 @@
-"""Team records searched through a real ``cairn serve`` never cross teams or projects, with
+"""Team records searched through a real ``keepstone serve`` never cross teams or projects, with
 every cache warm (SQLite and PostgreSQL).
 
 Two teams of two orgs save records with the same words (the service token, through
@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.db import make_engine
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.schema import upgrade_all
+from keepstone.db import make_engine
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.schema import upgrade_all
 from tests.api.conftest import database_fixture
 from tests.e2e.test_indexer_crash import SERVICE, search_records, serve
 from tests.records.conftest import make_world

@@ -1,9 +1,9 @@
-"""End to end: every document search surface against the real ``cairn serve`` (SQLite and
-PostgreSQL) and the real ``cairn`` executable.
+"""End to end: every document search surface against the real ``keepstone serve`` (SQLite and
+PostgreSQL) and the real ``keepstone`` executable.
 
-``GET /api/memory/search`` for one space and with ``scope=readable``; ``cairn memory search``
+``GET /api/memory/search`` for one space and with ``scope=readable``; ``keepstone memory search``
 with ``--server`` and on the local store, plain and ``--json``; the official MCP client
-driving ``cairn mcp`` over stdio, on the local store and on the server, finding a document
+driving ``keepstone mcp`` over stdio, on the local store and on the server, finding a document
 ``memory_write`` wrote just before; and isolation with warm caches: two teams, and two
 users of one team with ``user`` spaces, write documents sharing a word, and every hit of
 every search — each searched once before to warm the caches — is in a space its caller
@@ -22,9 +22,9 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from cairn.spaces import encode_workdir_key
+from keepstone.spaces import encode_workdir_key
 from tests.e2e.test_serve_api import ADMIN_TOKEN, database, env, server  # noqa: F401 - fixtures
-from tests.mcp.helpers import cairn_argv, cairn_env
+from tests.mcp.helpers import keepstone_argv, keepstone_env
 
 pytestmark = pytest.mark.slow
 
@@ -187,10 +187,10 @@ def test_readable_hits_name_their_space(world: World) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "scope"
 
 
-def _cairn(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _keepstone(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*cairn_argv(), *argv],
-        env=cairn_env(home),
+        [*keepstone_argv(), *argv],
+        env=keepstone_env(home),
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -201,22 +201,22 @@ def _cairn(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.Comple
 def test_cli_searches_a_server(world: World, tmp_path: Path) -> None:
     remote = ["--server", world.url, "--token", world.callers["ann"].key]
     space = ["--visibility", "org", "--name", "shared"]
-    plain = _cairn(tmp_path / "home", "memory", "search", WORD, *remote, *space)
+    plain = _keepstone(tmp_path / "home", "memory", "search", WORD, *remote, *space)
     assert plain.returncode == 0, plain.stderr
     lines = plain.stdout.splitlines()
     assert lines[0] == "alpha-org.md" and lines[1] == "  Org"
     assert "team b" not in plain.stdout
 
-    as_json = _cairn(tmp_path / "home", "memory", "search", WORD, *remote, *space, "--json")
+    as_json = _keepstone(tmp_path / "home", "memory", "search", WORD, *remote, *space, "--json")
     assert as_json.returncode == 0, as_json.stderr
     assert [h["path"] for h in json.loads(as_json.stdout)["results"]] == ["alpha-org.md"]
 
-    every = _cairn(tmp_path / "home", "memory", "search", WORD, *remote, "--all", "--json")
+    every = _keepstone(tmp_path / "home", "memory", "search", WORD, *remote, "--all", "--json")
     assert every.returncode == 0, every.stderr
     results = json.loads(every.stdout)["results"]
     assert {h["space"]["id"] for h in results} == set(world.callers["ann"].readable)
 
-    refused = _cairn(tmp_path / "home", "memory", "search", " ", *remote, *space)
+    refused = _keepstone(tmp_path / "home", "memory", "search", " ", *remote, *space)
     assert refused.returncode == 1 and "invalid_request" in refused.stderr
 
 
@@ -226,19 +226,19 @@ def test_cli_searches_the_local_store(tmp_path: Path) -> None:
     note = tmp_path / "note.md"
     note.write_text("# Runbook\n\n## Rollback\n\nRun the rollback and watch the quokka.\n")
     space = ["--bot", "b1", "--project", str(project)]
-    put = _cairn(home, "memory", "put", "ops/runbook.md", "--file", str(note), *space)
+    put = _keepstone(home, "memory", "put", "ops/runbook.md", "--file", str(note), *space)
     assert put.returncode == 0, put.stderr
 
-    plain = _cairn(home, "memory", "search", "quokka rollback", *space)
+    plain = _keepstone(home, "memory", "search", "quokka rollback", *space)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout.splitlines()[:2] == ["ops/runbook.md", "  Runbook > Rollback"]
 
-    as_json = _cairn(home, "memory", "search", "quokka", *space, "--json")
+    as_json = _keepstone(home, "memory", "search", "quokka", *space, "--json")
     assert as_json.returncode == 0, as_json.stderr
     hit = json.loads(as_json.stdout)["results"][0]  # meaning may find the other section too
     assert hit["path"] == "ops/runbook.md" and "keyword" in hit["matched"]
 
-    every = _cairn(home, "memory", "search", "quokka", "--all", "--json", cwd=project)
+    every = _keepstone(home, "memory", "search", "quokka", "--all", "--json", cwd=project)
     assert every.returncode == 0, every.stderr
     found = json.loads(every.stdout)["results"]
     assert {h["space"]["id"] for h in found} == {found[0]["space"]["id"]}  # the one space
@@ -272,18 +272,18 @@ async def _write_then_search(params: StdioServerParameters, log: Path) -> str:
 
 
 def test_mcp_client_searches_the_local_store(tmp_path: Path) -> None:
-    argv = cairn_argv()
+    argv = keepstone_argv()
     params = StdioServerParameters(
         command=argv[0],
         args=[*argv[1:], "mcp", "--bot", "b1", "--project", str(tmp_path)],
-        env=cairn_env(tmp_path / "home"),
+        env=keepstone_env(tmp_path / "home"),
     )
     text = anyio.run(_write_then_search, params, tmp_path / "mcp.log")
     assert "Team memory records" not in text  # no server: documents only
 
 
 def test_mcp_client_searches_the_server(world: World, tmp_path: Path) -> None:
-    argv = cairn_argv()
+    argv = keepstone_argv()
     key = world.callers["bob"].key
     params = StdioServerParameters(
         command=argv[0],
@@ -299,7 +299,7 @@ def test_mcp_client_searches_the_server(world: World, tmp_path: Path) -> None:
             "--project",
             str(tmp_path),
         ],
-        env=cairn_env(tmp_path / "home"),
+        env=keepstone_env(tmp_path / "home"),
     )
     text = anyio.run(_write_then_search, params, tmp_path / "mcp.log")
     # The org's plan has no team records: the documents still come back, the refusal is said.

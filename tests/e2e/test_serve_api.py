@@ -1,4 +1,4 @@
-"""End to end: the real ``cairn serve`` in a subprocess, over a socket.
+"""End to end: the real ``keepstone serve`` in a subprocess, over a socket.
 
 An admin builds an org with two teams; members write, list, read, export and import
 (team A's export into team B's space, with B's key) through ``HttpMemoryStore``; a
@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.errors import MemberRoleRequired, NotFound, PlatformAuthorityRequired
-from cairn.spaces import SpaceRef
-from cairn.store.http import HttpMemoryStore
+from keepstone.errors import MemberRoleRequired, NotFound, PlatformAuthorityRequired
+from keepstone.spaces import SpaceRef
+from keepstone.store.http import HttpMemoryStore
 from tests.api.conftest import database_fixture
 
 pytestmark = pytest.mark.slow
@@ -45,10 +45,10 @@ database = database_fixture("database")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = dict(os.environ)
     out.update(
-        CAIRN_HOME=str(tmp_path_factory.mktemp("home")),
-        CAIRN_ADMIN_TOKEN=ADMIN_TOKEN,
-        CAIRN_ARGON2_TIME_COST="1",
-        CAIRN_ARGON2_MEMORY_KIB="1024",
+        KEEPSTONE_HOME=str(tmp_path_factory.mktemp("home")),
+        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
     )
     return out
 
@@ -63,7 +63,7 @@ def server(
         [
             sys.executable,
             "-m",
-            "cairn.cli.main",
+            "keepstone.cli.main",
             "serve",
             "--port",
             str(port),
@@ -85,7 +85,9 @@ def server(
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
-                pytest.fail(f"cairn serve did not start:\n{log.read().decode(errors='replace')}")
+                pytest.fail(
+                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
+                )
             time.sleep(0.1)
         yield base
     finally:
@@ -177,7 +179,7 @@ def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> No
     assert events[0]["actor"] == f"user:{root}" and events[0]["path"] == "rules.md"
 
     # The operator CLI works on the same database, with the same operations.
-    cli = [sys.executable, "-m", "cairn.cli.main", "admin"]
+    cli = [sys.executable, "-m", "keepstone.cli.main", "admin"]
     out = subprocess.run(
         [*cli, "set-quota", "--org", org, "--bytes", "4096", "--database", database],
         env=env,
@@ -196,7 +198,7 @@ def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> No
 
 def test_db_upgrade_is_idempotent(database: str, env: dict[str, str], server: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "cairn.cli.main", "db", "upgrade", "--database", database],
+        [sys.executable, "-m", "keepstone.cli.main", "db", "upgrade", "--database", database],
         env=env,
         capture_output=True,
         text=True,
@@ -205,11 +207,11 @@ def test_db_upgrade_is_idempotent(database: str, env: dict[str, str], server: st
     assert json.loads(out.stdout) == {"applied": []}
 
 
-def test_serve_defaults_to_cairn_home(tmp_path: Path) -> None:
-    from cairn.config import Config
+def test_serve_defaults_to_keepstone_home(tmp_path: Path) -> None:
+    from keepstone.config import Config
 
-    settings = Config.from_env({"CAIRN_HOME": str(tmp_path)})
-    assert settings.database_url == f"sqlite:///{tmp_path}/cairn.db"
-    assert Config.from_env({"CAIRN_DATABASE_URL": "postgresql://x/y"}).database_url.startswith(
+    settings = Config.from_env({"KEEPSTONE_HOME": str(tmp_path)})
+    assert settings.database_url == f"sqlite:///{tmp_path}/keepstone.db"
+    assert Config.from_env({"KEEPSTONE_DATABASE_URL": "postgresql://x/y"}).database_url.startswith(
         "postgresql://"
     )

@@ -1,4 +1,4 @@
-"""Balanced accepting of ``cairn serve --workers N`` (:mod:`cairn.cli.serve_balance`).
+"""Balanced accepting of ``keepstone serve --workers N`` (:mod:`keepstone.cli.serve_balance`).
 
 End to end: four keep-alive connections opened at once to two workers fall 2 and 2, in
 every one of ten trials. Before the balancing, a worker's event loop accepted every
@@ -30,21 +30,21 @@ import psutil
 import pytest
 import uvloop
 
-from cairn.cli.serve_balance import ABSENT, BalancedAcceptor, ConnectionSlots
+from keepstone.cli.serve_balance import ABSENT, BalancedAcceptor, ConnectionSlots
 from tests.e2e import test_serve_workers as workers_e2e
 
 #: Fresh sets of connections, each asserted to fall 2+2.
 TRIALS = 10
 CONNECTIONS = 4
 
-#: ``cairn serve --workers 2`` as test_serve_workers starts it, on the SQLite of
+#: ``keepstone serve --workers 2`` as test_serve_workers starts it, on the SQLite of
 #: ``database`` below: the balancing does not depend on the database.
 served = workers_e2e.served
 
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('db')}/cairn.db"
+    return f"sqlite:///{tmp_path_factory.mktemp('db')}/keepstone.db"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""``cairn serve --workers 2`` end to end, on SQLite (WAL) and PostgreSQL.
+"""``keepstone serve --workers 2`` end to end, on SQLite (WAL) and PostgreSQL.
 
 Two worker processes accept on the one port. Concurrent writes arrive on fresh
 connections, so the kernel hands them to both workers; afterwards every document reads
@@ -25,8 +25,8 @@ import httpx
 import psutil
 import pytest
 
-from cairn.api.app import WorkerApp
-from cairn.config import Config
+from keepstone.api.app import WorkerApp
+from keepstone.config import Config
 from tests.api.conftest import database_fixture
 from tests.deploy.cluster import ADMIN_TOKEN, Tenant, expect, free_port, provision
 
@@ -41,21 +41,21 @@ database = database_fixture("database")
 
 @pytest.fixture(scope="module")
 def served(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    """The URL and process id of ``cairn serve --workers 2`` on ``database``."""
+    """The URL and process id of ``keepstone serve --workers 2`` on ``database``."""
     home = tmp_path_factory.mktemp("workers")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
     env.update(
-        CAIRN_HOME=str(home),
-        CAIRN_ADMIN_TOKEN=ADMIN_TOKEN,
-        CAIRN_EMBEDDER="none",
-        CAIRN_ARGON2_TIME_COST="1",
-        CAIRN_ARGON2_MEMORY_KIB="8192",
+        KEEPSTONE_HOME=str(home),
+        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
+        KEEPSTONE_EMBEDDER="none",
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="8192",
     )
     port = free_port()
     log = home / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+            [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
             + ["--database", database, "--workers", "2"],
             env=env,
             stdout=out,
@@ -83,7 +83,7 @@ def _workers(pid: int) -> list[psutil.Process]:
 def _wait_for_workers(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     for _ in range(600):
         if proc.poll() is not None:
-            raise AssertionError(f"cairn serve exited:\n{log.read_text(errors='replace')}")
+            raise AssertionError(f"keepstone serve exited:\n{log.read_text(errors='replace')}")
         try:
             ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
@@ -115,7 +115,7 @@ def _write_all(url: str, tenant: Tenant, writer: int) -> list[int]:
 
 def _put_count(metrics: str) -> float:
     pattern = (
-        r'cairn_http_requests_total\{method="PUT",route="/api/memory/doc",status="201"\} (\S+)'
+        r'keepstone_http_requests_total\{method="PUT",route="/api/memory/doc",status="201"\} (\S+)'
     )
     found = re.search(pattern, metrics)
     return float(found.group(1)) if found else 0.0
@@ -195,7 +195,7 @@ def _scrape(url: str, workers: list[psutil.Process]) -> tuple[int, float]:
 
 def test_one_worker_takes_the_purge_lock(tmp_path: Path) -> None:
     lock = str(tmp_path / "purge.lock")
-    config = Config(database_url=f"sqlite:///{tmp_path}/cairn.db")
+    config = Config(database_url=f"sqlite:///{tmp_path}/keepstone.db")
     first, second = WorkerApp(config, lock), WorkerApp(config, lock)
     assert first._take_purge_lock()
     assert not second._take_purge_lock()

@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import pytest
 
-from cairn.cli.main import main
-from cairn.embed import HttpEmbedder, describe_embedder, open_embedder
-from cairn.errors import StoreUnavailable
+from keepstone.cli.main import main
+from keepstone.embed import HttpEmbedder, describe_embedder, open_embedder
+from keepstone.errors import StoreUnavailable
 
 KEY = "sk-test-0123456789"
 
@@ -172,7 +172,7 @@ def test_open_embedder_and_status(server: StandIn) -> None:
 @pytest.mark.parametrize(
     ("mode", "words"),
     [
-        ("unauthorised", ["HTTP 401", "Incorrect API key provided", "CAIRN_EMBEDDINGS_KEY"]),
+        ("unauthorised", ["HTTP 401", "Incorrect API key provided", "KEEPSTONE_EMBEDDINGS_KEY"]),
         ("overloaded", ["HTTP 500", "model is overloaded"]),
         ("missing-one", ["no usable embeddings", "expected 2 embeddings"]),
         ("not-json", ["no usable embeddings"]),
@@ -194,7 +194,7 @@ def test_a_refusal_is_a_clear_error(
 
 def test_a_wrong_path_says_what_to_check(server: StandIn) -> None:
     with HttpEmbedder(server.url + "/api", "m") as embedder:
-        with pytest.raises(StoreUnavailable, match="HTTP 404.*CAIRN_EMBEDDINGS_URL"):
+        with pytest.raises(StoreUnavailable, match="HTTP 404.*KEEPSTONE_EMBEDDINGS_URL"):
             embedder.embed(["a"])
 
 
@@ -223,17 +223,17 @@ def test_a_server_that_is_not_there() -> None:
             embedder.embed(["a"])
 
 
-def test_cairn_models_status_over_http(
+def test_keepstone_models_status_over_http(
     server: StandIn,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
-    monkeypatch.setenv("CAIRN_EMBEDDER", "http")
-    monkeypatch.setenv("CAIRN_EMBEDDINGS_URL", server.url)
-    monkeypatch.setenv("CAIRN_EMBEDDINGS_MODEL", "nomic-embed-text")
-    monkeypatch.setenv("CAIRN_EMBEDDINGS_KEY", KEY)
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "http")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDINGS_URL", server.url)
+    monkeypatch.setenv("KEEPSTONE_EMBEDDINGS_MODEL", "nomic-embed-text")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDINGS_KEY", KEY)
     assert main(["models", "status"]) == 0
     out = capsys.readouterr().out
     assert "embedder: http (nomic-embed-text, 3 dimensions)" in out

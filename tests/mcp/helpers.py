@@ -1,4 +1,4 @@
-"""Launching the real ``cairn`` executable for the MCP tests."""
+"""Launching the real ``keepstone`` executable for the MCP tests."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from mcp import ClientSession
 
-from cairn.tools import MUTATING_TOOLS, TOOL_NAMES
+from keepstone.tools import MUTATING_TOOLS, TOOL_NAMES
 
 
-def cairn_argv() -> list[str]:
-    """The installed ``cairn`` console script next to this interpreter (else ``-m``)."""
-    script = Path(sys.executable).parent / "cairn"
+def keepstone_argv() -> list[str]:
+    """The installed ``keepstone`` console script next to this interpreter (else ``-m``)."""
+    script = Path(sys.executable).parent / "keepstone"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "cairn.cli.main"]
+    return [sys.executable, "-m", "keepstone.cli.main"]
 
 
-def cairn_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env["CAIRN_HOME"] = str(home)
+def keepstone_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
+    env["KEEPSTONE_HOME"] = str(home)
     return env
 
 

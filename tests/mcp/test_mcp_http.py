@@ -1,4 +1,4 @@
-"""``cairn mcp --http``: the same tools over streamable HTTP, with the SDK's HTTP client."""
+"""``keepstone mcp --http``: the same tools over streamable HTTP, with the SDK's HTTP client."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import anyio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from cairn.spaces import SpaceRef, encode_workdir_key
-from cairn.store.fs import FilesystemStore
-from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
+from keepstone.spaces import SpaceRef, encode_workdir_key
+from keepstone.store.fs import FilesystemStore
+from tests.mcp.helpers import assert_write_withheld, exercise_tools, keepstone_argv, keepstone_env
 
 
 def _free_port() -> int:
@@ -26,12 +26,12 @@ def _free_port() -> int:
 
 @contextmanager
 def serving(home: Path, *args: str) -> Iterator[str]:
-    """Start ``cairn mcp --http`` on a free loopback port; yield its /mcp URL."""
+    """Start ``keepstone mcp --http`` on a free loopback port; yield its /mcp URL."""
     port = _free_port()
     log = open(home.parent / f"server-{port}.log", "w")  # closed in the finally below
     proc = subprocess.Popen(
-        [*cairn_argv(), "mcp", "--http", "--host", "127.0.0.1", "--port", str(port), *args],
-        env=cairn_env(home),
+        [*keepstone_argv(), "mcp", "--http", "--host", "127.0.0.1", "--port", str(port), *args],
+        env=keepstone_env(home),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -40,7 +40,7 @@ def serving(home: Path, *args: str) -> Iterator[str]:
         for _ in range(2400):
             if proc.poll() is not None:
                 raise AssertionError(
-                    f"cairn mcp --http exited {proc.returncode}: "
+                    f"keepstone mcp --http exited {proc.returncode}: "
                     + (home.parent / f"server-{port}.log").read_text()
                 )
             try:
@@ -50,7 +50,7 @@ def serving(home: Path, *args: str) -> Iterator[str]:
                 time.sleep(0.05)
         else:
             raise AssertionError(
-                "cairn mcp --http never accepted: "
+                "keepstone mcp --http never accepted: "
                 + (home.parent / f"server-{port}.log").read_text()
             )
         yield f"http://127.0.0.1:{port}/mcp"

@@ -1,4 +1,4 @@
-"""``cairn mcp`` over stdio, driven by the mcp SDK's own client against the real process."""
+"""``keepstone mcp`` over stdio, driven by the mcp SDK's own client against the real process."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ from pathlib import Path
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef, encode_workdir_key
-from cairn.store.base import PlatformGrant
-from cairn.store.fs import FilesystemStore
-from tests.mcp.helpers import assert_write_withheld, cairn_argv, cairn_env, exercise_tools
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef, encode_workdir_key
+from keepstone.store.base import PlatformGrant
+from keepstone.store.fs import FilesystemStore
+from tests.mcp.helpers import assert_write_withheld, exercise_tools, keepstone_argv, keepstone_env
 
 
 def _params(home: Path, *args: str, cwd: Path | None = None) -> StdioServerParameters:
-    argv = cairn_argv()
+    argv = keepstone_argv()
     return StdioServerParameters(
-        command=argv[0], args=[*argv[1:], "mcp", *args], env=cairn_env(home), cwd=cwd
+        command=argv[0], args=[*argv[1:], "mcp", *args], env=keepstone_env(home), cwd=cwd
     )
 
 
@@ -35,7 +35,7 @@ def test_stdio_tools_round_trip(tmp_path: Path) -> None:
                     await exercise_tools(session)
 
     anyio.run(main)
-    # The write landed in the local filesystem store, where `cairn memory` would see it.
+    # The write landed in the local filesystem store, where `keepstone memory` would see it.
     ref = SpaceRef.build(
         "bot", "default", tenant="local", project=encode_workdir_key(project), bot="whats-next"
     )

@@ -1,5 +1,6 @@
-"""End to end against a real ``cairn serve``: ``cairn mcp --server`` offers memory_search over
-the team's records and writes through the REST API; ``cairn run --server`` persists there."""
+"""End to end against a real ``keepstone serve``: ``keepstone mcp --server`` offers
+memory_search over the team's records and writes through the REST API; ``keepstone run
+--server`` persists there."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from cairn.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
-from cairn.tools import TOOL_NAMES
+from keepstone.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
+from keepstone.tools import TOOL_NAMES
 from tests.automemory.agent_script import AGENT
-from tests.mcp.helpers import cairn_argv, cairn_env, exercise_edit_move_delete
+from tests.mcp.helpers import exercise_edit_move_delete, keepstone_argv, keepstone_env
 
 ADMIN = "e2e-admin-token-0123456789abcdefghijklmnop"
 SERVICE = "e2e-service-token-0123456789abcdefghijklm"
@@ -53,16 +54,23 @@ def _ok(r: httpx.Response) -> dict[str, object]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("serve")
     port = _free_port()
-    env = cairn_env(tmp / "home")
+    env = keepstone_env(tmp / "home")
     env.update(
-        CAIRN_ADMIN_TOKEN=ADMIN,
-        CAIRN_SERVICE_TOKEN=SERVICE,
-        CAIRN_ARGON2_TIME_COST="1",
-        CAIRN_ARGON2_MEMORY_KIB="1024",
+        KEEPSTONE_ADMIN_TOKEN=ADMIN,
+        KEEPSTONE_SERVICE_TOKEN=SERVICE,
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
     )
     log = open(tmp / "serve.log", "w")  # closed in the finally below
     proc = subprocess.Popen(
-        [*cairn_argv(), "serve", "--port", str(port), "--database", f"sqlite:///{tmp}/cairn.db"],
+        [
+            *keepstone_argv(),
+            "serve",
+            "--port",
+            str(port),
+            "--database",
+            f"sqlite:///{tmp}/keepstone.db",
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -79,7 +87,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                     time.sleep(0.05)
             else:
                 raise AssertionError(
-                    "cairn serve never answered:\n" + (tmp / "serve.log").read_text()
+                    "keepstone serve never answered:\n" + (tmp / "serve.log").read_text()
                 )
             admin = {"Authorization": f"Bearer {ADMIN}"}
 
@@ -105,7 +113,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 c.put(
                     f"/api/teams/{team}/memory-settings",
                     json={"enabled": True},
-                    headers={"X-CSRF-Token": str(login["csrf_token"]), "X-Cairn-Team": team},
+                    headers={"X-CSRF-Token": str(login["csrf_token"]), "X-Keepstone-Team": team},
                 )
             )
             c.cookies.clear()
@@ -124,11 +132,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_mcp_against_a_server_searches_records_and_writes(server: Server, tmp_path: Path) -> None:
-    argv = cairn_argv()
+    argv = keepstone_argv()
     params = StdioServerParameters(
         command=argv[0],
         args=[*argv[1:], "mcp", "--server", server.url, "--bot", "b", "--project", str(tmp_path)],
-        env={**cairn_env(tmp_path / "home"), "CAIRN_TOKEN": server.key},
+        env={**keepstone_env(tmp_path / "home"), "KEEPSTONE_TOKEN": server.key},
     )
 
     async def main() -> None:
@@ -175,13 +183,13 @@ def test_run_against_a_server_persists_there(server: Server, tmp_path: Path) -> 
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     env = {
-        **cairn_env(tmp_path / "home"),
+        **keepstone_env(tmp_path / "home"),
         "AGENT_REPORT": str(tmp_path / "r.json"),
         "AGENT_LINE": "remembered on the server",
     }
     proc = subprocess.run(
         [
-            *cairn_argv(),
+            *keepstone_argv(),
             "run",
             "--server",
             server.url,

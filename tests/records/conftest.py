@@ -19,15 +19,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import make_engine, upgrade, write_transaction
-from cairn.identity import schema as ids
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.principal import CredentialKind, Principal
-from cairn.records import schema as rschema
-from cairn.records.ratelimit import LocalRateLimiter, RateLimiter
-from cairn.service.access import Access
-from cairn.service.records import RecordService, build_record_service
+from keepstone.db import make_engine, upgrade, write_transaction
+from keepstone.identity import schema as ids
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.principal import CredentialKind, Principal
+from keepstone.records import schema as rschema
+from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter
+from keepstone.service.access import Access
+from keepstone.service.records import RecordService, build_record_service
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 MIGRATIONS = [*ids.MIGRATIONS, *rschema.MIGRATIONS]

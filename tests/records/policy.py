@@ -10,7 +10,7 @@ gets ``403 forbidden`` (SPEC §6's order: 401 → 404 → 403).
 
 from __future__ import annotations
 
-from cairn.service.records import RecordService
+from keepstone.service.records import RecordService
 from tests.api.policy import FORBIDDEN, OK, UNAUTH, Req, Row, policy
 from tests.api.world import World
 

@@ -14,16 +14,16 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from cairn.api.app import create_app
-from cairn.config import Config
-from cairn.db import make_engine, write_transaction
-from cairn.errors import RecordNotFound
-from cairn.identity import schema as ids
-from cairn.identity.service import IdentityService
-from cairn.principal import CredentialKind
-from cairn.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
-from cairn.records.render import NOTICE, render_text
-from cairn.service.records import build_record_service
+from keepstone.api.app import create_app
+from keepstone.config import Config
+from keepstone.db import make_engine, write_transaction
+from keepstone.errors import RecordNotFound
+from keepstone.identity import schema as ids
+from keepstone.identity.service import IdentityService
+from keepstone.principal import CredentialKind
+from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from keepstone.records.render import NOTICE, render_text
+from keepstone.service.records import build_record_service
 from tests.records.conftest import World, identity_of, make_world, records_of, set_plan
 
 SERVICE = "svc-token-for-tests"
@@ -86,7 +86,7 @@ def session(client: TestClient, creds: Creds, user: str) -> dict[str, str]:
     client.cookies.clear()
     r = client.post("/api/auth/login", json={"email": f"{user}@example.com", "password": PASSWORD})
     assert r.status_code == 200, r.text
-    return {"X-CSRF-Token": r.json()["csrf_token"], "X-Cairn-Team": creds.world.team_id}
+    return {"X-CSRF-Token": r.json()["csrf_token"], "X-Keepstone-Team": creds.world.team_id}
 
 
 def code(r: Any) -> tuple[int, str]:
@@ -168,7 +168,7 @@ def test_list_pagination_over_http(client: TestClient, creds: Creds) -> None:
 
 def test_401_unauthenticated(client: TestClient, creds: Creds) -> None:
     t = creds.world.team_id
-    bad = {"Authorization": "Bearer cairn_not_a_key"}
+    bad = {"Authorization": "Bearer keepstone_not_a_key"}
     for headers in ({}, bad):
         assert code(search(client, t, headers)) == (401, "unauthenticated")
         assert code(client.get(f"/api/teams/{t}/memory", headers=headers))[0] == 401
@@ -221,7 +221,7 @@ def test_403_csrf_required(client: TestClient, creds: Creds) -> None:
     w = creds.world
     rec = w.records.save_as_server(w.team_id, "keep me too")
     h = session(client, creds, w.owner)
-    no_csrf = {"X-Cairn-Team": w.team_id}
+    no_csrf = {"X-Keepstone-Team": w.team_id}
     r = client.delete(f"/api/teams/{w.team_id}/memory/{rec.id}", headers=no_csrf)
     assert code(r) == (403, "csrf_required")
     r = client.put(
@@ -454,7 +454,7 @@ def test_purge_runs_periodically(app: FastAPI, creds: Creds) -> None:
     import asyncio
     from datetime import UTC, datetime, timedelta
 
-    from cairn.api.routes.records import purge_periodically
+    from keepstone.api.routes.records import purge_periodically
 
     w = creds.world
     old = w.records.save_as_server(w.team_id, "stale", now=datetime.now(UTC) - timedelta(days=400))
@@ -478,7 +478,7 @@ def test_the_app_s_lifespan_runs_the_purge(engine: Engine, creds: Creds) -> None
     import time
     from datetime import UTC, datetime, timedelta
 
-    from cairn.records.schema import records
+    from keepstone.records.schema import records
 
     w = creds.world
     settings = Config(

@@ -1,4 +1,4 @@
-"""``cairn records add|purge|enable|disable`` against the real database."""
+"""``keepstone records add|purge|enable|disable`` against the real database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn.cli.main import main
+from keepstone.cli.main import main
 from tests.records.conftest import World
 
 
@@ -53,7 +53,7 @@ def test_add_refusals_are_one_line(
     capsys.readouterr()
     assert main(["records", "add", "--team", world.team_id, "--text", "x", "--database", url]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("cairn: memory_off:") and err.count("\n") == 1
+    assert err.startswith("keepstone: memory_off:") and err.count("\n") == 1
     assert main(["records", "enable", "--team", world.team_id, "--database", url]) == 0
     assert main(["records", "add", "--team", "nope", "--text", "x", "--database", url]) == 1
     assert "team_not_found" in capsys.readouterr().err

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from fastapi.routing import APIRoute
 
-from cairn.api.routes.records import router
-from cairn.errors import (
+from keepstone.api.routes.records import router
+from keepstone.errors import (
     CsrfRequired,
     Forbidden,
     InvalidRequest,
@@ -48,11 +48,11 @@ def test_every_error_code_and_setting_is_documented() -> None:
     ):
         assert f"{cls.status} {cls.code}" in DOC or f"`{cls.status} {cls.code}`" in DOC, cls
     for name in (
-        "CAIRN_SERVICE_TOKEN",
-        "CAIRN_REDIS_URL",
-        "CAIRN_REDIS_PREFIX",
-        "CAIRN_RECORDS_PURGE_INTERVAL",
-        "cairn records add",
-        "cairn records purge",
+        "KEEPSTONE_SERVICE_TOKEN",
+        "KEEPSTONE_REDIS_URL",
+        "KEEPSTONE_REDIS_PREFIX",
+        "KEEPSTONE_RECORDS_PURGE_INTERVAL",
+        "keepstone records add",
+        "keepstone records purge",
     ):
         assert name in DOC, name

@@ -1,4 +1,4 @@
-"""End to end: two real ``cairn serve`` processes over one database and one Redis
+"""End to end: two real ``keepstone serve`` processes over one database and one Redis
 share the per-team search limit (SPEC §6 rate), and see each other's records."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.db import make_engine
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.records.ratelimit import RedisRateLimiter
-from cairn.schema import upgrade_all
+from keepstone.db import make_engine
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.records.ratelimit import RedisRateLimiter
+from keepstone.schema import upgrade_all
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
 
@@ -49,14 +49,14 @@ class Cluster:
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     for _ in range(300):
         if proc.poll() is not None:
-            raise AssertionError(f"cairn serve exited early:\n{log.read_text()}")
+            raise AssertionError(f"keepstone serve exited early:\n{log.read_text()}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise AssertionError(f"cairn serve did not become healthy:\n{log.read_text()}")
+    raise AssertionError(f"keepstone serve did not become healthy:\n{log.read_text()}")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -74,12 +74,12 @@ def cluster(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> I
 
     prefix = f"e2e:{uuid.uuid4().hex}:"
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
-        "CAIRN_HOME": str(tmp_path / "home"),
-        "CAIRN_REDIS_URL": redis_url,
-        "CAIRN_REDIS_PREFIX": prefix,
-        "CAIRN_SERVICE_TOKEN": SERVICE,
-        "CAIRN_ADMIN_TOKEN": ADMIN,
+        **{k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")},
+        "KEEPSTONE_HOME": str(tmp_path / "home"),
+        "KEEPSTONE_REDIS_URL": redis_url,
+        "KEEPSTONE_REDIS_PREFIX": prefix,
+        "KEEPSTONE_SERVICE_TOKEN": SERVICE,
+        "KEEPSTONE_ADMIN_TOKEN": ADMIN,
     }
     procs: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
@@ -93,7 +93,7 @@ def cluster(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> I
                         [
                             sys.executable,
                             "-m",
-                            "cairn.cli.main",
+                            "keepstone.cli.main",
                             "serve",
                             "--port",
                             str(port),

@@ -1,6 +1,6 @@
 """Group commit: concurrent saves share one transaction, each keeps its own answer.
 
-The batcher (:class:`cairn.records.group.GroupCommit`) is tested with plain functions for
+The batcher (:class:`keepstone.records.group.GroupCommit`) is tested with plain functions for
 ``run`` (what a group is, who leads, what fails whom); the records service's grouped
 saves against real SQLite and PostgreSQL (refusals stay per save, what is answered is
 stored)."""
@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn.errors import CairnError, MemoryOff, RepoNotFound
-from cairn.principal import CredentialKind, Principal
-from cairn.records.group import GroupCommit, Outcome
-from cairn.records.store import Record
-from cairn.service.records import RecordService
+from keepstone.errors import KeepstoneError, MemoryOff, RepoNotFound
+from keepstone.principal import CredentialKind, Principal
+from keepstone.records.group import GroupCommit, Outcome
+from keepstone.records.store import Record
+from keepstone.service.records import RecordService
 from tests.records.conftest import World, make_world, records_of
 
 SERVICE = Principal(kind=CredentialKind.SERVICE_TOKEN)
@@ -265,11 +265,11 @@ def _save_concurrently(
 ) -> list[object]:
     """Save ``(team, text, repo)`` jobs from 8 threads; each job's record or error."""
 
-    def one(job: tuple[str, str, str | None]) -> Record | CairnError:
+    def one(job: tuple[str, str, str | None]) -> Record | KeepstoneError:
         team, text, repo = job
         try:
             return records.save(SERVICE, team, text, repo)
-        except CairnError as exc:
+        except KeepstoneError as exc:
             return exc
 
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -1,4 +1,4 @@
-"""A record answered 201 is durable: a real ``cairn serve`` killed with SIGKILL while
+"""A record answered 201 is durable: a real ``keepstone serve`` killed with SIGKILL while
 8 clients save records loses none of the saves it acknowledged (SQLite and PostgreSQL,
 one process and ``--workers 2``: every process of the server is killed at once).
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.db import make_engine
-from cairn.identity.keys import load_key_hasher
-from cairn.identity.service import IdentityService
-from cairn.schema import upgrade_all
+from keepstone.db import make_engine
+from keepstone.identity.keys import load_key_hasher
+from keepstone.identity.service import IdentityService
+from keepstone.schema import upgrade_all
 from tests.conftest import fresh_database
 from tests.records.conftest import make_world
 from tests.records.test_e2e_serve import _free_port, _wait_ready
@@ -53,13 +53,13 @@ def _serve(
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
-        "CAIRN_HOME": str(home),
-        "CAIRN_SERVICE_TOKEN": SERVICE,
-        "CAIRN_INDEXER": "off",
-        "CAIRN_EMBEDDER": "none",
+        **{k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")},
+        "KEEPSTONE_HOME": str(home),
+        "KEEPSTONE_SERVICE_TOKEN": SERVICE,
+        "KEEPSTONE_INDEXER": "off",
+        "KEEPSTONE_EMBEDDER": "none",
     }
-    argv = [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+    argv = [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
     argv += ["--workers", str(workers), "--database", database]
     with open(log, "ab") as out:
         # A session of its own: the kill below reaches the workers too, as a crash would.

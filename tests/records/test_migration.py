@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import make_engine, read_transaction, upgrade, write_transaction
-from cairn.identity import schema as ids
-from cairn.records import schema as rschema
-from cairn.records.sql import SqlRecordStore
-from cairn.search.text import analyze
+from keepstone.db import make_engine, read_transaction, upgrade, write_transaction
+from keepstone.identity import schema as ids
+from keepstone.records import schema as rschema
+from keepstone.records.sql import SqlRecordStore
+from keepstone.search.text import analyze
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import RateLimited
-from cairn.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from keepstone.errors import RateLimited
+from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 
 
 class FakeClock:
@@ -158,10 +158,10 @@ def test_two_processes_share_rate_limit(redis_url: str) -> None:
 
 
 def test_make_rate_limiter_picks_backend(redis_url: str) -> None:
-    from cairn.records.ratelimit import make_rate_limiter
+    from keepstone.records.ratelimit import make_rate_limiter
 
     limiter: RateLimiter = make_rate_limiter({})
     assert isinstance(limiter, LocalRateLimiter)
-    limiter = make_rate_limiter({"CAIRN_REDIS_URL": redis_url})
+    limiter = make_rate_limiter({"KEEPSTONE_REDIS_URL": redis_url})
     assert isinstance(limiter, RedisRateLimiter)
     limiter.close()

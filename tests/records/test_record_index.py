@@ -14,16 +14,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import read_transaction
-from cairn.principal import CredentialKind
-from cairn.records.ratelimit import LocalRateLimiter
-from cairn.records.schema import records
-from cairn.records.sql import SqlRecordStore
-from cairn.records.store import SearchVersions
-from cairn.search.cache import VectorCache
-from cairn.search.vectors import encode_many
-from cairn.service.record_search import RecordSearch
-from cairn.service.records import RecordService, build_record_service
+from keepstone.db import read_transaction
+from keepstone.principal import CredentialKind
+from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.records.schema import records
+from keepstone.records.sql import SqlRecordStore
+from keepstone.records.store import SearchVersions
+from keepstone.search.cache import VectorCache
+from keepstone.search.vectors import encode_many
+from keepstone.service.record_search import RecordSearch
+from keepstone.service.records import RecordService, build_record_service
 from tests.records.conftest import World, identity_of
 
 CONCEPTS = {

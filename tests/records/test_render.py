@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from cairn.records.render import NOTICE, fence_for, normalize_text, render_text
-from cairn.tools.dispatch import render_search
+from keepstone.records.render import NOTICE, fence_for, normalize_text, render_text
+from keepstone.tools.dispatch import render_search
 
 _md = MarkdownIt("commonmark")
 

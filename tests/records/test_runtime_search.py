@@ -1,5 +1,5 @@
 """The composition root builds records search like document search: on first use, with the
-one embedder and the one vector cache (``CAIRN_VECTOR_CACHE_MB``) both share."""
+one embedder and the one vector cache (``KEEPSTONE_VECTOR_CACHE_MB``) both share."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from cairn.config import Config
-from cairn.errors import InvalidRequest
-from cairn.runtime import open_runtime
+from keepstone.config import Config
+from keepstone.errors import InvalidRequest
+from keepstone.runtime import open_runtime
 
 
 def test_records_and_documents_share_the_embedder_and_the_cache(tmp_path: Path) -> None:
     config = Config.from_env(
         {
-            "CAIRN_HOME": str(tmp_path),
-            "CAIRN_EMBEDDER": "none",
-            "CAIRN_VECTOR_CACHE_MB": "3",
+            "KEEPSTONE_HOME": str(tmp_path),
+            "KEEPSTONE_EMBEDDER": "none",
+            "KEEPSTONE_VECTOR_CACHE_MB": "3",
         }
     )
     runtime = open_runtime(config)
@@ -34,5 +34,5 @@ def test_records_and_documents_share_the_embedder_and_the_cache(tmp_path: Path) 
 
 @pytest.mark.parametrize("value", ["-1", "lots", "1.5"])
 def test_a_bad_cache_size_is_refused_by_name(value: str) -> None:
-    with pytest.raises(InvalidRequest, match="CAIRN_VECTOR_CACHE_MB"):
-        Config.from_env({"CAIRN_VECTOR_CACHE_MB": value})
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_VECTOR_CACHE_MB"):
+        Config.from_env({"KEEPSTONE_VECTOR_CACHE_MB": value})

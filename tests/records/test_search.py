@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from cairn.db import read_transaction
-from cairn.principal import CredentialKind
-from cairn.records.schema import records
-from cairn.search.text import analyze
+from keepstone.db import read_transaction
+from keepstone.principal import CredentialKind
+from keepstone.records.schema import records
+from keepstone.search.text import analyze
 from tests.records.conftest import World
 
 

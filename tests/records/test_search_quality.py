@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn.records.quality import QualityReport, evaluate, load_jsonl
-from cairn.records.ratelimit import LocalRateLimiter
-from cairn.secrets import mask
-from cairn.service.record_search import RecordSearch
-from cairn.service.records import RecordService, build_record_service
+from keepstone.records.quality import QualityReport, evaluate, load_jsonl
+from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.secrets import mask
+from keepstone.service.record_search import RecordSearch
+from keepstone.service.records import RecordService, build_record_service
 from tests.conftest import drop_postgres_database
 from tests.records.conftest import World, identity_of, make_world, open_engine
 from tests.search.labelled import EvalSet, load_records, load_vectors

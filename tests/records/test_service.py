@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.engine import Engine
 
-from cairn.errors import (
+from keepstone.errors import (
     CsrfRequired,
     Forbidden,
     InvalidRequest,
@@ -19,10 +19,10 @@ from cairn.errors import (
     RepoNotFound,
     TeamNotFound,
 )
-from cairn.principal import CredentialKind, Principal
-from cairn.records.render import NOTICE, render_text
-from cairn.service.access import Action
-from cairn.service.records import MemoryState, RecordPage, SearchAnswer
+from keepstone.principal import CredentialKind, Principal
+from keepstone.records.render import NOTICE, render_text
+from keepstone.service.access import Action
+from keepstone.service.records import MemoryState, RecordPage, SearchAnswer
 from tests.records.conftest import (
     World,
     access_of,

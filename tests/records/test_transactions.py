@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from cairn.api.app import create_app
-from cairn.config import Config
-from cairn.records.ratelimit import LocalRateLimiter
-from cairn.service.records import build_record_service
+from keepstone.api.app import create_app
+from keepstone.config import Config
+from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.service.records import build_record_service
 from tests.records.conftest import World, identity_of, make_world
 from tests.transactions import Transactions
 

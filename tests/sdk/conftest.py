@@ -2,8 +2,8 @@
 
 Every test that takes ``memory_factory`` runs four times:
 
-- ``local``: :meth:`Memory.local` over a fresh ``CAIRN_HOME`` (the filesystem store);
-- ``server``: :meth:`Memory.connect` to a real ``cairn serve`` subprocess over a socket
+- ``local``: :meth:`Memory.local` over a fresh ``KEEPSTONE_HOME`` (the filesystem store);
+- ``server``: :meth:`Memory.connect` to a real ``keepstone serve`` subprocess over a socket
   (SQLite), with a fresh org, team, member and API key per test made through the admin API;
 - ``async-local`` and ``async-server``: the same, through :class:`AsyncMemory`, driven by
   :class:`SyncOverAsync` so the very same test code awaits every call.
@@ -15,7 +15,7 @@ the Python API whatever the other stores hold yet.
 
 ``memory_factory(**space)`` takes the constructors' space arguments (``bot``, ``project``,
 ``name``, ``visibility``) and ``team_quota`` (bytes): the team's total on the server (the
-org's quota, set by the admin), the tree's total locally (``CAIRN_MEMORY_QUOTA_ORG_TOTAL``).
+org's quota, set by the admin), the tree's total locally (``KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.sdk import AsyncMemory, Memory
+from keepstone.sdk import AsyncMemory, Memory
 
 ADMIN_TOKEN = "sdk-admin-token-0123456789abcdefghij"
 #: A real server is a subprocess over a socket: "slow" as the other end-to-end tests.
@@ -56,7 +56,7 @@ def _free_port() -> int:
 
 @dataclass
 class Server:
-    """A running ``cairn serve``: its URL and an admin client."""
+    """A running ``keepstone serve``: its URL and an admin client."""
 
     url: str
     admin: httpx.Client
@@ -82,20 +82,20 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The real ``cairn serve`` (SQLite, keyword search), started once for the session."""
+    """The real ``keepstone serve`` (SQLite, keyword search), started once for the session."""
     home = tmp_path_factory.mktemp("serve-home")
     env = dict(os.environ)
     env.update(
-        CAIRN_HOME=str(home),
-        CAIRN_ADMIN_TOKEN=ADMIN_TOKEN,
-        CAIRN_ARGON2_TIME_COST="1",
-        CAIRN_ARGON2_MEMORY_KIB="1024",
-        CAIRN_EMBEDDER="none",
+        KEEPSTONE_HOME=str(home),
+        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
+        KEEPSTONE_EMBEDDER="none",
     )
     port = _free_port()
     log = open(home / "serve.log", "w+b")
-    database = f"sqlite:///{home / 'cairn.db'}"
-    command = [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+    database = f"sqlite:///{home / 'keepstone.db'}"
+    command = [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
     proc = subprocess.Popen(
         [*command, "--database", database], env=env, stdout=log, stderr=subprocess.STDOUT
     )
@@ -111,7 +111,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
-                pytest.fail(f"cairn serve did not start:\n{log.read().decode(errors='replace')}")
+                pytest.fail(
+                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
+                )
             time.sleep(0.1)
         yield Server(url, admin)
     finally:
@@ -191,9 +193,9 @@ class MemoryFactory:
                 memory = AsyncMemory(memory)
         elif self.where == "local":
             if team_quota is not None:
-                self._mp.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", str(team_quota))
+                self._mp.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", str(team_quota))
             memory = cls.local(home=self._home, **space)
-            self._mp.delenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", raising=False)
+            self._mp.delenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", raising=False)
         else:
             memory = cls.connect(self.server.url, self.key(team_quota), **space)
         if isinstance(memory, AsyncMemory):
@@ -205,10 +207,10 @@ class MemoryFactory:
         return wrapped
 
     def _sqlite(self, **space: Any) -> Memory:
-        from cairn.sdk.memory import space_for
-        from cairn.service.access import console_principal
-        from cairn.service.spaces import SpaceService
-        from cairn.store.sql import SqlStore
+        from keepstone.sdk.memory import space_for
+        from keepstone.service.access import console_principal
+        from keepstone.service.spaces import SpaceService
+        from keepstone.store.sql import SqlStore
 
         who = console_principal("local")
         ref = space_for(
@@ -234,8 +236,8 @@ def memory_factory(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[MemoryFactory]:
     # Keyword search: the embedder is not what this suite is about (tests/search is).
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_DATABASE_URL"):
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     factory = MemoryFactory(request.param, request, tmp_path / "home", monkeypatch)
     try:

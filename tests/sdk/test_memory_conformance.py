@@ -1,7 +1,7 @@
 """One suite for the Memory API, run local and server, sync and async (conftest.py).
 
-Each test is written once against :class:`cairn.Memory`'s methods; the fixture runs it on
-the local store, against a real ``cairn serve``, and through :class:`cairn.AsyncMemory` on
+Each test is written once against :class:`keepstone.Memory`'s methods; the fixture runs it on
+the local store, against a real ``keepstone serve``, and through :class:`keepstone.AsyncMemory` on
 both.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cairn.documents import (
+from keepstone.documents import (
     Document,
     DocumentInfo,
     ImportReport,
@@ -24,7 +24,7 @@ from cairn.documents import (
     WriteResult,
     version_as_of,
 )
-from cairn.errors import (
+from keepstone.errors import (
     AlreadyExists,
     InvalidEdit,
     InvalidPath,

@@ -1,5 +1,5 @@
 """What only one side of the Memory API does: the local tree and the CLI agree on a space,
-a server names the space its REST API does and refuses a bad key, ``import cairn`` stays
+a server names the space its REST API does and refuses a bad key, ``import keepstone`` stays
 cheap, and an AsyncMemory's gathered calls all land."""
 
 from __future__ import annotations
@@ -12,45 +12,45 @@ from pathlib import Path
 import httpx
 import pytest
 
-import cairn
-from cairn import AsyncMemory, Memory
-from cairn.cli.main import main
-from cairn.errors import CairnError, InvalidRequest, StoreUnavailable, Unauthenticated
-from cairn.spaces import encode_workdir_key
+import keepstone
+from keepstone import AsyncMemory, Memory
+from keepstone.cli.main import main
+from keepstone.errors import InvalidRequest, KeepstoneError, StoreUnavailable, Unauthenticated
+from keepstone.spaces import encode_workdir_key
 from tests.sdk.conftest import Server
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         monkeypatch.delenv(name, raising=False)
     return home
 
 
-# --- import cairn --------------------------------------------------------------------------
+# --- import keepstone --------------------------------------------------------------------------
 
 
-def test_import_cairn_loads_neither_numpy_nor_sqlalchemy() -> None:
-    # The CLI reads cairn.__version__ before it caps the native thread pools: importing
-    # cairn (and touching an error class) may not load what starts those pools.
+def test_import_keepstone_loads_neither_numpy_nor_sqlalchemy() -> None:
+    # The CLI reads keepstone.__version__ before it caps the native thread pools: importing
+    # keepstone (and touching an error class) may not load what starts those pools.
     code = (
-        "import sys, cairn; cairn.__version__; cairn.NotFound; cairn.WriteResult; "
-        "print(sorted(m for m in ('numpy', 'sqlalchemy', 'cairn.sdk') if m in sys.modules))"
+        "import sys, keepstone; keepstone.__version__; keepstone.NotFound; keepstone.WriteResult; "
+        "print(sorted(m for m in ('numpy', 'sqlalchemy', 'keepstone.sdk') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_the_root_exports_the_api_and_the_common_errors() -> None:
-    assert cairn.Memory is Memory and cairn.AsyncMemory is AsyncMemory
-    assert issubclass(cairn.NotFound, CairnError) and cairn.NotFound.code == "not_found"
-    assert set(cairn.__all__) <= set(dir(cairn))
-    assert all(getattr(cairn, name) is not None for name in cairn.__all__)
+    assert keepstone.Memory is Memory and keepstone.AsyncMemory is AsyncMemory
+    assert issubclass(keepstone.NotFound, KeepstoneError) and keepstone.NotFound.code == "not_found"
+    assert set(keepstone.__all__) <= set(dir(keepstone))
+    assert all(getattr(keepstone, name) is not None for name in keepstone.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Memroy'"):
-        cairn.Memroy  # noqa: B018
+        keepstone.Memroy  # noqa: B018
 
 
 # --- Local -----------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def test_a_project_name_is_the_same_space_from_any_directory(
         assert here.list() == []
 
 
-def test_home_wins_over_cairn_home(home: Path, tmp_path: Path) -> None:
+def test_home_wins_over_keepstone_home(home: Path, tmp_path: Path) -> None:
     with Memory.local(project="web", home=tmp_path / "elsewhere") as mem:
         mem.write("a.md", "a")
     assert (tmp_path / "elsewhere" / "spaces").is_dir()
@@ -98,7 +98,7 @@ def test_memory_local_writes_a_global_space_only_by_import(home: Path) -> None:
         mem.write("rules.md", "# Rules\n")
         archive = mem.export()
     with Memory.local(visibility="global", name="handbook") as shared:
-        with pytest.raises(cairn.Forbidden) as info:
+        with pytest.raises(keepstone.Forbidden) as info:
             shared.write("rules.md", "x")
         assert info.value.code == "platform_authority_required"
         assert shared.import_(archive).written == ["rules.md"]
@@ -140,8 +140,8 @@ def test_memory_connect_names_the_space_the_rest_api_does(
     server: Server, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = server.member_key()
-    monkeypatch.setenv("CAIRN_TOKEN", key)
-    with Memory.connect(server.url, project="web") as mem:  # the key from CAIRN_TOKEN
+    monkeypatch.setenv("KEEPSTONE_TOKEN", key)
+    with Memory.connect(server.url, project="web") as mem:  # the key from KEEPSTONE_TOKEN
         mem.write("MEMORY.md", "# over the wire\n")
     params = {"visibility": "project", "project": "web", "name": "default", "path": "MEMORY.md"}
     r = httpx.get(
@@ -157,7 +157,7 @@ def test_memory_connect_names_the_space_the_rest_api_does(
 def test_a_bad_key_is_unauthenticated_and_no_server_is_unavailable(
     server: Server, home: Path
 ) -> None:
-    with Memory.connect(server.url, "cairn_not-a-key", project="web") as mem:
+    with Memory.connect(server.url, "keepstone_not-a-key", project="web") as mem:
         with pytest.raises(Unauthenticated) as info:
             mem.list()
         assert info.value.code == "unauthenticated"

@@ -1,6 +1,6 @@
 """docs/python.md cannot drift: every ```python block runs, in order, in a fresh
-CAIRN_HOME (and current directory), with CAIRN_SERVER / CAIRN_TOKEN naming a real
-``cairn serve`` and a member's key; a ``print(...)  # shown`` comment must match what the
+KEEPSTONE_HOME (and current directory), with KEEPSTONE_SERVER / KEEPSTONE_TOKEN naming a real
+``keepstone serve`` and a member's key; a ``print(...)  # shown`` comment must match what the
 block printed."""
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ def _shown(code: str) -> list[str]:
     return [m.group(1).strip() for line in code.splitlines() if (m := _SHOWN.match(line))]
 
 
-@pytest.mark.slow  # the connect example talks to a real cairn serve
+@pytest.mark.slow  # the connect example talks to a real keepstone serve
 def test_every_python_block_of_the_docs_runs(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CAIRN_SERVER", server.url)
-    monkeypatch.setenv("CAIRN_TOKEN", server.member_key())
-    for name in ("CAIRN_DATABASE_URL", "CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_SERVER", server.url)
+    monkeypatch.setenv("KEEPSTONE_TOKEN", server.member_key())
+    for name in ("KEEPSTONE_DATABASE_URL", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         monkeypatch.delenv(name, raising=False)
     work = tmp_path / "work"
     work.mkdir()

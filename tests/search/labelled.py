@@ -1,10 +1,10 @@
 """The three labelled search sets of tests/data/ as rankable units and queries, the
-metrics, and the rankers of Cairn's chosen design: shared by the quality floors
+metrics, and the rankers of Keepstone's chosen design: shared by the quality floors
 (``test_quality_floors.py``) and the study that chose the design
 (``bench/bench_search_study.py``), so both measure the same thing.
 
 * *records*: 2,057 work summaries; a query searches them all.
-* *docs*: 326 Markdown documents as :func:`cairn.search.chunking.chunk_markdown` chunks,
+* *docs*: 326 Markdown documents as :func:`keepstone.search.chunking.chunk_markdown` chunks,
   indexed by their ``search_text``; a result is a section (a document and heading
   trail, its best chunk standing for it), and a ``""`` label is answered by any
   section of its document.
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from cairn.search import fusion
-from cairn.search.bm25 import BM25Index
-from cairn.search.chunking import MAX_CHARS, OVERLAP_CHARS, chunk_markdown
-from cairn.search.text import ANALYZER, Analyzer
+from keepstone.search import fusion
+from keepstone.search.bm25 import BM25Index
+from keepstone.search.chunking import MAX_CHARS, OVERLAP_CHARS, chunk_markdown
+from keepstone.search.text import ANALYZER, Analyzer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 #: The dense vectors of every unit and query, float16, for the quality floors.
@@ -212,7 +212,7 @@ def bm25_rankings(
     b: float = 0.75,
     weights: Mapping[str, float] | None = None,
 ) -> list[Ranking]:
-    """BM25 (cairn.search.bm25) per group, scores relative to the query's full match."""
+    """BM25 (keepstone.search.bm25) per group, scores relative to the query's full match."""
     indexes = {
         g: BM25Index([analyzer.terms(es.units[i].text) for i in ix], k1=k1, b=b)
         for g, ix in es.groups.items()
@@ -239,7 +239,7 @@ def dense_rankings(
 
 
 Config = tuple[str, float]  # ("rrf", k) | ("fixed" | "minmax" | "zscore", alpha)
-#: Cairn's fusion (cairn.search.fusion's defaults).
+#: Keepstone's fusion (keepstone.search.fusion's defaults).
 CHOSEN: Config = (fusion.NORMALISATION, fusion.ALPHA)
 
 
@@ -256,10 +256,10 @@ def fuse(kw: Sequence[Ranking], dn: Sequence[Ranking], config: Config = CHOSEN) 
 
 
 def hybrid_rankings(es: EvalSet, units: np.ndarray, queries: np.ndarray) -> list[list[int]]:
-    """What the product ranks (:func:`cairn.search.hybrid.rank`: its own candidate depth,
+    """What the product ranks (:func:`keepstone.search.hybrid.rank`: its own candidate depth,
     each side's candidates scored exactly on the other side, the fixed-scale sum), per
     group, as unit indices best first."""
-    from cairn.search.hybrid import ExactDense, rank
+    from keepstone.search.hybrid import ExactDense, rank
 
     indexes = {
         g: BM25Index([ANALYZER.terms(es.units[i].text) for i in ix]) for g, ix in es.groups.items()

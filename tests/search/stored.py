@@ -17,13 +17,13 @@ from collections.abc import Sequence
 import numpy as np
 from sqlalchemy.engine import Engine
 
-from cairn.db import utcnow
-from cairn.embed.base import Vectors, normalise_rows
-from cairn.records.sql import SqlRecordStore
-from cairn.records.store import PendingRecord, new_record
-from cairn.search.vectors import encode_many
-from cairn.spaces import SpaceRef
-from cairn.store.sql import SqlStore
+from keepstone.db import utcnow
+from keepstone.embed.base import Vectors, normalise_rows
+from keepstone.records.sql import SqlRecordStore
+from keepstone.records.store import PendingRecord, new_record
+from keepstone.search.vectors import encode_many
+from keepstone.spaces import SpaceRef
+from keepstone.store.sql import SqlStore
 from tests.search.labelled import EvalSet, jsonl
 
 #: The model id the stored vectors are stored and searched under.

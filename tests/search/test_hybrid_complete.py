@@ -1,4 +1,4 @@
-"""Fusion scores every candidate on both sides (cairn.search.hybrid.complete): a row one
+"""Fusion scores every candidate on both sides (keepstone.search.hybrid.complete): a row one
 side cut off weighs in with what it really scores there."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from cairn.search.bm25 import BM25Index
-from cairn.search.fusion import ALPHA, KEYWORD, MEANING
-from cairn.search.hybrid import ExactDense, IndexedDense, complete, rank
+from keepstone.search.bm25 import BM25Index
+from keepstone.search.fusion import ALPHA, KEYWORD, MEANING
+from keepstone.search.hybrid import ExactDense, IndexedDense, complete, rank
 from tests.search.labelled import (
     bm25_rankings,
     dense_rankings,

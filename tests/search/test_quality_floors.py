@@ -1,9 +1,9 @@
-"""Search quality of Cairn's chosen design on the three labelled sets, held to floors.
+"""Search quality of Keepstone's chosen design on the three labelled sets, held to floors.
 
 The design (docs/search.md, "How it ranks"; chosen by bench/bench_search_study.py):
-keyword side BM25 (cairn.search.bm25) over cairn.search.text terms, dense side
-all-MiniLM-L6-v2 cosine, fused by cairn.search.fusion's default (a weighted sum of
-fixed-scale scores, alpha 0.65) as the product fuses them (cairn.search.hybrid.rank:
+keyword side BM25 (keepstone.search.bm25) over keepstone.search.text terms, dense side
+all-MiniLM-L6-v2 cosine, fused by keepstone.search.fusion's default (a weighted sum of
+fixed-scale scores, alpha 0.65) as the product fuses them (keepstone.search.hybrid.rank:
 50 candidates a side, each scored exactly on the other side). The dense vectors of
 every unit and query are stored in tests/data/search_vectors.npz (float16, 2.97 MB), so
 this runs in seconds without the model; the file is refused when the texts it was made
@@ -128,7 +128,7 @@ def test_paraphrases_gain_and_keyword_queries_hold(
 
 def test_the_stored_vectors_are_the_models(sets: dict[str, EvalSet]) -> None:
     """A few stored vectors against the embedder itself (``make dev`` installs the model)."""
-    from cairn.embed.minilm import MiniLMEmbedder, locate_model
+    from keepstone.embed.minilm import MiniLMEmbedder, locate_model
 
     embedder = MiniLMEmbedder(locate_model())
     assert MODEL_ID.endswith(embedder.model_id)

@@ -8,8 +8,8 @@ import weakref
 
 import numpy as np
 
-from cairn.search.cache import Entry, VectorCache
-from cairn.search.hybrid import RowMap
+from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.hybrid import RowMap
 
 
 def _entry(n: int, seed: int) -> Entry:

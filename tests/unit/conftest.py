@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.quota import Limits
-from cairn.store.sql import SqlStore
+from keepstone.quota import Limits
+from keepstone.store.sql import SqlStore
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Backend:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'cairn.db'}"
+        url = f"sqlite:///{tmp_path / 'keepstone.db'}"
     else:
         url = request.getfixturevalue("postgres_url")
     yield from Backend.closing(request.param, url)

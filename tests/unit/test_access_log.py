@@ -1,5 +1,5 @@
 """The access line written without a LogRecord is the line the logger would write, and it is
-written so only while the logging setup is the one ``cairn serve`` installs."""
+written so only while the logging setup is the one ``keepstone serve`` installs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.api.app import create_app
-from cairn.api.logs import JsonLinesHandler, configure, current_request_id, direct_handler
+from keepstone.api.app import create_app
+from keepstone.api.logs import JsonLinesHandler, configure, current_request_id, direct_handler
 from tests.api.conftest import make_settings
 
 FIELDS: dict[str, object] = {
@@ -29,8 +29,8 @@ FIELDS: dict[str, object] = {
 
 @pytest.fixture
 def configured() -> Iterator[io.StringIO]:
-    """``configure()`` as ``cairn serve`` calls it, its stream captured; undone after."""
-    root = logging.getLogger("cairn")
+    """``configure()`` as ``keepstone serve`` calls it, its stream captured; undone after."""
+    root = logging.getLogger("keepstone")
     saved = (root.handlers[:], root.level, root.propagate)
     configure()
     stream = io.StringIO()
@@ -44,9 +44,9 @@ def configured() -> Iterator[io.StringIO]:
 
 
 def _alone() -> None:
-    """Only configure()'s handler on ``cairn``: pytest's capture adds its own for each
+    """Only configure()'s handler on ``keepstone``: pytest's capture adds its own for each
     phase of a test, after the fixture ran (it removes them itself)."""
-    root = logging.getLogger("cairn")
+    root = logging.getLogger("keepstone")
     root.handlers[:] = [h for h in root.handlers if type(h) is JsonLinesHandler]
 
 
@@ -56,7 +56,7 @@ def _lines(stream: io.StringIO) -> list[dict[str, object]]:
 
 def test_the_direct_line_is_the_loggers_line(configured: io.StringIO) -> None:
     _alone()
-    access = logging.getLogger("cairn.access")
+    access = logging.getLogger("keepstone.access")
     handler = direct_handler(access)
     assert handler is not None
 
@@ -76,18 +76,22 @@ def test_the_direct_line_is_the_loggers_line(configured: io.StringIO) -> None:
     assert direct_in["request_id"] == "outer"
 
 
-_ACCESS, _CAIRN = logging.getLogger("cairn.access"), logging.getLogger("cairn")
+_ACCESS, _KEEPSTONE = logging.getLogger("keepstone.access"), logging.getLogger("keepstone")
 
 #: Each other setup: (what is changed, its attribute, the value it takes).
 OTHER_SETUPS: dict[str, tuple[object, str, Callable[[], object]]] = {
     "filter on the logger": (_ACCESS, "filters", lambda: [logging.Filter("elsewhere")]),
     "handler on the logger": (_ACCESS, "handlers", lambda: [logging.NullHandler()]),
-    "second handler": (_CAIRN, "handlers", lambda: [*_CAIRN.handlers, logging.NullHandler()]),
-    "handler level": (_CAIRN, "level", lambda: logging.WARNING),
+    "second handler": (
+        _KEEPSTONE,
+        "handlers",
+        lambda: [*_KEEPSTONE.handlers, logging.NullHandler()],
+    ),
+    "handler level": (_KEEPSTONE, "level", lambda: logging.WARNING),
     "logger level": (_ACCESS, "level", lambda: logging.WARNING),
-    "propagates to root": (_CAIRN, "propagate", lambda: True),
+    "propagates to root": (_KEEPSTONE, "propagate", lambda: True),
     "another handler class": (
-        _CAIRN,
+        _KEEPSTONE,
         "handlers",
         lambda: [logging.StreamHandler(io.StringIO())],
     ),
@@ -102,7 +106,7 @@ def test_any_other_setup_logs_through_the_logger(
     _alone()
     target, name, value = OTHER_SETUPS[change]
     if change == "handler level":
-        target = _CAIRN.handlers[0]  # configure()'s, made by the fixture
+        target = _KEEPSTONE.handlers[0]  # configure()'s, made by the fixture
     monkeypatch.setattr(target, name, value())
     _ACCESS.manager._clear_cache()  # levels are cached per logger
     assert direct_handler(_ACCESS) is None
@@ -123,18 +127,18 @@ def test_a_request_writes_one_access_line_directly(
         write(self, logger, message, fields)
 
     monkeypatch.setattr(JsonLinesHandler, "write_fields", spied)
-    app = create_app(make_settings(f"sqlite:///{tmp_path}/cairn.db"))
+    app = create_app(make_settings(f"sqlite:///{tmp_path}/keepstone.db"))
     try:
         with TestClient(app) as client:
             r = client.get("/healthz", headers={"X-Request-ID": "abc-123"})
             assert r.status_code == 200
     finally:
         app.state.runtime.engine.dispose()
-    access = [line for line in _lines(configured) if line["logger"] == "cairn.access"]
+    access = [line for line in _lines(configured) if line["logger"] == "keepstone.access"]
     assert [(a["request_id"], a["method"], a["route"], a["status"]) for a in access] == [
         ("abc-123", "GET", "/healthz", 200)
     ]
-    assert direct == ["cairn.access"]
+    assert direct == ["keepstone.access"]
     assert list(access[0]) == ["at", "level", "logger", "message", *FIELDS]
 
 
@@ -142,10 +146,10 @@ def test_a_broken_stream_never_fails_the_request(
     configured: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _alone()
-    handler = direct_handler(logging.getLogger("cairn.access"))
+    handler = direct_handler(logging.getLogger("keepstone.access"))
     assert handler is not None
     configured.close()  # writing raises ValueError now
     reported: list[logging.LogRecord] = []
     monkeypatch.setattr(handler, "handleError", reported.append)
-    handler.write_fields("cairn.access", "request", FIELDS)
+    handler.write_fields("keepstone.access", "request", FIELDS)
     assert len(reported) == 1

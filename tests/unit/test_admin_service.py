@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from argon2 import PasswordHasher
 
-from cairn.db import make_engine
-from cairn.errors import CairnError, CsrfRequired, Forbidden, NotFound, Unauthenticated
-from cairn.identity.keys import KeyHasher
-from cairn.identity.service import IdentityService
-from cairn.principal import CredentialKind, OrgRole, Principal, TeamRole
-from cairn.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
-from cairn.schema import upgrade_all
-from cairn.service.access import LOCAL_PRINCIPAL, Credentials
-from cairn.service.admin import AdminService, CreatedKey
-from cairn.store.sql import SqlStore
+from keepstone.db import make_engine
+from keepstone.errors import CsrfRequired, Forbidden, KeepstoneError, NotFound, Unauthenticated
+from keepstone.identity.keys import KeyHasher
+from keepstone.identity.service import IdentityService
+from keepstone.principal import CredentialKind, OrgRole, Principal, TeamRole
+from keepstone.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
+from keepstone.schema import upgrade_all
+from keepstone.service.access import LOCAL_PRINCIPAL, Credentials
+from keepstone.service.admin import AdminService, CreatedKey
+from keepstone.store.sql import SqlStore
 
 PASSWORD = "correct horse battery"
 ADMIN_TOKEN = Principal(kind=CredentialKind.ADMIN_TOKEN)
@@ -45,7 +45,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    db = tmp_path_factory.mktemp("admin") / "cairn.db"
+    db = tmp_path_factory.mktemp("admin") / "keepstone.db"
     engine = make_engine(f"sqlite:///{db}")
     upgrade_all(engine)
     identity = IdentityService(
@@ -176,7 +176,7 @@ def test_results_are_dataclasses(world: World) -> None:
     assert (org.id, org.name, org.plan) == (world.org_id, "Acme", "pro_plus")
     user = _member(world)
     created = world.admin.create_api_key(ADMIN_TOKEN, user, world.team_id)
-    assert isinstance(created, CreatedKey) and created.key.startswith("cairn_")
+    assert isinstance(created, CreatedKey) and created.key.startswith("keepstone_")
     assert created.key not in repr(created)  # shown once, never in a log line
 
 
@@ -301,8 +301,8 @@ def test_local_mode_cannot_sign_in() -> None:
         Credentials(None).sign_in("a@b.c", PASSWORD)
 
 
-def test_every_refusal_is_a_cairn_error(world: World) -> None:
-    # Faces map CairnError to a status; a use-case must never raise anything else.
+def test_every_refusal_is_a_keepstone_error(world: World) -> None:
+    # Faces map KeepstoneError to a status; a use-case must never raise anything else.
     for use_case in MUTATIONS.values():
-        with pytest.raises(CairnError):
+        with pytest.raises(KeepstoneError):
             use_case(world.admin, Principal(kind=CredentialKind.SESSION, user_id="x"), world)

@@ -1,4 +1,4 @@
-"""CAIRN_EXPORT_GZIP_LEVEL (read once, checked with a clear error, used by every export),
+"""KEEPSTONE_EXPORT_GZIP_LEVEL (read once, checked with a clear error, used by every export),
 and the member count a client of a server shows as its import's total."""
 
 from __future__ import annotations
@@ -10,37 +10,37 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cairn.config import DEFAULT_EXPORT_GZIP_LEVEL, Config
-from cairn.documents import Document
-from cairn.errors import InvalidRequest
-from cairn.service.spaces import SpaceService
-from cairn.store.archive import count_members, write_archive
-from cairn.store.fs import FilesystemStore
+from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL, Config
+from keepstone.documents import Document
+from keepstone.errors import InvalidRequest
+from keepstone.service.spaces import SpaceService
+from keepstone.store.archive import count_members, write_archive
+from keepstone.store.fs import FilesystemStore
 
 
 def test_the_default_is_the_fast_level() -> None:
     assert Config.from_env({}).export_gzip_level == DEFAULT_EXPORT_GZIP_LEVEL == 1
-    assert Config.from_env({"CAIRN_EXPORT_GZIP_LEVEL": " 9 "}).export_gzip_level == 9
-    assert Config.from_env({"CAIRN_EXPORT_GZIP_LEVEL": ""}).export_gzip_level == 1
+    assert Config.from_env({"KEEPSTONE_EXPORT_GZIP_LEVEL": " 9 "}).export_gzip_level == 9
+    assert Config.from_env({"KEEPSTONE_EXPORT_GZIP_LEVEL": ""}).export_gzip_level == 1
 
 
 @pytest.mark.parametrize("text", ["fast", "10", "-1", "1.5"])
 def test_a_bad_level_names_the_variable(text: str) -> None:
-    with pytest.raises(InvalidRequest, match=r"CAIRN_EXPORT_GZIP_LEVEL=.*0 \(no compression\)"):
-        Config.from_env({"CAIRN_EXPORT_GZIP_LEVEL": text})
+    with pytest.raises(InvalidRequest, match=r"KEEPSTONE_EXPORT_GZIP_LEVEL=.*0 \(no compression\)"):
+        Config.from_env({"KEEPSTONE_EXPORT_GZIP_LEVEL": text})
 
 
 @pytest.mark.parametrize("level", [-1, 10, True, "6", None])
 def test_a_bad_level_in_code_is_refused_before_anything_is_written(level: object) -> None:
     sink = io.BytesIO()
-    with pytest.raises(InvalidRequest, match="CAIRN_EXPORT_GZIP_LEVEL"):
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EXPORT_GZIP_LEVEL"):
         write_archive([], sink, gzip_level=level)  # type: ignore[arg-type]
     assert sink.getvalue() == b""
 
 
 def test_the_service_refuses_a_bad_level_at_start(tmp_path: object) -> None:
     store = FilesystemStore(f"{tmp_path}/spaces")
-    with pytest.raises(InvalidRequest, match="CAIRN_EXPORT_GZIP_LEVEL"):
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EXPORT_GZIP_LEVEL"):
         SpaceService(store, export_gzip_level=11)
 
 

@@ -1,4 +1,4 @@
-"""The import's inflating reader (``cairn.store.archive._CountingReader``): it inflates a
+"""The import's inflating reader (``keepstone.store.archive._CountingReader``): it inflates a
 block ahead of the tar reader's small reads, and still counts and bounds what it hands
 out, so a bomb is stopped one block past its bound and an archive just within it passes."""
 
@@ -9,9 +9,9 @@ import io
 
 import pytest
 
-from cairn.errors import ImportTooLarge
-from cairn.store import archive
-from cairn.store.archive import _INFLATE_AHEAD, _CountingReader
+from keepstone.errors import ImportTooLarge
+from keepstone.store import archive
+from keepstone.store.archive import _INFLATE_AHEAD, _CountingReader
 
 
 def _reader(data: bytes, limit: int) -> _CountingReader:

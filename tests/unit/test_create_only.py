@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import PreconditionFailed
-from cairn.service.access import console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
+from keepstone.errors import PreconditionFailed
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
 
 REF = SpaceRef.build("project", "notes", tenant="local", project="p")
 ME = console_principal("local")
@@ -24,7 +24,7 @@ ME = console_principal("local")
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
     if request.param == "fs":
         return FilesystemStore(tmp_path / "spaces")
-    opened = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}")
+    opened = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}")
     request.addfinalizer(opened.close)
     return opened
 

@@ -1,7 +1,7 @@
 """On SQLite every acknowledged change is on disk before it is acknowledged, as a
 PostgreSQL commit is: documents, imports, settings, records and keys. Commits write the WAL
 unsynced; each durable write then syncs it after its commit, outside the writers' turn, one
-fsync shared by the writers waiting at the same time (``cairn.db.WalSync``). Only what is
+fsync shared by the writers waiting at the same time (``keepstone.db.WalSync``). Only what is
 made again from durable data (search chunks, vectors, a purge's pass) is not synced.
 
 A power loss cannot be staged here; the order of commits and syncs decides it, and that is
@@ -25,13 +25,13 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from cairn import db
-from cairn.db import WalSync, make_engine, wal_sync, write_transaction
-from cairn.errors import StoreUnavailable
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy
-from cairn.store.sql import SqlStore
+from keepstone import db
+from keepstone.db import WalSync, make_engine, wal_sync, write_transaction
+from keepstone.errors import StoreUnavailable
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportStrategy
+from keepstone.store.sql import SqlStore
 
 REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
 
@@ -71,7 +71,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> Events:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SqlStore]:
-    opened = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", Limits())
+    opened = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}", Limits())
     try:
         yield opened
     finally:
@@ -119,7 +119,7 @@ def test_every_document_change_is_synced_before_it_returns(store: SqlStore, even
 
     seen = events.during(store.engine, changes)
     assert seen.count("commit") == 5
-    _each_commit_synced(seen, "cairn.db")
+    _each_commit_synced(seen, "keepstone.db")
 
 
 def test_an_import_batch_is_synced_once_after_its_commit(store: SqlStore, events: Events) -> None:
@@ -135,7 +135,7 @@ def test_an_import_batch_is_synced_once_after_its_commit(store: SqlStore, events
     seen = events.during(
         store.engine, lambda: store.import_archive(REF, raw, ImportStrategy.OVERWRITE)
     )
-    assert seen == ["commit", "sync cairn.db-wal"]
+    assert seen == ["commit", "sync keepstone.db-wal"]
     assert [d.path for d in store.list(REF)] == ["n0.md", "n1.md", "n2.md"]
 
 
@@ -283,7 +283,7 @@ def test_after_a_slow_fsync_the_thread_syncs_for_coroutines(
 
     loop_thread = asyncio.run(_one_after_another(sync, 3))
     # the first told the loop the disk is slow; the thread's syncs are not timed
-    assert threads == [loop_thread, "cairn-wal-sync", "cairn-wal-sync"]
+    assert threads == [loop_thread, "keepstone-wal-sync", "keepstone-wal-sync"]
 
 
 def test_the_loop_tries_again_after_the_hold_with_its_mean_forgotten(tmp_path: Path) -> None:

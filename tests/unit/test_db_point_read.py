@@ -1,5 +1,5 @@
-"""Point reads (cairn.db.PointRead) and statements on a pooled driver connection
-(cairn.db.on_pooled): what SQLAlchemy's Connection would answer, with no transaction,
+"""Point reads (keepstone.db.PointRead) and statements on a pooled driver connection
+(keepstone.db.on_pooled): what SQLAlchemy's Connection would answer, with no transaction,
 and the pooled connection given back as it came — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn.db import PointRead, make_engine, on_pooled, utc
-from cairn.errors import StoreUnavailable
+from keepstone.db import PointRead, make_engine, on_pooled, utc
+from keepstone.errors import StoreUnavailable
 from tests.conftest import fresh_database
 
 meta = sa.MetaData()

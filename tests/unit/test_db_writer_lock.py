@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cairn.db import SqliteWriters, make_engine, sqlite_writers, write_transaction
-from cairn.errors import StoreUnavailable
+from keepstone.db import SqliteWriters, make_engine, sqlite_writers, write_transaction
+from keepstone.errors import StoreUnavailable
 
 
 def _held_elsewhere(writers: SqliteWriters) -> bool:
@@ -173,8 +173,8 @@ def test_try_enter_takes_only_a_free_turn(tmp_path: Path) -> None:
 
 
 def test_a_begin_the_database_refuses_is_store_unavailable(tmp_path: Path) -> None:
-    """``BEGIN IMMEDIATE`` is sent on the driver itself (cairn.db's begin listener): a writer
-    outside Cairn's turns holding the database past the busy timeout is the driver's
+    """``BEGIN IMMEDIATE`` is sent on the driver itself (keepstone.db's begin listener): a writer
+    outside Keepstone's turns holding the database past the busy timeout is the driver's
     error, raised as SQLAlchemy's and translated as any other; the connection stays
     usable, and the next transaction begins once the database is free."""
     import sqlite3

@@ -1,6 +1,6 @@
-"""Regression tests of ``cairn run`` usage mistakes: each failed before its fix.
+"""Regression tests of ``keepstone run`` usage mistakes: each failed before its fix.
 
-A usage mistake exits 2 with one ``cairn: usage: ...`` line on stderr naming what to fix
+A usage mistake exits 2 with one ``keepstone: usage: ...`` line on stderr naming what to fix
 (SPEC §8), and the runner's own refusal of an empty command is a 400-class error, not
 the tree's 500 root.
 """
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from cairn.automemory.runner import RunOptions, run_command, run_with_auto_memory
-from cairn.cli.main import main
-from cairn.errors import BadRequest
+from keepstone.automemory.runner import RunOptions, run_command, run_with_auto_memory
+from keepstone.cli.main import main
+from keepstone.errors import BadRequest
 
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
-    for name in ("CAIRN_SERVER", "CAIRN_TOKEN", "CAIRN_AUTO_MEMORY"):
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_AUTO_MEMORY"):
         monkeypatch.delenv(name, raising=False)
     work = tmp_path / "work"
     work.mkdir()
@@ -29,7 +29,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _usage_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("cairn: usage: "), err
+    assert err.count("\n") == 1 and err.startswith("keepstone: usage: "), err
     assert "Traceback" not in err
     return err
 

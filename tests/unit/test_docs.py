@@ -14,8 +14,8 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 def _route_paths() -> list[tuple[str, str]]:
     """Every (method, path) the app's OpenAPI document describes (it lists every route)."""
-    from cairn.api.app import create_app
-    from cairn.config import Config
+    from keepstone.api.app import create_app
+    from keepstone.config import Config
 
     app = create_app(Config(database_url="sqlite:///:memory:", local=True))
     out = [
@@ -30,16 +30,16 @@ def _route_paths() -> list[tuple[str, str]]:
 
 def _env_settings() -> list[str]:
     names: set[str] = set()
-    for path in (ROOT / "src" / "cairn").rglob("*.py"):
-        names.update(re.findall(r"\"(CAIRN_[A-Z0-9_]+)\"", path.read_text(encoding="utf-8")))
+    for path in (ROOT / "src" / "keepstone").rglob("*.py"):
+        names.update(re.findall(r"\"(KEEPSTONE_[A-Z0-9_]+)\"", path.read_text(encoding="utf-8")))
     # Per-visibility overrides are documented as one pattern.
     return sorted(
-        n for n in names if not n.startswith("CAIRN_MEMORY_QUOTA_") or n.endswith("_TOTAL")
+        n for n in names if not n.startswith("KEEPSTONE_MEMORY_QUOTA_") or n.endswith("_TOTAL")
     )
 
 
 def test_every_error_code_is_documented() -> None:
-    from cairn.errors import all_error_classes
+    from keepstone.errors import all_error_classes
 
     missing = [c.code for c in all_error_classes() if f"`{c.code}`" not in DOCS]
     assert missing == []
@@ -63,7 +63,7 @@ def test_every_tool_is_documented(tool: str) -> None:
 def test_every_cli_command_is_documented() -> None:
     import argparse
 
-    from cairn.cli.main import build_parser
+    from keepstone.cli.main import build_parser
 
     parser = build_parser()
     commands: list[str] = []
@@ -72,9 +72,9 @@ def test_every_cli_command_is_documented() -> None:
             for name, sub in action.choices.items():
                 subs = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
                 if subs:
-                    commands.extend(f"cairn {name} {verb}" for verb in subs[0].choices)
+                    commands.extend(f"keepstone {name} {verb}" for verb in subs[0].choices)
                 else:
-                    commands.append(f"cairn {name}")
+                    commands.append(f"keepstone {name}")
     assert commands, "the parser lists no commands"
     missing = [c for c in commands if c not in DOCS and c not in README]
     assert missing == []

@@ -1,4 +1,4 @@
-"""Document search (``cairn.service.search.DocumentSearch``) over the filesystem and SQLite
+"""Document search (``keepstone.service.search.DocumentSearch``) over the filesystem and SQLite
 stores: keyword hits with their heading trail and snippet, hand edits, ``path_prefix``,
 the limits, isolation between spaces and teams (with the caches warm), and search by
 meaning with a deterministic stand-in embedder."""
@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.errors import InvalidRequest
-from cairn.quota import Limits
-from cairn.search.vectors import encode_many
-from cairn.service.search import DocumentHit, DocumentSearch
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
+from keepstone.errors import InvalidRequest
+from keepstone.quota import Limits
+from keepstone.search.vectors import encode_many
+from keepstone.service.search import DocumentHit, DocumentSearch
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
 
 RUNBOOK = """# Deploy runbook
 
@@ -35,7 +35,7 @@ Raise the builder's memory limit to 4 GiB.
 
 ## Rollback
 
-Run `cairn rollback` and watch the dashboards.
+Run `keepstone rollback` and watch the dashboards.
 """
 
 # A stand-in for a model: each concept is one axis; a word counts toward its concept's.
@@ -80,7 +80,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStor
     if request.param == "fs":
         opened = FilesystemStore(tmp_path / "spaces", Limits())
     else:
-        opened = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", Limits())
+        opened = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}", Limits())
     try:
         yield opened
     finally:
@@ -180,7 +180,7 @@ def test_no_other_space_is_searched(store: MemoryStore) -> None:
 
 
 def test_two_teams_in_one_sql_store_never_meet(tmp_path: Path) -> None:
-    store = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}", Limits())
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}", Limits())
     a, b = ref(tenant="team-a"), ref(tenant="team-b")
     store.write(a, "plan.md", "# Plan\nteam a kiwi secret plan\n")
     store.write(b, "plan.md", "# Plan\nteam b kiwi other plan\n")
@@ -235,7 +235,7 @@ def test_a_local_search_embeds_the_pending_chunks_first(store: MemoryStore) -> N
 
 
 def test_the_space_service_searches_its_store(store: MemoryStore) -> None:
-    from cairn.service.access import console_principal
+    from keepstone.service.access import console_principal
 
     store.write(ref(), "ops/runbook.md", RUNBOOK)
     service = SpaceService(store)

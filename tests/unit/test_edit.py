@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.documents import Insert, Replace, apply_edit
-from cairn.errors import InvalidEdit
+from keepstone.documents import Insert, Replace, apply_edit
+from keepstone.errors import InvalidEdit
 
 NOTE = "# Deploys\n\nstaging first\nthen production\n"
 

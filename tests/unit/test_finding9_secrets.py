@@ -1,6 +1,6 @@
 """Issue 11, finding 9: what an attacker slipped past the secret scanner.
 
-Cairn's own API keys (``cairn_`` + 43 base64url characters, :func:`new_api_key`) and a
+Keepstone's own API keys (``keepstone_`` + 43 base64url characters, :func:`new_api_key`) and a
 Telegram bot token inside its API URL (``/bot<id>:<token>/…``) must be refused and
 masked like every other shape; text that only looks like them must not. Fake tokens
 are built at run time (no literal token in this file).
@@ -13,9 +13,9 @@ import string
 
 import pytest
 
-from cairn.errors import SecretDetected
-from cairn.identity.keys import API_KEY_PREFIX, new_api_key
-from cairn.secrets import check_no_secrets, mask, scan
+from keepstone.errors import SecretDetected
+from keepstone.identity.keys import API_KEY_PREFIX, new_api_key
+from keepstone.secrets import check_no_secrets, mask, scan
 
 _R = random.Random(11_9)
 URLSAFE = string.ascii_letters + string.digits + "-_"
@@ -29,51 +29,52 @@ def _telegram_token() -> str:
     return _rnd(string.digits, 10) + ":A" + "A" + _rnd(URLSAFE, 32) + "x"
 
 
-# --- Cairn API keys --------------------------------------------------------------------
+# --- Keepstone API keys --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "template",
     [
         "{key}",
-        "export CAIRN_TOKEN={key}\n",
+        "export KEEPSTONE_TOKEN={key}\n",
         "curl -H 'Authorization: Bearer {key}' http://localhost:8000/api/memory\n",
         '{{"token": "{key}"}}',
         "# Setup\nthe bot uses key {key}.\n",
     ],
 )
-def test_a_cairn_api_key_is_refused_and_masked(template: str) -> None:
+def test_a_keepstone_api_key_is_refused_and_masked(template: str) -> None:
     for _ in range(20):  # several real keys: the shape holds for what new_api_key makes
         key = new_api_key()
         text = template.format(key=key)
         found = scan(text)
-        assert [(f.kind, text[f.start : f.end]) for f in found] == [("cairn_api_key", key)]
+        assert [(f.kind, text[f.start : f.end]) for f in found] == [("keepstone_api_key", key)]
         with pytest.raises(SecretDetected) as info:
             check_no_secrets(text)
-        assert "cairn_api_key" in info.value.message
+        assert "keepstone_api_key" in info.value.message
         assert key not in info.value.message
         masked = mask(text)
         assert key not in masked
-        assert "[REDACTED:cairn_api_key]" in masked
+        assert "[REDACTED:keepstone_api_key]" in masked
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        # Identifiers, settings and prose around Cairn's own name.
-        "run cairn_memory_import_with_the_skip_strategy_for_each_file now",
-        "cairn_" + "a" * 43,  # one repeated character: a placeholder
-        "cairn_" + "x" * 43,
-        "cairn_" + string.ascii_lowercase + "_0123456789_abcde",  # no capital: snake_case
-        "CAIRN_" + _rnd(URLSAFE, 43),  # an environment variable's name, not a key
+        # Identifiers, settings and prose around Keepstone's own name.
+        "run keepstone_memory_import_with_the_skip_strategy_for_each_file now",
+        "keepstone_" + "a" * 43,  # one repeated character: a placeholder
+        "keepstone_" + "x" * 43,
+        "keepstone_" + string.ascii_lowercase + "_0123456789_abcde",  # no capital: snake_case
+        "KEEPSTONE_" + _rnd(URLSAFE, 43),  # an environment variable's name, not a key
         API_KEY_PREFIX + _rnd(URLSAFE, 42),  # one character short
         API_KEY_PREFIX + _rnd(URLSAFE, 44),  # one character long
         "my" + API_KEY_PREFIX + _rnd(URLSAFE, 43),  # the prefix inside a longer word
-        "API keys start with cairn_ and are shown once.",
-        "set CAIRN_KEY_HASH_SECRET and restart; cairn_memory and cairn_records are tables",
+        "API keys start with keepstone_ and are shown once.",
+        "set KEEPSTONE_KEY_HASH_SECRET and restart; keepstone_memory and keepstone_records are "
+        "tables",
     ],
 )
-def test_text_that_only_looks_like_a_cairn_key_passes(text: str) -> None:
+def test_text_that_only_looks_like_a_keepstone_key_passes(text: str) -> None:
     assert [f.kind for f in scan(text)] == []
     check_no_secrets(text)
 

@@ -17,9 +17,9 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.errors import InvalidPath, InvalidSpaceRef
-from cairn.paths import DECEPTIVE_CHARACTERS, validate_dir_prefix, validate_doc_path
-from cairn.spaces import SpaceRef, validate_segment
+from keepstone.errors import InvalidPath, InvalidSpaceRef
+from keepstone.paths import DECEPTIVE_CHARACTERS, validate_dir_prefix, validate_doc_path
+from keepstone.spaces import SpaceRef, validate_segment
 
 #: Every character the brief names, by family (more "similar" ones are refused too).
 BIDI = [0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069]
@@ -113,9 +113,9 @@ def test_ordinary_international_paths_still_pass(path: str) -> None:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    from cairn.api.app import app_for
-    from cairn.config import Config
-    from cairn.runtime import open_runtime
+    from keepstone.api.app import app_for
+    from keepstone.config import Config
+    from keepstone.runtime import open_runtime
 
     config = Config(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'c.db'}", local=True)
     with TestClient(app_for(open_runtime(config))) as c:

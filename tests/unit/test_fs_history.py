@@ -1,4 +1,4 @@
-"""The filesystem store's history (issue 14, ``cairn.store.fs_history``): versions beside
+"""The filesystem store's history (issue 14, ``keepstone.store.fs_history``): versions beside
 the plain tree, hand edits picked up, crash safety, retention."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from cairn.documents import acting_as, content_etag
-from cairn.errors import InvalidDocument, NotFound, StoreUnavailable
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef
-from cairn.store.fs import FilesystemStore, space_components
-from cairn.store.fs_history import BEFORE_HISTORY, HAND_EDIT, HISTORY_FILE, HistoryDb
+from keepstone.documents import acting_as, content_etag
+from keepstone.errors import InvalidDocument, NotFound, StoreUnavailable
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef
+from keepstone.store.fs import FilesystemStore, space_components
+from keepstone.store.fs_history import BEFORE_HISTORY, HAND_EDIT, HISTORY_FILE, HistoryDb
 
 REF = SpaceRef.build("org", "notes", tenant="acme")
 OTHER = SpaceRef.build("org", "other", tenant="acme")
@@ -249,7 +249,7 @@ def test_the_tree_shows_only_documents_and_the_stores_dot_files(tmp_path: Path) 
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             if Path(dirpath) == root:
-                assert name.startswith(".cairn"), name
+                assert name.startswith(".keepstone"), name
             else:
                 assert name.endswith(".md"), Path(dirpath, name)
     assert (root / HISTORY_FILE).is_file()
@@ -561,7 +561,7 @@ def test_a_document_keeps_at_most_history_versions(tmp_path: Path, clock: Clock)
 
 
 def _packed(text: str) -> bytes:
-    from cairn.store.version_pack import pack_version
+    from keepstone.store.version_pack import pack_version
 
     return pack_version(text.encode())
 

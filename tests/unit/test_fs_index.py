@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import StoreUnavailable
-from cairn.quota import Limits
-from cairn.search.chunking import chunk_markdown
-from cairn.search.text import analyze
-from cairn.spaces import SpaceRef
-from cairn.store.base import ChunkRow
-from cairn.store.fs import FilesystemStore
-from cairn.store.fs_history import HISTORY_FILE
-from cairn.store.fs_layout import INDEX_FILE, LOCK_FILE, STATE_FILE
+from keepstone.errors import StoreUnavailable
+from keepstone.quota import Limits
+from keepstone.search.chunking import chunk_markdown
+from keepstone.search.text import analyze
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import ChunkRow
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.fs_history import HISTORY_FILE
+from keepstone.store.fs_layout import INDEX_FILE, LOCK_FILE, STATE_FILE
 
 REF = SpaceRef.build("user", "notes", tenant="local", user="ann")
 OTHER = SpaceRef.build("project", "docs", tenant="local", project="repo")

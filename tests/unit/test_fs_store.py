@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.config import Config
-from cairn.errors import (
+from keepstone.config import Config
+from keepstone.errors import (
     Conflict,
     DocumentTooLarge,
     InvalidDocument,
@@ -26,11 +26,11 @@ from cairn.errors import (
     SecretDetected,
     UnsupportedVisibility,
 )
-from cairn.paths import DECEPTIVE_CHARACTERS
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import PlatformGrant, content_etag
-from cairn.store.fs import (
+from keepstone.paths import DECEPTIVE_CHARACTERS
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import PlatformGrant, content_etag
+from keepstone.store.fs import (
     LOCK_FILE,
     STATE_FILE,
     FilesystemStore,
@@ -57,11 +57,11 @@ def test_layout_is_a_plain_readable_tree(tmp_path: Path) -> None:
     store.write(SpaceRef.build("global", "catalog"), "a.md", "g", grant=PlatformGrant("test"))
     assert (tmp_path / "spaces/global/_/catalog/a.md").read_text() == "g"
     assert sorted(p.name for p in (tmp_path / "spaces").iterdir()) == [
-        ".cairn-history.sqlite",  # the history (fs_history), with SQLite's WAL files
-        ".cairn-history.sqlite-shm",
-        ".cairn-history.sqlite-wal",
-        ".cairn-usage.json",
-        ".cairn.lock",
+        ".keepstone-history.sqlite",  # the history (fs_history), with SQLite's WAL files
+        ".keepstone-history.sqlite-shm",
+        ".keepstone-history.sqlite-wal",
+        ".keepstone-usage.json",
+        ".keepstone.lock",
         "bot",
         "global",
         "user",
@@ -249,14 +249,14 @@ def test_zero_limits_refuse_growth_but_not_shrink(tmp_path: Path) -> None:
 
 def test_limits_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The store takes its limits from the one reader of the environment, the config.
-    monkeypatch.setenv("CAIRN_MEMORY_QUOTA_BOT", "5")
-    monkeypatch.setenv("CAIRN_MEMORY_MAX_DOC", "1000")
+    monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_BOT", "5")
+    monkeypatch.setenv("KEEPSTONE_MEMORY_MAX_DOC", "1000")
     store = FilesystemStore(tmp_path, Config.from_env().limits())
     assert store.usage(BOT).quota_bytes == 5
     with pytest.raises(QuotaExceeded):
         store.write(BOT, "a.md", "x" * 6)
-    monkeypatch.setenv("CAIRN_MEMORY_QUOTA_ORG_TOTAL", "lots")
-    with pytest.raises(InvalidRequest, match="CAIRN_MEMORY_QUOTA_ORG_TOTAL"):
+    monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "lots")
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
         FilesystemStore(tmp_path, Config.from_env().limits())
 
 
@@ -283,7 +283,7 @@ def test_temp_foreign_and_linked_files_are_never_listed(tmp_path: Path) -> None:
     store = make(tmp_path)
     store.write(BOT, "a.md", "real")
     space = tmp_path / "spaces" / Path(*space_components(BOT))
-    (space / ".cairn-tmp-0123.tmp").write_text("half a write")
+    (space / ".keepstone-tmp-0123.tmp").write_text("half a write")
     (space / "notes.txt").write_text("not markdown")
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -1,10 +1,10 @@
-"""The background indexer (``cairn.service.indexer``) on SQLite and PostgreSQL.
+"""The background indexer (``keepstone.service.indexer``) on SQLite and PostgreSQL.
 
 A pass chunks unindexed documents and embeds a batch of pending chunks; a document
 rewritten while its chunks are being embedded keeps its new text pending; another model
 re-embeds everything; a failing embedder stores nothing and the thread lives on; two
-indexers on one PostgreSQL database never embed a row twice; ``cairn serve``'s runtime
-starts and stops it, and ``CAIRN_INDEXER`` / ``CAIRN_EMBEDDER=none`` keep it off.
+indexers on one PostgreSQL database never embed a row twice; ``keepstone serve``'s runtime
+starts and stops it, and ``KEEPSTONE_INDEXER`` / ``KEEPSTONE_EMBEDDER=none`` keep it off.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from cairn.api.indexer_process import IndexerProcess
-from cairn.config import Config
-from cairn.db import make_engine
-from cairn.errors import InvalidRequest, StoreUnavailable
-from cairn.records.schema import records
-from cairn.records.sql import SqlRecordStore
-from cairn.runtime import open_indexer, open_runtime
-from cairn.search.vectors import decode
-from cairn.service.indexer import Indexer, Source, document_sources, record_sources
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.sql import ChunkRow, SqlStore
+from keepstone.api.indexer_process import IndexerProcess
+from keepstone.config import Config
+from keepstone.db import make_engine
+from keepstone.errors import InvalidRequest, StoreUnavailable
+from keepstone.records.schema import records
+from keepstone.records.sql import SqlRecordStore
+from keepstone.runtime import open_indexer, open_runtime
+from keepstone.search.vectors import decode
+from keepstone.service.indexer import Indexer, Source, document_sources, record_sources
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.sql import ChunkRow, SqlStore
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
 from tests.unit.conftest import Backend
@@ -191,7 +191,7 @@ def test_a_failing_embedder_leaves_everything_pending_and_the_thread_alive(
     assert store.pending_chunks(100, "hash-a") == []
     assert indexer.failures == 2  # the two left after run_once's, then success
     assert indexer.last_error is None
-    warnings = [r.getMessage() for r in caplog.records if r.name == "cairn.service.indexer"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "keepstone.service.indexer"]
     assert len(warnings) >= 2
     assert all("\n" not in w and "cannot be reached" in w for w in warnings[:2])
     assert all(r.exc_info is None for r in caplog.records)  # one line each, no traceback
@@ -255,16 +255,16 @@ def test_record_sources_need_a_claiming_record_store() -> None:
 
 def test_the_setting_is_on_or_off() -> None:
     assert Config.from_env({}).indexer is True
-    assert Config.from_env({"CAIRN_INDEXER": "off"}).indexer is False
-    assert Config.from_env({"CAIRN_INDEXER": " ON "}).indexer is True
-    with pytest.raises(InvalidRequest, match="CAIRN_INDEXER='maybe' is not on or off"):
-        Config.from_env({"CAIRN_INDEXER": "maybe"})
+    assert Config.from_env({"KEEPSTONE_INDEXER": "off"}).indexer is False
+    assert Config.from_env({"KEEPSTONE_INDEXER": " ON "}).indexer is True
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_INDEXER='maybe' is not on or off"):
+        Config.from_env({"KEEPSTONE_INDEXER": "maybe"})
 
 
 def test_the_indexer_is_off_when_asked_or_with_no_embedder(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
-    for settings in ({"CAIRN_INDEXER": "off"}, {"CAIRN_EMBEDDER": "none"}):
-        config = Config.from_env({"CAIRN_DATABASE_URL": url, **settings})
+    for settings in ({"KEEPSTONE_INDEXER": "off"}, {"KEEPSTONE_EMBEDDER": "none"}):
+        config = Config.from_env({"KEEPSTONE_DATABASE_URL": url, **settings})
         runtime = open_runtime(config)
         try:
             assert open_indexer(runtime) is None
@@ -289,7 +289,10 @@ def wait_for_vector(store: SqlStore, ref: SpaceRef, model: str) -> ChunkRow:
 
 def test_the_runtime_builds_the_indexer_with_the_real_model(tmp_path: Path) -> None:
     config = Config.from_env(
-        {"CAIRN_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}", "CAIRN_HOME": str(tmp_path)}
+        {
+            "KEEPSTONE_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}",
+            "KEEPSTONE_HOME": str(tmp_path),
+        }
     )
     runtime = open_runtime(config)
     indexer = open_indexer(runtime)
@@ -307,9 +310,9 @@ def test_the_runtime_builds_the_indexer_with_the_real_model(tmp_path: Path) -> N
     assert not indexer.running
 
 
-def test_cairn_serve_runs_the_indexer_in_a_child_process_it_stops(tmp_path: Path) -> None:
+def test_keepstone_serve_runs_the_indexer_in_a_child_process_it_stops(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
-    config = Config.from_env({"CAIRN_DATABASE_URL": url, "CAIRN_HOME": str(tmp_path)})
+    config = Config.from_env({"KEEPSTONE_DATABASE_URL": url, "KEEPSTONE_HOME": str(tmp_path)})
     runtime = open_runtime(config)  # migrates: the child opens the database as it is
     background = IndexerProcess(config)
     try:

@@ -1,6 +1,6 @@
 """Every component's migrations, applied from a blank database on SQLite and PostgreSQL.
 
-``cairn.schema.upgrade_all`` must bring a blank database to the current schema, record
+``keepstone.schema.upgrade_all`` must bring a blank database to the current schema, record
 exactly the versions it applied, and be a no-op the second time (SPEC §1: migrations
 run at every start, on every replica).
 """
@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cairn import schema
-from cairn.db import applied_versions, make_engine, upgrade
-from cairn.store import sql_schema
+from keepstone import schema
+from keepstone.db import applied_versions, make_engine, upgrade
+from keepstone.store import sql_schema
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 
@@ -44,7 +44,7 @@ def test_documents_migrations_are_ordered_and_numbered() -> None:
     assert versions == list(range(1, len(versions) + 1))
     assert {m.component for m in sql_schema.MIGRATIONS} == {"documents"}
     assert all(m.description for m in sql_schema.MIGRATIONS)
-    assert "cairn.store.sql_schema" in schema.COMPONENT_MODULES
+    assert "keepstone.store.sql_schema" in schema.COMPONENT_MODULES
     assert set(sql_schema.MIGRATIONS) <= set(schema.all_migrations())
 
 
@@ -122,9 +122,9 @@ def test_documents_v5_moves_each_live_version_onto_its_document(blank_engine: En
     import zlib
     from datetime import UTC, datetime, timedelta
 
-    from cairn.spaces import SpaceRef, Visibility
-    from cairn.store.sql import SqlStore
-    from cairn.store.version_pack import pack_version
+    from keepstone.spaces import SpaceRef, Visibility
+    from keepstone.store.sql import SqlStore
+    from keepstone.store.version_pack import pack_version
 
     v4 = sql_schema.MIGRATIONS[:4]
     assert upgrade(blank_engine, v4) == v4

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cairn.errors import InvalidPath
-from cairn.paths import (
+from keepstone.errors import InvalidPath
+from keepstone.paths import (
     DECEPTIVE_CHARACTERS,
     MAX_PATH_BYTES,
     MAX_PATH_SEGMENTS,

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.config import Config
-from cairn.errors import DocumentTooLarge, InvalidRequest, QuotaExceeded
-from cairn.quota import (
+from keepstone.config import Config
+from keepstone.errors import DocumentTooLarge, InvalidRequest, QuotaExceeded
+from keepstone.quota import (
     DEFAULT_INSTANCE_QUOTA,
     DEFAULT_MAX_DOCUMENT_SIZE,
     DEFAULT_SUBCAPS,
@@ -22,7 +22,7 @@ from cairn.quota import (
     default_quota_for,
     subcap_or_none,
 )
-from cairn.spaces import Visibility
+from keepstone.spaces import Visibility
 
 sizes = st.integers(min_value=0, max_value=1 << 40)
 deltas = st.integers(min_value=-(1 << 40), max_value=1 << 40)
@@ -103,8 +103,8 @@ def test_defaults_match_the_spec() -> None:
 
 env_values = st.dictionaries(
     st.sampled_from(
-        [f"CAIRN_MEMORY_QUOTA_{v.value.upper()}" for v in Visibility]
-        + ["CAIRN_MEMORY_QUOTA_ORG_TOTAL", "CAIRN_MEMORY_MAX_DOC"]
+        [f"KEEPSTONE_MEMORY_QUOTA_{v.value.upper()}" for v in Visibility]
+        + ["KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "KEEPSTONE_MEMORY_MAX_DOC"]
     ),
     st.integers(min_value=0, max_value=1 << 45),
 )
@@ -113,25 +113,30 @@ env_values = st.dictionaries(
 @given(env_values)
 def test_config_limits(values: dict[str, int]) -> None:
     environ = {k: str(v) for k, v in values.items()}
-    environ["CAIRN_UNRELATED"] = "x"
+    environ["KEEPSTONE_UNRELATED"] = "x"
     limits = Config.from_env(environ).limits()
     for vis in Visibility:
-        key = f"CAIRN_MEMORY_QUOTA_{vis.value.upper()}"
+        key = f"KEEPSTONE_MEMORY_QUOTA_{vis.value.upper()}"
         assert limits.subcap(vis) == values.get(key, DEFAULT_SUBCAPS[vis])
-    assert limits.team_quota == values.get("CAIRN_MEMORY_QUOTA_ORG_TOTAL", 1 * GiB)
-    assert limits.max_document == values.get("CAIRN_MEMORY_MAX_DOC", 2 * MiB)
+    assert limits.team_quota == values.get("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", 1 * GiB)
+    assert limits.max_document == values.get("KEEPSTONE_MEMORY_MAX_DOC", 2 * MiB)
     assert limits.instance_quota == DEFAULT_INSTANCE_QUOTA
 
 
 @given(st.integers(min_value=0, max_value=1 << 40))
 def test_config_limits_tolerate_whitespace(value: int) -> None:
-    config = Config.from_env({"CAIRN_MEMORY_MAX_DOC": f" {value}\n"})
+    config = Config.from_env({"KEEPSTONE_MEMORY_MAX_DOC": f" {value}\n"})
     assert config.limits().max_document == value
 
 
 @pytest.mark.parametrize("raw", ["-1", "1.5", "10MB", "", "0x10", "abc"])
 @pytest.mark.parametrize(
-    "name", ["CAIRN_MEMORY_QUOTA_PROJECT", "CAIRN_MEMORY_QUOTA_ORG_TOTAL", "CAIRN_MEMORY_MAX_DOC"]
+    "name",
+    [
+        "KEEPSTONE_MEMORY_QUOTA_PROJECT",
+        "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL",
+        "KEEPSTONE_MEMORY_MAX_DOC",
+    ],
 )
 def test_config_limits_name_the_bad_variable(name: str, raw: str) -> None:
     with pytest.raises(InvalidRequest) as info:

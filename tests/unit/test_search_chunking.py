@@ -1,4 +1,4 @@
-"""Markdown chunking (cairn.search.chunking): sections at ATX headings outside code
+"""Markdown chunking (keepstone.search.chunking): sections at ATX headings outside code
 fences, heading trails, character offsets, long sections in overlapping windows, and
 the snippet of a hit."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.search.chunking import MAX_CHARS, OVERLAP_CHARS, Chunk, chunk_markdown, snippet
-from cairn.search.text import query_terms
+from keepstone.search.chunking import MAX_CHARS, OVERLAP_CHARS, Chunk, chunk_markdown, snippet
+from keepstone.search.text import query_terms
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

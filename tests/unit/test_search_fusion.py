@@ -1,5 +1,5 @@
-"""Fusing a keyword and a dense ranking (cairn.search.fusion), and the reference BM25
-(cairn.search.bm25) whose matches feed it."""
+"""Fusing a keyword and a dense ranking (keepstone.search.fusion), and the reference BM25
+(keepstone.search.bm25) whose matches feed it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.search.bm25 import BM25Index
-from cairn.search.fusion import (
+from keepstone.search.bm25 import BM25Index
+from keepstone.search.fusion import (
     ALPHA,
     MEANING_FLOOR,
     MEANING_RANK,
@@ -21,7 +21,7 @@ from cairn.search.fusion import (
     reciprocal_rank,
     weighted_sum,
 )
-from cairn.search.text import analyze, query_terms
+from keepstone.search.text import analyze, query_terms
 
 KW = [("a", 9.0), ("b", 5.0), ("c", 1.0)]
 DENSE = [("c", 0.8), ("d", 0.6), ("a", 0.2)]

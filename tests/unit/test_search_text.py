@@ -1,4 +1,4 @@
-"""The keyword side's analysis (cairn.search.text): one function for documents,
+"""The keyword side's analysis (keepstone.search.text): one function for documents,
 records and queries, whose terms both SQL dialects keep whole."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.search.text import (
+from keepstone.search.text import (
     ANALYZER,
     MAX_QUERY_TERMS,
     MAX_WORD,

@@ -1,4 +1,4 @@
-"""cairn.search.vectors: blob codecs, exact top-k, the bounded per-scope cache."""
+"""keepstone.search.vectors: blob codecs, exact top-k, the bounded per-scope cache."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cairn.search.cache import Entry, VectorCache
-from cairn.search.vectors import (
+from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.vectors import (
     BLAS_BLOCK_ELEMENTS,
     FLOAT32_BLAS_MAX_BYTES,
     MASK_GATHER_SHARE,

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn import secrets
-from cairn.errors import SecretDetected
-from cairn.secrets import KINDS, Finding, check_no_secrets, mask, scan
+from keepstone import secrets
+from keepstone.errors import SecretDetected
+from keepstone.secrets import KINDS, Finding, check_no_secrets, mask, scan
 
 _R = random.Random(20261130)
 UP = string.ascii_uppercase
@@ -376,9 +376,9 @@ def _cases() -> list[Case]:
             before="https://",
         ),
         Case(
-            "cairn_api_key",
-            "cai" + "rn_" + rnd(URLSAFE, 41) + "aZ",
-            "cai" + "rn_" + rnd(LO, 43),  # snake_case words, not a random key
+            "keepstone_api_key",
+            "keep" + "stone_" + rnd(URLSAFE, 41) + "aZ",
+            "keep" + "stone_" + rnd(LO, 43),  # snake_case words, not a random key
         ),
         Case(
             "telegram_bot_token",
@@ -704,8 +704,8 @@ def test_docs_list_every_kind() -> None:
     "relpath",
     [
         "docs/secrets.md",
-        "src/cairn/secrets.py",
-        "src/cairn/secret_shapes.py",
+        "src/keepstone/secrets.py",
+        "src/keepstone/secret_shapes.py",
         "tests/unit/test_secrets.py",
         "bench/bench_secrets.py",
     ],

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.errors import InvalidSpaceRef
-from cairn.paths import DECEPTIVE_CHARACTERS
-from cairn.spaces import (
+from keepstone.errors import InvalidSpaceRef
+from keepstone.paths import DECEPTIVE_CHARACTERS
+from keepstone.spaces import (
     ALLOWED_VISIBILITIES,
     REQUIRED_QUALIFIERS,
     SpaceRef,
@@ -188,7 +188,7 @@ def test_lone_surrogates_are_refused(surrogate: int, field: str) -> None:
 def test_project_key_takes_a_bare_word_as_a_name_even_where_such_a_folder_exists(
     tmp_path: Path,
 ) -> None:
-    from cairn.spaces import project_key
+    from keepstone.spaces import project_key
 
     (tmp_path / "web").mkdir()
     assert project_key("web", cwd=tmp_path) == "web"
@@ -197,7 +197,7 @@ def test_project_key_takes_a_bare_word_as_a_name_even_where_such_a_folder_exists
 def test_project_key_encodes_directory_spellings_and_the_current_directory(
     tmp_path: Path,
 ) -> None:
-    from cairn.spaces import encode_workdir_key, project_key
+    from keepstone.spaces import encode_workdir_key, project_key
 
     (tmp_path / "web").mkdir()
     expected = encode_workdir_key(tmp_path / "web")
@@ -208,7 +208,7 @@ def test_project_key_encodes_directory_spellings_and_the_current_directory(
 
 
 def test_project_key_refuses_a_missing_directory_and_an_invalid_name(tmp_path: Path) -> None:
-    from cairn.spaces import project_key
+    from keepstone.spaces import project_key
 
     with pytest.raises(InvalidSpaceRef, match="no such directory"):
         project_key("./absent", cwd=tmp_path)

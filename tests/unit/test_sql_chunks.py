@@ -18,15 +18,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from cairn.errors import PreconditionFailed, QuotaExceeded
-from cairn.quota import Limits
-from cairn.search.chunking import chunk_markdown
-from cairn.search.text import analyze
-from cairn.search.vectors import decode, encode
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import ImportStrategy, PlatformGrant
-from cairn.store.sql import ChunkRow, PendingChunk, SqlStore
-from cairn.store.sql_schema import memory_chunks
+from keepstone.errors import PreconditionFailed, QuotaExceeded
+from keepstone.quota import Limits
+from keepstone.search.chunking import chunk_markdown
+from keepstone.search.text import analyze
+from keepstone.search.vectors import decode, encode
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import ImportStrategy, PlatformGrant
+from keepstone.store.sql import ChunkRow, PendingChunk, SqlStore
+from keepstone.store.sql_schema import memory_chunks
 from tests.unit.conftest import Backend
 
 TEAM = "team-a"
@@ -46,7 +46,7 @@ Raise the builder's memory limit to 4 GiB.
 
 ## Rollback
 
-Run `cairn rollback` and watch the dashboards.
+Run `keepstone rollback` and watch the dashboards.
 """
 
 

@@ -1,4 +1,4 @@
-"""The SQL store's import batch (cairn.store.sql_import): many documents to a transaction,
+"""The SQL store's import batch (keepstone.store.sql_import): many documents to a transaction,
 each refused exactly as a write would refuse it, with history and counters as for writes,
 and a document held by another writer written alone instead of waited on under the
 batch's counter locks."""
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cairn.db import sqlite_writers
-from cairn.errors import PreconditionFailed, QuotaExceeded
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store import sql_import
-from cairn.store.base import CheckedWrite, ImportStrategy, PlatformGrant
-from cairn.store.sql import SqlStore
-from cairn.store.sql_schema import memory_document_versions
+from keepstone.db import sqlite_writers
+from keepstone.errors import PreconditionFailed, QuotaExceeded
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store import sql_import
+from keepstone.store.base import CheckedWrite, ImportStrategy, PlatformGrant
+from keepstone.store.sql import SqlStore
+from keepstone.store.sql_schema import memory_document_versions
 from tests.conformance.archives import regular, tar_gz
 from tests.unit.conftest import Backend
 
@@ -124,7 +124,7 @@ def test_an_escaping_error_rolls_back_the_batch_in_progress(backend: Backend) ->
 
 def test_on_sqlite_a_batch_holds_its_turn_among_the_databases_writers(tmp_path: Path) -> None:
     # SQLite only: PostgreSQL's writers wait on row locks, with no turn to take.
-    store = Backend("sqlite", f"sqlite:///{tmp_path / 'cairn.db'}", None).open()
+    store = Backend("sqlite", f"sqlite:///{tmp_path / 'keepstone.db'}", None).open()
     writers = sqlite_writers(store.engine)
 
     def held() -> bool:

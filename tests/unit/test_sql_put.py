@@ -1,4 +1,4 @@
-"""PostgreSQL's one-statement write (``cairn.store.sql_write.ChangeStatements.put``): a
+"""PostgreSQL's one-statement write (``keepstone.store.sql_write.ChangeStatements.put``): a
 plain write is one round trip, and it refuses, or hands over to the transaction path,
 exactly as the transaction path would have refused or written.
 
@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cairn.db import utcnow, write_transaction
-from cairn.documents import content_etag
-from cairn.errors import PreconditionFailed, QuotaExceeded
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store.base import PlatformGrant
-from cairn.store.sql import SqlStore
-from cairn.store.sql_index import _chunk_rows
-from cairn.store.sql_schema import memory_chunks, memory_document_versions, memory_documents
+from keepstone.db import utcnow, write_transaction
+from keepstone.documents import content_etag
+from keepstone.errors import PreconditionFailed, QuotaExceeded
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import PlatformGrant
+from keepstone.store.sql import SqlStore
+from keepstone.store.sql_index import _chunk_rows
+from keepstone.store.sql_schema import memory_chunks, memory_document_versions, memory_documents
 from tests.unit.conftest import Backend
 
 pytestmark = pytest.mark.postgres
@@ -237,7 +237,7 @@ def test_a_concurrent_creator_hands_the_write_to_the_transaction_path(pg: Backen
     assert store.read(REF, "a.md").content == "mine!"
     assert versions(store, "a.md") == [1, 2]
     usage = store.usage(REF)
-    # A replaced version is stored behind one byte (cairn.store.version_pack).
+    # A replaced version is stored behind one byte (keepstone.store.version_pack).
     assert (usage.used_bytes, usage.team_used_bytes, usage.history_used_bytes) == (5, 5, 1 + 6)
 
 

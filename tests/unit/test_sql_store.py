@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn.db import make_engine
-from cairn.errors import (
+from keepstone.db import make_engine
+from keepstone.errors import (
     DocumentTooLarge,
     InvalidDocument,
     InvalidPath,
@@ -39,13 +39,13 @@ from cairn.errors import (
     SecretDetected,
     StoreUnavailable,
 )
-from cairn.quota import Limits
-from cairn.spaces import SpaceRef, Visibility
-from cairn.store import sql as sql_module
-from cairn.store import sql_statements
-from cairn.store.base import PlatformGrant
-from cairn.store.sql import NO_TENANT, SqlStore
-from cairn.store.sql_schema import memory_documents, memory_tenant_usage
+from keepstone.quota import Limits
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store import sql as sql_module
+from keepstone.store import sql_statements
+from keepstone.store.base import PlatformGrant
+from keepstone.store.sql import NO_TENANT, SqlStore
+from keepstone.store.sql_schema import memory_documents, memory_tenant_usage
 from tests.unit.conftest import Backend
 
 TEAM = "team-a"
@@ -97,7 +97,7 @@ def test_a_path_s_versions_are_found_by_the_primary_key(tmp_path: Path, lookup: 
     # A write's lookups of its path's versions (the next number, the newest time) must
     # search by the whole path: max(at) once walked the team's `at` index instead, every
     # version of the team for a path that had none (20x slower creates at 10,000 versions).
-    from cairn.store import sql_write
+    from keepstone.store import sql_write
 
     store = SqlStore.open(f"sqlite:///{tmp_path}/plan.db", Limits())
     params = {"t": "team", "k": "key", "sid": "space", "p": "a.md"}
@@ -560,7 +560,7 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
     store.write(ref, "a.md", "a")
     seen = _driver_statements(store, lambda: store.write(ref, "a.md", "ab"))
     if store.engine.dialect.name == "postgresql":
-        # ONE statement (cairn.store.sql_write.ChangeStatements.put): the row lock, the
+        # ONE statement (keepstone.store.sql_write.ChangeStatements.put): the row lock, the
         # update, the old chunks, both counters and the new version are CTEs of it.
         assert len(seen) == 1
         return
@@ -584,14 +584,14 @@ def test_a_write_is_a_few_statements(store: SqlStore) -> None:
 
 def test_dead_postgres_is_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
-        SqlStore.open("postgresql://postgres@127.0.0.1:1/cairn")
+        SqlStore.open("postgresql://postgres@127.0.0.1:1/keepstone")
 
 
 def test_unwritable_sqlite_path_is_store_unavailable(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(StoreUnavailable):
-        SqlStore.open(f"sqlite:///{blocker / 'sub' / 'cairn.db'}")
+        SqlStore.open(f"sqlite:///{blocker / 'sub' / 'keepstone.db'}")
     with pytest.raises(StoreUnavailable):
         SqlStore.open(f"sqlite:///{tmp_path}")  # a directory is no database
 
@@ -621,7 +621,7 @@ def test_postgres_schemas_are_independent(postgres_url: str) -> None:
 
 
 def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlStore) -> None:
-    from cairn.store.sql_schema import memory_document_versions as V
+    from keepstone.store.sql_schema import memory_document_versions as V
 
     ref = project()
     small, large = "note " * 100, "a line of notes\n" * 1000  # 500 B and 16 KB
@@ -656,7 +656,7 @@ def test_small_versions_are_stored_as_they_are_large_ones_compressed(store: SqlS
 
 
 def test_a_moved_large_document_keeps_its_packed_version(store: SqlStore) -> None:
-    from cairn.store.sql_schema import memory_document_versions as V
+    from keepstone.store.sql_schema import memory_document_versions as V
 
     ref = project()
     large = "a line of notes\n" * 1000  # 16 KB
@@ -687,9 +687,9 @@ def test_a_large_version_packed_when_it_was_written_is_kept_as_it_is(store: SqlS
     # PostgreSQL writes a large live version's packed row with it, as SQLite stores of
     # migration 5 did until they packed on replace. Replaced, deleted or moved, that version
     # keeps its row: never a second one, and the history counts the row's bytes.
-    from cairn.documents import content_etag
-    from cairn.store.sql_schema import memory_document_versions as V
-    from cairn.store.version_pack import pack_version
+    from keepstone.documents import content_etag
+    from keepstone.store.sql_schema import memory_document_versions as V
+    from keepstone.store.version_pack import pack_version
 
     ref = project()
     bodies = {p: f"{p} holds a line of notes\n" * 800 for p in ("w.md", "d.md", "m.md")}

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from jsonschema import Draft7Validator, Draft202012Validator
 
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef
-from cairn.store.base import MemoryStore
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
-from cairn.tools import SPECS, TOOL_NAMES, MemoryTools, anthropic_tools, openai_tools
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import MemoryStore
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
+from keepstone.tools import SPECS, TOOL_NAMES, MemoryTools, anthropic_tools, openai_tools
 
 #: A tool name both formats accept.
 NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -90,7 +90,7 @@ def test_the_schema_and_the_dispatcher_agree(name: str, tmp_path: Path) -> None:
     ref = SpaceRef.build("project", "notes", tenant="local", project="p")
     store: MemoryStore = FilesystemStore(tmp_path / "spaces")
     if name == "memory_history":  # a store that keeps history on every branch: SQLite
-        store = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}")
+        store = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}")
     tools = MemoryTools(SpaceService(store), ref)
     for args in VALID[name]:
         assert not list(schema.iter_errors(args)), args

@@ -12,16 +12,16 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.agentconfig import parse_config_text
-from cairn.errors import StoreUnavailable
-from cairn.quota import Limits
-from cairn.service.access import LOCAL_PRINCIPAL, console_principal
-from cairn.service.spaces import SpaceService
-from cairn.spaces import SpaceRef, Visibility, encode_workdir_key
-from cairn.store.base import PlatformGrant
-from cairn.store.fs import FilesystemStore
-from cairn.store.sql import SqlStore
-from cairn.tools import (
+from keepstone.agentconfig import parse_config_text
+from keepstone.errors import StoreUnavailable
+from keepstone.quota import Limits
+from keepstone.service.access import LOCAL_PRINCIPAL, console_principal
+from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef, Visibility, encode_workdir_key
+from keepstone.store.base import PlatformGrant
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
+from keepstone.tools import (
     TOOL_NAMES,
     WRITE_REFUSED_GLOBAL,
     MemoryTools,
@@ -30,8 +30,8 @@ from cairn.tools import (
     openai_tools,
     ref_for_block,
 )
-from cairn.tools.dispatch import HISTORY_NOTICE, as_of_notice, render_documents
-from cairn.tools.records import HttpRecordsSearcher
+from keepstone.tools.dispatch import HISTORY_NOTICE, as_of_notice, render_documents
+from keepstone.tools.records import HttpRecordsSearcher
 
 REF = SpaceRef.build("bot", "notes", tenant="local", project="proj-0123456789ab", bot="whats-next")
 ME = console_principal("local")
@@ -315,7 +315,7 @@ def test_autoload_documents_for_the_context(store: FilesystemStore) -> None:
 
 
 def test_disabled_block_and_missing_bot_are_clear_errors(store: FilesystemStore) -> None:
-    from cairn.errors import InvalidRequest
+    from keepstone.errors import InvalidRequest
 
     config = parse_config_text("memory:\n  enabled: false\n", "d.yaml")
     assert config.memory is not None
@@ -374,7 +374,7 @@ def test_memory_search_through_the_search_route(store: FilesystemStore) -> None:
     client = httpx.Client(
         transport=_contract_server(seen), headers={"Authorization": "Bearer key-1"}
     )
-    searcher = HttpRecordsSearcher("http://cairn.test", "key-1", client=client)
+    searcher = HttpRecordsSearcher("http://keepstone.test", "key-1", client=client)
     tools = MemoryTools(SpaceService(store), REF, searcher=searcher)
     assert "memory_search" in tools.names
     res = tools.dispatch("memory_search", {"query": "flaky", "repo_id": "repo-1", "limit": 5})
@@ -548,7 +548,7 @@ class _Clock:
 
 @pytest.fixture
 def sql(tmp_path: Path) -> Iterator[tuple[SpaceService, _Clock]]:
-    store = SqlStore.open(f"sqlite:///{tmp_path / 'cairn.db'}")
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'keepstone.db'}")
     clock = _Clock()
     store.clock = clock
     yield SpaceService(store), clock

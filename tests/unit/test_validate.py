@@ -1,4 +1,4 @@
-"""The memory block and ``cairn validate`` (SPEC §9.1): every code, positive and negative."""
+"""The memory block and ``keepstone validate`` (SPEC §9.1): every code, positive and negative."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.agentconfig import (
+from keepstone.agentconfig import (
     AGENT_VISIBILITIES,
     ALL_BACKENDS,
     AUTO_MEMORY_BACKENDS,
@@ -18,8 +18,8 @@ from cairn.agentconfig import (
     load_config,
     parse_config_text,
 )
-from cairn.cli.main import main
-from cairn.spaces import Visibility
+from keepstone.cli.main import main
+from keepstone.spaces import Visibility
 
 
 def codes(text: str) -> list[tuple[int, str]]:
@@ -146,7 +146,7 @@ def test_scope_project_resolves_against_the_file(tmp_path: Path) -> None:
 
 
 def test_scope_project_as_a_bare_word_is_a_project_name(tmp_path: Path) -> None:
-    from cairn.tools import ref_for_block
+    from keepstone.tools import ref_for_block
 
     cfg = tmp_path / "agent.yaml"
     (tmp_path / "web").mkdir()  # a folder of that name does not make it a directory
@@ -173,7 +173,7 @@ def test_any_auto_memory_word_is_either_on_off_or_c131(word: str) -> None:
 # --- The command -----------------------------------------------------------------------------
 
 
-def test_cairn_validate_prints_each_finding_and_exits_1_on_error(
+def test_keepstone_validate_prints_each_finding_and_exits_1_on_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.yaml"
@@ -187,7 +187,7 @@ def test_cairn_validate_prints_each_finding_and_exits_1_on_error(
     ]
 
 
-def test_cairn_validate_warnings_only_exit_0(
+def test_keepstone_validate_warnings_only_exit_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     warn = tmp_path / "warn.yaml"
@@ -201,7 +201,9 @@ def test_cairn_validate_warnings_only_exit_0(
     assert lines[1].startswith(f"{warn}:3: C132 warning:")
 
 
-def test_cairn_validate_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_keepstone_validate_unreadable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["validate", str(tmp_path / "missing.yaml")]) == 1
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'missing.yaml'}:1: C100 error:")
 

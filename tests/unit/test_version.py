@@ -1,4 +1,4 @@
-"""``cairn --version`` and ``cairn.__version__`` name the release pyproject.toml declares
+"""``keepstone --version`` and ``keepstone.__version__`` name the release pyproject.toml declares
 (issue 11, finding 6)."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-import cairn
-from cairn.cli.main import main
+import keepstone
+from keepstone.cli.main import main
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_the_package_version_is_the_projects() -> None:
     declared = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["version"]
-    assert cairn.__version__ == declared
+    assert keepstone.__version__ == declared
 
 
-def test_cairn_version_prints_it_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+def test_keepstone_version_prints_it_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"cairn {cairn.__version__}"
+    assert capsys.readouterr().out.strip() == f"keepstone {keepstone.__version__}"

@@ -1,4 +1,4 @@
-"""The packing of stored versions (cairn.store.version_pack): every size round-trips, the
+"""The packing of stored versions (keepstone.store.version_pack): every size round-trips, the
 format follows the size, and the zlib streams of earlier versions still read."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.store.version_pack import COMPRESS_FROM, pack_version, unpack_version
+from keepstone.store.version_pack import COMPRESS_FROM, pack_version, unpack_version
 
 
 @given(st.binary(max_size=3 * COMPRESS_FROM))

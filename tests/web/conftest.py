@@ -13,9 +13,9 @@ def ui_headers(w: World, role: str, *, with_csrf_cookie: bool = True) -> dict[st
     """The Cookie header of ``role``'s browser session (the one the API's login made: the
     two faces share sessions), with the UI's CSRF cookie unless told otherwise."""
     cookie, csrf = w.sessions[role]
-    value = f"cairn_session={cookie}"
+    value = f"keepstone_session={cookie}"
     if with_csrf_cookie:
-        value += f"; cairn_csrf={csrf}"
+        value += f"; keepstone_csrf={csrf}"
     return {"Cookie": value}
 
 

@@ -1,11 +1,11 @@
-"""The UI in a real headless Chromium against a real ``cairn serve``, on SQLite and
+"""The UI in a real headless Chromium against a real ``keepstone serve``, on SQLite and
 PostgreSQL (Playwright for Python driving Debian's /usr/bin/chromium; no browser is ever
 downloaded).
 
 One browser per module; each test has its own context (its own cookies) and pages that
 fail the test on any JavaScript dialog or console error (a CSP violation is one), and a
 screenshot of every open page under the test's temp dir when it fails. With
-``CAIRN_UI_SCREENSHOTS=<dir>`` the tests also save the screenshots docs/ui.md shows.
+``KEEPSTONE_UI_SCREENSHOTS=<dir>`` the tests also save the screenshots docs/ui.md shows.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ SERVICE_TOKEN = "ui-service-token-0123456789abcdefghij"
 PASSWORD = "correct horse battery"
 #: The org's memory quota: small, so a quota refusal is one big document away.
 QUOTA = 64 * 1024
-SHOTS = os.environ.get("CAIRN_UI_SCREENSHOTS", "")
+SHOTS = os.environ.get("KEEPSTONE_UI_SCREENSHOTS", "")
 
 database = database_fixture("database")
 
@@ -62,23 +62,23 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """A real ``cairn serve`` with an org (quota :data:`QUOTA`, a plan with team memory),
+    """A real ``keepstone serve`` with an org (quota :data:`QUOTA`, a plan with team memory),
     a team, its org owner, a member, and a super-admin."""
     require_chromium(CHROMIUM)
     env = dict(os.environ)
     env.update(
-        CAIRN_HOME=str(tmp_path_factory.mktemp("home")),
-        CAIRN_ADMIN_TOKEN=ADMIN_TOKEN,
-        CAIRN_SERVICE_TOKEN=SERVICE_TOKEN,
-        CAIRN_ARGON2_TIME_COST="1",
-        CAIRN_ARGON2_MEMORY_KIB="1024",
-        CAIRN_INDEXER="off",
+        KEEPSTONE_HOME=str(tmp_path_factory.mktemp("home")),
+        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
+        KEEPSTONE_SERVICE_TOKEN=SERVICE_TOKEN,
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
+        KEEPSTONE_INDEXER="off",
     )
     port = _free_port()
     log_path = tmp_path_factory.mktemp("log") / "serve.log"
     log = open(log_path, "w+b")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn.cli.main", "serve", "--port", str(port)]
+        [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
         + ["--database", database],
         env=env,
         stdout=log,
@@ -95,7 +95,9 @@ def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
-                pytest.fail(f"cairn serve did not start:\n{log.read().decode(errors='replace')}")
+                pytest.fail(
+                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
+                )
             time.sleep(0.1)
         yield _populate(Site(base))
     finally:
@@ -238,7 +240,7 @@ def expect(locator: Any) -> Any:
 
 
 def shot(page: Any, name: str) -> None:
-    """A screenshot for docs/ui.md, when ``CAIRN_UI_SCREENSHOTS`` names a directory."""
+    """A screenshot for docs/ui.md, when ``KEEPSTONE_UI_SCREENSHOTS`` names a directory."""
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
@@ -443,7 +445,7 @@ def test_super_admin_creates_and_revokes_an_api_key(people: Callable[[], Tab]) -
     page.locator("#key-name").fill("ui-key")
     page.get_by_role("button", name="Create key").click()
     key = page.get_by_label(re.compile("Key for user")).input_value()
-    assert key.startswith("cairn_"), key
+    assert key.startswith("keepstone_"), key
     shot(page, "api-key-created")
     api = httpx.get(f"{site.base}/api/memory/spaces", headers={"Authorization": f"Bearer {key}"})
     assert api.status_code == 200, api.text

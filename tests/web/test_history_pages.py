@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl
 
 from fastapi.testclient import TestClient
 
-from cairn.spaces import SpaceRef
+from keepstone.spaces import SpaceRef
 from tests.api.world import PASSWORD, SPACE, World, admin_headers, unique
 from tests.web.test_pages import _assert_safe_page, _get, _member, _post
 
@@ -198,7 +198,7 @@ def test_a_restore_without_the_csrf_field_is_refused(world: World, client: TestC
     r = client.post(
         f"/t/{world.team_id}/restore",
         data={**SPACE, "path": path, "version": "1", "if_match": live.etag},
-        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"},
         follow_redirects=False,
     )
     client.cookies.clear()
@@ -261,7 +261,7 @@ def test_a_restore_over_the_quota_shows_the_services_message_next_to_it(
     r = client.post(
         f"/t/{team}/restore",
         data={**SPACE, "path": path, "version": "1", "if_match": live.etag, "csrf": csrf},
-        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"},
         follow_redirects=False,
     )
     client.cookies.clear()

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.spaces import SpaceRef
+from keepstone.spaces import SpaceRef
 from tests.api.world import World
 from tests.web.conftest import add_outsider
 from tests.web.policy import ROWS, UiRow
@@ -57,7 +57,7 @@ def _ask(
         req_method,
         url,
         data=data or None,
-        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"},
         follow_redirects=False,
         **kw,  # type: ignore[arg-type]
     )
@@ -131,7 +131,7 @@ def test_the_team_itself_sees_its_marked_pages(
     """The control: the same pages show the marker to a member of team A (so the
     outsider's empty answers above mean isolation, not a broken page)."""
     cookie, csrf = world.sessions["member"]
-    headers = {"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"}
+    headers = {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
     t = world.team_id
     for url in (f"/t/{t}/spaces", f"/t/{t}/search?q={MARK}", f"/t/{t}/memory"):
         r = client.get(url, headers=headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.web.markdown import render
+from keepstone.web.markdown import render
 
 
 def test_headings_lists_code_and_links_render() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.web.core import SECURITY_HEADERS
+from keepstone.web.core import SECURITY_HEADERS
 from tests.api.world import PASSWORD, SPACE, World, unique
 from tests.web.policy import ROWS, UiRow
 
@@ -21,7 +21,7 @@ GET_ROWS = [row for row in ROWS if row.method == "GET"]
 
 def _member(world: World) -> tuple[dict[str, str], str]:
     cookie, csrf = world.sessions["member"]
-    return {"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"}, csrf
+    return {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}, csrf
 
 
 def _get(
@@ -45,7 +45,7 @@ def _post(
     r = client.post(
         url,
         data={"csrf": csrf, **data},
-        headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"},
+        headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"},
         follow_redirects=False,
         **kw,  # type: ignore[arg-type]
     )
@@ -71,7 +71,7 @@ def test_every_page_has_the_security_headers_and_no_inline_code(
     headers = {} if row.path in ("/admin", "/admin/audit") else _member(world)[0]
     if row.path.startswith("/admin"):
         cookie, csrf = world.sessions["super_admin"]
-        headers = {"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"}
+        headers = {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
     status, body, got = _get(client, req.url, headers, **req.params)
     assert status in (200, 303), (status, body[-300:])
     _assert_safe_page(got, body)
@@ -80,7 +80,7 @@ def test_every_page_has_the_security_headers_and_no_inline_code(
 def test_errors_redirects_and_static_files_carry_the_headers_too(
     world: World, client: TestClient
 ) -> None:
-    for url in ("/nope", "/signin", "/static/cairn.css", "/t/nope/spaces", "/"):
+    for url in ("/nope", "/signin", "/static/keepstone.css", "/t/nope/spaces", "/"):
         status, body, got = _get(client, url, _member(world)[0])
         _assert_safe_page(got, body)
     status, body, got = _get(client, "/no/such/page", {})
@@ -123,7 +123,7 @@ def test_a_post_without_the_sessions_csrf_token_is_refused(
     data = _save_data(path)
     if field is not None:
         data["csrf"] = field
-    cookies = f"cairn_session={cookie}" + (f"; cairn_csrf={jar}" if jar else "")
+    cookies = f"keepstone_session={cookie}" + (f"; keepstone_csrf={jar}" if jar else "")
     r = client.post(
         f"/t/{world.team_id}/edit", data=data, headers={"Cookie": cookies}, follow_redirects=False
     )
@@ -149,27 +149,27 @@ def test_sign_in_sets_httponly_lax_cookies_and_shares_the_session_with_the_api(
     )
     assert r.status_code == 303 and r.headers["location"] == "/teams"
     set_cookies = r.headers.get_list("set-cookie")
-    for name in ("cairn_session=", "cairn_csrf="):
+    for name in ("keepstone_session=", "keepstone_csrf="):
         line = next(c for c in set_cookies if c.startswith(name))
         assert "HttpOnly" in line and "samesite=lax" in line.lower(), line
-    session, csrf = r.cookies["cairn_session"], r.cookies["cairn_csrf"]
+    session, csrf = r.cookies["keepstone_session"], r.cookies["keepstone_csrf"]
     client.cookies.clear()
     api = client.get(
         "/api/memory/spaces",
-        headers={"Cookie": f"cairn_session={session}", "X-Cairn-Team": world.team_id},
+        headers={"Cookie": f"keepstone_session={session}", "X-Keepstone-Team": world.team_id},
     )
     assert api.status_code == 200, api.text
     out = client.post(
         "/signout",
         data={"csrf": csrf},
-        headers={"Cookie": f"cairn_session={session}; cairn_csrf={csrf}"},
+        headers={"Cookie": f"keepstone_session={session}; keepstone_csrf={csrf}"},
         follow_redirects=False,
     )
     client.cookies.clear()
     assert out.status_code == 303 and out.headers["location"] == "/signin"
     api = client.get(
         "/api/memory/spaces",
-        headers={"Cookie": f"cairn_session={session}", "X-Cairn-Team": world.team_id},
+        headers={"Cookie": f"keepstone_session={session}", "X-Keepstone-Team": world.team_id},
     )
     client.cookies.clear()
     assert api.status_code == 401
@@ -197,7 +197,9 @@ def test_sign_in_refuses_another_sites_form_and_foreign_next(
 ) -> None:
     data = {"email": world.emails["member"], "password": PASSWORD}
     r = client.post("/signin", data=data, headers={"Origin": "https://evil.example"})
-    assert r.status_code == 403 and "another site" in r.text and "cairn_session" not in r.cookies
+    assert (
+        r.status_code == 403 and "another site" in r.text and "keepstone_session" not in r.cookies
+    )
     r = client.post("/signin", data={**data, "next": "//evil.example/x"}, follow_redirects=False)
     client.cookies.clear()
     assert r.status_code == 303 and r.headers["location"] == "/"
@@ -315,8 +317,8 @@ def test_export_then_import_with_each_strategy(world: World, client: TestClient)
 def test_an_unexpected_error_on_a_page_is_an_html_500(tmp_path: Path) -> None:
     from fastapi import APIRouter
 
-    from cairn.api.app import create_app
-    from cairn.web.core import UiRoute
+    from keepstone.api.app import create_app
+    from keepstone.web.core import UiRoute
     from tests.api.conftest import make_settings
 
     app = create_app(make_settings(f"sqlite:///{tmp_path}/boom.db"))
@@ -336,7 +338,7 @@ def test_an_unexpected_error_on_a_page_is_an_html_500(tmp_path: Path) -> None:
 def test_teams_of_lists_the_teams_a_user_acts_in_now(world: World) -> None:
     """``Credentials.teams_of`` (added for the team picker) reads the teams anew: a
     membership added or removed a moment ago shows at once."""
-    from cairn.principal import CredentialKind, Principal
+    from keepstone.principal import CredentialKind, Principal
 
     credentials = world.app.state.credentials
     member = Principal(kind=CredentialKind.SESSION, user_id=world.users["member"])
@@ -355,8 +357,8 @@ def test_teams_of_lists_the_teams_a_user_acts_in_now(world: World) -> None:
 def test_admin_lists_teams_a_page_at_a_time(world: World, client: TestClient) -> None:
     """``AdminService.list_teams`` (added for the administration page): every team, by id,
     paged by its cursor; for platform authority only."""
-    from cairn.errors import Forbidden
-    from cairn.principal import CredentialKind, Principal
+    from keepstone.errors import Forbidden
+    from keepstone.principal import CredentialKind, Principal
 
     admin = world.app.state.admin
     authority = Principal(kind=CredentialKind.ADMIN_TOKEN)
@@ -377,13 +379,15 @@ def test_admin_lists_teams_a_page_at_a_time(world: World, client: TestClient) ->
     with pytest.raises(Forbidden):
         admin.list_teams(member)
     cookie, csrf = world.sessions["super_admin"]
-    r = client.get("/admin", headers={"Cookie": f"cairn_session={cookie}; cairn_csrf={csrf}"})
+    r = client.get(
+        "/admin", headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
+    )
     client.cookies.clear()
     assert r.status_code == 200 and f"<code>{world.team_id}</code>" in r.text
 
 
 def test_a_local_mode_server_says_the_ui_needs_users(tmp_path: Path) -> None:
-    from cairn.api.app import create_app
+    from keepstone.api.app import create_app
     from tests.api.conftest import make_settings
 
     app = create_app(make_settings(f"sqlite:///{tmp_path}/local.db", local=True))

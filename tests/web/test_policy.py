@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cairn import web
+from keepstone import web
 from tests.api.test_policy import app_routes
 from tests.api.world import World
 from tests.web.conftest import add_outsider
@@ -47,7 +47,7 @@ def _request(client: TestClient, world: World, row: UiRow, cred: str) -> tuple[i
         role = "member" if cred == "no_csrf" else cred
         # A request that ends its session gets a session of its own.
         cookie, csrf = world.login(role) if row.fresh_session else world.sessions[role]
-        headers["Cookie"] = f"cairn_session={cookie}; cairn_csrf={csrf}"
+        headers["Cookie"] = f"keepstone_session={cookie}; keepstone_csrf={csrf}"
         if req.method == "POST" and cred != "no_csrf":
             data["csrf"] = csrf
     response = client.request(

@@ -1,5 +1,0 @@
-"""``cairn mcp``: the agent tools over the Model Context Protocol (SPEC §9.2)."""
-
-from cairn.mcp.server import build_server, serve_http, serve_stdio
-
-__all__ = ["build_server", "serve_http", "serve_stdio"]

@@ -1,0 +1,179 @@
+"""Pure-ASGI middleware: request id, access log and metrics; request body limits.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so streamed bodies stay streamed and the
+route template that the router writes into ``scope["route"]`` is visible here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from keepstone.api.logs import current_request_id, direct_handler
+from keepstone.api.metrics import Metrics
+from keepstone.errors import BodyTooLarge, ImportTooLarge, KeepstoneError
+
+access_log = logging.getLogger("keepstone.access")
+log = logging.getLogger("keepstone.api")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
+IMPORT_PATH = "/api/memory/import"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+class RequestContextMiddleware:
+    """Gives each request an id (``X-Request-ID`` in and out), logs one JSON-able line,
+    counts it in the metrics, and turns any unexpected exception into a plain 500."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = _header(scope, b"x-request-id")
+        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else secrets.token_hex(16)
+        scope.setdefault("state", {})["request_id"] = request_id
+        token = current_request_id.set(request_id)
+        started = time.perf_counter()
+        status = 500
+        response_started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = int(message["status"])
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:
+            log.error("unexpected error", exc_info=exc, extra={"request_id": request_id})
+            if not response_started:
+                await _send_json(
+                    send_wrapper,
+                    500,
+                    {"error": {"code": "internal_error", "message": "internal error; see logs"}},
+                )
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            elapsed = time.perf_counter() - started
+            self.metrics.observe_request(scope["method"], template, status, elapsed)
+            current_request_id.reset(token)
+            if access_log.isEnabledFor(logging.INFO):
+                principal = scope.get("state", {}).get("principal")
+                fields = {
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    # Who, never with what: the actor names a user id, not a credential.
+                    "actor": getattr(principal, "actor", None),
+                    "team": getattr(principal, "team_id", None) or None,
+                }
+                direct = direct_handler(access_log)
+                if direct is None:
+                    access_log.info("request", extra=fields)
+                else:
+                    direct.write_fields(access_log.name, "request", fields)
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = orjson.dumps(body)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode("latin-1")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+class BodyLimitMiddleware:
+    """Refuses a request body over its limit with 413 before it is read whole.
+
+    ``Content-Length`` over the limit is refused before any byte is read; a body sent
+    without one (chunked) is counted as it arrives, and the read fails with the same
+    error the moment it passes the limit. Imports have their own, larger cap.
+    """
+
+    def __init__(self, app: ASGIApp, max_json_bytes: int, max_import_bytes: int) -> None:
+        self.app = app
+        self.max_json = max_json_bytes
+        self.max_import = max_import_bytes
+
+    def _error(self, path: str, limit: int) -> KeepstoneError:
+        if path == IMPORT_PATH:
+            return ImportTooLarge(
+                f"the import upload is over {limit} bytes (KEEPSTONE_MAX_IMPORT_BYTES); "
+                "split the archive",
+                quota_bytes=limit,
+            )
+        return BodyTooLarge(f"the request body is over {limit} bytes", quota_bytes=limit)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        limit = self.max_import if path == IMPORT_PATH else self.max_json
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > limit
+            except ValueError:
+                too_big = False
+            if too_big:
+                err = self._error(path, limit)
+                await _send_json(send, err.status, err.to_dict())
+                return
+        seen = 0
+        refused: KeepstoneError | None = None
+        answered = False
+
+        async def counted_receive() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    refused = self._error(path, limit)
+                    raise refused
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            # Whatever the app made of the failed read (FastAPI turns body errors into
+            # its own 400), the answer is the one 413 naming the limit.
+            nonlocal answered
+            if refused is None:
+                await send(message)
+                return
+            if not answered and message["type"] == "http.response.start":
+                answered = True
+                await _send_json(send, refused.status, refused.to_dict())
+
+        await self.app(scope, counted_receive, guarded_send)

@@ -1,0 +1,266 @@
+"""``keepstone admin ...``, ``keepstone db upgrade`` and ``keepstone db prune-history``: operator
+commands on the server's database (SPEC §7.6), the same operations as the admin API (both call
+:class:`keepstone.service.admin.AdminService`).
+
+The operator at their own console holds platform authority: every command acts as
+:data:`OPERATOR`. Each admin command prints one JSON object on
+stdout (``{"id": ...}`` for creations), so scripts can read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from keepstone.cli.common import (
+    UsageError,
+    add_database_arg,
+    cli_command,
+    open_engine,
+    print_json,
+    runtime_for,
+)
+from keepstone.errors import InvalidRequest
+from keepstone.paging import DEFAULT_PAGE, MAX_PAGE
+from keepstone.principal import CredentialKind, Principal
+
+if TYPE_CHECKING:
+    from keepstone.service.admin import AdminService, Page
+
+#: Who the local operator is to the admin use-cases: whoever can open the server's
+#: database already holds the platform's authority, as the admin token does.
+OPERATOR = Principal(kind=CredentialKind.ADMIN_TOKEN)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    admin = subparsers.add_parser("admin", help="manage users, orgs, teams, keys and quotas")
+    verbs = admin.add_subparsers(dest="admin_command", metavar="VERB")
+    verbs.required = True
+
+    p = verbs.add_parser("create-user", help="create a user")
+    p.add_argument("--email", required=True)
+    p.add_argument("--password", default=None, help="at least 8 characters (omit: no sign-in)")
+    p.add_argument("--name", default="")
+    p.add_argument("--super-admin", action="store_true")
+
+    p = verbs.add_parser("create-org", help="create an org")
+    p.add_argument("--name", required=True)
+    p.add_argument("--plan", default="free", help="free|pro|pro_plus|enterprise")
+
+    p = verbs.add_parser("create-team", help="create a team in an org")
+    p.add_argument("--org", required=True, help="org id")
+    p.add_argument("--name", required=True)
+
+    p = verbs.add_parser("add-member", help="add a user to a team (or, with --org, an org)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--team", help="team id")
+    where.add_argument("--org", help="org id")
+    p.add_argument("--user", required=True, help="user id")
+    p.add_argument(
+        "--role",
+        required=True,
+        help="team: viewer|config_editor|member|admin; org: owner|admin|member",
+    )
+    p.add_argument("--projects", default=None, help="comma-separated project ids (team only)")
+
+    p = verbs.add_parser("create-api-key", help="mint an API key (shown once)")
+    p.add_argument("--user", required=True, help="user id")
+    p.add_argument("--team", required=True, help="team id the key acts in")
+    p.add_argument("--name", default="")
+
+    p = verbs.add_parser("set-quota", help="set an org's memory quota, or the instance's")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--org", help="org id")
+    which.add_argument("--instance", action="store_true", help="the global-space quota")
+    p.add_argument("--bytes", type=int, required=True, help="quota in bytes")
+
+    p = verbs.add_parser(
+        "set-history", help="set how much document history an org's teams keep (issue 14)"
+    )
+    p.add_argument("--org", required=True, help="org id")
+    for flag, what in (
+        ("--days", "days a replaced version is kept (default 30)"),
+        ("--versions", "versions kept per document (default 50)"),
+        ("--quota-bytes", "bytes of history a team keeps (default: the team's quota)"),
+    ):
+        p.add_argument(flag, default=None, metavar="N|default", help=f"{what}; 'default' resets")
+
+    p = verbs.add_parser("set-plan", help="set an org's plan")
+    p.add_argument("--org", required=True)
+    p.add_argument("--plan", required=True, help="free|pro|pro_plus|enterprise")
+
+    for verb, what in (("list-orgs", "orgs"), ("list-users", "users"), ("list-keys", "API keys")):
+        p = verbs.add_parser(verb, help=f"list the {what}, a page at a time (never a secret)")
+        p.add_argument("--limit", type=int, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page")
+        p.add_argument("--cursor", default=None, help="the next_cursor of the previous page")
+        p.add_argument("--all", action="store_true", help="every page, as one list")
+        if verb == "list-keys":
+            p.add_argument("--user", default=None, help="only this user's keys (user id)")
+            p.add_argument("--team", default=None, help="only this team's keys (team id)")
+
+    p = verbs.add_parser("revoke-key", help="revoke an API key (its next request is refused)")
+    p.add_argument("--id", required=True, help="the key's id (keepstone admin list-keys)")
+
+    for parser in verbs.choices.values():
+        add_database_arg(parser)
+        parser.set_defaults(func=_run_admin)
+
+    db = subparsers.add_parser("db", help="database maintenance")
+    db_verbs = db.add_subparsers(dest="db_command", metavar="VERB")
+    db_verbs.required = True
+    p = db_verbs.add_parser("upgrade", help="apply every pending schema migration")
+    add_database_arg(p)
+    p.set_defaults(func=_db_upgrade)
+    p = db_verbs.add_parser(
+        "prune-history",
+        help="drop document versions older than each team's history_days (the server's "
+        "purge also does it)",
+    )
+    add_database_arg(p)
+    p.set_defaults(func=_db_prune_history)
+
+
+@cli_command  # a command line that cannot run as given (UsageError) exits 2
+def _run_admin(args: argparse.Namespace) -> int:
+    # The runtime reads KEEPSTONE_KEY_HASH_SECRET (else the secret kept in the database).
+    with runtime_for(args) as opened:
+        return print_json(_OPS[args.admin_command](opened.admin, args))
+
+
+def _op_create_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_user(OPERATOR, a.email, a.password, a.name, a.super_admin)}
+
+
+def _op_create_org(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_org(OPERATOR, a.name, a.plan)}
+
+
+def _op_create_team(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"id": admin.create_team(OPERATOR, a.org, a.name)}
+
+
+def _op_add_member(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    if a.org:
+        admin.add_org_member(OPERATOR, a.org, a.user, a.role)
+        return {"org_id": a.org, "user_id": a.user, "role": a.role}
+    projects = [x for x in a.projects.split(",") if x] if a.projects is not None else None
+    admin.add_team_member(OPERATOR, a.team, a.user, a.role, projects)
+    return {"team_id": a.team, "user_id": a.user, "role": a.role}
+
+
+def _op_create_api_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    created = admin.create_api_key(OPERATOR, a.user, a.team, a.name)
+    return {"id": created.id, "key": created.key}
+
+
+def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    if a.bytes < 0:
+        raise InvalidRequest("--bytes must be a whole number >= 0")
+    if a.instance:
+        admin.set_instance_quota(OPERATOR, a.bytes)
+        return {"memory_quota_bytes": a.bytes}
+    done = admin.set_org_quota(OPERATOR, a.org, a.bytes)
+    return {
+        **asdict(done.org),
+        "teams_updated": list(done.teams_updated),
+        "teams_failed": list(done.teams_failed),
+    }
+
+
+def _history_arg(flag: str, raw: str) -> int | None:
+    if raw == "default":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{flag} takes a whole number from 1, or 'default'") from None
+
+
+def _op_set_history(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    given = {
+        name: _history_arg(flag, raw)
+        for name, flag, raw in (
+            ("history_days", "--days", a.days),
+            ("history_versions", "--versions", a.versions),
+            ("history_quota_bytes", "--quota-bytes", a.quota_bytes),
+        )
+        if raw is not None
+    }
+    if not given:
+        raise UsageError("name a limit to set: --days, --versions and/or --quota-bytes")
+    done = admin.set_org_history_limits(OPERATOR, a.org, **given)
+    return {
+        "org_id": a.org,
+        **given,
+        "teams_updated": list(done.teams_updated),
+        "teams_failed": list(done.teams_failed),
+    }
+
+
+def _op_set_plan(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return asdict(admin.update_org(OPERATOR, a.org, plan=a.plan))
+
+
+def _paged(
+    key: str, a: argparse.Namespace, fetch: Callable[[str | None], Page[Any]]
+) -> dict[str, Any]:
+    """One page (``--cursor``), or with ``--all`` every page from there on as one list."""
+    page = fetch(a.cursor)
+    items = [item.as_json() for item in page.items]
+    while a.all and page.next_cursor is not None:
+        page = fetch(page.next_cursor)
+        items += [item.as_json() for item in page.items]
+    return {key: items, "next_cursor": page.next_cursor}
+
+
+def _op_list_orgs(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return _paged("orgs", a, lambda c: admin.list_orgs(OPERATOR, limit=a.limit, cursor=c))
+
+
+def _op_list_users(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return _paged("users", a, lambda c: admin.list_users(OPERATOR, limit=a.limit, cursor=c))
+
+
+def _op_list_keys(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    def fetch(cursor: str | None) -> Page[Any]:
+        return admin.list_api_keys(
+            OPERATOR, limit=a.limit, cursor=cursor, user_id=a.user, team_id=a.team
+        )
+
+    return _paged("api_keys", a, fetch)
+
+
+def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.revoke_api_key(OPERATOR, a.id)
+    return {"id": a.id, "revoked": True}
+
+
+_OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = {
+    "create-user": _op_create_user,
+    "create-org": _op_create_org,
+    "create-team": _op_create_team,
+    "add-member": _op_add_member,
+    "create-api-key": _op_create_api_key,
+    "set-quota": _op_set_quota,
+    "set-history": _op_set_history,
+    "set-plan": _op_set_plan,
+    "list-orgs": _op_list_orgs,
+    "list-users": _op_list_users,
+    "list-keys": _op_list_keys,
+    "revoke-key": _op_revoke_key,
+}
+
+
+def _db_prune_history(args: argparse.Namespace) -> int:
+    with runtime_for(args) as opened:
+        return print_json({"pruned_versions": opened.admin.prune_history()})
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from keepstone.schema import upgrade_all  # SQLAlchemy: loaded by the commands that use it
+
+    with open_engine(args, upgrade=False) as engine:
+        applied = upgrade_all(engine)
+    return print_json({"applied": [f"{m.component}:{m.version}" for m in applied]})

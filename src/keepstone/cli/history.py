@@ -1,0 +1,146 @@
+"""``keepstone memory log|show|diff|restore`` and the ``--as-of TIME`` flag (issue 14,
+docs/history.md).
+
+Thin like :mod:`keepstone.cli.memory`: each verb parses its flags and calls the history verbs
+of :class:`~keepstone.service.spaces.SpaceService`. :func:`parse_time` is the one reading of a
+``--as-of`` value, shared by ``ls``/``cat``/``export``, ``keepstone run`` and ``keepstone mcp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args
+from keepstone.documents import VersionInfo
+
+#: ``--as-of``'s relative forms: a whole number and a unit, meaning that long ago.
+_RELATIVE = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+AS_OF_HELP = (
+    "the space as it was at TIME: ISO 8601 (2026-11-30T14:00:00Z, an offset such as +02:00, "
+    "a date alone = its midnight; no zone = UTC) or a time ago (90s, 15m, 2h, 3d, 1w)"
+)
+
+
+def parse_time(value: str, *, flag: str = "--as-of", now: datetime | None = None) -> datetime:
+    """``value`` as an aware instant: ISO 8601 (``Z`` or an offset; naive = UTC) or a
+    relative ``<n><s|m|h|d|w>`` meaning that long before ``now``. A value that is neither
+    is a :class:`UsageError` naming ``flag`` and both forms."""
+    relative = _RELATIVE.match(value)
+    if relative:
+        ago = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+        return (now or datetime.now(UTC)) - ago
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {value!r} is not a time: give ISO 8601 (2026-11-30T14:00:00Z, "
+            "2026-11-30T16:00+02:00, 2026-11-30) or a time ago (90s, 15m, 2h, 3d, 1w)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def add_as_of_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--as-of TIME`` (parsed by the handler with :func:`parse_time`)."""
+    parser.add_argument("--as-of", dest="as_of", metavar="TIME", default=None, help=AS_OF_HELP)
+
+
+def as_of_arg(args: argparse.Namespace) -> datetime | None:
+    """The parsed ``--as-of``, None when it was not given."""
+    raw: str | None = getattr(args, "as_of", None)
+    return None if raw is None else parse_time(raw)
+
+
+Verb = Callable[[str, str, Callable[[argparse.Namespace], int]], Any]
+
+
+def register_verbs(verbs: Any, verb: Verb) -> None:
+    """Add ``log``, ``show``, ``diff`` and ``restore`` with ``keepstone memory``'s ``verb``
+    (which adds the space and server flags)."""
+    del verbs  # the verbs are added through ``verb``, which knows the shared flags
+    log = verb("log", "list a document's versions, newest first", _log)
+    log.add_argument("path", metavar="PATH")
+    log.add_argument("--json", action="store_true", help="print the versions as JSON")
+
+    show = verb("show", "print one version of a document", _show)
+    show.add_argument("path", metavar="PATH")
+    show.add_argument("--version", type=int, required=True, metavar="N", help="the version")
+
+    diff = verb("diff", "a unified diff between two versions of a document", _diff)
+    diff.add_argument("path", metavar="PATH")
+    diff.add_argument("--from", dest="old", type=int, required=True, metavar="N")
+    diff.add_argument(
+        "--to",
+        dest="new",
+        type=int,
+        default=None,
+        metavar="M",
+        help="the newer version (default: the newest, i.e. the live document)",
+    )
+
+    restore = verb("restore", "make an earlier version of a document current again", _restore)
+    restore.add_argument("path", metavar="PATH")
+    restore.add_argument("--version", type=int, required=True, metavar="N", help="the version")
+    restore.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+
+def _log(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who):
+        ref = space_ref_from_args(args, who.team_id)
+        versions = service.versions(ref, args.path)
+        if args.json:
+            print(json.dumps({"versions": [v.as_json() for v in versions]}))
+            return 0
+        for i, v in enumerate(versions):
+            print(_log_line(v, live=i == 0 and not v.deleted))
+        return 0
+
+
+def _log_line(v: VersionInfo, *, live: bool) -> str:
+    when = v.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    what = "deleted" if v.deleted else human_bytes(v.size_bytes)
+    mark = "  (live)" if live else ""
+    return f"{v.version:>5}  {when}  {what:>10}  {v.actor}{mark}"
+
+
+def _show(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who):
+        ref = space_ref_from_args(args, who.team_id)
+        sys.stdout.write(service.read_version(ref, args.path, args.version).content)
+        sys.stdout.flush()
+        return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who):
+        ref = space_ref_from_args(args, who.team_id)
+        new = args.new
+        if new is None:
+            new = service.versions(ref, args.path)[0].version
+        text = service.diff(ref, args.path, args.old, new)
+        if not text:
+            print(f"versions {args.old} and {new} of {args.path} are identical", file=sys.stderr)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who):
+        ref = space_ref_from_args(args, who.team_id)
+        result = service.restore(who, ref, args.path, args.version, if_match=args.if_match)
+        print(
+            f"restored {result.path} from version {args.version} "
+            f"({human_bytes(result.size_bytes)}, etag {result.etag})"
+        )
+        return 0

@@ -1,0 +1,385 @@
+"""``keepstone memory du|ls|cat|put|rm|export|import|search``: the CLI over one space (SPEC §8);
+the history verbs (``log|show|diff|restore``) are in :mod:`keepstone.cli.history`.
+
+Thin: each verb parses its flags, resolves the space with :mod:`keepstone.cli.common`
+and calls :class:`~keepstone.service.spaces.SpaceService`. Without ``--server`` the store is the
+filesystem store under ``$KEEPSTONE_HOME/spaces`` (tenant ``local``); with it, the HTTP
+client store. Exit status: 0 done, 1 refused (one line on stderr), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from keepstone.cli import reindex
+from keepstone.cli.common import (
+    UsageError,
+    _login_name,
+    add_server_args,
+    add_space_args,
+    cli_command,
+    cli_config,
+    human_bytes,
+    is_tty,
+    open_spaces,
+    progress,
+    space_ref_from_args,
+)
+from keepstone.cli.history import add_as_of_arg, as_of_arg
+from keepstone.cli.history import register_verbs as register_history_verbs
+from keepstone.cli.spaces import register_verb as register_spaces_verb
+from keepstone.documents import ImportReport, ImportStrategy
+from keepstone.errors import InvalidDocument
+from keepstone.principal import CredentialKind, Principal
+from keepstone.service.access import console_principal
+from keepstone.service.spaces import SpaceLabel, SpaceService
+from keepstone.spaces import SpaceRef
+
+if TYPE_CHECKING:
+    from keepstone.service.search import DocumentHit
+
+
+def register(subparsers: Any) -> None:
+    """Add ``keepstone memory`` and its verbs."""
+    memory = subparsers.add_parser(
+        "memory",
+        help="read, write, export and import a knowledge space",
+        description="Work on one knowledge space: the local store, or a server with --server.",
+    )
+    verbs = memory.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+        parser = verbs.add_parser(name, help=help_text, description=help_text)
+        add_space_args(parser, "bot")
+        add_server_args(parser)
+        parser.set_defaults(func=cli_command(handler))
+        return parser
+
+    du = verb("du", "show the space's usage against its quotas", _du)
+    du.add_argument("--json", action="store_true", help="print the usage as JSON")
+
+    ls = verb("ls", "list the space's documents", _ls)
+    ls.add_argument("dir", nargs="?", default="", metavar="DIR", help="a directory prefix")
+    ls.add_argument("--json", action="store_true", help="print the listing as JSON")
+    add_as_of_arg(ls)
+
+    cat = verb("cat", "print one document", _cat)
+    cat.add_argument("path", metavar="PATH")
+    add_as_of_arg(cat)
+
+    put = verb("put", "write one document (from --file, else stdin)", _put)
+    put.add_argument("path", metavar="PATH")
+    put.add_argument("--file", metavar="F", help="read the content from F (default: stdin)")
+    put.add_argument(
+        "--empty",
+        action="store_true",
+        help="write an empty document on purpose (empty content is refused otherwise)",
+    )
+    put.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+    rm = verb("rm", "remove one document", _rm)
+    rm.add_argument("path", metavar="PATH")
+    rm.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+    export = verb("export", "write the space as a .tar.gz (stdout when --out is omitted)", _export)
+    export.add_argument("--out", metavar="F", help="the archive to write (default: stdout)")
+    add_as_of_arg(export)
+
+    imp = verb("import", "merge a .tar.gz into the space (stdin when --in is omitted)", _import)
+    imp.add_argument("--in", dest="infile", metavar="F", help="the archive (default: stdin)")
+    imp.add_argument(
+        "--strategy",
+        default=ImportStrategy.SKIP.value,
+        choices=[s.value for s in ImportStrategy],
+        help="what to do with a document that exists: skip (default), overwrite, rename",
+    )
+    imp.add_argument("--json", action="store_true", help="print the report as JSON")
+    imp.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the summary line, and the rejected members (they need action)",
+    )
+
+    search = verb("search", "search the space's documents by keyword and meaning", _search)
+    search.add_argument("query", metavar="QUERY", help="what to look for")
+    search.add_argument(
+        "--limit", type=int, default=10, metavar="N", help="at most N hits, 1-50 (default 10)"
+    )
+    search.add_argument(
+        "--path-prefix", default="", metavar="P", help="only documents whose path starts with P"
+    )
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+    search.add_argument(
+        "--all",
+        action="store_true",
+        help="search every space you may read (your team's, your own user spaces, global) "
+        "instead of the one the space flags name; locally, --user names whose user spaces",
+    )
+
+    reindex_help = "bring the local store's search index in line with its files"
+    reindex = verbs.add_parser("reindex", help=reindex_help, description=reindex_help)
+    add_server_args(reindex)
+    reindex.add_argument(
+        "--rebuild", action="store_true", help="start from an empty index (re-embeds too)"
+    )
+    reindex.set_defaults(func=cli_command(_reindex))
+    register_spaces_verb(verbs)
+    register_history_verbs(verbs, verb)
+
+
+@contextlib.contextmanager
+def _open(args: argparse.Namespace) -> Iterator[tuple[SpaceService, SpaceRef, Principal]]:
+    """(service, space, who is acting) for the flags; the store is closed afterwards."""
+    with open_spaces(args) as (service, who):
+        yield service, space_ref_from_args(args, who.team_id), who
+
+
+def _du(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, _):
+        usage = service.usage(ref)
+        if args.json:
+            print(json.dumps(usage.as_json()))
+            return 0
+        print(f"space  {usage.space_id}")
+        print(f"used   {_of(usage.used_bytes, usage.quota_bytes)}")
+        print(f"total  {_of(usage.team_used_bytes, usage.team_quota_bytes)}  (all spaces)")
+        if usage.history_quota_bytes or usage.history_used_bytes:
+            history = _of(usage.history_used_bytes, usage.history_quota_bytes)
+            print(f"history {history}  (replaced versions, all spaces)")
+        else:
+            print("history not kept by this store")
+        return 0
+
+
+def _of(used: int, quota: int) -> str:
+    if quota <= 0:
+        return f"{human_bytes(used)} (no cap)"
+    return f"{human_bytes(used)} of {human_bytes(quota)} ({100 * used / quota:.1f}%)"
+
+
+def _ls(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
+    with _open(args) as (service, ref, _):
+        docs = service.list(ref, args.dir) if at is None else service.list_as_of(ref, at, args.dir)
+        if args.json:
+            print(json.dumps({"documents": [d.as_json() for d in docs]}))
+            return 0
+        for d in docs:
+            when = d.updated_at.strftime("%Y-%m-%d %H:%M")
+            print(f"{human_bytes(d.size_bytes):>10}  {when}  {d.path}")
+        if not docs:
+            # stdout stays empty for scripts; the person reading learns where we looked.
+            under = f" under {args.dir!r}" if args.dir else ""
+            print(f"no documents in {_where(args, ref)}{under}{_SEE_SPACES}", file=sys.stderr)
+        return 0
+
+
+#: Where an empty answer sends the reader: the verb that lists the spaces that exist.
+_SEE_SPACES = "; `keepstone memory spaces` lists the spaces that exist"
+
+
+def _where(args: argparse.Namespace, ref: SpaceRef) -> str:
+    """The space looked at, as flags would name it: ``bot space 'default' (project
+    myrepo-1a2b3c4d (the current directory), bot b1)``."""
+    quals: list[str] = []
+    if ref.project:
+        given = getattr(args, "project", None)
+        origin = " (the current directory)" if not given else ""
+        if given and given != ref.project:
+            origin = f" (from {given})"
+        quals.append(f"project {ref.project}{origin}")
+    quals += [f"{k} {v}" for k, v in (("bot", ref.bot), ("user", ref.user)) if v]
+    inside = f" ({', '.join(quals)})" if quals else ""
+    return f"{ref.visibility.value} space {ref.name!r}{inside}"
+
+
+def _cat(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
+    with _open(args) as (service, ref, _):
+        doc = service.read(ref, args.path) if at is None else service.read_as_of(ref, args.path, at)
+        sys.stdout.write(doc.content)
+        sys.stdout.flush()
+        return 0
+
+
+def _put_content(args: argparse.Namespace) -> bytes:
+    """The bytes ``put`` writes: ``--file``, else stdin; never waits at a terminal, never
+    empties a note unless ``--empty`` says so."""
+    if args.empty:
+        if args.file:
+            raise UsageError("--empty writes an empty document; drop --file F (or --empty)")
+        return b""
+    if args.file:
+        try:
+            raw = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--file {args.file!r}: {exc.strerror or exc}") from None
+        source = f"--file {args.file!r}"
+    else:
+        if is_tty(sys.stdin):
+            raise UsageError("no content: use --file F or pipe the content into stdin")
+        raw = sys.stdin.buffer.read()
+        source = "stdin"
+    if not raw:
+        raise UsageError(
+            f"no content: {source} is empty; pass --empty to write an empty document on purpose"
+        )
+    return raw
+
+
+def _put(args: argparse.Namespace) -> int:
+    raw = _put_content(args)
+    with _open(args) as (service, ref, who):
+        try:
+            content = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidDocument(
+                f"the content is not valid UTF-8 (byte {exc.start}); save it as UTF-8 Markdown"
+            ) from None
+        result = service.write(who, ref, args.path, content, if_match=args.if_match)
+        verb = "created" if result.created else "replaced"
+        print(f"{verb} {result.path} ({human_bytes(result.size_bytes)}, etag {result.etag})")
+        return 0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, who):
+        service.delete(who, ref, args.path, if_match=args.if_match)
+        print(f"removed {args.path}")
+        return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    at = as_of_arg(args)
+    with _open(args) as (service, ref, _):
+        if not args.out and is_tty(sys.stdout):
+            raise UsageError("refusing to write a binary archive to a terminal; use --out FILE")
+        total = None
+        if is_tty(sys.stderr):
+            total = len(service.list(ref) if at is None else service.list_as_of(ref, at))
+        with progress("exporting", total) as advance:
+            if args.out:
+                count = service.export_to(ref, args.out, progress=advance, as_of=at)
+            elif at is not None:
+                count = service.export_as_of(ref, at, sys.stdout.buffer, progress=advance)
+                sys.stdout.buffer.flush()
+            else:
+                count = service.export(ref, sys.stdout.buffer, progress=advance)
+                sys.stdout.buffer.flush()
+        where = args.out or "stdout"
+        when = "" if at is None else f" as of {at.isoformat()}"
+        print(f"exported {count} document(s) of {ref.id}{when} to {where}", file=sys.stderr)
+        return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, who):
+        if not args.infile and is_tty(sys.stdin):
+            raise UsageError("no archive: use --in FILE or pipe a .tar.gz into stdin")
+        strategy = ImportStrategy(args.strategy)
+        with contextlib.ExitStack() as stack:
+            source: BinaryIO
+            if args.infile:
+                try:
+                    source = stack.enter_context(open(args.infile, "rb"))
+                except OSError as exc:
+                    raise UsageError(f"--in {args.infile!r}: {exc.strerror or exc}") from None
+            else:
+                source = sys.stdin.buffer
+            ticker = stack.enter_context(progress("importing"))
+            # At the local console this is the one act with platform authority (a global
+            # import, SPEC §5); through --server the server decides. Both give the bar its
+            # total before the upload or the first write (through --server, counted here
+            # from a file; the members then all count when the server's report comes).
+            report = service.import_archive(
+                who, ref, source, strategy, progress=ticker, total=ticker.set_total
+            )
+        _print_report(report, as_json=args.json, quiet=args.quiet)
+        return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    if args.all:
+        return _search_all(args)
+    with _open(args) as (service, ref, who):
+        hits = service.search(who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix)
+        if args.json:
+            print(json.dumps({"results": [hit.as_json() for hit in hits]}))
+            return 0
+        _print_hits([(hit, None) for hit in hits], f" in {_where(args, ref)}{_SEE_SPACES}")
+        return 0
+
+
+def _search_all(args: argparse.Namespace) -> int:
+    """``--all``: every space the caller may read (``scope=readable``); the space flags
+    are not used, but locally ``--user`` (default the login name) says whose user spaces."""
+    with open_spaces(args) as (service, who):
+        if who.kind is CredentialKind.CONSOLE:
+            who = console_principal(args.user or _login_name())
+        found = service.search_readable(
+            who, args.query, limit=args.limit, path_prefix=args.path_prefix
+        )
+        if args.json:
+            print(json.dumps({"results": [hit.as_json() for hit in found]}))
+            return 0
+        pairs: list[tuple[DocumentHit, SpaceLabel | None]] = [
+            (found_hit.hit, found_hit.space) for found_hit in found
+        ]
+        _print_hits(pairs, " in any space you may read")
+        return 0
+
+
+def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str) -> None:
+    for i, (hit, space) in enumerate(hits):
+        if i:
+            print()
+        print(hit.path)
+        if space is not None:
+            quals = [f"{k} {v}" for k, v in (("project", space.project), ("bot", space.bot)) if v]
+            print(
+                f"  in {space.visibility} space {space.name!r}" + "".join(f", {q}" for q in quals)
+            )
+        if hit.heading:
+            print(f"  {hit.heading}")
+        matched = f"  ({', '.join(hit.matched)})" if hit.matched else ""
+        print(f"  score {hit.score:.3f}{matched}")
+        print(f"    {hit.snippet}")
+    if not hits:
+        print(f"no matches{where}", file=sys.stderr)
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    with open_spaces(args) as (service, who):
+        with progress("indexing") as advance:
+            changed = service.reindex(who, rebuild=args.rebuild, progress=advance)
+        print(f"reindexed {changed} document(s)")
+        # The chunks to embed are the local store's own (keepstone reindex does the server's).
+        reindex.embed_and_report(cli_config(args), service.store, changed)
+    return 0
+
+
+def _print_report(report: ImportReport, *, as_json: bool, quiet: bool = False) -> None:
+    if as_json:
+        print(json.dumps(report.as_json()))
+        return
+    print(
+        f"written {len(report.written)}, skipped {len(report.skipped)}, "
+        f"renamed {len(report.renamed)}, rejected {len(report.rejected)}"
+    )
+    if not quiet:
+        for path in report.written:
+            print(f"  written   {path}")
+        for path in report.skipped:
+            print(f"  skipped   {path} (exists)")
+        for old, new in report.renamed.items():
+            print(f"  renamed   {old} -> {new}")
+    for rejected in report.rejected:
+        print(f"  rejected  {rejected.path}: {rejected.reason}")

@@ -1,0 +1,166 @@
+"""``keepstone serve``: the HTTP service (SPEC §1)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import socket
+import sys
+import tempfile
+from typing import Any
+
+from keepstone.cli.common import UsageError, add_database_arg, cli_command
+from keepstone.config import Config
+from keepstone.errors import Conflict, InvalidRequest
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description="Run the Keepstone HTTP service. Schema migrations run at start.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8420, help="port to listen on (8420)")
+    add_database_arg(parser)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port (1); see docs/deploy.md",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="single-tenant mode: no authentication, one implicit team 'local'",
+    )
+    parser.set_defaults(func=run)
+
+
+@cli_command
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from keepstone.api import logs
+    from keepstone.api.app import create_app
+
+    if not 1 <= args.port <= 65535:
+        raise UsageError("--port must be 1-65535")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be 1-{MAX_WORKERS}")
+    logs.configure()
+    if args.local and args.host not in ("127.0.0.1", "localhost", "::1"):
+        # Local mode has no authentication: on a network address anyone can write.
+        print(
+            f"keepstone: warning: --local serves without authentication on {args.host}; "
+            "anyone who can reach it can read and write every space",
+            file=sys.stderr,
+        )
+    config = Config.from_env(database_url=args.database, local=args.local)
+    # Bound before anything else, so a port in use is one line and nothing has said
+    # "listening" (uvicorn binds only once its app has started, and then logs a traceback).
+    with _bind(args.host, args.port) as sock:
+        if args.workers == 1:
+            app = create_app(config, indexer=True)
+            print(_banner(args, config), file=sys.stderr)
+            uvicorn.Server(server_config(app)).run(sockets=[sock])
+            return 0
+        _serve_workers(config, sock, args)
+    return 0
+
+
+#: A bound on --workers: each is a whole interpreter with its own connection pool.
+MAX_WORKERS = 64
+
+
+def server_config(app: Any, workers: int = 1) -> Any:
+    """uvicorn's settings for ``keepstone serve`` (the benchmark's floor is served with the same).
+
+    ``loop``/``http`` are uvicorn's "auto": uvloop and httptools, which the
+    ``uvicorn[standard]`` dependency installs (asyncio and h11 only if they are missing).
+    Our own access log carries the request id; uvicorn's would duplicate it.
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        app, access_log=False, log_level="warning", loop="auto", http="auto", workers=workers
+    )
+
+
+def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace) -> None:
+    """``--workers N``: N uvicorn processes accepting on the one socket bound here, each
+    taking a new connection only while it holds no more open connections than the least
+    loaded of the others (:mod:`keepstone.cli.serve_balance`: otherwise a few keep-alive
+    connections that arrive together often all land on one worker).
+
+    This process supervises (uvicorn's ``Multiprocess``: a worker that dies is replaced,
+    SIGTERM/SIGINT stop them all). It runs the migrations once before any worker starts,
+    and the background indexer once, as its own child; each worker builds its app with
+    no migrations and no indexer. The periodic purge runs in one worker only: the one
+    holding the lock file's ``flock`` (:class:`keepstone.api.app.WorkerApp`).
+    """
+    from keepstone.api.app import WorkerApp
+    from keepstone.api.indexer_process import IndexerProcess
+    from keepstone.cli.serve_balance import serve_balanced
+    from keepstone.runtime import open_runtime
+
+    open_runtime(config).close()  # migrations (and the key-hash secret), once
+    indexer = IndexerProcess(config)
+    handle, lock_path = tempfile.mkstemp(prefix="keepstone-serve-", suffix=".lock")
+    os.close(handle)
+    try:
+        indexer.start()
+        print(_banner(args, config), file=sys.stderr)
+        app = WorkerApp(config, purge_lock=lock_path)
+        serve_balanced(server_config(app, args.workers), sock)
+    finally:
+        indexer.stop()
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port``; a failure is one line saying what to do."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        # As uvicorn does: a port left in TIME_WAIT by a stopped server is free to take.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise Conflict(f"{where} is in use: stop the other server or pass --port N") from None
+        if exc.errno == errno.EACCES:
+            raise InvalidRequest(
+                f"cannot listen on {where}: permission denied; pass --port 1024 or above"
+            ) from None
+        reason = exc.strerror or str(exc)
+        raise InvalidRequest(
+            f"cannot listen on {where}: {reason}; check --host and --port"
+        ) from None
+    return sock
+
+
+def _banner(args: argparse.Namespace, config: Config) -> str:
+    """What a person starting the server needs to know: where it is and how to get in."""
+    url = config.database_url
+    shown_db = url.split("@", 1)[-1] if "@" in url else url  # never print a password
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    lines = [
+        f"keepstone serve: listening on http://{args.host}:{args.port} "
+        f"(database {shown_db}{workers})"
+    ]
+    if config.local:
+        lines.append("keepstone serve: local mode: no authentication, one team 'local'")
+    elif not config.admin_token:
+        lines.append(
+            "keepstone serve: KEEPSTONE_ADMIN_TOKEN is not set; set it to use the admin API, "
+            "or create a super-admin with: "
+            "keepstone admin create-user --email E --password P --super-admin"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""Every setting of a Keepstone process, read once from its ``KEEPSTONE_*`` environment variables.
+
+:class:`Config` is the only reader of the environment: ``Config.from_env()`` reads the
+process environment (or a given mapping), ``Config(...)`` with keywords reads nothing and
+takes the defaults for the rest. Each field names its variable in full, so
+``grep KEEPSTONE_X`` finds where it is read. A value that does not parse raises the
+:class:`~keepstone.errors.InvalidRequest` naming the variable; an empty value means unset,
+except for the byte counts of the filesystem store, where it is an error too.
+
+Fields without a variable (``local``, ``max_json_bytes``, ``session_ttl_seconds``) are set
+by flags or by code. Derived values are methods: :meth:`Config.limits`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+
+from keepstone.errors import InvalidRequest
+from keepstone.quota import Limits, MiB
+
+# How a variable's text becomes a value. A keyword argument that is not text is taken
+# as given, so code and tests construct Config(...) with typed values.
+
+
+def _unset_when_empty(value: object) -> object:
+    return value or None
+
+
+def _unset_when_blank(value: object) -> object:
+    return (value.strip() or None) if isinstance(value, str) else value
+
+
+def _switch(value: object) -> object:
+    return value.lower() in ("1", "true", "yes") if isinstance(value, str) else value
+
+
+def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = -1
+    if number < least:
+        raise InvalidRequest(f"{_field(info).validation_alias}={value!r} is not {what}")
+    return number
+
+
+def _positive_whole_number(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    return _whole_number(value, info, 1, "a positive whole number; fix or unset it")
+
+
+def _seconds(value: object, info: ValidationInfo) -> object:
+    # Lenient on purpose: a purge interval that does not parse keeps the default.
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value) if value.strip() else _field(info).default
+    except ValueError:
+        return _field(info).default
+
+
+def _byte_count(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    return _whole_number(value, info, 0, "a byte count; set a whole number >= 0")
+
+
+def _embedder_kind(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    kind = value.strip().lower() or "minilm"
+    if kind not in ("minilm", "http", "none"):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not one of minilm, http, none"
+        )
+    return kind
+
+
+def _on_off(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    word = value.strip().lower() or "on"
+    if word not in ("on", "off"):
+        raise InvalidRequest(f"{_field(info).validation_alias}={value!r} is not on or off")
+    return word == "on"
+
+
+def _pgvector_mode(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    mode = value.strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not one of auto, on, off"
+        )
+    return mode
+
+
+def _count(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    return _whole_number(value, info, 0, "a whole number >= 0; fix or unset it")
+
+
+#: The gzip level of an export (``KEEPSTONE_EXPORT_GZIP_LEVEL``): 1, chosen for throughput
+#: (docs/performance.md, "Export and import").
+DEFAULT_EXPORT_GZIP_LEVEL = 1
+
+
+def _gzip_level(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    try:
+        level = int(value.strip())
+    except ValueError:
+        level = -1
+    if not 0 <= level <= 9:
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not a gzip level: set a whole "
+            "number from 0 (no compression) to 9 (smallest, slowest), or unset it for 1"
+        )
+    return level
+
+
+def _field(info: ValidationInfo) -> FieldInfo:
+    return Config.model_fields[str(info.field_name)]
+
+
+_Text = Annotated[str | None, BeforeValidator(_unset_when_empty)]
+_PositiveInt = Annotated[int, BeforeValidator(_positive_whole_number)]
+_ByteCount = Annotated[int | None, BeforeValidator(_byte_count)]
+
+
+class Config(BaseModel):
+    """Everything a Keepstone process needs to know at start (see the module docstring)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True
+    )
+
+    # --- The server (docs/deploy.md lists each of these) ---------------------------------
+    #: Where local state lives (default ``~/.keepstone``): the SQLite database, the CLI's spaces.
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".keepstone", validation_alias="KEEPSTONE_HOME"
+    )
+    #: Unset: ``sqlite:///$KEEPSTONE_HOME/keepstone.db``.
+    database_url: str = Field("", validation_alias="KEEPSTONE_DATABASE_URL", validate_default=True)
+    #: The credentials of the operator and of the host application; None: no such credential.
+    admin_token: _Text = Field(None, validation_alias="KEEPSTONE_ADMIN_TOKEN")
+    service_token: _Text = Field(None, validation_alias="KEEPSTONE_SERVICE_TOKEN")
+    #: Key of the API key / session HMAC; None: the random secret kept in the database.
+    key_hash_secret: _Text = Field(None, validation_alias="KEEPSTONE_KEY_HASH_SECRET")
+    #: Cap on an import upload (the compressed tarball).
+    max_import_bytes: _PositiveInt = Field(256 * MiB, validation_alias="KEEPSTONE_MAX_IMPORT_BYTES")
+    #: The gzip level of an export (0-9): 1 compresses fastest, 9 smallest.
+    export_gzip_level: Annotated[int, BeforeValidator(_gzip_level)] = Field(
+        DEFAULT_EXPORT_GZIP_LEVEL, ge=0, le=9, validation_alias="KEEPSTONE_EXPORT_GZIP_LEVEL"
+    )
+    login_failures_per_minute: _PositiveInt = Field(
+        5, validation_alias="KEEPSTONE_LOGIN_FAILURES_PER_MINUTE"
+    )
+    cookie_secure: Annotated[bool, BeforeValidator(_switch)] = Field(
+        False, validation_alias="KEEPSTONE_COOKIE_SECURE"
+    )
+    #: argon2id cost of password hashes (argon2-cffi's defaults: 3 passes over 64 MiB).
+    argon2_time_cost: _PositiveInt = Field(3, validation_alias="KEEPSTONE_ARGON2_TIME_COST")
+    argon2_memory_kib: _PositiveInt = Field(65536, validation_alias="KEEPSTONE_ARGON2_MEMORY_KIB")
+    #: The Redis of the records search limit; None: an in-process limit.
+    redis_url: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="KEEPSTONE_REDIS_URL"
+    )
+    redis_prefix: str = Field("keepstone:", validation_alias="KEEPSTONE_REDIS_PREFIX")
+    #: Seconds between purges of expired records; 0 turns purging off.
+    records_purge_interval: Annotated[float, BeforeValidator(_seconds)] = Field(
+        3600.0, validation_alias="KEEPSTONE_RECORDS_PURGE_INTERVAL"
+    )
+    #: Single-tenant mode (``keepstone serve --local``): no authentication.
+    local: bool = False
+    #: Cap on a JSON (or raw Markdown) request body: a 2 MiB document plus JSON escaping.
+    max_json_bytes: int = 3 * MiB
+    session_ttl_seconds: int = 14 * 24 * 3600
+
+    # --- The command line and agents (docs/cli.md, docs/agents.md) -----------------------
+    server: _Text = Field(None, validation_alias="KEEPSTONE_SERVER")
+    token: _Text = Field(None, validation_alias="KEEPSTONE_TOKEN")
+    team: _Text = Field(None, validation_alias="KEEPSTONE_TEAM")
+    #: As written: it ranks below ``--auto-memory`` and the agent config, so
+    #: :func:`keepstone.automemory.space.decide_auto_memory` parses it only when it decides.
+    auto_memory: str | None = Field(None, validation_alias="KEEPSTONE_AUTO_MEMORY")
+    #: Set by ``keepstone run`` for the agent it starts.
+    auto_memory_dir: _Text = Field(None, validation_alias="KEEPSTONE_AUTO_MEMORY_DIR")
+    #: The filesystem store's overrides (SPEC §4); None keeps the default.
+    memory_quota_private: _ByteCount = Field(
+        None, validation_alias="KEEPSTONE_MEMORY_QUOTA_PRIVATE"
+    )
+    memory_quota_bot: _ByteCount = Field(None, validation_alias="KEEPSTONE_MEMORY_QUOTA_BOT")
+    memory_quota_project: _ByteCount = Field(
+        None, validation_alias="KEEPSTONE_MEMORY_QUOTA_PROJECT"
+    )
+    memory_quota_cross_project: _ByteCount = Field(
+        None, validation_alias="KEEPSTONE_MEMORY_QUOTA_CROSS_PROJECT"
+    )
+    memory_quota_user: _ByteCount = Field(None, validation_alias="KEEPSTONE_MEMORY_QUOTA_USER")
+    memory_quota_org: _ByteCount = Field(None, validation_alias="KEEPSTONE_MEMORY_QUOTA_ORG")
+    memory_quota_global: _ByteCount = Field(None, validation_alias="KEEPSTONE_MEMORY_QUOTA_GLOBAL")
+    #: The whole tree's aggregate (0 refuses every write that grows it).
+    memory_quota_org_total: _ByteCount = Field(
+        None, validation_alias="KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"
+    )
+    #: The document cap (0 refuses every non-empty document).
+    memory_max_doc: _ByteCount = Field(None, validation_alias="KEEPSTONE_MEMORY_MAX_DOC")
+
+    # --- Embeddings: search by meaning (docs/search.md, "Embedders") ---------------------
+    #: ``minilm`` (all-MiniLM-L6-v2 on numpy, offline), ``http`` (an OpenAI-compatible
+    #: ``/v1/embeddings`` endpoint) or ``none`` (keyword search only).
+    embedder: Annotated[str, BeforeValidator(_embedder_kind)] = Field(
+        "minilm", validation_alias="KEEPSTONE_EMBEDDER"
+    )
+    #: ``http``: the server's base URL (``POST {url}/v1/embeddings``), the model it
+    #: serves, and an optional Bearer key.
+    embeddings_url: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="KEEPSTONE_EMBEDDINGS_URL"
+    )
+    embeddings_model: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="KEEPSTONE_EMBEDDINGS_MODEL"
+    )
+    embeddings_key: _Text = Field(None, validation_alias="KEEPSTONE_EMBEDDINGS_KEY")
+    #: ``minilm``: a directory holding model.safetensors and tokenizer.json; None: look in
+    #: ``$KEEPSTONE_HOME/models/all-MiniLM-L6-v2``, then the installed model package.
+    model_dir: Annotated[Path | None, BeforeValidator(_unset_when_blank)] = Field(
+        None, validation_alias="KEEPSTONE_MODEL_DIR"
+    )
+    #: BLAS/OpenMP threads of the process (the default of OPENBLAS_NUM_THREADS,
+    #: OMP_NUM_THREADS, MKL_NUM_THREADS, set by ``keepstone.cli.main`` before numpy loads).
+    embed_threads: _PositiveInt = Field(1, validation_alias="KEEPSTONE_EMBED_THREADS")
+    #: The process's cache of vector matrices (spaces' chunks, teams' records), in MB,
+    #: least recently used dropped first; 0 keeps none between searches.
+    vector_cache_mb: Annotated[int, BeforeValidator(_count)] = Field(
+        256, validation_alias="KEEPSTONE_VECTOR_CACHE_MB"
+    )
+    #: PostgreSQL's pgvector for the dense side (docs/search.md, "pgvector"): ``auto``
+    #: (where the extension is installed or can be created), ``on`` (refuse to start
+    #: without it) or ``off`` (exact numpy only).
+    pgvector: Annotated[str, BeforeValidator(_pgvector_mode)] = Field(
+        "auto", validation_alias="KEEPSTONE_PGVECTOR"
+    )
+    #: A scope (a space's chunks, a team's records) with at least this many vectors of
+    #: the model is searched through the HNSW index; a smaller one by exact numpy.
+    hnsw_min_vectors: Annotated[int, BeforeValidator(_count)] = Field(
+        30_000, validation_alias="KEEPSTONE_HNSW_MIN_VECTORS"
+    )
+    #: ``keepstone serve`` embeds pending chunks and records in a background process (``on``,
+    #: the default; nothing to do with ``KEEPSTONE_EMBEDDER=none``) or leaves them (``off``).
+    indexer: Annotated[bool, BeforeValidator(_on_off)] = Field(
+        True, validation_alias="KEEPSTONE_INDEXER"
+    )
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return Path(value.strip()).expanduser() if value.strip() else Path.home() / ".keepstone"
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object, info: ValidationInfo) -> object:
+        return value or "sqlite:///" + os.path.join(info.data["home"], "keepstone.db")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **flags: Any) -> Config:
+        """The config of ``environ`` (default: the process environment).
+
+        ``flags`` are command-line values that win over the environment (``database_url``,
+        ``local``); a flag given as None is not given.
+        """
+        environ = os.environ if environ is None else environ
+        found: dict[str, Any] = {
+            name: environ[field.validation_alias]
+            for name, field in cls.model_fields.items()
+            if isinstance(field.validation_alias, str) and field.validation_alias in environ
+        }
+        found.update({name: value for name, value in flags.items() if value is not None})
+        return cls(**found)
+
+    def limits(self) -> Limits:
+        """The filesystem store's limits: the defaults with the ``KEEPSTONE_MEMORY_*`` overrides."""
+        default = Limits()
+        return Limits(
+            max_document=_or(self.memory_max_doc, default.max_document),
+            subcaps=tuple(
+                (vis, _or(getattr(self, f"memory_quota_{vis.value}"), cap))
+                for vis, cap in default.subcaps
+            ),
+            team_quota=_or(self.memory_quota_org_total, default.team_quota),
+        )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value

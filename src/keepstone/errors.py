@@ -1,0 +1,255 @@
+"""Every error Keepstone raises on purpose, in one tree.
+
+Each class carries the HTTP ``status`` and the snake_case ``code`` of the contract
+(SPEC §5-§7.4). The API renders them as ``{"error": {"code", "message"}}``, the CLI
+as one line on stderr with exit status 1 (2 for usage), the agent tools as a tool
+result. The message is one sentence a person (or a model) can act on.
+
+    KeepstoneError                        500 internal_error
+    ├── BadRequest                    400
+    │   ├── InvalidSpaceRef           400 invalid_space_ref
+    │   ├── UnknownParameter          400 unknown_parameter
+    │   ├── UnsupportedVisibility     400 unsupported_visibility
+    │   └── InvalidRequest            400 invalid_request
+    ├── Unauthenticated               401 unauthenticated
+    ├── PlanRequired                  402 plan_required
+    ├── Forbidden                     403 forbidden
+    │   ├── MemberRoleRequired        403 member_role_required
+    │   ├── PlatformAuthorityRequired 403 platform_authority_required
+    │   └── CsrfRequired              403 csrf_required
+    ├── NotFound                      404 not_found
+    │   ├── TeamNotFound              404 team_not_found
+    │   ├── RepoNotFound              404 repo_not_found
+    │   └── RecordNotFound            404 record_not_found
+    ├── Conflict                      409 conflict
+    │   ├── MemoryOff                 409 memory_off
+    │   └── AlreadyExists             409 already_exists
+    ├── PreconditionFailed            412 precondition_failed
+    ├── TooLarge                      413
+    │   ├── QuotaExceeded             413 quota_exceeded
+    │   ├── DocumentTooLarge          413 document_too_large
+    │   ├── ImportTooLarge            413 import_too_large
+    │   └── BodyTooLarge              413 body_too_large
+    ├── Unprocessable                 422
+    │   ├── InvalidPath               422 invalid_path
+    │   ├── SecretDetected            422 secret_detected
+    │   ├── InvalidDocument           422 invalid_document
+    │   ├── InvalidArchive            422 invalid_archive
+    │   └── InvalidEdit               422 invalid_edit
+    ├── RateLimited                   429 rate_limited
+    └── StoreUnavailable              503 store_unavailable
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+
+class KeepstoneError(Exception):
+    """Root of every deliberate Keepstone error."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: ``{"error": {"code", "message", **details}}``."""
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body.update(self.details)
+        return {"error": body}
+
+
+class BadRequest(KeepstoneError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidSpaceRef(BadRequest):
+    code = "invalid_space_ref"
+
+
+class UnknownParameter(BadRequest):
+    code = "unknown_parameter"
+
+
+class UnsupportedVisibility(BadRequest):
+    code = "unsupported_visibility"
+
+
+class InvalidRequest(BadRequest):
+    code = "invalid_request"
+
+
+class Unauthenticated(KeepstoneError):
+    status = 401
+    code = "unauthenticated"
+
+
+class PlanRequired(KeepstoneError):
+    status = 402
+    code = "plan_required"
+
+
+class Forbidden(KeepstoneError):
+    status = 403
+    code = "forbidden"
+
+
+class MemberRoleRequired(Forbidden):
+    code = "member_role_required"
+
+
+class PlatformAuthorityRequired(Forbidden):
+    code = "platform_authority_required"
+
+
+class CsrfRequired(Forbidden):
+    code = "csrf_required"
+
+
+class NotFound(KeepstoneError):
+    status = 404
+    code = "not_found"
+
+
+class TeamNotFound(NotFound):
+    code = "team_not_found"
+
+
+class RepoNotFound(NotFound):
+    code = "repo_not_found"
+
+
+class RecordNotFound(NotFound):
+    code = "record_not_found"
+
+
+class Conflict(KeepstoneError):
+    status = 409
+    code = "conflict"
+
+
+class MemoryOff(Conflict):
+    code = "memory_off"
+
+
+class AlreadyExists(Conflict):
+    """A move onto a path that holds a document, without ``overwrite``."""
+
+    code = "already_exists"
+
+
+class PreconditionFailed(KeepstoneError):
+    status = 412
+    code = "precondition_failed"
+
+
+class TooLarge(KeepstoneError):
+    status = 413
+    code = "too_large"
+
+
+class QuotaExceeded(TooLarge):
+    """A write would take a counter past its quota.
+
+    ``details`` carries ``limit`` (which counter: ``document``, ``space``, ``team``,
+    ``instance`` or ``tree``), ``used_bytes``, ``quota_bytes`` and ``needed_bytes``.
+    """
+
+    code = "quota_exceeded"
+
+
+class DocumentTooLarge(TooLarge):
+    code = "document_too_large"
+
+
+class ImportTooLarge(TooLarge):
+    code = "import_too_large"
+
+
+class BodyTooLarge(TooLarge):
+    code = "body_too_large"
+
+
+class Unprocessable(KeepstoneError):
+    status = 422
+    code = "unprocessable"
+
+
+class InvalidPath(Unprocessable):
+    code = "invalid_path"
+
+
+class SecretDetected(Unprocessable):
+    code = "secret_detected"
+
+
+class InvalidDocument(Unprocessable):
+    code = "invalid_document"
+
+
+class InvalidArchive(Unprocessable):
+    code = "invalid_archive"
+
+
+class InvalidEdit(Unprocessable):
+    """An edit that cannot apply: the text to replace is absent or occurs more than once,
+    or the line to insert at is past the end."""
+
+    code = "invalid_edit"
+
+
+class RateLimited(KeepstoneError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = retry_after
+
+
+class StoreUnavailable(KeepstoneError):
+    status = 503
+    code = "store_unavailable"
+
+
+def all_error_classes() -> list[type[KeepstoneError]]:
+    """Every class of the tree, root first (used by the docs test)."""
+    out: list[type[KeepstoneError]] = [KeepstoneError]
+    for cls in out:  # breadth-first: the list grows behind the loop
+        out.extend(cls.__subclasses__())
+    return out
+
+
+#: The class an HTTP status stands for: each direct subclass of the root has its own.
+_BY_STATUS = {cls.status: cls for cls in KeepstoneError.__subclasses__()}
+
+
+def error_from_wire(status: int, content: bytes, retry_after: str | None = None) -> KeepstoneError:
+    """The error a Keepstone server's answer stands for: the class named by the JSON body's
+    ``{"error": {"code", "message", ...}}`` (else by the HTTP ``status``), with its
+    details; ``retry_after`` is the answer's Retry-After header."""
+    code, message, details = "", f"the server answered HTTP {status}", {}
+    try:
+        body = json.loads(content)
+    except (ValueError, RecursionError):
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        code = str(err.get("code", ""))
+        message = str(err.get("message", message))
+        details = {k: v for k, v in err.items() if k not in ("code", "message")}
+    by_code = {cls.code: cls for cls in reversed(all_error_classes())}
+    cls = by_code.get(code) or _BY_STATUS.get(status, KeepstoneError)
+    if cls is RateLimited:
+        try:
+            retry = float(retry_after or "1")
+        except ValueError:
+            retry = 1.0
+        return RateLimited(message, retry_after=retry, **details)
+    return cls(message, **details)

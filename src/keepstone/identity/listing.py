@@ -1,0 +1,250 @@
+"""Paged reads of the identity tables for the instance admin: orgs, teams, users, API keys.
+
+Keyset paging by id: a page holds up to ``limit`` rows with ids above the cursor's, in id
+order, so a row created or revoked between two pages never shifts the others. The cursor
+is opaque to callers (base64 of the list it belongs to and the last id given): one from
+another list, or edited, is refused rather than read as something else. What a row
+shows is chosen column by column: never a password hash, a key or a key's hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from keepstone.db import read_transaction, utc
+from keepstone.errors import InvalidRequest
+from keepstone.identity import schema as t
+from keepstone.paging import DEFAULT_PAGE as DEFAULT_PAGE
+from keepstone.paging import MAX_PAGE as MAX_PAGE
+
+T = TypeVar("T")
+
+
+def _jsonable(entry: Any) -> dict[str, Any]:
+    """``entry``'s fields, times as ISO 8601 text."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(entry).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class OrgEntry:
+    id: str
+    name: str
+    plan: str
+    #: None: the default quota.
+    memory_quota_bytes: int | None
+    created_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamEntry:
+    id: str
+    name: str
+    org_id: str
+    created_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True, slots=True)
+class UserEntry:
+    id: str
+    email: str
+    name: str
+    super_admin: bool
+    #: Whether the user has a password (can sign in); never the hash itself.
+    has_password: bool
+    created_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyEntry:
+    """An API key's record. When a key was last used is not recorded, so not shown."""
+
+    id: str
+    name: str
+    user_id: str
+    team_id: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def as_json(self) -> dict[str, Any]:
+        return {**_jsonable(self), "revoked": self.revoked}
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list; ``next_cursor`` None when it is the last."""
+
+    items: tuple[T, ...]
+    next_cursor: str | None
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be 1-{MAX_PAGE} (default {DEFAULT_PAGE})", field="limit")
+    return limit
+
+
+def _encode_cursor(kind: str, last_id: str) -> str:
+    raw = json.dumps({"list": kind, "after": last_id}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(kind: str, cursor: str) -> str:
+    bad = InvalidRequest(
+        f"cursor is not one this list of {kind} gave; pass the next_cursor of the previous "
+        "page, or leave it out to start from the first page",
+        field="cursor",
+    )
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        body = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if not isinstance(body, dict) or body.get("list") != kind:
+        raise bad
+    after = body.get("after")
+    if not isinstance(after, str) or not 0 < len(after) <= 64:
+        raise bad
+    return after
+
+
+def _page(
+    engine: Engine,
+    kind: str,
+    table: sa.Table,
+    columns: Sequence[sa.ColumnElement[Any]],
+    make: Callable[[Any], T],
+    *,
+    limit: int,
+    cursor: str | None,
+    where: Sequence[sa.ColumnElement[bool]] = (),
+) -> Page[T]:
+    query = sa.select(*columns).where(*where).order_by(table.c.id).limit(check_limit(limit) + 1)
+    if cursor:
+        query = query.where(table.c.id > _decode_cursor(kind, cursor))
+    with read_transaction(engine) as conn:
+        rows = conn.execute(query).all()
+    items = tuple(make(row) for row in rows[:limit])
+    more = len(rows) > limit
+    return Page(items, _encode_cursor(kind, rows[limit - 1].id) if more else None)
+
+
+def list_orgs(
+    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+) -> Page[OrgEntry]:
+    o = t.orgs.c
+    return _page(
+        engine,
+        "orgs",
+        t.orgs,
+        (o.id, o.name, o.plan, o.memory_quota_bytes, o.created_at),
+        lambda r: OrgEntry(
+            str(r.id),
+            str(r.name),
+            str(r.plan),
+            None if r.memory_quota_bytes is None else int(r.memory_quota_bytes),
+            utc(r.created_at),
+        ),
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+def list_teams(
+    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+) -> Page[TeamEntry]:
+    c = t.teams.c
+    return _page(
+        engine,
+        "teams",
+        t.teams,
+        (c.id, c.name, c.org_id, c.created_at),
+        lambda r: TeamEntry(str(r.id), str(r.name), str(r.org_id), utc(r.created_at)),
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+def list_users(
+    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+) -> Page[UserEntry]:
+    u = t.users.c
+    return _page(
+        engine,
+        "users",
+        t.users,
+        # The hash never leaves the database: only whether there is one.
+        (
+            u.id,
+            u.email,
+            u.name,
+            u.super_admin,
+            u.password_hash.is_not(None).label("has_pw"),
+            u.created_at,
+        ),
+        lambda r: UserEntry(
+            str(r.id),
+            str(r.email),
+            str(r.name),
+            bool(r.super_admin),
+            bool(r.has_pw),
+            utc(r.created_at),
+        ),
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+def list_api_keys(
+    engine: Engine,
+    *,
+    limit: int = DEFAULT_PAGE,
+    cursor: str | None = None,
+    user_id: str | None = None,
+    team_id: str | None = None,
+) -> Page[ApiKeyEntry]:
+    k = t.api_keys.c
+    where: list[sa.ColumnElement[bool]] = []
+    if user_id is not None:
+        where.append(k.user_id == user_id)
+    if team_id is not None:
+        where.append(k.team_id == team_id)
+    return _page(
+        engine,
+        "api_keys",
+        t.api_keys,
+        # Never key_hash: the columns are named one by one.
+        (k.id, k.name, k.user_id, k.team_id, k.created_at, k.revoked_at),
+        lambda r: ApiKeyEntry(
+            str(r.id),
+            str(r.name),
+            str(r.user_id),
+            str(r.team_id),
+            utc(r.created_at),
+            None if r.revoked_at is None else utc(r.revoked_at),
+        ),
+        limit=limit,
+        cursor=cursor,
+        where=where,
+    )

@@ -1,0 +1,42 @@
+"""Checks of identity input: roles, plans, names. Each refusal names the allowed values."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypeVar
+
+from keepstone.errors import InvalidRequest
+from keepstone.principal import OrgRole, Plan, TeamRole
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _parse(enum: type[E], value: object, field: str, what: str) -> E:
+    try:
+        return enum(str(value))
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise InvalidRequest(
+            f"{field} {value!r} is not {what}; use one of: {allowed}", field=field
+        ) from None
+
+
+def parse_team_role(value: object) -> TeamRole:
+    return _parse(TeamRole, value, "role", "a team role")
+
+
+def parse_org_role(value: object) -> OrgRole:
+    return _parse(OrgRole, value, "role", "an org role")
+
+
+def parse_plan(value: object) -> Plan:
+    return _parse(Plan, value, "plan", "a known plan")
+
+
+def clean_name(field: str, value: str, *, required: bool = True) -> str:
+    value = value.strip()
+    if required and not value:
+        raise InvalidRequest(f"{field} must not be empty", field=field)
+    if len(value) > 256:
+        raise InvalidRequest(f"{field} is longer than 256 characters", field=field)
+    return value

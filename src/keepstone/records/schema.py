@@ -1,0 +1,230 @@
+"""Tables of team memory records (SPEC §6), component ``records``.
+
+* ``records`` — one row per record, keyed ``(team_id, id)`` so it distributes by
+  tenant. ``terms`` is the record's analysed text (:func:`keepstone.search.text.analyze`,
+  space-joined: the terms documents' chunks store too); the keyword side ranks them in
+  the process (BM25, :mod:`keepstone.search.bm25`), the same way on both dialects, so the
+  database only finds and stores. ``embedding`` is a :mod:`keepstone.search.vectors` blob made
+  by ``model`` (both NULL until the background indexer embeds the record, or when the
+  configured model changed); ``vector_version`` is the team's ``vectors_version`` of the
+  batch that stored it, so a cached matrix is extended by the newer rows alone. The
+  ``model`` index serves the indexer's "not yet embedded by this model" scan.
+* ``record_search_versions`` — per team, two counters every replica reads in one query:
+  ``terms_version`` moves with every insert, delete and purge of the team's records (in
+  the same transaction), ``vectors_version`` with every batch of vectors stored. A cached
+  BM25 index is stamped with the first, a cached vector matrix with the second, so a
+  batch of vectors does not throw away the team's BM25 index. ``vectors_reset`` is the
+  last ``vectors_version`` that removed vectors too (a delete, a purge, dropping every
+  vector): a matrix cached before it is reloaded rather than extended by newer rows.
+* ``record_settings`` — the per-team on/off switch (off until turned on).
+* ``records_meta`` — instance-wide values, e.g. the key that signs list page tokens,
+  created once in the database so every replica shares it without configuration.
+
+Migration 1 built a full-text index per dialect (FTS5 with triggers; a ``tsvector``
+column with a GIN index) over team-prefixed tokens; migration 2 drops it, since ranking
+moved into the process, and rewrites every record's ``terms``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from keepstone.db import Migration
+from keepstone.search.text import analyze
+
+metadata = sa.MetaData()
+TS = sa.DateTime(timezone=True)
+
+records = sa.Table(
+    "records",
+    metadata,
+    sa.Column("team_id", sa.String(64), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("repo_id", sa.String(64), nullable=True),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("terms", sa.Text, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("expires_at", TS, nullable=False),
+    sa.Column("embedding", sa.LargeBinary, nullable=True),
+    sa.Column("model", sa.String(128), nullable=True),
+    sa.Column("vector_version", sa.BigInteger, nullable=True),
+)
+
+record_search_versions = sa.Table(
+    "record_search_versions",
+    metadata,
+    sa.Column("team_id", sa.String(64), primary_key=True),
+    sa.Column("terms_version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("vectors_version", sa.BigInteger, nullable=False, server_default="0"),
+    # The last vectors_version that also removed vectors (a delete, a purge, dropping
+    # every vector): a cached matrix older than it is reloaded, not extended.
+    sa.Column("vectors_reset", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+record_settings = sa.Table(
+    "record_settings",
+    metadata,
+    sa.Column("team_id", sa.String(64), primary_key=True),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("updated_at", TS, nullable=False),
+)
+
+records_meta = sa.Table(
+    "records_meta",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
+
+CURSOR_KEY_NAME = "cursor_signing_key"
+
+
+_SQLITE_DDL = [
+    """
+    CREATE TABLE records (
+        rowid_ INTEGER PRIMARY KEY AUTOINCREMENT,
+        team_id VARCHAR(64) NOT NULL,
+        id VARCHAR(64) NOT NULL,
+        repo_id VARCHAR(64),
+        text TEXT NOT NULL,
+        terms TEXT NOT NULL,
+        created_at DATETIME NOT NULL,
+        expires_at DATETIME NOT NULL,
+        UNIQUE (team_id, id)
+    )
+    """,
+    "CREATE INDEX ix_records_team_created ON records (team_id, created_at DESC, id DESC)",
+    "CREATE INDEX ix_records_expires ON records (expires_at)",
+    """
+    CREATE VIRTUAL TABLE records_fts USING fts5(
+        terms, content='records', content_rowid='rowid_',
+        tokenize='unicode61 remove_diacritics 0'
+    )
+    """,
+    """
+    CREATE TRIGGER records_ai AFTER INSERT ON records BEGIN
+        INSERT INTO records_fts(rowid, terms) VALUES (new.rowid_, new.terms);
+    END
+    """,
+    """
+    CREATE TRIGGER records_ad AFTER DELETE ON records BEGIN
+        INSERT INTO records_fts(records_fts, rowid, terms)
+        VALUES ('delete', old.rowid_, old.terms);
+    END
+    """,
+]
+
+_POSTGRES_DDL = [
+    """
+    CREATE TABLE records (
+        team_id VARCHAR(64) NOT NULL,
+        id VARCHAR(64) NOT NULL,
+        repo_id VARCHAR(64),
+        text TEXT NOT NULL,
+        terms TEXT NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED,
+        PRIMARY KEY (team_id, id)
+    )
+    """,
+    "CREATE INDEX ix_records_team_created ON records (team_id, created_at DESC, id DESC)",
+    "CREATE INDEX ix_records_expires ON records (expires_at)",
+    # fastupdate off: no pending list that every search would scan linearly until the
+    # next vacuum; saves are rare (one per finished task), searches are not.
+    "CREATE INDEX ix_records_tsv ON records USING GIN (tsv) WITH (fastupdate = off)",
+]
+
+
+def _run_ddl(conn: Connection, sqlite: list[str], postgres: list[str]) -> None:
+    for statement in sqlite if conn.dialect.name == "sqlite" else postgres:
+        conn.exec_driver_sql(statement)
+
+
+def _create_v1(conn: Connection) -> None:
+    _run_ddl(conn, _SQLITE_DDL, _POSTGRES_DDL)
+    record_settings.create(conn)
+    records_meta.create(conn)
+    conn.execute(records_meta.insert().values(name=CURSOR_KEY_NAME, value=secrets.token_hex(32)))
+
+
+#: Records whose ``terms`` migration 2 rewrites per statement batch.
+REWRITE_BATCH = 1000
+
+_V2_SQLITE = [
+    "DROP TRIGGER IF EXISTS records_ai",
+    "DROP TRIGGER IF EXISTS records_ad",
+    "DROP TABLE IF EXISTS records_fts",
+    "ALTER TABLE records ADD COLUMN embedding BLOB",
+    "ALTER TABLE records ADD COLUMN model VARCHAR(128)",
+    "ALTER TABLE records ADD COLUMN vector_version BIGINT",
+]
+_V2_POSTGRES = [
+    "DROP INDEX IF EXISTS ix_records_tsv",
+    "ALTER TABLE records DROP COLUMN IF EXISTS tsv",
+    "ALTER TABLE records ADD COLUMN embedding BYTEA",
+    "ALTER TABLE records ADD COLUMN model VARCHAR(128)",
+    "ALTER TABLE records ADD COLUMN vector_version BIGINT",
+]
+
+
+def _create_v2(conn: Connection) -> None:
+    _run_ddl(conn, _V2_SQLITE, _V2_POSTGRES)
+    # The indexer's pending query ("no vector, or another model's") reads ``model``; a
+    # search loads one team's vectors of one model, newer than what it caches, by the
+    # second (without it SQLite's planner picks the model index: every team's rows).
+    conn.exec_driver_sql("CREATE INDEX ix_records_model ON records (model)")
+    conn.exec_driver_sql(
+        "CREATE INDEX ix_records_team_vectors ON records (team_id, model, vector_version)"
+    )
+    record_search_versions.create(conn)
+    _rewrite_terms(conn)
+    teams = sa.select(records.c.team_id).distinct()
+    conn.execute(
+        sa.insert(record_search_versions).from_select(
+            ["team_id", "terms_version", "vectors_version", "vectors_reset"],
+            sa.select(teams.subquery().c.team_id, sa.literal(1), sa.literal(0), sa.literal(0)),
+        )
+    )
+
+
+def _rewrite_terms(conn: Connection) -> None:
+    """Every record's ``terms`` as :func:`~keepstone.search.text.analyze` makes them, a
+    batch of :data:`REWRITE_BATCH` at a time (in key order, so memory stays bounded)."""
+    key = sa.tuple_(records.c.team_id, records.c.id)
+    update = (
+        records.update()
+        .where(records.c.team_id == sa.bindparam("k_team"), records.c.id == sa.bindparam("k_id"))
+        .values(terms=sa.bindparam("new_terms"))
+    )
+    after: tuple[str, str] | None = None
+    while True:
+        page = sa.select(records.c.team_id, records.c.id, records.c.text).order_by(
+            records.c.team_id, records.c.id
+        )
+        if after is not None:
+            page = page.where(key > sa.tuple_(sa.literal(after[0]), sa.literal(after[1])))
+        rows = conn.execute(page.limit(REWRITE_BATCH)).all()
+        if not rows:
+            return
+        params: list[dict[str, Any]] = [
+            {"k_team": r.team_id, "k_id": r.id, "new_terms": " ".join(analyze(r.text))}
+            for r in rows
+        ]
+        conn.execute(update, params)
+        after = (rows[-1].team_id, rows[-1].id)
+
+
+MIGRATIONS = [
+    Migration("records", 1, "records, full-text index, per-team settings", _create_v1),
+    Migration(
+        "records",
+        2,
+        "records ranked in the process: vectors, search versions, no full-text index",
+        _create_v2,
+    ),
+]

@@ -1,0 +1,628 @@
+"""The SQL :class:`~keepstone.records.store.RecordStore`: SQLite and PostgreSQL, one module.
+
+Tables and indexes are :mod:`keepstone.records.schema`'s. The store finds and stores; it
+never ranks. A record's ``terms`` are :func:`keepstone.search.text.analyze` of its text,
+written with it, so it is keyword-searchable as soon as its save commits; ranking reads
+a team's rows (:meth:`RecordReader.ranking_rows`) and vectors into the process
+(:mod:`keepstone.service.record_search`), the same way on both dialects. Every insert,
+delete and purge bumps the team's ``terms_version`` in its own transaction.
+
+Vectors are written by the background indexer, never by a save:
+:meth:`SqlRecordStore.claim_pending_records` mirrors the document store's
+``claim_pending_chunks`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite a read
+without a lock and one short write at the end), and every batch stored bumps its teams'
+``vectors_version``, teams in key order.
+
+Repositories and teams belong to the identity component. This module reads them with
+plain SQL over the ``repos`` table (its ``team_id``, ``id`` and ``project_id`` columns)
+and the ``teams`` and ``orgs`` tables (``id``, ``org_id``, ``plan``) instead of
+importing identity's schema, so the records component depends on nothing of
+identity's but tables in the same database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection, Engine
+
+from keepstone.db import (
+    claim_rows,
+    read_statements,
+    read_transaction,
+    utcnow,
+    write_transaction,
+)
+from keepstone.records.schema import (
+    CURSOR_KEY_NAME,
+    record_search_versions,
+    record_settings,
+    records,
+    records_meta,
+)
+from keepstone.records.store import (
+    PagePosition,
+    PendingRecord,
+    RankingRow,
+    Record,
+    RecordReader,
+    RecordStore,
+    RecordWriter,
+    Scope,
+    SearchState,
+    SearchVersions,
+    StoredVector,
+    utc,
+)
+from keepstone.search.claim import EmbeddingClaim, paired
+from keepstone.search.text import analyze
+from keepstone.search.vectors import Float32Array
+
+_TS = sa.DateTime(timezone=True)
+R = records
+V = record_search_versions
+
+# A repository's project, read straight from identity's table (see the module doc).
+_REPO_PROJECT = sa.text("SELECT project_id FROM repos WHERE team_id = :team AND id = :repo")
+# A team's org and plan, read straight from identity's tables too.
+_TEAM_PLAN = sa.text(
+    "SELECT teams.org_id, orgs.plan FROM teams JOIN orgs ON orgs.id = teams.org_id "
+    "WHERE teams.id = :team"
+)
+_VISIBLE_REPOS = sa.text(
+    "SELECT id FROM repos WHERE team_id = :team AND project_id IN :projects"
+).bindparams(sa.bindparam("projects", expanding=True))
+
+_DELETE_BY_KEY = R.delete().where(
+    R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id")
+)
+S = record_settings
+_ENABLED = sa.select(S.c.enabled).where(S.c.team_id == sa.bindparam("team"))
+# A search's first read: the team's setting and its search counters in one statement
+# (one round trip on PostgreSQL instead of two), each side absent for a team never set.
+_TEAM = sa.select(sa.cast(sa.bindparam("team", type_=sa.String), sa.String(64)).label("id"))
+_team = _TEAM.subquery("k")
+_STATE = sa.select(
+    S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset
+).select_from(_team.outerjoin(S, S.c.team_id == _team.c.id).outerjoin(V, V.c.team_id == _team.c.id))
+_RANKING_ROWS = (
+    sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at)
+    .where(R.c.team_id == sa.bindparam("team"))
+    .order_by(R.c.created_at, R.c.id)
+)
+_VECTORS = (
+    sa.select(R.c.id, R.c.embedding, R.c.vector_version)
+    .where(
+        R.c.team_id == sa.bindparam("team"),
+        R.c.model == sa.bindparam("model"),
+        R.c.vector_version > sa.bindparam("after", type_=sa.BigInteger),
+        R.c.vector_version <= sa.bindparam("upto", type_=sa.BigInteger),
+    )
+    .order_by(R.c.vector_version, R.c.id)
+)
+_BY_ID = sa.select(R.c.id, R.c.repo_id, R.c.text, R.c.created_at, R.c.expires_at).where(
+    R.c.team_id == sa.bindparam("team"), R.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+# Written as three conditions (not ``model IS DISTINCT FROM``) so the ``model`` index
+# serves it rather than a scan of every record.
+_model: sa.BindParameter[str] = sa.bindparam("model")
+_NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _model)
+_PENDING = (
+    sa.select(R.c.team_id, R.c.id, R.c.text)
+    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
+    .order_by(R.c.created_at, R.c.team_id, R.c.id)
+    .limit(sa.bindparam("limit"))
+)
+_CLAIM = _PENDING.with_for_update(skip_locked=True)
+
+
+class VectorColumn(Protocol):
+    """pgvector in the database (:class:`keepstone.store.pgvector.Pgvector`, handed in by the
+    composition root: components do not import one another): the tables that carry a
+    ``vec`` column, the statement pieces that set it, its HNSW query."""
+
+    tables: frozenset[str]
+    search: bool
+    min_vectors: int
+
+    def with_vec(self, table: sa.Table) -> sa.Table: ...
+    def vec_param(self, name: str = "vec") -> Any: ...
+    def vec_values(self, blobs: Sequence[bytes]) -> list[tuple[str, int]]: ...
+    def ensure_index(self, table: str, model: str, dim: int) -> bool: ...
+    def nearest(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: Float32Array,
+        k: int,
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
+    ) -> Sequence[Any]: ...
+    def similarity(
+        self,
+        table: str,
+        key: Sequence[str],
+        scope: str,
+        params: Mapping[str, Any],
+        model: str,
+        query: Float32Array,
+        keys: Sequence[tuple[Any, ...]],
+        *,
+        alias: str = "",
+        conn: Connection | None = None,
+    ) -> Sequence[Any]: ...
+
+
+def _store_vector(vec: VectorColumn | None) -> Any:
+    """The statement that stores a record's vector (and, with pgvector, its ``vec``)."""
+    into = R if vec is None else vec.with_vec(R)
+    model: sa.BindParameter[str] = sa.bindparam("model")
+    return (
+        into.update()
+        # Not a record deleted, or embedded by this model, since it was read (SQLite claims
+        # hold no lock): a deleted record is never resurrected, nor one embedded twice.
+        .where(
+            into.c.team_id == sa.bindparam("k_team"),
+            into.c.id == sa.bindparam("k_id"),
+            sa.or_(into.c.model.is_(None), into.c.model < model, into.c.model > model),
+        )
+        .values(
+            embedding=sa.bindparam("blob"),
+            model=sa.bindparam("by_model"),
+            vector_version=sa.bindparam("version", type_=sa.BigInteger),
+            **({} if vec is None else {"vec": vec.vec_param()}),
+        )
+    )
+
+
+_STORE_VECTOR = _store_vector(None)
+
+
+class _Versions:
+    """The per-team counter upserts of one dialect (each its own INSERT ... ON CONFLICT)."""
+
+    def __init__(self, dialect: str) -> None:
+        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+        team: sa.BindParameter[str] = sa.bindparam("team")
+        self.bump_terms = (
+            insert(V)
+            .values(team_id=team, terms_version=1, vectors_version=0, vectors_reset=0)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id], set_={V.c.terms_version: V.c.terms_version + 1}
+            )
+        )
+        self.bump_vectors = (
+            insert(V)
+            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=0)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id],
+                set_={V.c.vectors_version: V.c.vectors_version + 1},
+            )
+            .returning(V.c.vectors_version)
+        )
+        # A change that removes records (and so maybe vectors): both counters move, and
+        # the vectors' reset mark with them.
+        self.bump_removal = (
+            insert(V)
+            .values(team_id=team, terms_version=1, vectors_version=1, vectors_reset=1)
+            .on_conflict_do_update(
+                index_elements=[V.c.team_id],
+                set_={
+                    V.c.terms_version: V.c.terms_version + 1,
+                    V.c.vectors_version: V.c.vectors_version + 1,
+                    V.c.vectors_reset: V.c.vectors_version + 1,
+                },
+            )
+        )
+
+
+_DIALECTS = {name: _Versions(name) for name in ("sqlite", "postgresql")}
+
+
+def _versions_of(conn: Connection) -> _Versions:
+    return _DIALECTS[conn.dialect.name]
+
+
+def _visibility_clause(project_ids: frozenset[str] | None, params: dict[str, object]) -> str:
+    """SQL condition on ``r.repo_id`` for a caller limited to ``project_ids``.
+
+    Unlimited (None): no condition. Limited: only records whose repository belongs to
+    one of the projects (read from ``repos``, see the module doc); a record with no
+    repository never qualifies.
+    """
+    if project_ids is None:
+        return ""
+    if not project_ids:
+        return " AND 1 = 0"
+    names = []
+    for i, pid in enumerate(sorted(project_ids)):
+        params[f"vp{i}"] = pid
+        names.append(f":vp{i}")
+    return (
+        " AND r.repo_id IN (SELECT rp.id FROM repos rp WHERE rp.team_id = :team"
+        f" AND rp.project_id IN ({', '.join(names)}))"
+    )
+
+
+def _where(scope: Scope, params: dict[str, object]) -> str:
+    """The conditions every read shares: team, not expired, repository, visibility."""
+    params.update(team=scope.team_id, now=utc(scope.now))
+    where = "r.team_id = :team AND r.expires_at > :now"
+    if scope.repo_id is not None:
+        where += " AND r.repo_id = :repo"
+        params["repo"] = scope.repo_id
+    return where + _visibility_clause(scope.project_ids, params)
+
+
+class _SqlReader(RecordReader):
+    def __init__(
+        self, conn: Connection, store: SqlRecordStore, *, in_transaction: bool = True
+    ) -> None:
+        self._conn = conn
+        self._store = store
+        self._in_transaction = in_transaction
+
+    def enabled(self, team_id: str) -> bool:
+        return bool(self._conn.execute(_ENABLED, {"team": team_id}).scalar())
+
+    def repo_project(self, team_id: str, repo_id: str) -> str | None:
+        value = self._conn.execute(_REPO_PROJECT, {"team": team_id, "repo": repo_id}).scalar()
+        return None if value is None else str(value)
+
+    def search_state(self, team_id: str) -> SearchState:
+        row = self._conn.execute(_STATE, {"team": team_id}).one()
+        versions = SearchVersions(*(0 if v is None else int(v) for v in row[1:]))
+        return SearchState(bool(row[0]), versions)
+
+    def team_plan(self, team_id: str) -> tuple[str, str] | None:
+        row = self._conn.execute(_TEAM_PLAN, {"team": team_id}).first()
+        return None if row is None else (str(row.org_id), str(row.plan))
+
+    def search_versions(self, team_id: str) -> SearchVersions:
+        return self.search_state(team_id).versions
+
+    def ranking_rows(self, team_id: str) -> list[RankingRow]:
+        return [
+            RankingRow(
+                str(r.id),
+                None if r.repo_id is None else str(r.repo_id),
+                str(r.terms),
+                utc(r.created_at),
+                utc(r.expires_at),
+            )
+            for r in self._conn.execute(_RANKING_ROWS, {"team": team_id})
+        ]
+
+    def record_vectors(
+        self, team_id: str, model: str, upto: int, after: int = 0
+    ) -> list[StoredVector]:
+        params = {"team": team_id, "model": model, "after": after, "upto": upto}
+        return [
+            StoredVector(str(r.id), bytes(r.embedding), int(r.vector_version))
+            for r in self._conn.execute(_VECTORS, params)
+        ]
+
+    def visible_repos(self, team_id: str, project_ids: frozenset[str]) -> frozenset[str]:
+        if not project_ids:
+            return frozenset()
+        params = {"team": team_id, "projects": sorted(project_ids)}
+        return frozenset(str(v) for v in self._conn.execute(_VISIBLE_REPOS, params).scalars())
+
+    def nearest_records(
+        self, scope: Scope, model: str, query: Float32Array, k: int
+    ) -> list[tuple[str, float]] | None:
+        vec = self._store.vectors
+        if vec is None or not vec.search:
+            return None
+        params: dict[str, object] = {}
+        where = _where(scope, params)
+        # The HNSW query's settings hold for one transaction: outside one, it opens its own.
+        conn = self._conn if self._in_transaction else None
+        found = vec.nearest(R.name, ("r.id",), where, params, model, query, k, alias="r", conn=conn)
+        return [(str(n.key[0]), float(n.cosine)) for n in found]
+
+    def record_similarity(
+        self, scope: Scope, model: str, query: Float32Array, ids: Sequence[str]
+    ) -> list[tuple[str, float]] | None:
+        vec = self._store.vectors
+        if vec is None or not vec.search:
+            return None
+        params: dict[str, object] = {}
+        where = _where(scope, params)
+        found = vec.similarity(
+            R.name,
+            ("r.id",),
+            where,
+            params,
+            model,
+            query,
+            [(i,) for i in ids],
+            alias="r",
+            conn=self._conn,
+        )
+        return [(str(n.key[0]), float(n.cosine)) for n in found]
+
+    def index_min_vectors(self) -> int | None:
+        vec = self._store.vectors
+        return vec.min_vectors if vec is not None and vec.search else None
+
+    def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
+        if not ids:
+            return {}
+        rows = self._conn.execute(_BY_ID, {"team": team_id, "ids": list(ids)})
+        return {str(row.id): _record(team_id, row) for row in rows}
+
+    def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
+        params: dict[str, object] = {"n": limit}
+        where = _where(scope, params)
+        if after is not None:
+            where += " AND (r.created_at < :ac OR (r.created_at = :ac AND r.id < :ai))"
+            params["ac"], params["ai"] = utc(after.created_at), after.record_id
+        stmt = _typed(
+            "SELECT r.id, r.repo_id, r.text, r.created_at, r.expires_at FROM records AS r"
+            f" WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT :n",
+            paged=after is not None,
+        )
+        return [_record(scope.team_id, row) for row in self._conn.execute(stmt, params)]
+
+    def signing_key(self) -> bytes:
+        return self._store._signing_key(self._conn)
+
+
+class _SqlWriter(_SqlReader, RecordWriter):
+    def insert(self, records_: Sequence[Record]) -> None:
+        if not records_:
+            return
+        rows: list[dict[str, Any]] = [
+            {
+                "team_id": r.team_id,
+                "id": r.id,
+                "repo_id": r.repo_id,
+                "text": r.text,
+                "terms": " ".join(analyze(r.text)),
+                "created_at": utc(r.created_at),
+                "expires_at": utc(r.expires_at),
+            }
+            for r in records_
+        ]
+        self._conn.execute(R.insert(), rows)
+        self._bump(_versions_of(self._conn).bump_terms, (r.team_id for r in records_))
+
+    def delete(self, team_id: str, record_id: str) -> bool:
+        removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
+        if removed.rowcount > 0:
+            self._bump(_versions_of(self._conn).bump_removal, [team_id])
+            return True
+        return False
+
+    def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
+        updated = self._conn.execute(
+            record_settings.update()
+            .where(record_settings.c.team_id == team_id)
+            .values(enabled=enabled, updated_at=utc(now))
+        )
+        if updated.rowcount == 0:
+            self._conn.execute(
+                record_settings.insert().values(
+                    team_id=team_id, enabled=enabled, updated_at=utc(now)
+                )
+            )
+
+    def purge_expired(self, now: datetime, limit: int) -> int:
+        keys = self._conn.execute(
+            sa.select(R.c.team_id, R.c.id).where(R.c.expires_at <= utc(now)).limit(limit)
+        ).all()
+        if keys:
+            self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i in keys])
+            self._bump(_versions_of(self._conn).bump_removal, (t for t, _ in keys))
+        return len(keys)
+
+    def _bump(self, statement: Any, teams: Iterable[str]) -> None:
+        # Teams in key order, so two writers cannot deadlock one another.
+        for team in sorted(set(teams)):
+            self._conn.execute(statement, {"team": team})
+
+
+def _typed(sql: str, *, paged: bool = False) -> sa.TextualSelect:
+    """``sql`` (selecting a record's columns) with the types the driver needs to bind and
+    read aware datetimes."""
+    binds = [sa.bindparam("now", type_=_TS)]
+    if paged:
+        binds.append(sa.bindparam("ac", type_=_TS))
+    cols: list[sa.ColumnClause[Any]] = [
+        sa.column("id", sa.String),
+        sa.column("repo_id", sa.String),
+        sa.column("text", sa.Text),
+        sa.column("created_at", _TS),
+        sa.column("expires_at", _TS),
+    ]
+    return sa.text(sql).bindparams(*binds).columns(*cols)
+
+
+def _record(team_id: str, row: Any) -> Record:
+    return Record(
+        id=str(row.id),
+        team_id=team_id,
+        repo_id=None if row.repo_id is None else str(row.repo_id),
+        text=str(row.text),
+        created_at=utc(row.created_at),
+        expires_at=utc(row.expires_at),
+    )
+
+
+#: A claim of pending records (:meth:`SqlRecordStore.claim_pending_records`).
+RecordClaim = EmbeddingClaim[PendingRecord]
+
+
+def _pending_key(row: PendingRecord) -> tuple[str, str]:
+    return row.team_id, row.id
+
+
+class SqlRecordStore(RecordStore):
+    """Records in the database of ``engine`` (schema: :mod:`keepstone.records.schema`)."""
+
+    def __init__(self, engine: Engine, vectors: VectorColumn | None = None) -> None:
+        self.engine = engine
+        self._key: bytes | None = None
+        #: pgvector's ``vec`` column of ``records``, when the database has one.
+        self.vectors = vectors if vectors is not None and R.name in vectors.tables else None
+        self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
+
+    def reading(self) -> AbstractContextManager[RecordReader]:
+        return self._open(write=False)
+
+    def writing(self) -> AbstractContextManager[RecordWriter]:
+        return self._open(write=True)
+
+    @contextmanager
+    def _open(self, *, write: bool) -> Iterator[_SqlWriter]:
+        # One class serves both: the interface a caller is handed (RecordReader for
+        # reading()) is what keeps a read transaction from writing.
+        # A write is a save acknowledged as durable (or a delete, a setting): fsynced.
+        if write:
+            with write_transaction(self.engine) as conn:
+                yield _SqlWriter(conn, self)
+        else:
+            # A search is then two statements, two round trips on PostgreSQL.
+            with read_statements(self.engine) as conn:
+                yield _SqlWriter(conn, self, in_transaction=conn.in_transaction())
+
+    def _signing_key(self, conn: Connection) -> bytes:
+        # Created once with the schema and never changed, so it is read once per store,
+        # on the connection of the transaction that first needs it.
+        if self._key is None:
+            value = conn.execute(
+                sa.select(records_meta.c.value).where(records_meta.c.name == CURSOR_KEY_NAME)
+            ).scalar()
+            self._key = bytes.fromhex(str(value))
+        return self._key
+
+    # --- The background indexer's side --------------------------------------------------
+
+    def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
+        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
+        another model than ``model``, across every team. Reads without claiming: the
+        indexers of several replicas use :meth:`claim_pending_records`."""
+        with read_transaction(self.engine) as conn:
+            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
+
+    @contextmanager
+    def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
+        """Claim up to ``limit`` pending records (see :meth:`pending_records`) to embed::
+
+            with store.claim_pending_records(32, embedder.model_id) as claim:
+                claim.store_embeddings(encode_many(embed([r.search_text for r in claim.rows])))
+
+        On PostgreSQL the rows are locked ``FOR UPDATE SKIP LOCKED`` in a transaction
+        held until the block ends, so concurrent indexers (threads, replicas) never
+        claim the same record, and the vectors commit with the claim when the block
+        exits normally (an exception, or a crash, rolls back and leaves the records
+        pending). A delete of a claimed record waits for the claim: keep batches small.
+        On SQLite the claim holds no lock (a lock would stop every save while the model
+        runs): records are read, and the vectors are written in one short write
+        transaction when the block exits; a record deleted meanwhile stays deleted.
+        Either way the teams' ``vectors_version`` is bumped, teams in key order.
+        """
+        params = _pending_params(limit, model)
+
+        def claim(conn: Connection, lock: bool) -> RecordClaim:
+            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+            return RecordClaim(rows, model, _pending_key)
+
+        def finish(conn: Connection, claimed: RecordClaim) -> int:
+            return self._store_vectors(conn, claimed.stored, model)
+
+        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
+            yield claimed
+        self._index_vectors(claimed.stored, model)
+
+    def store_record_embeddings(
+        self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]`` (a ``keepstone.search.vectors`` blob made by ``model``) as the
+        vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
+        a record deleted, or embedded by ``model``, since it was read is left alone.
+        Returns the number stored."""
+        pairs = paired(rows, blobs)
+        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
+            stored = self._store_vectors(conn, pairs, model)
+        self._index_vectors(pairs, model)
+        return stored
+
+    def _store_vectors(
+        self, conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
+    ) -> int:
+        vecs = None if self.vectors is None else self.vectors.vec_values([b for _, b in pairs])
+        return _store_vectors(conn, pairs, model, self._store_vector, vecs)
+
+    def _index_vectors(self, pairs: Sequence[tuple[PendingRecord, bytes]], model: str) -> None:
+        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
+        it is missing (in a transaction of its own, see keepstone.store.pgvector)."""
+        if self.vectors is not None and pairs:
+            self.vectors.ensure_index(R.name, model, self.vectors.vec_values([pairs[0][1]])[0][1])
+
+    def drop_embeddings(self) -> int:
+        """Forget every record's vector (``keepstone reindex --rebuild``): all pending again.
+        Returns the number of records that had one."""
+        with write_transaction(self.engine) as conn:
+            dropped = conn.execute(
+                R.update()
+                .where(R.c.model.is_not(None))
+                .values(embedding=None, model=None, vector_version=None)
+            ).rowcount
+            teams = conn.execute(sa.select(V.c.team_id).order_by(V.c.team_id)).scalars().all()
+            for team in teams:
+                conn.execute(_versions_of(conn).bump_removal, {"team": team})
+        return int(dropped)
+
+
+def _pending_params(limit: int, model: str) -> dict[str, object]:
+    return {"limit": limit, "model": model, "now": utcnow()}
+
+
+def _pending(rows: Iterable[Any]) -> list[PendingRecord]:
+    return [PendingRecord(str(r.team_id), str(r.id), str(r.text)) for r in rows]
+
+
+def _store_vectors(
+    conn: Connection,
+    pairs: Sequence[tuple[PendingRecord, bytes]],
+    model: str,
+    statement: Any = _STORE_VECTOR,
+    vecs: Sequence[tuple[str, int]] | None = None,
+) -> int:
+    """Write the vectors of ``pairs``: per team, in key order, bump its
+    ``vectors_version`` and stamp the team's rows with it (so a cached matrix is
+    extended by exactly the rows stored after it was loaded)."""
+    if not pairs:
+        return 0
+    by_team: dict[str, list[tuple[PendingRecord, bytes, str | None]]] = {}
+    for i, (row, blob) in enumerate(pairs):
+        by_team.setdefault(row.team_id, []).append((row, blob, vecs[i][0] if vecs else None))
+    stored = 0
+    bump = _versions_of(conn).bump_vectors
+    for team in sorted(by_team):
+        version = int(conn.execute(bump, {"team": team}).scalar_one())
+        # Row by row: a driver need not report the rowcount of an executemany.
+        for row, blob, vec in by_team[team]:
+            params = {
+                "k_team": team,
+                "k_id": row.id,
+                "model": model,
+                "blob": blob,
+                "by_model": model,
+                "version": version,
+                **({} if vec is None else {"vec": vec}),
+            }
+            stored += conn.execute(statement, params).rowcount
+    return stored

@@ -1,0 +1,717 @@
+"""Credential detection and masking (SPEC §3 "Secrets", §6 "Secrets").
+
+The guard recognises credentials by the *published shape* of each provider's tokens
+(prefix, length, alphabet and, where the provider publishes one, a checksum or an
+inner structure), never by guessing at randomness. That is what lets it run on an
+agent's ordinary prose without refusing it: a note saying "rotated the GitHub token"
+passes, a pasted ``ghp_…`` token does not. A credential with no published shape (a
+bare password, an internal token) is deliberately not recognised; see
+``docs/secrets.md`` for the list of kinds and the decisions behind them.
+
+Three functions are the whole interface:
+
+* :func:`scan` lists the :class:`Finding` s of a text (kind, 1-based line, and the
+  character span of the secret itself), sorted by start and never overlapping.
+* :func:`check_no_secrets` raises :class:`~keepstone.errors.SecretDetected` naming the kind
+  and the line of the first finding, and never the secret itself. Document writes and
+  archive imports call it.
+* :func:`mask` replaces each secret with ``[REDACTED:<kind>]``. Records and search
+  queries are masked before they are stored, logged or sent anywhere.
+
+Cost is linear in the length of the text. Every pattern starts with one of its declared
+literal prefixes or is anchored on keywords; all prefixes and keywords are searched for
+together (grouped by a rare character they share: about twenty passes, instead of one or
+two per detector) and each detector then runs only where it is triggered, with the same
+findings as each searching the whole text (the previous engine, kept as
+``_raw_reference``, is what the tests compare with).
+Every repetition is bounded and no quantified group contains another repetition, so no
+input can make a pattern backtrack more than a constant amount per position
+(``tests/unit/test_secrets.py`` checks the patterns' structure and runs adversarial
+inputs; ``bench/bench_secrets.py`` prints the throughput before and after).
+
+The table of shapes is :mod:`keepstone.secret_shapes`; this module is the engine that runs
+it, plus the two shapes a single pattern cannot express (private key blocks and Discord
+bot tokens).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from keepstone.errors import SecretDetected
+from keepstone.secret_shapes import DETECTORS as _DETECTORS
+from keepstone.secret_shapes import FILLER, Detector, b64url_decode, rx
+
+__all__ = ["KINDS", "Finding", "check_no_secrets", "mask", "scan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One credential found in a text.
+
+    ``kind`` is the snake_case name of the credential's shape (``github_personal_access_token``,
+    ``private_key``, …); ``line`` is 1-based; ``start``/``end`` delimit the secret itself
+    (``text[start:end]``), not the words around it: for ``aws_secret_access_key=…`` only the
+    value, for a URL only the password.
+    """
+
+    kind: str
+    line: int
+    start: int
+    end: int
+
+
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+# A Discord bot token is base64(bot user id) "." 6 characters "." 27-38 characters. The
+# search anchors on the literal dot of the ".xxxxxx." middle (a pattern that started with
+# the first part's character class would be tried at every letter of the text) and then
+# walks back over the first part, at most 28 characters.
+_DISCORD_TAIL = re.compile(r"\.[A-Za-z0-9_-]{6}+\.[A-Za-z0-9_-]{27,38}+(?![A-Za-z0-9_-])")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _discord_bot_tokens(text: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for m in _DISCORD_TAIL.finditer(text):
+        dot = m.start()
+        i = dot
+        while i > 0 and dot - i <= 28 and text[i - 1] in _TOKEN_CHARS:
+            i -= 1
+        first = text[i:dot]
+        if not 24 <= len(first) <= 28 or first[0] not in "MNO":
+            continue
+        raw = b64url_decode(first)
+        # The first part decodes to the bot's numeric user id (a snowflake).
+        if raw is not None and raw.isdigit() and 15 <= len(raw) <= 21:
+            spans.append((i, m.end()))
+    return spans
+
+
+KINDS: frozenset[str] = frozenset(
+    {k for d in _DETECTORS for k in (d.kinds.values() if d.kinds else (d.kind,))}
+    | {"private_key", "discord_bot_token"}
+)
+"""Every kind :func:`scan` can report."""
+
+
+# --- private key blocks ----------------------------------------------------------------
+
+# The one pattern with an overlapping repetition: bounded to 40, before a literal.
+_PEM_HEADER = re.compile(r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BODY = rx(r"[A-Za-z0-9+/]{40}")
+_PEM_MIN_BODY = rx(r"[A-Za-z0-9+/]{4}")
+_PEM_RUN = rx(r"[A-Za-z0-9+/=\r\n]{0,262144}")
+_PEM_LOOKAHEAD = 1024
+
+
+def _private_keys(text: str) -> list[tuple[int, int]]:
+    """Spans of private key blocks: a whole BEGIN…END block with key material in it, or a
+    header followed by key material whose footer was cut off (a truncated paste).
+
+    A header quoted alone in prose ("the file starts with -----BEGIN … PRIVATE KEY-----")
+    is not a key. Linear: each search for a footer or the next header resumes where the
+    last one stopped, so repeated headers cannot make the scan quadratic.
+    """
+    spans: list[tuple[int, int]] = []
+    claimed = 0
+    next_end = -2  # cached position of the next "-----END" (-1: none left)
+    for m in _PEM_HEADER.finditer(text):
+        if m.start() < claimed:
+            continue
+        body_from = m.end()
+        if next_end != -1 and next_end < body_from:
+            next_end = text.find("-----END", body_from)
+        end_at = next_end
+        if end_at != -1:
+            # A BEGIN between here and that footer means this block has no footer of its own.
+            if text.find("-----BEGIN", body_from, end_at) != -1:
+                end_at = -1
+        if end_at != -1:
+            if not _PEM_MIN_BODY.search(text, body_from, end_at):
+                continue
+            close = text.find("-----", end_at + 8, end_at + 80)
+            stop = close + 5 if close != -1 else end_at + 8
+            spans.append((m.start(), stop))
+            claimed = stop
+            continue
+        # Key material must follow the header (after armor lines such as "Version:"),
+        # before anything else that starts with dashes.
+        limit = text.find("-----", body_from, body_from + _PEM_LOOKAHEAD)
+        if limit == -1:
+            limit = min(len(text), body_from + _PEM_LOOKAHEAD)
+        body = _PEM_BODY.search(text, body_from, limit)
+        if body is None:
+            continue
+        run = _PEM_RUN.match(text, body.start())
+        stop = run.end() if run else body.end()
+        if stop < len(text) and text[stop] not in "\r\n":
+            # The run ran into a word of the following prose: stop at the line before it.
+            nl = text.rfind("\n", body.end(), stop)
+            stop = nl if nl != -1 else stop
+        while stop > body.end() and text[stop - 1] in "\r\n":
+            stop -= 1
+        spans.append((m.start(), stop))
+        claimed = stop
+    return spans
+
+
+# --- the engine ------------------------------------------------------------------------
+#
+# One search finds every trigger: each literal-prefix detector's prefixes, the keywords
+# of the anchored detectors that look them up case-sensitively, and "PRIVATE KEY". A
+# second one over the lower-cased text finds the case-insensitive keywords. Each detector
+# then runs only where its triggers are, instead of every detector searching the whole
+# text (about sixty passes). The result is the same as a full search: a literal-prefix match
+# can only start at one of its prefixes, and the anchored detectors were only ever run
+# at their keywords.
+
+_PEM_TRIGGER = "PRIVATE KEY"
+_PEM = -1  # owner id of the private key gate among the trigger literals
+
+# The regex engine searches for a pattern that starts with one literal character at
+# memory speed, but for a pattern that starts with any of several characters it tests
+# each character of the text in turn, several times slower; and its cost at each place
+# where the first character does occur is about that of a hundred characters skipped.
+# So the literals are grouped by an *anchor* character they contain, one pattern per
+# group: the anchor, then lookbehind and lookahead for the rest of each literal. Anchors
+# are characters that are rare in prose and shared by many literals, in this order of
+# preference (a literal with several joins the first: "Q~" shares Q with "IQoJb3JpZ2lu", one
+# search of the text fewer); a literal with none of them is searched for on its own.
+# Capitals that start several literals ("A") or ":" would save more searches but stop at
+# every such character: "A" * n scanned 6x slower, so they are not anchors.
+_ANCHORS = "_-.QJKG~"
+
+
+class _Group:
+    """The literals anchored on one character, and the pattern that finds them.
+
+    A group of one literal is searched for from its anchor on (the regex engine's fast
+    literal search stops only where the anchor occurs) and confirmed backwards, and
+    every match is an occurrence. In a larger group each alternative ends with an empty
+    capture group, so ``lastindex`` names the literal that matched; ``also[k]`` lists the
+    other literals that can occur at the same anchor (``"sk-"`` inside ``"sk-ant-"``),
+    checked one by one.
+    """
+
+    __slots__ = ("also", "anchor", "literals", "pattern", "single")
+
+    def __init__(
+        self, anchor: str, members: list[tuple[str, int]], *, consume: bool = True
+    ) -> None:
+        # With ``consume=False`` every match is the anchor alone (the rest of each literal
+        # is looked at, not consumed), so patterns on other anchors can be joined to it.
+        # The order of the alternatives in ``pattern`` (and so of their groups): literals
+        # that start with the anchor first, see ``_alternatives``.
+        members = sorted(members, key=lambda member: member[1] != 0)
+        self.anchor = anchor  # every match of ``pattern`` starts with it
+        self.literals = tuple(members)
+        self.also = tuple(
+            tuple(
+                (other, j)
+                for other, j in members
+                if other != literal and _agree(literal, i, other, j)
+            )
+            for literal, i in members
+        )
+        literal, i = members[0]
+        # Matching the rest of the literal after the anchor consumes it; that must not
+        # swallow the anchor of an overlapping next occurrence (a literal that repeats
+        # itself within that length, like "abab").
+        self.single = (
+            consume
+            and len(members) == 1
+            and not any(literal.startswith(literal[d:]) for d in range(1, len(literal) - i))
+        )
+        if self.single:
+            before = f"(?<={re.escape(literal)})" if i else ""
+            self.pattern = re.compile(re.escape(literal[i:]) + before)
+            return
+        alts: list[str] = []
+        for literal, i in members:
+            before = f"(?<={re.escape(literal[: i + 1])})" if i else ""
+            after = f"(?={re.escape(literal[i + 1 :])})" if i + 1 < len(literal) else ""
+            alts.append(before + after + "()")
+        self.pattern = re.compile(re.escape(anchor) + _alternatives(anchor, members, alts))
+
+
+def _agree(a: str, i: int, b: str, j: int) -> bool:
+    """Whether ``a`` and ``b`` can both occur with their anchors (``a[i]``, ``b[j]``) at
+    the same place of a text: they agree wherever they overlap."""
+    shift = j - i  # b starts this many characters before a
+    return all(b[k + shift] == ch for k, ch in enumerate(a) if 0 <= k + shift < len(b))
+
+
+def _alternatives(anchor: str, members: list[tuple[str, int]], alts: list[str]) -> str:
+    at_start = [alt for (_, i), alt in zip(members, alts, strict=True) if not i]
+    inside = [(lit, i, alt) for (lit, i), alt in zip(members, alts, strict=True) if i]
+    branches = list(at_start)
+    if inside:
+        # A one-character test first (the character before the anchor) rejects most
+        # anchors of prose before the alternatives are tried one by one.
+        first = ""
+        if len(inside) > 2:
+            chars = "".join(re.escape(c) for c in sorted({lit[i - 1] for lit, i, _ in inside}))
+            first = f"(?<=[{chars}]{re.escape(anchor)})"
+        branches.append(first + "(?:" + "|".join(alt for _, _, alt in inside) + ")")
+    return "(?:" + "|".join(branches) + ")"
+
+
+def _groups(literals: Iterable[str]) -> list[_Group]:
+    grouped: dict[str, list[tuple[str, int]]] = {}
+    alone: list[tuple[str, int]] = []
+    for literal in sorted(set(literals)):
+        anchor = next((a for a in _ANCHORS if a in literal), "")
+        if anchor:
+            grouped.setdefault(anchor, []).append((literal, literal.index(anchor)))
+        else:
+            # At least two characters from the anchor on: the regex engine then checks the
+            # second one in its fast scan instead of trying a match at every anchor.
+            rarest = max(range(max(1, len(literal) - 1)), key=lambda i: _rarity(literal[i]))
+            alone.append((literal, rarest))
+    groups = [_Group(a, members) for a, members in sorted(grouped.items())]
+    groups += [_Group(literal[i], [(literal, i)]) for literal, i in alone]
+    return groups
+
+
+# Characters from the most to the least frequent in prose and Markdown (lower-case letters
+# in their English order, digits, capitals); anything else counts as rarer still.
+_COMMONNESS = " \netaoinshrdlcumwfgypbv.,kjxqz-/:0123456789ETAOINSHRDLCUMWFGYPBVKJXQZ"
+
+
+def _rarity(ch: str) -> int:
+    rank = _COMMONNESS.find(ch)
+    return len(_COMMONNESS) if rank == -1 else rank
+
+
+def _owners(pairs: Iterable[tuple[str, int]]) -> dict[str, tuple[int, ...]]:
+    owners: dict[str, list[int]] = {}
+    for literal, owner in pairs:
+        owners.setdefault(literal, []).append(owner)
+    return {literal: tuple(ids) for literal, ids in owners.items()}
+
+
+_EXACT_OWNERS = _owners(
+    [
+        (literal, index)
+        for index, det in enumerate(_DETECTORS)
+        for literal in ((det.keywords or ()) if det.anchored else det.prefixes)
+        if not (det.anchored and det.fold)
+    ]
+    + [(_PEM_TRIGGER, _PEM)]
+)
+_FOLDED_OWNERS = _owners(
+    (kw, index)
+    for index, det in enumerate(_DETECTORS)
+    if det.anchored and det.fold
+    for kw in det.keywords or ()
+)
+
+
+class _OnePass:
+    """The literals of ``groups`` in one pattern, for short texts.
+
+    Searching a text once per group costs a call and a pass per group: about 1 µs each,
+    most of a short text's search. Here the literals are regrouped by anchor character
+    (two groups may share one: ``://`` and ``:A``) in groups whose every match is the
+    anchor alone, and those groups are alternatives of one pattern: the regex engine tests
+    each character against the set of anchors (several times slower per character than
+    one literal's search, but in one pass), and a match never covers the anchor of
+    another, so the pass finds every group's matches. ``index[lastindex]`` names the group
+    and the literal of a match.
+    """
+
+    __slots__ = ("groups", "index", "pattern")
+
+    def __init__(self, groups: list[_Group]) -> None:
+        by_anchor: dict[str, list[tuple[str, int]]] = {}
+        for group in groups:
+            by_anchor.setdefault(group.anchor, []).extend(group.literals)
+        self.groups = [_Group(a, members, consume=False) for a, members in by_anchor.items()]
+        self.index: dict[int, tuple[int, int]] = {}
+        for g, group in enumerate(self.groups):
+            for k in range(len(group.literals)):
+                self.index[len(self.index) + 1] = (g, k)
+        self.pattern = re.compile("|".join(f"(?:{g.pattern.pattern})" for g in self.groups))
+        assert self.pattern.groups == len(self.index)
+
+
+_FOLDED_DETECTORS = frozenset(i for ids in _FOLDED_OWNERS.values() for i in ids)
+_EXACT_GROUPS = _groups(_EXACT_OWNERS)
+_FOLDED_GROUPS = _groups(_FOLDED_OWNERS)
+_EXACT_ONE_PASS = _OnePass(_EXACT_GROUPS)
+_FOLDED_ONE_PASS = _OnePass(_FOLDED_GROUPS)
+
+
+# Above this many occurrences per character of text, a group's literals are too dense
+# to visit one by one from Python (runs of "sk-sk-sk-…"): its owners fall back to
+# searching the whole text, as every detector once did.
+_DENSE = 1 / 256
+
+
+# Below this many characters one pass of a :class:`_OnePass` pattern is cheaper than a
+# pass per group (500 characters: 10-14 µs against 26-30 µs; they cross at about 2 KB).
+_ONE_PASS_BELOW = 2 * 1024
+
+
+def _find(
+    text: str,
+    groups: list[_Group],
+    one_pass: _OnePass,
+    owners: dict[str, tuple[int, ...]],
+    limit: bool = True,
+) -> tuple[dict[int, list[int]], set[int]]:
+    """Where each owner's literals occur in ``text``: sorted start positions per owner (a
+    detector's index, or :data:`_PEM`), overlapping occurrences included; and (with
+    ``limit``) the owners whose literals were too dense to list (:data:`_DENSE`), which
+    must search ``text`` themselves."""
+    found: dict[int, list[int]] = {}
+    dense: set[int] = set()
+    budget = 64 + int(len(text) * _DENSE) if limit else len(text)
+    if len(text) < _ONE_PASS_BELOW:
+        hits = [0] * len(one_pass.groups)
+        for m in one_pass.pattern.finditer(text):
+            g, k = one_pass.index[m.lastindex]  # type: ignore[index]  # every alternative has one
+            hits[g] += 1
+            if hits[g] <= budget:
+                _note(found, owners, one_pass.groups[g], k, m.start(), text)
+            elif hits[g] == budget + 1:
+                dense.update(o for lit, _ in one_pass.groups[g].literals for o in owners[lit])
+    else:
+        hop = len(text) >= _HOP_FROM
+        for group in groups:
+            matches = _hopping(group, text) if hop else group.pattern.finditer(text)
+            if group.single:
+                literal, i = group.literals[0]
+                starts = [m.start() - i for m in itertools.islice(matches, budget + 1)]
+                if len(starts) > budget:
+                    dense.update(owners[literal])
+                    continue
+                for owner in owners[literal] if starts else ():
+                    found.setdefault(owner, []).extend(starts)
+                continue
+            for hit, m in enumerate(matches):
+                if hit == budget:
+                    dense.update(o for lit, _ in group.literals for o in owners[lit])
+                    break
+                _note(found, owners, group, m.lastindex - 1, m.start(), text)  # type: ignore[operator]
+    for positions in found.values():
+        positions.sort()
+    return found, dense
+
+
+def _note(
+    found: dict[int, list[int]],
+    owners: dict[str, tuple[int, ...]],
+    group: _Group,
+    k: int,
+    at: int,
+    text: str,
+) -> None:
+    """A match of ``group``'s ``k``-th literal with its anchor at ``at``: that literal's
+    start, and the start of each other literal of the group that occurs there too."""
+    literal, i = group.literals[k]
+    for owner in owners[literal]:
+        found.setdefault(owner, []).append(at - i)
+    for other, j in group.also[k]:
+        if at >= j and text.startswith(other, at - j):
+            for owner in owners[other]:
+                found.setdefault(owner, []).append(at - j)
+
+
+# The regex engine's search for a pattern's first character tests the text one character
+# at a time; ``str.find`` of one character runs at memory speed (about thirty times as
+# fast: 1 µs against 37 µs over 128 KB of ASCII). Hopping from one occurrence of a group's
+# anchor to the next and trying the pattern there from Python costs about what the engine
+# spends scanning this many characters: sparser anchors are hopped to, denser ones leave
+# the rest of the text to the engine's own search. Below ``_HOP_FROM`` characters the
+# hops cannot repay the calls they make. (On a 128 KB note without the rarer anchors, the
+# scan takes 0.40-0.47 × the time; on prose where they are everywhere, 0.97-1.02 ×.)
+_HOP_COST = 512
+_HOP_FROM = 16 * 1024
+
+
+def _hopping(group: _Group, text: str) -> Iterator[re.Match[str]]:
+    """What ``group.pattern.finditer(text)`` yields (every match starts with
+    ``group.anchor``), found by hopping between anchors while they are sparse."""
+    anchor, pattern = group.anchor, group.pattern
+    pos = text.find(anchor)
+    hops = 0
+    while pos != -1:
+        hops += 1
+        if hops * _HOP_COST > pos + 8 * _HOP_COST:
+            yield from pattern.finditer(text, pos)
+            return
+        m = pattern.match(text, pos)
+        if m is None:
+            pos = text.find(anchor, pos + 1)
+        else:
+            yield m
+            pos = text.find(anchor, m.end())  # no match is empty: m.end() > pos
+
+
+def _is_filler(value: str) -> bool:
+    tail = value[-16:]
+    return len(tail) >= 8 and set(tail) <= FILLER
+
+
+# Trying a pattern at one position from Python costs about what the regex engine's own
+# search spends skipping this many characters of text.
+_MATCH_COST = 256
+
+
+def _at_prefixes(det: Detector, text: str, positions: list[int]) -> Iterable[re.Match[str]]:
+    """What ``det.pattern.finditer(text)`` yields, for a pattern whose every match starts
+    at one of ``positions`` (sorted): the leftmost match, then the leftmost from where it
+    ended. Where the positions are dense the engine's own search from the first one is
+    cheaper than a call per position; it finds the same matches, since none can start
+    before the first position."""
+    first = positions[0]
+    if len(positions) * _MATCH_COST > len(text) - first:
+        return det.pattern.finditer(text, first)
+    return _each_prefix(det, text, positions)
+
+
+def _each_prefix(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
+    last_end = -1
+    for pos in positions:
+        if pos < last_end:
+            continue
+        m = det.pattern.match(text, pos)
+        if m is not None:
+            last_end = m.end()
+            yield m
+
+
+def _anchored(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
+    """Matches of an anchored detector around its keyword ``positions`` (sorted)."""
+    last_end = -1
+    if det.offsets:
+        for pos in positions:
+            for back in det.offsets:
+                if back <= pos and pos - back >= last_end:
+                    m = det.pattern.match(text, pos - back)
+                    if m is not None:
+                        last_end = m.end()
+                        yield m
+                        break
+        return
+    windows: list[tuple[int, int]] = []
+    for pos in positions:
+        hi = min(len(text), pos + det.reach)
+        if windows and pos <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], hi)  # merged: every character searched once
+        else:
+            windows.append((pos, hi))
+    for lo, hi in windows:
+        for m in det.pattern.finditer(text, lo, hi):
+            if m.start() < last_end:
+                continue
+            if m.end() == hi < len(text):
+                # The window's end stood in for the end of the text in the trailing
+                # lookahead: confirm against the whole text.
+                full = det.pattern.match(text, m.start())
+                if full is None:
+                    continue
+                m = full
+            last_end = m.end()
+            yield m
+
+
+def _positions(haystack: str, keywords: Iterable[str]) -> list[int]:
+    """Sorted positions of every occurrence of every keyword, found one keyword at a time."""
+    found: list[int] = []
+    for kw in keywords:
+        pos = haystack.find(kw)
+        while pos != -1:
+            found.append(pos)
+            pos = haystack.find(kw, pos + 1)
+    found.sort()
+    return found
+
+
+def _findings(
+    det: Detector, priority: int, text: str, matches: Iterable[re.Match[str]]
+) -> Iterator[tuple[int, int, int, str]]:
+    """The findings among ``det``'s ``matches``: word-bounded, checked, not filler."""
+    for m in matches:
+        if det.bounded and m.start() > 0 and text[m.start() - 1] in (det.continues or _WORD):
+            continue
+        if det.check is not None and not det.check(m):
+            continue
+        start, end = m.span(det.group)
+        if not det.filler_ok and _is_filler(text[start:end]):
+            continue
+        yield start, end, priority, det.kind_of(m)
+
+
+def _raw(text: str) -> list[tuple[int, int, int, str]]:
+    """Every match of every detector as ``(start, end, priority, kind)``, overlaps included,
+    in detector order (``mask`` relies on that order when one value has two kinds)."""
+    found: list[tuple[int, int, int, str]] = []
+    if not text:
+        return found
+    exact, dense = _find(text, _EXACT_GROUPS, _EXACT_ONE_PASS, _EXACT_OWNERS)
+    folded_text = text.lower() if _FOLDED_OWNERS else text
+    # A few characters change length when lower-cased; then positions in the lower-cased
+    # text do not carry over, and those detectors search the whole text instead (correct,
+    # just slower) when one of their keywords occurs at all.
+    aligned = len(folded_text) == len(text)
+    # The keyword detectors visit every keyword position anyway: no limit.
+    folded = (
+        _find(folded_text, _FOLDED_GROUPS, _FOLDED_ONE_PASS, _FOLDED_OWNERS, limit=False)[0]
+        if aligned
+        else {}
+    )
+    # Only the detectors something triggered, in detector order: the others find nothing.
+    triggered = exact.keys() | dense | (folded.keys() if aligned else _FOLDED_DETECTORS)
+    for priority in sorted(triggered):
+        if priority == _PEM:
+            continue
+        det = _DETECTORS[priority]
+        matches: Iterable[re.Match[str]]
+        if det.anchored and det.fold:
+            if aligned:
+                matches = _anchored(det, text, folded[priority])
+            elif any(kw in folded_text for kw in det.keywords or ()):
+                matches = det.pattern.finditer(text)
+            else:
+                continue
+        elif priority in dense:
+            if det.anchored:
+                matches = _anchored(det, text, _positions(text, det.keywords or ()))
+            else:
+                matches = det.pattern.finditer(text)
+        elif det.anchored:
+            matches = _anchored(det, text, exact[priority])
+        else:
+            matches = _at_prefixes(det, text, exact[priority])
+        found.extend(_findings(det, priority, text, matches))
+    if _PEM in exact or _PEM in dense:
+        found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
+    late = len(_DETECTORS)
+    found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))
+    return found
+
+
+# --- the reference engine --------------------------------------------------------------
+#
+# The engine as it was before the one-pass trigger search: every detector searching the
+# whole text (or its keywords' positions in it). Kept, unchanged, only so that the tests
+# can check that ``_raw`` finds exactly what it finds, and the benchmark can print both.
+
+
+def _raw_reference(text: str) -> list[tuple[int, int, int, str]]:
+    """What :func:`_raw` returns, computed the slow, obvious way (for tests and benchmarks)."""
+    found: list[tuple[int, int, int, str]] = []
+    if not text:
+        return found
+    folded_text: str | None = None
+    for priority, det in enumerate(_DETECTORS):
+        matches: Iterable[re.Match[str]]
+        if det.anchored:
+            assert det.keywords is not None
+            if det.fold and folded_text is None:
+                folded_text = text.lower()
+            haystack = folded_text if det.fold and folded_text is not None else text
+            if not any(kw in haystack for kw in det.keywords):
+                continue
+            if len(haystack) != len(text):
+                matches = det.pattern.finditer(text)
+            else:
+                matches = _anchored(det, text, _positions(haystack, det.keywords))
+        else:
+            matches = det.pattern.finditer(text)
+        found.extend(_findings(det, priority, text, matches))
+    if "PRIVATE KEY" in text:
+        found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
+    late = len(_DETECTORS)
+    found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))
+    return found
+
+
+def scan(text: str) -> list[Finding]:
+    """Every credential in ``text``, sorted by start, none overlapping another.
+
+    Where two shapes overlap the earlier one wins, then the longer, then the more
+    specific (a private key block over a token inside it). Runs in time linear in
+    ``len(text)``; an empty list means the text is clean.
+    """
+    raw = sorted(_raw(text), key=lambda r: (r[0], r[0] - r[1], r[2]))
+    out: list[Finding] = []
+    last_end = 0
+    line, line_pos = 1, 0
+    for start, end, _priority, kind in raw:
+        if start < last_end:
+            continue
+        line += text.count("\n", line_pos, start)
+        line_pos = start
+        out.append(Finding(kind, line, start, end))
+        last_end = end
+    return out
+
+
+def check_no_secrets(text: str) -> None:
+    """Refuse ``text`` if it holds a credential of a published shape.
+
+    Raises :class:`~keepstone.errors.SecretDetected` (422 ``secret_detected``) whose message
+    names the kind and the 1-based line of the first finding, and how many there are,
+    but never the secret; ``details`` carry ``kind`` and ``line``.
+    """
+    found = scan(text)
+    if found:
+        first = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise SecretDetected(
+            f"content contains a credential ({first.kind}) on line {first.line}{more}; remove "
+            "it (store where to find it instead, e.g. an environment variable name) and retry",
+            kind=first.kind,
+            line=first.line,
+        )
+
+
+_MIN_REPEAT = 12  # a found secret this long is masked wherever else it appears verbatim
+_MAX_VALUES = 64
+_MAX_ROUNDS = 8
+
+
+def mask(text: str) -> str:
+    """``text`` with every credential replaced by ``[REDACTED:<kind>]``.
+
+    Only the secret span is replaced (``password=[REDACTED:…]`` keeps the words around
+    it). Overlapping findings are merged into one marker. A secret found once is also
+    masked where it appears again verbatim without a word boundary (``xAKIA…``), and the
+    result is scanned again until it is clean, so ``scan(mask(text)) == []`` and no
+    scanned secret survives in the output.
+    """
+    for _ in range(_MAX_ROUNDS):
+        raw = _raw(text)
+        if not raw:
+            return text
+        spans = [(s, e, p, k) for s, e, p, k in raw]
+        values = {text[s:e]: k for s, e, _p, k in raw if e - s >= _MIN_REPEAT}
+        if len(values) <= _MAX_VALUES:
+            for value, kind in values.items():
+                pos = text.find(value)
+                while pos != -1:
+                    spans.append((pos, pos + len(value), len(_DETECTORS), kind))
+                    pos = text.find(value, pos + len(value))
+        spans.sort(key=lambda r: (r[0], r[0] - r[1], r[2]))
+        parts: list[str] = []
+        last = 0
+        cur_start, cur_end, cur_kind = -1, -1, ""
+        for start, end, _priority, kind in spans:
+            if start < cur_end:
+                cur_end = max(cur_end, end)
+                continue
+            if cur_start >= 0:
+                parts += [text[last:cur_start], f"[REDACTED:{cur_kind}]"]
+                last = cur_end
+            cur_start, cur_end, cur_kind = start, end, kind
+        parts += [text[last:cur_start], f"[REDACTED:{cur_kind}]", text[cur_end:]]
+        text = "".join(parts)
+    return text

@@ -1,0 +1,347 @@
+"""The background indexer: writes never wait for the model (docs/search.md, "How search
+is wired").
+
+A write commits its document or record with no vector; :class:`Indexer` embeds later,
+in batches. One pass (:meth:`Indexer.run_once`) chunks the documents that have no chunks
+yet (the store's ``backfill_chunks``), then, for each source (the documents' chunks, the
+team records), claims up to ``batch_size`` pending rows — no vector, or a vector of
+another model, so changing the model re-embeds everything by itself — embeds their text
+and hands the vectors back to the claim, which stores them when its block exits. A claim
+that fails (the embedder is unreachable, the process dies) stores nothing: the rows stay
+pending, never half-indexed. On PostgreSQL a claim is ``FOR UPDATE SKIP LOCKED``, so the
+indexers of several replicas share the rows and embed each once.
+
+:meth:`Indexer.run` is the loop — no pause while work remains, ``idle_seconds`` when
+there is none, a doubling back-off (one log line each) after a failure, which never ends
+it — run by ``keepstone serve`` in a child process (:mod:`keepstone.api.indexer_process`), or on a
+daemon thread by :meth:`Indexer.start`. :meth:`Indexer.drain` runs passes until nothing is
+pending (``keepstone reindex``, ``keepstone memory reindex``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keepstone.errors import KeepstoneError
+from keepstone.search.vectors import encode_many
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from keepstone.embed.base import Embedder
+
+log = logging.getLogger(__name__)
+
+#: Rows embedded per claim: one forward pass of the default embedder, and a short claim.
+BATCH_SIZE = 32
+#: Seconds between passes when nothing was pending.
+IDLE_SECONDS = 0.5
+#: The first and the longest pause after a failed pass (doubling in between).
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 60.0
+#: Niceness of the indexer's thread (Linux schedules threads, so it is the thread's own):
+#: request handling wins the CPU when both want it.
+NICENESS = 10
+
+
+class Pending(Protocol):
+    """A pending row: what the embedder reads."""
+
+    @property
+    def search_text(self) -> str: ...
+
+
+class Claim(Protocol):
+    """Rows claimed to embed (``SqlStore.claim_pending_chunks``,
+    ``SqlRecordStore.claim_pending_records``): ``store_embeddings(blobs)`` gives
+    ``blobs[i]`` to ``rows[i]``, written when the claim's block exits normally."""
+
+    @property
+    def rows(self) -> Sequence[Pending]: ...
+
+    def store_embeddings(self, blobs: Sequence[bytes]) -> None: ...
+
+
+#: ``claim(limit, model)``: a context manager yielding a :class:`Claim`.
+Claimer = Callable[[int, str], AbstractContextManager[Claim]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One kind of row the indexer embeds: ``"chunks"`` or ``"records"``."""
+
+    name: str
+    claim: Claimer
+
+
+def document_sources(store: object) -> list[Source]:
+    """The pending chunks of ``store`` as a source (the SQL and filesystem stores keep
+    an index; another store, such as a client of a server, has none)."""
+    if isinstance(store, (SqlStore, FilesystemStore)):
+        return [Source("chunks", store.claim_pending_chunks)]
+    return []
+
+
+def record_sources(records: object | None) -> list[Source]:
+    """The pending team records of ``records`` as a source, when the record store can
+    claim them (``claim_pending_records``); none otherwise."""
+    claim = getattr(records, "claim_pending_records", None)
+    return [Source("records", claim)] if callable(claim) else []
+
+
+class Indexer:
+    """Embeds what ``sources`` have pending with ``embedder``; ``backfill`` (the SQL
+    store's ``backfill_chunks``) chunks unindexed documents first on every pass.
+
+    ``embedded`` counts the rows embedded per source name, ``documents`` the documents
+    the backfill looked at, over this indexer's life.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        sources: Sequence[Source],
+        *,
+        backfill: Callable[[], int] | None = None,
+        batch_size: int = BATCH_SIZE,
+        idle_seconds: float = IDLE_SECONDS,
+        first_backoff: float = FIRST_BACKOFF_SECONDS,
+        max_backoff: float = MAX_BACKOFF_SECONDS,
+        niceness: int = NICENESS,
+        compute: Executor | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.embedder = embedder
+        self.sources = list(sources)
+        self.backfill = backfill
+        self.batch_size = batch_size
+        self.idle_seconds = idle_seconds
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self.niceness = niceness
+        #: Where the embedder runs (None: the calling thread). ``keepstone serve``'s indexer
+        #: process embeds on a low-priority thread while its database work keeps the
+        #: normal priority, so a lock it holds is never held by a starved thread.
+        self.compute = compute
+        self.embedded: dict[str, int] = {s.name: 0 for s in self.sources}
+        self._last_claimed: dict[str, tuple[str, ...]] = {}
+        self.documents = 0
+        #: Failed passes so far, and the last failure's message (None after a good pass).
+        self.failures = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model_id
+
+    # --- One pass -------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Chunk unindexed documents, then embed one batch of each source; return how
+        many rows were embedded (0: nothing was pending). Raises what a step raised; the
+        claim of the failing batch stores nothing."""
+        if self.backfill is not None:
+            self.documents += self.backfill()
+        done = 0
+        for source in self.sources:
+            done += self._embed_batch(source)
+        return done
+
+    def _embed_batch(self, source: Source) -> int:
+        model = self.embedder.model_id
+        with source.claim(self.batch_size, model) as claim:
+            rows = claim.rows
+            if not rows:
+                return 0
+            texts = [row.search_text for row in rows]
+            if self.compute is None:
+                vectors = self.embedder.embed(texts)
+            else:
+                vectors = self.compute.submit(self.embedder.embed, texts).result()
+            claim.store_embeddings(encode_many(vectors))
+        self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
+        # The very rows of the last batch again: the store kept refusing their vectors
+        # (a row changed under it and was not re-read). No progress: pause, do not spin.
+        claimed = tuple(repr(row) for row in rows)
+        if self._last_claimed.get(source.name) == claimed:
+            log.warning("indexer: the same %d %s stayed pending; pausing", len(rows), source.name)
+            return 0
+        self._last_claimed[source.name] = claimed
+        return len(rows)
+
+    def drain(self, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+        """Run passes until nothing is pending; ``progress(n)`` after each; return the
+        rows embedded per source by this call."""
+        before = dict(self.embedded)
+        while True:
+            done = self.run_once()
+            if not done:
+                return {name: n - before.get(name, 0) for name, n in self.embedded.items()}
+            if progress is not None:
+                progress(done)
+
+    # --- The thread ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run passes on a daemon thread until :meth:`stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="keepstone-indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to stop and wait up to ``timeout`` seconds for its batch."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        self.run()
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        """Run passes in the calling thread (a thread's or a process's loop) until
+        :meth:`stop` or ``until()`` (checked at least every :data:`IDLE_SECONDS`): no
+        pause while work remains, ``idle_seconds`` when there was none, a doubling
+        back-off after a failure, logged in one line. It lowers the thread's priority."""
+        lower_thread_priority(self.niceness)
+        delay = 0.0
+        while not self._stopping(until):
+            try:
+                done = self.run_once()
+            except Exception as exc:  # the loop outlives any failure: log, back off, retry
+                delay = min(self.max_backoff, max(self.first_backoff, delay * 2))
+                self.failures += 1
+                self.last_error = _describe(exc)
+                log.warning("indexer: %s; retrying in %.3g s", self.last_error, delay)
+                self._pause(delay, until)
+                continue
+            if delay:
+                log.info("indexer: working again")
+            delay = 0.0
+            self.last_error = None
+            if not done:
+                self._pause(self.idle_seconds, until)
+
+    def request_stop(self) -> None:
+        """Make :meth:`run` return after the current batch (safe from a signal handler)."""
+        self._stop.set()
+
+    def _stopping(self, until: Callable[[], bool] | None) -> bool:
+        return self._stop.is_set() or (until is not None and until())
+
+    def _pause(self, seconds: float, until: Callable[[], bool] | None) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping(until):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stop.wait(min(left, IDLE_SECONDS))
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for the log: the error's own message, no traceback."""
+    text = exc.message if isinstance(exc, KeepstoneError) else str(exc)
+    first = (text.strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def lower_thread_priority(niceness: int) -> None:
+    """Make the calling thread ``niceness`` nicer (Linux: niceness is per thread, and
+    threads it starts inherit it). Best effort."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+    except OSError:
+        pass
+
+
+# --- Reindexing a whole store (keepstone reindex, keepstone memory reindex) ---------------------
+
+
+@dataclass(frozen=True)
+class ReindexReport:
+    """What a reindex did: documents looked at, rows embedded, the model (None: no
+    embedder, chunked only)."""
+
+    documents: int
+    chunks_embedded: int
+    records_embedded: int
+    model: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "documents": self.documents,
+            "chunks_embedded": self.chunks_embedded,
+            "records_embedded": self.records_embedded,
+            "model": self.model,
+        }
+
+
+def embed_pending(
+    embedder: Embedder | None,
+    store: object,
+    records: object | None = None,
+    *,
+    documents: int = 0,
+    batch_size: int = BATCH_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> ReindexReport:
+    """Embed everything ``store`` (and ``records``) have pending, after a reindex that
+    looked at ``documents`` documents; with no embedder, only report those."""
+    if embedder is None:
+        return ReindexReport(documents, 0, 0, None)
+    backfill = store.backfill_chunks if isinstance(store, SqlStore) else None
+    indexer = Indexer(
+        embedder,
+        document_sources(store) + record_sources(records),
+        backfill=backfill,
+        batch_size=batch_size,
+    )
+    counts = indexer.drain(progress)
+    return ReindexReport(
+        documents + indexer.documents,
+        counts.get("chunks", 0),
+        counts.get("records", 0),
+        embedder.model_id,
+    )
+
+
+def drop_record_vectors(records: object | None) -> None:
+    """Drop every team record's vector (``keepstone reindex --rebuild``), when the record
+    store can (``drop_embeddings``)."""
+    drop = getattr(records, "drop_embeddings", None)
+    if callable(drop):
+        drop()
+
+
+__all__ = [
+    "BATCH_SIZE",
+    "Claim",
+    "Indexer",
+    "ReindexReport",
+    "Source",
+    "document_sources",
+    "drop_record_vectors",
+    "embed_pending",
+    "lower_thread_priority",
+    "record_sources",
+]

@@ -1,0 +1,267 @@
+"""Ranking a team's records by keyword and by meaning (docs/records.md, "Search").
+
+:class:`RecordSearch` is the ranking half of :meth:`RecordService.search
+<keepstone.service.records.RecordService.search>`; it runs inside the search's one read
+transaction. It reads the team's two search counters (one query), takes the team's rows
+and BM25 index from a cache stamped with ``terms_version`` and its vectors of the
+embedder's model from the shared :class:`~keepstone.search.cache.VectorCache` stamped with
+``vectors_version`` (extended by the rows stored since, unless vectors were removed),
+masks what the caller may not see — expired, another repository than the one asked
+for, outside a limited caller's projects (a record without a repository is never
+visible to a limited caller) — and ranks the rest with the scope ranking documents use
+(:func:`keepstone.search.hybrid.rank`: BM25 relative to the query's full match, cosine,
+fixed-scale weighted sum, matched signals). Only the texts of the hits returned are
+read, by id, in the same transaction.
+
+Without an embedder, with no vector of its model yet, or when the embedder fails, the
+ranking is by keyword alone. Isolation is structural: every read takes the team id, and
+every cache is keyed by it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from keepstone.errors import KeepstoneError
+from keepstone.records.store import RankingRow, Record, RecordReader, Scope, SearchVersions
+from keepstone.records.store import StoredVector as StoredVector
+from keepstone.search.bm25 import BM25Index
+from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.hybrid import (
+    CANDIDATES,
+    BoolArray,
+    DenseSide,
+    ExactDense,
+    IndexedDense,
+    RowMap,
+    ScopeCache,
+    dense_side,
+    rank,
+)
+from keepstone.search.text import query_terms
+from keepstone.search.vectors import Float32Array, decode_many
+
+if TYPE_CHECKING:
+    from keepstone.embed.base import Embedder
+
+log = logging.getLogger("keepstone.records")
+
+#: Teams whose rows and BM25 index are kept in memory (the most recently searched).
+BM25_CACHE_TEAMS = 1024
+#: The first element of a team's key in the shared vector cache (documents' keys are
+#: (space id, model) pairs, so the two never meet).
+VECTOR_SCOPE = "records"
+
+
+@dataclass(frozen=True, slots=True)
+class RankedRecord:
+    """A hit: the record, its fused score (higher is better, comparable within one search)
+    and the signals that matched it (``"keyword"``, ``"meaning"``)."""
+
+    record: Record
+    score: float
+    matched: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _TeamRows:
+    """A team's records at one ``terms_version``: ids, BM25 index, what the masks read."""
+
+    ids: list[str]
+    index: BM25Index
+    #: The number of each row's repository in ``repos`` (-1: no repository).
+    repo_codes: npt.NDArray[np.int32]
+    repos: dict[str, int]
+    #: ``expires_at`` as POSIX seconds.
+    expires: npt.NDArray[np.float64]
+    row_map: RowMap
+    #: Each record's row number by its id.
+    position: dict[Hashable, int]
+
+    def allowed(self, scope: Scope, visible: frozenset[str] | None) -> BoolArray:
+        """The rows ``scope`` sees: not expired at ``scope.now``, of ``scope.repo_id``
+        when given, of a repository in ``visible`` when the caller is limited."""
+        mask: BoolArray = self.expires > scope.now.timestamp()
+        if scope.repo_id is not None:
+            mask &= self.repo_codes == self.repos.get(scope.repo_id, -2)
+        if visible is not None:
+            codes = [self.repos[r] for r in visible if r in self.repos]
+            mask &= np.isin(self.repo_codes, np.asarray(codes, dtype=np.int32))
+        return mask
+
+
+def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
+    repos: dict[str, int] = {}
+    codes = np.fromiter(
+        (-1 if r.repo_id is None else repos.setdefault(r.repo_id, len(repos)) for r in rows),
+        dtype=np.int32,
+        count=len(rows),
+    )
+    expires = np.fromiter((r.expires_at.timestamp() for r in rows), np.float64, len(rows))
+    ids = [r.id for r in rows]
+    position: dict[Hashable, int] = {record_id: i for i, record_id in enumerate(ids)}
+    index = BM25Index([r.terms.split() for r in rows])
+    return _TeamRows(ids, index, codes, repos, expires, RowMap(position), position)
+
+
+def _entry(vectors: Sequence[StoredVector], dim: int) -> Entry:
+    ids = np.array([v.id for v in vectors], dtype=object)
+    return Entry(ids, decode_many([v.blob for v in vectors], dim))
+
+
+class RecordSearch:
+    """Keyword and meaning ranking of team records. ``embedder`` None is keyword-only;
+    ``cache`` holds the teams' vector matrices (share the process's one with document
+    search: it is bounded by bytes)."""
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        cache: VectorCache | None = None,
+        *,
+        max_teams: int = BM25_CACHE_TEAMS,
+    ) -> None:
+        self.embedder = embedder
+        self.cache = cache if cache is not None else VectorCache()
+        self._rows: ScopeCache[_TeamRows] = ScopeCache(max_teams)
+        # The query is embedded on a thread of its own while the search reads the team's
+        # rows and ranks by keyword (numpy and the tokenizer release the GIL): a hybrid
+        # search then costs about the longer of the two, not their sum.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keepstone-query-embed")
+
+    def rank(
+        self,
+        tx: RecordReader,
+        scope: Scope,
+        query: str,
+        limit: int,
+        versions: SearchVersions | None = None,
+    ) -> list[RankedRecord]:
+        """The best ``limit`` records of ``scope`` for ``query`` (already masked), best
+        first, read through ``tx`` (the search's transaction). ``versions``: the team's
+        counters when the caller read them already in ``tx``
+        (:meth:`~keepstone.records.store.RecordReader.search_state`)."""
+        if versions is None:
+            versions = tx.search_versions(scope.team_id)
+        if self.embedder is not None and versions.vectors > 0:
+            embedded: Future[Float32Array | None] | None = self._pool.submit(self._embed, query)
+        else:
+            embedded = None  # no vector stored yet: nothing to compare a query with
+        try:
+            return self._rank(tx, scope, query, limit, versions, embedded)
+        finally:
+            if embedded is not None:
+                embedded.cancel()  # not needed after all (nothing allowed, no vectors)
+
+    def _rank(
+        self,
+        tx: RecordReader,
+        scope: Scope,
+        query: str,
+        limit: int,
+        versions: SearchVersions,
+        embedded: Future[Float32Array | None] | None,
+    ) -> list[RankedRecord]:
+        team = scope.team_id
+        rows = self._rows.get(team, versions.terms, lambda: _team_rows(tx.ranking_rows(team)))
+        if not rows.ids:
+            return []
+        visible = None
+        if scope.project_ids is not None:
+            visible = tx.visible_repos(team, scope.project_ids)
+        allowed = rows.allowed(scope, visible)
+        if not allowed.any():
+            return []
+        dense = self._dense(tx, scope, versions, rows, embedded)
+        # By keyword alone the fused order is the keyword order: its top ``limit`` is all
+        # a search needs (fusing CANDIDATES would build and sort hits it drops).
+        k = CANDIDATES if dense is not None else limit
+        hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense, k=k)[:limit]
+        found = tx.records_by_id(team, [rows.ids[h.key] for h in hits])
+        return [
+            RankedRecord(found[record_id], round(h.score, 6), h.matched)
+            for h in hits
+            for record_id in [rows.ids[h.key]]
+            if record_id in found
+        ]
+
+    def _dense(
+        self,
+        tx: RecordReader,
+        scope: Scope,
+        versions: SearchVersions,
+        rows: _TeamRows,
+        embedded: Future[Float32Array | None] | None,
+    ) -> DenseSide | None:
+        """The dense side over the team's vectors of the embedder's model (None: keyword
+        only — no embedder, no vector yet, or the embedder failed): pgvector's HNSW
+        index for a team of at least its ``min_vectors`` records, else exact top-k over
+        the cached matrix."""
+        embedder = self.embedder
+        if embedder is None or embedded is None:
+            return None
+        team, model = scope.team_id, embedder.model_id
+
+        def exact() -> DenseSide | None:
+            return self._exact(tx, team, versions, rows, embedded)
+
+        def indexed() -> DenseSide | None:
+            vector = embedded.result()
+            if vector is None:
+                return None
+
+            def nearest(k: int) -> list[tuple[Hashable, float]]:
+                return list(tx.nearest_records(scope, model, vector, k) or [])
+
+            def score(keys: Sequence[Hashable]) -> list[tuple[Hashable, float]]:
+                ids = [str(key) for key in keys]
+                return list(tx.record_similarity(scope, model, vector, ids) or [])
+
+            return IndexedDense(nearest, rows.position, score, rows.ids.__getitem__)
+
+        return dense_side(len(rows.ids), tx.index_min_vectors(), exact, indexed)
+
+    def _embed(self, query: str) -> Float32Array | None:
+        assert self.embedder is not None
+        try:
+            vector: Float32Array = self.embedder.embed([query])[0]
+        except KeepstoneError as exc:
+            log.warning("records search by keyword only: the embedder failed: %s", exc.message)
+            return None
+        return vector
+
+    def _exact(
+        self,
+        tx: RecordReader,
+        team: str,
+        versions: SearchVersions,
+        rows: _TeamRows,
+        embedded: Future[Float32Array | None],
+    ) -> DenseSide | None:
+        embedder = self.embedder
+        assert embedder is not None
+        model, upto = embedder.model_id, versions.vectors
+
+        def load() -> Entry:
+            return _entry(tx.record_vectors(team, model, upto), embedder.dim)
+
+        def load_since(cached: int) -> Entry | None:
+            if versions.vectors_reset > cached:
+                return None  # vectors were removed since: reload them all
+            return _entry(tx.record_vectors(team, model, upto, after=cached), embedder.dim)
+
+        # Keyed by team and model: vectors of one model are never compared with another's.
+        entry = self.cache.get((VECTOR_SCOPE, team, model), upto, load, load_since=load_since)
+        if not len(entry):
+            return None
+        query_vector = embedded.result()
+        if query_vector is None:
+            return None
+        return ExactDense(entry.matrix, rows.row_map.rows_of(entry), query_vector)

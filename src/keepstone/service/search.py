@@ -1,0 +1,373 @@
+"""Searching a space's documents by keyword and by meaning (docs/search.md, "Searching
+documents").
+
+:class:`DocumentSearch` ranks the chunks of the spaces it is given: first the store's
+``reconcile(ref)`` (so every committed write, and on the filesystem every hand edit, is
+keyword-searchable), then the space's BM25 index and its matrix of embedded chunks, both
+loaded through caches stamped with the space's ``search_version``; the keyword side (BM25
+relative to the query's full match) and the dense side (cosine, when an embedder is
+given and chunks of its model are embedded) are fused with the fixed-scale weighted sum
+(:mod:`keepstone.search.fusion`). A hit is a section: the best chunk of each (space, path,
+heading). Isolation is structural: the rows searched are the rows of the refs given,
+and a ref is always the caller's own (:func:`keepstone.service.access.space_ref`).
+
+A store that keeps no index of its own but answers searches itself (the HTTP client
+store, whose server searches) is asked directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from keepstone.errors import InvalidRequest
+from keepstone.search.bm25 import BM25Index
+from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.chunking import snippet
+from keepstone.search.claim import EmbeddingClaim
+from keepstone.search.hybrid import CANDIDATES as CANDIDATES
+from keepstone.search.hybrid import (
+    DenseSide,
+    ExactDense,
+    IndexedDense,
+    RowMap,
+    ScopeCache,
+    dense_side,
+    rank,
+)
+from keepstone.search.text import query_terms
+from keepstone.search.vectors import Float32Array, decode_many, encode_many
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import ChunkRow, MemoryStore, Progress
+from keepstone.store.fs import FilesystemStore
+from keepstone.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from keepstone.embed.base import Embedder
+
+log = logging.getLogger(__name__)
+
+#: The most hits one search returns.
+MAX_LIMIT = 50
+#: BM25 indexes kept in memory (one per space searched lately).
+BM25_CACHE_SPACES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentHit:
+    """One section found: its document, heading trail, a snippet, the fused score, which
+    signals matched (``"keyword"``, ``"meaning"``) and the space it is in."""
+
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: tuple[str, ...]
+    space_id: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The API's shape of a hit (``GET /api/memory/search``)."""
+        return {
+            "path": self.path,
+            "heading": self.heading,
+            "snippet": self.snippet,
+            "score": self.score,
+            "matched": list(self.matched),
+        }
+
+
+@runtime_checkable
+class IndexedStore(Protocol):
+    """A store with a search index of its own (SQL, filesystem)."""
+
+    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int: ...
+
+    def search_version(self, ref: SpaceRef) -> int: ...
+
+    def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]: ...
+
+    def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]: ...
+
+
+class PendingLike(Protocol):
+    """A chunk a store has to embed (``claim_pending_chunks``)."""
+
+    @property
+    def space_id(self) -> str: ...
+    @property
+    def search_text(self) -> str: ...
+
+
+P = TypeVar("P", bound=PendingLike)
+
+
+class RemoteHitLike(Protocol):
+    """A hit as a searching store answers it (``keepstone.store.http.SearchHit``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def heading(self) -> str: ...
+    @property
+    def snippet(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def matched(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class SearchingStore(Protocol):
+    """A store that answers searches itself (a client of a Keepstone server)."""
+
+    def search(
+        self, ref: SpaceRef, q: str, limit: int, path_prefix: str
+    ) -> Sequence[RemoteHitLike]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyword:
+    """A space's chunks at one version, their BM25 index, and the row of each cached
+    vector (through the chunk's (path, seq))."""
+
+    rows: list[ChunkRow]
+    index: BM25Index
+    row_map: RowMap
+    #: Each chunk's row number by its (path, seq), and how many vectors each model has.
+    position: dict[Hashable, int]
+    vectors: dict[str | None, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A fused chunk before it is a hit."""
+
+    score: float
+    matched: tuple[str, ...]
+    space_id: str
+    row: ChunkRow
+
+
+def check_query(q: str, limit: int) -> str:
+    """The query stripped; ``400 invalid_request`` naming ``q`` or ``limit`` otherwise."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}", field="limit")
+    if not isinstance(q, str) or not q.strip():
+        raise InvalidRequest("q must be a non-empty search query", field="q")
+    return q.strip()
+
+
+class DocumentSearch:
+    """Keyword and meaning search over the documents of a store's spaces.
+
+    ``embedder`` None is keyword-only. ``cache`` holds the spaces' vector matrices (one
+    per process is enough; it is bounded by bytes). ``embed_pending`` > 0 (local
+    commands) embeds up to that many of the searched space's pending chunks first.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None = None,
+        cache: VectorCache | None = None,
+        *,
+        embed_pending: int = 0,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.cache = cache if cache is not None else VectorCache()
+        self.embed_pending = embed_pending
+        self._keyword: ScopeCache[_Keyword] = ScopeCache(BM25_CACHE_SPACES)
+
+    def search(
+        self,
+        refs: Sequence[SpaceRef],
+        query: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+    ) -> list[DocumentHit]:
+        """The best sections of the spaces ``refs`` for ``query``, best first."""
+        q = check_query(query, limit)
+        if isinstance(self.store, SearchingStore):
+            remote = [
+                DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
+                for ref in refs
+                for h in self.store.search(ref, q, limit, path_prefix)
+            ]
+            return self._merge(remote, limit)
+        store = self.store
+        if not isinstance(store, IndexedStore):
+            raise InvalidRequest(
+                f"this store ({type(store).__name__}) keeps no search index: search a "
+                "local store or a Keepstone server"
+            )
+        terms = query_terms(q)
+        query_vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
+        found: list[_Found] = []
+        versions = store.reconciled_versions(refs)
+        if self.embed_pending > 0:
+            for ref in refs:
+                if self._embed_pending(ref):
+                    versions[ref.id] = store.search_version(ref)
+        for ref in refs:
+            version = versions[ref.id]
+            keyword = self._keyword_entry(store, ref, version)
+            allowed = None
+            if path_prefix:
+                allowed = np.fromiter(
+                    (row.path.startswith(path_prefix) for row in keyword.rows),
+                    dtype=bool,
+                    count=len(keyword.rows),
+                )
+            dense = None
+            if self.embedder is not None and keyword.vectors.get(self.embedder.model_id):
+                if query_vector is None:
+                    query_vector = self.embedder.embed([q])[0]
+                dense = self._dense(store, ref, version, keyword, query_vector, path_prefix)
+            for fused in rank(keyword.index, terms, allowed=allowed, dense=dense):
+                row = keyword.rows[fused.key]
+                found.append(_Found(round(fused.score, 6), fused.matched, ref.id, row))
+        found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
+        seen: set[tuple[str, str, str]] = set()
+        hits: list[DocumentHit] = []
+        for f in found:
+            key = (f.space_id, f.row.path, f.row.heading)
+            if key in seen:
+                continue
+            seen.add(key)
+            # The snippet only for what is returned: analysing text is the costly part.
+            text = snippet(f.row.text, terms)
+            hits.append(
+                DocumentHit(f.row.path, f.row.heading, text, f.score, f.matched, f.space_id)
+            )
+            if len(hits) >= limit:
+                break
+        return hits
+
+    @staticmethod
+    def _merge(hits: list[DocumentHit], limit: int) -> list[DocumentHit]:
+        """Best first across spaces, the best chunk of each (space, path, heading)."""
+        hits.sort(key=lambda h: -h.score)  # stable: each space's order kept on ties
+        seen: set[tuple[str, str, str]] = set()
+        out: list[DocumentHit] = []
+        for hit in hits:
+            key = (hit.space_id, hit.path, hit.heading)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(hit)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _keyword_entry(self, store: IndexedStore, ref: SpaceRef, version: int) -> _Keyword:
+        def build() -> _Keyword:
+            rows = store.chunk_rows(ref)  # read after the version: at least as new
+            position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
+            vectors = Counter(row.model for row in rows if row.embedding is not None)
+            return _Keyword(
+                rows,
+                BM25Index([row.terms.split() for row in rows]),
+                RowMap(position, _split),
+                position,
+                dict(vectors),
+            )
+
+        return self._keyword.get(ref.id, version, build)
+
+    def _dense(
+        self,
+        store: IndexedStore,
+        ref: SpaceRef,
+        version: int,
+        keyword: _Keyword,
+        query: Float32Array,
+        path_prefix: str,
+    ) -> DenseSide | None:
+        """The space's dense side: pgvector's HNSW index for a space of at least its
+        ``min_vectors`` vectors of the model, else exact top-k over the cached matrix."""
+        assert self.embedder is not None
+        model = self.embedder.model_id
+        index = store.pgvector if isinstance(store, SqlStore) else None
+        min_vectors = index.min_vectors if index is not None and index.search else None
+
+        def exact() -> DenseSide | None:
+            entry = self._vector_entry(store, ref, version, keyword)
+            return ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query)
+
+        def nearest(k: int) -> list[tuple[Hashable, float]]:
+            assert isinstance(store, SqlStore)
+            found = store.nearest_chunks(ref, model, query, k, path_prefix=path_prefix)
+            return [((path, seq), cosine) for path, seq, cosine in found or []]
+
+        def score(keys: Sequence[Hashable]) -> list[tuple[Hashable, float]]:
+            assert isinstance(store, SqlStore)
+            pairs = [key for key in keys if isinstance(key, tuple)]
+            found = store.chunk_similarity(ref, model, query, pairs)
+            return [((path, seq), cosine) for path, seq, cosine in found or []]
+
+        def key_of(row: int) -> Hashable:
+            chunk = keyword.rows[row]
+            return (chunk.path, chunk.seq)
+
+        def indexed() -> DenseSide:
+            return IndexedDense(nearest, keyword.position, score, key_of)
+
+        return dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
+
+    def _vector_entry(
+        self, store: IndexedStore, ref: SpaceRef, version: int, keyword: _Keyword
+    ) -> Entry:
+        assert self.embedder is not None
+        model = self.embedder.model_id
+        dim = self.embedder.dim
+
+        def load() -> Entry:
+            # Rows of the keyword entry: loaded after reading a version >= ``version``.
+            embedded = [r for r in keyword.rows if r.embedding is not None and r.model == model]
+            ids = np.array([_join(r.path, r.seq) for r in embedded], dtype=object)
+            blobs = [r.embedding for r in embedded if r.embedding is not None]
+            return Entry(ids, decode_many(blobs, dim))
+
+        # Keyed by space and model: vectors of one model are never compared with another's.
+        return self.cache.get((ref.id, model), version, load)
+
+    def _embed_pending(self, ref: SpaceRef) -> int:
+        """Embed the space's chunks among the store's first ``embed_pending`` that have no
+        vector of this embedder's model (a local command, before it searches); return
+        how many."""
+        store, embedder = self.store, self.embedder
+        if embedder is None:
+            return 0
+        model = embedder.model_id
+        # One claim per store type: their rows are of different (typed) classes.
+        if isinstance(store, SqlStore):
+            with store.claim_pending_chunks(self.embed_pending, model) as sql_claim:
+                return _embed_claimed(sql_claim, ref, embedder)
+        if isinstance(store, FilesystemStore):
+            with store.claim_pending_chunks(self.embed_pending, model) as fs_claim:
+                return _embed_claimed(fs_claim, ref, embedder)
+        return 0
+
+
+def _embed_claimed(claim: EmbeddingClaim[P], ref: SpaceRef, embedder: Embedder) -> int:
+    """Give the claimed chunks of ``ref`` their vectors; return how many."""
+    rows = [row for row in claim.rows if row.space_id == ref.id]
+    if rows:
+        claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])), rows)
+    return len(rows)
+
+
+def _join(path: str, seq: int) -> str:
+    return f"{path}\x00{seq}"
+
+
+def _split(key: object) -> tuple[str, int]:
+    path, _, seq = str(key).rpartition("\x00")
+    return path, int(seq)

@@ -1,0 +1,541 @@
+"""The ``MemoryStore`` interface: one contract, several adapters.
+
+Every adapter (filesystem, SQLite, PostgreSQL, a Keepstone server over HTTP) implements
+the abstract methods below and passes the one conformance suite in
+``tests/conformance/`` unchanged. What every write shares is written here once:
+:meth:`MemoryStore.write`, :meth:`MemoryStore.delete` and :meth:`MemoryStore.move`
+validate the paths, check platform authority, encode the body, bound its size and scan it
+for secrets, then hand the checked values to the adapter's ``_write`` / ``_delete`` /
+``_move``. Export and import
+are built on the same methods (see :mod:`keepstone.store.archive`).
+
+Rules every adapter keeps (SPEC §2-§4, §10):
+
+* Every method takes the full :class:`~keepstone.spaces.SpaceRef`, valid by construction.
+  A non-global ref without a tenant is refused by the SQL stores before any I/O.
+* A ``global`` mutation needs a :class:`~keepstone.documents.PlatformGrant`, passed as the
+  ``grant`` argument by the service that proved the caller's authority; without one it
+  is :class:`~keepstone.errors.PlatformAuthorityRequired`. The SQL stores write the audit
+  row of a global mutation in the mutation's own transaction.
+* A write that grows the tree is checked against the document cap, the space
+  sub-cap, and the team aggregate (or, for global, the instance aggregate with the
+  grant's attribution team debited) atomically with the write. A refusal is
+  :class:`~keepstone.errors.QuotaExceeded` naming the limit, bytes used, quota, need.
+* Content is UTF-8 Markdown; a body with a credential of a published shape is
+  refused with :class:`~keepstone.errors.SecretDetected` (``keepstone.secrets``).
+* ``etag`` is a content hash: equal content gives an equal etag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import BinaryIO
+
+from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.documents import (
+    Document,
+    DocumentInfo,
+    ImportReport,
+    ImportStrategy,
+    PlatformGrant,
+    Usage,
+    VersionInfo,
+    WriteResult,
+    content_etag,
+    encode_document,
+    version_as_of,
+)
+from keepstone.errors import (
+    AlreadyExists,
+    InvalidRequest,
+    InvalidSpaceRef,
+    NotFound,
+    PlatformAuthorityRequired,
+    PreconditionFailed,
+)
+from keepstone.paths import validate_dir_prefix, validate_doc_path
+from keepstone.quota import Limits, check_document_size
+from keepstone.secrets import check_no_secrets
+from keepstone.spaces import SpaceRef
+
+__all__ = [
+    "ChunkRow",
+    "Document",
+    "DocumentInfo",
+    "ImportReport",
+    "ImportStrategy",
+    "ImportWriter",
+    "MemoryStore",
+    "PlatformGrant",
+    "SpaceRefs",
+    "Usage",
+    "WriteResult",
+    "authorize_space_write",
+    "content_etag",
+    "encode_document",
+]
+
+
+#: Aliases: the class below defines a method called ``list``.
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedWrite:
+    """A write past the prelude: canonical ``path``, ``content`` and its UTF-8 ``data``
+    within the document cap and free of secrets, its ``etag``, and the authority."""
+
+    path: str
+    content: str
+    data: bytes
+    etag: str
+    if_match: str | None
+    if_none_match: bool
+    grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedDelete:
+    """A delete past the prelude: canonical ``path``, its condition and its authority."""
+
+    path: str
+    if_match: str | None
+    grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMove:
+    """A move past the prelude: canonical, distinct ``path`` and ``to``, the condition on
+    the document at ``path``, whether a document at ``to`` may be replaced, the authority."""
+
+    path: str
+    to: str
+    if_match: str | None
+    overwrite: bool
+    grant: PlatformGrant | None
+
+
+def check_move_target(m: CheckedMove, target_exists: bool) -> None:
+    """Refuse a move onto an existing document unless it may replace it (the one wording
+    every adapter gives)."""
+    if target_exists and not m.overwrite:
+        raise AlreadyExists(
+            f"there is already a document at {m.to!r}; move to another path, or pass "
+            "overwrite to replace it",
+            path=m.to,
+        )
+
+
+def check_precondition(
+    path: str, current_etag: str | None, if_match: str | None, if_none_match: bool = False
+) -> None:
+    """Refuse with PreconditionFailed unless the document's state meets the condition.
+
+    ``current_etag`` is None when the document is absent; ``if_match`` demands that etag
+    (an absent document never matches); ``if_none_match`` demands absence.
+    """
+    if if_match is not None and current_etag != if_match:
+        if current_etag is None:
+            raise PreconditionFailed(
+                f"{path!r} does not exist, so it cannot match etag {if_match!r}", path=path
+            )
+        raise PreconditionFailed(
+            f"{path!r} changed meanwhile (its etag is now {current_etag!r}); "
+            "read it again and retry",
+            path=path,
+            etag=current_etag,
+        )
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed(
+            f"{path!r} already exists; drop the create-only condition to replace it", path=path
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One indexed chunk of a document, as a store's search index holds it.
+
+    ``heading`` is the chunk's heading trail (``"Runbook > Rollback"``, ``""`` before the
+    first heading), ``text`` the chunk's own text, ``terms`` its analysed terms
+    (:func:`keepstone.search.text.analyze` of its ``search_text``) joined by single spaces,
+    ``embedding`` the vector blob (:mod:`keepstone.search.vectors`) or None until it is
+    embedded, and ``model`` the model that made the vector (None with no vector).
+    """
+
+    path: str
+    seq: int
+    heading: str
+    text: str
+    terms: str
+    embedding: bytes | None
+    model: str | None
+
+
+def space_of_id(space_id: str) -> SpaceRef | None:
+    """The ref whose :attr:`~keepstone.spaces.SpaceRef.id` is ``space_id`` (a store's own
+    stored id), or None for text that is not one."""
+    parts = space_id.split(":")
+    if len(parts) != 7 or parts[0] != "v1":
+        return None
+    _, vis, tenant, project, bot, user, name = parts
+    try:
+        ref = SpaceRef(vis, name, tenant, project, bot, user)  # type: ignore[arg-type]
+    except InvalidSpaceRef:
+        return None
+    return ref if ref.id == space_id else None
+
+
+#: Spaces, as list_spaces answers them (an alias: the store defines a method called ``list``).
+SpaceRefs = list[SpaceRef]
+
+#: Called with a count of documents done, for a progress bar.
+Progress = Callable[[int], None]
+
+#: Writes one document of an import: a :class:`CheckedWrite` made by
+#: :meth:`MemoryStore.check_write` (so the writer never checks path, authority, encoding,
+#: size or secrets again), refusing what :meth:`MemoryStore._write` would refuse: the
+#: precondition (``if_none_match``), the quota, what cannot be written there (see
+#: ``import_writer``).
+ImportWriter = Callable[[CheckedWrite], WriteResult]
+
+
+def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
+    """Refuse a global mutation that comes without proven platform authority."""
+    if ref.is_global and grant is None:
+        raise PlatformAuthorityRequired(
+            "writing to a global space needs platform authority (a super-admin or the admin token)"
+        )
+
+
+# --- The interface -------------------------------------------------------------------------
+
+
+class MemoryStore(ABC):
+    """A store of Markdown documents in spaces, with quotas.
+
+    ``capabilities`` names optional behaviour the conformance suite may rely on:
+
+    * ``"private"`` — serves ``private`` spaces (the filesystem store refuses them
+      with ``unsupported_visibility``).
+    * ``"team_aggregate"`` — one counter per team, plus a tenant-less instance
+      counter for global writes (SQL stores).
+    * ``"tree_aggregate"`` — one whole-tree counter charged for every write
+      (filesystem store).
+    * ``"multiprocess"`` — safe for writers in several OS processes at once.
+    * ``"tenant_addressing"`` — serves the space of whatever ``ref.tenant`` names, so
+      one store holds several teams' spaces side by side (filesystem and SQL stores).
+      A client of a server (``HttpMemoryStore``) lacks it: the server stamps the
+      tenant and user from the credential, and only the caller's own team is reachable.
+    * ``"history"`` — keeps every version of every document (issue 14): ``versions``,
+      ``read_version``, ``read_as_of``, ``list_as_of`` answer.
+    * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
+      :class:`~keepstone.documents.PlatformGrant` itself. A client of a server lacks it:
+      the server decides from the caller's credential (and audits).
+    """
+
+    capabilities: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        """The document at ``path``; :class:`~keepstone.errors.NotFound` when absent."""
+
+    @abstractmethod
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        """Store a write whose path, authority, encoding, size and secrets the prelude of
+        :meth:`write` has checked."""
+
+    @abstractmethod
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
+        """Remove the document of a delete the prelude of :meth:`delete` has checked."""
+
+    @abstractmethod
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        """Give the document at ``m.path`` the path ``m.to`` in one atomic step (checked by
+        the prelude of :meth:`move`); answer as a write of ``m.to`` would."""
+
+    @abstractmethod
+    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
+        """Documents under directory prefix ``dir`` ('' = all), sorted by path."""
+
+    @abstractmethod
+    def usage(self, ref: SpaceRef) -> Usage:
+        """Bytes used and quotas for the space (an unknown space uses 0 bytes)."""
+
+    @abstractmethod
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        """Every document under ``dir`` with its content, sorted by path, streamed:
+        an adapter holds at most a bounded number of documents in memory at once."""
+
+    # --- History (issue 14): every version of every document, live included ---------------
+    #
+    # An adapter that keeps history declares the ``history`` capability and answers the
+    # three methods below; the rest of the history is built on them.
+
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        """Every version of the document at the canonical ``path``, newest first (the live
+        one first when it exists; deletion markers included); [] when it never had one."""
+        raise _no_history()
+
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        """The content of ``version`` of ``path`` (``updated_at`` = when it became
+        current), None when there is no such version, it was pruned, or it is a deletion."""
+        raise _no_history()
+
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        """The documents the space held at ``at`` under directory prefix ``prefix``, as
+        :meth:`list` would have answered then (``updated_at`` = when each version became
+        current), sorted by path."""
+        raise _no_history()
+
+    def history_usage(self, tenant: str) -> tuple[int, int]:
+        """(stored bytes of the versions that are no longer current, the cap they are held
+        to) of the history counter team ``tenant``'s spaces answer to — what
+        :meth:`usage` reports as ``history_*``. (0, 0) here, for a store that keeps no
+        history; an adapter that keeps it overrides this (one with a single tree-wide
+        counter answers the same for every tenant)."""
+        return 0, 0
+
+    # --- Built on the abstract methods above ------------------------------------------
+
+    #: The limits this store enforces itself, or None when a server behind it does.
+    limits: Limits | None = None
+
+    def write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        """Create or replace the document at ``path``.
+
+        ``if_match``: refuse with PreconditionFailed unless the current etag equals it
+        (an absent document never matches). ``if_none_match``: refuse with
+        PreconditionFailed when the document exists (create-only). ``grant``: the
+        platform authority a ``global`` space needs (see the module's rules).
+        """
+        return self._write(
+            ref, self.check_write(ref, path, content, if_match, if_none_match, grant)
+        )
+
+    def check_write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        if_match: str | None,
+        if_none_match: bool,
+        grant: PlatformGrant | None,
+    ) -> CheckedWrite:
+        """The prelude of :meth:`write`: path, authority, encoding, size and secrets."""
+        path = validate_doc_path(path)
+        self.check_authority(ref, grant)
+        data = encode_document(content)
+        if self.limits is not None:
+            check_document_size(len(data), self.limits.max_document)
+        check_no_secrets(content)
+        return CheckedWrite(path, content, data, content_etag(data), if_match, if_none_match, grant)
+
+    def delete(
+        self,
+        ref: SpaceRef,
+        path: str,
+        *,
+        if_match: str | None = None,
+        grant: PlatformGrant | None = None,
+    ) -> None:
+        """Remove the document at ``path`` and credit its size; NotFound when absent."""
+        self.check_authority(ref, grant)
+        self._delete(ref, CheckedDelete(validate_doc_path(path), if_match, grant))
+
+    def move(
+        self,
+        ref: SpaceRef,
+        path: str,
+        to: str,
+        *,
+        if_match: str | None = None,
+        overwrite: bool = False,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        """Move the document at ``path`` to ``to`` within the space, atomically: its content
+        and etag are unchanged, its ``updated_at`` is the time of the move, and no reader
+        ever sees it at both paths or at neither.
+
+        NotFound when ``path`` holds no document; PreconditionFailed unless its etag equals
+        ``if_match`` (when given); AlreadyExists when ``to`` holds a document, unless
+        ``overwrite`` (then that document is replaced and its size credited). The answer is
+        the document at ``to`` (``created`` False when it replaced one). A global move needs
+        ``grant`` and is audited as ``memory.global_move``.
+        """
+        self.check_authority(ref, grant)
+        src, dst = validate_doc_path(path), validate_doc_path(to)
+        if src == dst:
+            raise InvalidRequest(
+                f"the document is already at {src!r}; give the new path to move it to",
+                path=src,
+            )
+        return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
+
+    def versions(self, ref: SpaceRef, path: str) -> Versions:
+        """The document's versions newest first, live included (issue 14); NotFound when
+        the path never held a document (or its history was pruned away)."""
+        path = validate_doc_path(path)
+        found = self._versions(ref, path)
+        if not found:
+            raise NotFound(f"{path!r} has no history in space {ref.id}", path=path)
+        return found
+
+    def read_version(self, ref: SpaceRef, path: str, version: int) -> Document:
+        """The document as it was at ``version``; NotFound when there is no such version
+        (or it was pruned), or it is a deletion."""
+        path = validate_doc_path(path)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidRequest(f"version must be a whole number from 1, not {version!r}")
+        found = self._read_version(ref, path, version)
+        if found is None:
+            raise NotFound(
+                f"{path!r} has no version {version} with content in space {ref.id}; "
+                "list its versions to see which exist",
+                path=path,
+                version=version,
+            )
+        return found
+
+    def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
+        """The document as it was at the instant ``at``; NotFound when it did not exist
+        then."""
+        path = validate_doc_path(path)
+        current = version_as_of(self._versions(ref, path), _aware(at))
+        found = None if current is None else self._read_version(ref, path, current.version)
+        if found is None:
+            raise NotFound(
+                f"there was no document at {path!r} in space {ref.id} at {_aware(at).isoformat()}",
+                path=path,
+            )
+        return found
+
+    def list_as_of(self, ref: SpaceRef, at: datetime, dir: str = "") -> Infos:
+        """The documents under ``dir`` as the space held them at the instant ``at``."""
+        return self._list_as_of(ref, _aware(at), validate_dir_prefix(dir))
+
+    def iter_documents_as_of(
+        self, ref: SpaceRef, at: datetime, dir: str = ""
+    ) -> Iterator[Document]:
+        """Every document under ``dir`` as it was at ``at``, with its content, by path."""
+        for info in self.list_as_of(ref, at, dir):
+            found = self._read_version_at(ref, info, at)
+            if found is not None:
+                yield found
+
+    def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
+        current = version_as_of(self._versions(ref, info.path), _aware(at))
+        return None if current is None else self._read_version(ref, info.path, current.version)
+
+    def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None:
+        """Refuse a global mutation without a grant, where this store decides authority."""
+        if "platform_grants" in self.capabilities:
+            authorize_space_write(ref, grant)
+
+    def exists(self, ref: SpaceRef, path: str) -> bool:
+        try:
+            self.read(ref, path)
+        except NotFound:
+            return False
+        return True
+
+    def export(
+        self,
+        ref: SpaceRef,
+        sink: BinaryIO,
+        *,
+        progress: Progress | None = None,
+        gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
+    ) -> int:
+        """Write the space to ``sink`` as a gzipped tarball; return the document count.
+
+        ``progress(1)`` is called per document (an adapter that streams a server's
+        archive may not call it). ``gzip_level``: 0-9 (``KEEPSTONE_EXPORT_GZIP_LEVEL``; an
+        adapter that streams a server's archive takes the server's)."""
+        from keepstone.store.archive import export_space
+
+        return export_space(self, ref, sink, progress=progress, gzip_level=gzip_level)
+
+    def import_archive(
+        self,
+        ref: SpaceRef,
+        source: BinaryIO,
+        strategy: ImportStrategy = ImportStrategy.SKIP,
+        *,
+        grant: PlatformGrant | None = None,
+        progress: Progress | None = None,
+        total: Progress | None = None,
+    ) -> ImportReport:
+        """Merge a gzipped tarball into the space under ``strategy`` (see archive module);
+        ``total(n)`` once with the member count before any write, then ``progress(1)`` per
+        member handled (an adapter that streams to a server may call neither)."""
+        from keepstone.store.archive import import_space
+
+        return import_space(
+            self, ref, source, strategy, grant=grant, progress=progress, total=total
+        )
+
+    @contextlib.contextmanager
+    def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
+        """The writes of one import into ``ref``, as one batch where the adapter can make a
+        batch cheaper than as many single writes (the filesystem store takes its lock and
+        marks its counters once, and makes the batch durable once, at the end).
+
+        Each call takes a write past :meth:`check_write` (the prelude ran once, in the
+        archive's pass over the member) and refuses it exactly as :meth:`_write` would
+        (the archive lists it under ``rejected`` and goes on); what escapes the ``with``
+        block ends the batch. By default each call is a plain :meth:`_write`.
+        """
+
+        def write(w: CheckedWrite) -> WriteResult:
+            return self._write(ref, w)
+
+        yield write
+
+    def list_spaces(self, tenant: str) -> SpaceRefs:
+        """The spaces of team ``tenant`` ('': of no team) that hold documents, and every
+        global space that does, sorted by id (a space emptied since may still be listed):
+        the candidates of a search over every space a caller may read
+        (``scope=readable``). Deciding which of them the caller may read is the access
+        model's (:func:`keepstone.service.access.readable_spaces`), never the store's. An
+        adapter with ``tenant_addressing`` answers it; a client of a server refuses (the
+        server lists and decides itself)."""
+        raise InvalidRequest(
+            "this store cannot list spaces: a Keepstone server searches every space you may "
+            "read itself (scope=readable)"
+        )
+
+    def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
+        """Bring this store's search index in line with its documents (``rebuild``: from
+        empty); return how many documents were (re)indexed, ``progress(1)`` per document.
+        A store that keeps no index of its own (a client of a server) refuses."""
+        raise InvalidRequest(
+            "this store keeps no search index of its own: a Keepstone server indexes its "
+            "documents itself; drop --server to reindex the local store"
+        )
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
+        """Release connections, pools or locks."""
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` as an aware instant in UTC: a naive one is taken as UTC. In UTC because a
+    SQL store compares it with stored UTC timestamps, which SQLite does as text."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _no_history() -> InvalidRequest:
+    return InvalidRequest("this store keeps no history of its documents")

@@ -1,0 +1,548 @@
+"""The filesystem store's search index: a sidecar SQLite file beside the tree.
+
+``<root>/.keepstone-index.sqlite`` (:data:`~keepstone.store.fs_layout.INDEX_FILE`) holds, per
+document, its space (the ref's fields, so a space's rows can be selected), its path,
+the ``size`` and ``mtime_ns`` it had when indexed, its content etag, and its chunks
+(:func:`keepstone.search.chunking.chunk_markdown`: sequence number, heading trail, the
+context trail the chunk's text does not show, text, analysed terms, a vector blob NULL
+until embedded and the model that made it), plus one version counter per space that
+moves whenever the space's searchable rows change.
+
+The index is *derived data*. The files are the truth; the index follows them, and only
+through a reconcile:
+
+* The store's writes and deletes never touch the index (a write pays nothing for
+  search). :meth:`FsIndex.reconcile`, which the store runs before every search, is what
+  indexes them, so a document is keyword-searchable as soon as its write commits.
+* :meth:`FsIndex.reconcile` compares a space's files (the store's own safe walk) with
+  the index by ``(size, mtime_ns)``, re-chunks changed and new files, drops the rows of
+  vanished ones and bumps the space's version when anything changed: writes through the
+  store and hand edits of the plain tree alike are found before a search. A row written
+  within :data:`RACY_NS` of its file's mtime is re-read once (an edit in the same clock
+  tick keeps size and mtime); a file only touched keeps its chunks and vectors. Each
+  batch is written with a compare-and-set on the row it replaces, so two reconciles
+  racing (threads or processes) never overwrite each other's newer row.
+* The sidecar is created by the first reconcile (a search, ``keepstone memory reindex``):
+  a tree that is never searched never grows one. A deleted sidecar is noticed (its
+  inode changed or vanished) and a corrupt one is deleted and rebuilt by the next
+  reconcile.
+
+Several processes may share the file (WAL, ``busy_timeout``); each thread holds its own
+connection. Version counters never go back, even across a rebuilt sidecar: a bump
+sets ``max(version + 1, now in microseconds)``, so a cache stamped with an old version
+is never served for new rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from keepstone.documents import content_etag
+from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
+from keepstone.search.text import analyze
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import ChunkRow
+from keepstone.store.fs_layout import INDEX_FILE
+
+log = logging.getLogger("keepstone.store")
+
+#: Bumped when the schema or what a chunk row holds changes: an older sidecar is rebuilt.
+SCHEMA_VERSION = "1"
+#: Files re-chunked per reconcile transaction.
+_BATCH = 64
+#: How long a connection waits for another writer's transaction (seconds).
+_BUSY_TIMEOUT = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spaces (
+    space_id TEXT PRIMARY KEY,
+    visibility TEXT NOT NULL, tenant TEXT NOT NULL, project TEXT NOT NULL,
+    bot TEXT NOT NULL, user TEXT NOT NULL, name TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    space_id TEXT NOT NULL, path TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, etag TEXT NOT NULL,
+    indexed_ns INTEGER NOT NULL,
+    PRIMARY KEY (space_id, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chunks (
+    space_id TEXT NOT NULL, path TEXT NOT NULL, seq INTEGER NOT NULL,
+    heading TEXT NOT NULL, context TEXT NOT NULL, text TEXT NOT NULL, terms TEXT NOT NULL,
+    embedding BLOB, model TEXT,
+    PRIMARY KEY (space_id, path, seq)
+);
+"""
+
+#: A file whose mtime is this close to when its row was written may have been edited
+#: again within the same timestamp tick (the "racy" case of git's index): the next
+#: reconcile reads it once more and compares etags. Above any filesystem's clock tick.
+RACY_NS = 100_000_000
+
+#: (size, mtime_ns, etag, indexed_ns) of an indexed document.
+Indexed = tuple[int, int, str, int]
+#: (seq, heading, context, text, terms) of one chunk to insert.
+_NewChunk = tuple[int, str, str, str, str]
+#: What a reconcile reads of one file: (content, size, mtime_ns), or None when gone.
+ReadFile = Callable[[str], tuple[bytes, int, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunk:
+    """A chunk whose vector is missing or made by another model.
+
+    ``context`` is the heading trail its text does not show (" > "-joined, '' for none);
+    ``etag`` is the document's content etag when the chunk was read, so a vector
+    computed for content that changed meanwhile is not stored.
+    """
+
+    space_id: str
+    path: str
+    seq: int
+    etag: str
+    context: str
+    text: str
+
+    @property
+    def search_text(self) -> str:
+        """What to embed: ``keepstone.search.chunking.Chunk.search_text`` of the chunk."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
+
+
+def chunk_document(content: str) -> list[_NewChunk]:
+    """The chunk rows of one document's content."""
+    rows: list[_NewChunk] = []
+    for seq, chunk in enumerate(chunk_markdown(content)):
+        context = TRAIL_SEPARATOR.join(chunk.context)
+        rows.append((seq, chunk.heading, context, chunk.text, " ".join(analyze(chunk.search_text))))
+    return rows
+
+
+@dataclass(slots=True)
+class _Held:
+    conn: sqlite3.Connection
+    ino: int
+    pid: int
+
+
+class SqliteSidecar(ABC):
+    """Per-thread connections to one SQLite file at the store's root (the search index,
+    the history): each thread holds its own connection, reopened when the file was
+    replaced or deleted (its inode changed) or the process forked (SQLite forbids using an
+    inherited connection). A subclass opens a connection (:meth:`_open`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+
+    @abstractmethod
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the file, created with its schema when missing."""
+
+    def _conn(self, *, create: bool) -> sqlite3.Connection | None:
+        """This thread's connection to the file, reopened when the file was replaced
+        or deleted; None when there is no file and ``create`` is false."""
+        held: _Held | None = getattr(self._local, "held", None)
+        try:
+            ino: int | None = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            ino = None
+        if held is not None and held.ino == ino and held.pid == os.getpid():
+            return held.conn
+        if held is not None:
+            self._forget(held)
+        if ino is None and not create:
+            return None
+        conn = self._open()
+        self._local.held = _Held(conn, os.stat(self.path).st_ino, os.getpid())
+        return conn
+
+    def _remember(self, conn: sqlite3.Connection) -> None:
+        with self._all_lock:
+            self._all.append(conn)
+
+    def _forget(self, held: _Held) -> None:
+        self._local.held = None
+        with self._all_lock:
+            if held.conn in self._all:
+                self._all.remove(held.conn)
+        if held.pid != os.getpid():
+            return  # inherited over fork(): SQLite forbids using it, closing included
+        with contextlib.suppress(sqlite3.Error):
+            held.conn.close()
+
+    def _delete_files(self) -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+
+    def _reset(self) -> None:
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None:
+            self._forget(held)
+        self._delete_files()
+
+    def close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None and held.pid != os.getpid():
+            conns = []  # a forked child's copies belong to its parent
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+
+def connect_wal(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` in WAL mode (several processes share it),
+    autocommit (transactions are explicit: :func:`write_transaction`), usable from the
+    thread that holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        # A transaction lost to a power cut (never to a killed process: WAL) is repaired
+        # from the files: the index re-reads them, the history records them again.
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class FsIndex(SqliteSidecar):
+    """The sidecar index of one filesystem store (see the module doc)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / INDEX_FILE)
+
+    # --- Connections ------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:  # not a database, or malformed: rebuild
+            log.warning("search index %s is unreadable (%s); rebuilding it", self.path, exc)
+            self._delete_files()
+            return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = connect_wal(self.path)
+        try:
+            with write_transaction(conn):
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+                got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if got is None or got[0] != SCHEMA_VERSION:
+                    # Another layout of rows: start over (the spaces' versions are kept,
+                    # so they never go back).
+                    conn.execute("DROP TABLE IF EXISTS chunks")
+                    conn.execute("DROP TABLE IF EXISTS documents")
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+                        (SCHEMA_VERSION,),
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        self._remember(conn)
+        return conn
+
+    # --- Reconcile ---------------------------------------------------------------------------
+
+    def reconcile(
+        self,
+        ref: SpaceRef,
+        files: Iterable[tuple[str, int, int]],
+        read: ReadFile,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Bring ``ref``'s rows in line with ``files`` and return how many documents changed.
+
+        ``files`` are the space's (path, size, mtime_ns) from the store's walk; ``read``
+        reads one of them. A corrupt sidecar is deleted and rebuilt."""
+        try:
+            return self._reconcile(ref, files, read, progress)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            log.warning("search index %s is corrupt (%s); rebuilding it", self.path, exc)
+            self._reset()
+            return self._reconcile(ref, files, read, progress)
+
+    def _reconcile(
+        self,
+        ref: SpaceRef,
+        files: Iterable[tuple[str, int, int]],
+        read: ReadFile,
+        progress: Callable[[int], None] | None,
+    ) -> int:
+        conn = self._conn(create=True)
+        assert conn is not None
+        indexed = _indexed(conn, ref.id)
+        changed = 0
+        seen: set[str] = set()
+        batch: list[tuple[str, Indexed | None, bytes, int, int]] = []
+        for path, size, mtime in files:
+            seen.add(path)
+            if progress is not None:
+                progress(1)
+            old = indexed.get(path)
+            if old is not None and old[:2] == (size, mtime) and old[3] - mtime >= RACY_NS:
+                continue
+            got = read(path)
+            if got is None:  # removed meanwhile: the next reconcile drops its rows
+                continue
+            batch.append((path, old, *got))
+            if len(batch) >= _BATCH:
+                changed += self._apply(conn, ref, batch, [])
+                batch = []
+        gone = [(path, row) for path, row in indexed.items() if path not in seen]
+        changed += self._apply(conn, ref, batch, gone)
+        return changed
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        ref: SpaceRef,
+        batch: Sequence[tuple[str, Indexed | None, bytes, int, int]],
+        gone: Sequence[tuple[str, Indexed]],
+    ) -> int:
+        if not batch and not gone:
+            return 0
+        # Chunk outside the transaction: other connections wait only for the inserts.
+        prepared: list[tuple[str, Indexed | None, int, int, str, str | None]] = []
+        for path, old, data, size, mtime in batch:
+            try:
+                content: str | None = data.decode("utf-8")
+            except UnicodeDecodeError:
+                content = None  # not a readable document: indexed with no chunks
+            prepared.append((path, old, size, mtime, content_etag(data), content))
+        changed = 0
+        with write_transaction(conn):
+            for path, old, size, mtime, etag, content in prepared:
+                if _current(conn, ref.id, path) != old:
+                    continue  # another reconcile got there first; its row is newer
+                changed += self._put(conn, ref, path, size, mtime, etag, content or "")
+            dropped = 0
+            for path, old_row in gone:
+                if _current(conn, ref.id, path) == old_row:
+                    dropped += self._drop(conn, ref.id, path)
+            if dropped:
+                _bump(conn, ref)
+        return changed + dropped
+
+    def forget_spaces_except(self, keep: set[str]) -> int:
+        """Drop the rows of every space not in ``keep`` (spaces gone from the tree)."""
+        conn = self._conn(create=True)
+        assert conn is not None
+        dropped = 0
+        with write_transaction(conn):
+            for (space_id,) in conn.execute("SELECT DISTINCT space_id FROM documents").fetchall():
+                if space_id in keep:
+                    continue
+                dropped += conn.execute(
+                    "DELETE FROM documents WHERE space_id = ?", (space_id,)
+                ).rowcount
+                conn.execute("DELETE FROM chunks WHERE space_id = ?", (space_id,))
+                conn.execute(
+                    "UPDATE spaces SET version = MAX(version + 1, ?) WHERE space_id = ?",
+                    (_now_us(), space_id),
+                )
+        return dropped
+
+    def rebuild(self) -> None:
+        """Delete the sidecar; the next reconcile builds it from the files."""
+        self._reset()
+
+    # --- Row changes (inside a transaction) ----------------------------------------------------
+
+    def _put(
+        self,
+        conn: sqlite3.Connection,
+        ref: SpaceRef,
+        path: str,
+        size: int,
+        mtime: int,
+        etag: str,
+        content: str,
+    ) -> int:
+        """Store a document's row and chunks; 1 when its searchable rows changed."""
+        row = conn.execute(
+            "SELECT etag FROM documents WHERE space_id = ? AND path = ?", (ref.id, path)
+        ).fetchone()
+        conn.execute(
+            "INSERT OR REPLACE INTO documents (space_id, path, size, mtime_ns, etag, indexed_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (ref.id, path, size, mtime, etag, time.time_ns()),
+        )
+        if row is not None and row[0] == etag:
+            return 0  # same content (touched or rewritten): chunks and vectors stand
+        conn.execute("DELETE FROM chunks WHERE space_id = ? AND path = ?", (ref.id, path))
+        conn.executemany(
+            "INSERT INTO chunks (space_id, path, seq, heading, context, text, terms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(ref.id, path, *chunk) for chunk in chunk_document(content)],
+        )
+        _bump(conn, ref)
+        return 1
+
+    @staticmethod
+    def _drop(conn: sqlite3.Connection, space_id: str, path: str) -> int:
+        gone = conn.execute(
+            "DELETE FROM documents WHERE space_id = ? AND path = ?", (space_id, path)
+        ).rowcount
+        conn.execute("DELETE FROM chunks WHERE space_id = ? AND path = ?", (space_id, path))
+        return 1 if gone else 0
+
+    # --- Reads --------------------------------------------------------------------------------
+
+    def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]:
+        """Every chunk of the space, by path then sequence (as last reconciled)."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return []
+        return [
+            ChunkRow(path, seq, heading, text, terms, None if blob is None else bytes(blob), model)
+            for path, seq, heading, text, terms, blob, model in conn.execute(
+                "SELECT path, seq, heading, text, terms, embedding, model FROM chunks "
+                "WHERE space_id = ? ORDER BY path, seq",
+                (ref.id,),
+            )
+        ]
+
+    def search_version(self, ref: SpaceRef) -> int:
+        """The space's version: it moves whenever the space's chunks or vectors change."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return 0
+        row = conn.execute("SELECT version FROM spaces WHERE space_id = ?", (ref.id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    # --- Embedding ----------------------------------------------------------------------------
+
+    def pending(self, limit: int, model: str) -> list[PendingChunk]:
+        """Up to ``limit`` chunks with no vector, or a vector of another model."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return []
+        rows = conn.execute(
+            "SELECT c.space_id, c.path, c.seq, d.etag, c.context, c.text FROM chunks c "
+            "JOIN documents d ON d.space_id = c.space_id AND d.path = c.path "
+            "WHERE c.embedding IS NULL OR c.model IS NOT ? "
+            "ORDER BY c.space_id, c.path, c.seq LIMIT ?",
+            (model, limit),
+        ).fetchall()
+        return [PendingChunk(*row) for row in rows]
+
+    def store_embeddings(
+        self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]``, made by ``model``, as the vector of ``rows[i]``, in one
+        transaction.
+
+        A chunk whose document changed since :meth:`pending` read it (another etag) is
+        skipped. The versions of the spaces that gained vectors move. Returns the count
+        stored."""
+        if len(rows) != len(blobs):
+            raise ValueError(f"{len(rows)} chunks but {len(blobs)} vectors")
+        conn = self._conn(create=False)
+        if conn is None or not rows:
+            return 0
+        stored = 0
+        spaces: set[str] = set()
+        with write_transaction(conn):
+            for chunk, blob in zip(rows, blobs, strict=True):
+                n = conn.execute(
+                    "UPDATE chunks SET embedding = ?, model = ? "
+                    "WHERE space_id = ? AND path = ? AND seq = ? AND EXISTS ("
+                    " SELECT 1 FROM documents d WHERE d.space_id = chunks.space_id"
+                    " AND d.path = chunks.path AND d.etag = ?)",
+                    (blob, model, chunk.space_id, chunk.path, chunk.seq, chunk.etag),
+                ).rowcount
+                if n:
+                    stored += n
+                    spaces.add(chunk.space_id)
+            for space_id in spaces:
+                conn.execute(
+                    "UPDATE spaces SET version = MAX(version + 1, ?) WHERE space_id = ?",
+                    (_now_us(), space_id),
+                )
+        return stored
+
+
+# --- Helpers --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taken at once (``BEGIN IMMEDIATE``), so two writers never
+    deadlock upgrading a read lock; rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _current(conn: sqlite3.Connection, space_id: str, path: str) -> Indexed | None:
+    row = conn.execute(
+        "SELECT size, mtime_ns, etag, indexed_ns FROM documents WHERE space_id = ? AND path = ?",
+        (space_id, path),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]), str(row[2]), int(row[3]))
+
+
+def _indexed(conn: sqlite3.Connection, space_id: str) -> dict[str, Indexed]:
+    return {
+        path: (int(size), int(mtime), str(etag), int(at))
+        for path, size, mtime, etag, at in conn.execute(
+            "SELECT path, size, mtime_ns, etag, indexed_ns FROM documents WHERE space_id = ?",
+            (space_id,),
+        )
+    }
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _bump(conn: sqlite3.Connection, ref: SpaceRef) -> None:
+    """Move the space's version forward (creating its row with the ref's fields)."""
+    conn.execute(
+        "INSERT INTO spaces (space_id, visibility, tenant, project, bot, user, name, version) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (space_id) DO UPDATE SET version = MAX(version + 1, excluded.version)",
+        (
+            ref.id,
+            ref.visibility.value,
+            ref.tenant,
+            ref.project,
+            ref.bot,
+            ref.user,
+            ref.name,
+            _now_us(),
+        ),
+    )

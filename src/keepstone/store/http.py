@@ -1,0 +1,375 @@
+"""``HttpMemoryStore``: the :class:`~keepstone.store.base.MemoryStore` over a Keepstone
+server's REST API (SPEC §5), for ``keepstone memory --server`` and the tools.
+
+Errors come back as the same :mod:`keepstone.errors` classes the server raised (mapped
+from the ``{"error": {"code"}}`` body); a server that cannot be reached is
+:class:`~keepstone.errors.StoreUnavailable`. Export and import stream: neither holds a
+whole archive in memory.
+
+The server stamps the tenant and user from the token, so ``ref.tenant`` and
+``ref.user`` are not sent (and cannot name another team's space).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import httpx
+
+from keepstone import errors
+from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.documents import Rejected, VersionInfo, parse_import_strategy
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import (
+    CheckedDelete,
+    CheckedMove,
+    CheckedWrite,
+    Document,
+    DocumentInfo,
+    ImportReport,
+    ImportStrategy,
+    MemoryStore,
+    Progress,
+    Usage,
+    WriteResult,
+    check_precondition,
+)
+
+_CHUNK = 64 * 1024
+
+
+def error_from_response(response: httpx.Response) -> errors.KeepstoneError:
+    """The :mod:`keepstone.errors` instance an error answer stands for."""
+    retry_after = response.headers.get("retry-after")
+    return errors.error_from_wire(response.status_code, response.read(), retry_after)
+
+
+def _if_match(etag: str | None) -> dict[str, str]:
+    return {"If-Match": f'"{etag}"'} if etag is not None else {}
+
+
+def _info(body: dict[str, Any]) -> DocumentInfo:
+    """A document's metadata as the server renders it."""
+    when = datetime.fromisoformat(body["updated_at"])
+    return DocumentInfo(body["path"], int(body["size_bytes"]), when, body["etag"])
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One hit of a server's document search (``GET /api/memory/search``)."""
+
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: tuple[str, ...]
+
+
+# Aliases: the class below defines a method called ``list``.
+SearchHits = list[SearchHit]
+Versions = list[VersionInfo]
+Infos = list[DocumentInfo]
+#: Hits of a search over every readable space, each with its space as the server renders it.
+SpacedHits = list[tuple[SearchHit, dict[str, Any]]]
+
+
+def _hit(body: dict[str, Any]) -> SearchHit:
+    """A hit as the server renders it."""
+    return SearchHit(
+        str(body["path"]),
+        str(body["heading"]),
+        str(body["snippet"]),
+        float(body["score"]),
+        tuple(str(m) for m in body["matched"]),
+    )
+
+
+class HttpMemoryStore(MemoryStore):
+    """A store that is a Keepstone server: ``HttpMemoryStore("http://127.0.0.1:8420", token)``.
+
+    ``team`` sets ``X-Keepstone-Team`` (only needed for session-style credentials of users
+    in several teams; an API key already names its team).
+    """
+
+    # Quotas and platform authority are the server's: it enforces them (this client has
+    # no set_team_quota, and a global write is authorized by the server from the token).
+    # The history is the server's too: its routes answer the three reads of the past.
+    capabilities = frozenset({"private", "history"})
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        team: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"User-Agent": "keepstone-http-store"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if team:
+            headers["X-Keepstone-Team"] = team
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    @staticmethod
+    def _params(ref: SpaceRef, **extra: str) -> dict[str, str]:
+        params = {"name": ref.name, "visibility": ref.visibility.value}
+        if ref.project:
+            params["project"] = ref.project
+        if ref.bot:
+            params["bot"] = ref.bot
+        params.update(extra)
+        return params
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._client.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(
+                f"cannot reach the Keepstone server at {self._client.base_url}: {exc}"
+            ) from exc
+        if response.status_code >= 400:
+            raise error_from_response(response)
+        return response
+
+    # --- the seven -------------------------------------------------------------------------
+
+    def read(self, ref: SpaceRef, path: str) -> Document:
+        body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
+        return _document(body)
+
+    def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
+        # The grant only says the caller claims authority: the server checks it again
+        # from the token, and audits the write there.
+        if w.if_none_match and self.exists(ref, w.path):
+            # Not atomic over HTTP: a create racing another create may still replace it.
+            check_precondition(w.path, "", None, if_none_match=True)
+        body = self._request(
+            "PUT",
+            "/api/memory/doc",
+            params=self._params(ref, path=w.path),
+            content=w.data,
+            headers={**_if_match(w.if_match), "Content-Type": "text/markdown; charset=utf-8"},
+        ).json()
+        return _write_result(body)
+
+    def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
+        extra = {"path": m.path, "to": m.to}
+        if m.overwrite:
+            extra["overwrite"] = "true"
+        params = self._params(ref, **extra)
+        response = self._request(
+            "POST", "/api/memory/doc/move", params=params, headers=_if_match(m.if_match)
+        )
+        return _write_result(response.json())
+
+    def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
+        params = self._params(ref, path=d.path)
+        self._request("DELETE", "/api/memory/doc", params=params, headers=_if_match(d.if_match))
+
+    def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
+        params = self._params(ref, dir=dir) if dir else self._params(ref)
+        body = self._request("GET", "/api/memory/docs", params=params).json()
+        return [_info(d) for d in body["documents"]]
+
+    def search(self, ref: SpaceRef, q: str, limit: int, path_prefix: str = "") -> SearchHits:
+        """The server's answer to ``GET /api/memory/search`` for the space, best first."""
+        extra = {"q": q, "limit": str(limit)}
+        if path_prefix:
+            extra["path_prefix"] = path_prefix
+        body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
+        return [_hit(hit) for hit in body["results"]]
+
+    def search_readable(self, q: str, limit: int, path_prefix: str = "") -> SpacedHits:
+        """The server's answer to ``GET /api/memory/search?scope=readable``: each hit with
+        the space it was found in, as the server renders it; the server decides which
+        spaces the credential may read."""
+        params = {"scope": "readable", "q": q, "limit": str(limit)}
+        if path_prefix:
+            params["path_prefix"] = path_prefix
+        body = self._request("GET", "/api/memory/search", params=params).json()
+        return [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
+
+    def list_readable_spaces(self) -> dict[str, Any]:
+        """The server's answer to ``GET /api/memory/spaces``: the spaces the credential
+        may read, with their usage, as the server renders them."""
+        body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
+        return body
+
+    def usage(self, ref: SpaceRef) -> Usage:
+        body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
+        return Usage(
+            space_id=body["space_id"],
+            used_bytes=int(body["used_bytes"]),
+            quota_bytes=int(body["quota_bytes"]),
+            team_used_bytes=int(body["team_used_bytes"]),
+            team_quota_bytes=int(body["team_quota_bytes"]),
+            # A server from before history (issue 14) does not send them.
+            history_used_bytes=int(body.get("history_used_bytes", 0)),
+            history_quota_bytes=int(body.get("history_quota_bytes", 0)),
+        )
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
+        for info in self.list(ref, dir):
+            try:
+                yield self.read(ref, info.path)
+            except errors.NotFound:
+                continue  # deleted since the listing
+
+    # --- the past (issue 14): the server's history routes --------------------------------
+
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        params = self._params(ref, path=path)
+        try:
+            body = self._request("GET", "/api/memory/doc/versions", params=params).json()
+        except errors.NotFound as exc:
+            if exc.code != errors.NotFound.code:  # team_not_found and kin are refusals
+                raise
+            return []  # the path has no history: the base class says so
+        return [_version(v) for v in body["versions"]]
+
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        return self._read_past(ref, path, version=str(version))
+
+    def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
+        # One request per document of an as-of export, not a listing of versions and a read.
+        return self._read_past(ref, info.path, as_of=_aware(at).isoformat())
+
+    def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
+        """The server's answer to ``GET /api/memory/doc?as_of=`` (its 404 when the
+        document did not exist then)."""
+        body = self._request(
+            "GET",
+            "/api/memory/doc",
+            params=self._params(ref, path=path, as_of=_aware(at).isoformat()),
+        ).json()
+        return _document(body)
+
+    def _read_past(self, ref: SpaceRef, path: str, **when: str) -> Document | None:
+        params = self._params(ref, path=path, **when)
+        try:
+            body = self._request("GET", "/api/memory/doc", params=params).json()
+        except errors.NotFound as exc:
+            if exc.code != errors.NotFound.code:
+                raise
+            return None
+        return _document(body)
+
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        extra = {"as_of": _aware(at).isoformat()}
+        if prefix:
+            extra["dir"] = prefix
+        body = self._request("GET", "/api/memory/docs", params=self._params(ref, **extra)).json()
+        return [_info(d) for d in body["documents"]]
+
+    # --- streaming export / import -------------------------------------------------------
+
+    def export(
+        self,
+        ref: SpaceRef,
+        sink: BinaryIO,
+        *,
+        progress: Progress | None = None,
+        gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
+    ) -> int:
+        """Stream the server's tarball into ``sink``; return the document count listed.
+        The server compresses at its own ``KEEPSTONE_EXPORT_GZIP_LEVEL``: ``gzip_level`` is
+        not sent."""
+        count = len(self.list(ref))
+        try:
+            with self._client.stream(
+                "GET", "/api/memory/export", params=self._params(ref)
+            ) as response:
+                if response.status_code >= 400:
+                    raise error_from_response(response)  # it reads the streamed body
+                for chunk in response.iter_bytes(_CHUNK):
+                    sink.write(chunk)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(f"the export from the server failed: {exc}") from exc
+        return count
+
+    def import_archive(
+        self,
+        ref: SpaceRef,
+        source: BinaryIO,
+        strategy: ImportStrategy = ImportStrategy.SKIP,
+        *,
+        progress: Progress | None = None,
+        total: Progress | None = None,
+        **_: Any,
+    ) -> ImportReport:
+        """Send the archive to the server, which checks and imports it and answers with the
+        report. ``total(n)``: the member count, read here from a file (not a pipe) before
+        the upload; ``progress(n)``: every member at once, when the server's report comes
+        (the server reports no member before the end). The server decides platform
+        authority from the credential (so no ``grant``)."""
+        if total is not None:
+            from keepstone.store.archive import count_members
+
+            members = count_members(source)
+            if members is not None:
+                total(members)
+        body = self._request(
+            "POST",
+            "/api/memory/import",
+            params=self._params(ref, strategy=parse_import_strategy(strategy).value),
+            content=iter(lambda: source.read(_CHUNK), b""),
+            headers={"Content-Type": "application/gzip"},
+        ).json()
+        report = ImportReport(
+            written=list(body["written"]),
+            skipped=list(body["skipped"]),
+            renamed=dict(body["renamed"]),
+            rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
+        )
+        if progress is not None:
+            progress(
+                len(report.written)
+                + len(report.skipped)
+                + len(report.renamed)
+                + len(report.rejected)
+            )
+        return report
+
+
+def _document(body: dict[str, Any]) -> Document:
+    """A document (of now or of the past) as the server renders it."""
+    info = _info(body)
+    return Document(info.path, body["content"], info.size_bytes, info.updated_at, info.etag)
+
+
+def _version(body: dict[str, Any]) -> VersionInfo:
+    """One version as ``GET /api/memory/doc/versions`` renders it."""
+    return VersionInfo(
+        version=int(body["version"]),
+        etag=str(body["etag"]),
+        size_bytes=int(body["size"]),
+        at=datetime.fromisoformat(body["at"]),
+        actor=str(body["actor"]),
+        deleted=bool(body["deleted"]),
+    )
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` as an instant in UTC: a naive one is UTC (as the server takes it)."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _write_result(body: dict[str, Any]) -> WriteResult:
+    return WriteResult(
+        path=body["path"],
+        size_bytes=int(body["size_bytes"]),
+        etag=body["etag"],
+        created=bool(body["created"]),
+    )

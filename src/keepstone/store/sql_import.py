@@ -1,0 +1,181 @@
+"""The SQL store's import batch: the documents of one import written many to a transaction.
+
+A single :meth:`~keepstone.store.sql.SqlStore.write` pays a transaction per document — on
+PostgreSQL its round trips and a durable commit (an fsync), on SQLite a WAL commit. An
+import of thousands of documents paid that thousands of times. The batch writes up to
+:data:`BATCH_DOCUMENTS` documents (or about :data:`BATCH_BYTES`) per transaction, and
+commits them once:
+
+* each document (a :class:`~keepstone.store.base.CheckedWrite`: the archive ran the shared
+  prelude, :meth:`~keepstone.store.base.MemoryStore.check_write`, once per member) goes
+  through exactly the steps of a single write past that prelude, in the batch's
+  transaction — the row lock and the create-only condition, then the
+  one change statement (:mod:`keepstone.store.sql_write`: the document, its old chunks, the
+  space and team counters' compare-and-swap, the new version and the history counter)
+  and, for a global space, the audit row. So it is refused exactly as a write would
+  refuse it, history is recorded and the search index is told as for a write; charging
+  the counters per document costs nothing extra (they are steps of the statement that
+  writes the document), and the database checks each charge against the counters as
+  the batch has left them;
+* each document runs inside a savepoint: a refusal rolls back that document only, and
+  the batch goes on;
+* on PostgreSQL a document without a grant is first sent as the one-statement write
+  (:meth:`~keepstone.store.sql_write.ChangeStatements.put_in`), pipelined with its
+  savepoint and the savepoint's release: one round trip per document, where the
+  transaction path below takes four (savepoint, row lock, change, release). What that
+  statement hands back (a counter refused, a history to trim, a concurrent writer: it
+  wrote nothing, or undid itself) goes through the transaction path, which refuses or
+  writes exactly as a single write's does;
+* lock order: a single write locks its document, then the space and team counters. In a
+  batch, the second document is locked while the batch holds the counters. On SQLite
+  writers queue on the database lock, so this is moot; on PostgreSQL the batch waits for
+  a document lock at most :data:`LOCK_WAIT` (``SET LOCAL lock_timeout``): a writer that
+  holds the document and waits for the counters the batch holds is never waited on for
+  long — the batch commits what it has, releasing the counters, and writes that document
+  as a single write (which waits in the usual order), then starts a new batch. No cycle
+  of waits lasts, so no deadlock;
+* what the batch wrote is durable when it commits: an import answers after its last
+  batch has committed. An exception that escapes the import rolls back the batch in
+  progress (the batches before it stay, as the documents of an interrupted import of
+  single writes stayed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RootTransaction
+
+from keepstone.db import made_durable, sqlite_writers, translated_errors
+from keepstone.spaces import SpaceRef
+from keepstone.store.base import CheckedWrite, ImportWriter, WriteResult
+
+if TYPE_CHECKING:
+    from keepstone.store.sql import SqlStore
+
+#: Documents per transaction.
+BATCH_DOCUMENTS: Final = 200
+#: Bytes per transaction (about: the document that passes it ends the batch).
+BATCH_BYTES: Final = 8 * 1024 * 1024
+#: How long a batch waits for a document's row lock on PostgreSQL before it commits what
+#: it has and writes that document alone.
+LOCK_WAIT: Final = "200ms"
+#: PostgreSQL's SQLSTATE for ``lock_timeout``.
+_LOCK_NOT_AVAILABLE: Final = "55P03"
+
+
+class _Batch:
+    def __init__(self, store: SqlStore, ref: SpaceRef) -> None:
+        self.store = store
+        self.ref = ref
+        self.postgres = store.engine.dialect.name == "postgresql"
+        self.conn: Connection | None = None
+        self.tx: RootTransaction | None = None
+        self.turn: contextlib.ExitStack | None = None
+        self.docs = 0
+        self.bytes = 0
+
+    def write(self, w: CheckedWrite) -> WriteResult:
+        store = self.store
+        with translated_errors():
+            conn = self._open()
+            try:
+                result: WriteResult | None = None
+                if self.postgres and w.grant is None:
+                    # One round trip: the one-statement write in a savepoint of its own
+                    # (nothing to attribute or audit: those are a grant's).
+                    result = store._put_at_once(self.ref, w, batch=conn)
+                if result is None:
+                    result = self._in_savepoint(conn, w)
+            except sa.exc.OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                    raise
+                return self._alone(w)
+            self.docs += 1
+            self.bytes += len(w.data)
+            if self.docs >= BATCH_DOCUMENTS or self.bytes >= BATCH_BYTES:
+                self.commit()
+            return result
+
+    def _in_savepoint(self, conn: Connection, w: CheckedWrite) -> WriteResult:
+        """``w`` on the transaction path, in a savepoint: a refusal rolls back this document
+        only, and the batch goes on."""
+        savepoint = conn.begin_nested()
+        try:
+            result = self.store._write_in(conn, self.ref, w)
+        except BaseException:
+            savepoint.rollback()
+            raise
+        savepoint.commit()
+        return result
+
+    def _alone(self, w: CheckedWrite) -> WriteResult:
+        """``w`` as a single write, after committing the batch: another writer holds the
+        document (and may wait for the counters this batch holds), so release them."""
+        self.commit()
+        return self.store._write(self.ref, w)
+
+    def _open(self) -> Connection:
+        if self.conn is not None:
+            return self.conn
+        # On SQLite the batch's transaction takes its turn among the database's writers
+        # as a single write does (write_transaction), given back in _end.
+        turn = contextlib.ExitStack()
+        if not self.postgres:
+            turn.enter_context(sqlite_writers(self.store.engine))
+        conn = self.store.engine.connect()
+        try:
+            if not self.postgres:
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+            self.tx = conn.begin()
+            if self.postgres:
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+        except BaseException:
+            conn.close()
+            turn.close()
+            raise
+        self.conn, self.turn = conn, turn
+        return conn
+
+    def commit(self) -> None:
+        self._end(commit=True)
+
+    def rollback(self) -> None:
+        self._end(commit=False)
+
+    def _end(self, *, commit: bool) -> None:
+        conn, tx, turn = self.conn, self.tx, self.turn
+        self.conn, self.tx, self.turn, self.docs, self.bytes = None, None, None, 0, 0
+        if conn is None:
+            return
+        committed = False
+        try:
+            if tx is not None and tx.is_active:
+                if commit:
+                    tx.commit()
+                    committed = True
+                else:
+                    tx.rollback()
+        finally:
+            conn.close()
+            if turn is not None:
+                turn.close()
+        if committed:
+            made_durable(self.store.engine)  # the batch's one sync, after the writers' turn
+
+
+@contextlib.contextmanager
+def import_batch(store: SqlStore, ref: SpaceRef) -> Iterator[ImportWriter]:
+    """The writer of one import into ``ref`` (see the module's docstring)."""
+    batch = _Batch(store, ref)
+    try:
+        yield batch.write
+    except BaseException:
+        with contextlib.suppress(Exception):
+            batch.rollback()
+        raise
+    with translated_errors():
+        batch.commit()

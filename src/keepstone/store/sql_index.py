@@ -1,0 +1,375 @@
+"""The SQL store's document search index (docs/search.md, "How search is wired"): the
+part of :class:`keepstone.store.sql.SqlStore` that chunks documents into ``memory_chunks``
+after their writes commit, hands the indexer what it has to embed, stores vectors, and
+reads a space's chunks, versions and nearest neighbours for a search.
+
+:class:`DocumentIndex` is a mixin of :class:`~keepstone.store.sql.SqlStore`: it uses the
+store's engine, compiled statements (``_sql``), pgvector handle (``_vec``) and row
+addressing (``_address``). Writes never call into it; a write only drops a document's
+chunks and moves its space's ``search_version``, in the write's own transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
+from keepstone.errors import InvalidSpaceRef
+from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
+from keepstone.search.claim import EmbeddingClaim, paired
+from keepstone.search.text import analyze
+from keepstone.search.vectors import Float32Array as FloatVector
+from keepstone.spaces import SpaceRef
+from keepstone.store import pgvector
+from keepstone.store.base import ChunkRow, Progress
+from keepstone.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
+
+if TYPE_CHECKING:
+    from keepstone.store.sql_statements import Statements
+
+D = memory_documents
+S = memory_space_usage
+C = memory_chunks
+
+#: Documents chunked per write transaction by a backfill.
+BACKFILL_BATCH_DOCS = 64
+#: The reserved ``tenant_id`` of global rows and of the instance counter.
+NO_TENANT = ""
+
+
+def _space_key(space_id: str) -> str:
+    return hashlib.sha256(space_id.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunk:
+    """A chunk the indexer has to embed (no vector, or one of another model)."""
+
+    tenant_id: str
+    space_key: str
+    space_id: str
+    path: str
+    seq: int
+    #: The headings above the chunk its text does not show, " > "-joined ('' for none).
+    context: str
+    text: str
+
+    @property
+    def search_text(self) -> str:
+        """What to embed: ``keepstone.search.chunking.Chunk.search_text`` of the chunk."""
+        return self.context + "\n" + self.text if self.context else self.text
+
+
+# Aliases: SqlStore defines a method called ``list``.
+ChunkRows = list[ChunkRow]
+PendingChunks = list[PendingChunk]
+#: (path, seq, cosine) of the chunks nearest to a query.
+Neighbours = list[tuple[str, int, float]]
+
+
+def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``memory_chunks`` rows of a document (``doc``: its address, path, visibility,
+    content and time, as SqlStore._write binds them)."""
+    rows = []
+    for seq, chunk in enumerate(chunk_markdown(doc["content"])):
+        rows.append(
+            {
+                "tenant_id": doc["t"],
+                "space_key": doc["k"],
+                "path": doc["p"],
+                "seq": seq,
+                "space_id": doc["sid"],
+                "visibility": doc["vis"],
+                "heading": chunk.heading,
+                "context": TRAIL_SEPARATOR.join(chunk.context),
+                "start_offset": chunk.start,
+                "end_offset": chunk.end,
+                "text": chunk.text,
+                "terms": " ".join(analyze(chunk.search_text)),
+                "embedding": None,
+                "model": None,
+                "updated_at": doc["now"],
+            }
+        )
+    return rows
+
+
+class DocumentIndex:
+    """The document index of :class:`~keepstone.store.sql.SqlStore` (a mixin: see the module
+    docstring)."""
+
+    engine: Engine
+    _sql: Statements
+    _vec: pgvector.Pgvector | None
+
+    @staticmethod
+    def _address(ref: SpaceRef) -> dict[str, str]:
+        """Validate ``ref`` and return its row address; refuse a tenant-less team ref."""
+        if not ref.is_global and not ref.tenant:
+            raise InvalidSpaceRef(
+                f"space {ref.id!r} has no tenant; every {ref.visibility.value!r} space "
+                "belongs to a team, so the caller must stamp the team id onto the ref",
+                field="tenant",
+            )
+        return {"t": ref.tenant or NO_TENANT, "k": _space_key(ref.id), "sid": ref.id}
+
+    def chunk_rows(self, ref: SpaceRef) -> ChunkRows:
+        """Every chunk of every document of the space, by path then position; a chunk not
+        yet embedded has ``embedding`` and ``model`` None. Read :meth:`search_version`
+        *before* this, so what is loaded is at least as new as the version it is cached
+        under."""
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.chunk_rows, addr).all()
+        return [
+            ChunkRow(
+                r.path,
+                int(r.seq),
+                r.heading,
+                r.text,
+                r.terms,
+                None if r.embedding is None else bytes(r.embedding),
+                r.model,
+            )
+            for r in rows
+        ]
+
+    def nearest_chunks(
+        self, ref: SpaceRef, model: str, query: FloatVector, k: int, *, path_prefix: str = ""
+    ) -> Neighbours | None:
+        """The ``k`` chunks of the space (under ``path_prefix``) embedded by ``model``
+        nearest to ``query``, as (path, seq, cosine), best first, through pgvector's
+        HNSW index; None when this store does not search with pgvector (SQLite, a plain
+        PostgreSQL, ``KEEPSTONE_PGVECTOR=off``): rank the space's matrix instead."""
+        if self._vec is None or not self._vec.search:
+            return None
+        addr = self._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        if path_prefix:
+            scope += " AND starts_with(path, :prefix)"
+        found = self._vec.nearest(
+            C.name, ("path", "seq"), scope, {**addr, "prefix": path_prefix}, model, query, k
+        )
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+
+    def chunk_similarity(
+        self, ref: SpaceRef, model: str, query: FloatVector, keys: Sequence[tuple[str, int]]
+    ) -> Neighbours | None:
+        """The cosine to ``query`` of the space's chunks ``keys`` ((path, seq)) that
+        ``model`` embedded, as (path, seq, cosine), through pgvector (with
+        :meth:`nearest_chunks`); None when this store does not search with pgvector."""
+        if self._vec is None or not self._vec.search:
+            return None
+        addr = self._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        found = self._vec.similarity(C.name, ("path", "seq"), scope, addr, model, query, keys)
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+
+    def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]:
+        """:meth:`reconcile` then :meth:`search_version` of every space of ``refs``, by
+        space id, in two queries however many spaces there are (plus a reconcile of each
+        space that has unindexed documents): a search over many spaces
+        (``scope=readable``) pays per space only for what changed."""
+        addrs = [self._address(ref) for ref in refs]
+        if not addrs:
+            return {}
+        spaces = sa.tuple_(D.c.tenant_id, D.c.space_key).in_([(a["t"], a["k"]) for a in addrs])
+        stale = (
+            sa.select(D.c.tenant_id, D.c.space_key)
+            .where(spaces, ~self._sql.has_chunks_of_doc)
+            .distinct()
+        )
+        with read_transaction(self.engine) as conn:
+            behind = {(r.tenant_id, r.space_key) for r in conn.execute(stale)}
+        for a in addrs:
+            if (a["t"], a["k"]) in behind:
+                self.backfill_chunks(space=(a["t"], a["k"]))
+        versions = sa.select(S.c.tenant_id, S.c.space_key, S.c.search_version).where(
+            sa.tuple_(S.c.tenant_id, S.c.space_key).in_([(a["t"], a["k"]) for a in addrs])
+        )
+        with read_transaction(self.engine) as conn:
+            found = {
+                (r.tenant_id, r.space_key): int(r.search_version or 0)
+                for r in conn.execute(versions)
+            }
+        return {a["sid"]: found.get((a["t"], a["k"]), 0) for a in addrs}
+
+    def search_version(self, ref: SpaceRef) -> int:
+        """The space's index version: it grows with every write and delete of the space
+        and every batch of its chunks embedded (0 for a space never written)."""
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            version = conn.execute(self._sql.search_version, addr).scalar()
+        return int(version or 0)
+
+    def pending_chunks(self, limit: int, model: str) -> PendingChunks:
+        """Up to ``limit`` chunks, oldest first, with no vector or one made by another
+        model than ``model``, across every space. Reads without claiming: the indexer
+        of several replicas uses :meth:`claim_pending_chunks`."""
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
+        return [_pending(r) for r in rows]
+
+    @contextlib.contextmanager
+    def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
+        """Claim up to ``limit`` pending chunks (see :meth:`pending_chunks`) to embed::
+
+            with store.claim_pending_chunks(32, embedder.model_id) as claim:
+                claim.store_embeddings(embed([c.search_text for c in claim.rows]))
+
+        On PostgreSQL the rows are locked ``FOR UPDATE SKIP LOCKED`` in a transaction
+        held until the block ends, so concurrent indexers (threads, replicas) never
+        claim the same row, and the vectors commit with the claim when the block exits
+        normally (an exception, or a crash, rolls back and leaves the rows pending). A
+        write of a claimed chunk's document waits for the claim: keep batches small.
+        On SQLite the claim holds no lock (a lock would stop every writer while the
+        model runs): rows are read, and the vectors are written in one short write
+        transaction when the block exits; a chunk rewritten meanwhile keeps its new,
+        unembedded text. Either way the spaces' ``search_version`` is bumped.
+        """
+        params = {"limit": limit, "model": model}
+
+        def claim(conn: Connection, lock: bool) -> ChunkClaim:
+            rows = conn.execute(self._sql.claim if lock else self._sql.pending, params).all()
+            return ChunkClaim([_pending(r) for r in rows], model)
+
+        def finish(conn: Connection, claimed: ChunkClaim) -> int:
+            return self._store_embeddings(conn, claimed.stored, model)
+
+        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
+            yield claimed
+        self._index_vectors(claimed.stored, model)
+
+    def store_embeddings(
+        self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
+    ) -> int:
+        """Store ``blobs[i]`` (a ``keepstone.search.vectors`` blob made by ``model``) as the
+        vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
+        rewritten since it was read is left alone. Returns the number stored."""
+        pairs = paired(rows, blobs)
+        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
+            stored = self._store_embeddings(conn, pairs, model)
+        self._index_vectors(pairs, model)
+        return stored
+
+    def _index_vectors(self, pairs: Sequence[tuple[PendingChunk, bytes]], model: str) -> None:
+        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
+        it is missing (in a transaction of its own, see pgvector.py)."""
+        if self._vec is not None and pairs:
+            self._vec.ensure_index(C.name, model, pgvector.blob_values([pairs[0][1]])[0][1])
+
+    def _store_embeddings(
+        self, conn: Connection, pairs: Sequence[tuple[PendingChunk, bytes]], model: str
+    ) -> int:
+        if not pairs:
+            return 0
+        stored = 0
+        vecs = pgvector.blob_values([b for _, b in pairs]) if self._vec is not None else None
+        # Row by row: a driver need not report the rowcount of an executemany.
+        for i, (row, blob) in enumerate(pairs):
+            params = {
+                "t": row.tenant_id,
+                "k": row.space_key,
+                "p": row.path,
+                "n": row.seq,
+                "was_text": row.text,
+                "was_context": row.context,
+                "blob": blob,
+                "by_model": model,
+                **({"vec": vecs[i][0]} if vecs is not None else {}),
+            }
+            stored += conn.execute(self._sql.store_embedding, params).rowcount
+        # Space counters in key order, so two indexers cannot deadlock one another.
+        spaces = sorted({(r.tenant_id, r.space_key, r.space_id) for r, _ in pairs})
+        for tenant, key, space_id in spaces:
+            conn.execute(self._sql.bump_space, {"t": tenant, "k": key, "sid": space_id})
+        return stored
+
+    def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
+        """Chunk every unindexed document (``rebuild``: drop every chunk, and its vector,
+        first); return how many documents were looked at."""
+        if rebuild:
+            with write_transaction(self.engine) as conn:
+                conn.execute(sa.delete(C))
+                conn.execute(sa.update(S).values(search_version=S.c.search_version + 1))
+        return self.backfill_chunks(progress)
+
+    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int:
+        """Chunk the space's documents that have no chunks (written since its last
+        search, or before the index existed); return how many were looked at. A search
+        calls it first, so a document is keyword-searchable as soon as its write commits
+        while the write itself never waits on chunking."""
+        addr = self._address(ref)
+        return self.backfill_chunks(progress, space=(addr["t"], addr["k"]))
+
+    def backfill_chunks(
+        self, progress: Progress | None = None, *, space: tuple[str, str] | None = None
+    ) -> int:
+        """Chunk every document (of ``space``, a (tenant, space key) pair, when given) that
+        has no chunks; return how many documents were looked at. ``progress(1)`` per
+        document.
+
+        Documents are taken in key order, :data:`BACKFILL_BATCH_DOCS` per write
+        transaction; each is locked and checked again, so a concurrent write of it wins.
+        """
+        done = 0
+        after: dict[str, str] = {"after_t": "", "after_k": "", "p": ""}
+        query = self._sql.unindexed
+        if space is not None:
+            query = self._sql.unindexed_in_space
+            after.update(t=space[0], k=space[1], after_t=space[0], after_k=space[1])
+        while True:
+            with read_transaction(self.engine) as conn:
+                batch = conn.execute(query, after).all()
+            if not batch:
+                return done
+            with write_transaction(self.engine, durable=False) as conn:  # chunks: derived
+                touched: set[tuple[str, str, str]] = set()
+                for r in batch:
+                    key = {"t": r.tenant_id, "k": r.space_key, "sid": r.space_id, "p": r.path}
+                    doc = conn.execute(self._sql.lock_content, key).first()
+                    if doc is None or conn.execute(self._sql.has_chunks, key).first():
+                        continue  # removed, or written, meanwhile
+                    bound = {**key, "vis": doc.visibility, "content": doc.content}
+                    chunks = _chunk_rows({**bound, "now": utcnow()})
+                    if chunks:  # a blank document has none, and changes nothing
+                        conn.execute(self._sql.insert_chunks, chunks)
+                        touched.add((r.tenant_id, r.space_key, r.space_id))
+                # Space counters last, in key order, after every document lock: a write
+                # locks its document, then its space's counter, so taking a counter before
+                # the next document's lock would deadlock with a write of that document.
+                for tenant, space_key, space_id in sorted(touched):
+                    conn.execute(
+                        self._sql.bump_space, {"t": tenant, "k": space_key, "sid": space_id}
+                    )
+            for _ in batch:
+                done += 1
+                if progress is not None:
+                    progress(1)
+            if len(batch) < BACKFILL_BATCH_DOCS:
+                return done
+            last = batch[-1]
+            after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
+
+
+class ChunkClaim(EmbeddingClaim[PendingChunk]):
+    """Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors (the
+    claim shape every index shares, :class:`keepstone.search.claim.EmbeddingClaim`)."""
+
+    def __init__(self, rows: list[PendingChunk], model: str) -> None:
+        super().__init__(rows, model, _chunk_key)
+
+
+def _chunk_key(r: PendingChunk) -> tuple[str, str, str, int]:
+    return r.tenant_id, r.space_key, r.path, r.seq
+
+
+def _pending(r: Any) -> PendingChunk:
+    return PendingChunk(r.tenant_id, r.space_key, r.space_id, r.path, int(r.seq), r.context, r.text)

@@ -1,0 +1,350 @@
+"""Tables of the SQL document store and their migrations (component ``documents``).
+
+One schema for SQLite and PostgreSQL. Every row carries its tenant (the team id) and
+every primary key leads with it, so the tables can be distributed by tenant (SPEC §10).
+Rows of a ``global`` space carry no tenant: their ``tenant_id`` is the empty string,
+which no team id can be (a team id is a non-empty segment). The instance counter is
+the ``memory_tenant_usage`` row with that same reserved key.
+
+A space is keyed by ``space_key``, a hash of its full id, because the full id can be
+longer than a PostgreSQL index entry allows; the full id is stored beside it and every
+query compares it too, so a document is always addressed by its full space id.
+
+Paths sort by code point on both databases: SQLite's default BINARY collation compares
+UTF-8 bytes, and the PostgreSQL columns use the ``C`` collation (byte order), which is
+what a Python sort of the same strings gives.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from keepstone.db import Migration
+
+COMPONENT = "documents"
+
+metadata = sa.MetaData()
+
+#: Columns later migrations add to the version-1 tables (left out when v1 creates them).
+_ADDED_LATER = frozenset(
+    {
+        "search_version",
+        "history_used_bytes",
+        "history_quota_bytes",
+        "history_versions",
+        "history_days",
+        "version",
+        "actor",
+    }
+)
+
+TS = sa.DateTime(timezone=True)
+#: Text compared and sorted by code point on both dialects.
+BinaryText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+
+memory_documents = sa.Table(
+    "memory_documents",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("path", BinaryText, primary_key=True),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("visibility", sa.String(32), nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("etag", sa.String(64), nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    # v5: the live document is the newest version of its path: its number and who wrote
+    # it (``updated_at`` is when).
+    sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("actor", sa.String(256), nullable=False, server_default=""),
+)
+
+memory_space_usage = sa.Table(
+    "memory_space_usage",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("used_bytes", sa.BigInteger, nullable=False),
+    # v3: bumped by every write and delete of the space (and every stored embedding) in
+    # the same transaction: the per-space version the search caches check.
+    sa.Column("search_version", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+memory_tenant_usage = sa.Table(
+    "memory_tenant_usage",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("used_bytes", sa.BigInteger, nullable=False),
+    sa.Column("quota_bytes", sa.BigInteger, nullable=False),
+    # v4: the team's history (compressed bytes of its versions that are not live) and its
+    # history limits, NULL for the store's defaults (Limits.history_*).
+    sa.Column("history_used_bytes", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("history_quota_bytes", sa.BigInteger, nullable=True),
+    sa.Column("history_versions", sa.Integer, nullable=True),
+    sa.Column("history_days", sa.Integer, nullable=True),
+)
+
+
+def _v1_create_tables(conn: Connection) -> None:
+    # Create the tables as they stood at version 1; later migrations alter them.
+    v1 = sa.MetaData()
+    for table in (memory_documents, memory_space_usage, memory_tenant_usage):
+        columns = [c._copy() for c in table.columns if c.name not in _ADDED_LATER]
+        sa.Table(table.name, v1, *columns)
+    v1.create_all(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(
+        COMPONENT,
+        1,
+        "memory_documents, memory_space_usage and memory_tenant_usage",
+        _v1_create_tables,
+    ),
+]
+
+
+# --- v2: the platform audit log -------------------------------------------------------------
+#
+# Every mutation of a global space writes one row here in the same transaction as the
+# mutation (SPEC §5 "Global"). The table was first created by identity's migration 1; it
+# belongs to the document store, which writes it, so this creates it where it is missing.
+
+audit_events = sa.Table(
+    "audit_events",
+    sa.MetaData(),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("at", TS, nullable=False, index=True),
+    sa.Column("action", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("space_id", sa.String(1024), nullable=False, server_default=""),
+    sa.Column("path", sa.String(1024), nullable=False, server_default=""),
+)
+
+
+def _v2_audit_events(conn: Connection) -> None:
+    audit_events.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(
+    Migration(COMPONENT, 2, "audit_events (the platform audit log)", _v2_audit_events)
+)
+
+
+# --- v3: the document index ------------------------------------------------------------------
+#
+# Each document's search chunks (keepstone.search.chunking.chunk_markdown), written and removed
+# in the document write's own transaction, so a document is keyword-searchable the moment
+# its write commits. ``terms`` are the space-joined ``keepstone.search.text.analyze`` terms of
+# the chunk's search text (``context`` on a line, then ``text``); ``embedding`` is a
+# ``keepstone.search.vectors`` blob made by ``model``, both NULL until the background indexer
+# embeds the chunk (or when the configured model changed). The primary key leads with the
+# space, so it serves "every chunk of a space"; the ``model`` index serves the indexer's
+# "not yet embedded by this model" scan.
+
+memory_chunks = sa.Table(
+    "memory_chunks",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("path", BinaryText, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("visibility", sa.String(32), nullable=False),
+    sa.Column("heading", sa.Text, nullable=False),
+    # The headings above the chunk that its text does not show (Chunk.context, " > "-joined).
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("start_offset", sa.Integer, nullable=False),
+    sa.Column("end_offset", sa.Integer, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("terms", sa.Text, nullable=False),
+    sa.Column("embedding", sa.LargeBinary, nullable=True),
+    sa.Column("model", sa.String(64), nullable=True),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Index("ix_memory_chunks_model", "model"),
+)
+
+
+def _v3_document_index(conn: Connection) -> None:
+    memory_chunks.create(conn, checkfirst=True)
+    columns = {c["name"] for c in sa.inspect(conn).get_columns("memory_space_usage")}
+    if "search_version" not in columns:
+        conn.exec_driver_sql(
+            "ALTER TABLE memory_space_usage ADD COLUMN search_version BIGINT NOT NULL DEFAULT 0"
+        )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        3,
+        "memory_chunks (the document index) and memory_space_usage.search_version",
+        _v3_document_index,
+    )
+)
+
+
+# --- v4: document history (issue 14) ----------------------------------------------------------
+#
+# Every version of every document, the live one included, appended in the transaction of the
+# write, delete or move that made it: ``content`` is the version's UTF-8 text packed by
+# keepstone.store.version_pack (NULL for a deletion marker: under 4 KB as it is after a zero byte,
+# from 4 KB a zstd frame; rows written before either are zlib streams, still read),
+# ``stored_bytes`` its packed length (what the history quota counts). ``version`` counts from 1
+# per path and is taken under the document row's lock, so concurrent writers of one document
+# number their versions in commit order.
+# ``memory_tenant_usage`` gains the team's history counter and its history limits (NULL: the
+# store's defaults). Documents that exist when this runs get version 1, stamped with their
+# ``updated_at`` and the actor ``before-history``.
+
+memory_document_versions = sa.Table(
+    "memory_document_versions",
+    metadata,
+    sa.Column("tenant_id", BinaryText, primary_key=True),
+    sa.Column("space_key", sa.String(64), primary_key=True),
+    sa.Column("path", BinaryText, primary_key=True),
+    sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("space_id", BinaryText, nullable=False),
+    sa.Column("etag", sa.String(64), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("stored_bytes", sa.BigInteger, nullable=False),
+    sa.Column("content", sa.LargeBinary, nullable=True),
+    sa.Column("at", TS, nullable=False),
+    sa.Column("actor", sa.String(256), nullable=False),
+    sa.Column("deleted", sa.Boolean, nullable=False),
+    # The oldest versions of a team go first when its history is over quota or too old.
+    sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
+)
+
+_HISTORY_COLUMNS = {
+    "history_used_bytes": "BIGINT NOT NULL DEFAULT 0",
+    "history_quota_bytes": "BIGINT",
+    "history_versions": "INTEGER",
+    "history_days": "INTEGER",
+}
+
+
+def _v4_document_history(conn: Connection) -> None:
+    from keepstone.store.version_pack import pack_version
+
+    memory_document_versions.create(conn, checkfirst=True)
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_tenant_usage")}
+    for name, ddl in _HISTORY_COLUMNS.items():
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE memory_tenant_usage ADD COLUMN {name} {ddl}")
+    d, v = memory_documents, memory_document_versions
+    rows = conn.execute(
+        sa.select(
+            d.c.tenant_id,
+            d.c.space_key,
+            d.c.path,
+            d.c.space_id,
+            d.c.etag,
+            d.c.size_bytes,
+            d.c.content,
+            d.c.updated_at,
+        ).where(
+            ~sa.exists().where(
+                v.c.tenant_id == d.c.tenant_id,
+                v.c.space_key == d.c.space_key,
+                v.c.path == d.c.path,
+            )
+        )
+    )
+    batch: list[dict[str, object]] = []
+    for row in rows:
+        packed = pack_version(row.content.encode("utf-8"))
+        batch.append(
+            {
+                "tenant_id": row.tenant_id,
+                "space_key": row.space_key,
+                "path": row.path,
+                "version": 1,
+                "space_id": row.space_id,
+                "etag": row.etag,
+                "size_bytes": row.size_bytes,
+                "stored_bytes": len(packed),
+                "content": packed,
+                "at": row.updated_at,
+                "actor": "before-history",
+                "deleted": False,
+            }
+        )
+        if len(batch) >= 500:
+            conn.execute(v.insert(), batch)
+            batch = []
+    if batch:
+        conn.execute(v.insert(), batch)
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        4,
+        "memory_document_versions (document history) and the teams' history counters",
+        _v4_document_history,
+    )
+)
+
+
+# --- v5: the live version on the document row (issue 14) --------------------------------------
+#
+# Until v5 the table of versions held every version, the live one included, so every document
+# was stored twice and every create wrote a version row (three b-trees on SQLite: its table,
+# primary key and ``at`` index) beside the document. From v5 the table holds only versions that
+# were replaced (and deletion markers): the live version is the document row itself — its
+# number, its actor and ``updated_at`` — and a change that replaces it first copies it into the
+# table (keepstone.store.sql_write). A write of a new small document writes no history at all.
+#
+# A large live version (from version_pack.COMPRESS_FROM bytes) keeps its row: it is packed
+# when written, while its bytes are at hand, so replacing it copies nothing. (PostgreSQL
+# still packs on write; SQLite stores since pack when a change replaces the version, from the
+# content its lock reads, and keep such an earlier row as it is.)
+#
+# For every document: its number is that of its newest version row with its etag (else the
+# path's next number), its actor that row's (else ``before-history``); then the rows of small
+# live documents go. The history counter counted only replaced versions: it stays as it is.
+
+
+def _v5_live_version_on_document(conn: Connection) -> None:
+    from keepstone.store.version_pack import COMPRESS_FROM
+
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
+    for name, ddl in (
+        ("version", "BIGINT NOT NULL DEFAULT 0"),
+        ("actor", "VARCHAR(256) NOT NULL DEFAULT ''"),
+    ):
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE memory_documents ADD COLUMN {name} {ddl}")
+    same_path = (
+        "v.tenant_id = d.tenant_id AND v.space_key = d.space_key AND v.space_id = d.space_id "
+        "AND v.path = d.path"
+    )
+    live = f"{same_path} AND v.etag = d.etag AND NOT v.deleted"
+    row_of_live = f"{same_path} AND v.version = d.version"
+    conn.exec_driver_sql(
+        "UPDATE memory_documents AS d SET version = coalesce("
+        f"(SELECT max(v.version) FROM memory_document_versions AS v WHERE {live}), "
+        f"(SELECT max(v.version) + 1 FROM memory_document_versions AS v WHERE {same_path}), 1)"
+    )
+    conn.exec_driver_sql(
+        "UPDATE memory_documents AS d SET actor = coalesce((SELECT v.actor FROM "
+        f"memory_document_versions AS v WHERE {row_of_live}), 'before-history')"
+    )
+    conn.exec_driver_sql(
+        "DELETE FROM memory_document_versions AS v WHERE EXISTS (SELECT 1 FROM "
+        f"memory_documents AS d WHERE {row_of_live} AND d.size_bytes < {COMPRESS_FROM})"
+    )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        5,
+        "the live version on the document row: memory_documents.version and actor",
+        _v5_live_version_on_document,
+    )
+)

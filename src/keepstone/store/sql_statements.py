@@ -1,0 +1,222 @@
+"""The statements :class:`~keepstone.store.sql.SqlStore` runs (reads, listings, the index's
+chunk work, moves, counters, audit rows), built once per dialect so SQLAlchemy caches their
+compilation. The change statement of a write, delete or move is :mod:`keepstone.store.sql_write`'s;
+the history's are :mod:`keepstone.store.sql_history`'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from keepstone.db import PointRead
+from keepstone.store import pgvector
+from keepstone.store.sql_index import BACKFILL_BATCH_DOCS
+from keepstone.store.sql_schema import (
+    memory_chunks,
+    memory_document_versions,
+    memory_documents,
+    memory_space_usage,
+    memory_tenant_usage,
+)
+
+D = memory_documents
+S = memory_space_usage
+T = memory_tenant_usage
+C = memory_chunks
+V = memory_document_versions
+
+#: iter_documents lists a space's paths and sizes this many at a time.
+ITER_META_PAGE = 256
+
+
+def bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
+    """A bound parameter named ``name`` (the statements' one way to bind)."""
+    return sa.bindparam(name, type_=type_)
+
+
+class Statements:
+    """Every statement the store runs, built once per dialect so compilation is cached."""
+
+    def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
+        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+        # A space's row address, bound from SqlStore._address.
+        address = {"tenant_id": bp("t"), "space_key": bp("k"), "space_id": bp("sid")}
+        doc_where = [D.c[name] == value for name, value in address.items()]
+        one_doc = (*doc_where, D.c.path == bp("p"))
+        in_dir = (D.c.path >= bp("lo"), D.c.path < bp("hi"))
+        after = D.c.path > bp("after")
+        meta_cols = (D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
+
+        self.read_doc = sa.select(D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag).where(
+            *one_doc
+        )
+        #: The same, as every GET of a document runs it (a point read off the pool).
+        self.read_point = PointRead(self.read_doc)
+        # The moved document becomes the target path's next version.
+        target_versions = sa.select(sa.func.coalesce(sa.func.max(V.c.version), 0) + 1).where(
+            V.c.tenant_id == D.c.tenant_id,
+            V.c.space_key == D.c.space_key,
+            V.c.space_id == D.c.space_id,
+            V.c.path == bp("to"),
+        )
+        self.move_doc = (
+            sa.update(D)
+            .where(*one_doc)
+            .values(
+                path=bp("to"),
+                updated_at=bp("now"),
+                actor=bp("actor"),
+                version=target_versions.scalar_subquery(),
+            )
+            .returning(D.c.version)
+        )
+        self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
+        self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
+        #: The listing's page (a page shorter than this is the last).
+        self.meta_page = ITER_META_PAGE
+        page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(self.meta_page)
+        self.page_all = page.where(*doc_where, after)
+        self.page_dir = page.where(*doc_where, *in_dir, after)
+        self.fetch_docs = (
+            sa.select(D.c.path, D.c.content, D.c.size_bytes, D.c.updated_at, D.c.etag)
+            .where(*doc_where, D.c.path.in_(sa.bindparam("paths", expanding=True)))
+            .order_by(D.c.path)
+        )
+
+        # The document index.
+        chunk_space = [C.c[name] == value for name, value in address.items()]
+        chunk_doc = (*chunk_space, C.c.path == bp("p"))
+        self.delete_chunks = sa.delete(C).where(*chunk_doc)
+        # A chunk is its text's alone (no path in it): a moved document keeps its vectors.
+        self.move_chunks = sa.update(C).where(*chunk_doc).values(path=bp("to"))
+        self.insert_chunks = sa.insert(C)
+        self.chunk_rows = (
+            sa.select(C.c.path, C.c.seq, C.c.heading, C.c.text, C.c.terms, C.c.embedding, C.c.model)
+            .where(*chunk_space)
+            .order_by(C.c.path, C.c.seq)
+        )
+        model = bp("model")
+        self.pending = (
+            sa.select(
+                C.c.tenant_id,
+                C.c.space_key,
+                C.c.space_id,
+                C.c.path,
+                C.c.seq,
+                C.c.context,
+                C.c.text,
+            )
+            # model is NULL exactly when embedding is (store_embeddings sets both).
+            .where(sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model))
+            .order_by(C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
+            .limit(bp("limit"))
+        )
+        self.claim = self.pending.with_for_update(skip_locked=True)
+        # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
+        into = C if vec is None else vec.with_vec(C)
+        vector = {} if vec is None else {"vec": vec.vec_param()}
+        self.store_embedding = (
+            sa.update(into)
+            .where(
+                into.c.tenant_id == bp("t"),
+                into.c.space_key == bp("k"),
+                into.c.path == bp("p"),
+                into.c.seq == bp("n"),
+                # Not a chunk rewritten since it was read (SQLite claims hold no lock).
+                into.c.text == bp("was_text"),
+                into.c.context == bp("was_context"),
+            )
+            .values(embedding=bp("blob"), model=bp("by_model"), **vector)
+        )
+        has_chunks = sa.exists().where(
+            C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
+        )
+        doc_key = sa.tuple_(D.c.tenant_id, D.c.space_key, D.c.path)
+        unindexed = (
+            sa.select(D.c.tenant_id, D.c.space_key, D.c.space_id, D.c.path)
+            .where(~has_chunks, doc_key > sa.tuple_(bp("after_t"), bp("after_k"), bp("p")))
+            .order_by(D.c.tenant_id, D.c.space_key, D.c.path)
+            .limit(BACKFILL_BATCH_DOCS)
+        )
+        self.unindexed = unindexed
+        self.has_chunks_of_doc = has_chunks
+        self.unindexed_in_space = unindexed.where(
+            D.c.tenant_id == bp("t"), D.c.space_key == bp("k")
+        )
+        # The indexer's lock of a document it chunks. On PostgreSQL a row update (of
+        # nothing), not FOR UPDATE: the row then changes under a one-statement write
+        # that waited for it, which so learns that its snapshot misses the new chunks
+        # (sql_write.ChangeStatements.put).
+        content = (D.c.visibility, D.c.content)
+        self.lock_content: Any = (
+            sa.update(D).where(*one_doc).values(etag=D.c.etag).returning(*content)
+            if dialect == "postgresql"
+            else sa.select(*content).where(*one_doc)
+        )
+        self.has_chunks = sa.select(C.c.seq).where(*chunk_doc).limit(1)
+
+        delta = bp("d", sa.BigInteger)
+        # used + d, clamped at zero for credits.
+        s_new = sa.case((S.c.used_bytes + delta < 0, 0), else_=S.c.used_bytes + delta)
+        t_new = sa.case((T.c.used_bytes + delta < 0, 0), else_=T.c.used_bytes + delta)
+        # The compare-and-swap: a credit always passes, a charge only within the quota.
+        self.charge_space = (
+            insert(S)
+            .values(**address, used_bytes=bp("fresh", sa.BigInteger), search_version=1)
+            .on_conflict_do_update(
+                index_elements=[S.c.tenant_id, S.c.space_key],
+                set_={S.c.used_bytes: s_new, S.c.search_version: S.c.search_version + 1},
+                where=sa.or_(delta <= 0, S.c.used_bytes + delta <= bp("cap", sa.BigInteger)),
+            )
+            .returning(S.c.used_bytes)
+        )
+        # A change of the space's index that charges nothing: bump its version only.
+        self.bump_space = (
+            insert(S)
+            .values(**address, used_bytes=0, search_version=1)
+            .on_conflict_do_update(
+                index_elements=[S.c.tenant_id, S.c.space_key],
+                set_={S.c.search_version: S.c.search_version + 1},
+            )
+        )
+        self.search_version = sa.select(S.c.search_version).where(
+            *(S.c[name] == value for name, value in address.items())
+        )
+        tenant_row = {
+            "tenant_id": bp("t"),
+            "used_bytes": bp("fresh", sa.BigInteger),
+            "quota_bytes": bp("default_quota", sa.BigInteger),
+        }
+        self.charge_tenant = (
+            insert(T)
+            .values(**tenant_row)
+            .on_conflict_do_update(
+                index_elements=[T.c.tenant_id],
+                set_={T.c.used_bytes: t_new},
+                where=sa.or_(delta <= 0, T.c.used_bytes + delta <= T.c.quota_bytes),
+            )
+            .returning(T.c.used_bytes, T.c.quota_bytes)
+        )
+        # Attribution of a global write: debit (or credit) without enforcement.
+        self.attribute_tenant = (
+            insert(T)
+            .values(**tenant_row)
+            .on_conflict_do_update(index_elements=[T.c.tenant_id], set_={T.c.used_bytes: t_new})
+        )
+        self.set_quota = (
+            insert(T)
+            .values(tenant_id=bp("t"), used_bytes=0, quota_bytes=bp("q", sa.BigInteger))
+            .on_conflict_do_update(
+                index_elements=[T.c.tenant_id],
+                set_={T.c.quota_bytes: bp("q", sa.BigInteger)},
+            )
+        )
+        self.space_used = sa.select(S.c.used_bytes).where(
+            *(S.c[name] == value for name, value in address.items())
+        )
+        self.tenant_used = sa.select(T.c.used_bytes, T.c.quota_bytes).where(
+            T.c.tenant_id == bp("t")
+        )

@@ -1,0 +1,74 @@
+"""``memory_search`` over a server: POST /api/teams/{team}/memory/search (SPEC §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from keepstone.errors import StoreUnavailable, error_from_wire
+
+
+class HttpRecordsSearcher:
+    """Searches one team's records on a Keepstone server with a bearer credential.
+
+    ``team`` is the team id; when it is not given it is learned once from the server:
+    the ``space_id`` of the caller's ``org`` space carries the team as its tenant
+    (``v1:org:<team>:...``), and the server stamps that tenant from the credential.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        team: str | None = None,
+        client: httpx.Client | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._team = team or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = client or httpx.Client(timeout=timeout, headers=headers)
+
+    def team(self) -> str:
+        if self._team is None:
+            answer = self._request(
+                "GET", "/api/memory/usage", params={"visibility": "org", "name": "default"}
+            )
+            parts = str(answer.get("space_id", "")).split(":")
+            if len(parts) < 3 or not parts[2]:
+                raise StoreUnavailable(
+                    "could not learn the team of this credential from the server; "
+                    "pass --team TEAM_ID (or set KEEPSTONE_TEAM)"
+                )
+            self._team = parts[2]
+        return self._team
+
+    def search(self, query: str, repo_id: str | None, limit: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": query}
+        if repo_id is not None:
+            body["repo_id"] = repo_id
+        if limit is not None:
+            body["limit"] = limit
+        return self._request("POST", f"/api/teams/{self.team()}/memory/search", json=body)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            resp = self._client.request(method, self.base_url + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise StoreUnavailable(
+                f"cannot reach the server at {self.base_url}: {type(exc).__name__}"
+            ) from None
+        if resp.status_code >= 400:
+            raise error_from_wire(resp.status_code, resp.content, resp.headers.get("retry-after"))
+        try:
+            payload = resp.json()
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise StoreUnavailable("the server's answer was not a JSON object")
+        return payload

@@ -1,0 +1,294 @@
+"""What every page shares: who is asking, CSRF, templates, HTML errors, security headers.
+
+The UI is a face like the API: it turns the ``keepstone_session`` cookie into a
+:class:`~keepstone.principal.Principal` with the same :class:`~keepstone.service.access.Credentials`
+(the active team is the one in the URL, sent as the API's ``X-Keepstone-Team`` would be), and
+every decision is the service's. Only the session cookie signs a page in: an API key or
+a token in an ``Authorization`` header is for the JSON API, so a page asked with one
+redirects to sign-in like any page asked with nothing.
+
+CSRF: the session's token (shown once at sign-in) is kept in a second HttpOnly cookie
+and written into every form as a hidden field; a POST is accepted only when the field
+equals the cookie *and* the session's stored CSRF hash matches the field (identity's own
+check, through ``Principal.csrf_ok``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+from starlette.datastructures import FormData, UploadFile
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from keepstone.errors import CsrfRequired, KeepstoneError, Unauthenticated
+from keepstone.principal import Principal
+from keepstone.service.access import Credentials, require_csrf
+
+log = logging.getLogger("keepstone.web")
+
+#: The API's session cookie (keepstone.api.deps.SESSION_COOKIE): one session for both faces.
+SESSION_COOKIE = "keepstone_session"
+#: The session's CSRF token, for the server to compare with each form's hidden field.
+CSRF_COOKIE = "keepstone_csrf"
+CSRF_FIELD = "csrf"
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+STATIC_PATH = "/static"
+
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+)
+
+#: Paths that are the JSON API's or the operations' (their errors stay JSON).
+_NOT_UI_PREFIXES = ("/api/", "/docs", "/redoc", "/openapi.json")
+_NOT_UI_PATHS = frozenset({"/api", "/healthz", "/readyz", "/metrics"})
+
+
+def is_ui_path(path: str) -> bool:
+    """Whether ``path`` is the UI's: everything that is not the API's or the operations'."""
+    return path not in _NOT_UI_PATHS and not path.startswith(_NOT_UI_PREFIXES)
+
+
+env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def page(
+    request: Request, template: str, http_status: int = 200, /, **context: Any
+) -> HTMLResponse:
+    """``template`` rendered with ``context`` (plus the request's CSRF token)."""
+    context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
+    context.setdefault("who", getattr(request.state, "principal", None))
+    context.setdefault("team_id", "")
+    html = env.get_template(template).render(request=request, **context)
+    return HTMLResponse(html, status_code=http_status)
+
+
+def url(base: str, /, **query: str | None) -> str:
+    """``base`` with the query parameters that are not None."""
+    q = {k: v for k, v in query.items() if v is not None}
+    return f"{base}?{urlencode(q)}" if q else base
+
+
+def see_other(location: str) -> RedirectResponse:
+    return RedirectResponse(location, status_code=303)
+
+
+# --- who is asking ----------------------------------------------------------------------------
+
+
+def _credentials(request: Request) -> Credentials:
+    credentials: Credentials = request.app.state.credentials
+    return credentials
+
+
+def signed_in(request: Request, team_id: str | None = None) -> Principal:
+    """The principal of the session cookie, in ``team_id`` when given (``404
+    team_not_found`` when the user cannot act in it, as the API answers); ``401`` (a
+    redirect to sign-in) without a live session."""
+    session = request.cookies.get(SESSION_COOKIE)
+    if not session:
+        raise Unauthenticated("sign in to see this page")
+    who = _credentials(request).authenticate(
+        authorization=None,
+        session=session,
+        csrf_token=None,
+        mutating=False,
+        team_header=team_id or None,
+    )
+    request.state.principal = who
+    return who
+
+
+async def posted(request: Request, team_id: str | None = None) -> tuple[Principal, FormData]:
+    """The principal of a form POST and its fields, once its CSRF token checks out."""
+    form = await request.form()
+    try:
+        field = form.get(CSRF_FIELD)
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        session = request.cookies.get(SESSION_COOKIE)
+        if not session:
+            raise Unauthenticated("sign in again: the session is gone")
+        if not (isinstance(field, str) and field and cookie and _same(field, cookie)):
+            raise CsrfRequired(
+                "this form did not carry the token of your sign-in; reload the page and send it "
+                "again (or sign in again)"
+            )
+        who = _credentials(request).authenticate(
+            authorization=None,
+            session=session,
+            csrf_token=field,
+            mutating=True,
+            team_header=team_id or None,
+        )
+        request.state.principal = who
+        try:
+            require_csrf(who)
+        except CsrfRequired:
+            raise CsrfRequired(
+                "this form's token is not the one of your sign-in; reload the page and send it "
+                "again (or sign in again)"
+            ) from None
+    except BaseException:
+        await form.close()  # an upload's spooled file, on any refusal
+        raise
+    return who, form
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+def text(form: FormData, name: str, default: str = "") -> str:
+    """A text field of ``form`` ('' or ``default`` when absent or a file)."""
+    value = form.get(name)
+    return value if isinstance(value, str) else default
+
+
+def upload(form: FormData, name: str) -> UploadFile | None:
+    value = form.get(name)
+    return value if isinstance(value, UploadFile) else None
+
+
+# --- errors as pages --------------------------------------------------------------------------
+
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+def error_page(request: Request, status: int, code: str, message: str) -> Response:
+    if status == 401:
+        return see_other(url("/signin", next=_next_of(request)))
+    return page(request, "error.html", status, status=status, code=code, message=message)
+
+
+def _next_of(request: Request) -> str | None:
+    if request.method != "GET":
+        return None
+    path = request.url.path
+    return path + (f"?{request.url.query}" if request.url.query else "")
+
+
+class LoginThrottleLike(Protocol):
+    """The API's failed-login throttle on ``app.state.login_throttle`` (shared with the
+    UI's sign-in, so both forms count against one limit)."""
+
+    def check(self, key: str) -> None: ...
+    def failed(self, key: str) -> None: ...
+    def succeeded(self, key: str) -> None: ...
+
+
+def install_error_pages(app: FastAPI) -> None:
+    """Errors of UI paths as HTML pages; the API's paths keep their JSON handlers."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    def wrap(kind: type[Exception], ui: Handler) -> None:
+        original: Handler | None = app.exception_handlers.get(kind)  # type: ignore[assignment]
+
+        async def handler(request: Request, exc: Exception) -> Response:
+            if is_ui_path(request.url.path) or original is None:
+                return await ui(request, exc)
+            return await original(request, exc)
+
+        app.add_exception_handler(kind, handler)
+
+    async def keepstone_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, KeepstoneError)
+        return error_page(request, exc.status, exc.code, exc.message)
+
+    async def validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first: Mapping[str, Any] = next(iter(exc.errors()), {})
+        name = ".".join(str(x) for x in first.get("loc", ())[1:]) or "the request"
+        reason = str(first.get("msg", "is not valid")).rstrip(".")
+        message = f"{name}: {reason}; go back and fix it"
+        return error_page(request, 400, "invalid_request", message)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            message = f"there is no page {request.url.path!r}; start from the home page"
+            return error_page(request, 404, "not_found", message)
+        if exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path!r}"
+            return error_page(request, 405, "method_not_allowed", message)
+        return error_page(request, exc.status_code, "http_error", str(exc.detail))
+
+    wrap(KeepstoneError, keepstone_error)
+    wrap(RequestValidationError, validation)
+    wrap(HTTPException, http_error)
+
+
+class UiRoute(APIRoute):
+    """A UI route: an unexpected exception is an HTML 500 page (logged with its trace,
+    never shown), where the app's own last resort would answer JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            from fastapi.exceptions import RequestValidationError
+            from starlette.exceptions import HTTPException
+
+            try:
+                return await handler(request)
+            except (KeepstoneError, HTTPException, RequestValidationError):
+                raise
+            except Exception as exc:
+                log.error("unexpected error", exc_info=exc)
+                message = "internal error; the server log has details"
+                return error_page(request, 500, "internal_error", message)
+
+        return guarded
+
+
+class SecurityHeadersMiddleware:
+    """Puts :data:`SECURITY_HEADERS` on every answer of a UI path (pure ASGI)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_ui_path(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.decode("latin-1").lower()
+                    not in {name.lower() for name, _ in SECURITY_HEADERS}
+                ]
+                headers.extend(
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in SECURITY_HEADERS
+                )
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)

@@ -1,0 +1,149 @@
+"""The UI's search page and the team memory settings screen.
+
+Search covers documents (one space, or every space the user may read, via
+:meth:`SpaceService.search_readable`) and the team's records (the records service's
+ranked search); snippets and records are fenced text and shown as text, never as HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from keepstone.errors import CsrfRequired, KeepstoneError, TeamNotFound, Unauthenticated
+from keepstone.principal import Principal
+from keepstone.service.records import RecordService
+from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
+from keepstone.web.pages import off_loop, spaces_of
+from keepstone.web.spaces import label_fields, ref_of, space_fields
+
+router = APIRouter(include_in_schema=False, route_class=UiRoute)
+
+_WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
+
+
+def records_of(request: Request) -> RecordService:
+    service: RecordService = request.app.state.records
+    return service
+
+
+@router.get("/t/{team_id}/search")
+def search(request: Request, team_id: str, q: str = "") -> Response:
+    """Documents (the space named, else every readable space) and the team's records."""
+    who = signed_in(request, team_id)
+    space = space_fields(request.query_params)
+    docs: list[dict[str, Any]] = []
+    records: list[Any] = []
+    doc_error = record_error = None
+    if q:
+        service = spaces_of(request)
+        try:
+            if space:
+                ref = ref_of(who, space)
+                for hit in service.search(who, ref, q, limit=20):
+                    docs.append({"hit": hit, "space": ref.id, "link": _doc(team_id, space, hit)})
+            else:
+                for found in service.search_readable(who, q, limit=20):
+                    fields = label_fields(found.space)
+                    link = _doc(team_id, fields, found.hit)
+                    docs.append({"hit": found.hit, "space": found.space.id, "link": link})
+        except _WHOLE_REQUEST:
+            raise
+        except KeepstoneError as exc:
+            doc_error = exc.message
+        try:
+            answer = records_of(request).search(who, team_id, q, limit=20)
+            records = list(answer.hits)
+            if answer.state.value == "off":
+                record_error = "team memory is off for this team, so no record is searched"
+        except _WHOLE_REQUEST:
+            raise
+        except KeepstoneError as exc:
+            record_error = exc.message
+    return page(
+        request,
+        "search.html",
+        team_id=team_id,
+        q=q,
+        space=space,
+        docs=docs,
+        records=records,
+        doc_error=doc_error,
+        record_error=record_error,
+    )
+
+
+def _doc(team_id: str, fields: dict[str, str], hit: Any) -> str:
+    return url(f"/t/{team_id}/doc", **fields, path=str(hit.path))
+
+
+# --- team memory settings ---------------------------------------------------------------------
+
+
+def _memory_page(
+    request: Request,
+    who: Principal,
+    team_id: str,
+    cursor: str | None,
+    *,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    service = records_of(request)
+    settings = service.get_settings(who, team_id)
+    listing = service.list(who, team_id, next_token=cursor or None)
+    return page(
+        request,
+        "memory.html",
+        status,
+        team_id=team_id,
+        settings=settings,
+        listing=listing,
+        cursor=cursor or "",
+        error=error,
+    )
+
+
+@router.get("/t/{team_id}/memory")
+def memory(request: Request, team_id: str, page: str = "") -> Response:
+    """The setting (with why it is what it is) and the records, newest first, paged."""
+    who = signed_in(request, team_id)
+    return _memory_page(request, who, team_id, page)
+
+
+@router.post("/t/{team_id}/memory")
+async def memory_toggle(request: Request, team_id: str) -> Response:
+    """Turn the team's memory on or off (the service lets owners and admins only)."""
+    who, form = await posted(request, team_id)
+    enabled = text(form, "enabled") == "on"
+    service = records_of(request)
+    try:
+        await off_loop(lambda: service.set_enabled(who, team_id, enabled))
+    except _WHOLE_REQUEST:
+        raise
+    except KeepstoneError as exc:
+        message, status = exc.message, exc.status
+        return await off_loop(
+            lambda: _memory_page(request, who, team_id, None, error=message, status=status)
+        )
+    return see_other(f"/t/{team_id}/memory")
+
+
+@router.post("/t/{team_id}/memory/delete")
+async def record_delete(request: Request, team_id: str) -> Response:
+    """Remove one record (owners and admins)."""
+    who, form = await posted(request, team_id)
+    record_id = text(form, "record_id")
+    service = records_of(request)
+    try:
+        await off_loop(lambda: service.delete(who, team_id, record_id))
+    except _WHOLE_REQUEST:
+        raise
+    except KeepstoneError as exc:
+        message, status = exc.message, exc.status
+        return await off_loop(
+            lambda: _memory_page(request, who, team_id, None, error=message, status=status)
+        )
+    return see_other(url(f"/t/{team_id}/memory"))

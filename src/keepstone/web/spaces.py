@@ -1,0 +1,85 @@
+"""Naming a space in the UI: the API's four query parameters, kept in links and forms.
+
+A space is named by ``name``, ``visibility`` (default ``project``), ``project`` and
+``bot`` — the tenant and the user are the signed-in principal's, stamped by
+:func:`keepstone.service.access.space_ref` exactly as for the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from keepstone.documents import DocumentInfo
+from keepstone.principal import Principal
+from keepstone.service.access import space_ref
+from keepstone.spaces import SpaceRef
+
+SPACE_FIELDS = ("name", "visibility", "project", "bot")
+
+
+def space_fields(source: Mapping[str, Any]) -> dict[str, str]:
+    """The space-naming fields of a query or a form that are present and not empty."""
+    out: dict[str, str] = {}
+    for key in SPACE_FIELDS:
+        value = source.get(key)
+        if isinstance(value, str) and value:
+            out[key] = value
+    return out
+
+
+def ref_of(who: Principal, fields: Mapping[str, str]) -> SpaceRef:
+    """The space ``fields`` name, as ``who`` may name it (InvalidSpaceRef when they do not
+    name one)."""
+    return space_ref(
+        who,
+        fields.get("name", ""),
+        fields.get("visibility", "project"),
+        project=fields.get("project"),
+        bot=fields.get("bot"),
+    )
+
+
+def fields_of(ref: SpaceRef) -> dict[str, str]:
+    """The fields that name ``ref`` again (the inverse of :func:`ref_of`)."""
+    out = {"name": ref.name, "visibility": ref.visibility.value}
+    if ref.project:
+        out["project"] = ref.project
+    if ref.bot:
+        out["bot"] = ref.bot
+    return out
+
+
+def label_fields(label: Any) -> dict[str, str]:
+    """The fields naming a listed space (a :class:`keepstone.service.spaces.SpaceLabel`)."""
+    out = {"name": str(label.name), "visibility": str(label.visibility)}
+    if label.project:
+        out["project"] = str(label.project)
+    if label.bot:
+        out["bot"] = str(label.bot)
+    return out
+
+
+@dataclass
+class Folder:
+    """A directory of a space's tree: its sub-folders and its documents, by name."""
+
+    name: str
+    folders: dict[str, Folder] = field(default_factory=dict)
+    documents: list[DocumentInfo] = field(default_factory=list)
+
+    @property
+    def sorted_folders(self) -> list[Folder]:
+        return [self.folders[k] for k in sorted(self.folders)]
+
+
+def tree(documents: list[DocumentInfo]) -> Folder:
+    """The documents (sorted by path) as a tree of folders."""
+    root = Folder("")
+    for doc in documents:
+        node = root
+        for part in doc.path.split("/")[:-1]:
+            node = node.folders.setdefault(part, Folder(part))
+        node.documents.append(doc)
+    return root
