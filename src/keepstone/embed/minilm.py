@@ -42,7 +42,7 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json")
 MAX_TOKENS = 256
 
 INSTALL_HINT = (
-    "run `keepstone models install` (or `make models`), or set KEEPSTONE_MODEL_DIR to a "
+    "run `keepstone models install`, or set KEEPSTONE_MODEL_DIR to a "
     "directory holding model.safetensors and tokenizer.json"
 )
 
