@@ -153,9 +153,12 @@ def test_a_missing_model_says_to_install_it(
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     monkeypatch.setenv("KEEPSTONE_MODEL_DIR", str(tmp_path / "no-model-here"))
     code, checks = doctor(capsys)
-    assert code == 0  # search still works, by keyword
-    assert checks["model"]["status"] == "warn"
+    assert code == 1  # search still works, but by keyword only: not what was configured
+    assert checks["model"]["status"] == "FAIL"
     assert "run: keepstone models install" in checks["model"]["detail"]
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
+    code, checks = doctor(capsys)
+    assert code == 0 and checks["model"]["status"] == "ok"
 
 
 def test_an_unreachable_redis_fails(

@@ -145,11 +145,14 @@ def _model(config: Config) -> Check:
     if status.ready:
         where = f" at {status.location}" if status.location else ""
         return Check("model", OK, f"{status.kind}: {status.model_id}, {status.dim} dims{where}")
+    # The configured embedder cannot embed: searches fall back to keyword, which is not
+    # what was asked for, so this fails (KEEPSTONE_EMBEDDER=none chooses keyword on purpose).
     todo = "run: keepstone models install" if status.kind == "minilm" else "check the endpoint"
     return Check(
         "model",
-        WARN,
-        f"{status.kind}: {status.problem} — search is by keyword only until then; {todo}",
+        FAIL,
+        f"{status.kind}: {status.problem} — search is by keyword only until then; {todo} "
+        "(or set KEEPSTONE_EMBEDDER=none)",
     )
 
 

@@ -45,6 +45,7 @@ limit_native_threads()
 
 # The imports below load numpy (through the commands' services): after the limits.
 import argparse  # noqa: E402
+import logging  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from typing import cast  # noqa: E402
@@ -74,7 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class WarningLines(logging.Handler):
+    """Warnings of Keepstone's own code (a model that does not load, …) as one
+    ``keepstone: …`` line each on the standard error of the moment, as the CLI's errors
+    are. ``keepstone serve`` replaces it with its JSON log lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.setFormatter(logging.Formatter("keepstone: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    logger = logging.getLogger("keepstone")
+    if not logger.handlers:
+        logger.addHandler(WarningLines())
     try:
         # Building the parser reads the configuration (flag defaults), which may be invalid.
         parser = build_parser()
