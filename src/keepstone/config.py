@@ -113,6 +113,20 @@ def _count(value: object, info: ValidationInfo) -> object:
     return _whole_number(value, info, 0, "a whole number >= 0; fix or unset it")
 
 
+def _port(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip() == "":
+        return _field(info).default
+    number = _whole_number(value, info, 1, "a port; set a whole number from 1 to 65535")
+    if number > 65535:
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not a port; set a whole number "
+            "from 1 to 65535"
+        )
+    return number
+
+
 #: The gzip level of an export (``KEEPSTONE_EXPORT_GZIP_LEVEL``): 1, chosen for throughput
 #: (docs/performance.md, "Export and import").
 DEFAULT_EXPORT_GZIP_LEVEL = 1
@@ -155,6 +169,11 @@ class Config(BaseModel):
     #: Where local state lives (default ``~/.keepstone``): the SQLite database, the CLI's spaces.
     home: Path = Field(
         default_factory=lambda: Path.home() / ".keepstone", validation_alias="KEEPSTONE_HOME"
+    )
+    #: Where ``keepstone serve`` listens unless ``--host`` / ``--port`` say otherwise.
+    host: str = Field("127.0.0.1", validation_alias="KEEPSTONE_HOST")
+    port: Annotated[int, BeforeValidator(_port)] = Field(
+        8420, ge=1, le=65535, validation_alias="KEEPSTONE_PORT"
     )
     #: Unset: ``sqlite:///$KEEPSTONE_HOME/keepstone.db``.
     database_url: str = Field("", validation_alias="KEEPSTONE_DATABASE_URL", validate_default=True)

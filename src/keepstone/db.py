@@ -22,6 +22,7 @@ import fcntl
 import os
 import queue
 import re
+import shlex
 import sqlite3
 import threading
 import time
@@ -116,10 +117,16 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
         )
         _configure_sqlite(engine)
         return engine
+    try:
+        import psycopg  # noqa: F401  (the dialect imports it when it first connects)
+    except ImportError:
+        raise InvalidRequest(
+            "a PostgreSQL database needs the postgres extra: pip install 'keepstone[postgres]'"
+        ) from None
     connect_args: dict[str, Any] = {}
     if schema is not None:
         connect_args["options"] = f"-csearch_path={validate_schema_name(schema)}"
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
         connect_args=connect_args,
         pool_size=pool_size,
@@ -128,6 +135,27 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
         pool_recycle=1800,
         pool_timeout=30,
     )
+    event.listen(engine, "handle_error", _missing_database)
+    return engine
+
+
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
+
+
+def _missing_database(context: sa.engine.ExceptionContext) -> BaseException | None:
+    """A PostgreSQL connection refused because its database does not exist says so, with
+    the command that creates it, instead of "cannot be reached" (retrying cannot help)."""
+    found = _MISSING_DATABASE.search(str(context.original_exception))
+    if found is None or context.engine is None:
+        return None
+    url = context.engine.url
+    flags = [
+        f"-h {url.host}" if url.host else "",
+        f"-p {url.port}" if url.port else "",
+        f"-U {url.username}" if url.username else "",
+    ]
+    command = " ".join(["createdb", *filter(None, flags), shlex.quote(found[1])])
+    return StoreUnavailable(f'database "{found[1]}" does not exist; create it with: {command}')
 
 
 def _configure_sqlite(engine: Engine) -> None:

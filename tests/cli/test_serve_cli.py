@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -151,3 +152,53 @@ def test_a_file_that_is_not_a_sqlite_database_is_one_line(
         f"keepstone: invalid_request: {junk} is not a SQLite database (file is not a database); "
         "choose another --database"
     ]
+
+
+@pytest.mark.postgres
+def test_a_postgres_database_that_does_not_exist_says_how_to_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import require_postgres
+
+    url = make_url(require_postgres()).set(database=f"missing_{uuid.uuid4().hex[:12]}")
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    shown = url.render_as_string(hide_password=False)
+    assert main(["db", "upgrade", "--database", shown]) == 1
+    flags = f"-h {url.host}" + (f" -p {url.port}" if url.port else "")
+    flags += f" -U {url.username}" if url.username else ""
+    assert capsys.readouterr().err.splitlines() == [
+        f'keepstone: store_unavailable: database "{url.database}" does not exist; create it '
+        f"with: createdb {flags} {url.database}"
+    ]
+
+
+@pytest.mark.slow
+def test_keepstone_port_picks_the_port_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    env = {**_env(tmp_path / "home"), "KEEPSTONE_PORT": "http"}
+    done = subprocess.run(
+        [sys.executable, "-m", "keepstone.cli.main", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "keepstone: invalid_request: KEEPSTONE_PORT='http' is not a port; set a whole number "
+        "from 1 to 65535"
+    ]
+    with socket.socket() as other:  # the port KEEPSTONE_PORT names is the one bound
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        env["KEEPSTONE_PORT"] = str(port)
+        done = subprocess.run(
+            [sys.executable, "-m", "keepstone.cli.main", "serve"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1 and f"127.0.0.1:{port} is in use" in done.stderr

@@ -139,6 +139,13 @@ def test_a_post_without_the_sessions_csrf_token_is_refused(
 # --- signing in and out -------------------------------------------------------------------
 
 
+def test_the_sign_in_page_says_how_the_first_account_is_made(client: TestClient) -> None:
+    r = client.get("/signin")
+    first = r.text.split('id="first-account">', 1)[1].split("</p>", 1)[0]
+    assert "keepstone admin create-user --email you@example.com" in first
+    assert "--super-admin" in first
+
+
 def test_sign_in_sets_httponly_lax_cookies_and_shares_the_session_with_the_api(
     world: World, client: TestClient
 ) -> None:

@@ -22,8 +22,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the HTTP service",
         description="Run the Keepstone HTTP service. Schema migrations run at start.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8420, help="port to listen on (8420)")
+    parser.add_argument(
+        "--host", default=None, help="address to listen on (KEEPSTONE_HOST, else 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="port to listen on (KEEPSTONE_PORT, else 8420)"
+    )
     add_database_arg(parser)
     parser.add_argument(
         "--workers",
@@ -47,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from keepstone.api import logs
     from keepstone.api.app import create_app
 
+    config = Config.from_env(database_url=args.database, local=args.local)
+    args.host = config.host if args.host is None else args.host
+    args.port = config.port if args.port is None else args.port
     if not 1 <= args.port <= 65535:
         raise UsageError("--port must be 1-65535")
     if not 1 <= args.workers <= MAX_WORKERS:
@@ -59,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
             "anyone who can reach it can read and write every space",
             file=sys.stderr,
         )
-    config = Config.from_env(database_url=args.database, local=args.local)
     # Bound before anything else, so a port in use is one line and nothing has said
     # "listening" (uvicorn binds only once its app has started, and then logs a traceback).
     with _bind(args.host, args.port) as sock:
