@@ -20,7 +20,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[postgres,redis]'
 	touch $@
 
 $(VENV)/.dev-installed: $(BIN)/python pyproject.toml
@@ -37,8 +37,9 @@ install: $(VENV)/.installed models
 dev: $(VENV)/.dev-installed models
 models: $(VENV)/.model-installed
 
+# `make run PORT=8421` (or KEEPSTONE_PORT in the environment) picks another port.
 run: install
-	$(BIN)/keepstone serve
+	$(BIN)/keepstone serve $(if $(PORT),--port $(PORT))
 
 lint: dev
 	$(BIN)/ruff check src tests bench

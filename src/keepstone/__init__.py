@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-#: The release, as in pyproject.toml.
+#: The release: the one place it is written (pyproject.toml reads it from here).
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

@@ -153,9 +153,16 @@ async def _list_tools(params: StdioServerParameters, log: Path) -> list[str]:
                 return [t.name for t in (await session.list_tools()).tools]
 
 
+def _installed(argv: list[str]) -> list[str]:
+    """The README's ``uvx keepstone …`` as the installed ``keepstone …``: uvx fetches the
+    published package, which is the wheel tests/install/test_wheel.py runs through uvx."""
+    assert argv[:2] == ["uvx", "keepstone"], argv
+    return argv[1:]
+
+
 def test_claude_mcp_add_runs_the_server_it_names(reader: dict[str, str], tmp_path: Path) -> None:
     # `claude mcp add keepstone -- COMMAND...`: Claude Code runs COMMAND as a stdio MCP server.
-    argv = the_block("claude_mcp_add").text.strip().split(" -- ", 1)[1].split()
+    argv = _installed(the_block("claude_mcp_add").text.strip().split(" -- ", 1)[1].split())
     params = StdioServerParameters(
         command=shutil.which(argv[0], path=reader["PATH"]) or argv[0],
         args=argv[1:],
@@ -169,10 +176,11 @@ def test_the_mcp_client_config(reader: dict[str, str], tmp_path: Path) -> None:
     entry = json.loads(the_block("mcp_config").text)["mcpServers"]["keepstone"]
     repo = tmp_path / "repo"
     repo.mkdir()
-    args = [str(repo) if a == "/path/to/your/repo" else a for a in entry["args"]]
+    command, *args = _installed([entry["command"], *entry["args"]])
+    args = [str(repo) if a == "/path/to/your/repo" else a for a in args]
     assert str(repo) in args, "the README's placeholder path moved"
     params = StdioServerParameters(
-        command=shutil.which(entry["command"], path=reader["PATH"]) or entry["command"],
+        command=shutil.which(command, path=reader["PATH"]) or command,
         args=args,
         env=reader,
     )

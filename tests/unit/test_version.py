@@ -1,8 +1,9 @@
-"""``keepstone --version`` and ``keepstone.__version__`` name the release pyproject.toml declares
-(issue 11, finding 6)."""
+"""``keepstone --version`` and ``keepstone.__version__`` name the release: the one place it is
+written, which pyproject.toml reads and the installed distribution reports."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import tomllib
 from pathlib import Path
 
@@ -15,8 +16,11 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_the_package_version_is_the_projects() -> None:
-    declared = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["version"]
-    assert keepstone.__version__ == declared
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "keepstone.__version__"}
+    assert importlib.metadata.version("keepstone") == keepstone.__version__
 
 
 def test_keepstone_version_prints_it_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from keepstone.config import Config
-from keepstone.errors import RateLimited, StoreUnavailable
+from keepstone.errors import InvalidRequest, RateLimited, StoreUnavailable
 
 SEARCHES_PER_SECOND = 5
 MAX_IN_FLIGHT = 10
@@ -150,7 +150,12 @@ class RedisRateLimiter:
         max_in_flight: int = MAX_IN_FLIGHT,
         in_flight_ttl: float = IN_FLIGHT_TTL_SECONDS,
     ) -> None:
-        import redis
+        try:
+            import redis
+        except ImportError:
+            raise InvalidRequest(
+                "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
+            ) from None
 
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)

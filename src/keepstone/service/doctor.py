@@ -85,8 +85,12 @@ def record_hand_edits(store: MemoryStore) -> int:
 
 def ping_redis(url: str) -> None:
     """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer."""
-    import redis
-
+    try:
+        import redis
+    except ImportError:
+        raise InvalidRequest(
+            "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
+        ) from None
     try:
         client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
     except ValueError as exc:  # not a redis:// URL
