@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -30,16 +30,12 @@ from keepstone.spaces import SpaceRef
 from keepstone.store import pgvector
 from keepstone.store.base import ChunkRow, Progress
 from keepstone.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
-
-if TYPE_CHECKING:
-    from keepstone.store.sql_statements import Statements
+from keepstone.store.sql_statements import BACKFILL_BATCH_DOCS, Statements
 
 D = memory_documents
 S = memory_space_usage
 C = memory_chunks
 
-#: Documents chunked per write transaction by a backfill.
-BACKFILL_BATCH_DOCS = 64
 #: The reserved ``tenant_id`` of global rows and of the instance counter.
 NO_TENANT = ""
 

@@ -13,7 +13,6 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from keepstone.db import PointRead
 from keepstone.store import pgvector
-from keepstone.store.sql_index import BACKFILL_BATCH_DOCS
 from keepstone.store.sql_schema import (
     memory_chunks,
     memory_document_versions,
@@ -30,6 +29,9 @@ V = memory_document_versions
 
 #: iter_documents lists a space's paths and sizes this many at a time.
 ITER_META_PAGE = 256
+#: Documents a backfill reads per batch (the ``LIMIT`` of ``unindexed``), and so chunks per
+#: write transaction.
+BACKFILL_BATCH_DOCS = 64
 
 
 def bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
