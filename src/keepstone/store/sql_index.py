@@ -1,7 +1,9 @@
 """The SQL store's document search index (docs/search.md, "How search is wired"): the
 part of :class:`keepstone.store.sql.SqlStore` that chunks documents into ``memory_chunks``
 after their writes commit, hands the indexer what it has to embed, stores vectors, and
-reads a space's chunks, versions and nearest neighbours for a search.
+reads a space's chunks, versions and nearest neighbours for a search. It is the SQL
+stores' :class:`keepstone.store.index.SearchIndex`, with both optional capabilities:
+``vector_index`` (:class:`ChunkVectors`, where pgvector searches) and ``backfill_chunks``.
 
 :class:`DocumentIndex` is a mixin of :class:`~keepstone.store.sql.SqlStore`: it uses the
 store's engine, compiled statements (``_sql``), pgvector handle (``_vec``) and row
@@ -137,36 +139,33 @@ class DocumentIndex:
             for r in rows
         ]
 
+    @property
+    def vector_index(self) -> ChunkVectors | None:
+        """pgvector's HNSW index over the chunks, when searches use it (PostgreSQL with
+        pgvector, ``KEEPSTONE_PGVECTOR`` not ``off``); None on SQLite, a plain PostgreSQL
+        or with ``off``: the ranking takes exact top-k over the space's matrix
+        (:class:`keepstone.store.index.SearchIndex`)."""
+        if self._vec is None or not self._vec.search:
+            return None
+        return ChunkVectors(self._vec)
+
     def nearest_chunks(
         self, ref: SpaceRef, model: str, query: FloatVector, k: int, *, path_prefix: str = ""
     ) -> Neighbours | None:
-        """The ``k`` chunks of the space (under ``path_prefix``) embedded by ``model``
-        nearest to ``query``, as (path, seq, cosine), best first, through pgvector's
-        HNSW index; None when this store does not search with pgvector (SQLite, a plain
-        PostgreSQL, ``KEEPSTONE_PGVECTOR=off``): rank the space's matrix instead."""
-        if self._vec is None or not self._vec.search:
-            return None
-        addr = self._address(ref)
-        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
-        if path_prefix:
-            scope += " AND starts_with(path, :prefix)"
-        found = self._vec.nearest(
-            C.name, ("path", "seq"), scope, {**addr, "prefix": path_prefix}, model, query, k
+        """:meth:`ChunkVectors.nearest` through :attr:`vector_index`; None when this store
+        does not search with pgvector."""
+        index = self.vector_index
+        return (
+            None if index is None else index.nearest(ref, model, query, k, path_prefix=path_prefix)
         )
-        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
     def chunk_similarity(
         self, ref: SpaceRef, model: str, query: FloatVector, keys: Sequence[tuple[str, int]]
     ) -> Neighbours | None:
-        """The cosine to ``query`` of the space's chunks ``keys`` ((path, seq)) that
-        ``model`` embedded, as (path, seq, cosine), through pgvector (with
-        :meth:`nearest_chunks`); None when this store does not search with pgvector."""
-        if self._vec is None or not self._vec.search:
-            return None
-        addr = self._address(ref)
-        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
-        found = self._vec.similarity(C.name, ("path", "seq"), scope, addr, model, query, keys)
-        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+        """:meth:`ChunkVectors.similarity` through :attr:`vector_index`; None when this
+        store does not search with pgvector."""
+        index = self.vector_index
+        return None if index is None else index.similarity(ref, model, query, keys)
 
     def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]:
         """:meth:`reconcile` then :meth:`search_version` of every space of ``refs``, by
@@ -353,6 +352,43 @@ class DocumentIndex:
                 return done
             last = batch[-1]
             after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkVectors:
+    """pgvector's HNSW index over ``memory_chunks``, as a search asks it for a space's
+    dense side (:class:`keepstone.store.index.ChunkVectorIndex`): ``vec`` is the store's
+    handle, read at each call, so a changed ``min_vectors`` takes effect at once."""
+
+    vec: pgvector.Pgvector
+
+    @property
+    def min_vectors(self) -> int:
+        return self.vec.min_vectors
+
+    def nearest(
+        self, ref: SpaceRef, model: str, query: FloatVector, k: int, *, path_prefix: str = ""
+    ) -> Neighbours:
+        """The ``k`` chunks of the space (under ``path_prefix``) embedded by ``model``
+        nearest to ``query``, as (path, seq, cosine), best first."""
+        addr = DocumentIndex._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        if path_prefix:
+            scope += " AND starts_with(path, :prefix)"
+        found = self.vec.nearest(
+            C.name, ("path", "seq"), scope, {**addr, "prefix": path_prefix}, model, query, k
+        )
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
+
+    def similarity(
+        self, ref: SpaceRef, model: str, query: FloatVector, keys: Sequence[tuple[str, int]]
+    ) -> Neighbours:
+        """The cosine to ``query`` of the space's chunks ``keys`` ((path, seq)) that
+        ``model`` embedded, as (path, seq, cosine)."""
+        addr = DocumentIndex._address(ref)
+        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+        found = self.vec.similarity(C.name, ("path", "seq"), scope, addr, model, query, keys)
+        return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
 
 class ChunkClaim(EmbeddingClaim[PendingChunk]):
