@@ -11,17 +11,20 @@ given and chunks of its model are embedded) are fused with the fixed-scale weigh
 heading). Isolation is structural: the rows searched are the rows of the refs given,
 and a ref is always the caller's own (:func:`keepstone.service.access.space_ref`).
 
-A store that keeps no index of its own but answers searches itself (the HTTP client
-store, whose server searches) is asked directly.
+The store is asked by capability (:mod:`keepstone.store.index`): one that keeps an index
+(:class:`~keepstone.store.index.SearchIndex`) is ranked here; one that keeps none but
+answers searches itself (the HTTP client store, whose server searches) is asked
+directly; one that does neither is refused when the search is built.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -29,7 +32,6 @@ from keepstone.errors import InvalidRequest
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
-from keepstone.search.claim import EmbeddingClaim
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
 from keepstone.search.hybrid import (
     DenseSide,
@@ -43,9 +45,14 @@ from keepstone.search.hybrid import (
 from keepstone.search.text import query_terms
 from keepstone.search.vectors import Float32Array, decode_many, encode_many
 from keepstone.spaces import SpaceRef
-from keepstone.store.base import ChunkRow, MemoryStore, Progress
-from keepstone.store.fs import FilesystemStore
-from keepstone.store.sql import SqlStore
+from keepstone.store.base import ChunkRow, MemoryStore
+from keepstone.store.index import (
+    ChunkToEmbed,
+    ClaimedChunks,
+    SearchIndex,
+    SearchingStore,
+    search_capability,
+)
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder
@@ -81,53 +88,7 @@ class DocumentHit:
         }
 
 
-@runtime_checkable
-class IndexedStore(Protocol):
-    """A store with a search index of its own (SQL, filesystem)."""
-
-    def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int: ...
-
-    def search_version(self, ref: SpaceRef) -> int: ...
-
-    def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]: ...
-
-    def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]: ...
-
-
-class PendingLike(Protocol):
-    """A chunk a store has to embed (``claim_pending_chunks``)."""
-
-    @property
-    def space_id(self) -> str: ...
-    @property
-    def search_text(self) -> str: ...
-
-
-P = TypeVar("P", bound=PendingLike)
-
-
-class RemoteHitLike(Protocol):
-    """A hit as a searching store answers it (``keepstone.store.http.SearchHit``)."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def heading(self) -> str: ...
-    @property
-    def snippet(self) -> str: ...
-    @property
-    def score(self) -> float: ...
-    @property
-    def matched(self) -> tuple[str, ...]: ...
-
-
-@runtime_checkable
-class SearchingStore(Protocol):
-    """A store that answers searches itself (a client of a Keepstone server)."""
-
-    def search(
-        self, ref: SpaceRef, q: str, limit: int, path_prefix: str
-    ) -> Sequence[RemoteHitLike]: ...
+R = TypeVar("R", bound=ChunkToEmbed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +128,9 @@ class DocumentSearch:
 
     ``embedder`` None is keyword-only. ``cache`` holds the spaces' vector matrices (one
     per process is enough; it is bounded by bytes). ``embed_pending`` > 0 (local
-    commands) embeds up to that many of the searched space's pending chunks first.
+    commands) embeds up to that many of the searched space's pending chunks first. A
+    store that keeps no index and answers no search itself is refused here, when the
+    search is built (:func:`keepstone.store.index.search_capability`).
     """
 
     def __init__(
@@ -179,6 +142,14 @@ class DocumentSearch:
         embed_pending: int = 0,
     ) -> None:
         self.store = store
+        capability = search_capability(store)
+        #: The store's own search (it keeps no index), or its index, ranked here.
+        self._searching: SearchingStore | None = None
+        self._index: SearchIndex | None = None
+        if isinstance(capability, SearchingStore):
+            self._searching = capability
+        else:
+            self._index = capability
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self.embed_pending = embed_pending
@@ -194,61 +165,83 @@ class DocumentSearch:
     ) -> list[DocumentHit]:
         """The best sections of the spaces ``refs`` for ``query``, best first."""
         q = check_query(query, limit)
-        if isinstance(self.store, SearchingStore):
-            remote = [
-                DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
-                for ref in refs
-                for h in self.store.search(ref, q, limit, path_prefix)
-            ]
-            return self._merge(remote, limit)
-        store = self.store
-        if not isinstance(store, IndexedStore):
-            raise InvalidRequest(
-                f"this store ({type(store).__name__}) keeps no search index: search a "
-                "local store or a Keepstone server"
-            )
+        index = self._index
+        if index is None:
+            assert self._searching is not None
+            return self._ask_store(self._searching, refs, q, limit, path_prefix)
         terms = query_terms(q)
-        query_vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
+        versions = self._versions(index, refs)
+        query_vector = self._query_vector(q)
         found: list[_Found] = []
-        versions = store.reconciled_versions(refs)
+        for ref in refs:
+            found += self._rank_space(
+                index, ref, versions[ref.id], terms, query_vector, path_prefix
+            )
+        return _sections(found, terms, limit)
+
+    def _ask_store(
+        self, store: SearchingStore, refs: Sequence[SpaceRef], q: str, limit: int, prefix: str
+    ) -> list[DocumentHit]:
+        """The store's own search of each space, merged."""
+        remote = [
+            DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
+            for ref in refs
+            for h in store.search(ref, q, limit, prefix)
+        ]
+        return self._merge(remote, limit)
+
+    def _versions(self, index: SearchIndex, refs: Sequence[SpaceRef]) -> dict[str, int]:
+        """Each space's version once reconciled (and, for a local command, once its
+        pending chunks are embedded): what its cached rows and vectors are stamped with."""
+        versions = index.reconciled_versions(refs)
         if self.embed_pending > 0:
             for ref in refs:
-                if self._embed_pending(ref):
-                    versions[ref.id] = store.search_version(ref)
-        for ref in refs:
-            version = versions[ref.id]
-            keyword = self._keyword_entry(store, ref, version)
-            allowed = None
-            if path_prefix:
-                allowed = np.fromiter(
-                    (row.path.startswith(path_prefix) for row in keyword.rows),
-                    dtype=bool,
-                    count=len(keyword.rows),
-                )
-            dense = None
-            if self.embedder is not None and keyword.vectors.get(self.embedder.model_id):
-                if query_vector is None:
-                    query_vector = self.embedder.embed([q])[0]
-                dense = self._dense(store, ref, version, keyword, query_vector, path_prefix)
-            for fused in rank(keyword.index, terms, allowed=allowed, dense=dense):
-                row = keyword.rows[fused.key]
-                found.append(_Found(round(fused.score, 6), fused.matched, ref.id, row))
-        found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
-        seen: set[tuple[str, str, str]] = set()
-        hits: list[DocumentHit] = []
-        for f in found:
-            key = (f.space_id, f.row.path, f.row.heading)
-            if key in seen:
-                continue
-            seen.add(key)
-            # The snippet only for what is returned: analysing text is the costly part.
-            text = snippet(f.row.text, terms)
-            hits.append(
-                DocumentHit(f.row.path, f.row.heading, text, f.score, f.matched, f.space_id)
+                if self._embed_pending(index, ref):
+                    versions[ref.id] = index.search_version(ref)
+        return versions
+
+    def _query_vector(self, q: str) -> Callable[[], Float32Array] | None:
+        """The query's vector, embedded on first use (only a space holding vectors of the
+        model needs it) and once for every space; None without an embedder."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+
+        @functools.cache
+        def embedded() -> Float32Array:
+            vector: Float32Array = embedder.embed([q])[0]
+            return vector
+
+        return embedded
+
+    def _rank_space(
+        self,
+        index: SearchIndex,
+        ref: SpaceRef,
+        version: int,
+        terms: Sequence[str],
+        query_vector: Callable[[], Float32Array] | None,
+        path_prefix: str,
+    ) -> list[_Found]:
+        """The fused chunks of one space: BM25 over its cached index, fused with the
+        dense side where the embedder's model has vectors in it."""
+        keyword = self._keyword_entry(index, ref, version)
+        allowed = None
+        if path_prefix:
+            allowed = np.fromiter(
+                (row.path.startswith(path_prefix) for row in keyword.rows),
+                dtype=bool,
+                count=len(keyword.rows),
             )
-            if len(hits) >= limit:
-                break
-        return hits
+        dense = None
+        embedder = self.embedder
+        if embedder is not None and query_vector is not None:
+            if keyword.vectors.get(embedder.model_id):
+                dense = self._dense(index, ref, version, keyword, query_vector(), path_prefix)
+        return [
+            _Found(round(fused.score, 6), fused.matched, ref.id, keyword.rows[fused.key])
+            for fused in rank(keyword.index, terms, allowed=allowed, dense=dense)
+        ]
 
     @staticmethod
     def _merge(hits: list[DocumentHit], limit: int) -> list[DocumentHit]:
@@ -266,9 +259,9 @@ class DocumentSearch:
                 break
         return out
 
-    def _keyword_entry(self, store: IndexedStore, ref: SpaceRef, version: int) -> _Keyword:
+    def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> _Keyword:
         def build() -> _Keyword:
-            rows = store.chunk_rows(ref)  # read after the version: at least as new
+            rows = index.chunk_rows(ref)  # read after the version: at least as new
             position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
             vectors = Counter(row.model for row in rows if row.embedding is not None)
             return _Keyword(
@@ -283,34 +276,35 @@ class DocumentSearch:
 
     def _dense(
         self,
-        store: IndexedStore,
+        index: SearchIndex,
         ref: SpaceRef,
         version: int,
         keyword: _Keyword,
         query: Float32Array,
         path_prefix: str,
     ) -> DenseSide | None:
-        """The space's dense side: pgvector's HNSW index for a space of at least its
-        ``min_vectors`` vectors of the model, else exact top-k over the cached matrix."""
+        """The space's dense side: the store's vector index (pgvector's HNSW) for a space
+        of at least its ``min_vectors`` vectors of the model, else exact top-k over the
+        cached matrix."""
         assert self.embedder is not None
         model = self.embedder.model_id
-        index = store.pgvector if isinstance(store, SqlStore) else None
-        min_vectors = index.min_vectors if index is not None and index.search else None
+        vectors = index.vector_index
+        min_vectors = None if vectors is None else vectors.min_vectors
 
         def exact() -> DenseSide | None:
-            entry = self._vector_entry(store, ref, version, keyword)
+            entry = self._vector_entry(ref, version, keyword)
             return ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query)
 
         def nearest(k: int) -> list[tuple[Hashable, float]]:
-            assert isinstance(store, SqlStore)
-            found = store.nearest_chunks(ref, model, query, k, path_prefix=path_prefix)
-            return [((path, seq), cosine) for path, seq, cosine in found or []]
+            assert vectors is not None
+            found = vectors.nearest(ref, model, query, k, path_prefix=path_prefix)
+            return [((path, seq), cosine) for path, seq, cosine in found]
 
         def score(keys: Sequence[Hashable]) -> list[tuple[Hashable, float]]:
-            assert isinstance(store, SqlStore)
+            assert vectors is not None
             pairs = [key for key in keys if isinstance(key, tuple)]
-            found = store.chunk_similarity(ref, model, query, pairs)
-            return [((path, seq), cosine) for path, seq, cosine in found or []]
+            found = vectors.similarity(ref, model, query, pairs)
+            return [((path, seq), cosine) for path, seq, cosine in found]
 
         def key_of(row: int) -> Hashable:
             chunk = keyword.rows[row]
@@ -321,9 +315,7 @@ class DocumentSearch:
 
         return dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
 
-    def _vector_entry(
-        self, store: IndexedStore, ref: SpaceRef, version: int, keyword: _Keyword
-    ) -> Entry:
+    def _vector_entry(self, ref: SpaceRef, version: int, keyword: _Keyword) -> Entry:
         assert self.embedder is not None
         model = self.embedder.model_id
         dim = self.embedder.dim
@@ -338,25 +330,37 @@ class DocumentSearch:
         # Keyed by space and model: vectors of one model are never compared with another's.
         return self.cache.get((ref.id, model), version, load)
 
-    def _embed_pending(self, ref: SpaceRef) -> int:
-        """Embed the space's chunks among the store's first ``embed_pending`` that have no
+    def _embed_pending(self, index: SearchIndex, ref: SpaceRef) -> int:
+        """Embed the space's chunks among the index's first ``embed_pending`` that have no
         vector of this embedder's model (a local command, before it searches); return
         how many."""
-        store, embedder = self.store, self.embedder
+        embedder = self.embedder
         if embedder is None:
             return 0
-        model = embedder.model_id
-        # One claim per store type: their rows are of different (typed) classes.
-        if isinstance(store, SqlStore):
-            with store.claim_pending_chunks(self.embed_pending, model) as sql_claim:
-                return _embed_claimed(sql_claim, ref, embedder)
-        if isinstance(store, FilesystemStore):
-            with store.claim_pending_chunks(self.embed_pending, model) as fs_claim:
-                return _embed_claimed(fs_claim, ref, embedder)
-        return 0
+        with index.claim_pending_chunks(self.embed_pending, embedder.model_id) as claim:
+            return _embed_claimed(claim, ref, embedder)
 
 
-def _embed_claimed(claim: EmbeddingClaim[P], ref: SpaceRef, embedder: Embedder) -> int:
+def _sections(found: list[_Found], terms: Sequence[str], limit: int) -> list[DocumentHit]:
+    """Best first across spaces, the best chunk of each (space, path, heading), as hits
+    with their snippets."""
+    found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
+    seen: set[tuple[str, str, str]] = set()
+    hits: list[DocumentHit] = []
+    for f in found:
+        key = (f.space_id, f.row.path, f.row.heading)
+        if key in seen:
+            continue
+        seen.add(key)
+        # The snippet only for what is returned: analysing text is the costly part.
+        text = snippet(f.row.text, terms)
+        hits.append(DocumentHit(f.row.path, f.row.heading, text, f.score, f.matched, f.space_id))
+        if len(hits) >= limit:
+            break
+    return hits
+
+
+def _embed_claimed(claim: ClaimedChunks[R], ref: SpaceRef, embedder: Embedder) -> int:
     """Give the claimed chunks of ``ref`` their vectors; return how many."""
     rows = [row for row in claim.rows if row.space_id == ref.id]
     if rows:

@@ -53,7 +53,8 @@ from keepstone.store.archive import check_gzip_level
 from keepstone.store.base import MemoryStore, Progress, check_precondition
 
 if TYPE_CHECKING:  # keepstone.service.search loads numpy: only commands that search pay
-    from keepstone.service.search import DocumentHit, DocumentSearch, RemoteHitLike
+    from keepstone.service.search import DocumentHit, DocumentSearch
+    from keepstone.store.index import RemoteHitLike
 
 
 # An alias: the class below defines a method called ``list``.
