@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keepstone.errors import KeepstoneError
 from keepstone.search.vectors import encode_many
-from keepstone.store.fs import FilesystemStore
-from keepstone.store.sql import SqlStore
+from keepstone.store.index import ChunkBackfill, SearchIndex
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder
@@ -60,7 +59,7 @@ class Pending(Protocol):
 
 
 class Claim(Protocol):
-    """Rows claimed to embed (``SqlStore.claim_pending_chunks``,
+    """Rows claimed to embed (a search index's ``claim_pending_chunks``,
     ``SqlRecordStore.claim_pending_records``): ``store_embeddings(blobs)`` gives
     ``blobs[i]`` to ``rows[i]``, written when the claim's block exits normally."""
 
@@ -83,11 +82,19 @@ class Source:
 
 
 def document_sources(store: object) -> list[Source]:
-    """The pending chunks of ``store`` as a source (the SQL and filesystem stores keep
-    an index; another store, such as a client of a server, has none)."""
-    if isinstance(store, (SqlStore, FilesystemStore)):
+    """The pending chunks of ``store`` as a source, when it keeps a search index
+    (:class:`keepstone.store.index.SearchIndex`); none for a store that keeps no index
+    (a client of a server, whose server embeds)."""
+    if isinstance(store, SearchIndex):
         return [Source("chunks", store.claim_pending_chunks)]
     return []
+
+
+def document_backfill(store: object) -> Callable[[], int] | None:
+    """What chunks every unindexed document of ``store`` in one sweep, when its index
+    can (:class:`keepstone.store.index.ChunkBackfill`); None when it chunks a space as
+    it reconciles it."""
+    return store.backfill_chunks if isinstance(store, ChunkBackfill) else None
 
 
 def record_sources(records: object | None) -> list[Source]:
@@ -98,8 +105,8 @@ def record_sources(records: object | None) -> list[Source]:
 
 
 class Indexer:
-    """Embeds what ``sources`` have pending with ``embedder``; ``backfill`` (the SQL
-    store's ``backfill_chunks``) chunks unindexed documents first on every pass.
+    """Embeds what ``sources`` have pending with ``embedder``; ``backfill``
+    (:func:`document_backfill`) chunks unindexed documents first on every pass.
 
     ``embedded`` counts the rows embedded per source name, ``documents`` the documents
     the backfill looked at, over this indexer's life.
@@ -309,11 +316,10 @@ def embed_pending(
     looked at ``documents`` documents; with no embedder, only report those."""
     if embedder is None:
         return ReindexReport(documents, 0, 0, None)
-    backfill = store.backfill_chunks if isinstance(store, SqlStore) else None
     indexer = Indexer(
         embedder,
         document_sources(store) + record_sources(records),
-        backfill=backfill,
+        backfill=document_backfill(store),
         batch_size=batch_size,
     )
     counts = indexer.drain(progress)
@@ -339,6 +345,7 @@ __all__ = [
     "Indexer",
     "ReindexReport",
     "Source",
+    "document_backfill",
     "document_sources",
     "drop_record_vectors",
     "embed_pending",
