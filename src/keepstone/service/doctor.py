@@ -15,7 +15,7 @@ from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore
-from keepstone.store.fs import FilesystemStore
+from keepstone.store.hand_edits import HandEditedStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +61,10 @@ _PROBE = SpaceRef.build("global", "doctor")
 
 def recount_local_store(store: MemoryStore, tenant: str) -> Recount:
     """Recount the filesystem store's usage counters from the files on disk (after hand
-    edits, which bypass them); ``tenant`` is whose spaces are compared one by one."""
-    if not isinstance(store, FilesystemStore):
+    edits, which bypass them); ``tenant`` is whose spaces are compared one by one. A store
+    that is never edited by hand (:class:`~keepstone.store.hand_edits.HandEditedStore`) is
+    refused."""
+    if not isinstance(store, HandEditedStore):
         raise InvalidRequest("only the local filesystem store keeps counters to recount")
     spaces = store.list_spaces(tenant)
     before = {ref.id: store.usage(ref).used_bytes for ref in spaces}
@@ -77,8 +79,9 @@ def recount_local_store(store: MemoryStore, tenant: str) -> Recount:
 
 def record_hand_edits(store: MemoryStore) -> int:
     """Record every hand edit of the filesystem store's tree (changed, added and removed
-    files) as a version of its document's history; returns how many were recorded."""
-    if not isinstance(store, FilesystemStore):
+    files) as a version of its document's history; returns how many were recorded. A
+    store that is never edited by hand is refused."""
+    if not isinstance(store, HandEditedStore):
         raise InvalidRequest("only the local filesystem store is edited by hand")
     return store.reconcile_history()
 
