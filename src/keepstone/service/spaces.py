@@ -51,6 +51,7 @@ from keepstone.service.access import (
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
 from keepstone.store.base import MemoryStore, Progress, check_precondition
+from keepstone.store.index import search_capability
 
 if TYPE_CHECKING:  # keepstone.service.search loads numpy: only commands that search pay
     from keepstone.service.search import DocumentHit, DocumentSearch
@@ -173,7 +174,9 @@ class ReadableSearchingStore(Protocol):
 
 class SpaceService:
     """``search`` is the document search over ``store`` — or what builds it on first use
-    (the embedder loads a model: only commands that search pay); None is keyword-only."""
+    (the embedder loads a model: only commands that search pay); None is keyword-only.
+    A store that keeps no search index and answers no search itself is refused here, at
+    start (:func:`keepstone.store.index.search_capability`), not at its first search."""
 
     def __init__(
         self,
@@ -182,6 +185,7 @@ class SpaceService:
         *,
         export_gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
     ) -> None:
+        search_capability(store)
         self.store = store
         self._search = search
         #: ``KEEPSTONE_EXPORT_GZIP_LEVEL``, checked now: a bad level fails at start, not at
