@@ -22,7 +22,13 @@ from keepstone.service.search import DocumentSearch
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, MemoryStore, Progress
-from keepstone.store.index import ChunkBackfill, SearchIndex, search_capability
+from keepstone.store.index import (
+    ChunkBackfill,
+    SearchIndex,
+    VectorIndexed,
+    search_capability,
+    vector_index_of,
+)
 from tests.unit.test_document_search import RUNBOOK, FakeEmbedder, ref
 
 
@@ -57,8 +63,6 @@ class Pending:
 class InMemoryIndex(Unsearchable):
     """The least an adapter implements to be searchable: documents by space, chunked by
     a reconcile, their vectors given through a claim. No vector index, no backfill."""
-
-    vector_index = None
 
     def __init__(self) -> None:
         self.docs: dict[str, dict[str, str]] = {}
@@ -115,8 +119,10 @@ def test_a_new_adapter_that_keeps_an_index_is_searched_and_embedded() -> None:
     index = InMemoryIndex()
     index.put(ref(), "ops/runbook.md", RUNBOOK)
     index.put(ref(), "home/garden.md", "# Garden\nTomato beds by the fence.\n")
-    assert isinstance(index, SearchIndex) and not isinstance(index, ChunkBackfill)
+    assert isinstance(index, SearchIndex)
+    assert not isinstance(index, ChunkBackfill | VectorIndexed)  # the optional capabilities
     assert document_backfill(index) is None  # it chunks a space as it reconciles it
+    assert vector_index_of(index) is None  # its dense side is exact
 
     hits = DocumentSearch(index).search([ref()], "rollback")  # reconciled first
     assert [(h.path, h.heading, h.matched) for h in hits] == [

@@ -52,6 +52,7 @@ from keepstone.store.index import (
     SearchIndex,
     SearchingStore,
     search_capability,
+    vector_index_of,
 )
 
 if TYPE_CHECKING:
@@ -288,7 +289,7 @@ class DocumentSearch:
         cached matrix."""
         assert self.embedder is not None
         model = self.embedder.model_id
-        vectors = index.vector_index
+        vectors = vector_index_of(index)
         min_vectors = None if vectors is None else vectors.min_vectors
 
         def exact() -> DenseSide | None:

@@ -286,10 +286,6 @@ class FilesystemStore(DocumentHistory, MemoryStore):
 
     # --- The search index -----------------------------------------------------------------
 
-    #: The sidecar is a :class:`keepstone.store.index.SearchIndex` with no nearest-neighbour
-    #: index of its own: a space's dense side is exact.
-    vector_index = None
-
     def reconcile(self, ref: SpaceRef, *, progress: Progress | None = None) -> int:
         """Bring the space's search index in line with its files; return how many
         documents changed. Writes never update the index, so this is what indexes them:

@@ -17,17 +17,18 @@ never by the store's class:
 A store that does neither is refused when the search service is built
 (:func:`search_capability`), so a new adapter can never be silently unsearchable.
 
-An index may have optional capabilities, each asked for on its own:
+An index may have optional capabilities, each a small protocol of its own, asked for
+with ``isinstance`` (they are runtime-checkable):
 
-* ``vector_index`` (an attribute of every :class:`SearchIndex`): a
-  :class:`ChunkVectorIndex` when the store's database answers nearest-neighbour queries
-  itself (PostgreSQL with pgvector's HNSW index), None otherwise; the ranking then takes
-  exact top-k over the space's matrix. An attribute, None when absent, because whether it
-  is there depends on the database a store runs on, not on the store's class.
+* :class:`VectorIndexed`: the index may have a nearest-neighbour index in its database
+  (the SQL stores: pgvector's HNSW). Its ``vector_index`` is a :class:`ChunkVectorIndex`
+  when that database has one and searches use it, None otherwise (SQLite, a PostgreSQL
+  without pgvector, ``KEEPSTONE_PGVECTOR=off``): whether it is there depends on the
+  database a store runs on, not on the store's class. :func:`vector_index_of` asks both
+  questions. Without one, the ranking takes exact top-k over the space's matrix.
 * :class:`ChunkBackfill`: the index can chunk the unindexed documents of every space in
   one sweep (the SQL store: the background indexer runs it on every pass). An index
-  without it chunks a space when it reconciles it. A protocol of its own, because a
-  class either has it or not.
+  without it chunks a space when it reconciles it.
 
 The rules every index keeps:
 
@@ -160,11 +161,23 @@ class SearchIndex(Protocol):
         claim."""
         ...
 
+
+@runtime_checkable
+class VectorIndexed(Protocol):
+    """An index whose database may answer nearest-neighbour queries over its chunk
+    vectors itself."""
+
     @property
     def vector_index(self) -> ChunkVectorIndex | None:
         """The database's own nearest-neighbour index over the chunk vectors, when
-        searches use one; None: the dense side is exact over the space's matrix."""
+        searches use one now; None: the dense side is exact over the space's matrix."""
         ...
+
+
+def vector_index_of(index: SearchIndex) -> ChunkVectorIndex | None:
+    """The nearest-neighbour index of ``index``'s database, when it may have one
+    (:class:`VectorIndexed`) and has it; None otherwise."""
+    return index.vector_index if isinstance(index, VectorIndexed) else None
 
 
 @runtime_checkable
@@ -229,5 +242,7 @@ __all__ = [
     "RemoteHitLike",
     "SearchIndex",
     "SearchingStore",
+    "VectorIndexed",
     "search_capability",
+    "vector_index_of",
 ]

@@ -3,7 +3,8 @@ part of :class:`keepstone.store.sql.SqlStore` that chunks documents into ``memor
 after their writes commit, hands the indexer what it has to embed, stores vectors, and
 reads a space's chunks, versions and nearest neighbours for a search. It is the SQL
 stores' :class:`keepstone.store.index.SearchIndex`, with both optional capabilities:
-``vector_index`` (:class:`ChunkVectors`, where pgvector searches) and ``backfill_chunks``.
+``vector_index`` (``VectorIndexed``: :class:`ChunkVectors` where pgvector searches) and
+``backfill_chunks`` (``ChunkBackfill``).
 
 :class:`DocumentIndex` is a mixin of :class:`~keepstone.store.sql.SqlStore`: it uses the
 store's engine, compiled statements (``_sql``), pgvector handle (``_vec``) and row
@@ -144,7 +145,7 @@ class DocumentIndex:
         """pgvector's HNSW index over the chunks, when searches use it (PostgreSQL with
         pgvector, ``KEEPSTONE_PGVECTOR`` not ``off``); None on SQLite, a plain PostgreSQL
         or with ``off``: the ranking takes exact top-k over the space's matrix
-        (:class:`keepstone.store.index.SearchIndex`)."""
+        (:class:`keepstone.store.index.VectorIndexed`)."""
         if self._vec is None or not self._vec.search:
             return None
         return ChunkVectors(self._vec)
