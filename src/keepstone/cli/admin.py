@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from keepstone.cli.common import (
+    AddArgs,
     UsageError,
+    add_args,
     add_database_arg,
+    arg,
     cli_command,
+    one_of,
     open_engine,
     print_json,
     runtime_for,
@@ -38,72 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     admin = subparsers.add_parser("admin", help="manage users, orgs, teams, keys and quotas")
     verbs = admin.add_subparsers(dest="admin_command", metavar="VERB")
     verbs.required = True
-
-    p = verbs.add_parser("create-user", help="create a user")
-    p.add_argument("--email", required=True)
-    p.add_argument("--password", default=None, help="at least 8 characters (omit: no sign-in)")
-    p.add_argument("--name", default="")
-    p.add_argument("--super-admin", action="store_true")
-
-    p = verbs.add_parser("create-org", help="create an org")
-    p.add_argument("--name", required=True)
-    p.add_argument("--plan", default="free", help="free|pro|pro_plus|enterprise")
-
-    p = verbs.add_parser("create-team", help="create a team in an org")
-    p.add_argument("--org", required=True, help="org id")
-    p.add_argument("--name", required=True)
-
-    p = verbs.add_parser("add-member", help="add a user to a team (or, with --org, an org)")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--team", help="team id")
-    where.add_argument("--org", help="org id")
-    p.add_argument("--user", required=True, help="user id")
-    p.add_argument(
-        "--role",
-        required=True,
-        help="team: viewer|config_editor|member|admin; org: owner|admin|member",
-    )
-    p.add_argument("--projects", default=None, help="comma-separated project ids (team only)")
-
-    p = verbs.add_parser("create-api-key", help="mint an API key (shown once)")
-    p.add_argument("--user", required=True, help="user id")
-    p.add_argument("--team", required=True, help="team id the key acts in")
-    p.add_argument("--name", default="")
-
-    p = verbs.add_parser("set-quota", help="set an org's memory quota, or the instance's")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--org", help="org id")
-    which.add_argument("--instance", action="store_true", help="the global-space quota")
-    p.add_argument("--bytes", type=int, required=True, help="quota in bytes")
-
-    p = verbs.add_parser(
-        "set-history", help="set how much document history an org's teams keep (issue 14)"
-    )
-    p.add_argument("--org", required=True, help="org id")
-    for flag, what in (
-        ("--days", "days a replaced version is kept (default 30)"),
-        ("--versions", "versions kept per document (default 50)"),
-        ("--quota-bytes", "bytes of history a team keeps (default: the team's quota)"),
-    ):
-        p.add_argument(flag, default=None, metavar="N|default", help=f"{what}; 'default' resets")
-
-    p = verbs.add_parser("set-plan", help="set an org's plan")
-    p.add_argument("--org", required=True)
-    p.add_argument("--plan", required=True, help="free|pro|pro_plus|enterprise")
-
-    for verb, what in (("list-orgs", "orgs"), ("list-users", "users"), ("list-keys", "API keys")):
-        p = verbs.add_parser(verb, help=f"list the {what}, a page at a time (never a secret)")
-        p.add_argument("--limit", type=int, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page")
-        p.add_argument("--cursor", default=None, help="the next_cursor of the previous page")
-        p.add_argument("--all", action="store_true", help="every page, as one list")
-        if verb == "list-keys":
-            p.add_argument("--user", default=None, help="only this user's keys (user id)")
-            p.add_argument("--team", default=None, help="only this team's keys (team id)")
-
-    p = verbs.add_parser("revoke-key", help="revoke an API key (its next request is refused)")
-    p.add_argument("--id", required=True, help="the key's id (keepstone admin list-keys)")
-
-    for parser in verbs.choices.values():
+    for name, verb in _VERBS.items():
+        parser = add_args(verbs.add_parser(name, help=verb.help), verb.args)
         add_database_arg(parser)
         parser.set_defaults(func=_run_admin)
 
@@ -126,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run_admin(args: argparse.Namespace) -> int:
     # The runtime reads KEEPSTONE_KEY_HASH_SECRET (else the secret kept in the database).
     with runtime_for(args) as opened:
-        return print_json(_OPS[args.admin_command](opened.admin, args))
+        return print_json(_VERBS[args.admin_command].op(opened.admin, args))
 
 
 def _op_create_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
@@ -237,19 +177,127 @@ def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]
     return {"id": a.id, "revoked": True}
 
 
-_OPS: dict[str, Callable[[AdminService, argparse.Namespace], dict[str, Any]]] = {
-    "create-user": _op_create_user,
-    "create-org": _op_create_org,
-    "create-team": _op_create_team,
-    "add-member": _op_add_member,
-    "create-api-key": _op_create_api_key,
-    "set-quota": _op_set_quota,
-    "set-history": _op_set_history,
-    "set-plan": _op_set_plan,
-    "list-orgs": _op_list_orgs,
-    "list-users": _op_list_users,
-    "list-keys": _op_list_keys,
-    "revoke-key": _op_revoke_key,
+Op = Callable[["AdminService", argparse.Namespace], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Verb:
+    """An admin verb: its help, what it does, and its arguments (``--database`` is every
+    verb's)."""
+
+    help: str
+    op: Op
+    args: tuple[AddArgs, ...]
+
+
+_PLANS = "free|pro|pro_plus|enterprise"
+_ID = {"required": True, "help": "user id"}
+
+
+def _listing(what: str, op: Op, *filters: AddArgs) -> _Verb:
+    """A verb that lists ``what`` a page at a time."""
+    return _Verb(
+        f"list the {what}, a page at a time (never a secret)",
+        op,
+        (
+            arg("--limit", type=int, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page"),
+            arg("--cursor", default=None, help="the next_cursor of the previous page"),
+            arg("--all", action="store_true", help="every page, as one list"),
+            *filters,
+        ),
+    )
+
+
+def _history_limit(flag: str, what: str) -> AddArgs:
+    return arg(flag, default=None, metavar="N|default", help=f"{what}; 'default' resets")
+
+
+#: ``keepstone admin``'s verbs, in the order ``--help`` lists them.
+_VERBS: dict[str, _Verb] = {
+    "create-user": _Verb(
+        "create a user",
+        _op_create_user,
+        (
+            arg("--email", required=True),
+            arg("--password", default=None, help="at least 8 characters (omit: no sign-in)"),
+            arg("--name", default=""),
+            arg("--super-admin", action="store_true"),
+        ),
+    ),
+    "create-org": _Verb(
+        "create an org",
+        _op_create_org,
+        (arg("--name", required=True), arg("--plan", default="free", help=_PLANS)),
+    ),
+    "create-team": _Verb(
+        "create a team in an org",
+        _op_create_team,
+        (arg("--org", required=True, help="org id"), arg("--name", required=True)),
+    ),
+    "add-member": _Verb(
+        "add a user to a team (or, with --org, an org)",
+        _op_add_member,
+        (
+            one_of(arg("--team", help="team id"), arg("--org", help="org id")),
+            arg("--user", **_ID),
+            arg(
+                "--role",
+                required=True,
+                help="team: viewer|config_editor|member|admin; org: owner|admin|member",
+            ),
+            arg("--projects", default=None, help="comma-separated project ids (team only)"),
+        ),
+    ),
+    "create-api-key": _Verb(
+        "mint an API key (shown once)",
+        _op_create_api_key,
+        (
+            arg("--user", **_ID),
+            arg("--team", required=True, help="team id the key acts in"),
+            arg("--name", default=""),
+        ),
+    ),
+    "set-quota": _Verb(
+        "set an org's memory quota, or the instance's",
+        _op_set_quota,
+        (
+            one_of(
+                arg("--org", help="org id"),
+                arg("--instance", action="store_true", help="the global-space quota"),
+            ),
+            arg("--bytes", type=int, required=True, help="quota in bytes"),
+        ),
+    ),
+    "set-history": _Verb(
+        "set how much document history an org's teams keep (issue 14)",
+        _op_set_history,
+        (
+            arg("--org", required=True, help="org id"),
+            _history_limit("--days", "days a replaced version is kept (default 30)"),
+            _history_limit("--versions", "versions kept per document (default 50)"),
+            _history_limit(
+                "--quota-bytes", "bytes of history a team keeps (default: the team's quota)"
+            ),
+        ),
+    ),
+    "set-plan": _Verb(
+        "set an org's plan",
+        _op_set_plan,
+        (arg("--org", required=True), arg("--plan", required=True, help=_PLANS)),
+    ),
+    "list-orgs": _listing("orgs", _op_list_orgs),
+    "list-users": _listing("users", _op_list_users),
+    "list-keys": _listing(
+        "API keys",
+        _op_list_keys,
+        arg("--user", default=None, help="only this user's keys (user id)"),
+        arg("--team", default=None, help="only this team's keys (team id)"),
+    ),
+    "revoke-key": _Verb(
+        "revoke an API key (its next request is refused)",
+        _op_revoke_key,
+        (arg("--id", required=True, help="the key's id (keepstone admin list-keys)"),),
+    ),
 }
 
 

@@ -254,6 +254,11 @@ def _prompt(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``mcp``, ``run``, ``validate`` and ``auto-memory`` to the ``keepstone`` parser."""
+    for register_command in (_register_mcp, _register_run, _register_validate, _register_prompt):
+        register_command(subparsers)
+
+
+def _register_mcp(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "mcp",
         help="serve the memory tools over MCP (stdio, or streamable HTTP with --http)",
@@ -281,6 +286,8 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=cli_command(_mcp))
 
+
+def _register_run(subparsers: Any) -> None:
     r = subparsers.add_parser(
         "run",
         help="run an agent command with auto-memory",
@@ -303,6 +310,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     r.set_defaults(func=cli_command(_run))
 
+
+def _register_validate(subparsers: Any) -> None:
     v = subparsers.add_parser(
         "validate",
         help="check agent configuration files",
@@ -311,6 +320,8 @@ def register(subparsers: Any) -> None:
     v.add_argument("files", nargs="+", metavar="FILE")
     v.set_defaults(func=_validate)
 
+
+def _register_prompt(subparsers: Any) -> None:
     a = subparsers.add_parser("auto-memory", help="auto-memory helpers")
     asub = a.add_subparsers(dest="auto_memory_command", metavar="COMMAND")
     asub.required = True

@@ -19,7 +19,7 @@ import functools
 import getpass
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +146,34 @@ def open_engine(args: argparse.Namespace, *, upgrade: bool = True) -> Iterator[E
         yield engine
     finally:
         engine.dispose()
+
+
+#: Something that adds arguments to a parser (or to a group of one): :func:`arg`,
+#: :func:`one_of`, or a helper such as :func:`add_server_args`.
+AddArgs = Callable[[Any], object]
+
+
+def arg(*flags: str, **options: Any) -> AddArgs:
+    """One ``add_argument`` call, kept as data: a command's flags then read as a table."""
+    return lambda parser: parser.add_argument(*flags, **options)
+
+
+def one_of(*args: AddArgs) -> AddArgs:
+    """``args`` as a group of which exactly one must be given."""
+
+    def add(parser: Any) -> None:
+        group = parser.add_mutually_exclusive_group(required=True)
+        for add_arg in args:
+            add_arg(group)
+
+    return add
+
+
+def add_args(parser: argparse.ArgumentParser, args: Iterable[AddArgs]) -> argparse.ArgumentParser:
+    """``parser`` with each of ``args`` added, in order."""
+    for add_arg in args:
+        add_arg(parser)
+    return parser
 
 
 def print_json(obj: dict[str, Any]) -> int:

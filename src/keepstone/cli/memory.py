@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from keepstone.cli import reindex
 from keepstone.cli.common import (
+    AddArgs,
+    Handler,
     UsageError,
     _login_name,
+    add_args,
     add_server_args,
     add_space_args,
+    arg,
     cli_command,
     cli_config,
     human_bytes,
@@ -54,85 +59,23 @@ def register(subparsers: Any) -> None:
     )
     verbs = memory.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
-
-    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
-        parser = verbs.add_parser(name, help=help_text, description=help_text)
-        add_space_args(parser, "bot")
-        add_server_args(parser)
-        parser.set_defaults(func=cli_command(handler))
-        return parser
-
-    du = verb("du", "show the space's usage against its quotas", _du)
-    du.add_argument("--json", action="store_true", help="print the usage as JSON")
-
-    ls = verb("ls", "list the space's documents", _ls)
-    ls.add_argument("dir", nargs="?", default="", metavar="DIR", help="a directory prefix")
-    ls.add_argument("--json", action="store_true", help="print the listing as JSON")
-    add_as_of_arg(ls)
-
-    cat = verb("cat", "print one document", _cat)
-    cat.add_argument("path", metavar="PATH")
-    add_as_of_arg(cat)
-
-    put = verb("put", "write one document (from --file, else stdin)", _put)
-    put.add_argument("path", metavar="PATH")
-    put.add_argument("--file", metavar="F", help="read the content from F (default: stdin)")
-    put.add_argument(
-        "--empty",
-        action="store_true",
-        help="write an empty document on purpose (empty content is refused otherwise)",
-    )
-    put.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
-
-    rm = verb("rm", "remove one document", _rm)
-    rm.add_argument("path", metavar="PATH")
-    rm.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
-
-    export = verb("export", "write the space as a .tar.gz (stdout when --out is omitted)", _export)
-    export.add_argument("--out", metavar="F", help="the archive to write (default: stdout)")
-    add_as_of_arg(export)
-
-    imp = verb("import", "merge a .tar.gz into the space (stdin when --in is omitted)", _import)
-    imp.add_argument("--in", dest="infile", metavar="F", help="the archive (default: stdin)")
-    imp.add_argument(
-        "--strategy",
-        default=ImportStrategy.SKIP.value,
-        choices=[s.value for s in ImportStrategy],
-        help="what to do with a document that exists: skip (default), overwrite, rename",
-    )
-    imp.add_argument("--json", action="store_true", help="print the report as JSON")
-    imp.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="print only the summary line, and the rejected members (they need action)",
-    )
-
-    search = verb("search", "search the space's documents by keyword and meaning", _search)
-    search.add_argument("query", metavar="QUERY", help="what to look for")
-    search.add_argument(
-        "--limit", type=int, default=10, metavar="N", help="at most N hits, 1-50 (default 10)"
-    )
-    search.add_argument(
-        "--path-prefix", default="", metavar="P", help="only documents whose path starts with P"
-    )
-    search.add_argument("--json", action="store_true", help="print the hits as JSON")
-    search.add_argument(
-        "--all",
-        action="store_true",
-        help="search every space you may read (your team's, your own user spaces, global) "
-        "instead of the one the space flags name; locally, --user names whose user spaces",
-    )
-
+    verb = functools.partial(_space_verb, verbs)
+    for name, help_text, handler, args in _SPACE_VERBS:
+        add_args(verb(name, help_text, handler), args)
     reindex_help = "bring the local store's search index in line with its files"
-    reindex = verbs.add_parser("reindex", help=reindex_help, description=reindex_help)
-    add_server_args(reindex)
-    reindex.add_argument(
-        "--rebuild", action="store_true", help="start from an empty index (re-embeds too)"
-    )
-    reindex.set_defaults(func=cli_command(_reindex))
+    reindex_verb = verbs.add_parser("reindex", help=reindex_help, description=reindex_help)
+    add_args(reindex_verb, _REINDEX_ARGS).set_defaults(func=cli_command(_reindex))
     register_spaces_verb(verbs)
     register_history_verbs(verbs, verb)
+
+
+def _space_verb(verbs: Any, name: str, help_text: str, handler: Handler) -> Any:
+    """A verb on one space, with the space and server flags; the caller adds its own."""
+    parser = verbs.add_parser(name, help=help_text, description=help_text)
+    add_space_args(parser, "bot")
+    add_server_args(parser)
+    parser.set_defaults(func=cli_command(handler))
+    return parser
 
 
 @contextlib.contextmanager
@@ -383,3 +326,108 @@ def _print_report(report: ImportReport, *, as_json: bool, quiet: bool = False) -
             print(f"  renamed   {old} -> {new}")
     for rejected in report.rejected:
         print(f"  rejected  {rejected.path}: {rejected.reason}")
+
+
+# --- The verbs, as data -----------------------------------------------------------------------
+
+
+def _json_flag(what: str) -> AddArgs:
+    return arg("--json", action="store_true", help=f"print the {what} as JSON")
+
+
+_PATH = arg("path", metavar="PATH")
+_IF_MATCH = arg("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
+
+#: ``keepstone memory``'s verbs on one space, in the order ``--help`` lists them: name, help,
+#: handler, and the verb's own arguments (after the space and server flags of every one).
+_SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
+    ("du", "show the space's usage against its quotas", _du, (_json_flag("usage"),)),
+    (
+        "ls",
+        "list the space's documents",
+        _ls,
+        (
+            arg("dir", nargs="?", default="", metavar="DIR", help="a directory prefix"),
+            _json_flag("listing"),
+            add_as_of_arg,
+        ),
+    ),
+    ("cat", "print one document", _cat, (_PATH, add_as_of_arg)),
+    (
+        "put",
+        "write one document (from --file, else stdin)",
+        _put,
+        (
+            _PATH,
+            arg("--file", metavar="F", help="read the content from F (default: stdin)"),
+            arg(
+                "--empty",
+                action="store_true",
+                help="write an empty document on purpose (empty content is refused otherwise)",
+            ),
+            _IF_MATCH,
+        ),
+    ),
+    ("rm", "remove one document", _rm, (_PATH, _IF_MATCH)),
+    (
+        "export",
+        "write the space as a .tar.gz (stdout when --out is omitted)",
+        _export,
+        (arg("--out", metavar="F", help="the archive to write (default: stdout)"), add_as_of_arg),
+    ),
+    (
+        "import",
+        "merge a .tar.gz into the space (stdin when --in is omitted)",
+        _import,
+        (
+            arg("--in", dest="infile", metavar="F", help="the archive (default: stdin)"),
+            arg(
+                "--strategy",
+                default=ImportStrategy.SKIP.value,
+                choices=[s.value for s in ImportStrategy],
+                help="what to do with a document that exists: skip (default), overwrite, rename",
+            ),
+            _json_flag("report"),
+            arg(
+                "-q",
+                "--quiet",
+                action="store_true",
+                help="print only the summary line, and the rejected members (they need action)",
+            ),
+        ),
+    ),
+    (
+        "search",
+        "search the space's documents by keyword and meaning",
+        _search,
+        (
+            arg("query", metavar="QUERY", help="what to look for"),
+            arg(
+                "--limit",
+                type=int,
+                default=10,
+                metavar="N",
+                help="at most N hits, 1-50 (default 10)",
+            ),
+            arg(
+                "--path-prefix",
+                default="",
+                metavar="P",
+                help="only documents whose path starts with P",
+            ),
+            _json_flag("hits"),
+            arg(
+                "--all",
+                action="store_true",
+                help="search every space you may read (your team's, your own user spaces, "
+                "global) instead of the one the space flags name; locally, --user names whose "
+                "user spaces",
+            ),
+        ),
+    ),
+)
+
+_REINDEX_ARGS: tuple[AddArgs, ...] = (
+    add_server_args,
+    arg("--rebuild", action="store_true", help="start from an empty index (re-embeds too)"),
+)
