@@ -188,6 +188,10 @@ def _segment_field(c: _Collector, node: Node, label: str) -> str | None:
         return None
 
 
+#: The keys of the ``memory:`` block.
+_MEMORY_KEYS = ("enabled", "visibility", "scope", "write", "autoload")
+
+
 def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | None:
     if not isinstance(node, MappingNode):
         c.error(node, "C101", "memory must be a mapping (enabled, visibility, scope, ...)")
@@ -196,76 +200,21 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
     enabled = True
     if "enabled" in fields:
         enabled = _bool_field(c, fields["enabled"][1], "memory.enabled", True)
-    visibility = Visibility.BOT
-    vis_node: Node | None = None
-    if "visibility" in fields:
-        vis_node = fields["visibility"][1]
-        raw = _scalar(vis_node)
-        if raw in AGENT_VISIBILITIES:
-            visibility = Visibility(raw)
-        else:
-            why = (
-                "private has no durable home for an agent run"
-                if raw == Visibility.PRIVATE.value
-                else "it is not a visibility"
-            )
-            c.error(
-                vis_node,
-                "C170",
-                f"visibility {raw!r} is not allowed ({why}); use one of: "
-                + ", ".join(AGENT_VISIBILITIES),
-            )
-    project: str | None = None
+    vis_node = fields["visibility"][1] if "visibility" in fields else None
+    visibility = Visibility.BOT if vis_node is None else _visibility_field(c, vis_node)
     scope: dict[str, str] = {}
+    project: str | None = None
     if "scope" in fields:
-        scope_node = fields["scope"][1]
-        if not isinstance(scope_node, MappingNode):
-            c.error(scope_node, "C101", "memory.scope must be a mapping like {name: notes}")
-        else:
-            for key, (key_node, value_node) in _mapping(scope_node).items():
-                if key == "project":
-                    raw = _scalar(value_node)
-                    if not raw:
-                        c.error(
-                            value_node,
-                            "C101",
-                            "memory.scope.project must be a project name or a directory",
-                        )
-                    elif is_directory_spelling(raw):
-                        project = str((base_dir / os.path.expanduser(raw)).resolve())
-                    else:
-                        project = _segment_field(c, value_node, "memory.scope.project")
-                elif key in ("name", "bot", "user"):
-                    seg = _segment_field(c, value_node, f"memory.scope.{key}")
-                    if seg is not None:
-                        scope[key] = seg
-                else:
-                    c.error(
-                        key_node,
-                        "C101",
-                        f"memory.scope takes name, bot, project and user, not {key!r}",
-                    )
+        scope, project = _scope_field(c, fields["scope"][1], base_dir)
     write, write_explicit = True, False
     write_node: Node | None = None
     if "write" in fields:
         write_node = fields["write"][1]
         write = _bool_field(c, write_node, "memory.write", True)
         write_explicit = True
-    autoload: list[str] = []
-    if "autoload" in fields:
-        al_node = fields["autoload"][1]
-        items = al_node.value if isinstance(al_node, SequenceNode) else None
-        if items is None:
-            c.error(al_node, "C101", "memory.autoload must be a list like [MEMORY.md]")
-        else:
-            for item in items:
-                raw = _scalar(item)
-                try:
-                    autoload.append(validate_doc_path(raw))
-                except InvalidPath as exc:
-                    c.error(item, "C101", f"memory.autoload: {exc.message}")
+    autoload = _autoload_field(c, fields["autoload"][1]) if "autoload" in fields else ()
     for key, (key_node, _value) in fields.items():
-        if key not in ("enabled", "visibility", "scope", "write", "autoload"):
+        if key not in _MEMORY_KEYS:
             c.error(
                 key_node,
                 "C101",
@@ -288,8 +237,74 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
         user=scope.get("user"),
         write=write,
         write_explicit=write_explicit,
-        autoload=tuple(autoload),
+        autoload=autoload,
     )
+
+
+def _visibility_field(c: _Collector, node: Node) -> Visibility:
+    """``memory.visibility``: one of :data:`AGENT_VISIBILITIES` (else C170, and ``bot``)."""
+    raw = _scalar(node)
+    if raw in AGENT_VISIBILITIES:
+        return Visibility(raw)
+    why = (
+        "private has no durable home for an agent run"
+        if raw == Visibility.PRIVATE.value
+        else "it is not a visibility"
+    )
+    c.error(
+        node,
+        "C170",
+        f"visibility {raw!r} is not allowed ({why}); use one of: " + ", ".join(AGENT_VISIBILITIES),
+    )
+    return Visibility.BOT
+
+
+def _scope_field(c: _Collector, node: Node, base_dir: Path) -> tuple[dict[str, str], str | None]:
+    """``memory.scope``: its name, bot and user segments, and its project (a name, or a
+    directory resolved against ``base_dir``)."""
+    scope: dict[str, str] = {}
+    project: str | None = None
+    if not isinstance(node, MappingNode):
+        c.error(node, "C101", "memory.scope must be a mapping like {name: notes}")
+        return scope, project
+    for key, (key_node, value_node) in _mapping(node).items():
+        if key == "project":
+            project = _project_field(c, value_node, base_dir)
+        elif key in ("name", "bot", "user"):
+            seg = _segment_field(c, value_node, f"memory.scope.{key}")
+            if seg is not None:
+                scope[key] = seg
+        else:
+            c.error(
+                key_node, "C101", f"memory.scope takes name, bot, project and user, not {key!r}"
+            )
+    return scope, project
+
+
+def _project_field(c: _Collector, node: Node, base_dir: Path) -> str | None:
+    raw = _scalar(node)
+    if not raw:
+        c.error(node, "C101", "memory.scope.project must be a project name or a directory")
+        return None
+    if is_directory_spelling(raw):
+        return str((base_dir / os.path.expanduser(raw)).resolve())
+    return _segment_field(c, node, "memory.scope.project")
+
+
+def _autoload_field(c: _Collector, node: Node) -> tuple[str, ...]:
+    """``memory.autoload``: a list of document paths (each checked)."""
+    items = node.value if isinstance(node, SequenceNode) else None
+    if items is None:
+        c.error(node, "C101", "memory.autoload must be a list like [MEMORY.md]")
+        return ()
+    autoload: list[str] = []
+    for item in items:
+        raw = _scalar(item)
+        try:
+            autoload.append(validate_doc_path(raw))
+        except InvalidPath as exc:
+            c.error(item, "C101", f"memory.autoload: {exc.message}")
+    return tuple(autoload)
 
 
 def parse_config_text(text: str, file: str, base_dir: Path | None = None) -> AgentConfig:
