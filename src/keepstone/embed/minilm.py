@@ -138,74 +138,82 @@ class _Weights:
     eps: np.float32
 
 
-def _load_weights(directory: Path) -> _Weights:
-    try:
-        raw = load_file(str(directory / "model.safetensors"))
-    except Exception as exc:  # safetensors raises its own error types and OSError
-        raise StoreUnavailable(
-            f"could not read {directory / 'model.safetensors'}: {exc}; {INSTALL_HINT}"
-        ) from exc
-    # Checkpoints saved from a BertModel inside another model carry a "bert." prefix.
-    tensors = {name.removeprefix("bert."): value for name, value in raw.items()}
-    heads, epsilon = _bert_config(directory)
-    eps = np.float32(epsilon)
+class _Tensors:
+    """A checkpoint's tensors by name, each read as contiguous float32; a missing one is
+    :class:`~keepstone.errors.StoreUnavailable` naming it."""
 
-    def get(name: str, *, transpose: bool = False) -> _F32:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "model.safetensors"
         try:
-            value = tensors[name]
+            raw = load_file(str(self.path))
+        except Exception as exc:  # safetensors raises its own error types and OSError
+            raise StoreUnavailable(f"could not read {self.path}: {exc}; {INSTALL_HINT}") from exc
+        # Checkpoints saved from a BertModel inside another model carry a "bert." prefix.
+        self.named = {name.removeprefix("bert."): value for name, value in raw.items()}
+
+    def get(self, name: str, *, transpose: bool = False) -> _F32:
+        try:
+            value = self.named[name]
         except KeyError:
-            raise StoreUnavailable(
-                f"{directory / 'model.safetensors'} is not a BERT model: it has no {name}"
-            ) from None
+            raise StoreUnavailable(f"{self.path} is not a BERT model: it has no {name}") from None
         return np.ascontiguousarray(value.T if transpose else value, dtype=np.float32)
 
-    def dense(prefix: str) -> tuple[_F32, _F32]:
-        return get(prefix + ".weight", transpose=True), get(prefix + ".bias")
+    def dense(self, prefix: str) -> tuple[_F32, _F32]:
+        """A linear layer's (weight, bias), the weight transposed to (in, out)."""
+        return self.get(prefix + ".weight", transpose=True), self.get(prefix + ".bias")
 
-    hidden = get("embeddings.word_embeddings.weight").shape[1]
+    def layer_count(self) -> int:
+        return 1 + max(
+            (int(name.split(".")[2]) for name in self.named if name.startswith("encoder.layer.")),
+            default=-1,
+        )
+
+
+def _load_weights(directory: Path) -> _Weights:
+    tensors = _Tensors(directory)
+    heads, epsilon = _bert_config(directory)
+    hidden = tensors.get("embeddings.word_embeddings.weight").shape[1]
     if hidden % heads:
         raise StoreUnavailable(f"{directory}: hidden size {hidden} is not divisible by {heads}")
     scale = np.float32(1.0 / math.sqrt(hidden // heads))
-    layers = []
-    count = 1 + max(
-        (int(name.split(".")[2]) for name in tensors if name.startswith("encoder.layer.")),
-        default=-1,
-    )
-    for i in range(count):
-        p = f"encoder.layer.{i}."
-        q_w, q_b = dense(p + "attention.self.query")
-        k_w, k_b = dense(p + "attention.self.key")
-        v_w, v_b = dense(p + "attention.self.value")
-        out_w, out_b = dense(p + "attention.output.dense")
-        up_w, up_b = dense(p + "intermediate.dense")
-        down_w, down_b = dense(p + "output.dense")
-        layers.append(
-            _Layer(
-                qkv_w=np.ascontiguousarray(np.concatenate([q_w * scale, k_w, v_w], axis=1)),
-                qkv_b=np.concatenate([q_b * scale, k_b, v_b]),
-                out_w=out_w,
-                out_b=out_b,
-                norm1_w=get(p + "attention.output.LayerNorm.weight"),
-                norm1_b=get(p + "attention.output.LayerNorm.bias"),
-                up_w=up_w,
-                up_b=up_b,
-                down_w=down_w,
-                down_b=down_b,
-                norm2_w=get(p + "output.LayerNorm.weight"),
-                norm2_b=get(p + "output.LayerNorm.bias"),
-            )
-        )
+    layers = tuple(_layer(tensors, i, scale) for i in range(tensors.layer_count()))
     if not layers:
-        raise StoreUnavailable(f"{directory / 'model.safetensors'} has no encoder layers")
+        raise StoreUnavailable(f"{tensors.path} has no encoder layers")
     return _Weights(
-        words=get("embeddings.word_embeddings.weight"),
-        positions=get("embeddings.position_embeddings.weight"),
-        token_type=get("embeddings.token_type_embeddings.weight")[0].copy(),
-        norm_w=get("embeddings.LayerNorm.weight"),
-        norm_b=get("embeddings.LayerNorm.bias"),
-        layers=tuple(layers),
+        words=tensors.get("embeddings.word_embeddings.weight"),
+        positions=tensors.get("embeddings.position_embeddings.weight"),
+        token_type=tensors.get("embeddings.token_type_embeddings.weight")[0].copy(),
+        norm_w=tensors.get("embeddings.LayerNorm.weight"),
+        norm_b=tensors.get("embeddings.LayerNorm.bias"),
+        layers=layers,
         heads=heads,
-        eps=eps,
+        eps=np.float32(epsilon),
+    )
+
+
+def _layer(tensors: _Tensors, i: int, scale: np.float32) -> _Layer:
+    """Encoder layer ``i``, its query, key and value fused into one projection (the query
+    pre-scaled by ``scale``, 1/sqrt(head dim))."""
+    p = f"encoder.layer.{i}."
+    q_w, q_b = tensors.dense(p + "attention.self.query")
+    k_w, k_b = tensors.dense(p + "attention.self.key")
+    v_w, v_b = tensors.dense(p + "attention.self.value")
+    out_w, out_b = tensors.dense(p + "attention.output.dense")
+    up_w, up_b = tensors.dense(p + "intermediate.dense")
+    down_w, down_b = tensors.dense(p + "output.dense")
+    return _Layer(
+        qkv_w=np.ascontiguousarray(np.concatenate([q_w * scale, k_w, v_w], axis=1)),
+        qkv_b=np.concatenate([q_b * scale, k_b, v_b]),
+        out_w=out_w,
+        out_b=out_b,
+        norm1_w=tensors.get(p + "attention.output.LayerNorm.weight"),
+        norm1_b=tensors.get(p + "attention.output.LayerNorm.bias"),
+        up_w=up_w,
+        up_b=up_b,
+        down_w=down_w,
+        down_b=down_b,
+        norm2_w=tensors.get(p + "output.LayerNorm.weight"),
+        norm2_b=tensors.get(p + "output.LayerNorm.bias"),
     )
 
 
