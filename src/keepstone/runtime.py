@@ -27,7 +27,9 @@ from keepstone.quota import Limits
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    # WalSync is the type of writer_turn_now's syncs, for the faces that await them.
+    # Migration is what migrate_database answers; WalSync the type of writer_turn_now's
+    # syncs, for the faces that await them.
+    from keepstone.db import Migration as Migration
     from keepstone.db import WalSync as WalSync
 
     # Re-exported for the faces' annotations: they may not import keepstone.embed.
@@ -133,12 +135,7 @@ def open_runtime(
     are what new team and instance counters start at (default: SPEC §4's; the admin API
     re-caps them in the database, and ``KEEPSTONE_MEMORY_*`` are the filesystem store's).
     """
-    from argon2 import PasswordHasher
-
-    from keepstone.identity.keys import load_key_hasher
-    from keepstone.identity.service import IdentityService
     from keepstone.records.ratelimit import rate_limiter
-    from keepstone.schema import upgrade_all
     from keepstone.service.access import Access, Credentials
     from keepstone.service.admin import AdminService
     from keepstone.service.audit import AuditService
@@ -151,15 +148,8 @@ def open_runtime(
     if engine is None:
         engine = _make_engine(config)
     if migrate:
-        upgrade_all(engine)
-    identity = None
-    if not config.local:
-        identity = IdentityService(
-            engine,
-            load_key_hasher(engine, config.key_hash_secret),
-            session_ttl_seconds=config.session_ttl_seconds,
-            passwords=PasswordHasher(config.argon2_time_cost, config.argon2_memory_kib),
-        )
+        migrate_database(engine)
+    identity = _open_identity(config, engine)
     # pgvector where the database has it (KEEPSTONE_PGVECTOR): one setup, every store's.
     vectors = pgvector.setup(engine, config.pgvector, min_vectors=config.hnsw_min_vectors)
     store = SqlStore(engine, limits or Limits(), vectors=vectors)
@@ -190,15 +180,38 @@ def open_runtime(
     )
 
 
+def _open_identity(config: Config, engine: Engine) -> IdentityService | None:
+    """Users, orgs, teams and credentials over ``engine``; None in local mode."""
+    if config.local:
+        return None
+    from argon2 import PasswordHasher
+
+    from keepstone.identity.keys import load_key_hasher
+    from keepstone.identity.service import IdentityService
+
+    return IdentityService(
+        engine,
+        load_key_hasher(engine, config.key_hash_secret),
+        session_ttl_seconds=config.session_ttl_seconds,
+        passwords=PasswordHasher(config.argon2_time_cost, config.argon2_memory_kib),
+    )
+
+
 def open_engine(config: Config, *, migrate: bool = True) -> Engine:
     """An engine on ``config.database_url``; every pending migration applied unless
     ``migrate`` is False. The caller disposes of it."""
-    from keepstone.schema import upgrade_all
-
     engine = _make_engine(config)
     if migrate:
-        upgrade_all(engine)
+        migrate_database(engine)
     return engine
+
+
+def migrate_database(engine: Engine) -> list[Migration]:
+    """Apply every pending migration of every SQL component (``keepstone db upgrade``);
+    return those applied, in order."""
+    from keepstone.schema import upgrade_all
+
+    return upgrade_all(engine)
 
 
 def _make_engine(config: Config) -> Engine:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from keepstone import runtime
 from keepstone.cli.common import (
     AddArgs,
     UsageError,
@@ -307,8 +308,6 @@ def _db_prune_history(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from keepstone.schema import upgrade_all  # SQLAlchemy: loaded by the commands that use it
-
     with open_engine(args, upgrade=False) as engine:
-        applied = upgrade_all(engine)
+        applied = runtime.migrate_database(engine)
     return print_json({"applied": [f"{m.component}:{m.version}" for m in applied]})
