@@ -207,56 +207,73 @@ def fold_back(
     Never raises a :class:`~keepstone.errors.KeepstoneError`: each refusal is a warning and
     an entry of ``failed``.
     """
-    root = Path(directory)
     report = SyncReport()
-    found, present = _scan(root, report, warn)
+    found, present = _scan(Path(directory), report, warn)
     actor = who if who is not None else console_principal(ref.user or "local")
-
-    def fail(path: str, reason: str) -> None:
-        report.failed.append((path, reason))
-        warn(f"{path}: not persisted: {reason}")
-
-    def out_of_time(path: str) -> bool:
-        if time.monotonic() > deadline:
-            fail(path, "the sync ran out of its time bound")
-            return True
-        return False
-
+    folding = _Folding(service, ref, actor, report, deadline, warn)
     for path in sorted(set(snapshot) - present):
-        gone = snapshot[path]
-        if not gone.on_disk or gone.etag is None:
-            continue  # never on disk (not removed by the run), or not live (nothing to remove)
-        if out_of_time(path):
-            continue
-        try:
-            service.delete(actor, ref, path, if_match=gone.etag)
-            report.deleted.append(path)
-        except NotFound:
-            report.deleted.append(path)
-        except PreconditionFailed as exc:
-            fail(path, "delete refused: " + _changed_since(exc, gone))
-        except KeepstoneError as exc:
-            fail(path, f"delete refused: {exc.code}: {exc.message}")
-
+        folding.delete(path, snapshot[path])
     for path, data in found:
-        before = snapshot.get(path)
+        folding.write(path, data, snapshot.get(path))
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Folding:
+    """One fold-back under way: each removed or changed file persisted, or reported."""
+
+    service: SpaceService
+    ref: SpaceRef
+    actor: Principal
+    report: SyncReport
+    deadline: float
+    warn: Warn
+
+    def delete(self, path: str, gone: SnapshotEntry) -> None:
+        """Remove the document of a file the run removed, if it is still as it was."""
+        if not gone.on_disk or gone.etag is None:
+            return  # never on disk (not removed by the run), or not live (nothing to remove)
+        if self._out_of_time(path):
+            return
+        try:
+            self.service.delete(self.actor, self.ref, path, if_match=gone.etag)
+            self.report.deleted.append(path)
+        except NotFound:
+            self.report.deleted.append(path)
+        except PreconditionFailed as exc:
+            self._fail(path, "delete refused: " + _changed_since(exc, gone))
+        except KeepstoneError as exc:
+            self._fail(path, f"delete refused: {exc.code}: {exc.message}")
+
+    def write(self, path: str, data: bytes, before: SnapshotEntry | None) -> None:
+        """Write a file the run added or changed, if its document is still as it was."""
         if before is not None and before.disk_hash == content_etag(data):
-            continue
-        if out_of_time(path):
-            continue
+            return
+        if self._out_of_time(path):
+            return
         try:
             content = data.decode("utf-8")
         except UnicodeDecodeError:
-            fail(path, "not valid UTF-8 text")
-            continue
+            self._fail(path, "not valid UTF-8 text")
+            return
+        if_match = before.etag if before else None
         try:
-            service.write(actor, ref, path, content, if_match=before.etag if before else None)
-            report.written.append(path)
+            self.service.write(self.actor, self.ref, path, content, if_match=if_match)
+            self.report.written.append(path)
         except PreconditionFailed as exc:
-            fail(path, _changed_since(exc, before))
+            self._fail(path, _changed_since(exc, before))
         except KeepstoneError as exc:
-            fail(path, f"{exc.code}: {exc.message}")
-    return report
+            self._fail(path, f"{exc.code}: {exc.message}")
+
+    def _fail(self, path: str, reason: str) -> None:
+        self.report.failed.append((path, reason))
+        self.warn(f"{path}: not persisted: {reason}")
+
+    def _out_of_time(self, path: str) -> bool:
+        if time.monotonic() > self.deadline:
+            self._fail(path, "the sync ran out of its time bound")
+            return True
+        return False
 
 
 def _changed_since(exc: PreconditionFailed, before: SnapshotEntry | None) -> str:
