@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import IO
 
 from fastapi import FastAPI
@@ -56,42 +57,16 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     ``indexer``: run the background indexer's process while the app runs
     (:mod:`keepstone.api.indexer_process`; ``KEEPSTONE_INDEXER`` may still keep it off)."""
     config = runtime.config
-
-    background = IndexerProcess(config) if indexer else None
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if background is not None:
-            background.start()
-        try:
-            async with records.purging(_app):
-                yield
-        finally:
-            if background is not None:
-                background.stop()
-            runtime.close()
-
     app = FastAPI(
         title="Keepstone",
         version=__version__,
         summary="Memory for AI agents: knowledge spaces, team memory records, admin.",
-        lifespan=lifespan,
+        lifespan=_lifespan(runtime, IndexerProcess(config) if indexer else None),
         # /docs and /redoc are openapi.install's: with their assets served offline.
         docs_url=None,
         redoc_url=None,
     )
-    metrics = Metrics()
-    app.state.runtime = runtime
-    app.state.settings = config
-    app.state.credentials = runtime.credentials
-    app.state.spaces = runtime.spaces
-    app.state.records = runtime.records
-    app.state.admin = runtime.admin
-    app.state.audit = runtime.audit
-    app.state.metrics = metrics
-    app.state.login_throttle = LoginThrottle(config.login_failures_per_minute, 60.0)
-    app.state.view = app_state(app.state)
-
+    _put_state(app, runtime)
     errors.install(app)
     openapi.install(app)
     # Added last = outermost: the request id and access log wrap the body limit too.
@@ -100,23 +75,62 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
         max_json_bytes=config.max_json_bytes,
         max_import_bytes=config.max_import_bytes,
     )
-    app.add_middleware(RequestContextMiddleware, metrics=metrics)
-
-    for module in ROUTER_MODULES:
-        if module in (spaces, records):
-            # The document and record routes, the most requested, become the app's own
-            # routes rather than an included router's: FastAPI (0.165) matches a request
-            # against an included router's routes twice (to pick the router, then the
-            # route), ~27 us against ~11 (docs/performance.md). Neither router takes a
-            # prefix, dependency or lifespan (the records' purge is the app's lifespan's,
-            # above), so the routes and /openapi.json are the same either way.
-            app.router.routes.extend(module.router.routes)
-        else:
-            app.include_router(module.router)
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+    _add_routes(app)
     # The web UI (docs/ui.md): its pages, static files, HTML errors and security headers
     # on its own paths only; the JSON API's answers are unchanged.
     web.install(app)
     return app
+
+
+def _lifespan(
+    runtime: Runtime, background: IndexerProcess | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the indexer's process (when ``background``) and the records'
+    purge while it runs; the runtime closed when it stops."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if background is not None:
+            background.start()
+        try:
+            async with records.purging(app):
+                yield
+        finally:
+            if background is not None:
+                background.stop()
+            runtime.close()
+
+    return lifespan
+
+
+def _put_state(app: FastAPI, runtime: Runtime) -> None:
+    """What the routes read off ``app.state`` (see :mod:`keepstone.api.deps`)."""
+    config = runtime.config
+    app.state.runtime = runtime
+    app.state.settings = config
+    app.state.credentials = runtime.credentials
+    app.state.spaces = runtime.spaces
+    app.state.records = runtime.records
+    app.state.admin = runtime.admin
+    app.state.audit = runtime.audit
+    app.state.metrics = Metrics()
+    app.state.login_throttle = LoginThrottle(config.login_failures_per_minute, 60.0)
+    app.state.view = app_state(app.state)
+
+
+def _add_routes(app: FastAPI) -> None:
+    for module in ROUTER_MODULES:
+        if module in (spaces, records):
+            # The document and record routes, the most requested, become the app's own
+            # routes rather than an included router's: FastAPI matches a request against
+            # an included router's routes twice (to pick the router, then the route), the
+            # app's own once (docs/performance.md). Neither router takes a prefix,
+            # dependency or lifespan (the records' purge is the app's lifespan's), so the
+            # routes and /openapi.json are the same either way.
+            app.router.routes.extend(module.router.routes)
+        else:
+            app.include_router(module.router)
 
 
 class WorkerApp:
