@@ -4,9 +4,9 @@ Each :class:`Detector` is one provider's *published* token shape (prefix, length
 and, where the provider publishes one, a checksum or an inner structure checked by a
 :data:`Check`); :data:`DETECTORS` lists them in priority order. The engine that runs the
 table, resolves overlaps and masks (:func:`keepstone.secrets.scan`, ``check_no_secrets``,
-``mask``) is :mod:`keepstone.secrets`, the only module that should import this one; two
-shapes that need more than one pattern (private key blocks, Discord bot tokens) are
-scanned there too.
+``mask``) is :mod:`keepstone.secrets` with :mod:`keepstone.secret_matching`, the only
+modules that should import this one; two shapes that need more than one pattern (private
+key blocks, Discord bot tokens) are scanned there too.
 
 Rules every pattern here keeps, so that scanning stays linear in the length of the text
 (``tests/unit/test_secrets.py`` checks them): it starts with one of its declared

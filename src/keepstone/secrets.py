@@ -22,8 +22,8 @@ Cost is linear in the length of the text. Every pattern starts with one of its d
 literal prefixes or is anchored on keywords; all prefixes and keywords are searched for
 together (grouped by a rare character they share: about twenty passes, instead of one or
 two per detector) and each detector then runs only where it is triggered, with the same
-findings as each searching the whole text (the previous engine, kept as
-``_raw_reference``, is what the tests compare with).
+findings as each searching the whole text (the previous engine, kept in the tests as
+``tests/secrets_reference.py``, is what they compare with).
 Every repetition is bounded and no quantified group contains another repetition, so no
 input can make a pattern backtrack more than a constant amount per position
 (``tests/unit/test_secrets.py`` checks the patterns' structure and runs adversarial
@@ -31,7 +31,8 @@ inputs; ``bench/bench_secrets.py`` prints the throughput before and after).
 
 The table of shapes is :mod:`keepstone.secret_shapes`; this module is the engine that runs
 it, plus the two shapes a single pattern cannot express (private key blocks and Discord
-bot tokens).
+bot tokens). Running one detector where it is triggered, and confirming its matches, is
+:mod:`keepstone.secret_matching`.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from keepstone.errors import SecretDetected
+from keepstone.secret_matching import anchored, at_prefixes, findings, keyword_positions
 from keepstone.secret_shapes import DETECTORS as _DETECTORS
-from keepstone.secret_shapes import FILLER, Detector, b64url_decode, rx
+from keepstone.secret_shapes import b64url_decode, rx
 
 __all__ = ["KINDS", "Finding", "check_no_secrets", "mask", "scan"]
 
@@ -62,9 +64,6 @@ class Finding:
     line: int
     start: int
     end: int
-
-
-_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 # A Discord bot token is base64(bot user id) "." 6 characters "." 27-38 characters. The
@@ -454,101 +453,6 @@ def _hopping(group: _Group, text: str) -> Iterator[re.Match[str]]:
             pos = text.find(anchor, m.end())  # no match is empty: m.end() > pos
 
 
-def _is_filler(value: str) -> bool:
-    tail = value[-16:]
-    return len(tail) >= 8 and set(tail) <= FILLER
-
-
-# Trying a pattern at one position from Python costs about what the regex engine's own
-# search spends skipping this many characters of text.
-_MATCH_COST = 256
-
-
-def _at_prefixes(det: Detector, text: str, positions: list[int]) -> Iterable[re.Match[str]]:
-    """What ``det.pattern.finditer(text)`` yields, for a pattern whose every match starts
-    at one of ``positions`` (sorted): the leftmost match, then the leftmost from where it
-    ended. Where the positions are dense the engine's own search from the first one is
-    cheaper than a call per position; it finds the same matches, since none can start
-    before the first position."""
-    first = positions[0]
-    if len(positions) * _MATCH_COST > len(text) - first:
-        return det.pattern.finditer(text, first)
-    return _each_prefix(det, text, positions)
-
-
-def _each_prefix(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
-    last_end = -1
-    for pos in positions:
-        if pos < last_end:
-            continue
-        m = det.pattern.match(text, pos)
-        if m is not None:
-            last_end = m.end()
-            yield m
-
-
-def _anchored(det: Detector, text: str, positions: list[int]) -> Iterator[re.Match[str]]:
-    """Matches of an anchored detector around its keyword ``positions`` (sorted)."""
-    last_end = -1
-    if det.offsets:
-        for pos in positions:
-            for back in det.offsets:
-                if back <= pos and pos - back >= last_end:
-                    m = det.pattern.match(text, pos - back)
-                    if m is not None:
-                        last_end = m.end()
-                        yield m
-                        break
-        return
-    windows: list[tuple[int, int]] = []
-    for pos in positions:
-        hi = min(len(text), pos + det.reach)
-        if windows and pos <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], hi)  # merged: every character searched once
-        else:
-            windows.append((pos, hi))
-    for lo, hi in windows:
-        for m in det.pattern.finditer(text, lo, hi):
-            if m.start() < last_end:
-                continue
-            if m.end() == hi < len(text):
-                # The window's end stood in for the end of the text in the trailing
-                # lookahead: confirm against the whole text.
-                full = det.pattern.match(text, m.start())
-                if full is None:
-                    continue
-                m = full
-            last_end = m.end()
-            yield m
-
-
-def _positions(haystack: str, keywords: Iterable[str]) -> list[int]:
-    """Sorted positions of every occurrence of every keyword, found one keyword at a time."""
-    found: list[int] = []
-    for kw in keywords:
-        pos = haystack.find(kw)
-        while pos != -1:
-            found.append(pos)
-            pos = haystack.find(kw, pos + 1)
-    found.sort()
-    return found
-
-
-def _findings(
-    det: Detector, priority: int, text: str, matches: Iterable[re.Match[str]]
-) -> Iterator[tuple[int, int, int, str]]:
-    """The findings among ``det``'s ``matches``: word-bounded, checked, not filler."""
-    for m in matches:
-        if det.bounded and m.start() > 0 and text[m.start() - 1] in (det.continues or _WORD):
-            continue
-        if det.check is not None and not det.check(m):
-            continue
-        start, end = m.span(det.group)
-        if not det.filler_ok and _is_filler(text[start:end]):
-            continue
-        yield start, end, priority, det.kind_of(m)
-
-
 def _raw(text: str) -> list[tuple[int, int, int, str]]:
     """Every match of every detector as ``(start, end, priority, kind)``, overlaps included,
     in detector order (``mask`` relies on that order when one value has two kinds)."""
@@ -576,58 +480,22 @@ def _raw(text: str) -> list[tuple[int, int, int, str]]:
         matches: Iterable[re.Match[str]]
         if det.anchored and det.fold:
             if aligned:
-                matches = _anchored(det, text, folded[priority])
+                matches = anchored(det, text, folded[priority])
             elif any(kw in folded_text for kw in det.keywords or ()):
                 matches = det.pattern.finditer(text)
             else:
                 continue
         elif priority in dense:
             if det.anchored:
-                matches = _anchored(det, text, _positions(text, det.keywords or ()))
+                matches = anchored(det, text, keyword_positions(text, det.keywords or ()))
             else:
                 matches = det.pattern.finditer(text)
         elif det.anchored:
-            matches = _anchored(det, text, exact[priority])
+            matches = anchored(det, text, exact[priority])
         else:
-            matches = _at_prefixes(det, text, exact[priority])
-        found.extend(_findings(det, priority, text, matches))
+            matches = at_prefixes(det, text, exact[priority])
+        found.extend(findings(det, priority, text, matches))
     if _PEM in exact or _PEM in dense:
-        found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
-    late = len(_DETECTORS)
-    found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))
-    return found
-
-
-# --- the reference engine --------------------------------------------------------------
-#
-# The engine as it was before the one-pass trigger search: every detector searching the
-# whole text (or its keywords' positions in it). Kept, unchanged, only so that the tests
-# can check that ``_raw`` finds exactly what it finds, and the benchmark can print both.
-
-
-def _raw_reference(text: str) -> list[tuple[int, int, int, str]]:
-    """What :func:`_raw` returns, computed the slow, obvious way (for tests and benchmarks)."""
-    found: list[tuple[int, int, int, str]] = []
-    if not text:
-        return found
-    folded_text: str | None = None
-    for priority, det in enumerate(_DETECTORS):
-        matches: Iterable[re.Match[str]]
-        if det.anchored:
-            assert det.keywords is not None
-            if det.fold and folded_text is None:
-                folded_text = text.lower()
-            haystack = folded_text if det.fold and folded_text is not None else text
-            if not any(kw in haystack for kw in det.keywords):
-                continue
-            if len(haystack) != len(text):
-                matches = det.pattern.finditer(text)
-            else:
-                matches = _anchored(det, text, _positions(haystack, det.keywords))
-        else:
-            matches = det.pattern.finditer(text)
-        found.extend(_findings(det, priority, text, matches))
-    if "PRIVATE KEY" in text:
         found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
     late = len(_DETECTORS)
     found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))

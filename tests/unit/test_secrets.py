@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from keepstone import secrets
 from keepstone.errors import SecretDetected
 from keepstone.secrets import KINDS, Finding, check_no_secrets, mask, scan
+from tests.secrets_reference import raw_reference
 
 _R = random.Random(20261130)
 UP = string.ascii_uppercase
@@ -769,7 +770,7 @@ _MIXED = st.one_of(
 
 
 def _same_as_reference(text: str) -> None:
-    assert secrets._raw(text) == secrets._raw_reference(text)
+    assert secrets._raw(text) == raw_reference(text)
 
 
 @settings(max_examples=400, deadline=None)
@@ -855,7 +856,7 @@ def test_fixed_inputs_match_the_reference_engine(text: str) -> None:
 
 def scan_reference(text: str) -> list[Finding]:
     """``scan`` over the reference engine's raw findings (the same resolution of overlaps)."""
-    raw = sorted(secrets._raw_reference(text), key=lambda r: (r[0], r[0] - r[1], r[2]))
+    raw = sorted(raw_reference(text), key=lambda r: (r[0], r[0] - r[1], r[2]))
     out: list[Finding] = []
     last_end = 0
     for start, end, _priority, kind in raw:
