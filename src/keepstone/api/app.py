@@ -25,7 +25,7 @@ from keepstone.api.deps import app_state
 from keepstone.api.indexer_process import IndexerProcess
 from keepstone.api.metrics import Metrics
 from keepstone.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from keepstone.api.routes import admin, auth, history, ops, orgs, records, spaces
+from keepstone.api.routes import admin, auth, history, ops, orgs, records, search, spaces
 from keepstone.api.throttle import LoginThrottle
 from keepstone.config import Config
 from keepstone.runtime import Runtime, open_runtime
@@ -34,7 +34,7 @@ from keepstone.runtime import Runtime, open_runtime
 #: Most requested first: FastAPI tries a request's path against each router's routes in this
 #: order (twice: to pick the router, then the route), and no two routers' paths overlap,
 #: so the order changes what a request costs, not where it goes (docs/performance.md).
-ROUTER_MODULES = (spaces, records, history, ops, auth, orgs, admin)
+ROUTER_MODULES = (spaces, search, records, history, ops, auth, orgs, admin)
 
 
 def create_app(
@@ -121,13 +121,13 @@ def _put_state(app: FastAPI, runtime: Runtime) -> None:
 
 def _add_routes(app: FastAPI) -> None:
     for module in ROUTER_MODULES:
-        if module in (spaces, records):
-            # The document and record routes, the most requested, become the app's own
-            # routes rather than an included router's: FastAPI matches a request against
-            # an included router's routes twice (to pick the router, then the route), the
-            # app's own once (docs/performance.md). Neither router takes a prefix,
-            # dependency or lifespan (the records' purge is the app's lifespan's), so the
-            # routes and /openapi.json are the same either way.
+        if module in (spaces, search, records):
+            # The document, search and record routes, the most requested, become the app's
+            # own routes rather than an included router's: FastAPI matches a request
+            # against an included router's routes twice (to pick the router, then the
+            # route), the app's own once (docs/performance.md). None of these routers takes
+            # a prefix, dependency or lifespan (the records' purge is the app's lifespan's),
+            # so the routes and /openapi.json are the same either way.
             app.router.routes.extend(module.router.routes)
         else:
             app.include_router(module.router)

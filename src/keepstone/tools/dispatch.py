@@ -419,15 +419,11 @@ class MemoryTools:
             args, "path_prefix", "path_prefix must be a string such as 'topics/'"
         )
         limit = args.get("limit")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise InvalidRequest("limit must be a whole number from 1 to 50")
-        hits = self.service.search(
-            self.who,
-            self.ref,
-            query,
-            limit=10 if limit is None else limit,
-            path_prefix=prefix or "",
-        )
+        # The limit as given: the search owns its default, its range and its refusals.
+        given: dict[str, Any] = {"path_prefix": prefix or ""}
+        if limit is not None:
+            given["limit"] = limit
+        hits = self.service.search(self.who, self.ref, query, **given)
         data: dict[str, Any] = {"results": [hit.as_json() for hit in hits]}
         text = render_documents(data["results"])
         if self.searcher is not None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from keepstone.api.deps import Caller
 from keepstone.api.responses import FastJSONResponse
 from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses, parse_version
-from keepstone.api.routes.spaces import _ETAG, IfMatch, PathParam, Space, WriteOut, written
+from keepstone.api.routes.spaces import ETAG_HEADER, IfMatch, PathParam, Space, WriteOut, written
 from keepstone.principal import Principal as Who
 from keepstone.service.access import authorize_space_mutation
 
@@ -94,8 +94,12 @@ async def diff_versions(
     response_model=WriteOut,
     status_code=200,
     responses={
-        200: {"headers": _ETAG},
-        201: {"description": "Restored a deleted document", "model": WriteOut, "headers": _ETAG},
+        200: {"headers": ETAG_HEADER},
+        201: {
+            "description": "Restored a deleted document",
+            "model": WriteOut,
+            "headers": ETAG_HEADER,
+        },
         **error_responses(*AUTH_ERRORS, 412, 413, 422),
     },
     summary="Make a version current again: a new write of its content (as a PUT is checked)",

@@ -32,7 +32,7 @@ from keepstone.api.routes.common import (
 )
 from keepstone.api.streams import AsyncBodyReader, iter_export
 from keepstone.documents import WriteResult, parse_import_strategy
-from keepstone.errors import InvalidDocument, InvalidRequest, InvalidSpaceRef, UnknownParameter
+from keepstone.errors import InvalidDocument, InvalidRequest, UnknownParameter
 from keepstone.jsonbody import parse_json_body
 from keepstone.principal import Principal as Who
 from keepstone.service.access import authorize_space_mutation, space_ref
@@ -45,9 +45,11 @@ _IDENTITY_PARAMS = {"tenant", "team", "user"}
 
 # Documented constraints only (json_schema_extra): the domain validators check them and
 # answer with the domain's codes (invalid_space_ref, invalid_path), not FastAPI's.
-_SEGMENT = {"minLength": 1, "maxLength": 128, "pattern": r"^[^/\\:\x00-\x1f\x7f-\x9f]+$"}
+SEGMENT_SCHEMA = {"minLength": 1, "maxLength": 128, "pattern": r"^[^/\\:\x00-\x1f\x7f-\x9f]+$"}
 
-Name = Annotated[str, Query(description="The space's name (required).", json_schema_extra=_SEGMENT)]
+Name = Annotated[
+    str, Query(description="The space's name (required).", json_schema_extra=SEGMENT_SCHEMA)
+]
 VisibilityParam = Annotated[
     str,
     Query(
@@ -57,10 +59,10 @@ VisibilityParam = Annotated[
 ]
 ProjectParam = Annotated[
     str | None,
-    Query(description="Project key (visibilities bot, project).", json_schema_extra=_SEGMENT),
+    Query(description="Project key (visibilities bot, project).", json_schema_extra=SEGMENT_SCHEMA),
 ]
 BotParam = Annotated[
-    str | None, Query(description="Bot id (visibility bot).", json_schema_extra=_SEGMENT)
+    str | None, Query(description="Bot id (visibility bot).", json_schema_extra=SEGMENT_SCHEMA)
 ]
 PathParam = Annotated[
     str,
@@ -281,151 +283,13 @@ async def list_docs(
     return await caller.run(run)
 
 
-class SearchSpaceOut(BaseModel):
-    id: str
-    visibility: str
-    name: str
-    project: str | None
-    bot: str | None
-    user: str | None
-
-
-class SearchHitOut(BaseModel):
-    path: str
-    heading: str
-    snippet: str
-    score: float
-    matched: list[str]
-    space: SearchSpaceOut | None = None
-
-
-class SearchOut(BaseModel):
-    results: list[SearchHitOut]
-
-
-class SpaceUsageOut(BaseModel):
-    space: SearchSpaceOut
-    used_bytes: int
-    quota_bytes: int
-
-
-class SpacesOut(BaseModel):
-    spaces: list[SpaceUsageOut]
-    truncated: bool
-
-
-@router.get(
-    "/api/memory/spaces",
-    response_model=SpacesOut,
-    responses=error_responses(*AUTH_ERRORS),
-    summary="List the spaces you may read that exist, with their usage (the first 200 by id)",
-)
-async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
-    def run(who: Who) -> dict[str, Any]:
-        if sent := list(request.query_params):
-            raise UnknownParameter(
-                f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
-            )
-        return caller.state.spaces.list_spaces(who).as_json()
-
-    return await caller.run(run)
-
-
-_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
-READABLE = "readable"
-
-
-@router.get(
-    "/api/memory/search",
-    response_model=SearchOut,
-    responses=error_responses(*AUTH_ERRORS, 422),
-    summary="Search a space's documents (or every space you may read) by keyword and meaning",
-)
-async def search_docs(
-    request: Request,
-    caller: Caller,
-    name: Annotated[
-        str | None,
-        Query(
-            description="The space's name (required unless scope=readable).",
-            json_schema_extra=_SEGMENT,
-        ),
-    ] = None,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
-    q: Annotated[str | None, Query(description="The search query (required).")] = None,
-    limit: Annotated[
-        str | None,
-        Query(
-            description="How many hits, 1-50 (default 10).",
-            json_schema_extra={"type": "integer", "minimum": 1, "maximum": 50},
-        ),
-    ] = None,
-    path_prefix: Annotated[
-        str, Query(description="Only documents whose path starts with this, e.g. notes/.")
-    ] = "",
-    scope: Annotated[
-        str | None,
-        Query(
-            description="readable: every space you may read in your team, and global spaces "
-            "(then leave the space's parameters out); omit it to search the space named.",
-            json_schema_extra={"enum": [READABLE]},
-        ),
-    ] = None,
-) -> JSONResponse:
-    def run(who: Who) -> JSONResponse:
-        sent = tuple(request.query_params)
-        check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
-        ref: SpaceRef | None = None
-        if scope is None:
-            if name is None:
-                raise InvalidSpaceRef(
-                    "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
-                    "send scope=readable to search every space you may read",
-                    field="name",
-                )
-            ref = SpaceQuery(name, visibility, project, bot, sent).ref(who, *_SEARCH_PARAMS)
-        elif scope != READABLE:
-            raise InvalidRequest(
-                f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
-                "it out to search the space named",
-                field="scope",
-            )
-        elif named := [key for key in SPACE_PARAMS if key in sent]:
-            raise InvalidRequest(
-                f"scope=readable searches every space you may read, so it takes no "
-                f"{', '.join(named)}: leave those out, or leave scope out to search one space",
-                field="scope",
-            )
-        if q is None:
-            raise InvalidRequest("q is required: the search query", field="q")
-        count = 10
-        if limit is not None:
-            try:
-                count = int(limit)
-            except ValueError:
-                raise InvalidRequest(
-                    "limit must be a whole number from 1 to 50", field="limit"
-                ) from None
-        if ref is None:
-            found = caller.state.spaces.search_readable(
-                who, q, limit=count, path_prefix=path_prefix
-            )
-            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
-        hits = caller.state.spaces.search(who, ref, q, limit=count, path_prefix=path_prefix)
-        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
-
-    return await caller.run(run)
-
-
-_ETAG = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
+ETAG_HEADER = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
 
 
 @router.get(
     "/api/memory/doc",
     response_model=DocOut,
-    responses={200: {"headers": _ETAG}, **error_responses(*AUTH_ERRORS, 422)},
+    responses={200: {"headers": ETAG_HEADER}, **error_responses(*AUTH_ERRORS, 422)},
     summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
     openapi_extra={
         "parameters": _by_hand(
@@ -510,8 +374,8 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
     response_model=WriteOut,
     status_code=200,
     responses={
-        200: {"headers": _ETAG},
-        201: {"description": "Created", "model": WriteOut, "headers": _ETAG},
+        200: {"headers": ETAG_HEADER},
+        201: {"description": "Created", "model": WriteOut, "headers": ETAG_HEADER},
         **error_responses(*AUTH_ERRORS, 412, 413, 422),
     },
     openapi_extra={**_PUT_BODY, "parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
@@ -559,8 +423,8 @@ async def delete_doc(request: Request) -> Response:
     response_model=WriteOut,
     status_code=200,
     responses={
-        200: {"headers": _ETAG},
-        201: {"description": "Moved to a free path", "model": WriteOut, "headers": _ETAG},
+        200: {"headers": ETAG_HEADER},
+        201: {"description": "Moved to a free path", "model": WriteOut, "headers": ETAG_HEADER},
         **error_responses(*AUTH_ERRORS, 409, 412, 422),
     },
     summary="Move one document to another path in its space, atomically",

@@ -1,0 +1,189 @@
+"""Routes across the spaces a caller may read (SPEC §5): ``GET /api/memory/search`` over one
+space or, with ``scope=readable``, every space the caller may read; and
+``GET /api/memory/spaces``, the spaces it may read that exist.
+
+Thin: the route turns its parameters into the space searched (or none: every readable
+one) and passes the query and the limit as sent. What they may be is the search's to say
+(their defaults, and :func:`keepstone.service.search.check_query`'s refusals), as it says
+it to the CLI and the agent tools.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from keepstone.api.deps import Caller
+from keepstone.api.responses import FastJSONResponse
+from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses
+from keepstone.api.routes.spaces import (
+    SEGMENT_SCHEMA,
+    SPACE_PARAMS,
+    BotParam,
+    ProjectParam,
+    VisibilityParam,
+    check_params,
+)
+from keepstone.errors import InvalidRequest, InvalidSpaceRef, UnknownParameter
+from keepstone.principal import Principal as Who
+from keepstone.service.access import space_ref
+from keepstone.spaces import SpaceRef
+
+router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
+
+
+class SearchSpaceOut(BaseModel):
+    id: str
+    visibility: str
+    name: str
+    project: str | None
+    bot: str | None
+    user: str | None
+
+
+class SearchHitOut(BaseModel):
+    path: str
+    heading: str
+    snippet: str
+    score: float
+    matched: list[str]
+    space: SearchSpaceOut | None = None
+
+
+class SearchOut(BaseModel):
+    results: list[SearchHitOut]
+
+
+class SpaceUsageOut(BaseModel):
+    space: SearchSpaceOut
+    used_bytes: int
+    quota_bytes: int
+
+
+class SpacesOut(BaseModel):
+    spaces: list[SpaceUsageOut]
+    truncated: bool
+
+
+@router.get(
+    "/api/memory/spaces",
+    response_model=SpacesOut,
+    responses=error_responses(*AUTH_ERRORS),
+    summary="List the spaces you may read that exist, with their usage (the first 200 by id)",
+)
+async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
+    def run(who: Who) -> dict[str, Any]:
+        if sent := list(request.query_params):
+            raise UnknownParameter(
+                f"unknown parameter {sent[0]!r}; this route takes none", field=sent[0]
+            )
+        return caller.state.spaces.list_spaces(who).as_json()
+
+    return await caller.run(run)
+
+
+_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
+READABLE = "readable"
+
+
+@router.get(
+    "/api/memory/search",
+    response_model=SearchOut,
+    responses=error_responses(*AUTH_ERRORS, 422),
+    summary="Search a space's documents (or every space you may read) by keyword and meaning",
+)
+async def search_docs(
+    request: Request,
+    caller: Caller,
+    name: Annotated[
+        str | None,
+        Query(
+            description="The space's name (required unless scope=readable).",
+            json_schema_extra=SEGMENT_SCHEMA,
+        ),
+    ] = None,
+    visibility: VisibilityParam = "project",
+    project: ProjectParam = None,
+    bot: BotParam = None,
+    q: Annotated[str | None, Query(description="The search query (required).")] = None,
+    limit: Annotated[
+        str | None,
+        Query(
+            description="How many hits, 1-50 (default 10).",
+            json_schema_extra={"type": "integer", "minimum": 1, "maximum": 50},
+        ),
+    ] = None,
+    path_prefix: Annotated[
+        str, Query(description="Only documents whose path starts with this, e.g. notes/.")
+    ] = "",
+    scope: Annotated[
+        str | None,
+        Query(
+            description="readable: every space you may read in your team, and global spaces "
+            "(then leave the space's parameters out); omit it to search the space named.",
+            json_schema_extra={"enum": [READABLE]},
+        ),
+    ] = None,
+) -> JSONResponse:
+    def run(who: Who) -> JSONResponse:
+        sent = tuple(request.query_params)
+        check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
+        ref = _searched(who, sent, scope, name, visibility, project, bot)
+        # The query and the limit as sent: the search owns their default, range and refusals.
+        given: dict[str, Any] = {"path_prefix": path_prefix}
+        if limit is not None:
+            given["limit"] = _number_or_text(limit)
+        spaces = caller.state.spaces
+        if ref is None:
+            found = spaces.search_readable(who, q or "", **given)
+            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
+        hits = spaces.search(who, ref, q or "", **given)
+        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+
+    return await caller.run(run)
+
+
+def _searched(
+    who: Who,
+    sent: tuple[str, ...],
+    scope: str | None,
+    name: str | None,
+    visibility: str,
+    project: str | None,
+    bot: str | None,
+) -> SpaceRef | None:
+    """The space a search names, or None for ``scope=readable`` (every space the caller
+    may read), which names none."""
+    if scope is None:
+        if name is None:
+            raise InvalidSpaceRef(
+                "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
+                "send scope=readable to search every space you may read",
+                field="name",
+            )
+        return space_ref(who, name, visibility, project=project, bot=bot)
+    if scope != READABLE:
+        raise InvalidRequest(
+            f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
+            "it out to search the space named",
+            field="scope",
+        )
+    if named := [key for key in SPACE_PARAMS if key in sent]:
+        raise InvalidRequest(
+            f"scope=readable searches every space you may read, so it takes no "
+            f"{', '.join(named)}: leave those out, or leave scope out to search one space",
+            field="scope",
+        )
+    return None
+
+
+def _number_or_text(raw: str) -> int | str:
+    """``raw`` as a whole number when it is one, else as sent: the search refuses a limit
+    that is no whole number as it refuses one out of range."""
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
