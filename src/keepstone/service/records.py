@@ -7,7 +7,7 @@ limit. A use-case acting for a caller takes the caller's
 itself, and refuses in the contract's order::
 
     404 team_not_found → 403 forbidden / csrf_required     (Access.team_access)
-    → 400 invalid_request (a field outside its limit; checked here, once)
+    → 400 invalid_request (a field outside its limit; checked once, record_gates)
     → 402 plan_required → memory off (search: 200 state "off"; save: 409 memory_off)
     → 404 repo_not_found → 429 rate_limited → 503 store_unavailable
 
@@ -32,11 +32,7 @@ The host application's own server code saves records in-process with
 
 from __future__ import annotations
 
-import base64
 import builtins
-import hashlib
-import hmac
-import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,14 +44,7 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from keepstone.db import utcnow
-from keepstone.errors import (
-    InvalidRequest,
-    KeepstoneError,
-    MemoryOff,
-    PlanRequired,
-    RecordNotFound,
-    RepoNotFound,
-)
+from keepstone.errors import InvalidRequest, KeepstoneError, RecordNotFound
 from keepstone.identity.service import IdentityService
 from keepstone.principal import Principal
 from keepstone.records.group import GroupCommit, Outcome
@@ -68,19 +57,22 @@ from keepstone.records.models import is_clean_id
 from keepstone.records.ratelimit import RateLimiter, admitted
 from keepstone.records.render import NOTICE, render_text
 from keepstone.records.sql import SqlRecordStore, VectorColumn
-from keepstone.records.store import (
-    PagePosition,
-    RecordReader,
-    RecordStore,
-    Scope,
-    new_record,
-    utc,
-)
+from keepstone.records.store import PagePosition, RecordStore, Scope, new_record, utc
 from keepstone.records.store import (
     Record as Record,  # what a save answers (re-exported for the faces)
 )
 from keepstone.secrets import mask
 from keepstone.service.access import Access, Action, TeamAccess
+from keepstone.service.record_gates import (
+    check_limit,
+    check_memory_on,
+    check_plan,
+    check_repo,
+    check_repo_id,
+    check_text,
+    memory_off,
+)
+from keepstone.service.record_tokens import read_page_token, sign_page_token
 
 if TYPE_CHECKING:  # keepstone.service.record_search loads numpy: only processes that search pay
     from keepstone.service.record_search import RecordSearch
@@ -278,9 +270,9 @@ class RecordService:
         """One save, committed with the saves waiting beside it (see
         :mod:`keepstone.records.group`): returns once its group's transaction has committed,
         or raises this save's own refusal."""
-        _check_text(text)
-        _check_repo_id(repo_id)
-        _check_plan(access)
+        check_text(text)
+        check_repo_id(repo_id)
+        check_plan(access)
         record = new_record(access.team_id, text, repo_id, self._now(now))
         return self._saves.submit(_Save(access, record))
 
@@ -341,8 +333,8 @@ class RecordService:
     ) -> _Save:
         """A save whose team its group's transaction checks: its fields checked (else
         ``InvalidRequest``), its text masked and analysed."""
-        _check_text(text)
-        _check_repo_id(repo_id)
+        check_text(text)
+        check_repo_id(repo_id)
         return _Save(None, new_record(team_id, text, repo_id, self._now(now)), server)
 
     def _write_saves(self, saves: builtins.list[_Save]) -> builtins.list[Outcome[Record]]:
@@ -361,13 +353,13 @@ class RecordService:
                         if team not in teams:
                             teams[team] = tx.team_plan(team)
                         access = self._access.save_access(team, teams[team], server=save.server)
-                        _check_plan(access)
+                        check_plan(access)
                     if team not in enabled:
                         enabled[team] = tx.enabled(team)
                     if not enabled[team]:
-                        raise _memory_off()
+                        raise memory_off()
                     if repo_id is not None:
-                        _check_repo(tx, access, repo_id)
+                        check_repo(tx, access, repo_id)
                 except KeepstoneError as exc:
                     outcomes.append(exc)
                     continue
@@ -384,17 +376,17 @@ class RecordService:
     ) -> builtins.list[Record]:
         pairs = list(items)
         for text, repo_id in pairs:
-            _check_text(text)
-            _check_repo_id(repo_id)
-        _check_plan(access)
+            check_text(text)
+            check_repo_id(repo_id)
+        check_plan(access)
         created = self._now(now)
         rows = [new_record(access.team_id, text, repo_id, created) for text, repo_id in pairs]
         for start in range(0, len(rows), chunk):
             with self._store.writing() as tx:
                 if start == 0:
-                    _check_memory_on(tx, access.team_id)
+                    check_memory_on(tx, access.team_id)
                     for repo_id in sorted({r.repo_id for r in rows if r.repo_id is not None}):
-                        _check_repo(tx, access, repo_id)
+                        check_repo(tx, access, repo_id)
                 tx.insert(rows[start : start + chunk])
         return rows
 
@@ -415,10 +407,10 @@ class RecordService:
         is ``state`` off with no hits. The query is masked before it is used.
         """
         access = self._access.team_access(who, team_id, Action.READ)
-        _check_text(query, "query", MAX_QUERY)
-        _check_limit(limit)
-        _check_repo_id(repo_id)
-        _check_plan(access)
+        check_text(query, "query", MAX_QUERY)
+        check_limit(limit)
+        check_repo_id(repo_id)
+        check_plan(access)
         masked = mask(query)
         ranking = self.record_search()
         with self._store.reading() as tx:
@@ -426,7 +418,7 @@ class RecordService:
             if not state.enabled:
                 return SearchAnswer(MemoryState.OFF, NOTICE, ())
             if repo_id is not None:
-                _check_repo(tx, access, repo_id)
+                check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
                 scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
                 found = ranking.rank(tx, scope, masked, limit, state.versions)
@@ -510,9 +502,9 @@ class RecordService:
         access = self._access.team_access(who, team_id, Action.READ)
         with self._store.reading() as tx:
             key = tx.signing_key()
-            after = _read_cursor(key, next_token, access, repo_id) if next_token else None
+            after = read_page_token(key, next_token, access, repo_id) if next_token else None
             if repo_id is not None:
-                _check_repo(tx, access, repo_id)
+                check_repo(tx, access, repo_id)
             on = tx.enabled(access.team_id) and access.plan_allows
             scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
             rows = tx.page(scope, after, page_size + 1)
@@ -520,7 +512,7 @@ class RecordService:
         if len(rows) > page_size:
             rows = rows[:page_size]
             last = rows[-1]
-            token = _sign_cursor(key, access, repo_id, PagePosition(last.created_at, last.id))
+            token = sign_page_token(key, access, repo_id, PagePosition(last.created_at, last.id))
         listed = tuple(
             ListedRecord(r.id, r.repo_id, r.created_at, r.expires_at, render_text(r.text))
             for r in rows
@@ -546,120 +538,3 @@ def build_record_service(
     ``vectors``: pgvector in the database, :func:`keepstone.store.pgvector.setup`)."""
     store = SqlRecordStore(engine, vectors)
     return RecordService(store, Access(identity), limiter, search)
-
-
-# --- the gates ------------------------------------------------------------------------------
-
-
-def _check_text(text: object, field: str = "text", most: int = MAX_TEXT) -> None:
-    if not isinstance(text, str) or not 1 <= len(text) <= most or not _is_unicode(text):
-        raise InvalidRequest(
-            f"field {field!r} must be 1 to {most:,} characters of valid Unicode text",
-            field=field,
-        )
-
-
-def _check_limit(limit: object) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidRequest(
-            f"field 'limit' must be a whole number 1 to {MAX_LIMIT}", field="limit"
-        )
-
-
-def _check_repo_id(repo_id: object) -> None:
-    if repo_id is not None and not (isinstance(repo_id, str) and is_clean_id(repo_id)):
-        raise InvalidRequest(
-            f"field 'repo_id' must be an id of 1 to {MAX_ID} printable characters",
-            field="repo_id",
-        )
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")  # a lone surrogate (a JSON "\ud800" escape) is not text
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_plan(access: TeamAccess) -> None:
-    if not access.plan_allows:
-        raise PlanRequired(
-            f"the plan {access.plan!r} does not include team memory; it comes with "
-            "pro_plus and enterprise, and an instance admin changes the org's plan: "
-            f"PATCH /api/admin/orgs/{access.org_id} with a plan, or "
-            f"keepstone admin set-plan --org {access.org_id} --plan pro_plus"
-        )
-
-
-def _check_memory_on(tx: RecordReader, team_id: str) -> None:
-    if not tx.enabled(team_id):
-        raise _memory_off()
-
-
-def _memory_off() -> MemoryOff:
-    return MemoryOff("team memory is off for this team; a workspace owner or admin turns it on")
-
-
-def _check_repo(tx: RecordReader, access: TeamAccess, repo_id: str) -> None:
-    # An id no repository can have never reaches the driver.
-    project = tx.repo_project(access.team_id, repo_id) if is_clean_id(repo_id) else None
-    if project is None:
-        raise RepoNotFound(
-            f"repository {repo_id!r} is not a repository of this team; "
-            "search without repo_id, or use a repository of this team",
-            field="repo_id",
-        )
-    if access.project_ids is not None and project not in access.project_ids:
-        raise RepoNotFound(
-            f"repository {repo_id!r} is not in one of your projects; search without "
-            "repo_id, or ask a workspace owner or admin for access",
-            field="repo_id",
-        )
-
-
-# --- list page tokens -------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _sign_cursor(
-    key: bytes, access: TeamAccess, repo_id: str | None, position: PagePosition
-) -> str:
-    payload = {
-        "t": access.team_id,
-        "v": access.visibility_fingerprint,
-        "r": repo_id,
-        "c": utc(position.created_at).isoformat(),
-        "i": position.record_id,
-    }
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    mac = hmac.new(key, body, hashlib.sha256).digest()
-    return f"{_b64(body)}.{_b64(mac)}"
-
-
-def _read_cursor(key: bytes, token: str, access: TeamAccess, repo_id: str | None) -> PagePosition:
-    bad = InvalidRequest(
-        "field 'next_token' is not a token this list gave you; start again without next_token",
-        field="next_token",
-    )
-    try:
-        body_text, mac_text = token.split(".", 1)
-        body, mac = _unb64(body_text), _unb64(mac_text)
-        if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-            raise bad
-        payload = json.loads(body)
-        bound = (payload["t"], payload["v"], payload["r"])
-        position = PagePosition(utc(datetime.fromisoformat(payload["c"])), str(payload["i"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise bad from exc
-    # Bound to the team, the caller's visibility and the filter it was issued for.
-    if bound != (access.team_id, access.visibility_fingerprint, repo_id):
-        raise bad
-    return position
