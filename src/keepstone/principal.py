@@ -27,6 +27,16 @@ class OrgRole(StrEnum):
     MEMBER = "member"
 
 
+#: The org roles that act as team ``admin`` in every team of their org.
+TEAM_ADMIN_ORG_ROLES: tuple[OrgRole, ...] = (OrgRole.OWNER, OrgRole.ADMIN)
+
+
+def acts_as_team_admin(org_role: OrgRole | None) -> bool:
+    """Whether ``org_role`` acts as team ``admin`` (unlimited) in every team of its org:
+    an org owner or admin does, whatever its membership of the team."""
+    return org_role in TEAM_ADMIN_ORG_ROLES
+
+
 class Plan(StrEnum):
     FREE = "free"
     PRO = "pro"

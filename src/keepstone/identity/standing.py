@@ -18,7 +18,13 @@ from sqlalchemy.engine import Connection
 
 from keepstone.db import PointRead
 from keepstone.identity import schema as t
-from keepstone.principal import OrgRole, Standing, TeamRole
+from keepstone.principal import (
+    TEAM_ADMIN_ORG_ROLES,
+    OrgRole,
+    Standing,
+    TeamRole,
+    acts_as_team_admin,
+)
 
 _org = t.org_members.alias("om")
 _member = t.team_members.alias("m")
@@ -91,17 +97,15 @@ TEAMS_AS_MEMBER = (
     .where(t.team_members.c.user_id == sa.bindparam("u"))
 )
 
-#: The teams of the orgs a user (``u``) owns or administers (two plain comparisons, not an
-#: ``IN`` list, which SQLAlchemy expands again at every execution).
+#: The teams of the orgs a user (``u``) owns or administers: those in which the user acts
+#: as team admin (plain comparisons, not an ``IN`` list, which SQLAlchemy expands again at
+#: every execution).
 TEAMS_AS_ORG_ADMIN = (
     sa.select(t.teams.c.id, t.teams.c.name, t.teams.c.org_id)
     .join(t.org_members, t.org_members.c.org_id == t.teams.c.org_id)
     .where(
         t.org_members.c.user_id == sa.bindparam("u"),
-        sa.or_(
-            t.org_members.c.role == OrgRole.OWNER.value,
-            t.org_members.c.role == OrgRole.ADMIN.value,
-        ),
+        sa.or_(*(t.org_members.c.role == role.value for role in TEAM_ADMIN_ORG_ROLES)),
     )
 )
 
@@ -127,7 +131,7 @@ def standing_from_row(
         return Standing()
     org_id, plan = str(row.org_id), str(row.plan or "")
     org_role = OrgRole(row.org_role) if row.org_role else None
-    if org_role in (OrgRole.OWNER, OrgRole.ADMIN):
+    if acts_as_team_admin(org_role):
         return Standing(org_id, plan, org_role, TeamRole.ADMIN, None)
     if row.team_role is None:
         return Standing(org_id, plan, org_role, None, None)

@@ -32,11 +32,11 @@ from keepstone.principal import (
     API_KEY_PREFIX,
     MEMORY_PLANS,
     CredentialKind,
-    OrgRole,
     Plan,
     Principal,
     Standing,
     TeamRole,
+    acts_as_team_admin,
 )
 from keepstone.records.models import is_clean_id
 from keepstone.spaces import SpaceRef, Visibility, parse_visibility
@@ -487,7 +487,7 @@ class Access:
 
 
 def _decide(who: Principal, team_id: str, standing: Standing, action: Action) -> TeamAccess:
-    org_admin = standing.org_role in (OrgRole.OWNER, OrgRole.ADMIN)
+    org_admin = acts_as_team_admin(standing.org_role)
     browser = who.kind is CredentialKind.SESSION
     if action is Action.SAVE:
         raise Forbidden(
