@@ -178,7 +178,7 @@ def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]
     return {"id": a.id, "revoked": True}
 
 
-Op = Callable[["AdminService", argparse.Namespace], dict[str, Any]]
+_Op = Callable[["AdminService", argparse.Namespace], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -187,15 +187,15 @@ class _Verb:
     verb's)."""
 
     help: str
-    op: Op
+    op: _Op
     args: tuple[AddArgs, ...]
 
 
 _PLANS = "free|pro|pro_plus|enterprise"
-_ID = {"required": True, "help": "user id"}
+_USER = arg("--user", required=True, help="user id")
 
 
-def _listing(what: str, op: Op, *filters: AddArgs) -> _Verb:
+def _listing(what: str, op: _Op, *filters: AddArgs) -> _Verb:
     """A verb that lists ``what`` a page at a time."""
     return _Verb(
         f"list the {what}, a page at a time (never a secret)",
@@ -240,7 +240,7 @@ _VERBS: dict[str, _Verb] = {
         _op_add_member,
         (
             one_of(arg("--team", help="team id"), arg("--org", help="org id")),
-            arg("--user", **_ID),
+            _USER,
             arg(
                 "--role",
                 required=True,
@@ -253,7 +253,7 @@ _VERBS: dict[str, _Verb] = {
         "mint an API key (shown once)",
         _op_create_api_key,
         (
-            arg("--user", **_ID),
+            _USER,
             arg("--team", required=True, help="team id the key acts in"),
             arg("--name", default=""),
         ),
