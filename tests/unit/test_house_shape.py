@@ -32,7 +32,6 @@ KNOWN_OFFENDERS: frozenset[str] = frozenset(
         "keepstone/store/fs_history.py",
         "keepstone/store/sql.py",
         "keepstone/store/sql_write.py",
-        "keepstone/service/search.py::DocumentSearch.search",
         "keepstone/store/pgvector.py::setup",
         "keepstone/store/sql_statements.py::Statements.__init__",
         "keepstone/store/sql_write.py::_postgres_put",
