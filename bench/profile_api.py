@@ -58,15 +58,15 @@ def instrument(engine: Any, counts: Counts) -> None:
     def _statement(*_args: Any) -> None:
         counts.statements += 1
 
-    import keepstone.db
+    import keepstone.db.engine
 
-    pooled = keepstone.db.on_pooled
+    pooled = keepstone.db.engine.on_pooled
 
     def counted_pooled(*args: Any, **kwargs: Any) -> Any:
         counts.pooled += 1
         return pooled(*args, **kwargs)
 
-    keepstone.db.on_pooled = counted_pooled  # type: ignore[assignment]
+    keepstone.db.engine.on_pooled = counted_pooled  # type: ignore[assignment]
 
     real = anyio.to_thread.run_sync
 

@@ -15,8 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from keepstone import db
-from keepstone.db import sqlite_writers
+from keepstone.db import durability, sqlite_writers
 from keepstone.errors import StoreUnavailable
 from tests.api.world import SPACE, World, unique
 
@@ -103,7 +102,7 @@ def test_a_write_on_the_loop_is_answered_only_after_its_fsync_off_the_loop_when_
     sqlite = app.state.runtime.engine.dialect.name == "sqlite"
     synced = threading.Event()
     threads: list[str] = []
-    real = db._datasync
+    real = durability._datasync
 
     def slow(fd: int) -> None:
         threads.append(threading.current_thread().name)
@@ -111,7 +110,7 @@ def test_a_write_on_the_loop_is_answered_only_after_its_fsync_off_the_loop_when_
         real(fd)
         synced.set()
 
-    monkeypatch.setattr(db, "_datasync", slow)
+    monkeypatch.setattr(durability, "_datasync", slow)
     for _ in range(2):
         synced.clear()
         q = {**SPACE, "path": f"{unique('durable')}.md"}
@@ -132,14 +131,14 @@ def test_coroutines_awaiting_together_share_the_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = db.WalSync(str(tmp_path / "a.db"))
+    sync = durability.WalSync(str(tmp_path / "a.db"))
     fsyncs: list[str] = []
 
     def slow(_fd: int) -> None:
         fsyncs.append(threading.current_thread().name)
         time.sleep(0.05)
 
-    monkeypatch.setattr(db, "_datasync", slow)
+    monkeypatch.setattr(durability, "_datasync", slow)
     sync._timed(0.05)  # the loop found the disk slow: the thread syncs for coroutines
 
     async def many() -> None:
@@ -154,12 +153,12 @@ def test_a_failed_fsync_fails_the_awaiting_coroutines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "a.db-wal").write_bytes(b"frames")
-    sync = db.WalSync(str(tmp_path / "a.db"))
+    sync = durability.WalSync(str(tmp_path / "a.db"))
 
     def broken(_fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(db, "_datasync", broken)
+    monkeypatch.setattr(durability, "_datasync", broken)
 
     async def one() -> None:
         await sync.synced()

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import keepstone.db as db
+from keepstone.db import migrations
 from keepstone.identity import schema as identity_schema
 from keepstone.records import schema as records_schema
 from keepstone.store import sql_schema
@@ -33,7 +34,7 @@ def test_pool_and_lock_figures_match_the_code() -> None:
     per_replica = 2 * pool_size  # max_overflow=pool_size in make_engine
     assert "max_overflow=pool_size" in inspect.getsource(db.make_engine)
     assert f"at most {per_replica} connections per replica" in DOC
-    lock = re.search(r"pg_advisory_xact_lock\((\d+)\)", inspect.getsource(db._lock))
+    lock = re.search(r"pg_advisory_xact_lock\((\d+)\)", inspect.getsource(migrations._lock))
     assert lock is not None and f"pg_advisory_xact_lock({lock.group(1)})" in DOC
 
 

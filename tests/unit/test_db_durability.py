@@ -1,8 +1,9 @@
 """On SQLite every acknowledged change is on disk before it is acknowledged, as a
 PostgreSQL commit is: documents, imports, settings, records and keys. Commits write the WAL
 unsynced; each durable write then syncs it after its commit, outside the writers' turn, one
-fsync shared by the writers waiting at the same time (``keepstone.db.WalSync``). Only what is
-made again from durable data (search chunks, vectors, a purge's pass) is not synced.
+fsync shared by the writers waiting at the same time (``keepstone.db.durability.WalSync``).
+Only what is made again from durable data (search chunks, vectors, a purge's pass) is not
+synced.
 
 A power loss cannot be staged here; the order of commits and syncs decides it, and that is
 what these tests read (the sync is wrapped, the commits seen through SQLAlchemy's events)."""
@@ -25,8 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone import db
-from keepstone.db import WalSync, make_engine, wal_sync, write_transaction
+from keepstone.db import WalSync, durability, make_engine, wal_sync, write_transaction
 from keepstone.errors import StoreUnavailable
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, Visibility
@@ -41,13 +41,13 @@ class Events:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.seen: list[str] = []
-        real = db._datasync
+        real = durability._datasync
 
         def datasync(fd: int) -> None:
             real(fd)
             self.seen.append("sync " + os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
 
-        monkeypatch.setattr(db, "_datasync", datasync)
+        monkeypatch.setattr(durability, "_datasync", datasync)
 
     def during(self, engine: Engine, call: Callable[[], Any]) -> list[str]:
         def on_commit(conn: Connection) -> None:
@@ -158,7 +158,7 @@ def test_writers_waiting_together_share_an_fsync_that_began_after_each_arrived(
         time.sleep(0.02)
         fsyncs.append((began, next(clock)))
 
-    monkeypatch.setattr(db, "_datasync", slow)
+    monkeypatch.setattr(durability, "_datasync", slow)
     calls: list[tuple[int, int]] = []
 
     def caller() -> None:
@@ -191,7 +191,7 @@ def test_a_failed_fsync_is_an_error_and_the_next_caller_syncs_again(
             raise failure
         done.append(1)
 
-    monkeypatch.setattr(db, "_datasync", flaky)
+    monkeypatch.setattr(durability, "_datasync", flaky)
     with pytest.raises(StoreUnavailable, match="failed to sync"):
         sync.sync()
     sync.sync()
@@ -204,7 +204,7 @@ def test_with_no_wal_the_database_file_is_synced(
     (tmp_path / "a.db").write_bytes(b"pages")
     synced: list[str] = []
     monkeypatch.setattr(
-        db, "_datasync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        durability, "_datasync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
     )
     WalSync(str(tmp_path / "a.db")).sync()
     assert synced == [str(tmp_path / "a.db")]
@@ -216,8 +216,8 @@ def test_a_database_in_memory_has_nothing_to_sync(tmp_path: Path) -> None:
         assert wal_sync(memory) is None
     finally:
         memory.dispose()
-    assert db._sync_for("file:mem1?mode=memory&cache=shared") is None
-    found = db._sync_for(f"file:{tmp_path / 'u.db'}?mode=rwc")
+    assert durability._sync_for("file:mem1?mode=memory&cache=shared") is None
+    found = durability._sync_for(f"file:{tmp_path / 'u.db'}?mode=rwc")
     assert found is not None and found._paths == (f"{tmp_path}/u.db-wal", f"{tmp_path}/u.db")
 
 
@@ -261,7 +261,7 @@ def _where_synced(monkeypatch: pytest.MonkeyPatch, took: float = 0.0) -> list[st
         time.sleep(took)
         threads.append(threading.current_thread().name)
 
-    monkeypatch.setattr(db, "_datasync", datasync)
+    monkeypatch.setattr(durability, "_datasync", datasync)
     return threads
 
 
@@ -370,7 +370,7 @@ def test_a_failed_fsync_of_a_turn_fails_each_of_its_waiters(
     def failing(_fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(db, "_datasync", failing)
+    monkeypatch.setattr(durability, "_datasync", failing)
 
     async def two() -> list[BaseException | None]:
         return await asyncio.gather(sync.synced(), sync.synced(), return_exceptions=True)

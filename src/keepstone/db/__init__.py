@@ -1,0 +1,66 @@
+"""SQL plumbing shared by every SQL-backed part of Keepstone (documents, identity, records).
+
+The bottom layer: it imports nothing of Keepstone's but :mod:`keepstone.errors`.
+
+* :mod:`keepstone.db.engine`: engines, transactions, driver errors, point reads, claims.
+* :mod:`keepstone.db.durability`: SQLite's writers' turn and the shared fsync of its WAL.
+* :mod:`keepstone.db.migrations`: each component's ordered migrations, recorded in
+  ``keepstone_migrations``.
+
+Their public names are re-exported here, so that a caller writes
+``from keepstone.db import write_transaction``.
+"""
+
+from keepstone.db.durability import (
+    SqliteWriters,
+    WalSync,
+    made_durable,
+    sqlite_writers,
+    syncs_deferred,
+    wal_sync,
+)
+from keepstone.db.engine import (
+    PointRead,
+    as_sqlalchemy,
+    claim_rows,
+    driver_cursor,
+    make_engine,
+    normalize_url,
+    on_pooled,
+    read_statements,
+    read_transaction,
+    sqlite_path,
+    translated_errors,
+    utc,
+    utcnow,
+    validate_schema_name,
+    write_transaction,
+)
+from keepstone.db.migrations import Migration, applied_versions, upgrade
+
+__all__ = [
+    "Migration",
+    "PointRead",
+    "SqliteWriters",
+    "WalSync",
+    "applied_versions",
+    "as_sqlalchemy",
+    "claim_rows",
+    "driver_cursor",
+    "made_durable",
+    "make_engine",
+    "normalize_url",
+    "on_pooled",
+    "read_statements",
+    "read_transaction",
+    "sqlite_path",
+    "sqlite_writers",
+    "syncs_deferred",
+    "translated_errors",
+    "upgrade",
+    "utc",
+    "utcnow",
+    "validate_schema_name",
+    "wal_sync",
+    "write_transaction",
+]

@@ -1,0 +1,414 @@
+"""Engines and transactions: the SQL plumbing every SQL-backed part of Keepstone shares.
+
+* :func:`make_engine` turns ``sqlite:///path`` or ``postgresql://...`` into a
+  SQLAlchemy engine (pysqlite in WAL mode; psycopg 3 with a connection pool).
+* :func:`write_transaction` / :func:`read_transaction` open a transaction; on SQLite
+  a write transaction is ``BEGIN IMMEDIATE``, taken in the writers' turn
+  (:mod:`keepstone.db.durability`), so concurrent writers queue instead of failing at
+  commit; :func:`read_statements` reads without a transaction of its own on PostgreSQL
+  (one round trip per statement).
+* :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
+* :class:`PointRead` and :func:`on_pooled`: the statements of every request's path, run on
+  a pooled driver connection without SQLAlchemy's per-statement work.
+* :func:`claim_rows`: rows claimed to work on outside the database (embedding them),
+  the same way for every index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Dialect, Engine
+
+from keepstone.db.durability import made_durable, sqlite_writers
+from keepstone.errors import InvalidRequest, StoreUnavailable
+
+T = TypeVar("T")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` as aware UTC (SQLite hands back naive datetimes; every stored time is UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``sqlite:///path`` and ``postgresql://...``; pick the psycopg 3 driver."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://") :]
+    if url.startswith(("postgresql+psycopg://", "sqlite://")):
+        return url
+    raise InvalidRequest(
+        f"unsupported database URL {url.split(':', 1)[0]!r}; "
+        "use sqlite:///path/to/keepstone.db or postgresql://user@host/db"
+    )
+
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def validate_schema_name(schema: str) -> str:
+    """A PostgreSQL schema name Keepstone will put on a search_path: ``[a-z_][a-z0-9_]*``."""
+    if not _SCHEMA_NAME.match(schema):
+        raise InvalidRequest(
+            f"schema {schema!r} is not a plain identifier; use lowercase letters, digits "
+            "and '_' (at most 63 characters, not starting with a digit)"
+        )
+    return schema
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a ``sqlite:///path`` URL, absolute; None for PostgreSQL or ``:memory:``."""
+    url = normalize_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = sa.engine.make_url(url).database
+    return os.path.abspath(path) if path and path != ":memory:" else None
+
+
+def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
+    """An engine for ``url``, configured for Keepstone's transaction discipline.
+
+    ``schema`` (PostgreSQL only; ignored for SQLite, which has no schemas) puts every
+    connection's ``search_path`` on that schema, so one database can hold several
+    independent Keepstone schemas (tests use a fresh one each). It does not create it.
+    """
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": 60, "check_same_thread": False},
+            pool_pre_ping=False,
+        )
+        _configure_sqlite(engine)
+        return engine
+    try:
+        import psycopg  # noqa: F401  (the dialect imports it when it first connects)
+    except ImportError:
+        raise InvalidRequest(
+            "a PostgreSQL database needs the postgres extra: pip install 'keepstone[postgres]'"
+        ) from None
+    connect_args: dict[str, Any] = {}
+    if schema is not None:
+        connect_args["options"] = f"-csearch_path={validate_schema_name(schema)}"
+    engine = sa.create_engine(
+        url,
+        connect_args=connect_args,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=False,
+        pool_recycle=1800,
+        pool_timeout=30,
+    )
+    event.listen(engine, "handle_error", _missing_database)
+    return engine
+
+
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
+
+
+def _missing_database(context: sa.engine.ExceptionContext) -> BaseException | None:
+    """A PostgreSQL connection refused because its database does not exist says so, with
+    the command that creates it, instead of "cannot be reached" (retrying cannot help)."""
+    found = _MISSING_DATABASE.search(str(context.original_exception))
+    if found is None or context.engine is None:
+        return None
+    url = context.engine.url
+    flags = [
+        f"-h {url.host}" if url.host else "",
+        f"-p {url.port}" if url.port else "",
+        f"-U {url.username}" if url.username else "",
+    ]
+    command = " ".join(["createdb", *filter(None, flags), shlex.quote(found[1])])
+    return StoreUnavailable(f'database "{found[1]}" does not exist; create it with: {command}')
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as exc:  # the first read of the file's header
+            cur.close()
+            raise InvalidRequest(
+                f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
+            ) from None
+        # A commit writes the WAL without syncing it; a durable write then syncs it once,
+        # outside the writers' turn, shared with its concurrent writers (WalSync).
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        # Sent on the driver itself: SQLAlchemy's execution of this one statement through
+        # exec_driver_sql is a share of every document write (docs/performance.md).
+        begin = f"BEGIN {mode}"
+        try:
+            conn.connection.driver_connection.execute(begin)  # type: ignore[union-attr]
+        except sqlite3.Error as exc:
+            raise as_sqlalchemy(exc, begin, conn.dialect) from exc
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine, *, durable: bool = True) -> Iterator[Connection]:
+    """A transaction that will write: ``BEGIN IMMEDIATE`` on SQLite.
+
+    ``durable`` (the default): the commit is on disk before the block returns, so what a
+    caller is told was written survives a power loss, not only a killed process:
+    PostgreSQL's commit always is; on SQLite the WAL is synced after the commit, outside
+    the writers' turn (:class:`~keepstone.db.durability.WalSync`). Documents, records,
+    settings, users and keys all commit so: a revoked key or an acknowledged
+    ``MEMORY.md`` never comes back changed after a crash of the machine.
+
+    ``durable=False``: for what is made again from durable data when lost (search chunks
+    and vectors, a purge's pass). On SQLite its commit is not synced (durable against a
+    killed process; a power loss may take it back, never corrupt the database). The WAL
+    is sequential, so the next durable commit makes it durable too.
+    """
+    with translated_errors():
+        if engine.dialect.name == "sqlite":
+            with sqlite_writers(engine), engine.connect() as conn:
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    yield conn
+            if durable:
+                made_durable(engine)
+        else:
+            with engine.begin() as conn:
+                yield conn
+
+
+@contextlib.contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    with translated_errors(), engine.connect() as conn, conn.begin():
+        yield conn
+
+
+@contextlib.contextmanager
+def read_statements(engine: Engine) -> Iterator[Connection]:
+    """Reads that need no transaction of their own: on PostgreSQL each statement runs in
+    autocommit, since at READ COMMITTED every statement of a transaction takes its own
+    snapshot anyway, and BEGIN and COMMIT would only add two round trips to each read
+    (docs/performance.md). On SQLite a read transaction, which is in-process and keeps one
+    snapshot across the statements. Not for reads that rely on a transaction: ``SET
+    LOCAL``/``set_config(..., true)``, ``FOR UPDATE``, server-side cursors."""
+    if engine.dialect.name != "postgresql":
+        with read_transaction(engine) as conn:
+            yield conn
+        return
+    with translated_errors(), engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def as_sqlalchemy(
+    exc: Exception, what: str, dialect: Dialect, *, invalidated: bool = False
+) -> sa.exc.StatementError:
+    """A driver's error as SQLAlchemy's (which :func:`translated_errors` translates), for
+    statements run on the driver itself: ``what`` names the statement, never its
+    parameters."""
+    return sa.exc.DBAPIError.instance(
+        what,
+        None,
+        exc,
+        dialect.loaded_dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=invalidated,
+        dialect=dialect,
+    )
+
+
+@contextlib.contextmanager
+def driver_cursor(conn: Connection, what: str) -> Iterator[Any]:
+    """A cursor of ``conn``'s own driver connection, in its transaction: statements sent
+    as they are, without SQLAlchemy's per-statement work; closed after, and a driver
+    error raised as SQLAlchemy's (:func:`as_sqlalchemy`)."""
+    dbapi: Any = conn.dialect.loaded_dbapi
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        yield cursor
+    except dbapi.Error as exc:
+        raise as_sqlalchemy(exc, what, conn.dialect) from exc
+    finally:
+        cursor.close()
+
+
+def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statement") -> T:
+    """``work(driver_connection)`` on a pooled DBAPI connection, in autocommit, without
+    SQLAlchemy's ``Connection``: its checkout, events, transaction and reset on return cost
+    about as much CPU as a point read or a one-statement write itself (docs/performance.md).
+
+    SQLite's connections are always in autocommit (Keepstone sends its own ``BEGIN``), so a
+    statement is its own transaction. On PostgreSQL the connection is switched to
+    autocommit for ``work`` and back (a client-side switch: psycopg sends nothing), or
+    invalidated when it cannot be switched back (a broken connection); in a transaction
+    the pool would roll it back on return, and psycopg drops every prepared statement of
+    the connection at a rollback. A driver error is raised as SQLAlchemy's (``what`` names
+    the statement, never its parameters), which :func:`translated_errors` translates."""
+    dbapi: Any = engine.dialect.loaded_dbapi
+    pooled = engine.raw_connection()
+    try:
+        driver: Any = pooled.driver_connection
+        postgres = engine.dialect.name == "postgresql"
+        if postgres:
+            driver.autocommit = True
+        try:
+            return work(driver)
+        except dbapi.Error as exc:
+            gone = engine.dialect.is_disconnect(exc, driver, None)
+            if gone:  # never handed out again, as SQLAlchemy's Connection would do
+                pooled.invalidate(exc)
+            raise as_sqlalchemy(exc, what, engine.dialect, invalidated=gone) from exc
+        finally:
+            if postgres and pooled.is_valid:
+                try:
+                    driver.autocommit = False
+                except Exception:
+                    pooled.invalidate()
+    finally:
+        pooled.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRead:
+    sql: str
+    #: Parameter names in the statement's order (qmark/numeric), or None (named).
+    order: tuple[str, ...] | None
+    binds: dict[str, Callable[[Any], Any]]
+    #: The values of the statement's own parameters (literals it was built with).
+    fixed: dict[str, Any]
+    results: tuple[Callable[[Any], Any] | None, ...]
+    row: Callable[..., Any]
+
+
+class PointRead:
+    """One ``SELECT`` of every request's path (a credential's row, a document), compiled
+    once per dialect and run by :func:`on_pooled`: the statement's text, its parameters
+    bound and its columns processed by the column types as SQLAlchemy would (a SQLite
+    timestamp is parsed, a boolean made one), its row answered as a named tuple.
+
+    One statement is one snapshot on either engine. Not for statements that take lists
+    (``IN`` expanded at execution) or that need a transaction."""
+
+    def __init__(self, stmt: sa.Select[Any]) -> None:
+        self.stmt = stmt
+        self._compiled: dict[str, _CompiledRead] = {}
+
+    def first(self, engine: Engine, params: dict[str, Any]) -> Any | None:
+        """The statement's first row for ``params`` (by bind name), or None."""
+        c = self._compiled.get(engine.dialect.name) or self._compile(engine.dialect)
+        given = {**c.fixed, **params}
+        bound = {k: (c.binds[k](v) if k in c.binds else v) for k, v in given.items()}
+        args: Any = bound if c.order is None else [bound[k] for k in c.order]
+
+        def fetch(driver: Any) -> Any:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(c.sql, args)
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+
+        with translated_errors():
+            row = on_pooled(engine, fetch, what="point read")
+        if row is None:
+            return None
+        return c.row(*(v if f is None else f(v) for f, v in zip(c.results, row, strict=True)))
+
+    def _compile(self, dialect: Dialect) -> _CompiledRead:
+        from collections import namedtuple
+
+        compiled: Any = self.stmt.compile(dialect=dialect)
+        binds, fixed = {}, {}
+        for name, bind in compiled.binds.items():
+            if bind.expanding:
+                raise ValueError(f"a point read takes no list parameter ({name!r})")
+            if not bind.required:
+                fixed[name] = bind.effective_value
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                binds[name] = process
+        columns = list(self.stmt.selected_columns)
+        results = tuple(
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        )
+        done = _CompiledRead(
+            compiled.string,
+            tuple(compiled.positiontup) if compiled.positional else None,
+            binds,
+            fixed,
+            results,
+            namedtuple("PointRow", [c.key for c in columns], rename=True),  # type: ignore[misc]
+        )
+        self._compiled[dialect.name] = done
+        return done
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Driver failures (connection refused, database gone, disk I/O) → StoreUnavailable."""
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise StoreUnavailable(
+            "the database cannot be reached right now; try again shortly"
+        ) from exc
+
+
+C = TypeVar("C")
+
+
+@contextlib.contextmanager
+def claim_rows(
+    engine: Engine,
+    claim: Callable[[Connection, bool], C],
+    finish: Callable[[Connection, C], object],
+    dirty: Callable[[C], bool],
+) -> Iterator[C]:
+    """``with claim_rows(engine, claim, finish, dirty) as c:`` — rows claimed by
+    ``claim(conn, lock)`` for the block to work on, and ``finish(conn, c)`` writing what
+    it made when the block exits normally.
+
+    PostgreSQL: one write transaction held while the block runs; ``claim`` reads with
+    ``lock`` True (``FOR UPDATE SKIP LOCKED``: concurrent claimers, threads or replicas,
+    take other rows) and ``finish`` writes in the same transaction, committed with it (an
+    exception, or a crash, rolls back: the rows stay to do). SQLite: ``claim`` reads with
+    ``lock`` False in a read transaction that ends before the block (a lock would stop
+    every writer while it runs), and ``finish`` runs in one short write transaction
+    afterwards, when ``dirty(c)``; it must leave alone a row changed meanwhile.
+    """
+    if engine.dialect.name == "postgresql":
+        with write_transaction(engine) as conn:
+            claimed = claim(conn, True)
+            yield claimed
+            finish(conn, claimed)
+        return
+    with read_transaction(engine) as conn:
+        claimed = claim(conn, False)
+    yield claimed
+    if dirty(claimed):
+        with write_transaction(engine, durable=False) as conn:  # vectors: made again
+            finish(conn, claimed)
