@@ -53,7 +53,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
-from keepstone.search.vectors import decode_many, encode_many, top_k  # noqa: E402
+from keepstone.db.vectors import decode_many, encode_many  # noqa: E402
+from keepstone.search.vectors import top_k  # noqa: E402
 from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
 from keepstone.store.pgvector import Pgvector  # noqa: E402
 from keepstone.store.sql import SqlStore, _space_key  # noqa: E402

@@ -183,13 +183,13 @@ class _Remembered:
 
 
 def one_team(url: str, label: str, sizes: list[int]) -> None:
+    from keepstone.db.vectors import encode_many
     from keepstone.embed.minilm import MiniLMEmbedder, locate_model
     from keepstone.identity.keys import load_key_hasher
     from keepstone.identity.service import IdentityService
     from keepstone.records.ratelimit import LocalRateLimiter
     from keepstone.records.store import PendingRecord
     from keepstone.search.cache import VectorCache
-    from keepstone.search.vectors import encode_many
     from keepstone.service.record_search import RecordSearch
     from keepstone.service.records import RecordService, build_record_service
 

@@ -48,10 +48,10 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
 from keepstone.db import make_engine  # noqa: E402
+from keepstone.db.vectors import encode_many  # noqa: E402
 from keepstone.identity.keys import load_key_hasher  # noqa: E402
 from keepstone.identity.service import IdentityService  # noqa: E402
 from keepstone.records.store import RETENTION, PendingRecord, Record  # noqa: E402
-from keepstone.search.vectors import encode_many  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import bench_world  # noqa: E402
 from serving import serve  # noqa: E402

@@ -1,5 +1,5 @@
-"""Vector storage and the bounded cache (keepstone.search.vectors): prints figures, asserts
-nothing.
+"""Vector storage (keepstone.db.vectors), scoring (keepstone.search.vectors) and the bounded
+cache: prints figures, asserts nothing.
 
     python bench/bench_vectors.py                          # everything, full sizes
     python bench/bench_vectors.py --sizes 2000,20000 --teams 200 --blas-threads 1
@@ -43,17 +43,16 @@ sys.path.insert(0, str(ROOT.parent / "src"))
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
-from keepstone.search.cache import DEFAULT_CACHE_MB, Entry, VectorCache  # noqa: E402
-from keepstone.search.vectors import (  # noqa: E402
+from keepstone.db.vectors import (  # noqa: E402
     QuantizedMatrix,
     VectorFormat,
     decode_many,
     decode_quantized,
     encode_many,
-    normalize_rows,
     quantize,
-    top_k,
 )
+from keepstone.search.cache import DEFAULT_CACHE_MB, Entry, VectorCache  # noqa: E402
+from keepstone.search.vectors import normalize_rows, top_k  # noqa: E402
 
 DIM = 384
 MiB = 2**20

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from keepstone.cli.main import main
 from keepstone.config import Config
 from keepstone.db import make_engine
+from keepstone.db.vectors import decode
 from keepstone.records.schema import records
 from keepstone.runtime import open_runtime
-from keepstone.search.vectors import decode
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.fs import FilesystemStore
 from keepstone.store.sql import SqlStore

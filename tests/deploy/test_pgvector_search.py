@@ -26,13 +26,14 @@ import sqlalchemy as sa
 
 from keepstone.config import Config
 from keepstone.db import make_engine
+from keepstone.db.vectors import decode, encode_many
 from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import Scope, new_record
 from keepstone.runtime import open_runtime, reindex_database
 from keepstone.schema import upgrade_all
 from keepstone.search.cache import VectorCache
-from keepstone.search.vectors import decode, encode_many, normalize_rows, top_k
+from keepstone.search.vectors import normalize_rows, top_k
 from keepstone.service.access import LOCAL_PRINCIPAL
 from keepstone.service.record_search import RecordSearch
 from keepstone.service.search import DocumentSearch

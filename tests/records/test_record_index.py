@@ -15,13 +15,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from keepstone.db import read_transaction
+from keepstone.db.vectors import encode_many
 from keepstone.principal import CredentialKind
 from keepstone.records.ratelimit import LocalRateLimiter
 from keepstone.records.schema import records
 from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import SearchVersions
 from keepstone.search.cache import VectorCache
-from keepstone.search.vectors import encode_many
 from keepstone.service.record_search import RecordSearch
 from keepstone.service.records import RecordService, build_record_service
 from tests.records.conftest import World, identity_of

@@ -18,10 +18,10 @@ import numpy as np
 from sqlalchemy.engine import Engine
 
 from keepstone.db import utcnow
+from keepstone.db.vectors import encode_many
 from keepstone.embed.base import Vectors, normalise_rows
 from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import PendingRecord, new_record
-from keepstone.search.vectors import encode_many
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql import SqlStore
 from tests.search.labelled import EvalSet, jsonl

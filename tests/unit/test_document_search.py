@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keepstone.db.vectors import encode_many
 from keepstone.errors import InvalidRequest
 from keepstone.quota import Limits
-from keepstone.search.vectors import encode_many
 from keepstone.service.search import DocumentHit, DocumentSearch
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef, Visibility

@@ -26,11 +26,11 @@ import sqlalchemy as sa
 from keepstone.api.indexer_process import IndexerProcess
 from keepstone.config import Config
 from keepstone.db import make_engine
+from keepstone.db.vectors import decode
 from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.records.schema import records
 from keepstone.records.sql import SqlRecordStore
 from keepstone.runtime import open_indexer, open_runtime
-from keepstone.search.vectors import decode
 from keepstone.service.indexer import Indexer, Source, document_sources, record_sources
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.sql import ChunkRow, SqlStore

@@ -1,4 +1,5 @@
-"""keepstone.search.vectors: blob codecs, exact top-k, the bounded per-scope cache."""
+"""The vector blob codec (keepstone.db.vectors), exact top-k (keepstone.search.vectors) and the
+bounded per-scope cache (keepstone.search.cache)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from keepstone.search.cache import Entry, VectorCache
-from keepstone.search.vectors import (
-    BLAS_BLOCK_ELEMENTS,
-    FLOAT32_BLAS_MAX_BYTES,
-    MASK_GATHER_SHARE,
+from keepstone.db.vectors import (
     QuantizedMatrix,
     VectorFormat,
     VectorFormatError,
@@ -29,8 +26,14 @@ from keepstone.search.vectors import (
     decode_quantized,
     encode,
     encode_many,
-    normalize_rows,
     quantize,
+)
+from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.vectors import (
+    BLAS_BLOCK_ELEMENTS,
+    FLOAT32_BLAS_MAX_BYTES,
+    MASK_GATHER_SHARE,
+    normalize_rows,
     scores,
     top_k,
 )

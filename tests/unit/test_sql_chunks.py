@@ -18,11 +18,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from keepstone.db.vectors import decode, encode
 from keepstone.errors import PreconditionFailed, QuotaExceeded
 from keepstone.quota import Limits
 from keepstone.search.chunking import chunk_markdown
 from keepstone.search.text import analyze
-from keepstone.search.vectors import decode, encode
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.base import ImportStrategy, PlatformGrant
 from keepstone.store.sql import ChunkRow, PendingChunk, SqlStore

@@ -4,7 +4,7 @@
   tenant. ``terms`` is the record's analysed text (:func:`keepstone.search.text.analyze`,
   space-joined: the terms documents' chunks store too); the keyword side ranks them in
   the process (BM25, :mod:`keepstone.search.bm25`), the same way on both dialects, so the
-  database only finds and stores. ``embedding`` is a :mod:`keepstone.search.vectors` blob made
+  database only finds and stores. ``embedding`` is a :mod:`keepstone.db.vectors` blob made
   by ``model`` (both NULL until the background indexer embeds the record, or when the
   configured model changed); ``vector_version`` is the team's ``vectors_version`` of the
   batch that stored it, so a cached matrix is extended by the newer rows alone. The

@@ -39,6 +39,7 @@ from keepstone.db import (
     utcnow,
     write_transaction,
 )
+from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
     CURSOR_KEY_NAME,
     record_search_versions,
@@ -62,7 +63,6 @@ from keepstone.records.store import (
 )
 from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
-from keepstone.search.vectors import Float32Array
 
 _TS = sa.DateTime(timezone=True)
 R = records
@@ -549,7 +549,7 @@ class SqlRecordStore(RecordStore):
     def store_record_embeddings(
         self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
     ) -> int:
-        """Store ``blobs[i]`` (a ``keepstone.search.vectors`` blob made by ``model``) as the
+        """Store ``blobs[i]`` (a ``keepstone.db.vectors`` blob made by ``model``) as the
         vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
         a record deleted, or embedded by ``model``, since it was read is left alone.
         Returns the number stored."""

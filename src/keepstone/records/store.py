@@ -50,7 +50,7 @@ from keepstone.records.render import normalize_text
 from keepstone.secrets import mask
 
 if TYPE_CHECKING:
-    from keepstone.search.vectors import Float32Array
+    from keepstone.db.vectors import Float32Array
 
 #: A record is kept this long after it is saved, then never returned and purged.
 RETENTION = timedelta(days=365)

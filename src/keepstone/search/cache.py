@@ -18,15 +18,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from keepstone.search.vectors import (
-    Matrix,
-    QuantizedMatrix,
-    VectorFormatError,
-    _check_float32_matrix,
-    _dim,
-    _rows,
-    quantize,
-)
+from keepstone.db.vectors import QuantizedMatrix, VectorFormatError, quantize
+from keepstone.search.vectors import Matrix, check_float32_matrix, matrix_dim, matrix_rows
 
 #: Default bound of the vector cache (``KEEPSTONE_VECTOR_CACHE_MB``).
 DEFAULT_CACHE_MB: Final = 256
@@ -50,8 +43,8 @@ class Entry:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", np.asarray(self.ids))
         if not isinstance(self.matrix, QuantizedMatrix):
-            _check_float32_matrix(self.matrix)
-        if self.ids.ndim != 1 or len(self.ids) != _rows(self.matrix):
+            check_float32_matrix(self.matrix)
+        if self.ids.ndim != 1 or len(self.ids) != matrix_rows(self.matrix):
             raise VectorFormatError("an entry needs one id per row")
         arrays: list[npt.NDArray[Any]] = (
             [self.matrix.codes, self.matrix.scales]
@@ -75,7 +68,7 @@ class Entry:
         rows = _converted(delta.matrix, quantized=isinstance(self.matrix, QuantizedMatrix))
         if not len(self):
             return Entry(delta.ids, rows)
-        if _dim(rows) != _dim(self.matrix):
+        if matrix_dim(rows) != matrix_dim(self.matrix):
             raise VectorFormatError("an extension of another dimension")
         return Entry(np.concatenate([self.ids, delta.ids]), _concatenated(self.matrix, rows))
 

@@ -28,17 +28,11 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from keepstone.db.vectors import Float32Array, IndexArray, QuantizedMatrix
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry
 from keepstone.search.fusion import ALPHA, FusedHit, weighted_sum
-from keepstone.search.vectors import (
-    Float32Array,
-    IndexArray,
-    Matrix,
-    QuantizedMatrix,
-    scores,
-    top_k,
-)
+from keepstone.search.vectors import Matrix, scores, top_k
 
 #: Candidates taken from each side before fusing.
 CANDIDATES = 50

@@ -30,8 +30,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keepstone.db.vectors import encode_many
 from keepstone.errors import KeepstoneError
-from keepstone.search.vectors import encode_many
 from keepstone.store.index import ChunkBackfill, SearchIndex
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from keepstone.db.vectors import Float32Array, decode_many
 from keepstone.errors import KeepstoneError
 from keepstone.records.store import RankingRow, Record, RecordReader, Scope, SearchVersions
 from keepstone.records.store import StoredVector as StoredVector
@@ -46,7 +47,6 @@ from keepstone.search.hybrid import (
     rank,
 )
 from keepstone.search.text import query_terms
-from keepstone.search.vectors import Float32Array, decode_many
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from keepstone.db.vectors import Float32Array, decode_many, encode_many
 from keepstone.errors import InvalidRequest
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
@@ -43,7 +44,6 @@ from keepstone.search.hybrid import (
     rank,
 )
 from keepstone.search.text import query_terms
-from keepstone.search.vectors import Float32Array, decode_many, encode_many
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, MemoryStore
 from keepstone.store.index import (

@@ -163,7 +163,7 @@ class ChunkRow:
     ``heading`` is the chunk's heading trail (``"Runbook > Rollback"``, ``""`` before the
     first heading), ``text`` the chunk's own text, ``terms`` its analysed terms
     (:func:`keepstone.search.text.analyze` of its ``search_text``) joined by single spaces,
-    ``embedding`` the vector blob (:mod:`keepstone.search.vectors`) or None until it is
+    ``embedding`` the vector blob (:mod:`keepstone.db.vectors`) or None until it is
     embedded, and ``model`` the model that made the vector (None with no vector).
     """
 

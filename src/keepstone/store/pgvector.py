@@ -1,7 +1,7 @@
 """The dense side on PostgreSQL with pgvector: a ``vec`` column and HNSW indexes
 (docs/search.md, "pgvector").
 
-Vectors stay ``keepstone.search.vectors`` blobs in ``embedding`` on every engine; where the
+Vectors stay ``keepstone.db.vectors`` blobs in ``embedding`` on every engine; where the
 ``vector`` extension is there, a table that holds them (``memory_chunks``; ``records``)
 also gets ``vec vector`` — no fixed dimension, so vectors of several models share it —
 written by the same statement as the blob, and one partial HNSW index per (model,
@@ -52,8 +52,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import read_transaction, write_transaction
+from keepstone.db.vectors import Blob, decode_many
 from keepstone.errors import InvalidRequest, StoreUnavailable
-from keepstone.search.vectors import Blob, decode_many
 
 log = logging.getLogger(__name__)
 

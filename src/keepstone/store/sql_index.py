@@ -24,11 +24,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
+from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
-from keepstone.search.vectors import Float32Array as FloatVector
 from keepstone.spaces import SpaceRef
 from keepstone.store import pgvector
 from keepstone.store.base import ChunkRow, Progress
@@ -246,7 +246,7 @@ class DocumentIndex:
     def store_embeddings(
         self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
     ) -> int:
-        """Store ``blobs[i]`` (a ``keepstone.search.vectors`` blob made by ``model``) as the
+        """Store ``blobs[i]`` (a ``keepstone.db.vectors`` blob made by ``model``) as the
         vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
         rewritten since it was read is left alone. Returns the number stored."""
         pairs = paired(rows, blobs)

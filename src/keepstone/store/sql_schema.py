@@ -140,7 +140,7 @@ MIGRATIONS.append(
 # in the document write's own transaction, so a document is keyword-searchable the moment
 # its write commits. ``terms`` are the space-joined ``keepstone.search.text.analyze`` terms of
 # the chunk's search text (``context`` on a line, then ``text``); ``embedding`` is a
-# ``keepstone.search.vectors`` blob made by ``model``, both NULL until the background indexer
+# ``keepstone.db.vectors`` blob made by ``model``, both NULL until the background indexer
 # embeds the chunk (or when the configured model changed). The primary key leads with the
 # space, so it serves "every chunk of a space"; the ``model`` index serves the indexer's
 # "not yet embedded by this model" scan.
