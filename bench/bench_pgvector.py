@@ -21,7 +21,7 @@ fresh draws from the same distribution.
 **Through the product's path** (``--path product``, run by default after the above):
 the same vectors go into ``memory_chunks`` as one space's chunks of one model (a
 float32 blob and ``vec`` per row, by COPY), on a database set up by
-``keepstone.store.pgvector.setup``, and the index is the one Keepstone builds (partial, per
+``keepstone.db.pgvector.setup``, and the index is the one Keepstone builds (partial, per
 model and dimension). For k = 10 and k = 50 (the candidates the search's dense side
 asks for): exact top-k with numpy over the space's matrix as ``VectorCache`` holds it
 (``keepstone.search.vectors.top_k`` with the row mask the search passes), and
@@ -53,10 +53,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
+from keepstone.db.pgvector import Pgvector  # noqa: E402
 from keepstone.db.vectors import decode_many, encode_many  # noqa: E402
 from keepstone.search.vectors import top_k  # noqa: E402
 from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
-from keepstone.store.pgvector import Pgvector  # noqa: E402
 from keepstone.store.sql import SqlStore, _space_key  # noqa: E402
 from tests import pgvector_server  # noqa: E402
 

@@ -135,13 +135,13 @@ def open_runtime(
     are what new team and instance counters start at (default: SPEC §4's; the admin API
     re-caps them in the database, and ``KEEPSTONE_MEMORY_*`` are the filesystem store's).
     """
+    from keepstone.db import pgvector
     from keepstone.records.ratelimit import rate_limiter
     from keepstone.service.access import Access, Credentials
     from keepstone.service.admin import AdminService
     from keepstone.service.audit import AuditService
     from keepstone.service.records import build_record_service
     from keepstone.service.spaces import SpaceService
-    from keepstone.store import pgvector
     from keepstone.store.sql import SqlStore
 
     owns_engine = engine is None

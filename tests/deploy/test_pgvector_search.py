@@ -25,7 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from keepstone.config import Config
-from keepstone.db import make_engine
+from keepstone.db import make_engine, pgvector
+from keepstone.db.pgvector import Pgvector
 from keepstone.db.vectors import decode, encode_many
 from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.records.sql import SqlRecordStore
@@ -38,8 +39,6 @@ from keepstone.service.access import LOCAL_PRINCIPAL
 from keepstone.service.record_search import RecordSearch
 from keepstone.service.search import DocumentSearch
 from keepstone.spaces import SpaceRef, Visibility
-from keepstone.store import pgvector
-from keepstone.store.pgvector import Pgvector
 from keepstone.store.sql import SqlStore
 from tests.pgvector_server import PgvectorServer
 from tests.search import labelled

@@ -6,9 +6,15 @@ The bottom layer: it imports nothing of Keepstone's but :mod:`keepstone.errors`.
 * :mod:`keepstone.db.durability`: SQLite's writers' turn and the shared fsync of its WAL.
 * :mod:`keepstone.db.migrations`: each component's ordered migrations, recorded in
   ``keepstone_migrations``.
+* :mod:`keepstone.db.vectors`: the vector blob codec, the format of every ``embedding``
+  column.
+* :mod:`keepstone.db.pgvector`: where PostgreSQL has pgvector, the ``vec`` column beside
+  those blobs, its HNSW indexes and their queries; the documents' and the records'
+  stores both use it.
 
-Their public names are re-exported here, so that a caller writes
-``from keepstone.db import write_transaction``.
+The public names of the first three are re-exported here, so that a caller writes
+``from keepstone.db import write_transaction``; the last two (numpy) are imported from
+their own modules, so that what needs only a transaction does not load them.
 """
 
 from keepstone.db.durability import (

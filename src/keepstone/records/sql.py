@@ -22,10 +22,10 @@ identity's but tables in the same database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -39,6 +39,7 @@ from keepstone.db import (
     utcnow,
     write_transaction,
 )
+from keepstone.db.pgvector import Pgvector
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
     CURSOR_KEY_NAME,
@@ -122,48 +123,7 @@ _PENDING = (
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
 
 
-class VectorColumn(Protocol):
-    """pgvector in the database (:class:`keepstone.store.pgvector.Pgvector`, handed in by the
-    composition root: components do not import one another): the tables that carry a
-    ``vec`` column, the statement pieces that set it, its HNSW query."""
-
-    tables: frozenset[str]
-    search: bool
-    min_vectors: int
-
-    def with_vec(self, table: sa.Table) -> sa.Table: ...
-    def vec_param(self, name: str = "vec") -> Any: ...
-    def vec_values(self, blobs: Sequence[bytes]) -> list[tuple[str, int]]: ...
-    def ensure_index(self, table: str, model: str, dim: int) -> bool: ...
-    def nearest(
-        self,
-        table: str,
-        key: Sequence[str],
-        scope: str,
-        params: Mapping[str, Any],
-        model: str,
-        query: Float32Array,
-        k: int,
-        *,
-        alias: str = "",
-        conn: Connection | None = None,
-    ) -> Sequence[Any]: ...
-    def similarity(
-        self,
-        table: str,
-        key: Sequence[str],
-        scope: str,
-        params: Mapping[str, Any],
-        model: str,
-        query: Float32Array,
-        keys: Sequence[tuple[Any, ...]],
-        *,
-        alias: str = "",
-        conn: Connection | None = None,
-    ) -> Sequence[Any]: ...
-
-
-def _store_vector(vec: VectorColumn | None) -> Any:
+def _store_vector(vec: Pgvector | None) -> Any:
     """The statement that stores a record's vector (and, with pgvector, its ``vec``)."""
     into = R if vec is None else vec.with_vec(R)
     model: sa.BindParameter[str] = sa.bindparam("model")
@@ -471,7 +431,7 @@ def _pending_key(row: PendingRecord) -> tuple[str, str]:
 class SqlRecordStore(RecordStore):
     """Records in the database of ``engine`` (schema: :mod:`keepstone.records.schema`)."""
 
-    def __init__(self, engine: Engine, vectors: VectorColumn | None = None) -> None:
+    def __init__(self, engine: Engine, vectors: Pgvector | None = None) -> None:
         self.engine = engine
         self._key: bytes | None = None
         #: pgvector's ``vec`` column of ``records``, when the database has one.
@@ -567,7 +527,7 @@ class SqlRecordStore(RecordStore):
 
     def _index_vectors(self, pairs: Sequence[tuple[PendingRecord, bytes]], model: str) -> None:
         """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
-        it is missing (in a transaction of its own, see keepstone.store.pgvector)."""
+        it is missing (in a transaction of its own, see keepstone.db.pgvector)."""
         if self.vectors is not None and pairs:
             self.vectors.ensure_index(R.name, model, self.vectors.vec_values([pairs[0][1]])[0][1])
 

@@ -90,7 +90,7 @@ class ExactDense:
 @dataclass(frozen=True, slots=True)
 class IndexedDense:
     """The dense side answered by an index outside the process (pgvector's HNSW, see
-    :mod:`keepstone.store.pgvector`): ``nearest(k)`` is the scope's ``k`` nearest rows as
+    :mod:`keepstone.db.pgvector`): ``nearest(k)`` is the scope's ``k`` nearest rows as
     (row key, cosine), best first, the scope's own conditions applied by the index's
     query; ``position`` maps a key to its keyword row. A key that is not among the rows
     (loaded at another version) or that ``allowed`` masks out is dropped."""

@@ -44,6 +44,7 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from keepstone.db import utcnow
+from keepstone.db.pgvector import Pgvector
 from keepstone.errors import InvalidRequest, KeepstoneError, RecordNotFound
 from keepstone.identity.service import IdentityService
 from keepstone.principal import Principal
@@ -56,7 +57,7 @@ from keepstone.records.models import MAX_TEXT as MAX_TEXT
 from keepstone.records.models import is_clean_id
 from keepstone.records.ratelimit import RateLimiter, admitted
 from keepstone.records.render import NOTICE, render_text
-from keepstone.records.sql import SqlRecordStore, VectorColumn
+from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import PagePosition, RecordStore, Scope, new_record, utc
 from keepstone.records.store import (
     Record as Record,  # what a save answers (re-exported for the faces)
@@ -531,10 +532,10 @@ def build_record_service(
     limiter: RateLimiter,
     search: RecordSearch | Callable[[], RecordSearch] | None = None,
     *,
-    vectors: VectorColumn | None = None,
+    vectors: Pgvector | None = None,
 ) -> RecordService:
     """The records service over ``engine``'s database (the composition root calls it;
     ``identity`` is None in local mode; ``search`` None ranks by keyword only;
-    ``vectors``: pgvector in the database, :func:`keepstone.store.pgvector.setup`)."""
+    ``vectors``: pgvector in the database, :func:`keepstone.db.pgvector.setup`)."""
     store = SqlRecordStore(engine, vectors)
     return RecordService(store, Access(identity), limiter, search)

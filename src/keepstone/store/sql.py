@@ -54,6 +54,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import (
     make_engine,
+    pgvector,
     read_statements,
     read_transaction,
     translated_errors,
@@ -74,7 +75,6 @@ from keepstone.errors import (
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, validate_segment
-from keepstone.store import pgvector
 from keepstone.store.base import (
     CheckedDelete,
     CheckedMove,
@@ -172,7 +172,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
     ) -> None:
         self.engine = engine
         self.limits = limits
-        #: pgvector in this database (:func:`keepstone.store.pgvector.setup`; None: none).
+        #: pgvector in this database (:func:`keepstone.db.pgvector.setup`; None: none).
         self.pgvector = vectors
         vec = vectors if vectors is not None and C.name in vectors.tables else None
         self._vec = vec
@@ -197,7 +197,7 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
 
         ``schema`` (PostgreSQL) keeps every table in that schema, creating it if
         missing; SQLite has no schemas and ignores it. ``pgvector_mode`` is
-        ``KEEPSTONE_PGVECTOR`` (:func:`keepstone.store.pgvector.setup`).
+        ``KEEPSTONE_PGVECTOR`` (:func:`keepstone.db.pgvector.setup`).
         """
         try:
             engine = make_engine(url, schema=schema)

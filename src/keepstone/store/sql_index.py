@@ -23,14 +23,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
+from keepstone.db import claim_rows, pgvector, read_transaction, utcnow, write_transaction
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
-from keepstone.store import pgvector
 from keepstone.store.base import ChunkRow, Progress
 from keepstone.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
 from keepstone.store.sql_statements import BACKFILL_BATCH_DOCS, Statements

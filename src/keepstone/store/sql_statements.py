@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from keepstone.db import PointRead
-from keepstone.store import pgvector
+from keepstone.db import PointRead, pgvector
 from keepstone.store.sql_schema import (
     memory_chunks,
     memory_document_versions,

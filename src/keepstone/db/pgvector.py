@@ -51,7 +51,7 @@ import numpy.typing as npt
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import read_transaction, write_transaction
+from keepstone.db.engine import read_transaction, write_transaction
 from keepstone.db.vectors import Blob, decode_many
 from keepstone.errors import InvalidRequest, StoreUnavailable
 
@@ -62,15 +62,15 @@ MODES: Final = ("auto", "on", "off")
 #: The tables whose ``embedding`` blobs get a ``vec`` column beside them.
 TABLES: Final = ("memory_chunks", "records")
 #: ``hnsw.ef_search`` of a query (raised to the k asked for): the candidate list the
-#: graph search keeps. bench/bench_pgvector.py, the product's path, clustered vectors:
-#: top-10 recall 1.000 at 20k and 100k; top-50 (what the search asks) 0.975 / 0.965,
-#: against 0.983 / 0.971 at 100 for 25-40 % more time.
+#: graph search keeps. On the product's path it finds nearly all of the true top 50 (what
+#: a search asks for), and a longer list buys little recall for much more time
+#: (bench/bench_pgvector.py, clustered vectors).
 EF_SEARCH: Final = 64
 #: A scope with fewer vectors of the model than this keeps the cached numpy path: exact,
-#: and faster below it (measured p50 1.9 against 3.0 ms at 20k, 14 against 6-7 ms at
-#: 100k: the lines cross near 30k, where the matrix is 44 MB of the cache).
+#: and faster below about this size, where the two paths' latencies cross
+#: (bench/bench_pgvector.py).
 MIN_VECTORS: Final = 30_000
-#: Serialises setup and index builds across processes (keepstone.db's migrations: 872361).
+#: Serialises setup and index builds across processes (keepstone.db.migrations: 872361).
 SETUP_LOCK: Final = 872363
 #: Rows whose ``vec`` a backfill statement fills at a time.
 BACKFILL_BATCH: Final = 500
@@ -407,67 +407,89 @@ def setup(
     what to install); ``auto`` goes on without it; ``off`` creates nothing, and returns
     a handle only to keep an existing ``vec`` column written.
     """
-    mode = check_mode(mode)
+    checked = check_mode(mode)
     if engine.dialect.name != "postgresql":
-        if mode == "on":
+        if checked == "on":
             raise StoreUnavailable(
                 "KEEPSTONE_PGVECTOR=on needs PostgreSQL with the pgvector extension, and this "
                 "database is SQLite: set KEEPSTONE_PGVECTOR=auto (or off), or use PostgreSQL"
             )
         return None
-    made: list[str] = []
+    prepared = _prepare_tables(engine, checked)
+    if prepared is None:
+        return None
+    schema, models = prepared
+    handle = Pgvector(
+        engine,
+        schema,
+        frozenset(models),
+        search=checked != "off",
+        min_vectors=min_vectors,
+        ef_search=ef_search,
+    )
+    for table, pairs in models.items():
+        for model, dim in pairs:
+            handle.ensure_index(table, model, dim)
+    return handle
+
+
+def _prepare_tables(
+    engine: Engine, mode: Mode
+) -> tuple[str, dict[str, list[tuple[str, int]]]] | None:
+    """In one transaction under :data:`SETUP_LOCK`: the extension (created unless
+    ``mode`` is ``off``), then the ``vec`` column of every table of :data:`TABLES`
+    (:func:`_with_vec_column`). The extension's schema and, for each table that has the
+    column, its vectors' (model, dimension) pairs; None when there is no pgvector to use."""
     with write_transaction(engine) as conn:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SETUP_LOCK})
         schema, problem = _extension(conn, create=mode != "off")
         if schema is None:
-            if mode == "on":
-                raise StoreUnavailable(
-                    f"KEEPSTONE_PGVECTOR=on but {problem}: install pgvector on the PostgreSQL "
-                    "server (docs/deploy.md, 'pgvector') or set KEEPSTONE_PGVECTOR=auto"
-                )
-            if mode == "auto":
-                log.info("pgvector: not used, %s; the dense side is exact numpy", problem)
+            _without_extension(mode, problem)
             return None
-        tables = []
-        for table in TABLES:
-            columns = _columns(conn, table)
-            if not {"embedding", "model"} <= columns:
-                continue  # not created yet (a store built before the migrations)
-            if "vec" not in columns:
-                if mode == "off":
-                    continue
-                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN vec {_qualified(schema)}"))
-                # Inline, not TOASTed (pgvector's default): a row holds its text and blob
-                # too, and a vector moved out of line costs a TOAST fetch per distance.
-                conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN vec SET STORAGE MAIN"))
-                made.append(table)
-            # Rows with a blob and no vec (written before the column, or by an older
-            # replica): a small partial index finds them without scanning the table.
-            conn.execute(
-                sa.text(
-                    f"CREATE INDEX IF NOT EXISTS {table}_vec_missing ON {table} (model)"
-                    " WHERE embedding IS NOT NULL AND vec IS NULL"
-                )
-            )
-            filled = _backfill(conn, table, _qualified(schema))
-            if filled:
-                log.info("pgvector: filled vec of %d rows of %s from their blobs", filled, table)
-            tables.append(table)
-        pairs = {t: _models(conn, t) for t in tables}
-    if not tables:
-        return None
-    handle = Pgvector(
-        engine,
-        schema,
-        frozenset(tables),
-        search=mode != "off",
-        min_vectors=min_vectors,
-        ef_search=ef_search,
+        tables = [table for table in TABLES if _with_vec_column(conn, table, schema, mode)]
+        models = {table: _models(conn, table) for table in tables}
+    return (schema, models) if models else None
+
+
+def _without_extension(mode: Mode, problem: str) -> None:
+    """No vector extension to use (``problem`` says why): ``on`` refuses to start,
+    ``auto`` says so and goes on, ``off`` asked for none."""
+    if mode == "on":
+        raise StoreUnavailable(
+            f"KEEPSTONE_PGVECTOR=on but {problem}: install pgvector on the PostgreSQL "
+            "server (docs/deploy.md, 'pgvector') or set KEEPSTONE_PGVECTOR=auto"
+        )
+    if mode == "auto":
+        log.info("pgvector: not used, %s; the dense side is exact numpy", problem)
+
+
+def _with_vec_column(conn: Connection, table: str, schema: str, mode: Mode) -> bool:
+    """Whether ``table`` carries ``vec`` once this returns: added where it is missing
+    (not under ``off``), and filled from the blobs of rows that have none. False for a
+    table not created yet (a store built before the migrations), or without ``vec``
+    under ``off``."""
+    columns = _columns(conn, table)
+    if not {"embedding", "model"} <= columns:
+        return False
+    if "vec" not in columns:
+        if mode == "off":
+            return False
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN vec {_qualified(schema)}"))
+        # Inline, not TOASTed (pgvector's default): a row holds its text and blob
+        # too, and a vector moved out of line costs a TOAST fetch per distance.
+        conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN vec SET STORAGE MAIN"))
+    # Rows with a blob and no vec (written before the column, or by an older
+    # replica): a small partial index finds them without scanning the table.
+    conn.execute(
+        sa.text(
+            f"CREATE INDEX IF NOT EXISTS {table}_vec_missing ON {table} (model)"
+            " WHERE embedding IS NOT NULL AND vec IS NULL"
+        )
     )
-    for table, models in pairs.items():
-        for model, dim in models:
-            handle.ensure_index(table, model, dim)
-    return handle
+    filled = _backfill(conn, table, _qualified(schema))
+    if filled:
+        log.info("pgvector: filled vec of %d rows of %s from their blobs", filled, table)
+    return True
 
 
 def _extension(conn: Connection, *, create: bool) -> tuple[str | None, str]:
