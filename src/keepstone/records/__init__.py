@@ -1,8 +1,9 @@
 """Team memory records (SPEC §6): short summaries of finished work for one team.
 
 The component: the :class:`~keepstone.records.store.RecordStore` interface and its SQL
-adapter (:mod:`keepstone.records.sql`, which also serves the background indexer's claims),
-tables and migrations (:mod:`.schema`), the fenced rendering of a record's text (:mod:`.render`),
+adapter (:mod:`keepstone.records.sql`; the background indexer's claims and the search
+counters are :mod:`.sql_index`'s), tables and migrations (:mod:`.schema`), the fenced
+rendering of a record's text (:mod:`.render`),
 request bodies (:mod:`.models`), the per-team search rate limit (:mod:`.ratelimit`)
 and search-quality measurement (:mod:`.quality`). It decides no access: the
 use-cases — save, search, list, delete, settings, purge — are

@@ -1,4 +1,4 @@
-"""The SQL :class:`~keepstone.records.store.RecordStore`: SQLite and PostgreSQL, one module.
+"""The SQL :class:`~keepstone.records.store.RecordStore`: SQLite and PostgreSQL alike.
 
 Tables and indexes are :mod:`keepstone.records.schema`'s. The store finds and stores; it
 never ranks. A record's ``terms`` are :func:`keepstone.search.text.analyze` of its text,
@@ -7,11 +7,8 @@ a team's rows (:meth:`RecordReader.ranking_rows`) and vectors into the process
 (:mod:`keepstone.service.record_search`), the same way on both dialects. Every insert,
 delete and purge bumps the team's ``terms_version`` in its own transaction.
 
-Vectors are written by the background indexer, never by a save:
-:meth:`SqlRecordStore.claim_pending_records` mirrors the document store's
-``claim_pending_chunks`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite a read
-without a lock and one short write at the end), and every batch stored bumps its teams'
-``vectors_version``, teams in key order.
+Vectors are written by the background indexer, never by a save: that side of the store,
+and the per-team counters, are :mod:`keepstone.records.sql_index`'s.
 
 Repositories and teams belong to the identity component. This module reads them with
 plain SQL over the ``repos`` table (its ``team_id``, ``id`` and ``project_id`` columns)
@@ -28,17 +25,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import (
-    claim_rows,
-    read_statements,
-    read_transaction,
-    utcnow,
-    write_transaction,
-)
+from keepstone.db import read_statements, write_transaction
 from keepstone.db.pgvector import Pgvector
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
@@ -48,9 +37,9 @@ from keepstone.records.schema import (
     records,
     records_meta,
 )
+from keepstone.records.sql_index import RecordIndex, search_counters
 from keepstone.records.store import (
     PagePosition,
-    PendingRecord,
     RankingRow,
     Record,
     RecordReader,
@@ -62,7 +51,6 @@ from keepstone.records.store import (
     StoredVector,
     utc,
 )
-from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
 
 _TS = sa.DateTime(timezone=True)
@@ -110,87 +98,6 @@ _VECTORS = (
 _BY_ID = sa.select(R.c.id, R.c.repo_id, R.c.text, R.c.created_at, R.c.expires_at).where(
     R.c.team_id == sa.bindparam("team"), R.c.id.in_(sa.bindparam("ids", expanding=True))
 )
-# Written as three conditions (not ``model IS DISTINCT FROM``) so the ``model`` index
-# serves it rather than a scan of every record.
-_model: sa.BindParameter[str] = sa.bindparam("model")
-_NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _model)
-_PENDING = (
-    sa.select(R.c.team_id, R.c.id, R.c.text)
-    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
-    .order_by(R.c.created_at, R.c.team_id, R.c.id)
-    .limit(sa.bindparam("limit"))
-)
-_CLAIM = _PENDING.with_for_update(skip_locked=True)
-
-
-def _store_vector(vec: Pgvector | None) -> Any:
-    """The statement that stores a record's vector (and, with pgvector, its ``vec``)."""
-    into = R if vec is None else vec.with_vec(R)
-    model: sa.BindParameter[str] = sa.bindparam("model")
-    return (
-        into.update()
-        # Not a record deleted, or embedded by this model, since it was read (SQLite claims
-        # hold no lock): a deleted record is never resurrected, nor one embedded twice.
-        .where(
-            into.c.team_id == sa.bindparam("k_team"),
-            into.c.id == sa.bindparam("k_id"),
-            sa.or_(into.c.model.is_(None), into.c.model < model, into.c.model > model),
-        )
-        .values(
-            embedding=sa.bindparam("blob"),
-            model=sa.bindparam("by_model"),
-            vector_version=sa.bindparam("version", type_=sa.BigInteger),
-            **({} if vec is None else {"vec": vec.vec_param()}),
-        )
-    )
-
-
-_STORE_VECTOR = _store_vector(None)
-
-
-class _Versions:
-    """The per-team counter upserts of one dialect (each its own INSERT ... ON CONFLICT)."""
-
-    def __init__(self, dialect: str) -> None:
-        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
-        team: sa.BindParameter[str] = sa.bindparam("team")
-        self.bump_terms = (
-            insert(V)
-            .values(team_id=team, terms_version=1, vectors_version=0, vectors_reset=0)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id], set_={V.c.terms_version: V.c.terms_version + 1}
-            )
-        )
-        self.bump_vectors = (
-            insert(V)
-            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=0)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id],
-                set_={V.c.vectors_version: V.c.vectors_version + 1},
-            )
-            .returning(V.c.vectors_version)
-        )
-        # A change that removes records (and so maybe vectors): both counters move, and
-        # the vectors' reset mark with them.
-        self.bump_removal = (
-            insert(V)
-            .values(team_id=team, terms_version=1, vectors_version=1, vectors_reset=1)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id],
-                set_={
-                    V.c.terms_version: V.c.terms_version + 1,
-                    V.c.vectors_version: V.c.vectors_version + 1,
-                    V.c.vectors_reset: V.c.vectors_version + 1,
-                },
-            )
-        )
-
-
-_DIALECTS = {name: _Versions(name) for name in ("sqlite", "postgresql")}
-
-
-def _versions_of(conn: Connection) -> _Versions:
-    return _DIALECTS[conn.dialect.name]
 
 
 def _visibility_clause(project_ids: frozenset[str] | None, params: dict[str, object]) -> str:
@@ -356,12 +263,12 @@ class _SqlWriter(_SqlReader, RecordWriter):
             for r in records_
         ]
         self._conn.execute(R.insert(), rows)
-        self._bump(_versions_of(self._conn).bump_terms, (r.team_id for r in records_))
+        self._bump(search_counters(self._conn).bump_terms, (r.team_id for r in records_))
 
     def delete(self, team_id: str, record_id: str) -> bool:
         removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
         if removed.rowcount > 0:
-            self._bump(_versions_of(self._conn).bump_removal, [team_id])
+            self._bump(search_counters(self._conn).bump_removal, [team_id])
             return True
         return False
 
@@ -384,7 +291,7 @@ class _SqlWriter(_SqlReader, RecordWriter):
         ).all()
         if keys:
             self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i in keys])
-            self._bump(_versions_of(self._conn).bump_removal, (t for t, _ in keys))
+            self._bump(search_counters(self._conn).bump_removal, (t for t, _ in keys))
         return len(keys)
 
     def _bump(self, statement: Any, teams: Iterable[str]) -> None:
@@ -420,23 +327,14 @@ def _record(team_id: str, row: Any) -> Record:
     )
 
 
-#: A claim of pending records (:meth:`SqlRecordStore.claim_pending_records`).
-RecordClaim = EmbeddingClaim[PendingRecord]
-
-
-def _pending_key(row: PendingRecord) -> tuple[str, str]:
-    return row.team_id, row.id
-
-
-class SqlRecordStore(RecordStore):
-    """Records in the database of ``engine`` (schema: :mod:`keepstone.records.schema`)."""
+class SqlRecordStore(RecordIndex, RecordStore):
+    """Records in the database of ``engine`` (schema: :mod:`keepstone.records.schema`);
+    ``vectors``: pgvector there (:func:`keepstone.db.pgvector.setup`), None without it.
+    The background indexer's side is :class:`~keepstone.records.sql_index.RecordIndex`'s."""
 
     def __init__(self, engine: Engine, vectors: Pgvector | None = None) -> None:
-        self.engine = engine
+        super().__init__(engine, vectors)
         self._key: bytes | None = None
-        #: pgvector's ``vec`` column of ``records``, when the database has one.
-        self.vectors = vectors if vectors is not None and R.name in vectors.tables else None
-        self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def reading(self) -> AbstractContextManager[RecordReader]:
         return self._open(write=False)
@@ -466,123 +364,3 @@ class SqlRecordStore(RecordStore):
             ).scalar()
             self._key = bytes.fromhex(str(value))
         return self._key
-
-    # --- The background indexer's side --------------------------------------------------
-
-    def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
-        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
-        another model than ``model``, across every team. Reads without claiming: the
-        indexers of several replicas use :meth:`claim_pending_records`."""
-        with read_transaction(self.engine) as conn:
-            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
-
-    @contextmanager
-    def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
-        """Claim up to ``limit`` pending records (see :meth:`pending_records`) to embed::
-
-            with store.claim_pending_records(32, embedder.model_id) as claim:
-                claim.store_embeddings(encode_many(embed([r.search_text for r in claim.rows])))
-
-        On PostgreSQL the rows are locked ``FOR UPDATE SKIP LOCKED`` in a transaction
-        held until the block ends, so concurrent indexers (threads, replicas) never
-        claim the same record, and the vectors commit with the claim when the block
-        exits normally (an exception, or a crash, rolls back and leaves the records
-        pending). A delete of a claimed record waits for the claim: keep batches small.
-        On SQLite the claim holds no lock (a lock would stop every save while the model
-        runs): records are read, and the vectors are written in one short write
-        transaction when the block exits; a record deleted meanwhile stays deleted.
-        Either way the teams' ``vectors_version`` is bumped, teams in key order.
-        """
-        params = _pending_params(limit, model)
-
-        def claim(conn: Connection, lock: bool) -> RecordClaim:
-            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
-            return RecordClaim(rows, model, _pending_key)
-
-        def finish(conn: Connection, claimed: RecordClaim) -> int:
-            return self._store_vectors(conn, claimed.stored, model)
-
-        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
-            yield claimed
-        self._index_vectors(claimed.stored, model)
-
-    def store_record_embeddings(
-        self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
-    ) -> int:
-        """Store ``blobs[i]`` (a ``keepstone.db.vectors`` blob made by ``model``) as the
-        vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
-        a record deleted, or embedded by ``model``, since it was read is left alone.
-        Returns the number stored."""
-        pairs = paired(rows, blobs)
-        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
-            stored = self._store_vectors(conn, pairs, model)
-        self._index_vectors(pairs, model)
-        return stored
-
-    def _store_vectors(
-        self, conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
-    ) -> int:
-        vecs = None if self.vectors is None else self.vectors.vec_values([b for _, b in pairs])
-        return _store_vectors(conn, pairs, model, self._store_vector, vecs)
-
-    def _index_vectors(self, pairs: Sequence[tuple[PendingRecord, bytes]], model: str) -> None:
-        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
-        it is missing (in a transaction of its own, see keepstone.db.pgvector)."""
-        if self.vectors is not None and pairs:
-            self.vectors.ensure_index(R.name, model, self.vectors.vec_values([pairs[0][1]])[0][1])
-
-    def drop_embeddings(self) -> int:
-        """Forget every record's vector (``keepstone reindex --rebuild``): all pending again.
-        Returns the number of records that had one."""
-        with write_transaction(self.engine) as conn:
-            dropped = conn.execute(
-                R.update()
-                .where(R.c.model.is_not(None))
-                .values(embedding=None, model=None, vector_version=None)
-            ).rowcount
-            teams = conn.execute(sa.select(V.c.team_id).order_by(V.c.team_id)).scalars().all()
-            for team in teams:
-                conn.execute(_versions_of(conn).bump_removal, {"team": team})
-        return int(dropped)
-
-
-def _pending_params(limit: int, model: str) -> dict[str, object]:
-    return {"limit": limit, "model": model, "now": utcnow()}
-
-
-def _pending(rows: Iterable[Any]) -> list[PendingRecord]:
-    return [PendingRecord(str(r.team_id), str(r.id), str(r.text)) for r in rows]
-
-
-def _store_vectors(
-    conn: Connection,
-    pairs: Sequence[tuple[PendingRecord, bytes]],
-    model: str,
-    statement: Any = _STORE_VECTOR,
-    vecs: Sequence[tuple[str, int]] | None = None,
-) -> int:
-    """Write the vectors of ``pairs``: per team, in key order, bump its
-    ``vectors_version`` and stamp the team's rows with it (so a cached matrix is
-    extended by exactly the rows stored after it was loaded)."""
-    if not pairs:
-        return 0
-    by_team: dict[str, list[tuple[PendingRecord, bytes, str | None]]] = {}
-    for i, (row, blob) in enumerate(pairs):
-        by_team.setdefault(row.team_id, []).append((row, blob, vecs[i][0] if vecs else None))
-    stored = 0
-    bump = _versions_of(conn).bump_vectors
-    for team in sorted(by_team):
-        version = int(conn.execute(bump, {"team": team}).scalar_one())
-        # Row by row: a driver need not report the rowcount of an executemany.
-        for row, blob, vec in by_team[team]:
-            params = {
-                "k_team": team,
-                "k_id": row.id,
-                "model": model,
-                "blob": blob,
-                "by_model": model,
-                "version": version,
-                **({} if vec is None else {"vec": vec}),
-            }
-            stored += conn.execute(statement, params).rowcount
-    return stored
