@@ -55,7 +55,7 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
 
 if TYPE_CHECKING:
-    from keepstone.search.vectors import Float32Array
+    from keepstone.db.vectors import Float32Array
 
 #: (path, seq, cosine) of chunks of a space, best first.
 Neighbours = list[tuple[str, int, float]]
