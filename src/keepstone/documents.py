@@ -161,7 +161,7 @@ def _insert(content: str, edit: Insert, path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class VersionInfo:
-    """One version of a document in its space's history (issue 14).
+    """One version of a document in its space's history.
 
     ``version`` counts from 1 per path and is never reused. ``at`` is when the version
     became current (for a deletion, when the document was deleted). ``actor`` names who
@@ -248,7 +248,7 @@ class Usage:
     aggregate for a team space; for a ``global`` space it is the instance aggregate;
     for the filesystem store it is the whole-tree aggregate.
 
-    ``history_*`` (issue 14) counts apart from the live bytes, team-wide like ``team_*``:
+    ``history_*`` counts apart from the live bytes, team-wide like ``team_*``:
     the stored bytes of the versions that are no longer current, and the cap they are held
     to (0 and 0 for a store that keeps no history).
     """

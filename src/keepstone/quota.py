@@ -89,7 +89,7 @@ def check_document_size(size: int, max_doc: int = DEFAULT_MAX_DOCUMENT_SIZE) -> 
         )
 
 
-#: History defaults (issue 14): versions per document, days kept.
+#: History defaults: versions per document, days kept.
 DEFAULT_HISTORY_VERSIONS = 50
 DEFAULT_HISTORY_DAYS = 30
 
@@ -107,7 +107,7 @@ class Limits:
     subcaps: tuple[tuple[Visibility, int], ...] = tuple(DEFAULT_SUBCAPS.items())
     team_quota: int = DEFAULT_TEAM_AGGREGATE_QUOTA
     instance_quota: int = DEFAULT_INSTANCE_QUOTA
-    #: History (issue 14): versions kept per document (the live one included), days a
+    #: History: versions kept per document (the live one included), days a
     #: replaced version is kept, and the bytes of replaced versions a team may keep (None:
     #: the team's quota). Per-team values set by the admin API override them.
     history_versions: int = DEFAULT_HISTORY_VERSIONS

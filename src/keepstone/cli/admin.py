@@ -270,7 +270,7 @@ _VERBS: dict[str, _Verb] = {
         ),
     ),
     "set-history": _Verb(
-        "set how much document history an org's teams keep (issue 14)",
+        "set how much document history an org's teams keep",
         _op_set_history,
         (
             arg("--org", required=True, help="org id"),

@@ -1,4 +1,4 @@
-"""``keepstone doctor``: check the install, one line per check (issue 11, finding 6).
+"""``keepstone doctor``: check the install, one line per check.
 
 Each check is ``ok``, ``warn`` (works, but something is missing or was off: the line
 says what to do) or ``FAIL`` (something Keepstone needs is broken: the line says what to

@@ -1,5 +1,4 @@
-"""``keepstone memory log|show|diff|restore`` and the ``--as-of TIME`` flag (issue 14,
-docs/history.md).
+"""``keepstone memory log|show|diff|restore`` and the ``--as-of TIME`` flag (docs/history.md).
 
 Thin like :mod:`keepstone.cli.memory`: each verb parses its flags and calls the history verbs
 of :class:`~keepstone.service.spaces.SpaceService`. :func:`parse_time` is the one reading of a

@@ -1,4 +1,4 @@
-"""``keepstone memory spaces``: which spaces exist, with their usage (issue 11, finding 6).
+"""``keepstone memory spaces``: which spaces exist, with their usage.
 
 Locally it lists the filesystem store's tree under ``$KEEPSTONE_HOME/spaces`` (every login's
 user spaces too: the console may name any of them with ``--user``); with ``--server``, the

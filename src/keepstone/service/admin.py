@@ -63,7 +63,7 @@ class OrgQuotaResult:
 
 @dataclass(frozen=True, slots=True)
 class HistoryLimits:
-    """How much history a team keeps (issue 14); None for each means the default
+    """How much history a team keeps; None for each means the default
     (``history_days`` 30, ``history_versions`` 50 per document, ``history_quota_bytes``
     the team's quota)."""
 

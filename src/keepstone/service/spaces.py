@@ -326,7 +326,7 @@ class SpaceService:
                 ref, source, how, grant=grant, progress=progress, total=total
             )
 
-    # --- History (issue 14) ------------------------------------------------------------------
+    # --- History ----------------------------------------------------------------------------
 
     def versions(self, ref: SpaceRef, path: str) -> Versions:
         """The document's versions, newest first, the live one included."""

@@ -1,4 +1,4 @@
-"""The UI's pages of a document's history (issue 14, docs/ui.md "History"): its versions,
+"""The UI's pages of a document's history (docs/ui.md "History"): its versions,
 one version rendered or raw, a diff between two versions, and restoring one.
 
 The same services as the REST history routes (:mod:`keepstone.api.routes.history`): the list

@@ -76,7 +76,7 @@ class OrgIn(_Body):
     plan: str = "free"
 
 
-# History limits (issue 14): whole numbers from 1, within the service's bounds.
+# History limits: whole numbers from 1, within the service's bounds.
 HistoryDays = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_days"])]
 HistoryVersions = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_versions"])]
 HistoryBytes = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history_quota_bytes"])]
@@ -85,7 +85,7 @@ HistoryBytes = Annotated[StrictInt, Field(ge=1, le=HISTORY_LIMIT_BOUNDS["history
 class OrgPatchIn(_Body):
     memory_quota_bytes: QuotaBytes | None = None
     plan: str | None = None
-    # History limits (issue 14), pushed onto each team; null: the default; absent: as is.
+    # History limits, pushed onto each team; null: the default; absent: as is.
     history_days: HistoryDays | None = None
     history_versions: HistoryVersions | None = None
     history_quota_bytes: HistoryBytes | None = None

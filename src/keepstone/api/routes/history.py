@@ -1,4 +1,4 @@
-"""A document's history over REST (issue 14, docs/api.md "History"): its versions, a diff
+"""A document's history over REST (docs/api.md "History"): its versions, a diff
 between two of them, and restoring one.
 
 The space is named as on every spaces route (:mod:`keepstone.api.routes.spaces`): its query

@@ -227,7 +227,7 @@ def _by_hand(own: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 IfMatch = Annotated[str | None, Depends(_if_match)]
 
-#: The history's query parameters (issue 14), read as text so a bad one is refused with
+#: The history's query parameters, read as text so a bad one is refused with
 #: the domain's one-line message (routes.common.parse_*), not a validation dump.
 AsOfParam = Annotated[
     str | None,
