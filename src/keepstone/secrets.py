@@ -27,7 +27,7 @@ findings as each searching the whole text (the previous engine, kept in the test
 Every repetition is bounded and no quantified group contains another repetition, so no
 input can make a pattern backtrack more than a constant amount per position
 (``tests/unit/test_secrets.py`` checks the patterns' structure and runs adversarial
-inputs; ``bench/bench_secrets.py`` prints the throughput before and after).
+inputs; ``bench/bench_secrets.py`` prints the throughput of both engines).
 
 The table of shapes is :mod:`keepstone.secret_shapes`; this module is the engine that runs
 it, plus the two shapes a single pattern cannot express (private key blocks and Discord
@@ -182,7 +182,8 @@ _PEM = -1  # owner id of the private key gate among the trigger literals
 # preference (a literal with several joins the first: "Q~" shares Q with "IQoJb3JpZ2lu", one
 # search of the text fewer); a literal with none of them is searched for on its own.
 # Capitals that start several literals ("A") or ":" would save more searches but stop at
-# every such character: "A" * n scanned 6x slower, so they are not anchors.
+# every such character: a text of nothing but "A"s would scan several times slower, a cost
+# any writer could impose, so they are not anchors.
 _ANCHORS = "_-.QJKG~"
 
 
@@ -314,8 +315,8 @@ _FOLDED_OWNERS = _owners(
 class _OnePass:
     """The literals of ``groups`` in one pattern, for short texts.
 
-    Searching a text once per group costs a call and a pass per group: about 1 µs each,
-    most of a short text's search. Here the literals are regrouped by anchor character
+    Searching a text once per group costs a call and a pass per group, a fixed cost that
+    is most of a short text's search. Here the literals are regrouped by anchor character
     (two groups may share one: ``://`` and ``:A``) in groups whose every match is the
     anchor alone, and those groups are alternatives of one pattern: the regex engine tests
     each character against the set of anchors (several times slower per character than
@@ -353,7 +354,7 @@ _DENSE = 1 / 256
 
 
 # Below this many characters one pass of a :class:`_OnePass` pattern is cheaper than a
-# pass per group (500 characters: 10-14 µs against 26-30 µs; they cross at about 2 KB).
+# pass per group (the two cross at about 2 KB).
 _ONE_PASS_BELOW = 2 * 1024
 
 
@@ -422,14 +423,14 @@ def _note(
                 found.setdefault(owner, []).append(at - j)
 
 
-# The regex engine's search for a pattern's first character tests the text one character
-# at a time; ``str.find`` of one character runs at memory speed (about thirty times as
-# fast: 1 µs against 37 µs over 128 KB of ASCII). Hopping from one occurrence of a group's
-# anchor to the next and trying the pattern there from Python costs about what the engine
-# spends scanning this many characters: sparser anchors are hopped to, denser ones leave
-# the rest of the text to the engine's own search. Below ``_HOP_FROM`` characters the
-# hops cannot repay the calls they make. (On a 128 KB note without the rarer anchors, the
-# scan takes 0.40-0.47 × the time; on prose where they are everywhere, 0.97-1.02 ×.)
+# The regex engine's search for a pattern's first character tests the text one character at
+# a time; ``str.find`` of one character runs at memory speed, many times as fast. Hopping
+# from one occurrence of a group's anchor to the next and trying the pattern there from
+# Python costs about what the engine spends scanning this many characters: sparser anchors
+# are hopped to, denser ones leave the rest of the text to the engine's own search. Below
+# ``_HOP_FROM`` characters the hops cannot repay the calls they make. (Hopping more than
+# halves the scan of a large note without the rarer anchors, and changes nothing on prose
+# where they are everywhere.)
 _HOP_COST = 512
 _HOP_FROM = 16 * 1024
 

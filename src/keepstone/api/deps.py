@@ -153,7 +153,7 @@ class CallerCredential:
         a scan, a search or a write.
 
         On SQLite it runs on the event loop itself. The database is a library in this
-        process: the read is ~0.1 ms of CPU that holds the GIL most of the time, so in
+        process: the read is short and holds the GIL most of the time, so in
         a worker thread it would stop the loop all the same, and the hop there and back
         costs as much as the read (docs/performance.md). WAL readers wait for no writer.
         On PostgreSQL a read is a network round trip: it waits in a worker thread.
@@ -168,13 +168,13 @@ class CallerCredential:
         for the write), else in a worker thread as :meth:`run`, where it may wait.
 
         Waking a worker thread and the loop again cost more CPU than the write's statements
-        (PUT doc 0.90–0.96 → 0.63–0.70 ms in process, docs/performance.md), and the write
-        holds the GIL for most of its ~0.3 ms anyway. Only a free turn is taken on the loop:
-        a write waiting there for another process's or an import's turn would stop every
-        request of the worker. The commit's fsync is left in ``syncs`` and awaited here
-        once the turn is given back, so nobody is answered before their write is on disk:
-        done on the loop while the disk is quick, by a thread while it is slow
-        (:meth:`WalSync.synced`, docs/storage.md "Durability")."""
+        (docs/performance.md, "The request path"), and the write holds the GIL for most of
+        its time anyway. Only a free turn is taken on the loop: a write waiting there for
+        another process's or an import's turn would stop every request of the worker. The
+        commit's fsync is left in ``syncs`` and awaited here once the turn is given back, so
+        nobody is answered before their write is on disk: done on the loop while the disk is
+        quick, by a thread while it is slow (:meth:`WalSync.synced`, docs/storage.md
+        "Durability")."""
         if self.state.inline_reads:
             syncs: list[WalSync] = []
             try:

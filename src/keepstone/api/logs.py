@@ -46,8 +46,8 @@ class JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     It also writes a line from its fields directly (:meth:`write_fields`), the same line
     the logger would write, for the access line of every request: a ``LogRecord``, the
-    logger's and handler's dispatch and the formatter cost about 0.04 ms of a GET doc's
-    0.23 ms in process (docs/performance.md)."""
+    logger's and handler's dispatch and the formatter were a measurable share of a GET
+    doc (docs/performance.md has the figure)."""
 
     def __init__(self) -> None:
         super().__init__()

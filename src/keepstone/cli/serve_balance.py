@@ -5,9 +5,9 @@ The N workers accept from one listening socket, and a worker's event loop (uvloo
 libuv, like asyncio's) accepts every connection that is waiting when it wakes. A few
 keep-alive connections that arrive together, such as wrk's four or the upstream pool of a
 proxy, then often all land on one worker, which serves them for their whole life while
-the others idle: two workers measured 1.0× one worker where 2+2 gives about 2×
-(docs/performance.md). The kernel cannot help; it hands a connection to whichever process
-calls ``accept()`` first.
+the others idle: two workers then serve no more than one, where an even split serves
+about twice as much (docs/performance.md). The kernel cannot help; it hands a connection
+to whichever process calls ``accept()`` first.
 
 So each worker publishes how many connections it holds open, and takes a new one only
 while it holds no more than the least loaded live worker (nginx's ``accept_disabled``,

@@ -258,7 +258,7 @@ def _gelu(x: _F32) -> _F32:
     """BERT's exact GELU, ``x * Phi(x)``, in place, row block by row block.
 
     ``x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt(2)) / 2``: the same function,
-    written without a branch on the sign (three times faster than a masked update).
+    written without a branch on the sign (much faster than a masked update).
     """
     for start in range(0, x.shape[0], _GELU_ROWS):
         block = x[start : start + _GELU_ROWS]

@@ -5,9 +5,8 @@ same way on SQLite and PostgreSQL (FTS5's ``bm25()`` and PostgreSQL's ``ts_rank_
 order the same matches differently, and ``ts_rank_cd`` ranked worse on the labelled
 records). A :class:`BM25Index` is built from the analysed terms of a team's records or
 a space's chunks (:func:`keepstone.search.text.analyze`) and is immutable: a cache keeps one
-per team or space and builds a new one when the team's version moves (at 20,000
-records: 55 ms to build from analysed terms, top-10 p95 0.26 ms; docs/search.md, "How it
-ranks").
+per team or space and builds a new one when the team's version moves (docs/search.md,
+"How it ranks", has what a build and a query cost).
 
 Scoring (Lucene's BM25): for each query term ``t`` with weight ``w``,
 

@@ -126,9 +126,9 @@ class VectorCache:
 
     Concurrency: one loader per scope at a time. Others asking for the same scope wait
     for it and take its entry, rather than search an old one: a search right after a
-    save is then answered with the saved record, and the wait is one load (tens of
-    milliseconds at 20k vectors), which they would otherwise each pay. Loads of
-    different scopes run in parallel; a hit takes one short lock. A failed load
+    save is then answered with the saved record, and the wait is one load, which they
+    would otherwise each pay. Loads of different scopes run in parallel; a hit takes one
+    short lock. A failed load
     raises to its caller; a waiter then loads for itself.
 
     Incremental updates: with ``load_since(cached_version)`` given, a stale entry is

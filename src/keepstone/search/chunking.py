@@ -14,11 +14,10 @@ default encoder (all-MiniLM-L6-v2) reads at most 256 word pieces and was trained
 128; on the labelled documents Markdown runs at 3.6 characters per word piece on
 average but at 2.0–2.5 in the densest (code-heavy) 5 % of sections, so 600 characters
 is at most ~250 pieces even there: the longest of the set's 600-character chunks is
-215 pieces and the encoder truncates none. Longer windows (five of them past 256
-pieces) scored lower: dense recall@10 / MRR on the document set 0.874 / 0.740 at 1,000
-characters and 0.862 / 0.739 at 1,500, against 0.881 / 0.767 at 600 (docs/search.md,
-"How it ranks"). Every chunk records its character offsets in the document, and its
-``text`` is exactly ``document[start:end]``.
+215 pieces and the encoder truncates none. Longer windows of 1,000 and 1,500 characters
+(five of them past 256 pieces) scored lower in dense recall@10 and MRR on the document
+set (docs/search.md, "How it ranks"). Every chunk records its character offsets in the
+document, and its ``text`` is exactly ``document[start:end]``.
 """
 
 from __future__ import annotations
@@ -68,9 +67,8 @@ class Chunk:
         """What both indexes are given: the context trail on a line, then the text.
 
         A section read without the headings above it loses what it is about ("##
-        Rollback" of which runbook?); with them, dense recall@10 on the labelled
-        documents rose from 0.878 to 0.881 and MRR from 0.733 to 0.767, the keyword
-        side unchanged (docs/search.md, "How it ranks").
+        Rollback" of which runbook?); with them, dense recall@10 and MRR on the labelled
+        documents rose, the keyword side unchanged (docs/search.md, "How it ranks").
         """
         if not self.context:
             return self.text

@@ -30,9 +30,9 @@ matched it (it shares a term with the query), ``"meaning"`` when a search by mea
 alone would have returned it too: it is among the dense side's first
 :data:`MEANING_RANK` and its cosine similarity reaches :data:`MEANING_FLOOR`. (No
 similarity threshold alone separates answers from the rest: on the labelled sets the
-answers' median cosine is 0.42–0.52 and the other top-10 hits' 0.35–0.44, and nonsense
-queries reach 0.24–0.35. The rank says "this is what meaning found"; the floor keeps a
-query with no neighbour from claiming one.)
+answers' cosines overlap the other top-10 hits', and nonsense queries come close to both
+(docs/search.md, "How it ranks", has the figures). The rank says "this is what meaning
+found"; the floor keeps a query with no neighbour from claiming one.)
 """
 
 from __future__ import annotations

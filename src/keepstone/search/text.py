@@ -20,10 +20,10 @@ spelling can rank differently on SQLite and on PostgreSQL:
    UTF-8, which every SQL tokenizer keeps whole whatever its locale.
 
 Each choice was measured on the three labelled sets (docs/search.md, "How it ranks"):
-stemming gained 0.06–0.09 recall@10 on records and chats (it cost 0.02 on documents);
-keeping every word was the worst choice on every set, while dropping the function words,
-dropping the usual longer list and down-weighting function words came within 0.02 of
-each other; this one needs no weights in SQL and keeps the words paraphrases turn on.
+stemming gained recall@10 on records and chats and cost a little on documents; keeping
+every word was the worst choice on every set, while dropping the function words,
+dropping the usual longer list and down-weighting function words came out about even;
+this one needs no weights in SQL and keeps the words paraphrases turn on.
 """
 
 from __future__ import annotations

@@ -34,14 +34,14 @@ from keepstone.db.vectors import (
     as_finite,
 )
 
-#: Values per BLAS product: 1,024 rows at dim 384, the best of 256-2,048 rows measured
-#: for int8, and below OpenBLAS's threading threshold (see the module doc).
+#: Values per BLAS product: 1,024 rows at dim 384, the fastest block size tried for int8,
+#: and below OpenBLAS's threading threshold (see the module doc).
 BLAS_BLOCK_ELEMENTS: Final = 1024 * 384
-#: Up to this size a float32 matrix is scored by BLAS in blocks, above it by einsum
-#: (measured crossover 5k-10k rows at dim 384: 7.5-15 MB).
+#: Up to this size a float32 matrix is scored by BLAS in blocks, above it by einsum: about
+#: where the two cross at dim 384.
 FLOAT32_BLAS_MAX_BYTES: Final = 8 * 2**20
-#: Score only the masked rows (a gathered copy) when they are at most this share of
-#: all rows; above it, score every row and index (measured crossover ~10-20 %).
+#: Score only the masked rows (a gathered copy) when they are at most this share of all
+#: rows, a little below where the two ways cross; above it, score every row and index.
 MASK_GATHER_SHARE: Final = 0.125
 
 

@@ -102,11 +102,11 @@ def parse_version(raw: str, field: str = "version") -> int:
 
 # --- Query parameters read by hand ---------------------------------------------------------
 #
-# FastAPI's handling of a declared query parameter costs about 10 µs of CPU a request, and
-# a dependency about as much again: for GET /api/memory/doc (a space's four, the path,
-# version and as_of, two dependencies) that was a fifth of the request
-# (docs/performance.md). The most requested parameters are read off ``request.query_params``
-# instead, with the same values, refusals and documentation as declared ones:
+# FastAPI's handling of each declared query parameter, and of each dependency, costs CPU on
+# every request: for GET /api/memory/doc (a space's four, the path, version and as_of, two
+# dependencies) a sizeable share of the request (docs/performance.md has the figure). The
+# most requested parameters are read off ``request.query_params`` instead, with the same
+# values, refusals and documentation as declared ones:
 #
 # * :func:`query_value` answers what FastAPI would (the last value of a repeated one, ``""``
 #   for ``?name=``), and :func:`required_query` raises for a missing one the very error

@@ -188,7 +188,7 @@ def _by_hand(request: Request) -> tuple[str, CallerCredential]:
     """The team and the caller of a record save or search, read as FastAPI would resolve
     ``team: str`` and :data:`AnyCaller` (the credential's presence first, refused with no
     I/O): the two routes most requested take nothing from FastAPI but the request, whose
-    solving of declared parameters cost them a tenth of a save's CPU
+    solving of declared parameters was a measurable share of a save's CPU
     (docs/performance.md)."""
     caller = any_caller_of(request)
     return request.path_params["team"], caller

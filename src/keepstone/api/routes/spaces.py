@@ -219,7 +219,7 @@ def _by_hand(own: list[dict[str, Any]]) -> list[dict[str, Any]]:
     The most requested routes take nothing from FastAPI but the request: their credential
     (:func:`~keepstone.api.deps.caller_of`), space (:func:`space_of`), parameters and headers
     are read by hand, in the order the dependencies would read them. FastAPI's solving of
-    declared parameters and dependencies cost about a tenth of each request's CPU
+    declared parameters and dependencies was a measurable share of each request's CPU
     (docs/performance.md)."""
     space: list[dict[str, Any]] = getattr(space_query, "openapi_parameters")  # noqa: B009
     return [*own, *space]
