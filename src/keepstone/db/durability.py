@@ -251,7 +251,7 @@ class WalSync:
                 # a request read while this turn runs starts its task in the next one,
                 # after the callbacks this turn scheduled, so an fsync of the next turn
                 # would run before its write, and fewer writes would share each fsync
-                # (docs/performance.md, "An fsync two turns on").
+                # (docs/performance.md, "Durable SQLite commits").
                 loop.call_soon(loop.call_soon, self._sync_turn, loop, turn)
             mine: _Done = loop.create_future()
             turn.append(mine)
