@@ -60,7 +60,7 @@ class WriteResult:
     created: bool
 
     def as_json(self) -> dict[str, Any]:
-        # Field by field: dataclasses.asdict deep-copies (4 % of a PUT under a profiler).
+        # Field by field: dataclasses.asdict deep-copies, a visible share of a PUT under a profiler.
         return {
             "path": self.path,
             "size_bytes": self.size_bytes,
