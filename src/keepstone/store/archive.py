@@ -42,6 +42,7 @@ The bound
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import tarfile
@@ -49,10 +50,18 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import IO, BinaryIO, Final, TypeVar
+from typing import IO, BinaryIO, Final, Protocol, TypeVar
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
-from keepstone.documents import Document, PlatformGrant, Rejected, parse_import_strategy
+from keepstone.documents import (
+    Document,
+    ImportReport,
+    ImportStrategy,
+    PlatformGrant,
+    Rejected,
+    Usage,
+    parse_import_strategy,
+)
 from keepstone.errors import (
     Conflict,
     DocumentTooLarge,
@@ -66,16 +75,9 @@ from keepstone.errors import (
     Unprocessable,
 )
 from keepstone.paths import DOC_SUFFIX, validate_doc_path
-from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
+from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, Limits, MiB, check_document_size
 from keepstone.spaces import SpaceRef
-from keepstone.store.base import (
-    CheckedWrite,
-    ImportReport,
-    ImportStrategy,
-    ImportWriter,
-    MemoryStore,
-    Progress,
-)
+from keepstone.store.prelude import CheckedWrite, ImportWriter, Progress
 
 #: No import ever decompresses to more than this, whatever the quotas say.
 IMPORT_HARD_CEILING: Final = 2 * GiB
@@ -111,11 +113,40 @@ _EMPTY_HEADER: type[tarfile.HeaderError] = tarfile.EmptyHeaderError  # type: ign
 _TRUNCATED_HEADER: type[tarfile.HeaderError] = tarfile.TruncatedHeaderError  # type: ignore[attr-defined]
 
 
+class ArchiveStore(Protocol):
+    """What an export and an import use of a store: the part of the
+    :class:`~keepstone.store.base.MemoryStore` interface archives are built on (every
+    adapter is one). Named here so this module needs nothing of ``base``, which calls it."""
+
+    @property
+    def limits(self) -> Limits | None: ...
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]: ...
+
+    def usage(self, ref: SpaceRef) -> Usage: ...
+
+    def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None: ...
+
+    def check_write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        if_match: str | None,
+        if_none_match: bool,
+        grant: PlatformGrant | None,
+    ) -> CheckedWrite: ...
+
+    def import_writer(
+        self, ref: SpaceRef, grant: PlatformGrant | None
+    ) -> contextlib.AbstractContextManager[ImportWriter]: ...
+
+
 # --- Export --------------------------------------------------------------------------------
 
 
 def export_space(
-    store: MemoryStore,
+    store: ArchiveStore,
     ref: SpaceRef,
     sink: BinaryIO,
     *,
@@ -193,7 +224,7 @@ def _padding(size: int) -> bytes:
 
 
 def import_space(
-    store: MemoryStore,
+    store: ArchiveStore,
     ref: SpaceRef,
     source: BinaryIO,
     strategy: ImportStrategy | str = ImportStrategy.SKIP,
@@ -234,7 +265,7 @@ def import_space(
         return _write_members(store, ref, spool, strategy, grant, progress)
 
 
-def _content_bound(store: MemoryStore, ref: SpaceRef) -> int:
+def _content_bound(store: ArchiveStore, ref: SpaceRef) -> int:
     """What the space could possibly hold: min(sub-cap (0 = none), aggregate, ceiling)."""
     usage = store.usage(ref)
     bound = min(IMPORT_HARD_CEILING, max(usage.team_quota_bytes, 0))
@@ -432,7 +463,7 @@ def _archive_error(exc: BaseException) -> str:
 
 
 def _write_members(
-    store: MemoryStore,
+    store: ArchiveStore,
     ref: SpaceRef,
     spool: IO[bytes],
     strategy: ImportStrategy,
@@ -462,7 +493,7 @@ def _write_members(
     return report
 
 
-def store_max_document(store: MemoryStore) -> int:
+def store_max_document(store: ArchiveStore) -> int:
     """The store's document cap, to skip reading an oversized member into memory."""
     return store.limits.max_document if store.limits else DEFAULT_MAX_DOCUMENT_SIZE
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import BinaryIO
@@ -49,20 +49,27 @@ from keepstone.documents import (
     encode_document,
     version_as_of,
 )
-from keepstone.errors import (
-    AlreadyExists,
-    InvalidRequest,
-    InvalidSpaceRef,
-    NotFound,
-    PlatformAuthorityRequired,
-    PreconditionFailed,
-)
+from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits, check_document_size
 from keepstone.secrets import check_no_secrets
 from keepstone.spaces import SpaceRef
+from keepstone.store.archive import export_space, import_space
+from keepstone.store.prelude import (
+    CheckedDelete,
+    CheckedMove,
+    CheckedWrite,
+    ImportWriter,
+    Progress,
+    authorize_space_write,
+    check_move_target,
+    check_precondition,
+)
 
 __all__ = [
+    "CheckedDelete",
+    "CheckedMove",
+    "CheckedWrite",
     "ChunkRow",
     "Document",
     "DocumentInfo",
@@ -71,10 +78,13 @@ __all__ = [
     "ImportWriter",
     "MemoryStore",
     "PlatformGrant",
+    "Progress",
     "SpaceRefs",
     "Usage",
     "WriteResult",
     "authorize_space_write",
+    "check_move_target",
+    "check_precondition",
     "content_etag",
     "encode_document",
 ]
@@ -83,77 +93,6 @@ __all__ = [
 #: Aliases: the class below defines a method called ``list``.
 Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedWrite:
-    """A write past the prelude: canonical ``path``, ``content`` and its UTF-8 ``data``
-    within the document cap and free of secrets, its ``etag``, and the authority."""
-
-    path: str
-    content: str
-    data: bytes
-    etag: str
-    if_match: str | None
-    if_none_match: bool
-    grant: PlatformGrant | None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedDelete:
-    """A delete past the prelude: canonical ``path``, its condition and its authority."""
-
-    path: str
-    if_match: str | None
-    grant: PlatformGrant | None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedMove:
-    """A move past the prelude: canonical, distinct ``path`` and ``to``, the condition on
-    the document at ``path``, whether a document at ``to`` may be replaced, the authority."""
-
-    path: str
-    to: str
-    if_match: str | None
-    overwrite: bool
-    grant: PlatformGrant | None
-
-
-def check_move_target(m: CheckedMove, target_exists: bool) -> None:
-    """Refuse a move onto an existing document unless it may replace it (the one wording
-    every adapter gives)."""
-    if target_exists and not m.overwrite:
-        raise AlreadyExists(
-            f"there is already a document at {m.to!r}; move to another path, or pass "
-            "overwrite to replace it",
-            path=m.to,
-        )
-
-
-def check_precondition(
-    path: str, current_etag: str | None, if_match: str | None, if_none_match: bool = False
-) -> None:
-    """Refuse with PreconditionFailed unless the document's state meets the condition.
-
-    ``current_etag`` is None when the document is absent; ``if_match`` demands that etag
-    (an absent document never matches); ``if_none_match`` demands absence.
-    """
-    if if_match is not None and current_etag != if_match:
-        if current_etag is None:
-            raise PreconditionFailed(
-                f"{path!r} does not exist, so it cannot match etag {if_match!r}", path=path
-            )
-        raise PreconditionFailed(
-            f"{path!r} changed meanwhile (its etag is now {current_etag!r}); "
-            "read it again and retry",
-            path=path,
-            etag=current_etag,
-        )
-    if if_none_match and current_etag is not None:
-        raise PreconditionFailed(
-            f"{path!r} already exists; drop the create-only condition to replace it", path=path
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,24 +131,6 @@ def space_of_id(space_id: str) -> SpaceRef | None:
 
 #: Spaces, as list_spaces answers them (an alias: the store defines a method called ``list``).
 SpaceRefs = list[SpaceRef]
-
-#: Called with a count of documents done, for a progress bar.
-Progress = Callable[[int], None]
-
-#: Writes one document of an import: a :class:`CheckedWrite` made by
-#: :meth:`MemoryStore.check_write` (so the writer never checks path, authority, encoding,
-#: size or secrets again), refusing what :meth:`MemoryStore._write` would refuse: the
-#: precondition (``if_none_match``), the quota, what cannot be written there (see
-#: ``import_writer``).
-ImportWriter = Callable[[CheckedWrite], WriteResult]
-
-
-def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
-    """Refuse a global mutation that comes without proven platform authority."""
-    if ref.is_global and grant is None:
-        raise PlatformAuthorityRequired(
-            "writing to a global space needs platform authority (a super-admin or the admin token)"
-        )
 
 
 # --- The interface -------------------------------------------------------------------------
@@ -465,8 +386,6 @@ class MemoryStore(ABC):
         ``progress(1)`` is called per document (an adapter that streams a server's
         archive may not call it). ``gzip_level``: 0-9 (``KEEPSTONE_EXPORT_GZIP_LEVEL``; an
         adapter that streams a server's archive takes the server's)."""
-        from keepstone.store.archive import export_space
-
         return export_space(self, ref, sink, progress=progress, gzip_level=gzip_level)
 
     def import_archive(
@@ -482,8 +401,6 @@ class MemoryStore(ABC):
         """Merge a gzipped tarball into the space under ``strategy`` (see archive module);
         ``total(n)`` once with the member count before any write, then ``progress(1)`` per
         member handled (an adapter that streams to a server may call neither)."""
-        from keepstone.store.archive import import_space
-
         return import_space(
             self, ref, source, strategy, grant=grant, progress=progress, total=total
         )

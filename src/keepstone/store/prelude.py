@@ -1,0 +1,109 @@
+"""What a mutation is once the write prelude has checked it, and the checks every adapter
+makes past it in the same words.
+
+:meth:`keepstone.store.base.MemoryStore.write` (and ``delete``, ``move``) runs the prelude
+once — path, authority, encoding, document cap, secrets — and hands an adapter a
+:class:`CheckedWrite` (:class:`CheckedDelete`, :class:`CheckedMove`). An import runs the
+same prelude per member (:mod:`keepstone.store.archive`) and hands each
+:class:`CheckedWrite` to the adapter's :data:`ImportWriter`. Both the interface and the
+archive need these values, so they live here, below both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from keepstone.documents import PlatformGrant, WriteResult
+from keepstone.errors import AlreadyExists, PlatformAuthorityRequired, PreconditionFailed
+from keepstone.spaces import SpaceRef
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedWrite:
+    """A write past the prelude: canonical ``path``, ``content`` and its UTF-8 ``data``
+    within the document cap and free of secrets, its ``etag``, and the authority."""
+
+    path: str
+    content: str
+    data: bytes
+    etag: str
+    if_match: str | None
+    if_none_match: bool
+    grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedDelete:
+    """A delete past the prelude: canonical ``path``, its condition and its authority."""
+
+    path: str
+    if_match: str | None
+    grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMove:
+    """A move past the prelude: canonical, distinct ``path`` and ``to``, the condition on
+    the document at ``path``, whether a document at ``to`` may be replaced, the authority."""
+
+    path: str
+    to: str
+    if_match: str | None
+    overwrite: bool
+    grant: PlatformGrant | None
+
+
+#: Writes one document of an import: a :class:`CheckedWrite` made by
+#: :meth:`~keepstone.store.base.MemoryStore.check_write` (so the writer never checks path,
+#: authority, encoding, size or secrets again), refusing what
+#: :meth:`~keepstone.store.base.MemoryStore._write` would refuse: the precondition
+#: (``if_none_match``), the quota, what cannot be written there (see ``import_writer``).
+ImportWriter = Callable[[CheckedWrite], WriteResult]
+
+#: Called with a count of documents done, for a progress bar.
+Progress = Callable[[int], None]
+
+
+def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
+    """Refuse a global mutation that comes without proven platform authority."""
+    if ref.is_global and grant is None:
+        raise PlatformAuthorityRequired(
+            "writing to a global space needs platform authority (a super-admin or the admin token)"
+        )
+
+
+def check_move_target(m: CheckedMove, target_exists: bool) -> None:
+    """Refuse a move onto an existing document unless it may replace it (the one wording
+    every adapter gives)."""
+    if target_exists and not m.overwrite:
+        raise AlreadyExists(
+            f"there is already a document at {m.to!r}; move to another path, or pass "
+            "overwrite to replace it",
+            path=m.to,
+        )
+
+
+def check_precondition(
+    path: str, current_etag: str | None, if_match: str | None, if_none_match: bool = False
+) -> None:
+    """Refuse with PreconditionFailed unless the document's state meets the condition.
+
+    ``current_etag`` is None when the document is absent; ``if_match`` demands that etag
+    (an absent document never matches); ``if_none_match`` demands absence.
+    """
+    if if_match is not None and current_etag != if_match:
+        if current_etag is None:
+            raise PreconditionFailed(
+                f"{path!r} does not exist, so it cannot match etag {if_match!r}", path=path
+            )
+        raise PreconditionFailed(
+            f"{path!r} changed meanwhile (its etag is now {current_etag!r}); "
+            "read it again and retry",
+            path=path,
+            etag=current_etag,
+        )
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed(
+            f"{path!r} already exists; drop the create-only condition to replace it", path=path
+        )
