@@ -42,7 +42,6 @@ The bound
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import tarfile
@@ -50,7 +49,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import IO, BinaryIO, Final, Protocol, TypeVar
+from typing import IO, BinaryIO, Final, TypeVar
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import (
@@ -59,7 +58,6 @@ from keepstone.documents import (
     ImportStrategy,
     PlatformGrant,
     Rejected,
-    Usage,
     parse_import_strategy,
 )
 from keepstone.errors import (
@@ -75,9 +73,9 @@ from keepstone.errors import (
     Unprocessable,
 )
 from keepstone.paths import DOC_SUFFIX, validate_doc_path
-from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, Limits, MiB, check_document_size
+from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
 from keepstone.spaces import SpaceRef
-from keepstone.store.prelude import CheckedWrite, ImportWriter, Progress
+from keepstone.store.prelude import ArchiveStore, CheckedWrite, ImportWriter, Progress
 
 #: No import ever decompresses to more than this, whatever the quotas say.
 IMPORT_HARD_CEILING: Final = 2 * GiB
@@ -111,35 +109,6 @@ _HEADER_EXTENSIONS: Final = (
 _EOF_HEADER: type[tarfile.HeaderError] = tarfile.EOFHeaderError  # type: ignore[attr-defined]
 _EMPTY_HEADER: type[tarfile.HeaderError] = tarfile.EmptyHeaderError  # type: ignore[attr-defined]
 _TRUNCATED_HEADER: type[tarfile.HeaderError] = tarfile.TruncatedHeaderError  # type: ignore[attr-defined]
-
-
-class ArchiveStore(Protocol):
-    """What an export and an import use of a store: the part of the
-    :class:`~keepstone.store.base.MemoryStore` interface archives are built on (every
-    adapter is one). Named here so this module needs nothing of ``base``, which calls it."""
-
-    @property
-    def limits(self) -> Limits | None: ...
-
-    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]: ...
-
-    def usage(self, ref: SpaceRef) -> Usage: ...
-
-    def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None: ...
-
-    def check_write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        if_match: str | None,
-        if_none_match: bool,
-        grant: PlatformGrant | None,
-    ) -> CheckedWrite: ...
-
-    def import_writer(
-        self, ref: SpaceRef, grant: PlatformGrant | None
-    ) -> contextlib.AbstractContextManager[ImportWriter]: ...
 
 
 # --- Export --------------------------------------------------------------------------------

@@ -1,21 +1,26 @@
-"""What a mutation is once the write prelude has checked it, and the checks every adapter
-makes past it in the same words.
+"""What the store interface and its archives share: a mutation as the write prelude has
+checked it, the checks every adapter makes past it in the same words, and what an archive
+needs of a store.
 
 :meth:`keepstone.store.base.MemoryStore.write` (and ``delete``, ``move``) runs the prelude
 once — path, authority, encoding, document cap, secrets — and hands an adapter a
 :class:`CheckedWrite` (:class:`CheckedDelete`, :class:`CheckedMove`). An import runs the
 same prelude per member (:mod:`keepstone.store.archive`) and hands each
-:class:`CheckedWrite` to the adapter's :data:`ImportWriter`. Both the interface and the
-archive need these values, so they live here, below both.
+:class:`CheckedWrite` to the adapter's :data:`ImportWriter`. ``base`` calls the archive
+functions and the archive calls a store (:class:`ArchiveStore`), so what both need lives
+here, below both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from keepstone.documents import PlatformGrant, WriteResult
+from keepstone.documents import Document, PlatformGrant, Usage, WriteResult
 from keepstone.errors import AlreadyExists, PlatformAuthorityRequired, PreconditionFailed
+from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef
 
 
@@ -63,6 +68,35 @@ ImportWriter = Callable[[CheckedWrite], WriteResult]
 
 #: Called with a count of documents done, for a progress bar.
 Progress = Callable[[int], None]
+
+
+class ArchiveStore(Protocol):
+    """What an export and an import use of a store (:mod:`keepstone.store.archive`): the
+    part of the :class:`~keepstone.store.base.MemoryStore` interface archives are built on;
+    every adapter is one."""
+
+    @property
+    def limits(self) -> Limits | None: ...
+
+    def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]: ...
+
+    def usage(self, ref: SpaceRef) -> Usage: ...
+
+    def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None: ...
+
+    def check_write(
+        self,
+        ref: SpaceRef,
+        path: str,
+        content: str,
+        if_match: str | None,
+        if_none_match: bool,
+        grant: PlatformGrant | None,
+    ) -> CheckedWrite: ...
+
+    def import_writer(
+        self, ref: SpaceRef, grant: PlatformGrant | None
+    ) -> contextlib.AbstractContextManager[ImportWriter]: ...
 
 
 def authorize_space_write(ref: SpaceRef, grant: PlatformGrant | None) -> None:
