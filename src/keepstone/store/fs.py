@@ -7,9 +7,11 @@ module does the file operations::
     <root>/<visibility>/<tenant>/[<project>/][<bot>/][<user>/]<name>/<document path>
 
 Writes are atomic (temp file in the target directory, fsync, ``os.replace``, fsync of
-the directory) and serialised across threads and processes by an exclusive
-``flock``. Every path is walked one component at a time with ``O_NOFOLLOW``: a
-symbolic link inside the tree is never followed.
+the directory: :mod:`keepstone.store.fs_files`) and serialised across threads and
+processes by an exclusive ``flock``. Every path is walked one component at a time with
+``O_NOFOLLOW``: a symbolic link inside the tree is never followed
+(:mod:`keepstone.store.fs_tree`). The quota counters are
+:mod:`keepstone.store.fs_counters`'s, an import's batch :mod:`keepstone.store.fs_import`'s.
 
 Each space's documents are also indexed for search in a sidecar SQLite file at the
 root (:mod:`keepstone.store.fs_index`). Writes and deletes never touch it (a write pays
@@ -18,34 +20,31 @@ finds new, changed and vanished files (the store's own writes and hand edits ali
 a document is keyword-searchable as soon as its write commits.
 
 Every version of every document is kept in a second SQLite file at the root,
-``.keepstone-history.sqlite`` (:mod:`keepstone.store.fs_history`): each mutation appends its
-versions after its file operation, under the same lock, and a recount after a crash
-reconciles the history with the files.
+``.keepstone-history.sqlite`` (:mod:`keepstone.store.fs_versions`,
+:mod:`keepstone.store.fs_history`): each mutation appends its versions after its file
+operation, under the same lock, and a recount after a crash reconciles the history with
+the files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import sqlite3
-import stat
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
     InvalidDocument,
-    InvalidPath,
     NotFound,
     StoreUnavailable,
     UnsupportedVisibility,
 )
 from keepstone.paths import validate_dir_prefix, validate_doc_path
-from keepstone.quota import Counter, Limits, clamp, subcap_or_none
+from keepstone.quota import Limits
 from keepstone.search.claim import EmbeddingClaim
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.base import (
@@ -66,7 +65,10 @@ from keepstone.store.base import (
     check_precondition,
     content_etag,
 )
-from keepstone.store.fs_history import DocumentHistory, HistoryDb, Observed, Record, history_errors
+from keepstone.store.fs_counters import Counters
+from keepstone.store.fs_files import os_errors
+from keepstone.store.fs_history import Observed, Record, history_errors
+from keepstone.store.fs_import import import_batch
 from keepstone.store.fs_index import FsIndex, PendingChunk
 from keepstone.store.fs_layout import (
     INDEX_FILE,
@@ -76,29 +78,24 @@ from keepstone.store.fs_layout import (
     TEMP_PREFIX,
     TEMP_SUFFIX,
     Components,
-    UsageState,
-    decode_component,
-    directory_named,
-    document_named,
-    encode_dir_prefix,
     encode_doc_path,
     encode_segment,
     space_components,
-    space_depth,
-    space_named,
 )
+from keepstone.store.fs_tree import FileTree
+from keepstone.store.fs_versions import TreeHistory
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ETAG_CACHE_MAX = 50_000
 
-# An alias: the class below defines a method called ``list``.
+# Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
+Versions = list[VersionInfo]
 Chunks = list[ChunkRow]
 Pending = list[PendingChunk]
 Records = list[Record | Observed]
 
 
-class FilesystemStore(DocumentHistory, MemoryStore):
+class FilesystemStore(MemoryStore):
     """A :class:`~keepstone.store.base.MemoryStore` over a directory tree (SPEC §10).
 
     ``limits`` defaults to SPEC §4's :class:`~keepstone.quota.Limits`; the CLI passes
@@ -111,7 +108,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
     rebuilt from the files by :meth:`recount`, which an operator may also call after
     editing the tree by hand.
 
-    Every version of every document is kept beside the tree (:mod:`keepstone.store.fs_history`).
+    Every version of every document is kept beside the tree (:mod:`keepstone.store.fs_versions`).
     """
 
     capabilities = frozenset(
@@ -123,17 +120,23 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         self.root = Path(os.path.abspath(os.fspath(root)))
         self.limits = limits or Limits()
         self._etags: dict[tuple[int, ...], str] = {}
+        self._tree = FileTree(self.root)
         self._index = FsIndex(self.root)
-        self._history = HistoryDb(self.root)
+        self._history = TreeHistory(self._tree, self.limits, self._now)
+        self._counters = Counters(self._tree, self._history, self.limits)
+        #: What "now" is for a new version (a test gives the store a clock of its own).
         self.clock: Callable[[], datetime] = _utcnow
+
+    def _now(self) -> datetime:
+        return self.clock()
 
     # --- The interface --------------------------------------------------------------------
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         ref = self._checked(ref)
         path = validate_doc_path(path)
-        with _os_errors(path):
-            got = self._read_file(space_components(ref) + encode_doc_path(path), path)
+        with os_errors(path):
+            got = self._tree.read_file(space_components(ref) + encode_doc_path(path), path)
         if got is None:
             raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
         data, st = got
@@ -145,21 +148,22 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         path, data = w.path, w.data
         space = space_components(ref)
         doc = encode_doc_path(path)
-        with _os_errors(path), self._locked(), history_errors():
-            state = self._load_state_locked()
-            existing = self._read_file(space + doc, path)
-            current = self._etag_of(existing, True)
+        history = self._history
+        with os_errors(path), self._tree.locked(), history_errors():
+            state = self._counters.load_locked()
+            existing = self._tree.read_file(space + doc, path)
+            current = content_etag(existing[0]) if existing else None
             check_precondition(path, current, w.if_match, w.if_none_match)
             delta = len(data) - (existing[1].st_size if existing else 0)
-            self._check_quota(ref, state, delta)
-            conn = self._history_conn_locked()
-            now, known = self._instant(conn, ref, (path, existing, current))
-            records: Records = [self._observed(ref, path, existing, current, now)]
+            self._counters.check_quota(ref, state, delta)
+            conn = history.connection_locked()
+            now, known = history.instant(conn, ref, (path, existing, current))
+            records: Records = [history.observed(ref, path, existing, current, now)]
             # The file's mtime (its updated_at) is the new version's instant; the same bytes
             # again make no new version and keep the file's time.
             mtime_ns = existing[1].st_mtime_ns if existing else None
             if current != w.etag:
-                version = self._version_record(ref, path, data, w.etag, now)
+                version = history.version_record(ref, path, data, w.etag, now)
                 records.append(version)
                 mtime_ns = version.at_us * 1000
 
@@ -167,17 +171,16 @@ class FilesystemStore(DocumentHistory, MemoryStore):
                 # The search index is not touched: the next reconcile (before any search)
                 # finds the new file by its size and mtime.
                 self._replace_file(space, doc, path, data, mtime_ns)
-                self._record_history(conn, records, known)
+                history.record(conn, records, known)
 
-            self._mutate(state, ref, delta, change)
+            self._counters.mutate(state, ref, delta, change)
         return WriteResult(path, len(data), w.etag, created=existing is None)
 
     @contextlib.contextmanager
     def import_writer(self, ref: SpaceRef, grant: PlatformGrant | None) -> Iterator[ImportWriter]:
         """One lock, one dirty mark and one flush for a whole import (``fs_import``)."""
-        from keepstone.store.fs_import import import_batch
-
-        with import_batch(self, self._checked(ref)) as write:
+        ref = self._checked(ref)
+        with import_batch(self._tree, self._counters, self._history, ref) as write:
             yield write
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
@@ -185,66 +188,70 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         path = d.path
         space = space_components(ref)
         doc = encode_doc_path(path)
-        with _os_errors(path), self._locked(), history_errors():
-            state = self._load_state_locked()
-            existing = self._read_file(space + doc, path)
+        history = self._history
+        with os_errors(path), self._tree.locked(), history_errors():
+            state = self._counters.load_locked()
+            existing = self._tree.read_file(space + doc, path)
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
             current = content_etag(existing[0])
             check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
-            conn = self._history_conn_locked()
-            now, known = self._instant(conn, ref, (path, existing, current))
-            records: Records = [self._observed(ref, path, existing, current, now)]
-            records.append(self._version_record(ref, path, None, "", now))
+            conn = history.connection_locked()
+            now, known = history.instant(conn, ref, (path, existing, current))
+            records: Records = [history.observed(ref, path, existing, current, now)]
+            records.append(history.version_record(ref, path, None, "", now))
 
             def change() -> None:
                 self._remove_file(space, doc, path)
-                self._record_history(conn, records, known)
+                history.record(conn, records, known)
 
-            self._mutate(state, ref, delta, change)
+            self._counters.mutate(state, ref, delta, change)
 
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         ref = self._checked(ref)
         space = space_components(ref)
         src, dst = encode_doc_path(m.path), encode_doc_path(m.to)
-        with _os_errors(m.path), self._locked(), history_errors():
-            state = self._load_state_locked()
-            existing = self._read_file(space + src, m.path)
+        history = self._history
+        with os_errors(m.path), self._tree.locked(), history_errors():
+            state = self._counters.load_locked()
+            existing = self._tree.read_file(space + src, m.path)
             if existing is None:
                 raise NotFound(f"no document {m.path!r} in space {ref.id}", path=m.path)
             etag = content_etag(existing[0])
             check_precondition(m.path, etag, m.if_match)
-            replaced = self._read_file(space + dst, m.to)
+            replaced = self._tree.read_file(space + dst, m.to)
             check_move_target(m, replaced is not None)
             delta = -replaced[1].st_size if replaced else 0
-            conn = self._history_conn_locked()
+            conn = history.connection_locked()
             # History: the old path ends, the new one gets the content as its next version.
-            now, known = self._instant(conn, ref, (m.path, existing, etag), (m.to, replaced, None))
-            moved = self._version_record(ref, m.to, existing[0], etag, now)
+            now, known = history.instant(
+                conn, ref, (m.path, existing, etag), (m.to, replaced, None)
+            )
+            moved = history.version_record(ref, m.to, existing[0], etag, now)
             records: Records = [
-                self._observed(ref, m.path, existing, etag, now),
-                self._observed(ref, m.to, replaced, None, now),
-                self._version_record(ref, m.path, None, "", now),
+                history.observed(ref, m.path, existing, etag, now),
+                history.observed(ref, m.to, replaced, None, now),
+                history.version_record(ref, m.path, None, "", now),
                 moved,
             ]
 
             def change() -> None:
                 self._rename_file(space, src, dst, m.to, moved.at_us * 1000)
-                self._record_history(conn, records, known)
+                history.record(conn, records, known)
 
-            self._mutate(state, ref, delta, change)
+            self._counters.mutate(state, ref, delta, change)
         return WriteResult(m.to, len(existing[0]), etag, created=replaced is None)
 
     def list(self, ref: SpaceRef, dir: str = "") -> Infos:
         ref = self._checked(ref)
         prefix = validate_dir_prefix(dir)
         out: Infos = []
-        with _os_errors(prefix):
-            for doc_path, comps, st in self._walk_space(ref, prefix):
+        with os_errors(prefix):
+            for doc_path, comps, st in self._tree.walk_space(ref, prefix):
                 etag = self._etags.get(_stat_key(st))
                 if etag is None:
-                    got = self._read_file(space_components(ref) + comps, doc_path)
+                    got = self._tree.read_file(space_components(ref) + comps, doc_path)
                     if got is None:  # removed while listing
                         continue
                     data, st = got
@@ -255,7 +262,7 @@ class FilesystemStore(DocumentHistory, MemoryStore):
 
     def usage(self, ref: SpaceRef) -> Usage:
         ref = self._checked(ref)
-        state = self._peek_state()
+        state = self._counters.peek()
         history_used, history_quota = self.history_usage(ref.tenant)
         return Usage(
             space_id=ref.id,
@@ -276,11 +283,11 @@ class FilesystemStore(DocumentHistory, MemoryStore):
     def _iter_documents(self, ref: SpaceRef, prefix: str) -> Iterator[Document]:
         space = space_components(ref)
         # Names only are held (sorted); each body is read when its turn comes.
-        with _os_errors(prefix):
-            entries = sorted((p, c) for p, c, _ in self._walk_space(ref, prefix))
+        with os_errors(prefix):
+            entries = sorted((p, c) for p, c, _ in self._tree.walk_space(ref, prefix))
         for doc_path, comps in entries:
-            with _os_errors(doc_path):
-                got = self._read_file(space + comps, doc_path)
+            with os_errors(doc_path):
+                got = self._tree.read_file(space + comps, doc_path)
             if got is not None:
                 yield _document(doc_path, got[0], got[1])
 
@@ -296,19 +303,19 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         space = space_components(ref)
 
         def files() -> Iterator[tuple[str, int, int]]:
-            for doc_path, _, st in self._walk_space(ref, ""):
+            for doc_path, _, st in self._tree.walk_space(ref, ""):
                 yield doc_path, st.st_size, st.st_mtime_ns
 
         def read(doc_path: str) -> tuple[bytes, int, int] | None:
             try:
-                got = self._read_file(space + encode_doc_path(doc_path), doc_path)
+                got = self._tree.read_file(space + encode_doc_path(doc_path), doc_path)
             except (Conflict, OSError):
                 return None  # became a link, a directory or unreadable: not a document
             if got is None:
                 return None
             return got[0], got[1].st_size, got[1].st_mtime_ns
 
-        with _os_errors(""), _index_errors():
+        with os_errors(""), _index_errors():
             return self._index.reconcile(ref, files(), read, progress=progress)
 
     def reindex(self, progress: Progress | None = None, *, rebuild: bool = False) -> int:
@@ -316,12 +323,12 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         spaces no longer on disk; ``rebuild`` starts from an empty index. Returns how many
         documents changed; ``progress(1)`` per document examined."""
         if rebuild:
-            with _os_errors(""):
+            with os_errors(""):
                 self._index.rebuild()
         changed = 0
         seen: set[str] = set()
-        with _os_errors(""), _index_errors():
-            for ref in self._spaces():
+        with os_errors(""), _index_errors():
+            for ref in self._tree.spaces():
                 seen.add(ref.id)
                 changed += self.reconcile(ref, progress=progress)
             changed += self._index.forget_spaces_except(seen)
@@ -390,112 +397,77 @@ class FilesystemStore(DocumentHistory, MemoryStore):
         corrupt or left dirty by a writer that died mid-write; call it after adding or
         editing files by hand. Returns the whole-tree total in bytes.
         """
-        with _os_errors(""), self._locked():
-            return self._recount_locked().tree
+        with os_errors(""), self._tree.locked():
+            return self._counters.recount_locked().tree
 
     def list_spaces(self, tenant: str) -> SpaceRefs:
         """The spaces of ``tenant`` and the global spaces that have a directory in the tree."""
-        with _os_errors(""):
-            found = [r for r in self._spaces() if r.tenant == tenant or r.is_global]
+        with os_errors(""):
+            found = [r for r in self._tree.spaces() if r.tenant == tenant or r.is_global]
         return sorted(found, key=lambda r: r.id)
 
-    def _spaces(self) -> Iterator[SpaceRef]:
-        """Every space that has a directory in the tree (private spaces have none)."""
-        for vis in Visibility:
-            if vis is Visibility.PRIVATE:
-                continue
-            for values, comps in self._walk_qualifiers([vis.value], [], space_depth(vis)):
-                ref = space_named(vis, values, comps)
-                if ref is not None:
-                    yield ref
+    # --- History (keepstone.store.fs_versions) ---------------------------------------------
 
-    def _recount_locked(self) -> UsageState:
-        # A writer that died between its file operation and its history insert left the
-        # state dirty: the files are the truth (fs_history's rule).
-        self._reconcile_history_locked()
-        spaces: dict[str, int] = {}
-        for ref in self._spaces():
-            total = sum(st.st_size for _, _, st in self._walk_space(ref, ""))
-            if total:
-                spaces[ref.id] = total
-        state = UsageState(sum(spaces.values()), spaces)
-        self._save_state(state, sync_data=True, sync_dir=True)
-        return state
+    def _versions(self, ref: SpaceRef, path: str) -> Versions:
+        ref = self._checked(ref)
+        return self._history.versions(ref, path, settle=self._counters.load_locked)
 
-    def _check_quota(self, ref: SpaceRef, state: UsageState, delta: int) -> None:
-        space_cap = subcap_or_none(self.limits.subcap(ref.visibility))
-        Counter("space", state.spaces.get(ref.id, 0), space_cap).check(delta)
-        Counter("tree", state.tree, self.limits.team_quota).check(delta)
+    def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
+        return self._history.read_version(self._checked(ref), path, version)
 
-    def _mutate(
-        self, state: UsageState, ref: SpaceRef, delta: int, change: Callable[[], None]
-    ) -> None:
-        """Apply ``change`` (the file operation) and charge ``delta``, crash-safely.
+    def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
+        return self._history.list_as_of(self._checked(ref), at, prefix)
 
-        The state is first marked dirty, so a process (or machine) dying between the file
-        operation and the counter update leaves a state the next writer recounts. Only
-        the *rename* of the dirty state must be durable (directory fsync): if its bytes
-        were lost, the torn file fails to parse and is recounted just the same.
-        """
-        state.dirty = True
-        self._save_state(state, sync_data=False, sync_dir=True)
-        try:
-            change()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._recount_locked()
-            raise
-        state.tree = clamp(state.tree + delta)
-        used = clamp(state.spaces.get(ref.id, 0) + delta)
-        if used:
-            state.spaces[ref.id] = used
-        else:
-            state.spaces.pop(ref.id, None)
-        state.dirty = False
-        # A lost or torn write of this clean state leaves the dirty one: self-healing.
-        self._save_state(state, sync_data=False, sync_dir=False)
+    def history_usage(self, tenant: str) -> tuple[int, int]:
+        """(bytes of replaced versions kept, the history quota) of the tree: one aggregate,
+        whatever ``tenant``."""
+        return self._history.usage()
 
-    def _peek_state(self) -> UsageState:
+    def reconcile_history(self) -> int:
+        """Record every hand edit of the tree (changed, new and removed files) as a
+        version, actor ``hand-edit`` (``keepstone doctor``); returns how many were recorded."""
         if not self.root.is_dir():
-            return UsageState(0, {})
-        with _os_errors(""):
-            state = self._read_state()
-            if state is not None and not state.dirty:
-                return state
-            with self._locked():  # wait for the writer, or heal after a dead one
-                return self._load_state_locked()
+            return 0
+        with os_errors(""), self._tree.locked():
+            found = self._history.reconcile_locked()
+            with history_errors():
+                self._counters.load_locked()
+        return found
 
-    def _load_state_locked(self) -> UsageState:
-        state = self._read_state()
-        if state is None or state.dirty:
-            state = self._recount_locked()
-        return state
+    def prune_history(self, tenant: str | None = None) -> int:
+        """Drop replaced versions older than ``history_days`` (never a path's newest
+        version); the tree is one aggregate, so ``tenant`` is not used. Returns how many
+        were dropped."""
+        return self._history.prune()
 
-    def _read_state(self) -> UsageState | None:
-        try:
-            raw = (self.root / STATE_FILE).read_bytes()
-        except FileNotFoundError:
-            return None
-        return UsageState.parse(raw)
+    def set_history_limits(
+        self,
+        tenant: str,
+        *,
+        quota_bytes: int | None = None,
+        versions: int | None = None,
+        days: int | None = None,
+    ) -> None:
+        """Set the tree's history limits (None: the store's ``limits``); the tree is one
+        aggregate, so they hold for every team in it."""
+        self._history.set_limits(quota_bytes, versions, days)
 
-    def _save_state(self, state: UsageState, *, sync_data: bool, sync_dir: bool) -> None:
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            _atomic_write(fd, STATE_FILE, state.to_json(), sync_data=sync_data, sync_dir=sync_dir)
-        finally:
-            os.close(fd)
+    # --- The file operation of each mutation (done before its history insert) -----------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
+    def _replace_file(
+        self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
+    ) -> None:
+        self._tree.replace_file(space, doc, path, data, mtime_ns)
 
-    # --- Files ----------------------------------------------------------------------------
+    def _remove_file(self, space: Components, doc: Components, path: str) -> None:
+        self._tree.remove_file(space, doc, path)
+
+    def _rename_file(
+        self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
+    ) -> None:
+        self._tree.rename_file(space, src, dst, to, mtime_ns)
+
+    # --- Helpers of the interface ------------------------------------------------------------
 
     def _checked(self, ref: SpaceRef) -> SpaceRef:
         if ref.visibility is Visibility.PRIVATE:
@@ -504,174 +476,6 @@ class FilesystemStore(DocumentHistory, MemoryStore):
                 "use another visibility (bot, project, cross_project, user, org, global)"
             )
         return ref
-
-    def _open_dirs(self, comps: Components, path: str, *, create: bool = False) -> int | None:
-        """A descriptor of the directory ``root/comps``, walked without following links.
-
-        ``None`` when a component is absent (and ``create`` is false).
-        """
-        if create:
-            self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            for comp in comps:
-                try:
-                    nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        os.close(fd)
-                        return None
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(comp, 0o755, dir_fd=fd)
-                    nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        _refuse_entry(fd, comp, path)
-                    raise
-                os.close(fd)
-                fd = nfd
-            return fd
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def _read_file(
-        self, comps: Components, path: str, *, want_data: bool = True
-    ) -> tuple[bytes, os.stat_result] | None:
-        """(content, stat) of the regular file ``root/comps``; None when absent."""
-        dfd = self._open_dirs(comps[:-1], path)
-        if dfd is None:
-            return None
-        try:
-            try:
-                fd = os.open(comps[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    _refuse_entry(dfd, comps[-1], path)
-                raise
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise Conflict(
-                        f"{path!r} is a directory or special file in the filesystem store, "
-                        "not a document; move it aside",
-                        path=path,
-                    )
-                data = _read_all(fd) if want_data else b""
-                return data, st
-            finally:
-                os.close(fd)
-        finally:
-            os.close(dfd)
-
-    def _replace_file(
-        self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
-    ) -> None:
-        dfd = self._open_dirs(space + doc[:-1], path, create=True)
-        assert dfd is not None  # create=True always yields a directory
-        try:
-            _atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
-        finally:
-            os.close(dfd)
-
-    def _rename_file(
-        self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
-    ) -> None:
-        """``rename(2)`` within the space: atomic, replacing a file at ``dst``; the moved
-        file's mtime (its ``updated_at``) becomes ``mtime_ns``, the move's instant."""
-        sfd = self._open_dirs(space + src[:-1], to)
-        assert sfd is not None  # the caller read the file under the lock
-        try:
-            dfd = self._open_dirs(space + dst[:-1], to, create=True)
-            assert dfd is not None  # create=True always yields a directory
-            try:
-                os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
-                os.utime(dst[-1], ns=(mtime_ns, mtime_ns), dir_fd=dfd, follow_symlinks=False)
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-            os.fsync(sfd)
-        finally:
-            os.close(sfd)
-        self._tidy_dirs(space, space + src, to)
-
-    def _remove_file(self, space: Components, doc: Components, path: str) -> None:
-        comps = space + doc
-        dfd = self._open_dirs(comps[:-1], path)
-        if dfd is None:
-            return
-        try:
-            os.unlink(comps[-1], dir_fd=dfd)
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        self._tidy_dirs(space, comps, path)
-
-    def _tidy_dirs(self, space: Components, comps: Components, path: str) -> None:
-        """Remove the empty directories a document left behind at ``comps``, up to (not
-        including) the space's own directory: a person browsing the tree sees no dead
-        folders."""
-        for depth in range(len(comps) - 1, len(space), -1):
-            parent = self._open_dirs(comps[: depth - 1], path)
-            if parent is None:
-                return
-            try:
-                os.rmdir(comps[depth - 1], dir_fd=parent)
-            except OSError:
-                return
-            finally:
-                os.close(parent)
-
-    def _walk_space(
-        self, ref: SpaceRef, prefix: str
-    ) -> Iterator[tuple[str, Components, os.stat_result]]:
-        """(document path, its components, stat) of each listable document under prefix."""
-        start = encode_dir_prefix(prefix)
-        try:
-            fd = self._open_dirs(space_components(ref) + start, prefix)
-        except Conflict:
-            return  # a link or a file where a directory would be: nothing to list
-        if fd is None:
-            return
-        base = prefix.split("/") if prefix else []
-        yield from _walk_docs(fd, base, start, "")
-
-    def _walk_qualifiers(
-        self, comps: Components, values: Components, want: int, pending: str = ""
-    ) -> Iterator[tuple[Components, Components]]:
-        """(decoded segments, components) of each directory ``want`` segments down."""
-        fd = self._open_dirs(comps, "")
-        if fd is None:
-            return
-        try:
-            names = [e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False)]
-        finally:
-            os.close(fd)
-        for name in sorted(names):
-            seg, more = decode_component(name, pending, "qual")
-            if seg is None and more is None:
-                continue
-            if more is not None:
-                yield from self._walk_qualifiers([*comps, name], values, want, more)
-                continue
-            assert seg is not None
-            found = [*values, seg]
-            if len(found) == want:
-                yield found, [*comps, name]
-            else:
-                yield from self._walk_qualifiers([*comps, name], found, want)
-
-    @staticmethod
-    def _etag_of(existing: tuple[bytes, os.stat_result] | None, with_data: bool) -> str | None:
-        """The etag of a file read ``with_data`` ('' when read without); None when absent."""
-        if existing is None:
-            return None
-        return content_etag(existing[0]) if with_data else ""
 
     def _remember_etag(self, st: os.stat_result, data: bytes) -> str:
         if len(self._etags) >= _ETAG_CACHE_MAX:
@@ -682,99 +486,6 @@ class FilesystemStore(DocumentHistory, MemoryStore):
 
 
 # --- Helpers --------------------------------------------------------------------------------
-
-
-def _walk_docs(
-    fd: int, segs: list[str], comps: list[str], pending: str
-) -> Iterator[tuple[str, list[str], os.stat_result]]:
-    """Recursively list regular ``.md`` files below ``fd`` (closed on return)."""
-    try:
-        entries = sorted(os.scandir(fd), key=lambda e: e.name)
-        files: list[tuple[str, os.stat_result]] = []
-        dirs: list[str] = []
-        for entry in entries:
-            if entry.is_symlink():
-                continue
-            if entry.is_file(follow_symlinks=False):
-                try:
-                    files.append((entry.name, entry.stat(follow_symlinks=False)))
-                except FileNotFoundError:
-                    continue  # renamed or removed meanwhile (a writer's temporary file)
-            elif entry.is_dir(follow_symlinks=False):
-                dirs.append(entry.name)
-        for name, st in files:
-            path = document_named(segs, comps, name, pending)
-            if path is not None:
-                yield path, [*comps, name], st
-        for name in dirs:
-            step = directory_named(name, pending)
-            if step is None:
-                continue
-            seg, more = step
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # replaced by a link or removed meanwhile: never followed
-            next_segs = segs if seg is None else [*segs, seg]
-            yield from _walk_docs(sub, next_segs, [*comps, name], more or "")
-    finally:
-        os.close(fd)
-
-
-def _refuse_entry(dir_fd: int, name: str, path: str) -> None:
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise Conflict(
-            f"{path!r} passes through a symbolic link in the filesystem store; the store "
-            "never follows links: replace the link with a directory or file",
-            path=path,
-        )
-    raise Conflict(
-        f"{path!r} passes through a file where the store needs a directory; move it aside",
-        path=path,
-    )
-
-
-def _atomic_write(
-    dir_fd: int,
-    name: str,
-    data: bytes,
-    *,
-    sync_data: bool = True,
-    sync_dir: bool = True,
-    mtime_ns: int | None = None,
-) -> None:
-    """Write ``name`` in ``dir_fd`` all-or-nothing: temp file, fsync, rename, fsync dir;
-    ``mtime_ns`` sets the file's modification time (None: now)."""
-    tmp = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if mtime_ns is not None:
-                os.utime(fd, ns=(mtime_ns, mtime_ns))
-            if sync_data:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    if sync_dir:
-        os.fsync(dir_fd)
-
-
-def _read_all(fd: int) -> bytes:
-    with open(fd, "rb", closefd=False) as file:
-        return file.read()
 
 
 def _document(path: str, data: bytes, st: os.stat_result) -> Document:
@@ -797,25 +508,6 @@ def _mtime(st: os.stat_result) -> datetime:
 
 def _stat_key(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-@contextlib.contextmanager
-def _os_errors(path: str) -> Iterator[None]:
-    """Translate operating-system failures at the adapter boundary."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            raise InvalidPath(
-                f"path {path!r} is too long for the filesystem under this store's root; "
-                "use shorter names",
-                path=path,
-            ) from exc
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreUnavailable("the filesystem holding the store is full") from exc
-        raise StoreUnavailable(
-            f"the filesystem store failed: {exc.strerror or exc} ({exc.errno})"
-        ) from exc
 
 
 @contextlib.contextmanager

@@ -51,6 +51,7 @@ from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow
+from keepstone.store.fs_files import open_sidecar
 from keepstone.store.fs_layout import INDEX_FILE
 
 log = logging.getLogger("keepstone.store")
@@ -233,14 +234,11 @@ class FsIndex(SqliteSidecar):
     # --- Connections ------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        try:
-            return self._connect()
-        except sqlite3.OperationalError:
-            raise
-        except sqlite3.DatabaseError as exc:  # not a database, or malformed: rebuild
-            log.warning("search index %s is unreadable (%s); rebuilding it", self.path, exc)
-            self._delete_files()
-            return self._connect()
+        return open_sidecar("search index", self.path, self._connect, self._rebuild_unreadable)
+
+    def _rebuild_unreadable(self) -> str:
+        self._delete_files()  # derived data: the next reconcile indexes the files again
+        return "rebuilding it"
 
     def _connect(self) -> sqlite3.Connection:
         conn = connect_wal(self.path)
