@@ -93,7 +93,7 @@ from keepstone.store.base import (
     space_of_id,
 )
 from keepstone.store.sql_history import DocumentHistory, _HistoryStatements
-from keepstone.store.sql_import import import_batch
+from keepstone.store.sql_import import DocumentWrites, import_batch
 from keepstone.store.sql_index import (
     NO_TENANT,
     ChunkClaim,
@@ -380,7 +380,16 @@ class SqlStore(DocumentIndex, DocumentHistory, MemoryStore):
         """Many documents to a transaction, each refused as a write would refuse it
         (:mod:`keepstone.store.sql_import`)."""
         self._address(ref)  # a tenant-less team ref is refused before any I/O
-        with import_batch(self, ref) as write:
+        writes = DocumentWrites(
+            at_once=(
+                (lambda conn, w: self._put_at_once(ref, w, batch=conn))
+                if self._change_sql.postgres
+                else None
+            ),
+            in_transaction=lambda conn, w: self._write_in(conn, ref, w),
+            alone=lambda w: self._write(ref, w),
+        )
+        with import_batch(self.engine, writes) as write:
             yield write
 
     def _put(self, conn: Connection, ref: SpaceRef, doc: dict[str, Any], w: CheckedWrite) -> bool:

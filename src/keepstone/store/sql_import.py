@@ -6,13 +6,14 @@ import of thousands of documents paid that thousands of times. The batch writes 
 :data:`BATCH_DOCUMENTS` documents (or about :data:`BATCH_BYTES`) per transaction, and
 commits them once:
 
-* each document (a :class:`~keepstone.store.base.CheckedWrite`: the archive ran the shared
-  prelude, :meth:`~keepstone.store.base.MemoryStore.check_write`, once per member) goes
-  through exactly the steps of a single write past that prelude, in the batch's
-  transaction — the row lock and the create-only condition, then the
-  one change statement (:mod:`keepstone.store.sql_write`: the document, its old chunks, the
-  space and team counters' compare-and-swap, the new version and the history counter)
-  and, for a global space, the audit row. So it is refused exactly as a write would
+* each document (a :class:`~keepstone.store.prelude.CheckedWrite`: the archive ran the
+  shared prelude, :meth:`~keepstone.store.base.MemoryStore.check_write`, once per member)
+  goes through exactly the steps of a single write past that prelude (the store hands the
+  batch its own write paths, :class:`DocumentWrites`), in the batch's transaction — the
+  row lock and the create-only condition, then the one change statement
+  (:mod:`keepstone.store.sql_write`: the document, its old chunks, the space and team
+  counters' compare-and-swap, the new version and the history counter) and, for a global
+  space, the audit row. So it is refused exactly as a write would
   refuse it, history is recorded and the search index is told as for a write; charging
   the counters per document costs nothing extra (they are steps of the statement that
   writes the document), and the database checks each charge against the counters as
@@ -43,18 +44,16 @@ commits them once:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RootTransaction
+from sqlalchemy.engine import Connection, Engine, RootTransaction
 
 from keepstone.db import made_durable, sqlite_writers, translated_errors
-from keepstone.spaces import SpaceRef
-from keepstone.store.base import CheckedWrite, ImportWriter, WriteResult
-
-if TYPE_CHECKING:
-    from keepstone.store.sql import SqlStore
+from keepstone.documents import WriteResult
+from keepstone.store.prelude import CheckedWrite, ImportWriter
 
 #: Documents per transaction.
 BATCH_DOCUMENTS: Final = 200
@@ -67,11 +66,26 @@ LOCK_WAIT: Final = "200ms"
 _LOCK_NOT_AVAILABLE: Final = "55P03"
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentWrites:
+    """The store's own ways to write one document of the space being imported, so a
+    document of the batch is written, or refused, exactly as a single write."""
+
+    #: The one-statement write in the batch's transaction (PostgreSQL; None where the
+    #: dialect has none): None back when it wrote nothing and the transaction path must.
+    at_once: Callable[[Connection, CheckedWrite], WriteResult | None] | None
+    #: The transaction path (row lock, condition, change, audit row) in the batch's
+    #: transaction.
+    in_transaction: Callable[[Connection, CheckedWrite], WriteResult]
+    #: A single write in a transaction of its own.
+    alone: Callable[[CheckedWrite], WriteResult]
+
+
 class _Batch:
-    def __init__(self, store: SqlStore, ref: SpaceRef) -> None:
-        self.store = store
-        self.ref = ref
-        self.postgres = store.engine.dialect.name == "postgresql"
+    def __init__(self, engine: Engine, writes: DocumentWrites) -> None:
+        self.engine = engine
+        self.writes = writes
+        self.postgres = engine.dialect.name == "postgresql"
         self.conn: Connection | None = None
         self.tx: RootTransaction | None = None
         self.turn: contextlib.ExitStack | None = None
@@ -79,15 +93,14 @@ class _Batch:
         self.bytes = 0
 
     def write(self, w: CheckedWrite) -> WriteResult:
-        store = self.store
         with translated_errors():
             conn = self._open()
             try:
                 result: WriteResult | None = None
-                if self.postgres and w.grant is None:
+                if self.writes.at_once is not None and w.grant is None:
                     # One round trip: the one-statement write in a savepoint of its own
                     # (nothing to attribute or audit: those are a grant's).
-                    result = store._put_at_once(self.ref, w, batch=conn)
+                    result = self.writes.at_once(conn, w)
                 if result is None:
                     result = self._in_savepoint(conn, w)
             except sa.exc.OperationalError as exc:
@@ -105,7 +118,7 @@ class _Batch:
         only, and the batch goes on."""
         savepoint = conn.begin_nested()
         try:
-            result = self.store._write_in(conn, self.ref, w)
+            result = self.writes.in_transaction(conn, w)
         except BaseException:
             savepoint.rollback()
             raise
@@ -116,7 +129,7 @@ class _Batch:
         """``w`` as a single write, after committing the batch: another writer holds the
         document (and may wait for the counters this batch holds), so release them."""
         self.commit()
-        return self.store._write(self.ref, w)
+        return self.writes.alone(w)
 
     def _open(self) -> Connection:
         if self.conn is not None:
@@ -125,8 +138,8 @@ class _Batch:
         # as a single write does (write_transaction), given back in _end.
         turn = contextlib.ExitStack()
         if not self.postgres:
-            turn.enter_context(sqlite_writers(self.store.engine))
-        conn = self.store.engine.connect()
+            turn.enter_context(sqlite_writers(self.engine))
+        conn = self.engine.connect()
         try:
             if not self.postgres:
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")
@@ -164,13 +177,14 @@ class _Batch:
             if turn is not None:
                 turn.close()
         if committed:
-            made_durable(self.store.engine)  # the batch's one sync, after the writers' turn
+            made_durable(self.engine)  # the batch's one sync, after the writers' turn
 
 
 @contextlib.contextmanager
-def import_batch(store: SqlStore, ref: SpaceRef) -> Iterator[ImportWriter]:
-    """The writer of one import into ``ref`` (see the module's docstring)."""
-    batch = _Batch(store, ref)
+def import_batch(engine: Engine, writes: DocumentWrites) -> Iterator[ImportWriter]:
+    """The writer of one import into a space of ``engine``'s database, each document written
+    by one of ``writes`` (see the module's docstring)."""
+    batch = _Batch(engine, writes)
     try:
         yield batch.write
     except BaseException:
