@@ -97,7 +97,7 @@ def test_a_path_s_versions_are_found_by_the_primary_key(tmp_path: Path, lookup: 
     # A write's lookups of its path's versions (the next number, the newest time) must
     # search by the whole path: max(at) once walked the team's `at` index instead, every
     # version of the team for a path that had none (20x slower creates at 10,000 versions).
-    from keepstone.store import sql_write
+    from keepstone.store import sql_steps as sql_write
 
     store = SqlStore.open(f"sqlite:///{tmp_path}/plan.db", Limits())
     params = {"t": "team", "k": "key", "sid": "space", "p": "a.md"}

@@ -43,179 +43,38 @@ autocommit (:meth:`ChangeStatements.put`): one round trip and one commit. It wri
 answers that the condition refused, or writes nothing and hands the write to the
 transaction path (docs/storage.md, "A PostgreSQL write in one round trip").
 
-The statements are SQL text run on the driver's own cursor: SQLAlchemy's per-statement
-work (cache key, parameter and result processing) cost more than SQLite's execution of
-them, and as much as a round trip on PostgreSQL.
+The statements are plain SQL text (:mod:`keepstone.store.sql_steps` writes each step once
+and builds every statement from them) run on the driver's own cursor: SQLAlchemy's
+per-statement work (cache key, parameter and result processing) cost more than SQLite's
+execution of them, and as much as a round trip on PostgreSQL.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection, Dialect, Engine
 
 from keepstone.db import as_sqlalchemy, driver_cursor, on_pooled, utc
 from keepstone.store.sql_schema import memory_documents
-from keepstone.store.version_pack import COMPRESS_FROM
-
-#: What a change does to the document row (None: nothing; a move moves it itself).
-DocStep = Literal["insert", "update", "delete"] | None
-
-_ONE = "tenant_id = :t AND space_key = :k AND space_id = :sid AND path = :p"
-#: :data:`_ONE` for ``memory_documents AS d`` among other tables.
-_D_ONE = "d.tenant_id = :t AND d.space_key = :k AND d.space_id = :sid AND d.path = :p"
-#: A large live version's row in the table, for ``memory_documents AS d``.
-_LIVE_ROW = (
-    "(SELECT v.stored_bytes FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
-    "AND v.space_key = d.space_key AND v.space_id = d.space_id AND v.path = d.path "
-    "AND v.version = d.version)"
-)
-#: A live version is large from this many bytes: its packed row is in the table.
-_LARGE = f"d.size_bytes >= {COMPRESS_FROM}"
-#: The document row of :data:`_ONE`, as ``d``.
-_ROW = f"FROM memory_documents AS d WHERE {_ONE}"
-#: The live version has no row in the table yet (for ``_KEEP``'s ``{when}``).
-_UNKEPT = (
-    " AND NOT EXISTS (SELECT 1 FROM memory_document_versions AS v WHERE "
-    "v.tenant_id = memory_documents.tenant_id AND v.space_key = memory_documents.space_key "
-    "AND v.space_id = memory_documents.space_id AND v.path = memory_documents.path "
-    "AND v.version = memory_documents.version)"
-)
-#: The row lock a write takes before its change (SQLite: its writers queue on BEGIN
-#: IMMEDIATE, so a plain read; PostgreSQL: FOR UPDATE), with the stored bytes of a large
-#: live version's row in the table (``{row}``; NULL: none, the change copies the version)
-#: and, on SQLite, a large version's content for the store to pack (``{content}``).
-_LOCK = (
-    "SELECT d.size_bytes, d.etag, d.version, {row}, {content}, d.updated_at, {newest} "
-    f"FROM memory_documents AS d WHERE {_ONE}"
-)
-#: The path's newest version in the table (PostgreSQL's lock, for ``{newest}``).
-_NEWEST_KEPT = (
-    "(SELECT max(v.version) FROM memory_document_versions AS v WHERE v.tenant_id = d.tenant_id "
-    "AND v.space_key = d.space_key AND v.space_id = d.space_id AND v.path = d.path)"
-)
-#: The number of a new path's first version: after the versions an earlier document at
-#: the path left (the table holds them; a path never written starts at 1). The parameters
-#: are cast to their columns' types: the insert that numbers a document with it also
-#: stores them, and PostgreSQL must deduce one type for each.
-_OF_PATH = (
-    "FROM memory_document_versions WHERE tenant_id = CAST(:t AS text) "
-    "AND space_key = CAST(:k AS varchar) AND space_id = CAST(:sid AS text) "
-    "AND path = CAST(:p AS text)"
-)
-_NEXT = f"coalesce((SELECT max(version) {_OF_PATH}), 0) + 1"
-#: The time of the path's newest version in the table (NULL: it has none), found by the
-#: primary key: ``max(at)`` would walk the team's ``at`` index back to the path's rows, all
-#: of the team's history for a path that has none.
-_NEWEST_AT = f"(SELECT at {_OF_PATH} ORDER BY version DESC LIMIT 1)"
-#: A document numbered before a version its path holds already (see ``Locked.newest_kept``)
-#: renumbered after it, and timed no earlier than it.
-_RENUMBER = (
-    f"UPDATE memory_documents SET version = :n, updated_at = greatest(updated_at, {_NEWEST_AT}) "
-    f"WHERE {_ONE} RETURNING updated_at"
-)
-#: ``{src}``/``{when}``: a FROM clause and an extra condition (the one-statement write's).
-_DOC = {
-    "insert": (
-        "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
-        "content, size_bytes, etag, updated_at, version, actor) "
-        f"SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {{at}}, {_NEXT}, :actor"
-        "{src} WHERE true{when} "
-        "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING version"
-    ),
-    "update": (
-        "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
-        "updated_at = :now, version = memory_documents.version + 1, actor = :actor"
-        f"{{src}} WHERE {_ONE}{{when}} RETURNING memory_documents.version"
-    ),
-    "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
-}
-#: A new document's time (``{at}`` of ``_DOC["insert"]``): the write's, but never before the
-#: newest version its path holds already (a clock that stepped back, or a replica's clock
-#: behind another's, would time it before the deletion it follows). Its own lookup of the
-#: path's versions, which a path never written finds empty at once.
-_INSERT_AT = {
-    "sqlite": f"max(:now, coalesce({_NEWEST_AT}, :now))",
-    "postgresql": f"greatest(CAST(:now AS timestamptz), {_NEWEST_AT})",
-}
-#: ``_DOC`` as each dialect runs it.
-_DOCS = {
-    name: {**_DOC, "insert": _DOC["insert"].replace("{at}", at)} for name, at in _INSERT_AT.items()
-}
-#: The time of a path's newest version in the table (a move's target without a document).
-_LAST_AT = f"SELECT {_NEWEST_AT}"
-#: The document is not in the statement's snapshot (PostgreSQL's insert, for ``{when}``).
-_ABSENT = f" AND NOT EXISTS (SELECT 1 FROM memory_documents WHERE {_ONE})"
-_GONE = f"DELETE FROM memory_chunks WHERE {_ONE}"
-_SPACE = (
-    "INSERT INTO memory_space_usage AS s (tenant_id, space_key, space_id, used_bytes, "
-    "search_version) SELECT :t, :k, :sid, :fresh, 1{src} WHERE true "
-    "ON CONFLICT (tenant_id, space_key) DO UPDATE SET "
-    "used_bytes = CASE WHEN s.used_bytes + :d < 0 THEN 0 ELSE s.used_bytes + :d END, "
-    "search_version = s.search_version + 1 "
-    "WHERE :d <= 0 OR s.used_bytes + :d <= :cap RETURNING used_bytes"
-)
-_TEAM_COUNTERS = (
-    "used_bytes, quota_bytes, history_used_bytes, history_quota_bytes, history_versions"
-)
-_TEAM = (
-    "INSERT INTO memory_tenant_usage AS u (tenant_id, used_bytes, quota_bytes, "
-    "history_used_bytes) SELECT :tt, :fresh, :default_quota, {grown}{src} WHERE true "
-    "ON CONFLICT (tenant_id) DO UPDATE SET "
-    "used_bytes = CASE WHEN u.used_bytes + :d < 0 THEN 0 ELSE u.used_bytes + :d END, "
-    "history_used_bytes = u.history_used_bytes + {grown} "
-    f"WHERE :d <= 0 OR u.used_bytes + :d <= u.quota_bytes RETURNING {_TEAM_COUNTERS}"
-)
-_VERSION_COLUMNS = (
-    "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
-    "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
-)
-#: The live version, copied from its row before the change replaces it: a large one as
-#: the store packed it (SQLite: ``:kept_packed``, ``:kept_stored`` bytes), a small one as
-#: its text after a zero byte, as version_pack stores a small version (made in SQL).
-_KEEP = (
-    _VERSION_COLUMNS + "SELECT tenant_id, space_key, path, version, space_id, etag, "
-    "size_bytes, {stored}, {packed}, updated_at, actor, false "
-    f"FROM memory_documents{{src}} WHERE {_ONE}{{when}}"
-)
-_RAW = {
-    "sqlite": "CAST(X'00' || content AS BLOB)",
-    "postgresql": "decode('00', 'hex') || convert_to(content, 'UTF8')",
-}
-#: ``_KEEP``'s stored bytes and content per dialect.
-_KEPT = {
-    "sqlite": {"stored": ":kept_stored", "packed": f"coalesce(:kept_packed, {_RAW['sqlite']})"},
-    "postgresql": {"stored": "size_bytes + 1", "packed": _RAW["postgresql"]},
-}
-#: The packed row of a large new content, numbered as its document (``{version}``).
-_LIVE = (
-    _VERSION_COLUMNS + "SELECT :t, :k, :p, {version}, :sid, :etag, :size, :live_stored, "
-    ":live_packed, :now, :actor, false{src} WHERE true"
-)
-#: A moved large document's packed row, carried from the path it left (``:p``, its version
-#: ``:v``) to the path it now holds as version ``:moved`` (``:to``). None there (a large
-#: version kept before its packed row was): nothing, and SQL keeps it as it is once replaced.
-_CARRY = (
-    _VERSION_COLUMNS + "SELECT tenant_id, space_key, :to, :moved, space_id, etag, size_bytes, "
-    f"stored_bytes, content, :at, :actor, false FROM memory_document_versions "
-    f"WHERE {_ONE} AND version = :v"
-)
-#: A deletion marker: the path holds nothing from ``:at`` on.
-_MARK = (
-    _VERSION_COLUMNS + "SELECT :t, :k, :p, :mark, :sid, '', 0, 0, NULL, :at, :actor, true"
-    "{src} WHERE true"
+from keepstone.store.sql_steps import (
+    CARRY,
+    LAST_AT,
+    RENUMBER,
+    UNDO,
+    DocStep,
+    Shape,
+    lock_statement,
+    postgres_change,
+    postgres_put,
+    sqlite_steps,
 )
 
-
-#: What the one-statement write raises to undo itself (a counter refused after the
-#: document was written, or the history needs trimming): the write then runs in a
-#: transaction, which refuses or trims exactly as before. A cast error (SQLSTATE 22P02)
-#: because plain SQL has no RAISE; the text names it in the server's log.
-_UNDO = "keepstone write undone, retried in a transaction"
+#: The SQLSTATE of the one-statement write's undo (:data:`~keepstone.store.sql_steps.UNDO`).
 _UNDO_STATE = "22P02"
 #: unique_violation: the one statement met a version number the table holds already.
 _DUPLICATE_STATE = "23505"
@@ -278,7 +137,7 @@ def _in_transaction_instead(raw: Any) -> bool:
     version number the table holds already (the document took a number a concurrent
     deletion kept, ``Locked.newest_kept``: the transaction path renumbers it)."""
     state = getattr(raw, "sqlstate", None)
-    return (state == _UNDO_STATE and _UNDO in str(raw)) or state == _DUPLICATE_STATE
+    return (state == _UNDO_STATE and UNDO in str(raw)) or state == _DUPLICATE_STATE
 
 
 def _put_answer(row: Any) -> tuple[bool, str | None] | None:
@@ -289,27 +148,26 @@ def _put_answer(row: Any) -> tuple[bool, str | None] | None:
     return bool(ok), etag
 
 
+#: PostgreSQL dialects compiling the statements' ``:name`` parameters as psycopg takes them
+#: (SQLAlchemy's rules for the parameters of plain text).
+_PYFORMAT = PGDialect(paramstyle="pyformat")  # type: ignore[no-untyped-call]
+_NUMBERED = PGDialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
+
+
 def _native(sql: str) -> tuple[str, list[str]]:
     """``:name`` parameters as PostgreSQL's own ``$1``, and the names in their order: psycopg
     sends such a statement as it is, where it would parse a ``%(name)s`` one longer than
     4 KB again at every execution (its cache keeps shorter ones only)."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    return re.sub(r"(?<!:):(\w+)", number, sql), names
+    compiled = sa.text(sql).compile(dialect=_NUMBERED)
+    return str(compiled), list(compiled.positiontup or ())
 
 
 def _pyformat(sql: str) -> str:
     """``:name`` parameters as psycopg's ``%(name)s``."""
-    return re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
+    return str(sa.text(sql).compile(dialect=_PYFORMAT))
 
 
-#: A change's shape: (doc, drop_chunks, keep, live, mark).
-Shape = tuple[DocStep, bool, bool, bool, bool]
+__all__ = ["ChangeStatements", "DocStep", "Locked", "Outcome", "Shape", "Team"]
 
 
 class ChangeStatements:
@@ -317,35 +175,22 @@ class ChangeStatements:
 
     def __init__(self, dialect: Dialect, history: bool = True) -> None:
         self.postgres = dialect.name == "postgresql"
-        name = "postgresql" if self.postgres else "sqlite"
-        self._keep = _KEEP.format(**_KEPT[name], src="{src}", when="{when}")
         #: A timestamp as the dialect stores it (SQLite: SQLAlchemy's text form, which every
         #: other statement compares with); None: the driver's own.
         impl = memory_documents.c.updated_at.type.dialect_impl(dialect)
         self.bind_time: Callable[[Any], Any] | None = impl.bind_processor(dialect)
         self._read_time: Callable[[Any], Any] | None = impl.result_processor(dialect, None)
-        self._doc = _DOCS[name]
         self._built: dict[Shape, str] = {}
         self._steps: dict[Shape, list[tuple[str, str]]] = {}
-        # Without history (the benchmark's baseline) a lock reads no row of it. On
-        # PostgreSQL neither: a lock that waited for a concurrent writer returns that
-        # writer's row, but its subqueries read the snapshot from before the wait, which
-        # lacks the writer's packed row; the change statement, a new snapshot, looks.
-        row = (
-            f"CASE WHEN {_LARGE} THEN {_LIVE_ROW} END" if history and not self.postgres else "NULL"
-        )
-        # SQLite packs a large version when a change replaces it: the lock reads its content
-        # (the store ignores it where an earlier store's packed row is there already).
-        content = (
-            f"CASE WHEN {_LARGE} THEN d.content END" if history and not self.postgres else "NULL"
-        )
-        newest = _NEWEST_KEPT if history and self.postgres else "NULL"
-        lock = _LOCK.format(row=row, content=content, newest=newest)
-        self._lock = _pyformat(lock + " FOR UPDATE OF d") if self.postgres else lock
         self._puts: dict[tuple[bool, bool], tuple[str, list[str]]] = {}
-        self._carry = _pyformat(_CARRY) if self.postgres else _CARRY
-        self._last_at = _pyformat(_LAST_AT) if self.postgres else _LAST_AT
-        self._renumber = _pyformat(_RENUMBER)
+        self._lock = self._for_driver(lock_statement(self.postgres, history))
+        self._carry = self._for_driver(CARRY)
+        self._last_at = self._for_driver(LAST_AT)
+        self._renumber = _pyformat(RENUMBER)  # PostgreSQL only (Locked.newest_kept)
+
+    def _for_driver(self, sql: str) -> str:
+        """``sql`` with its parameters as the dialect's driver takes them."""
+        return _pyformat(sql) if self.postgres else sql
 
     def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
         """Lock the document row of ``params`` (its address and path); None when there is
@@ -410,13 +255,13 @@ class ChangeStatements:
         with driver_cursor(conn, "change") as cursor:
             if self.postgres:
                 sql = self._built.get(shape) or self._built.setdefault(
-                    shape, self._postgres(*shape)
+                    shape, _pyformat(postgres_change(shape))
                 )
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
                 team = None if row[2] is None else Team(*row[2:7])
                 return Outcome(bool(row[0]), row[1], team, row[7])
-            steps = self._steps.get(shape) or self._steps.setdefault(shape, self._sqlite(*shape))
+            steps = self._steps.get(shape) or self._steps.setdefault(shape, sqlite_steps(shape))
             return self._run_sqlite(cursor, steps, params)
 
     def put(
@@ -499,7 +344,7 @@ class ChangeStatements:
         """The one-statement write's text (built once per variant) and its arguments."""
         variant = (record, record and params.get("live_packed") is not None)
         sql, names = self._puts.get(variant) or self._puts.setdefault(
-            variant, _native(_postgres_put(*variant))
+            variant, _native(postgres_put(*variant))
         )
         return sql, [params[name] for name in names]
 
@@ -529,187 +374,3 @@ class ChangeStatements:
             None if team is None else Team(*team),
             version,
         )
-
-    def _sqlite(
-        self, doc: DocStep, drop_chunks: bool, keep: bool, live: bool, mark: bool
-    ) -> list[tuple[str, str]]:
-        # The copy of the live version reads the row before the document step changes it.
-        steps = [("keep", self._keep.format(src="", when=""))] if keep else []
-        if doc is not None:
-            # An insert or update answers the document's new version number.
-            name = "delete" if doc == "delete" else "doc"
-            steps.append((name, self._doc[doc].format(src="", when="")))
-        if drop_chunks:
-            steps.append(("gone", _GONE))
-        steps.append(("space", _SPACE.format(src="")))
-        steps.append(("team", _TEAM.format(grown=":kept_stored", src="")))
-        if live:
-            steps.append(("live", _LIVE.format(version=":version", src="")))
-        if mark:
-            steps.append(("mark", _MARK.format(src="")))
-        return steps
-
-    def _postgres(self, doc: DocStep, drop_chunks: bool, keep: bool, live: bool, mark: bool) -> str:
-        ctes: list[str] = []
-        sources: list[str] = []
-        if doc is not None:
-            # An insert follows a lock that found no document. When the statement's
-            # snapshot has one (created since the lock, perhaps being deleted by a writer
-            # the insert would wait for, whose kept versions this snapshot lacks), a number
-            # taken from it could be one that deletion keeps: insert nothing, and the store
-            # locks again.
-            when = _ABSENT if doc == "insert" else ""
-            ctes.append(f"doc AS ({self._doc[doc].format(src='', when=when)})")
-            sources.append("doc")
-        if drop_chunks:
-            after_doc = " AND EXISTS (SELECT 1 FROM doc)" if doc is not None else ""
-            ctes.append(f"gone AS ({_GONE}{after_doc} RETURNING 1)")
-            # Read in full before the counters: the chunks are locked before the space row.
-            sources.append("(SELECT count(*) FROM gone) AS g")
-        src = f" FROM {', '.join(sources)}" if sources else ""
-        ctes.append(f"space AS ({_SPACE.format(src=src)})")
-        # What the replaced version adds to the history: its packed row's bytes, or its
-        # text's after a zero byte (copied below) — in the statement's snapshot, the
-        # document row as it was before ``doc`` changed it.
-        grown = f"coalesce((SELECT coalesce({_LIVE_ROW}, d.size_bytes + 1) {_ROW}), 0)"
-        ctes.append(f"team AS ({_TEAM.format(grown=grown if keep else '0', src=' FROM space')})")
-        if keep:
-            # The version replaced, unless its packed row is in the table already.
-            body = self._keep.format(src=", (SELECT 1 FROM team) AS tm", when=_UNKEPT)
-            ctes.append(f"kept AS ({body} RETURNING 1)")
-        if live:
-            body = _LIVE.format(version="(SELECT version FROM doc)", src=" FROM team")
-            ctes.append(f"lived AS ({body} RETURNING 1)")
-        if mark:
-            ctes.append(f"marked AS ({_MARK.format(src=' FROM team')} RETURNING version)")
-        done = "(SELECT count(*) FROM doc)" if doc is not None else "1"
-        if mark:
-            version = "(SELECT version FROM marked)"
-        elif doc in ("insert", "update"):
-            version = "(SELECT version FROM doc)"
-        else:
-            version = "NULL"
-        team_cols = ", ".join(f"tm.{c.strip()}" for c in _TEAM_COUNTERS.split(","))
-        sql = (
-            f"WITH {', '.join(ctes)} SELECT {done}, (SELECT used_bytes FROM space), "
-            f"{team_cols}, {version} FROM (SELECT 1) AS one LEFT JOIN team AS tm ON true"
-        )
-        return _pyformat(sql)
-
-
-def _postgres_put(record: bool, live: bool) -> str:
-    """The one-statement write (:meth:`ChangeStatements.put`): the change statement's steps
-    after a row lock and the write's condition, all data-modifying CTEs of one statement
-    (``record``: with the history's; ``live``: the new content is large, its packed row
-    written too).
-
-    * ``pre``: the live version's number, what it adds to the history when replaced, and
-      whether its packed row is in the table already (a large one), as the statement's
-      snapshot sees them, and the history's limits; a write that would trim or prune (the
-      path's versions past the count, the team's history past its quota) takes the
-      transaction path (``busy``) before locking anything;
-    * ``cur``: the row lock; ``seen``: the same row in the statement's snapshot. A
-      concurrent writer that committed while this statement waited for the lock leaves
-      them different (PostgreSQL locks the newest row, the snapshot keeps the old one): the
-      chunks and versions this snapshot reads may be stale, so nothing is written
-      (``fresh`` false) and the write runs in a transaction, whose statements see it.
-      Nor when the live version is not older than this write's time (``:now``, read before
-      the statement: a writer committed in between): the transaction path reads its time
-      under the lock, so a path's versions follow each other in time as in number;
-    * ``go``: the write's condition, the size delta, and whether the content changed (the
-      same bytes again change nothing);
-    * the document inserted or updated, its old chunks dropped, the counters'
-      compare-and-swap, the replaced small version copied from the snapshot's row, the new
-      large content's packed row — the change statement's own step texts, with the delta
-      computed in SQL;
-    * a refusal after the document was written (a counter over its quota, or a counter
-      this very write created over it) or a history to trim fails the statement with
-      :data:`_UNDO`, which undoes all of it.
-    """
-    go_d, go_fresh = "(SELECT d FROM go)", "(SELECT greatest(d, 0) FROM go)"
-
-    def delta(sql: str) -> str:
-        return re.sub(r":fresh\b", go_fresh, re.sub(r":d\b", go_d, sql))
-
-    hist_quota = "coalesce({u}.history_quota_bytes, :hquota, {u}.quota_bytes{dflt})"
-    replaced = (
-        f"CASE WHEN {_LARGE} THEN coalesce({_LIVE_ROW}, d.size_bytes + 1) ELSE d.size_bytes + 1 END"
-    )
-    busy = (
-        "r.next > coalesce(u.history_versions, :keep) OR coalesce(u.history_used_bytes, 0) "
-        f"+ r.replaced > {hist_quota.format(u='u', dflt=', :default_quota')}"
-        if record
-        else "false"
-    )
-    grown = (
-        "(SELECT CASE WHEN changed AND cur_etag IS NOT NULL THEN replaced ELSE 0 END FROM go)"
-        if record
-        else "0"
-    )
-    ctes = [
-        # The document row read once (none for a new path), beside the team's counter.
-        "pre AS MATERIALIZED (SELECT r.replaced, r.prekept, "
-        f"{busy} AS busy FROM (SELECT coalesce({replaced}, 0) AS replaced, "
-        f"coalesce({_LARGE} AND {_LIVE_ROW} IS NOT NULL, false) AS prekept, "
-        f"coalesce(d.version + 1, {_NEXT}) AS next FROM (SELECT 1) AS one "
-        f"LEFT JOIN memory_documents AS d ON {_D_ONE}) AS r "
-        "LEFT JOIN memory_tenant_usage AS u ON u.tenant_id = :tt)",
-        "cur AS MATERIALIZED (SELECT ctid AS tid, size_bytes, etag FROM memory_documents "
-        f"WHERE {_ONE} AND NOT (SELECT busy FROM pre) FOR UPDATE)",
-        "seen AS MATERIALIZED (SELECT ctid AS tid, updated_at AS at FROM memory_documents "
-        f"WHERE {_ONE})",
-        "st AS MATERIALIZED (SELECT c.etag AS cur_etag, coalesce(c.size_bytes, 0) AS cur_size, "
-        "NOT pre.busy AND c.tid IS NOT DISTINCT FROM s.tid AND (s.at IS NULL OR s.at < :now) "
-        "AS fresh, pre.replaced, pre.prekept "
-        "FROM pre LEFT JOIN cur AS c ON true LEFT JOIN seen AS s ON true)",
-        # The condition as check_precondition states it: if_match demands that etag (an
-        # absent document never matches), if_none_match demands absence.
-        "go AS MATERIALIZED (SELECT cur_etag, fresh, fresh "
-        "AND (CAST(:if_match AS text) IS NULL OR cur_etag IS NOT DISTINCT FROM :if_match) "
-        "AND NOT (:if_none_match AND cur_etag IS NOT NULL) AS ok, "
-        ":size - cur_size AS d, cur_etag IS DISTINCT FROM :etag AS changed, replaced, prekept "
-        "FROM st)",
-        "ins_doc AS ("
-        + _DOCS["postgresql"]["insert"].format(
-            src=" FROM go", when=" AND go.ok AND go.cur_etag IS NULL"
-        )
-        + ")",
-        "upd_doc AS ("
-        + _DOCS["postgresql"]["update"].format(
-            src=" FROM go", when=" AND go.ok AND go.changed AND go.cur_etag IS NOT NULL"
-        )
-        + ")",
-        "doc AS (SELECT version FROM ins_doc UNION ALL SELECT version FROM upd_doc)",
-        f"gone AS ({_GONE} AND EXISTS (SELECT 1 FROM upd_doc) RETURNING 1)",
-        # Read in full before the counters: the chunks are locked before the space row.
-        delta(f"space AS ({_SPACE.format(src=' FROM doc, (SELECT count(*) FROM gone) AS g')})"),
-        delta(f"team AS ({_TEAM.format(grown=grown, src=' FROM space')})"),
-    ]
-    undo = (
-        "(sp.used_bytes IS NULL OR tm.used_bytes IS NULL "
-        "OR (go.d > 0 AND (sp.used_bytes > :cap OR tm.used_bytes > tm.quota_bytes))"
-    )
-    if record:
-        # The snapshot's row, as it was before upd_doc changed it: a small version's text.
-        keep = _KEEP.format(
-            **_KEPT["postgresql"],
-            src=", (SELECT 1 FROM team) AS tm",
-            when=" AND EXISTS (SELECT 1 FROM upd_doc) AND NOT (SELECT prekept FROM go)",
-        )
-        ctes.append(f"kept AS ({keep} RETURNING 1)")
-        if live:
-            body = _LIVE.format(version="(SELECT version FROM doc)", src=" FROM team")
-            ctes.append(f"lived AS ({body} RETURNING 1)")
-        undo += (
-            " OR (SELECT version FROM doc) > coalesce(tm.history_versions, :keep) "
-            "OR ((SELECT changed AND cur_etag IS NOT NULL FROM go) AND tm.history_used_bytes > "
-            f"{hist_quota.format(u='tm', dflt='')})"
-        )
-    undo += ")"
-    sql = (
-        f"WITH {', '.join(ctes)} SELECT go.fresh, go.ok, go.cur_etag, "
-        "(SELECT count(*) FROM doc) AS done, go.changed, "
-        f"CAST(CASE WHEN (SELECT count(*) FROM doc) > 0 AND {undo} THEN '{_UNDO}' END AS integer) "
-        "FROM go LEFT JOIN space AS sp ON true LEFT JOIN team AS tm ON true"
-    )
-    return sql
