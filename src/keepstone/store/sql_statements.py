@@ -38,15 +38,35 @@ def bp(name: str, type_: Any = None) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
+def _address() -> dict[str, sa.BindParameter[Any]]:
+    """A space's row address, bound from ``SqlStore._address``."""
+    return {"tenant_id": bp("t"), "space_key": bp("k"), "space_id": bp("sid")}
+
+
+def _space_of(table: sa.Table) -> list[sa.ColumnElement[bool]]:
+    """The rows of ``table`` in the space of :func:`_address`."""
+    return [table.c[name] == value for name, value in _address().items()]
+
+
+def _one_doc(table: sa.Table) -> tuple[sa.ColumnElement[bool], ...]:
+    """The rows of ``table`` of the document at path ``:p`` of the space."""
+    return (*_space_of(table), table.c.path == bp("p"))
+
+
 class Statements:
-    """Every statement the store runs, built once per dialect so compilation is cached."""
+    """Every statement the store runs, built once per dialect so compilation is cached:
+    the documents', the document index's, the counters'."""
 
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
-        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
-        # A space's row address, bound from SqlStore._address.
-        address = {"tenant_id": bp("t"), "space_key": bp("k"), "space_id": bp("sid")}
-        doc_where = [D.c[name] == value for name, value in address.items()]
-        one_doc = (*doc_where, D.c.path == bp("p"))
+        self._documents()
+        self._chunks(vec)
+        self._unindexed(dialect)
+        self._counters(dialect)
+
+    def _documents(self) -> None:
+        """Reads, listings and pages of a space's documents, and a document's move."""
+        doc_where = _space_of(D)
+        one_doc = _one_doc(D)
         in_dir = (D.c.path >= bp("lo"), D.c.path < bp("hi"))
         after = D.c.path > bp("after")
         meta_cols = (D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
@@ -87,9 +107,10 @@ class Statements:
             .order_by(D.c.path)
         )
 
-        # The document index.
-        chunk_space = [C.c[name] == value for name, value in address.items()]
-        chunk_doc = (*chunk_space, C.c.path == bp("p"))
+    def _chunks(self, vec: pgvector.Pgvector | None) -> None:
+        """The document index: a document's chunks, and the chunks to embed."""
+        chunk_space = _space_of(C)
+        chunk_doc = _one_doc(C)
         self.delete_chunks = sa.delete(C).where(*chunk_doc)
         # A chunk is its text's alone (no path in it): a moved document keeps its vectors.
         self.move_chunks = sa.update(C).where(*chunk_doc).values(path=bp("to"))
@@ -132,6 +153,11 @@ class Statements:
             )
             .values(embedding=bp("blob"), model=bp("by_model"), **vector)
         )
+
+    def _unindexed(self, dialect: str) -> None:
+        """The document index's backfill: the documents without chunks, and the lock of one
+        being chunked."""
+        one_doc = _one_doc(D)
         has_chunks = sa.exists().where(
             C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
         )
@@ -157,54 +183,33 @@ class Statements:
             if dialect == "postgresql"
             else sa.select(*content).where(*one_doc)
         )
-        self.has_chunks = sa.select(C.c.seq).where(*chunk_doc).limit(1)
+        self.has_chunks = sa.select(C.c.seq).where(*_one_doc(C)).limit(1)
 
-        delta = bp("d", sa.BigInteger)
-        # used + d, clamped at zero for credits.
-        s_new = sa.case((S.c.used_bytes + delta < 0, 0), else_=S.c.used_bytes + delta)
-        t_new = sa.case((T.c.used_bytes + delta < 0, 0), else_=T.c.used_bytes + delta)
-        # The compare-and-swap: a credit always passes, a charge only within the quota.
-        self.charge_space = (
-            insert(S)
-            .values(**address, used_bytes=bp("fresh", sa.BigInteger), search_version=1)
-            .on_conflict_do_update(
-                index_elements=[S.c.tenant_id, S.c.space_key],
-                set_={S.c.used_bytes: s_new, S.c.search_version: S.c.search_version + 1},
-                where=sa.or_(delta <= 0, S.c.used_bytes + delta <= bp("cap", sa.BigInteger)),
-            )
-            .returning(S.c.used_bytes)
-        )
+    def _counters(self, dialect: str) -> None:
+        """The space and team counters outside a change: bumps, attributions, quotas, reads."""
+        insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+        # A change's charges are steps of its change statement (keepstone.store.sql_steps).
         # A change of the space's index that charges nothing: bump its version only.
         self.bump_space = (
             insert(S)
-            .values(**address, used_bytes=0, search_version=1)
+            .values(**_address(), used_bytes=0, search_version=1)
             .on_conflict_do_update(
                 index_elements=[S.c.tenant_id, S.c.space_key],
                 set_={S.c.search_version: S.c.search_version + 1},
             )
         )
-        self.search_version = sa.select(S.c.search_version).where(
-            *(S.c[name] == value for name, value in address.items())
-        )
-        tenant_row = {
-            "tenant_id": bp("t"),
-            "used_bytes": bp("fresh", sa.BigInteger),
-            "quota_bytes": bp("default_quota", sa.BigInteger),
-        }
-        self.charge_tenant = (
-            insert(T)
-            .values(**tenant_row)
-            .on_conflict_do_update(
-                index_elements=[T.c.tenant_id],
-                set_={T.c.used_bytes: t_new},
-                where=sa.or_(delta <= 0, T.c.used_bytes + delta <= T.c.quota_bytes),
-            )
-            .returning(T.c.used_bytes, T.c.quota_bytes)
-        )
-        # Attribution of a global write: debit (or credit) without enforcement.
+        self.search_version = sa.select(S.c.search_version).where(*_space_of(S))
+        # Attribution of a global write: debit (or credit) without enforcement; used + d,
+        # clamped at zero for credits.
+        delta = bp("d", sa.BigInteger)
+        t_new = sa.case((T.c.used_bytes + delta < 0, 0), else_=T.c.used_bytes + delta)
         self.attribute_tenant = (
             insert(T)
-            .values(**tenant_row)
+            .values(
+                tenant_id=bp("t"),
+                used_bytes=bp("fresh", sa.BigInteger),
+                quota_bytes=bp("default_quota", sa.BigInteger),
+            )
             .on_conflict_do_update(index_elements=[T.c.tenant_id], set_={T.c.used_bytes: t_new})
         )
         self.set_quota = (
@@ -215,9 +220,7 @@ class Statements:
                 set_={T.c.quota_bytes: bp("q", sa.BigInteger)},
             )
         )
-        self.space_used = sa.select(S.c.used_bytes).where(
-            *(S.c[name] == value for name, value in address.items())
-        )
+        self.space_used = sa.select(S.c.used_bytes).where(*_space_of(S))
         self.tenant_used = sa.select(T.c.used_bytes, T.c.quota_bytes).where(
             T.c.tenant_id == bp("t")
         )
