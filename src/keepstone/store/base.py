@@ -152,7 +152,7 @@ class MemoryStore(ABC):
       one store holds several teams' spaces side by side (filesystem and SQL stores).
       A client of a server (``HttpMemoryStore``) lacks it: the server stamps the
       tenant and user from the credential, and only the caller's own team is reachable.
-    * ``"history"`` — keeps every version of every document (issue 14): ``versions``,
+    * ``"history"`` — keeps every version of every document: ``versions``,
       ``read_version``, ``read_as_of``, ``list_as_of`` answer.
     * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
       :class:`~keepstone.documents.PlatformGrant` itself. A client of a server lacks it:
@@ -192,7 +192,7 @@ class MemoryStore(ABC):
         """Every document under ``dir`` with its content, sorted by path, streamed:
         an adapter holds at most a bounded number of documents in memory at once."""
 
-    # --- History (issue 14): every version of every document, live included ---------------
+    # --- History: every version of every document, live included ---------------------------
     #
     # An adapter that keeps history declares the ``history`` capability and answers the
     # three methods below; the rest of the history is built on them.
@@ -307,7 +307,7 @@ class MemoryStore(ABC):
         return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
 
     def versions(self, ref: SpaceRef, path: str) -> Versions:
-        """The document's versions newest first, live included (issue 14); NotFound when
+        """The document's versions newest first, live included; NotFound when
         the path never held a document (or its history was pruned away)."""
         path = validate_doc_path(path)
         found = self._versions(ref, path)

@@ -57,7 +57,7 @@ from keepstone.store.base import (
     Usage,
     space_of_id,
 )
-from keepstone.store.sql_history import DocumentHistory, _HistoryStatements
+from keepstone.store.sql_history import DocumentHistory, HistoryStatements
 from keepstone.store.sql_index import (
     NO_TENANT,
     ChunkClaim,
@@ -127,7 +127,7 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
         vec = vectors if vectors is not None and C.name in vectors.tables else None
         self._vec = vec
         self._sql = Statements(engine.dialect.name, vec)
-        self._hist = _HistoryStatements()
+        self._hist = HistoryStatements()
         self._change_sql = ChangeStatements(engine.dialect, history=self.keeps_history)
         #: Whether a large version is packed when it is written (PostgreSQL) rather than when
         #: a change replaces it (SQLite): ``ChangeStatements``' docstring says why.

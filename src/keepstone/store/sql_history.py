@@ -1,4 +1,4 @@
-"""The SQL store's document history (issue 14, docs/history.md): the part of
+"""The SQL store's document history (docs/history.md): the part of
 :class:`keepstone.store.sql.SqlStore` that appends a version in the transaction of every write,
 delete and move, keeps the team's history counter and limits, and reads the past.
 
@@ -43,7 +43,7 @@ Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
 
 
-class _HistoryStatements:
+class HistoryStatements:
     """The history's statements that are not part of a change (the change statement,
     :mod:`keepstone.store.sql_write`, appends the versions), built once per store."""
 
@@ -173,7 +173,7 @@ class DocumentHistory:
     clock: Callable[[], datetime]
     _address: Callable[[SpaceRef], dict[str, str]]
     _aggregate: Callable[[SpaceRef], tuple[str, int]]
-    _hist: _HistoryStatements
+    _hist: HistoryStatements
 
     # --- Writing: called inside the mutation's own transaction -------------------------------
 
