@@ -21,7 +21,7 @@ spelled with ``~`` markers and, when long, split over nested directories. So two
 different refs never share a directory, a document ``a.md`` and a directory ``a.md/``
 can coexist, and any valid path fits the 255-byte file-name limit.
 :func:`decode_component` reads one name back. The counters file's format
-(:class:`UsageState`) is here too; :mod:`keepstone.store.fs` does every file operation.
+(:class:`UsageState`) is here too; :mod:`keepstone.store.fs_tree` does every file operation.
 
 The store's own files live only at the root, beside the visibility directories, and
 start with ``.``: no walk ever looks for documents there (a walk starts at a visibility
