@@ -20,6 +20,7 @@ from keepstone.service.spaces import SpaceService
 from keepstone.spaces import AUTO_MEMORY_SPACE, SpaceRef, Visibility, encode_workdir_key
 from keepstone.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
+from tests.cli_runner import keepstone_argv
 
 #: The operator at the local console, as the CLI and `keepstone run` act.
 ME = console_principal("local")
@@ -69,9 +70,7 @@ class Env:
 
     def argv(self, *run_args: str, mode: str = "exit0") -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "keepstone.cli.main",
+            *keepstone_argv(),
             "run",
             *run_args,
             "--",

@@ -28,6 +28,7 @@ from keepstone.service.spaces import SpaceService
 from keepstone.spaces import AUTO_MEMORY_SPACE, Visibility, encode_workdir_key
 from keepstone.store.fs import FilesystemStore
 from tests.automemory.agent_script import AGENT
+from tests.cli_runner import keepstone_argv
 
 #: The operator at the local console, as the CLI and `keepstone run` act.
 ME = console_principal("local")
@@ -68,9 +69,7 @@ def test_runs_from_root_subdir_and_a_resume_share_one_space(tmp_path: Path) -> N
     for cwd, line in ((repo, "first"), (repo / "pkg", "second"), (repo / "pkg" / "sub", "resume")):
         subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "keepstone.cli.main",
+                *keepstone_argv(),
                 "run",
                 "--auto-memory",
                 "on",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from keepstone.cli.main import main
+from tests.cli_runner import run_cli
 
 
 @pytest.fixture
@@ -22,11 +22,7 @@ def admin(
     monkeypatch.delenv("KEEPSTONE_DATABASE_URL", raising=False)
 
     def run(*argv: str, ok: bool = True) -> Any:
-        try:
-            code = main(["admin", *argv])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
+        code, out, err = run_cli(capsys, "admin", *argv)
         if ok:
             assert code == 0, err
             return json.loads(out)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from keepstone.cli.main import main
+from tests.cli_runner import run_cli
 
 
 @pytest.fixture
@@ -35,23 +35,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def keepstone(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = keepstone(capsys, "doctor", "--json", *argv)
+    code, out, err = run_cli(capsys, "doctor", "--json", *argv)
     body = json.loads(out)
     return code, {c["name"]: c for c in body["checks"]} | {"ok": body["ok"]}
 
 
 def du(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    code, out, err = keepstone(capsys, "memory", "du", "--bot", "b1", "--json")
+    code, out, err = run_cli(capsys, "memory", "du", "--bot", "b1", "--json")
     assert code == 0, err
     body: dict[str, Any] = json.loads(out)
     return body
@@ -62,7 +53,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
 ) -> None:
     note = Path.cwd() / "note.md"
     note.write_text("12345")
-    code, _, err = keepstone(capsys, "memory", "put", "a.md", "--bot", "b1", "--file", str(note))
+    code, _, err = run_cli(capsys, "memory", "put", "a.md", "--bot", "b1", "--file", str(note))
     assert code == 0, err
     assert du(capsys)["used_bytes"] == 5
     (on_disk,) = (home / "spaces").rglob("a.md")
@@ -70,7 +61,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
     (on_disk.parent / "b.md").write_text("added by hand")
     assert du(capsys)["used_bytes"] == 5  # stale
 
-    code, out, err = keepstone(capsys, "doctor")
+    code, out, err = run_cli(capsys, "doctor")
     assert code == 0, err
     (line,) = [x for x in out.splitlines() if "local usage" in x]
     assert line.split()[0] == "ok"
@@ -91,7 +82,7 @@ def test_doctor_recounts_usage_left_stale_by_a_hand_edit(
 def test_one_line_per_check_and_a_current_database_is_ok(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = keepstone(capsys, "doctor")
+    code, out, _ = run_cli(capsys, "doctor")
     assert code == 0
     names = ["python", "keepstone", "home", "database", "model", "redis", "history", "local usage"]
     assert [line.split()[0] for line in out.splitlines()] == [
@@ -106,7 +97,7 @@ def test_one_line_per_check_and_a_current_database_is_ok(
     ]
     assert [line[6:].split("  ")[0].strip() for line in out.splitlines()] == names
     assert not home.exists()  # the doctor only looks
-    assert keepstone(capsys, "db", "upgrade")[0] == 0
+    assert run_cli(capsys, "db", "upgrade")[0] == 0
     code, checks = doctor(capsys)
     assert code == 0
     assert checks["home"]["status"] == "ok"
@@ -133,7 +124,7 @@ def test_a_bad_database_fails_with_exit_1(
     assert why in checks["database"]["detail"]
     assert "s3cret" not in checks["database"]["detail"]
     assert not (tmp_path / "nowhere").exists()
-    code, out, _ = keepstone(capsys, "doctor", "--database", url)
+    code, out, _ = run_cli(capsys, "doctor", "--database", url)
     assert code == 1
     assert [x for x in out.splitlines() if x.startswith("FAIL")][0].split()[1] == "database"
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from keepstone import runtime as keepstone_runtime
-from keepstone.cli.main import main
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql import SqlStore
+from tests.cli_runner import run_cli
 from tests.conformance.helpers import TEAM, ServedHttpStore
 
 
@@ -32,17 +32,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def keepstone(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def ok(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    code, out, err = keepstone(capsys, *argv)
+    code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     return json.loads(out)
 
@@ -98,7 +89,7 @@ def test_set_history_refusals_are_one_line(
     home: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], status: int, says: str
 ) -> None:
     org = ok(capsys, "admin", "create-org", "--name", "Acme")["id"]
-    code, out, err = keepstone(capsys, "admin", "set-history", "--org", org, *argv)
+    code, out, err = run_cli(capsys, "admin", "set-history", "--org", org, *argv)
     assert code == status and out == "" and says in err and err.count("\n") == 1
 
 
@@ -133,7 +124,7 @@ def test_du_prints_the_history_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The local filesystem store keeps history for its whole tree: the line says so.
-    code, out, _ = keepstone(capsys, "memory", "du", "--bot", "b1")
+    code, out, _ = run_cli(capsys, "memory", "du", "--bot", "b1")
     assert code == 0 and "history 0 B of 1.0 GiB" in out and "replaced versions" in out
     # A server's store keeps history: its bytes apart from the live ones.
     served = tmp_path / "served"
@@ -152,7 +143,7 @@ def test_du_prints_the_history_line(
     )
     argv = ("memory", "du", "--visibility", "project", "--project", "p", "--name", "notes")
     argv = (*argv, "--server", "http://keepstone.test")
-    code, out, err = keepstone(capsys, *argv)
+    code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("history"))
     assert (

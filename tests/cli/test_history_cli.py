@@ -17,8 +17,8 @@ import pytest
 from keepstone.cli import common
 from keepstone.cli.common import UsageError
 from keepstone.cli.history import parse_time
-from keepstone.cli.main import main
 from keepstone.store.sql import SqlStore
+from tests.cli_runner import run_memory
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -59,19 +59,10 @@ def clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     yield the_clock
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["memory", *argv])
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def put(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: str, content: str) -> None:
     src = tmp_path / "content.md"
     src.write_text(content, encoding="utf-8")
-    code, _, err = run(capsys, "put", path, "--bot", "b1", "--file", str(src))
+    code, _, err = run_memory(capsys, "put", path, "--bot", "b1", "--file", str(src))
     assert (code, err) == (0, "")
 
 
@@ -88,13 +79,13 @@ def three(clock: Clock, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> l
 def test_log_lists_versions_newest_first(
     three: list[datetime], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "log", "MEMORY.md", "--bot", "b1")
+    code, out, err = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1")
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert [line.split()[0] for line in lines] == ["3", "2", "1"]
     assert lines[0].endswith("local-cli  (live)")  # who: the local console
     assert "(live)" not in lines[1] and "2026-11-30 13:00:00Z" in lines[2]
-    code, out, _ = run(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
+    code, out, _ = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
     body = json.loads(out)
     assert [v["version"] for v in body["versions"]] == [3, 2, 1]
     assert set(body["versions"][0]) == {"version", "etag", "size", "at", "actor", "deleted"}
@@ -106,57 +97,61 @@ def test_log_shows_a_deletion(
     three: list[datetime], clock: Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock.tick()
-    assert run(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
-    code, out, _ = run(capsys, "log", "MEMORY.md", "--bot", "b1")
+    assert run_memory(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
+    code, out, _ = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1")
     assert code == 0
     first = out.splitlines()[0]
     assert first.split()[0] == "4" and "deleted" in first and "(live)" not in first
 
 
 def test_show_prints_a_version(three: list[datetime], capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "show", "MEMORY.md", "--version", "2", "--bot", "b1") == (
+    assert run_memory(capsys, "show", "MEMORY.md", "--version", "2", "--bot", "b1") == (
         0,
         "one\ntwo\n",
         "",
     )
-    code, out, err = run(capsys, "show", "MEMORY.md", "--version", "9", "--bot", "b1")
+    code, out, err = run_memory(capsys, "show", "MEMORY.md", "--version", "9", "--bot", "b1")
     assert (code, out) == (1, "")
     assert err.startswith("keepstone: not_found: ") and "version 9" in err and err.count("\n") == 1
-    code, _, err = run(capsys, "show", "MEMORY.md", "--version", "0", "--bot", "b1")
+    code, _, err = run_memory(capsys, "show", "MEMORY.md", "--version", "0", "--bot", "b1")
     assert code == 1 and "version must be a whole number from 1" in err
-    code, _, err = run(capsys, "show", "MEMORY.md", "--bot", "b1")
+    code, _, err = run_memory(capsys, "show", "MEMORY.md", "--bot", "b1")
     assert code == 2 and "--version" in err
 
 
 def test_diff_defaults_to_the_live_version(
     three: list[datetime], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "diff", "MEMORY.md", "--from", "1", "--bot", "b1")
+    code, out, err = run_memory(capsys, "diff", "MEMORY.md", "--from", "1", "--bot", "b1")
     assert (code, err) == (0, "")
     assert "--- a/MEMORY.md (version 1)" in out and "+++ b/MEMORY.md (version 3)" in out
     assert "+two\n" in out and "+three\n" in out
-    code, out, _ = run(capsys, "diff", "MEMORY.md", "--from", "1", "--to", "2", "--bot", "b1")
+    code, out, _ = run_memory(
+        capsys, "diff", "MEMORY.md", "--from", "1", "--to", "2", "--bot", "b1"
+    )
     assert "+two\n" in out and "three" not in out
-    code, out, err = run(capsys, "diff", "MEMORY.md", "--from", "2", "--to", "2", "--bot", "b1")
+    code, out, err = run_memory(
+        capsys, "diff", "MEMORY.md", "--from", "2", "--to", "2", "--bot", "b1"
+    )
     assert (code, out) == (0, "") and "identical" in err
-    code, _, err = run(capsys, "diff", "MEMORY.md", "--from", "7", "--bot", "b1")
+    code, _, err = run_memory(capsys, "diff", "MEMORY.md", "--from", "7", "--bot", "b1")
     assert code == 1 and err.startswith("keepstone: not_found: ")
 
 
 def test_restore_writes_the_old_content_as_a_new_version(
     three: list[datetime], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "restore", "MEMORY.md", "--version", "1", "--bot", "b1")
+    code, out, err = run_memory(capsys, "restore", "MEMORY.md", "--version", "1", "--bot", "b1")
     assert (code, err) == (0, "")
     assert out.startswith("restored MEMORY.md from version 1 (4 B, etag ")
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "one\n"
-    code, out, _ = run(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
+    assert run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "one\n"
+    code, out, _ = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
     assert [v["version"] for v in json.loads(out)["versions"]] == [4, 3, 2, 1]
-    code, out, err = run(
+    code, out, err = run_memory(
         capsys, "restore", "MEMORY.md", "--version", "3", "--if-match", "0" * 32, "--bot", "b1"
     )
     assert (code, out) == (1, "") and err.startswith("keepstone: precondition_failed: ")
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "one\n"
+    assert run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "one\n"
 
 
 def test_cat_and_ls_as_of(
@@ -165,22 +160,26 @@ def test_cat_and_ls_as_of(
     clock.tick()
     put(capsys, tmp_path, "topics/later.md", "later\n")
     between = (three[0] + timedelta(minutes=30)).isoformat()
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", between)[1] == "one\n"
+    assert run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", between)[1] == "one\n"
     at_two = three[1].strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", at_two)[1] == "one\ntwo\n"
+    assert (
+        run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", at_two)[1] == "one\ntwo\n"
+    )
     # An offset and a naive time (UTC) name the same instant.
     naive = three[1].replace(tzinfo=None).isoformat()
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", naive)[1] == "one\ntwo\n"
+    assert (
+        run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", naive)[1] == "one\ntwo\n"
+    )
     east = three[1].astimezone(UTC).replace(tzinfo=None).isoformat() + "+00:00"
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", east)[1] == "one\ntwo\n"
-    code, out, _ = run(capsys, "ls", "--bot", "b1", "--json", "--as-of", at_two)
+    assert run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", east)[1] == "one\ntwo\n"
+    code, out, _ = run_memory(capsys, "ls", "--bot", "b1", "--json", "--as-of", at_two)
     assert [d["path"] for d in json.loads(out)["documents"]] == ["MEMORY.md"]
-    code, out, _ = run(capsys, "ls", "--bot", "b1", "--json")
+    code, out, _ = run_memory(capsys, "ls", "--bot", "b1", "--json")
     assert [d["path"] for d in json.loads(out)["documents"]] == ["MEMORY.md", "topics/later.md"]
     before = (T0 - timedelta(days=1)).isoformat()
-    code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", before)
+    code, out, err = run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", before)
     assert (code, out) == (1, "") and err.startswith("keepstone: not_found: there was no document")
-    code, out, err = run(capsys, "ls", "--bot", "b1", "--as-of", before)
+    code, out, err = run_memory(capsys, "ls", "--bot", "b1", "--as-of", before)
     assert (code, out) == (0, "") and "no documents" in err
 
 
@@ -189,7 +188,9 @@ def test_export_as_of_writes_the_space_as_it_was(
 ) -> None:
     out_file = tmp_path / "then.tar.gz"
     at = three[0].isoformat()
-    code, _, err = run(capsys, "export", "--bot", "b1", "--out", str(out_file), "--as-of", at)
+    code, _, err = run_memory(
+        capsys, "export", "--bot", "b1", "--out", str(out_file), "--as-of", at
+    )
     assert (
         code == 0 and "exported 1 document(s)" in err and "as of 2026-11-30T13:00:00+00:00" in err
     )
@@ -201,7 +202,7 @@ def test_export_as_of_writes_the_space_as_it_was(
 def test_a_bad_as_of_is_a_usage_error(
     three: list[datetime], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", "yesterday")
+    code, out, err = run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1", "--as-of", "yesterday")
     assert (code, out) == (2, "")
     assert (
         err.startswith("keepstone: usage: --as-of 'yesterday' is not a time")
@@ -229,7 +230,7 @@ def test_the_local_store_without_history_says_so(
     """Whatever store is behind the CLI, a history verb it cannot answer is one line."""
     monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
+    code, out, err = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
     assert code == 1 and out == "" and err.count("\n") == 1 and err.startswith("keepstone: ")
 
 

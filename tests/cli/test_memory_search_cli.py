@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_memory_cli import home, run  # noqa: F401 - the fixture is used by name
+from tests.cli_runner import run_memory
 
 RUNBOOK = """# Deploy runbook
 
@@ -23,7 +23,7 @@ Run `deploy rollback` and watch the quokka dashboards.
 def put(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: str, content: str) -> None:
     source = tmp_path / "content.md"
     source.write_text(content, encoding="utf-8")
-    code, _, err = run(capsys, "put", path, "--file", str(source), "--bot", "b1")
+    code, _, err = run_memory(capsys, "put", path, "--file", str(source), "--bot", "b1")
     assert code == 0, err
 
 
@@ -34,14 +34,14 @@ def keyword_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("keyword_only")
 def test_search_plain_and_json(
-    home: Path,  # noqa: F811
+    home: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "notes/park.md", "# Park\nquokka sightings\n")
 
-    code, out, err = run(capsys, "search", "rollback quokka", "--bot", "b1")
+    code, out, err = run_memory(capsys, "search", "rollback quokka", "--bot", "b1")
     assert code == 0, err
     blocks = out.strip().split("\n\n")
     assert len(blocks) == 2
@@ -52,7 +52,7 @@ def test_search_plain_and_json(
     assert first[3] == "    Rollback Run deploy rollback and watch the quokka dashboards."
     assert blocks[1].splitlines()[0] == "notes/park.md"
 
-    code, out, err = run(capsys, "search", "quokka", "--bot", "b1", "--json", "--limit", "1")
+    code, out, err = run_memory(capsys, "search", "quokka", "--bot", "b1", "--json", "--limit", "1")
     assert code == 0, err
     body = json.loads(out)
     assert list(body) == ["results"]
@@ -60,24 +60,24 @@ def test_search_plain_and_json(
     assert set(body["results"][0]) == {"path", "heading", "snippet", "score", "matched"}
     assert body["results"][0]["matched"] == ["keyword"]
 
-    code, out, _ = run(
+    code, out, _ = run_memory(
         capsys, "search", "quokka", "--bot", "b1", "--json", "--path-prefix", "notes/"
     )
     assert [h["path"] for h in json.loads(out)["results"]] == ["notes/park.md"]
 
 
 @pytest.mark.usefixtures("keyword_only")
-def test_search_refusals(home: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
-    code, _, err = run(capsys, "search", "x", "--bot", "b1", "--limit", "0")
+def test_search_refusals(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_memory(capsys, "search", "x", "--bot", "b1", "--limit", "0")
     assert code == 1 and "invalid_request" in err and "limit" in err
-    code, _, err = run(capsys, "search", "  ", "--bot", "b1")
+    code, _, err = run_memory(capsys, "search", "  ", "--bot", "b1")
     assert code == 1 and "invalid_request" in err
-    code, out, err = run(capsys, "search", "nothing", "--bot", "b1")
+    code, out, err = run_memory(capsys, "search", "nothing", "--bot", "b1")
     assert code == 0 and out == "" and "no matches" in err
 
 
 def test_search_by_meaning_with_the_model(
-    home: Path,  # noqa: F811
+    home: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -85,7 +85,9 @@ def test_search_by_meaning_with_the_model(
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
-    code, out, err = run(capsys, "search", "revert a broken release", "--bot", "b1", "--json")
+    code, out, err = run_memory(
+        capsys, "search", "revert a broken release", "--bot", "b1", "--json"
+    )
     assert code == 0, err
     results = json.loads(out)["results"]
     assert results[0]["path"] == "ops/runbook.md"
@@ -94,7 +96,7 @@ def test_search_by_meaning_with_the_model(
 
 @pytest.mark.usefixtures("keyword_only")
 def test_search_all_reads_every_readable_local_space(
-    home: Path,  # noqa: F811
+    home: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -106,10 +108,10 @@ def test_search_all_reads_every_readable_local_space(
         (["--visibility", "user", "--user", "bob"], "# Bob\nquokka notes of bob\n"),
     ):
         source.write_text(content, encoding="utf-8")
-        code, _, err = run(capsys, "put", "n.md", "--file", str(source), *flags)
+        code, _, err = run_memory(capsys, "put", "n.md", "--file", str(source), *flags)
         assert code == 0, err
 
-    code, out, err = run(capsys, "search", "quokka", "--all", "--user", "ann", "--json")
+    code, out, err = run_memory(capsys, "search", "quokka", "--all", "--user", "ann", "--json")
     assert code == 0, err
     results = json.loads(out)["results"]
     spaces = {(h["space"]["visibility"], h["space"]["user"]) for h in results}
@@ -118,7 +120,7 @@ def test_search_all_reads_every_readable_local_space(
     assert bot["path"] == "ops/runbook.md" and bot["space"]["bot"] == "b1"
     assert set(bot) == {"path", "heading", "snippet", "score", "matched", "space"}
 
-    code, out, err = run(capsys, "search", "rollback", "--all", "--user", "ann")
+    code, out, err = run_memory(capsys, "search", "rollback", "--all", "--user", "ann")
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "ops/runbook.md"

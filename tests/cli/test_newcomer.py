@@ -14,7 +14,6 @@ import json
 import os
 import pty
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,31 +27,10 @@ from keepstone.cli.common import (
     local_store,
     progress,
 )
-from keepstone.cli.main import build_parser, main
+from keepstone.cli.main import build_parser
 from keepstone.documents import ImportStrategy
 from keepstone.spaces import SpaceRef, encode_workdir_key
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """KEEPSTONE_HOME in tmp_path; the current directory is a project folder."""
-    home = tmp_path / "home"
-    project = tmp_path / "myrepo"
-    project.mkdir()
-    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
-    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(project)
-    return home
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_runner import keepstone_argv, run_cli
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
@@ -63,11 +41,6 @@ def _tar(members: dict[str, bytes]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def _cli() -> list[str]:
-    cli = Path(sys.executable).parent / "keepstone"
-    return [str(cli)] if cli.exists() else [sys.executable, "-m", "keepstone.cli.main"]
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -85,16 +58,16 @@ def test_a_missing_bot_says_the_default_visibility_is_the_problem(
 ) -> None:
     archive = tmp_path / "mem.tar.gz"
     archive.write_bytes(_tar({"a.md": b"a"}))
-    code, out, err = run(capsys, "memory", "import", "--in", str(archive), "--strategy", "skip")
+    code, out, err = run_cli(capsys, "memory", "import", "--in", str(archive), "--strategy", "skip")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "defaults to --visibility bot" in err
     assert "pass --bot ID" in err and "choose another --visibility" in err
     # Typed by the user, the visibility is not called a default.
-    code, _, err = run(capsys, "memory", "ls", "--visibility", "bot")
+    code, _, err = run_cli(capsys, "memory", "ls", "--visibility", "bot")
     assert code == 2 and "--visibility bot needs --bot ID" in err
     assert "defaults" not in err
     # The README's corrected line works.
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys,
         "memory",
         "import",
@@ -111,7 +84,7 @@ def test_a_missing_bot_says_the_default_visibility_is_the_problem(
 def test_mcp_without_a_bot_names_the_default_too(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "mcp")
+    code, _, err = run_cli(capsys, "mcp")
     assert code == 2 and "defaults to --visibility bot" in err
 
 
@@ -123,14 +96,14 @@ def test_a_project_name_reaches_the_same_space_from_any_directory(
 ) -> None:
     note = tmp_path / "n.md"
     note.write_text("deploy on fridays")
-    code, _, err = run(
+    code, _, err = run_cli(
         capsys, "memory", "put", "n.md", "--bot", "b", "--project", "web", "--file", str(note)
     )
     assert (code, err) == (0, "")
     elsewhere = tmp_path / "somewhere" / "web"  # even a folder called web is not the name
     elsewhere.mkdir(parents=True)
     monkeypatch.chdir(elsewhere)
-    code, out, _ = run(capsys, "memory", "cat", "n.md", "--bot", "b", "--project", "web")
+    code, out, _ = run_cli(capsys, "memory", "cat", "n.md", "--bot", "b", "--project", "web")
     assert (code, out) == (0, "deploy on fridays")
     # The very space the HTTP API's project=web names.
     ref = SpaceRef.build("bot", "default", tenant="local", project="web", bot="b")
@@ -143,14 +116,14 @@ def test_a_project_spelled_as_a_directory_is_that_directory(
     (Path.cwd() / "web").mkdir()
     note = tmp_path / "n.md"
     note.write_text("in the folder")
-    code, _, _ = run(
+    code, _, _ = run_cli(
         capsys, "memory", "put", "n.md", "--bot", "b", "--project", "./web", "--file", str(note)
     )
     assert code == 0
     key = encode_workdir_key(Path.cwd() / "web")
     ref = SpaceRef.build("bot", "default", tenant="local", project=key, bot="b")
     assert local_store().read(ref, "n.md").content == "in the folder"
-    code, out, err = run(capsys, "memory", "ls", "--bot", "b", "--project", "./nope")
+    code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b", "--project", "./nope")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("keepstone: usage: --project") and "no such directory" in err
 
@@ -203,24 +176,24 @@ def test_run_takes_a_project_name_or_directory(home: Path) -> None:
 def test_an_empty_listing_names_the_space_on_stderr(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "memory", "ls", "--bot", "b1")
+    code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b1")
     assert (code, out) == (0, "")
     key = encode_workdir_key(Path.cwd())
     assert "bot space 'default'" in err and f"project {key}" in err
     assert "the current directory" in err and "bot b1" in err
     assert "keepstone memory spaces" in err
-    code, out, err = run(capsys, "memory", "ls", "--visibility", "project", "--project", "web")
+    code, out, err = run_cli(capsys, "memory", "ls", "--visibility", "project", "--project", "web")
     assert (code, out) == (0, "") and "project space 'default'" in err and "project web" in err
-    code, out, err = run(capsys, "memory", "ls", "--visibility", "user", "--user", "ann")
+    code, out, err = run_cli(capsys, "memory", "ls", "--visibility", "user", "--user", "ann")
     assert "user space 'default'" in err and "user ann" in err
-    code, out, err = run(capsys, "memory", "ls", "--bot", "b1", "--json")
+    code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b1", "--json")
     assert (code, json.loads(out), err) == (0, {"documents": []}, "")
 
 
 def test_a_search_without_hits_names_the_space(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "memory", "search", "quokka", "--bot", "b1")
+    code, out, err = run_cli(capsys, "memory", "search", "quokka", "--bot", "b1")
     assert (code, out) == (0, "")
     assert err.startswith("no matches in bot space 'default'") and "keepstone memory spaces" in err
 
@@ -232,7 +205,7 @@ def test_put_at_a_terminal_refuses_at_once(home: Path, tmp_path: Path) -> None:
     leader, follower = pty.openpty()
     try:
         done = subprocess.run(
-            [*_cli(), "memory", "put", "MEMORY.md", "--bot", "b"],
+            [*keepstone_argv(), "memory", "put", "MEMORY.md", "--bot", "b"],
             stdin=follower,
             capture_output=True,
             cwd=Path.cwd(),
@@ -251,7 +224,7 @@ def test_empty_content_does_not_replace_a_note(home: Path, tmp_path: Path) -> No
 
     def keepstone(*argv: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [*_cli(), "memory", *argv],
+            [*keepstone_argv(), "memory", *argv],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             cwd=cwd,
@@ -315,7 +288,7 @@ def test_every_parser_suggests() -> None:
 def test_a_mistyped_flag_or_verb_gets_a_suggestion(
     home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], hint: str
 ) -> None:
-    code, out, err = run(capsys, *argv)
+    code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == ""
     assert hint in err
 
@@ -323,20 +296,20 @@ def test_a_mistyped_flag_or_verb_gets_a_suggestion(
 def test_no_suggestion_when_nothing_is_close(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "memory", "ls", "--bot", "b", "--zzzzzz")
+    code, _, err = run_cli(capsys, "memory", "ls", "--bot", "b", "--zzzzzz")
     assert code == 2 and "unrecognized arguments: --zzzzzz" in err and "did you mean" not in err
 
 
 def test_token_without_a_server_is_a_usage_error(
     home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code, out, err = run(capsys, "memory", "ls", "--bot", "b", "--token", "t")
+    code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b", "--token", "t")
     assert code == 2 and out == ""
     assert "--token is for a server: add --server URL (or set KEEPSTONE_SERVER)" in err
     assert "drop --token to use the local store" in err
     # A token kept in the environment is no error: the local store is used.
     monkeypatch.setenv("KEEPSTONE_TOKEN", "kept")
-    code, _, err = run(capsys, "memory", "ls", "--bot", "b", "--json")
+    code, _, err = run_cli(capsys, "memory", "ls", "--bot", "b", "--json")
     assert (code, err) == (0, "")
 
 
@@ -393,7 +366,7 @@ def test_the_progress_display_shows_the_total(
     monkeypatch.setattr(memory_cli, "progress", recorded)
     archive = tmp_path / "m.tar.gz"
     archive.write_bytes(_tar({"a.md": b"a", "b.md": b"b", "c.md": b"c"}))
-    code, _, _ = run(capsys, "memory", "import", "--bot", "b", "--in", str(archive))
+    code, _, _ = run_cli(capsys, "memory", "import", "--bot", "b", "--in", str(archive))
     assert code == 0 and len(shown) == 1
     assert (shown[0].total, shown[0].done) == (3, 3)  # 3/3, not 3/?
     with progress("check", enabled=False) as ticker:
@@ -407,11 +380,13 @@ def test_import_quiet_prints_the_summary_and_the_rejected_only(
 ) -> None:
     archive = tmp_path / "m.tar.gz"
     archive.write_bytes(_tar({"a.md": b"a", "b.md": b"b", "notes.txt": b"t"}))
-    code, out, _ = run(capsys, "memory", "import", "--bot", "b", "--in", str(archive), "--quiet")
+    code, out, _ = run_cli(
+        capsys, "memory", "import", "--bot", "b", "--in", str(archive), "--quiet"
+    )
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "written 2, skipped 0, renamed 0, rejected 1"
     assert len(lines) == 2 and lines[1].startswith("  rejected  notes.txt: ")
-    code, out, _ = run(capsys, "memory", "import", "--bot", "b", "--in", str(archive), "-q")
+    code, out, _ = run_cli(capsys, "memory", "import", "--bot", "b", "--in", str(archive), "-q")
     assert out.splitlines()[0] == "written 0, skipped 2, renamed 0, rejected 1"
     assert "skipped   a.md" not in out

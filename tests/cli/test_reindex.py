@@ -24,6 +24,7 @@ from keepstone.runtime import open_runtime
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.fs import FilesystemStore
 from keepstone.store.sql import SqlStore
+from tests.cli_runner import run_cli
 from tests.records.conftest import make_world
 
 MODEL = "all-MiniLM-L6-v2"
@@ -50,12 +51,6 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return url
 
 
-def reindex(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["reindex", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def stored(url: str) -> list[tuple[str | None, int]]:
     store = SqlStore.open(url)
     try:
@@ -69,7 +64,7 @@ def stored(url: str) -> list[tuple[str | None, int]]:
 def test_reindex_chunks_and_embeds_everything_then_nothing(
     database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = reindex(capsys, "--database", database, "--json")
+    code, out, err = run_cli(capsys, "reindex", "--database", database, "--json")
     assert code == 0, err
     assert json.loads(out) == {
         "documents": 3,
@@ -79,9 +74,9 @@ def test_reindex_chunks_and_embeds_everything_then_nothing(
     }
     assert err == ""  # no progress bar off a terminal
     assert stored(database) == [(MODEL, 384)] * 6
-    code, out, _ = reindex(capsys, "--database", database, "--json")
+    code, out, _ = run_cli(capsys, "reindex", "--database", database, "--json")
     assert json.loads(out)["documents"] == 0 and json.loads(out)["chunks_embedded"] == 0
-    code, out, _ = reindex(capsys, "--database", database)
+    code, out, _ = run_cli(capsys, "reindex", "--database", database)
     assert (code, out) == (
         0,
         f"reindexed 0 document(s); embedded 0 chunk(s) and 0 record(s) with {MODEL}\n",
@@ -92,8 +87,8 @@ def test_rebuild_drops_every_vector_first(
     database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KEEPSTONE_DATABASE_URL", database)  # as `keepstone serve` reads it
-    assert reindex(capsys, "--json")[0] == 0
-    code, out, _ = reindex(capsys, "--rebuild", "--json")
+    assert run_cli(capsys, "reindex", "--json")[0] == 0
+    code, out, _ = run_cli(capsys, "reindex", "--rebuild", "--json")
     assert code == 0
     assert json.loads(out)["documents"] == 3
     assert json.loads(out)["chunks_embedded"] == 6
@@ -104,12 +99,12 @@ def test_with_no_embedder_it_chunks_only_and_says_so(
     database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
-    code, out, err = reindex(capsys, "--database", database)
+    code, out, err = run_cli(capsys, "reindex", "--database", database)
     assert code == 0
     assert out == "reindexed 3 document(s)\n"
     assert "search by meaning is off (KEEPSTONE_EMBEDDER=none)" in err
     assert stored(database) == [(None, 0)] * 6  # keyword-searchable, nothing embedded
-    code, out, _ = reindex(capsys, "--database", database, "--json")
+    code, out, _ = run_cli(capsys, "reindex", "--database", database, "--json")
     assert json.loads(out) == {
         "documents": 0,
         "chunks_embedded": 0,
@@ -125,7 +120,7 @@ def test_a_model_that_is_not_installed_is_one_line_and_exit_1(
     tmp_path: Path,
 ) -> None:
     monkeypatch.setenv("KEEPSTONE_MODEL_DIR", str(tmp_path / "no-model"))
-    code, out, err = reindex(capsys, "--database", database)
+    code, out, err = run_cli(capsys, "reindex", "--database", database)
     assert code == 1
     assert out == ""
     assert len(err.splitlines()) == 1
@@ -171,13 +166,18 @@ def test_reindex_embeds_team_records_and_rebuild_drops_their_vectors(
             runtime.records.save_as_server(team, f"Pinned the base image of build {i}")
     finally:
         runtime.close()
-    code, out, _ = reindex(capsys, "--database", database, "--json")
+    code, out, _ = run_cli(capsys, "reindex", "--database", database, "--json")
     assert code == 0
     assert json.loads(out)["records_embedded"] == 3
     assert json.loads(out)["chunks_embedded"] == 6
     assert record_models(database) == [MODEL] * 3
-    assert json.loads(reindex(capsys, "--database", database, "--json")[1])["records_embedded"] == 0
-    code, out, _ = reindex(capsys, "--database", database, "--rebuild", "--json")
+    assert (
+        json.loads(run_cli(capsys, "reindex", "--database", database, "--json")[1])[
+            "records_embedded"
+        ]
+        == 0
+    )
+    code, out, _ = run_cli(capsys, "reindex", "--database", database, "--rebuild", "--json")
     assert json.loads(out)["records_embedded"] == 3
     assert record_models(database) == [MODEL] * 3
 

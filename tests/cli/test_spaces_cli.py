@@ -7,35 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from keepstone.cli.main import main
 from keepstone.spaces import encode_workdir_key
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    project = tmp_path / "myrepo"
-    project.mkdir()
-    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
-    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(project)
-    return home
-
-
-def memory(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["memory", *argv])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_runner import run_memory
 
 
 def put(capsys: pytest.CaptureFixture[str], path: str, text: str, *flags: str) -> None:
     file = Path.cwd() / "in.txt"
     file.write_text(text)
-    code, _, err = memory(capsys, "put", path, "--file", str(file), *flags)
+    code, _, err = run_memory(capsys, "put", path, "--file", str(file), *flags)
     assert code == 0, err
 
 
@@ -45,7 +24,7 @@ def test_spaces_lists_every_space_of_the_tree_with_its_usage(
     put(capsys, "a.md", "12345", "--bot", "b1")
     put(capsys, "n.md", "abc", "--visibility", "user", "--user", "alice")
     put(capsys, "m.md", "xy", "--visibility", "user", "--user", "bob")
-    code, out, err = memory(capsys, "spaces", "--json")
+    code, out, err = run_memory(capsys, "spaces", "--json")
     assert code == 0, err
     body = json.loads(out)
     assert body["truncated"] is False
@@ -58,7 +37,7 @@ def test_spaces_lists_every_space_of_the_tree_with_its_usage(
     # On one's own machine the console sees every login's user spaces.
     assert listed[("user", None, "alice")]["used_bytes"] == 3
     assert listed[("user", None, "bob")]["used_bytes"] == 2
-    code, out, _ = memory(capsys, "spaces")
+    code, out, _ = run_memory(capsys, "spaces")
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 3
@@ -68,8 +47,8 @@ def test_spaces_lists_every_space_of_the_tree_with_its_usage(
 def test_spaces_on_an_empty_tree_says_where_it_looked(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = memory(capsys, "spaces")
+    code, out, err = run_memory(capsys, "spaces")
     assert code == 0, err
     assert out.strip() == f"no spaces with documents in {home / 'spaces'}"
-    code, out, _ = memory(capsys, "spaces", "--json")
+    code, out, _ = run_memory(capsys, "spaces", "--json")
     assert json.loads(out) == {"spaces": [], "truncated": False}

@@ -23,8 +23,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from keepstone.spaces import encode_workdir_key
+from tests.cli_runner import keepstone_argv, keepstone_env
 from tests.e2e.test_serve_api import ADMIN_TOKEN, database, env, server  # noqa: F401 - fixtures
-from tests.mcp.helpers import keepstone_argv, keepstone_env
 
 pytestmark = pytest.mark.slow
 

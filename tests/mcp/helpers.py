@@ -1,29 +1,12 @@
-"""Launching the real ``keepstone`` executable for the MCP tests."""
+"""What the MCP tests ask of a session, whatever the transport: the tools listed, used and
+withheld (the ``keepstone`` command itself is started through :mod:`tests.cli_runner`)."""
 
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
 
 from jsonschema import Draft202012Validator
 from mcp import ClientSession
 
 from keepstone.tools import MUTATING_TOOLS, TOOL_NAMES
-
-
-def keepstone_argv() -> list[str]:
-    """The installed ``keepstone`` console script next to this interpreter (else ``-m``)."""
-    script = Path(sys.executable).parent / "keepstone"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "keepstone.cli.main"]
-
-
-def keepstone_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
-    env["KEEPSTONE_HOME"] = str(home)
-    return env
 
 
 async def exercise_tools(session: ClientSession) -> None:

@@ -12,7 +12,8 @@ from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef, encode_workdir_key
 from keepstone.store.base import PlatformGrant
 from keepstone.store.fs import FilesystemStore
-from tests.mcp.helpers import assert_write_withheld, exercise_tools, keepstone_argv, keepstone_env
+from tests.cli_runner import keepstone_argv, keepstone_env
+from tests.mcp.helpers import assert_write_withheld, exercise_tools
 
 
 def _params(home: Path, *args: str, cwd: Path | None = None) -> StdioServerParameters:
