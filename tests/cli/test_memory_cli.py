@@ -22,28 +22,8 @@ from keepstone.cli.common import (
 from keepstone.cli.main import build_parser, main
 from keepstone.spaces import SpaceRef, encode_workdir_key
 from keepstone.store.fs import FilesystemStore
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """KEEPSTONE_HOME in tmp_path; the current directory is a project folder."""
-    home = tmp_path / "home"
-    project = tmp_path / "myrepo"
-    project.mkdir()
-    monkeypatch.setenv("KEEPSTONE_HOME", str(home))
-    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(project)
-    return home
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["memory", *argv])
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_runner import keepstone_argv, run_memory
+from tests.serving import keepstone_serve
 
 
 def feed_stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
@@ -59,31 +39,31 @@ def test_put_ls_cat_du_rm(
     home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     feed_stdin(monkeypatch, b"# Notes\nfrom stdin\n")
-    code, out, err = run(capsys, "put", "MEMORY.md", "--bot", "b1")
+    code, out, err = run_memory(capsys, "put", "MEMORY.md", "--bot", "b1")
     assert (code, err) == (0, "")
     assert out.startswith("created MEMORY.md")
     src = home.parent / "deploy.md"
     src.write_text("deploy steps")
-    assert run(capsys, "put", "topics/deploy.md", "--bot", "b1", "--file", str(src))[0] == 0
+    assert run_memory(capsys, "put", "topics/deploy.md", "--bot", "b1", "--file", str(src))[0] == 0
 
-    code, out, _ = run(capsys, "ls", "--bot", "b1")
+    code, out, _ = run_memory(capsys, "ls", "--bot", "b1")
     assert code == 0
     assert [line.split()[-1] for line in out.splitlines()] == ["MEMORY.md", "topics/deploy.md"]
-    code, out, _ = run(capsys, "ls", "topics", "--bot", "b1", "--json")
+    code, out, _ = run_memory(capsys, "ls", "topics", "--bot", "b1", "--json")
     assert [d["path"] for d in json.loads(out)["documents"]] == ["topics/deploy.md"]
 
-    assert run(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "# Notes\nfrom stdin\n"
+    assert run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1")[1] == "# Notes\nfrom stdin\n"
 
-    code, out, _ = run(capsys, "du", "--bot", "b1", "--json")
+    code, out, _ = run_memory(capsys, "du", "--bot", "b1", "--json")
     usage = json.loads(out)
     assert usage["used_bytes"] == len("# Notes\nfrom stdin\n") + len("deploy steps")
     assert usage["quota_bytes"] == 256 * 1024 * 1024
     assert usage["space_id"] == bot_ref(Path.cwd()).id
-    code, out, _ = run(capsys, "du", "--bot", "b1")
+    code, out, _ = run_memory(capsys, "du", "--bot", "b1")
     assert code == 0 and "of 256.0 MiB" in out
 
-    assert run(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
-    code, out, err = run(capsys, "cat", "MEMORY.md", "--bot", "b1")
+    assert run_memory(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
+    code, out, err = run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1")
     assert code == 1 and out == ""
     assert err.startswith("keepstone: not_found: ") and err.count("\n") == 1
     # The files are where a person would look for them.
@@ -97,8 +77,8 @@ def test_space_flags(home: Path, capsys: pytest.CaptureFixture[str], tmp_path: P
     src = tmp_path / "x.md"
     src.write_text("x")
     put = ["put", "a.md", "--file", str(src)]
-    assert run(capsys, *put, "--visibility", "project", "--project", str(other))[0] == 0
-    assert run(capsys, *put, "--visibility", "user", "--name", "n")[0] == 0
+    assert run_memory(capsys, *put, "--visibility", "project", "--project", str(other))[0] == 0
+    assert run_memory(capsys, *put, "--visibility", "user", "--name", "n")[0] == 0
     store = local_store()
     project_ref = SpaceRef.build(
         "project", "default", tenant="local", project=encode_workdir_key(other)
@@ -128,7 +108,7 @@ def test_space_flags(home: Path, capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_usage_errors_exit_2(
     home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
 ) -> None:
-    code, out, err = run(capsys, *argv)
+    code, out, err = run_memory(capsys, *argv)
     assert code == 2
     assert needle in err
 
@@ -163,7 +143,7 @@ def test_refusals_exit_1_with_one_line(
     argv = [str(files.get(a, a)) for a in argv]
     if "--visibility" not in argv:
         argv += ["--bot", "b1"]
-    code, out, err = run(capsys, *argv)
+    code, out, err = run_memory(capsys, *argv)
     assert code == 1
     assert err.startswith(f"keepstone: {code_name}") and err.count("\n") == 1
     assert "Traceback" not in err and "AKIAQ3EGRT6YHNP2LXVB" not in err
@@ -174,11 +154,11 @@ def test_quota_refusal_names_the_limit(
 ) -> None:
     monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "4")
     feed_stdin(monkeypatch, b"12345")
-    code, _, err = run(capsys, "put", "a.md", "--visibility", "org")
+    code, _, err = run_memory(capsys, "put", "a.md", "--visibility", "org")
     assert code == 1
     assert "keepstone: quota_exceeded: tree quota exceeded: 0 of 4 bytes used" in err
     monkeypatch.setenv("KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL", "many")
-    code, _, err = run(capsys, "du", "--visibility", "org")
+    code, _, err = run_memory(capsys, "du", "--visibility", "org")
     assert code == 1 and "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL" in err
 
 
@@ -201,12 +181,12 @@ def test_export_import_round_trip_and_strategies(
     for path, content in docs.items():
         store.write(src, path, content)
     archive = tmp_path / "mem.tar.gz"
-    code, out, err = run(capsys, "export", "--bot", "src", "--out", str(archive))
+    code, out, err = run_memory(capsys, "export", "--bot", "src", "--out", str(archive))
     assert code == 0 and "exported 3 document(s)" in err
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == sorted(docs)
 
-    code, out, _ = run(capsys, "import", "--bot", "dst", "--in", str(archive), "--json")
+    code, out, _ = run_memory(capsys, "import", "--bot", "dst", "--in", str(archive), "--json")
     assert code == 0
     assert sorted(json.loads(out)["written"]) == sorted(docs)
     dst = bot_ref(Path.cwd(), "dst")
@@ -214,19 +194,19 @@ def test_export_import_round_trip_and_strategies(
     assert store.usage(dst).used_bytes == store.usage(src).used_bytes
 
     store.write(dst, "MEMORY.md", "changed")
-    code, out, _ = run(capsys, "import", "--bot", "dst", "--in", str(archive))
+    code, out, _ = run_memory(capsys, "import", "--bot", "dst", "--in", str(archive))
     assert code == 0 and out.startswith("written 0, skipped 3, renamed 0, rejected 0")
     assert store.read(dst, "MEMORY.md").content == "changed"
-    code, out, _ = run(
+    code, out, _ = run_memory(
         capsys, "import", "--bot", "dst", "--in", str(archive), "--strategy", "rename"
     )
     assert "renamed   MEMORY.md -> MEMORY-1.md" in out
-    run(capsys, "import", "--bot", "dst", "--in", str(archive), "--strategy", "overwrite")
+    run_memory(capsys, "import", "--bot", "dst", "--in", str(archive), "--strategy", "overwrite")
     assert store.read(dst, "MEMORY.md").content == "# top\n"
 
     hostile = tmp_path / "hostile.tar.gz"
     hostile.write_bytes(_tar({"../evil.md": b"x", "ok.md": b"fine", "notes.txt": b"t"}))
-    code, out, _ = run(capsys, "import", "--bot", "dst", "--in", str(hostile), "--json")
+    code, out, _ = run_memory(capsys, "import", "--bot", "dst", "--in", str(hostile), "--json")
     report = json.loads(out)
     assert code == 0 and report["written"] == ["ok.md"]
     assert sorted(r["path"] for r in report["rejected"]) == ["../evil.md", "notes.txt"]
@@ -234,7 +214,7 @@ def test_export_import_round_trip_and_strategies(
 
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(b"not a gzip at all")
-    code, _, err = run(capsys, "import", "--bot", "dst", "--in", str(broken))
+    code, _, err = run_memory(capsys, "import", "--bot", "dst", "--in", str(broken))
     assert code == 1 and err.startswith("keepstone: invalid_archive")
 
 
@@ -243,7 +223,7 @@ def test_import_grants_global_authority_locally(
 ) -> None:
     archive = tmp_path / "g.tar.gz"
     archive.write_bytes(_tar({"catalog.md": b"shared"}))
-    code, _, err = run(capsys, "import", "--visibility", "global", "--in", str(archive))
+    code, _, err = run_memory(capsys, "import", "--visibility", "global", "--in", str(archive))
     assert (code, err) == (0, "")
     assert local_store().read(SpaceRef.build("global", "default"), "catalog.md").content == "shared"
     assert (home / "spaces/global/_/default/catalog.md").read_bytes() == b"shared"
@@ -261,7 +241,7 @@ def test_export_to_stdout_and_import_from_stdin(
     monkeypatch.undo()
     monkeypatch.setenv("KEEPSTONE_HOME", str(home))
     feed_stdin(monkeypatch, buffer.getvalue())
-    code, out, _ = run(capsys, "import", "--bot", "b2")
+    code, out, _ = run_memory(capsys, "import", "--bot", "b2")
     assert code == 0 and "written   a.md" in out
     assert local_store().read(bot_ref(Path.cwd(), "b2"), "a.md").content == "stdout"
 
@@ -309,8 +289,7 @@ def test_real_subprocess(tmp_path: Path) -> None:
     project.mkdir()
     env = {**os.environ, "KEEPSTONE_HOME": str(tmp_path / "home")}
     env.pop("KEEPSTONE_SERVER", None)
-    cli = Path(sys.executable).parent / "keepstone"
-    cmd = [str(cli)] if cli.exists() else [sys.executable, "-m", "keepstone.cli.main"]
+    cmd = keepstone_argv()
 
     def keepstone(*argv: str, data: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
@@ -332,82 +311,53 @@ def test_real_subprocess(tmp_path: Path) -> None:
     assert missing.returncode == 2 and missing.stderr.count(b"\n") == 1
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_server_mode_against_a_real_local_server(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import time
-
-    import httpx
-
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "KEEPSTONE_HOME": str(tmp_path / "server-home")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "keepstone.cli.main", "serve", "--local", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.1)
+    with keepstone_serve(
+        "--local", env=env, log=tmp_path / "serve.log", ready="/healthz"
+    ) as server:
+        url = server.url
         src = tmp_path / "n.md"
         src.write_text("over http")
         remote = ["--bot", "b", "--server", url]
-        assert run(capsys, "put", "n.md", "--file", str(src), *remote)[0] == 0
-        code, out, _ = run(capsys, "ls", "--json", *remote)
+        assert run_memory(capsys, "put", "n.md", "--file", str(src), *remote)[0] == 0
+        code, out, _ = run_memory(capsys, "ls", "--json", *remote)
         assert [d["path"] for d in json.loads(out)["documents"]] == ["n.md"]
         archive = tmp_path / "remote.tar.gz"
-        assert run(capsys, "export", "--out", str(archive), *remote)[0] == 0
-        code, out, _ = run(
+        assert run_memory(capsys, "export", "--out", str(archive), *remote)[0] == 0
+        code, out, _ = run_memory(
             capsys, "import", "--in", str(archive), "--json", "--bot", "c", "--server", url
         )
         assert code == 0 and json.loads(out)["written"] == ["n.md"]
         # Nothing went to the local store.
         assert local_store().list(bot_ref(Path.cwd(), "b")) == []
-        code, _, err = run(capsys, "cat", "missing.md", *remote)
+        code, _, err = run_memory(capsys, "cat", "missing.md", *remote)
         assert code == 1 and err.startswith("keepstone: not_found")
-    finally:
-        server.terminate()
-        server.wait(10)
-    code, _, err = run(capsys, "ls", *remote)
+    code, _, err = run_memory(capsys, "ls", *remote)
     assert code == 1 and err.startswith("keepstone: store_unavailable")
 
 
 def test_reindex_finds_hand_made_files_and_is_idempotent(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, _ = run(capsys, "put", "a.md", "--name", "n", "--visibility", "org", "--empty")
+    code, _, _ = run_memory(capsys, "put", "a.md", "--name", "n", "--visibility", "org", "--empty")
     assert code == 0
-    assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
-    assert run(capsys, "reindex")[:2] == (0, "reindexed 0 document(s)\n")
+    assert run_memory(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
+    assert run_memory(capsys, "reindex")[:2] == (0, "reindexed 0 document(s)\n")
     # A note written by hand into the plain tree is found by the next reindex.
     hand = home / "spaces" / "org" / "local" / "n" / "hand.md"
     hand.write_text("# By hand\n\nwritten without keepstone\n", encoding="utf-8")
-    assert run(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
+    assert run_memory(capsys, "reindex")[:2] == (0, "reindexed 1 document(s)\n")
     ref = SpaceRef.build("org", "n", tenant="local")
     paths = {row.path for row in FilesystemStore(home / "spaces").chunk_rows(ref)}
     assert "hand.md" in paths
-    assert run(capsys, "reindex", "--rebuild")[:2] == (0, "reindexed 2 document(s)\n")
+    assert run_memory(capsys, "reindex", "--rebuild")[:2] == (0, "reindexed 2 document(s)\n")
 
 
 def test_reindex_over_a_server_says_the_server_indexes_itself(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "reindex", "--server", "http://127.0.0.1:9")
+    code, _, err = run_memory(capsys, "reindex", "--server", "http://127.0.0.1:9")
     assert code == 1 and "a Keepstone server indexes its documents itself" in err

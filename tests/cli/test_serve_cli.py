@@ -10,15 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from keepstone.cli.main import main
+from tests.cli_runner import keepstone_argv
+from tests.serving import free_port, keepstone_serve
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -34,16 +33,10 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _serve(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     # A start that fails must exit on its own; a server that started would hit the timeout.
     return subprocess.run(
-        [sys.executable, "-m", "keepstone.cli.main", "serve", *argv],
+        [*keepstone_argv(), "serve", *argv],
         env=_env(home),
         capture_output=True,
         text=True,
@@ -76,29 +69,10 @@ def test_a_port_in_use_fails_in_one_line_before_listening(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_serve_says_listening_once_bound_and_answers(tmp_path: Path) -> None:
-    port = _free_port()
     log = tmp_path / "serve.log"
-    with open(log, "w+b") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keepstone.cli.main", "serve", "--local", "--port", str(port)],
-            env=_env(tmp_path / "home"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
+    env = _env(tmp_path / "home")
+    with keepstone_serve("--local", env=env, log=log) as server:
+        port = server.port
     assert f"keepstone serve: listening on http://127.0.0.1:{port}" in log.read_text()
     # The default database under a new KEEPSTONE_HOME is still created, home and all.
     assert (tmp_path / "home" / "keepstone.db").is_file()
@@ -108,7 +82,7 @@ def test_serve_says_listening_once_bound_and_answers(tmp_path: Path) -> None:
 def test_serve_refuses_a_sqlite_database_in_a_missing_directory(tmp_path: Path) -> None:
     missing = tmp_path / "nonexistent-dir"
     done = _serve(
-        tmp_path / "home", "--port", str(_free_port()), "--database", f"sqlite:///{missing}/x.db"
+        tmp_path / "home", "--port", str(free_port()), "--database", f"sqlite:///{missing}/x.db"
     )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
@@ -178,7 +152,7 @@ def test_a_postgres_database_that_does_not_exist_says_how_to_create_it(
 def test_keepstone_port_picks_the_port_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     env = {**_env(tmp_path / "home"), "KEEPSTONE_PORT": "http"}
     done = subprocess.run(
-        [sys.executable, "-m", "keepstone.cli.main", "serve"],
+        [*keepstone_argv(), "serve"],
         env=env,
         capture_output=True,
         text=True,
@@ -195,7 +169,7 @@ def test_keepstone_port_picks_the_port_and_a_bad_one_is_one_line(tmp_path: Path)
         port = other.getsockname()[1]
         env["KEEPSTONE_PORT"] = str(port)
         done = subprocess.run(
-            [sys.executable, "-m", "keepstone.cli.main", "serve"],
+            [*keepstone_argv(), "serve"],
             env=env,
             capture_output=True,
             text=True,

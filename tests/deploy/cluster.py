@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,27 +20,13 @@ from typing import Any
 
 import httpx
 
+from tests.serving import ServerProcess, free_port, started_server
+
 ADMIN_TOKEN = "deploy-admin-token-0123456789abcdefghijklmnop"
 SERVICE_TOKEN = "deploy-service-token-0123456789abcdefghijklm"
 PASSWORD = "correct horse battery staple"
 KEEPSTONE = str(Path(sys.executable).with_name("keepstone"))
 READY_TIMEOUT_SECONDS = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Replica:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 @dataclass
@@ -54,7 +36,7 @@ class Cluster:
     database_url: str
     redis_url: str
     redis_prefix: str
-    replicas: list[Replica] = field(default_factory=list)
+    replicas: list[ServerProcess] = field(default_factory=list)
 
     @property
     def urls(self) -> list[str]:
@@ -86,28 +68,6 @@ def replica_env(home: Path, redis_url: str, prefix: str) -> dict[str, str]:
     return env
 
 
-def _wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if replica.proc.poll() is not None:
-            raise AssertionError(f"keepstone serve exited early:\n{replica.log_text()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{replica.url}/readyz", timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"keepstone serve never answered /readyz 200:\n{replica.log_text()}")
-
-
-def _stop(replica: Replica) -> None:
-    if replica.proc.poll() is None:
-        replica.proc.send_signal(signal.SIGTERM)
-        try:
-            replica.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            replica.proc.kill()
-            replica.proc.wait(timeout=5)
-
-
 @contextlib.contextmanager
 def start_cluster(
     database_url: str, redis_url: str, workdir: Path, replicas: int = 2
@@ -118,24 +78,18 @@ def start_cluster(
     cluster = Cluster(database_url, redis_url, prefix)
     env = replica_env(workdir / "home", redis_url, prefix)
     try:
-        for i in range(replicas):
-            port = free_port()
-            log = workdir / f"replica-{i}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [KEEPSTONE, "serve", "--host", "127.0.0.1", "--port", str(port)]
-                    + ["--database", database_url],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            cluster.replicas.append(Replica(f"http://127.0.0.1:{port}", proc, log))
-        for replica in cluster.replicas:
-            _wait_ready(replica)
-        yield cluster
+        with contextlib.ExitStack() as stack:
+            for i in range(replicas):
+                port = free_port()
+                argv = [KEEPSTONE, "serve", "--host", "127.0.0.1", "--port", str(port)]
+                argv += ["--database", database_url]
+                log = workdir / f"replica-{i}.log"
+                server = started_server(argv, port=port, env=env, log=log)
+                cluster.replicas.append(stack.enter_context(server))
+            for replica in cluster.replicas:
+                replica.wait_ready(timeout=READY_TIMEOUT_SECONDS)
+            yield cluster
     finally:
-        for replica in cluster.replicas:
-            _stop(replica)
         _flush_prefix(redis_url, prefix)
 
 

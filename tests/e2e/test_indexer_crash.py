@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +33,9 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.http import HttpMemoryStore
 from keepstone.store.sql_schema import memory_chunks
 from tests.api.conftest import database_fixture
+from tests.cli_runner import keepstone_env
 from tests.records.conftest import make_world
+from tests.serving import keepstone_serve
 
 pytestmark = pytest.mark.slow
 
@@ -102,48 +102,19 @@ def record(i: int) -> str:
     return f"Saved the {_SUBJECTS[i % len(_SUBJECTS)]} summary {i}; marker kr{i:04d}z."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(database: str, home: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A real ``keepstone serve`` with the indexer on; killed at the end if alive."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
-    env.update(
-        KEEPSTONE_HOME=str(home),
+    env = keepstone_env(
+        home,
         KEEPSTONE_INDEXER="on",
         KEEPSTONE_EMBEDDER="minilm",
         KEEPSTONE_SERVICE_TOKEN=SERVICE,
     )
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keepstone.cli.main", "serve"]
-            + ["--port", str(port), "--database", database],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"keepstone serve did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.1)
-        yield proc, base
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with keepstone_serve(
+        "--database", database, env=env, log=log, stop_signal=signal.SIGKILL
+    ) as server:
+        yield server.proc, server.url
 
 
 def children(pid: int) -> list[int]:

@@ -10,26 +10,26 @@ README, only moving ports and paths a test must own (the server's port, the MCP 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
-import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from keepstone.tools import TOOL_NAMES
+from tests.serving import ServerProcess, free_port, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -193,20 +193,12 @@ def _inline(command_start: str) -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_streamable_http_mcp_endpoint(reader: dict[str, str], tmp_path: Path) -> None:
     command = _inline("keepstone mcp --http")
     assert "--port 8421" in command and "http://127.0.0.1:8421/mcp" in README
-    port = _free_port()
+    port = free_port()
     argv = command.replace("--port 8421", f"--port {port}").split()
-    with _running(
-        argv, reader, tmp_path, f"http://127.0.0.1:{port}/mcp", ok_status=(400, 405, 406)
-    ):
+    with _running(argv, reader, tmp_path, port, ready="/mcp", ok_status=(400, 405, 406)):
 
         async def main() -> list[str]:
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write):
@@ -251,14 +243,14 @@ def test_keepstone_run_and_keepstone_validate(reader: dict[str, str], tmp_path: 
 @pytest.fixture
 def served(reader: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     block = the_block("serve").text
-    port = _free_port()
+    port = free_port()
     export, serve = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert serve == "keepstone serve" and export.startswith("export KEEPSTONE_ADMIN_TOKEN=")
     env = {**reader, "KEEPSTONE_ARGON2_TIME_COST": "1", "KEEPSTONE_ARGON2_MEMORY_KIB": "1024"}
     token = bash(f"{export}\necho $KEEPSTONE_ADMIN_TOKEN", env, tmp_path).strip()
     env["KEEPSTONE_ADMIN_TOKEN"] = token
     argv = ["keepstone", "serve", "--port", str(port)]
-    with _running(argv, env, tmp_path, f"http://127.0.0.1:{port}/readyz"):
+    with _running(argv, env, tmp_path, port):
         yield {**env, "PORT": str(port)}
 
 
@@ -287,48 +279,11 @@ def test_the_server_walkthrough(served: dict[str, str], tmp_path: Path) -> None:
     assert cli == "# What we learned"
 
 
-class _running:
-    """A process started from ``argv``, waited for until ``url`` answers, stopped on exit."""
-
-    def __init__(
-        self,
-        argv: list[str],
-        env: dict[str, str],
-        where: Path,
-        url: str,
-        ok_status: tuple[int, ...] = (),
-    ) -> None:
-        self.argv, self.env, self.where, self.url, self.ok = argv, env, where, url, ok_status
-
-    def __enter__(self) -> subprocess.Popen[bytes]:
-        self.log = open(self.where / f"{self.argv[1]}.log", "w+b")
-        exe = shutil.which(self.argv[0], path=self.env["PATH"]) or self.argv[0]
-        self.proc = subprocess.Popen(
-            [exe, *self.argv[1:]],
-            env=self.env,
-            cwd=self.where,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status = httpx.get(self.url, timeout=2).status_code
-                if status == 200 or status in self.ok:
-                    return self.proc
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.log.seek(0)
-                raise AssertionError(f"{self.argv} did not come up:\n{self.log.read().decode()}")
-            time.sleep(0.1)
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+def _running(
+    argv: list[str], env: dict[str, str], where: Path, port: int, **wait: Any
+) -> contextlib.AbstractContextManager[ServerProcess]:
+    """``argv`` as the reader's shell finds it on ``env``'s PATH, run in ``where`` and waited
+    for until it answers on ``port`` (:func:`running_server`), stopped on exit."""
+    exe = shutil.which(argv[0], path=env["PATH"]) or argv[0]
+    log = where / f"{argv[1]}.log"
+    return running_server([exe, *argv[1:]], port=port, env=env, log=log, cwd=where, **wait)

@@ -11,10 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,16 +22,12 @@ from keepstone.errors import MemberRoleRequired, NotFound, PlatformAuthorityRequ
 from keepstone.spaces import SpaceRef
 from keepstone.store.http import HttpMemoryStore
 from tests.api.conftest import database_fixture
+from tests.cli_runner import keepstone_argv
+from tests.serving import keepstone_serve
 
 pytestmark = pytest.mark.slow
 
 ADMIN_TOKEN = "e2e-admin-token-0123456789abcdefghij"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # A fresh, empty SQLite and PostgreSQL database for the module (as the API tests have).
@@ -57,54 +50,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def server(
     database: str, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("log") / "serve.log", "w+b")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "keepstone.cli.main",
-            "serve",
-            "--port",
-            str(port),
-            "--database",
-            database,
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(
-                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
-                )
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.seek(0)
-        logged = log.read().decode(errors="replace")
-        log.close()
-        # The server's log is JSON lines and never carries the admin token.
-        assert ADMIN_TOKEN not in logged
-        for line in logged.splitlines():
-            if line.startswith("{"):
-                json.loads(line)
+    log = tmp_path_factory.mktemp("log") / "serve.log"
+    with keepstone_serve("--database", database, env=env, log=log) as served:
+        yield served.url
+    logged = log.read_text(errors="replace")
+    # The server's log is JSON lines and never carries the admin token.
+    assert ADMIN_TOKEN not in logged
+    for line in logged.splitlines():
+        if line.startswith("{"):
+            json.loads(line)
 
 
 def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> None:
@@ -179,7 +133,7 @@ def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> No
     assert events[0]["actor"] == f"user:{root}" and events[0]["path"] == "rules.md"
 
     # The operator CLI works on the same database, with the same operations.
-    cli = [sys.executable, "-m", "keepstone.cli.main", "admin"]
+    cli = [*keepstone_argv(), "admin"]
     out = subprocess.run(
         [*cli, "set-quota", "--org", org, "--bytes", "4096", "--database", database],
         env=env,
@@ -198,7 +152,7 @@ def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> No
 
 def test_db_upgrade_is_idempotent(database: str, env: dict[str, str], server: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "keepstone.cli.main", "db", "upgrade", "--database", database],
+        [*keepstone_argv(), "db", "upgrade", "--database", database],
         env=env,
         capture_output=True,
         text=True,

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import keepstone
 from keepstone.tools import TOOL_NAMES
-from tests.pgvector_server import free_port
+from tests.serving import free_port, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -187,34 +186,16 @@ def test_the_model_installs_into_the_home_without_pip(
 
 @pytest.fixture
 def served(installed: Installed, user: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
+    port = free_port()  # through KEEPSTONE_PORT, as a user of the wheel may pick it
+    with running_server(
         [str(installed.bin / "keepstone"), "serve"],
-        cwd=tmp_path,
+        port=port,
         env={**user, "KEEPSTONE_PORT": str(port), "KEEPSTONE_INDEXER": "off"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"keepstone serve did not start:\n{(tmp_path / 'serve.log').read_text()}"
-                )
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        log=tmp_path / "serve.log",
+        ready="/healthz",
+        cwd=tmp_path,
+    ) as server:
+        yield server.url
 
 
 def test_serve_answers_health_and_the_sign_in_page(served: str) -> None:

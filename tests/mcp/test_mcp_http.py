@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,49 +12,28 @@ from mcp.client.streamable_http import streamable_http_client
 
 from keepstone.spaces import SpaceRef, encode_workdir_key
 from keepstone.store.fs import FilesystemStore
-from tests.mcp.helpers import assert_write_withheld, exercise_tools, keepstone_argv, keepstone_env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.cli_runner import keepstone_argv, keepstone_env
+from tests.mcp.helpers import assert_write_withheld, exercise_tools
+from tests.serving import free_port, running_server
 
 
 @contextmanager
 def serving(home: Path, *args: str) -> Iterator[str]:
     """Start ``keepstone mcp --http`` on a free loopback port; yield its /mcp URL."""
-    port = _free_port()
-    log = open(home.parent / f"server-{port}.log", "w")  # closed in the finally below
-    proc = subprocess.Popen(
-        [*keepstone_argv(), "mcp", "--http", "--host", "127.0.0.1", "--port", str(port), *args],
+    port = free_port()
+    argv = [*keepstone_argv(), "mcp", "--http", "--host", "127.0.0.1", "--port", str(port), *args]
+    log = home.parent / f"server-{port}.log"
+    # A GET without an event-stream Accept header is refused: the endpoint is up.
+    with running_server(
+        argv,
+        port=port,
         env=keepstone_env(home),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        # Wait for the socket to accept; a server that died is reported with its log.
-        for _ in range(2400):
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"keepstone mcp --http exited {proc.returncode}: "
-                    + (home.parent / f"server-{port}.log").read_text()
-                )
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError(
-                "keepstone mcp --http never accepted: "
-                + (home.parent / f"server-{port}.log").read_text()
-            )
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        log=log,
+        ready="/mcp",
+        ok_status=(400, 405, 406),
+        timeout=120,
+    ) as server:
+        yield f"{server.url}/mcp"
 
 
 def test_http_tools_round_trip(tmp_path: Path) -> None:

@@ -5,10 +5,8 @@ memory_search over the team's records and writes through the REST API; ``keepsto
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +20,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from keepstone.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
 from keepstone.tools import TOOL_NAMES
 from tests.automemory.agent_script import AGENT
-from tests.mcp.helpers import exercise_edit_move_delete, keepstone_argv, keepstone_env
+from tests.cli_runner import keepstone_argv, keepstone_env
+from tests.mcp.helpers import exercise_edit_move_delete
+from tests.serving import keepstone_serve
 
 ADMIN = "e2e-admin-token-0123456789abcdefghijklmnop"
 SERVICE = "e2e-service-token-0123456789abcdefghijklm"
@@ -38,12 +38,6 @@ class Server:
     key: str
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ok(r: httpx.Response) -> dict[str, object]:
     assert r.status_code < 300, r.text
     body: dict[str, object] = r.json() if r.content else {}
@@ -53,42 +47,19 @@ def _ok(r: httpx.Response) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("serve")
-    port = _free_port()
-    env = keepstone_env(tmp / "home")
-    env.update(
+    env = keepstone_env(
+        tmp / "home",
         KEEPSTONE_ADMIN_TOKEN=ADMIN,
         KEEPSTONE_SERVICE_TOKEN=SERVICE,
         KEEPSTONE_ARGON2_TIME_COST="1",
         KEEPSTONE_ARGON2_MEMORY_KIB="1024",
     )
-    log = open(tmp / "serve.log", "w")  # closed in the finally below
-    proc = subprocess.Popen(
-        [
-            *keepstone_argv(),
-            "serve",
-            "--port",
-            str(port),
-            "--database",
-            f"sqlite:///{tmp}/keepstone.db",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    database = f"sqlite:///{tmp}/keepstone.db"
+    with keepstone_serve(
+        "--database", database, env=env, log=tmp / "serve.log", ready="/healthz"
+    ) as served:
+        url = served.url
         with httpx.Client(base_url=url, timeout=30) as c:
-            for _ in range(2400):
-                assert proc.poll() is None, (tmp / "serve.log").read_text()
-                try:
-                    if c.get("/healthz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.05)
-            else:
-                raise AssertionError(
-                    "keepstone serve never answered:\n" + (tmp / "serve.log").read_text()
-                )
             admin = {"Authorization": f"Bearer {ADMIN}"}
 
             def post(path: str, body: dict[str, object]) -> dict[str, object]:
@@ -125,10 +96,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 )
             )
         yield Server(url, team, key)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def test_mcp_against_a_server_searches_records_and_writes(server: Server, tmp_path: Path) -> None:

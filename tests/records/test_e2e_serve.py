@@ -3,10 +3,7 @@ share the per-team search limit (SPEC §6 rate), and see each other's records.""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,19 +19,15 @@ from keepstone.identity.keys import load_key_hasher
 from keepstone.identity.service import IdentityService
 from keepstone.records.ratelimit import RedisRateLimiter
 from keepstone.schema import upgrade_all
+from tests.cli_runner import keepstone_env
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
+from tests.serving import free_port, serve_argv, started_server
 
 pytestmark = pytest.mark.slow
 
 SERVICE = "e2e-service-token"
 ADMIN = "e2e-admin-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -44,19 +37,6 @@ class Cluster:
     key: str
     prefix: str
     redis_url: str
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise AssertionError(f"keepstone serve exited early:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"keepstone serve did not become healthy:\n{log.read_text()}")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -73,51 +53,30 @@ def cluster(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> I
     engine.dispose()
 
     prefix = f"e2e:{uuid.uuid4().hex}:"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")},
-        "KEEPSTONE_HOME": str(tmp_path / "home"),
-        "KEEPSTONE_REDIS_URL": redis_url,
-        "KEEPSTONE_REDIS_PREFIX": prefix,
-        "KEEPSTONE_SERVICE_TOKEN": SERVICE,
-        "KEEPSTONE_ADMIN_TOKEN": ADMIN,
-    }
-    procs: list[subprocess.Popen[bytes]] = []
-    urls: list[str] = []
+    env = keepstone_env(
+        tmp_path / "home",
+        KEEPSTONE_REDIS_URL=redis_url,
+        KEEPSTONE_REDIS_PREFIX=prefix,
+        KEEPSTONE_SERVICE_TOKEN=SERVICE,
+        KEEPSTONE_ADMIN_TOKEN=ADMIN,
+    )
     try:
-        for i in range(2):
-            port = _free_port()
-            log = tmp_path / f"serve{i}.log"
-            with open(log, "wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "keepstone.cli.main",
-                            "serve",
-                            "--port",
-                            str(port),
-                            "--database",
-                            db_url,
-                        ],
+        with contextlib.ExitStack() as stack:
+            servers = [
+                stack.enter_context(
+                    started_server(
+                        serve_argv(port, "--database", db_url),
+                        port=port,
                         env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
+                        log=tmp_path / f"serve{i}.log",
                     )
                 )
-            urls.append(f"http://127.0.0.1:{port}")
-        for proc, url, i in zip(procs, urls, range(2), strict=True):
-            _wait_ready(proc, url, tmp_path / f"serve{i}.log")
-        yield Cluster(urls, world.team_id, key, prefix, redis_url)
+                for i, port in enumerate([free_port(), free_port()])
+            ]
+            for server in servers:
+                server.wait_ready("/healthz")
+            yield Cluster([s.url for s in servers], world.team_id, key, prefix, redis_url)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         if request.param == "postgres":
             drop_postgres_database(db_url)
 

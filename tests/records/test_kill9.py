@@ -8,10 +8,9 @@ got no answer); every save that got its 201 must be, with its text, after a rest
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +22,10 @@ from keepstone.db import make_engine
 from keepstone.identity.keys import load_key_hasher
 from keepstone.identity.service import IdentityService
 from keepstone.schema import upgrade_all
+from tests.cli_runner import keepstone_env
 from tests.conftest import fresh_database
 from tests.records.conftest import make_world
-from tests.records.test_e2e_serve import _free_port, _wait_ready
+from tests.serving import ServerProcess, keepstone_serve
 
 pytestmark = pytest.mark.slow
 
@@ -50,25 +50,19 @@ def workers(request: pytest.FixtureRequest) -> int:
 
 def _serve(
     database: str, home: Path, log: Path, workers: int = 1
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")},
-        "KEEPSTONE_HOME": str(home),
-        "KEEPSTONE_SERVICE_TOKEN": SERVICE,
-        "KEEPSTONE_INDEXER": "off",
-        "KEEPSTONE_EMBEDDER": "none",
-    }
-    argv = [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
-    argv += ["--workers", str(workers), "--database", database]
-    with open(log, "ab") as out:
-        # A session of its own: the kill below reaches the workers too, as a crash would.
-        proc = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    _wait_ready(proc, url, log)
-    return proc, url
+) -> contextlib.AbstractContextManager[ServerProcess]:
+    """``keepstone serve`` in a session of its own: the kill below reaches the workers too,
+    as a crash would."""
+    env = keepstone_env(
+        home, KEEPSTONE_SERVICE_TOKEN=SERVICE, KEEPSTONE_INDEXER="off", KEEPSTONE_EMBEDDER="none"
+    )
+    return keepstone_serve(
+        *("--workers", str(workers), "--database", database),
+        env=env,
+        log=log,
+        ready="/healthz",
+        new_session=True,
+    )
 
 
 def test_no_acknowledged_record_is_lost_to_sigkill(
@@ -82,50 +76,48 @@ def test_no_acknowledged_record_is_lost_to_sigkill(
     )[1]
     engine.dispose()
     log = tmp_path / "serve.log"
-    proc, url = _serve(database, tmp_path / "home", log, workers)
-
     acknowledged: dict[str, str] = {}  # record id -> the text saved
     lock = threading.Lock()
     enough = threading.Event()
 
-    def client(n: int) -> None:
-        with httpx.Client(base_url=url, timeout=30) as http:
-            for i in range(100_000):
-                text = f"client {n} fixed deploy step {i}"
-                try:
-                    r = http.post(
-                        f"/api/internal/teams/{world.team_id}/memory",
-                        json={"text": text},
-                        headers={"Authorization": f"Bearer {SERVICE}"},
-                    )
-                except httpx.HTTPError:
-                    return  # the server is gone: this save was never acknowledged
-                assert r.status_code == 201, r.text
-                with lock:
-                    acknowledged[r.json()["id"]] = text
-                    if len(acknowledged) >= BEFORE_KILL:
-                        enough.set()
+    with _serve(database, tmp_path / "home", log, workers) as server:
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
-    try:
-        for t in threads:
-            t.start()
-        assert enough.wait(120), log.read_text()
-        os.killpg(proc.pid, signal.SIGKILL)  # mid-stream: the clients are still saving
-        proc.wait(timeout=30)
-        for t in threads:
-            t.join(timeout=60)
-        assert not any(t.is_alive() for t in threads)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        def client(n: int) -> None:
+            with httpx.Client(base_url=server.url, timeout=30) as http:
+                for i in range(100_000):
+                    text = f"client {n} fixed deploy step {i}"
+                    try:
+                        r = http.post(
+                            f"/api/internal/teams/{world.team_id}/memory",
+                            json={"text": text},
+                            headers={"Authorization": f"Bearer {SERVICE}"},
+                        )
+                    except httpx.HTTPError:
+                        return  # the server is gone: this save was never acknowledged
+                    assert r.status_code == 201, r.text
+                    with lock:
+                        acknowledged[r.json()["id"]] = text
+                        if len(acknowledged) >= BEFORE_KILL:
+                            enough.set()
 
-    proc, url = _serve(database, tmp_path / "home", log)
-    try:
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+        try:
+            for t in threads:
+                t.start()
+            assert enough.wait(120), log.read_text()
+            os.killpg(server.pid, signal.SIGKILL)  # mid-stream: the clients are still saving
+            server.proc.wait(timeout=30)
+            for t in threads:
+                t.join(timeout=60)
+            assert not any(t.is_alive() for t in threads)
+        finally:
+            if server.proc.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+
+    with _serve(database, tmp_path / "home", log) as server:
         stored: dict[str, str] = {}
         token: str | None = None
-        with httpx.Client(base_url=url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
             while True:
                 r = http.get(
                     f"/api/teams/{world.team_id}/memory",
@@ -138,9 +130,6 @@ def test_no_acknowledged_record_is_lost_to_sigkill(
                 token = page["next_token"]
                 if token is None:
                     break
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     lost = set(acknowledged) - set(stored)
     assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged records lost"
     # Listed texts are fenced for display; the saved text is inside the fence.

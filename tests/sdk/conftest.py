@@ -23,10 +23,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +32,7 @@ import httpx
 import pytest
 
 from keepstone.sdk import AsyncMemory, Memory
+from tests.serving import keepstone_serve
 
 ADMIN_TOKEN = "sdk-admin-token-0123456789abcdefghij"
 #: A real server is a subprocess over a socket: "slow" as the other end-to-end tests.
@@ -46,12 +43,6 @@ KINDS = [
     pytest.param("async-server", marks=pytest.mark.slow),
 ]
 HISTORY_KINDS = [*KINDS, "sqlite", "async-sqlite"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -92,39 +83,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         KEEPSTONE_ARGON2_MEMORY_KIB="1024",
         KEEPSTONE_EMBEDDER="none",
     )
-    port = _free_port()
-    log = open(home / "serve.log", "w+b")
     database = f"sqlite:///{home / 'keepstone.db'}"
-    command = [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--database", database], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(
-                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
-                )
-            time.sleep(0.1)
-        yield Server(url, admin)
-    finally:
-        admin.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with keepstone_serve("--database", database, env=env, log=home / "serve.log") as served:
+        with httpx.Client(
+            base_url=served.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        ) as admin:
+            yield Server(served.url, admin)
 
 
 class SyncOverAsync:

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
 import tarfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +24,7 @@ import pytest
 
 from tests.api.conftest import database_fixture
 from tests.conftest import require_chromium
+from tests.serving import keepstone_serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -54,12 +51,6 @@ class Site:
         return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A real ``keepstone serve`` with an org (quota :data:`QUOTA`, a plan with team memory),
@@ -74,40 +65,9 @@ def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
         KEEPSTONE_ARGON2_MEMORY_KIB="1024",
         KEEPSTONE_INDEXER="off",
     )
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("log") / "serve.log"
-    log = open(log_path, "w+b")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
-        + ["--database", database],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(
-                    f"keepstone serve did not start:\n{log.read().decode(errors='replace')}"
-                )
-            time.sleep(0.1)
-        yield _populate(Site(base))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    log = tmp_path_factory.mktemp("log") / "serve.log"
+    with keepstone_serve("--database", database, env=env, log=log) as served:
+        yield _populate(Site(served.url))
 
 
 def _populate(site: Site) -> Site:
