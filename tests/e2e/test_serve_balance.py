@@ -15,12 +15,8 @@ does not step back for a dead one; two accept loops on one socket share connecti
 from __future__ import annotations
 
 import asyncio
-import errno
-import http.client
 import os
-import select
 import socket
-import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -31,140 +27,47 @@ import pytest
 import uvloop
 
 from keepstone.cli.serve_balance import ABSENT, BalancedAcceptor, ConnectionSlots
-from tests.e2e import test_serve_workers as workers_e2e
+from tests.e2e.workers import CONNECTIONS, serving_workers, trial, two_workers
+from tests.serving import ServerProcess
 
 #: Fresh sets of connections, each asserted to fall 2+2.
 TRIALS = 10
-CONNECTIONS = 4
-
-#: ``keepstone serve --workers 2`` as test_serve_workers starts it, on the SQLite of
-#: ``database`` below: the balancing does not depend on the database.
-served = workers_e2e.served
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('db')}/keepstone.db"
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``keepstone serve --workers 2`` on SQLite: the balancing does not depend on the
+    database."""
+    home = tmp_path_factory.mktemp("workers")
+    with two_workers(f"sqlite:///{home}/keepstone.db", home) as server:
+        yield server
 
 
 @pytest.mark.slow
 def test_keep_alive_connections_opened_together_fall_two_and_two(
-    served: tuple[str, int],
+    served: ServerProcess,
 ) -> None:
-    url, pid = served
-    port = int(url.rsplit(":", 1)[1])
-    workers = workers_e2e._workers(pid)
-    assert len(workers) == 2
-    _until_both_answer(workers, port)
-    splits = [_split(workers, _trial(workers, port)) for _ in range(TRIALS)]
+    workers = serving_workers(served)
+    splits = [_split(workers, trial(workers, served.port)) for _ in range(TRIALS)]
     assert splits == ["2+2"] * TRIALS, splits
 
 
 @pytest.mark.slow
-def test_a_replaced_worker_takes_its_share(served: tuple[str, int]) -> None:
+def test_a_replaced_worker_takes_its_share(served: ServerProcess) -> None:
     """A worker killed with SIGKILL leaves its slot to the kernel's care; uvicorn starts
     a replacement, which claims a free slot, and the connections fall 2+2 again."""
-    url, pid = served
-    port = int(url.rsplit(":", 1)[1])
-    victim = workers_e2e._workers(pid)[0]
+    victim = serving_workers(served)[0]
     victim.kill()
     victim.wait(30)
-    for _ in range(600):
-        workers = workers_e2e._workers(pid)
-        if len(workers) == 2 and victim.pid not in {w.pid for w in workers}:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("the killed worker was never replaced")
-    _until_both_answer(workers, port)
-    splits = [_split(workers, _trial(workers, port)) for _ in range(TRIALS // 2)]
+    workers = serving_workers(served, gone=victim.pid)
+    splits = [_split(workers, trial(workers, served.port)) for _ in range(TRIALS // 2)]
     assert splits == ["2+2"] * (TRIALS // 2), splits
-
-
-def _until_both_answer(workers: list[psutil.Process], port: int) -> None:
-    """Until both workers have answered: one still building its app (the fixture waits
-    for an answer from either) accepts nothing yet."""
-    for _ in range(100):
-        if len(set(_trial(workers, port))) == 2:
-            return
-    raise AssertionError("one worker answered every connection")
 
 
 def _split(workers: list[psutil.Process], holders: list[int]) -> str:
     """How connections held by ``holders`` fall between ``workers``, most first (``3+1``)."""
     counts = Counter(holders)
     return "+".join(str(n) for n in sorted((counts[w.pid] for w in workers), reverse=True))
-
-
-def _trial(workers: list[psutil.Process], port: int) -> list[int]:
-    """The worker (process id) that held each of four keep-alive connections opened at
-    once, each answering a request, once the workers hold no earlier connection."""
-    _wait_until_no_connections(workers, port)
-    conns = _open_together(port, CONNECTIONS)
-    try:
-        for conn in conns:  # each one answered: each one accepted by a worker
-            conn.request("GET", "/healthz")
-            response = conn.getresponse()
-            response.read()
-            assert response.status == 200
-        return _holders(workers, port, [_local_port(conn) for conn in conns])
-    finally:
-        for conn in conns:
-            conn.close()
-
-
-def _open_together(port: int, count: int) -> list[http.client.HTTPConnection]:
-    """``count`` connections to ``port`` whose SYNs leave together (non-blocking
-    connects, then one wait), each ready for keep-alive requests."""
-    socks = [socket.socket() for _ in range(count)]
-    for sock in socks:
-        sock.setblocking(False)
-        assert sock.connect_ex(("127.0.0.1", port)) in (0, errno.EINPROGRESS)
-    pending = list(socks)
-    while pending:
-        _, writable, _ = select.select([], pending, [], 30)
-        assert writable, "connections never completed"
-        pending = [s for s in pending if s not in writable]
-    conns = []
-    for sock in socks:
-        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
-        sock.settimeout(30)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.sock = sock
-        conns.append(conn)
-    return conns
-
-
-def _local_port(conn: http.client.HTTPConnection) -> int:
-    assert conn.sock is not None
-    return int(conn.sock.getsockname()[1])
-
-
-def _holders(workers: list[psutil.Process], port: int, client_ports: list[int]) -> list[int]:
-    """The process id of the worker holding each of ``client_ports``' connections."""
-    held = {
-        c.raddr.port: worker.pid
-        for worker in workers
-        for c in worker.net_connections(kind="tcp")
-        if c.laddr.port == port and c.raddr
-    }
-    missing = [p for p in client_ports if p not in held]
-    assert not missing, f"no worker holds the connections from ports {missing}"
-    return [held[p] for p in client_ports]
-
-
-def _wait_until_no_connections(workers: list[psutil.Process], port: int) -> None:
-    """Until the workers have closed every earlier connection (each worker's count is
-    lowered as it closes one, so a trial starts from 0 and 0)."""
-    for _ in range(300):
-        if not any(
-            c.laddr.port == port and c.raddr
-            for worker in workers
-            for c in worker.net_connections(kind="tcp")
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError("the workers never closed the earlier connections")
 
 
 # In process: the slots, and accept loops on a real socket.

@@ -11,12 +11,7 @@ every write. The purge runs in the one worker holding the lock file.
 from __future__ import annotations
 
 import http.client
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +23,9 @@ import pytest
 from keepstone.api.app import WorkerApp
 from keepstone.config import Config
 from tests.api.conftest import database_fixture
-from tests.deploy.cluster import ADMIN_TOKEN, Tenant, expect, free_port, provision
+from tests.deploy.cluster import Tenant, expect, provision
+from tests.e2e.workers import connections, two_workers
+from tests.serving import worker_processes
 
 pytestmark = pytest.mark.slow
 
@@ -42,56 +39,8 @@ database = database_fixture("database")
 @pytest.fixture(scope="module")
 def served(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """The URL and process id of ``keepstone serve --workers 2`` on ``database``."""
-    home = tmp_path_factory.mktemp("workers")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
-    env.update(
-        KEEPSTONE_HOME=str(home),
-        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
-        KEEPSTONE_EMBEDDER="none",
-        KEEPSTONE_ARGON2_TIME_COST="1",
-        KEEPSTONE_ARGON2_MEMORY_KIB="8192",
-    )
-    port = free_port()
-    log = home / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keepstone.cli.main", "serve", "--port", str(port)]
-            + ["--database", database, "--workers", "2"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_workers(proc, url, log)
-        yield url, proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _workers(pid: int) -> list[psutil.Process]:
-    """The uvicorn worker processes of the server ``pid`` (not multiprocessing's tracker)."""
-    children = psutil.Process(pid).children()
-    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
-
-
-def _wait_for_workers(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise AssertionError(f"keepstone serve exited:\n{log.read_text(errors='replace')}")
-        try:
-            ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            ready = False
-        if ready and len(_workers(proc.pid)) == 2:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"two workers never answered:\n{log.read_text(errors='replace')}")
+    with two_workers(database, tmp_path_factory.mktemp("workers")) as server:
+        yield server.url, server.pid
 
 
 def _content(writer: int, doc: int) -> str:
@@ -123,7 +72,7 @@ def _put_count(metrics: str) -> float:
 
 def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> None:
     url, pid = served
-    assert len(_workers(pid)) == 2
+    assert len(worker_processes(pid)) == 2
     tenant = provision(url, 10 * 1024 * 1024)
 
     with ThreadPoolExecutor(WRITERS) as pool:
@@ -160,7 +109,7 @@ def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> Non
     # a lone connection on a shared socket to whichever worker wakes first, and an idle one
     # may win every time (one CI run: 200 of 200), while connections that arrive together
     # find the first worker busy.
-    workers = _workers(pid)
+    workers = worker_processes(pid)
     counts: dict[int, float] = {}
     with ThreadPoolExecutor(16) as pool:
         for _ in range(50):
@@ -185,7 +134,7 @@ def _scrape(url: str, workers: list[psutil.Process]) -> tuple[int, float]:
         conn.request("GET", "/metrics")
         count = _put_count(conn.getresponse().read().decode())
         for worker in workers:
-            for c in worker.net_connections(kind="tcp"):
+            for c in connections(worker):
                 if c.raddr and c.raddr.port == port:
                     return worker.pid, count
         raise AssertionError(f"no worker holds the connection from port {port}")
