@@ -1,4 +1,5 @@
-"""Counting the database transactions a request costs (SQLAlchemy engine and pool events).
+"""Counting what a request costs the database: its transactions (SQLAlchemy engine and pool
+events) and, on PostgreSQL, its round trips (:func:`round_trips`).
 
 Two kinds count: a transaction begun on a SQLAlchemy ``Connection`` (its ``begin`` event),
 and a statement run straight on a pooled driver connection in autocommit
@@ -7,6 +8,7 @@ and a statement run straight on a pooled driver connection in autocommit
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -44,3 +46,28 @@ class Transactions:
                 event.remove(self.engine, name, listener)
         pooled = len(checkouts) - len(connections)
         return len(begun) + pooled, result
+
+
+def round_trips(engine: Engine, work: Callable[[], object]) -> int:
+    """How many times the client waited for the server during ``work``: PostgreSQL's
+    ReadyForQuery messages in libpq's trace of every connection ``work`` checked out,
+    pool checkout and return included."""
+    traces: list[tuple[Any, Any]] = []
+
+    def on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        trace = tempfile.TemporaryFile()
+        dbapi_conn.pgconn.trace(trace.fileno())
+        traces.append((dbapi_conn.pgconn, trace))
+
+    event.listen(engine, "checkout", on_checkout)
+    try:
+        work()
+    finally:
+        event.remove(engine, "checkout", on_checkout)
+    count = 0
+    for pgconn, trace in traces:
+        pgconn.untrace()
+        trace.seek(0)
+        count += sum("\tReadyForQuery\t" in line for line in trace.read().decode().splitlines())
+        trace.close()
+    return count

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import FastAPI
+
 from tests.api.world import (
     CREDENTIALS,
     GLOBAL_SPACE,
@@ -375,3 +377,25 @@ def all_rows() -> list[Row]:
     from tests.records import policy as records_policy
 
     return [*ROWS, *records_policy.ROWS]
+
+
+# --- the routes the app answers ----------------------------------------------------
+
+
+def _flatten(routes: list[Any], prefix: str, out: set[tuple[str, str]]) -> None:
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:  # FastAPI keeps included routers nested
+            context = getattr(route, "include_context", None)
+            _flatten(list(included.routes), prefix + getattr(context, "prefix", ""), out)
+            continue
+        methods = getattr(route, "methods", None) or ()
+        path = prefix + str(getattr(route, "path", ""))
+        out.update((m, path) for m in methods if m != "HEAD")
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (method, path template) the app answers, HEAD aside."""
+    out: set[tuple[str, str]] = set()
+    _flatten(list(app.routes), "", out)
+    return out

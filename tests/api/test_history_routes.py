@@ -635,11 +635,11 @@ def test_http_store_reads_the_past_through_the_routes(
     from keepstone import errors
     from keepstone.spaces import SpaceRef
     from keepstone.store.http import HttpMemoryStore
-    from tests.conformance.helpers import _AppTransport
+    from tests.conformance.helpers import AppTransport
 
     def store_for(secret: str) -> HttpMemoryStore:
         base = str(client.base_url)
-        return HttpMemoryStore(base, secret, transport=_AppTransport(client))
+        return HttpMemoryStore(base, secret, transport=AppTransport(client))
 
     mine = store_for(world.keys["member"])
     ref = SpaceRef.build("project", unique("client"), tenant="ignored", project="p1")

@@ -288,7 +288,7 @@ def test_every_route_naming_another_team_or_org_is_refused(
     app: FastAPI, teams: list[Team], client: TestClient
 ) -> None:
     """Every route with an id in its path, filled with another team's ids: never a 2xx."""
-    from tests.api.test_policy import app_routes
+    from tests.api.policy import app_routes
     from tests.web.policy import ui_routes  # the web UI's matrix: tests/web/test_isolation.py
 
     templated = sorted((m, p) for m, p in app_routes(app) - ui_routes() if "{" in p)

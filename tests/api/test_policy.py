@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.api.policy import OK, Row, all_rows
+from tests.api.policy import OK, Row, all_rows, app_routes
 from tests.api.world import CREDENTIALS, World
 
 ROWS = all_rows()
 CASES = [(row, cred) for row in ROWS for cred in CREDENTIALS]
-
-
-def _flatten(routes: list[Any], prefix: str, out: set[tuple[str, str]]) -> None:
-    for route in routes:
-        included = getattr(route, "original_router", None)
-        if included is not None:  # FastAPI keeps included routers nested
-            context = getattr(route, "include_context", None)
-            _flatten(list(included.routes), prefix + getattr(context, "prefix", ""), out)
-            continue
-        methods = getattr(route, "methods", None) or ()
-        path = prefix + str(getattr(route, "path", ""))
-        out.update((m, path) for m in methods if m != "HEAD")
-
-
-def app_routes(app: FastAPI) -> set[tuple[str, str]]:
-    """Every (method, path template) the app answers, HEAD aside."""
-    out: set[tuple[str, str]] = set()
-    _flatten(list(app.routes), "", out)
-    return out
 
 
 def test_every_route_is_declared(app: FastAPI) -> None:

@@ -124,10 +124,10 @@ def test_another_teams_space_is_unreachable(seeded: World, client: TestClient) -
 
 
 def test_the_http_store_searches_through_the_route(seeded: World, client: TestClient) -> None:
-    from tests.conformance.helpers import _AppTransport
+    from tests.conformance.helpers import AppTransport
 
     store = HttpMemoryStore(
-        str(client.base_url), seeded.keys["member"], transport=_AppTransport(client)
+        str(client.base_url), seeded.keys["member"], transport=AppTransport(client)
     )
     ref = SpaceRef.build("project", SPACE["name"], project="p1")
     hits = DocumentSearch(store).search([ref], "rollback quokka", limit=5)
@@ -243,10 +243,10 @@ def test_readable_refuses_the_service_token(seeded: World) -> None:
 def test_the_http_store_searches_every_readable_space(
     seeded: World, readable: dict[str, SpaceRef], client: TestClient
 ) -> None:
-    from tests.conformance.helpers import _AppTransport
+    from tests.conformance.helpers import AppTransport
 
     store = HttpMemoryStore(
-        str(client.base_url), seeded.keys["member"], transport=_AppTransport(client)
+        str(client.base_url), seeded.keys["member"], transport=AppTransport(client)
     )
     hits = SpaceService(store).search_readable(remote_principal(), READABLE_WORD, limit=50)
     assert {h.space.id for h in hits} == {

@@ -13,7 +13,7 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.base import PlatformGrant
 from keepstone.store.http import HttpMemoryStore
 from tests.api.world import World, admin_headers, unique
-from tests.conformance.helpers import _AppTransport
+from tests.conformance.helpers import AppTransport
 
 
 def _listed(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -70,7 +70,7 @@ def test_the_http_store_lists_through_the_server(world: World, client: TestClien
     ref = world.team_ref(name=unique("remote"))
     world.store.write(ref, "r.md", "remote")
     store = HttpMemoryStore(
-        str(client.base_url), world.keys["member"], transport=_AppTransport(client)
+        str(client.base_url), world.keys["member"], transport=AppTransport(client)
     )
     try:
         listed = SpaceService(store).list_spaces(remote_principal())

@@ -67,7 +67,7 @@ def declared_capabilities(kind: str) -> frozenset[str]:
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
 
 
-class _AppTransport(httpx.BaseTransport):
+class AppTransport(httpx.BaseTransport):
     """Serves an httpx client's requests from an in-process app, through its TestClient.
 
     The TestClient speaks its own HTTP client library, so each request and answer is
@@ -110,7 +110,7 @@ class ServedHttpStore(HttpMemoryStore):
         self._served = runtime.store
         self._app_client = TestClient(app_for(runtime))
         self._app_client.__enter__()  # one event loop and lifespan for the store's life
-        super().__init__(str(self._app_client.base_url), transport=_AppTransport(self._app_client))
+        super().__init__(str(self._app_client.base_url), transport=AppTransport(self._app_client))
 
     @property
     def clock(self) -> Callable[[], datetime]:

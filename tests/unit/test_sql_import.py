@@ -22,6 +22,7 @@ from keepstone.store.base import CheckedWrite, ImportStrategy, PlatformGrant
 from keepstone.store.sql import SqlStore
 from keepstone.store.sql_schema import memory_document_versions
 from tests.conformance.archives import regular, tar_gz
+from tests.transactions import round_trips
 from tests.unit.conftest import Backend
 
 REF = SpaceRef.build(Visibility.PROJECT, "notes", tenant="team-a", project="p1")
@@ -207,8 +208,6 @@ def test_on_postgresql_a_member_costs_the_batch_one_round_trip(postgres_url: str
     # one-statement write, pipelined with its savepoint, one. Counted as libpq's
     # ReadyForQuery messages, an import of n + 40 members against one of n: what the
     # batch costs besides its members (its begin, commit, pool checkout) cancels out.
-    from tests.unit.test_sql_put import round_trips
-
     store = SqlStore.open(postgres_url, schema=f"t_{uuid.uuid4().hex[:16]}")
     trips: list[int] = []
     for run, count in enumerate((40, 80)):
@@ -221,7 +220,7 @@ def test_on_postgresql_a_member_costs_the_batch_one_round_trip(postgres_url: str
                 for member in members:
                     write(member)
 
-        trips.append(round_trips(store, work))
+        trips.append(round_trips(store.engine, work))
     assert trips[1] - trips[0] == 40
     assert len(store.list(REF)) == 120
     assert [v.version for v in store.versions(REF, "old1.md")] == [2, 1]

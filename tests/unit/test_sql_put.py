@@ -9,7 +9,6 @@ written; the write ran in a transaction).
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from keepstone.store.base import PlatformGrant
 from keepstone.store.sql import SqlStore
 from keepstone.store.sql_index import _chunk_rows
 from keepstone.store.sql_schema import memory_chunks, memory_document_versions, memory_documents
+from tests.transactions import round_trips
 from tests.unit.conftest import Backend
 
 pytestmark = pytest.mark.postgres
@@ -64,31 +64,6 @@ def versions(store: SqlStore, path: str) -> list[int]:
         return sorted(int(v) for v in [*kept, *live])
 
 
-def round_trips(store: SqlStore, work: Callable[[], object]) -> int:
-    """How many times the client waited for the server during ``work``: PostgreSQL's
-    ReadyForQuery messages in libpq's trace of every connection ``work`` checked out,
-    pool checkout and return included."""
-    traces: list[tuple[Any, Any]] = []
-
-    def on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        trace = tempfile.TemporaryFile()
-        dbapi_conn.pgconn.trace(trace.fileno())
-        traces.append((dbapi_conn.pgconn, trace))
-
-    sa.event.listen(store.engine, "checkout", on_checkout)
-    try:
-        work()
-    finally:
-        sa.event.remove(store.engine, "checkout", on_checkout)
-    count = 0
-    for pgconn, trace in traces:
-        pgconn.untrace()
-        trace.seek(0)
-        count += sum("\tReadyForQuery\t" in line for line in trace.read().decode().splitlines())
-        trace.close()
-    return count
-
-
 def blocked_on_a_lock(store: SqlStore) -> None:
     """Wait until a session of this database waits for a lock (the writer thread's)."""
     query = sa.text(
@@ -123,8 +98,8 @@ def test_a_plain_write_is_one_round_trip(pg: Backend) -> None:
     store.write(REF, "a.md", "one")
     # Create and replace, each ONE round trip: no BEGIN, no lock of its own, no COMMIT,
     # nothing at the pool's checkout or return.
-    assert round_trips(store, lambda: store.write(REF, "b.md", "new")) == 1
-    assert round_trips(store, lambda: store.write(REF, "a.md", "two")) == 1
+    assert round_trips(store.engine, lambda: store.write(REF, "b.md", "new")) == 1
+    assert round_trips(store.engine, lambda: store.write(REF, "a.md", "two")) == 1
     assert [a[0] for a in answers] == [True, True, True]
     assert store.read(REF, "a.md").content == "two"
     assert versions(store, "a.md") == [1, 2]

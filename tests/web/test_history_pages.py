@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from keepstone.spaces import SpaceRef
 from tests.api.world import PASSWORD, SPACE, World, admin_headers, unique
-from tests.web.test_pages import _assert_safe_page, _get, _member, _post
+from tests.web.pages import assert_safe_page, get_page, member_headers, post_form
 
 HOSTILE = '# Plan\n\n<script>alert(1)</script>\n\n<img src=x onerror="alert(2)">\n'
 
@@ -33,10 +33,10 @@ def _two_versions(world: World, first: str = "# One\n\nfirst\n", second: str = "
 
 
 def _history(client: TestClient, world: World, path: str) -> tuple[int, str]:
-    status, body, headers = _get(
-        client, f"/t/{world.team_id}/history", _member(world)[0], **SPACE, path=path
+    status, body, headers = get_page(
+        client, f"/t/{world.team_id}/history", member_headers(world)[0], **SPACE, path=path
     )
-    _assert_safe_page(headers, body)
+    assert_safe_page(headers, body)
     return status, body
 
 
@@ -49,8 +49,8 @@ def test_the_document_page_links_its_history_which_lists_versions_newest_first(
     world: World, client: TestClient
 ) -> None:
     path = _two_versions(world)
-    status, body, _h = _get(
-        client, f"/t/{world.team_id}/doc", _member(world)[0], **SPACE, path=path
+    status, body, _h = get_page(
+        client, f"/t/{world.team_id}/doc", member_headers(world)[0], **SPACE, path=path
     )
     assert status == 200 and f"/t/{world.team_id}/history?" in body and ">History</a>" in body
     status, body = _history(client, world, path)
@@ -74,7 +74,9 @@ def test_a_path_that_never_held_a_document_has_no_history_page(
     status, body = _history(client, world, path)
     assert status == 404 and "has no history" in body
     params = {**SPACE, "path": path, "from": "1"}
-    status, body, _h = _get(client, f"/t/{world.team_id}/diff", _member(world)[0], **params)
+    status, body, _h = get_page(
+        client, f"/t/{world.team_id}/diff", member_headers(world)[0], **params
+    )
     assert status == 404 and "has no history" in body
 
 
@@ -82,35 +84,41 @@ def test_a_version_is_rendered_through_the_sanitiser_or_shown_raw(
     world: World, client: TestClient
 ) -> None:
     path = _two_versions(world, first="# Old *plan*\n")
-    headers = _member(world)[0]
+    headers = member_headers(world)[0]
     url = f"/t/{world.team_id}/version"
-    status, body, got = _get(client, url, headers, **SPACE, path=path, version="1")
+    status, body, got = get_page(client, url, headers, **SPACE, path=path, version="1")
     assert status == 200 and "<em>plan</em>" in body and "version 1" in body
-    _assert_safe_page(got, body)
-    status, body, got = _get(client, url, headers, **SPACE, path=path, version="1", raw="1")
+    assert_safe_page(got, body)
+    status, body, got = get_page(client, url, headers, **SPACE, path=path, version="1", raw="1")
     assert status == 200 and '<pre class="raw"># Old *plan*' in body
-    status, body, _h = _get(client, url, headers, **SPACE, path=path, version="9")
+    status, body, _h = get_page(client, url, headers, **SPACE, path=path, version="9")
     assert status == 404
-    status, body, _h = _get(client, url, headers, **SPACE, path=path, version="first")
+    status, body, _h = get_page(client, url, headers, **SPACE, path=path, version="first")
     assert status == 400 and "version must be a version number" in body
 
 
 def test_a_diff_is_escaped_text_with_classed_lines(world: World, client: TestClient) -> None:
     path = _two_versions(world, first="keep\ngone\n", second="keep\nnew\n")
     params = {**SPACE, "path": path, "from": "1", "to": "2"}
-    status, body, got = _get(client, f"/t/{world.team_id}/diff", _member(world)[0], **params)
+    status, body, got = get_page(
+        client, f"/t/{world.team_id}/diff", member_headers(world)[0], **params
+    )
     assert status == 200, body[-400:]
-    _assert_safe_page(got, body)
+    assert_safe_page(got, body)
     assert '<span class="diff-del">-gone</span>' in body
     assert '<span class="diff-add">+new</span>' in body
     assert "<span> keep</span>" in body
     assert '<span class="diff-hunk">@@' in body
     # to= defaults to the newest version.
     del params["to"]
-    status, again, _h = _get(client, f"/t/{world.team_id}/diff", _member(world)[0], **params)
+    status, again, _h = get_page(
+        client, f"/t/{world.team_id}/diff", member_headers(world)[0], **params
+    )
     assert status == 200 and '<span class="diff-add">+new</span>' in again
     params["from"] = "x"
-    status, body, _h = _get(client, f"/t/{world.team_id}/diff", _member(world)[0], **params)
+    status, body, _h = get_page(
+        client, f"/t/{world.team_id}/diff", member_headers(world)[0], **params
+    )
     assert status == 400 and "from must be a version number" in body
 
 
@@ -118,16 +126,16 @@ def test_hostile_content_is_inert_in_a_version_and_in_a_diff(
     world: World, client: TestClient
 ) -> None:
     path = _two_versions(world, first=HOSTILE, second="# Plan\n")
-    headers = _member(world)[0]
+    headers = member_headers(world)[0]
     for raw in ("", "1"):
-        status, body, got = _get(
+        status, body, got = get_page(
             client, f"/t/{world.team_id}/version", headers, **SPACE, path=path, version="1",
             raw=raw,
         )  # fmt: skip
         assert status == 200 and "alert(1)" in body
         _assert_inert(body)
     params = {**SPACE, "path": path, "from": "1", "to": "2"}
-    status, body, got = _get(client, f"/t/{world.team_id}/diff", headers, **params)
+    status, body, got = get_page(client, f"/t/{world.team_id}/diff", headers, **params)
     assert status == 200
     _assert_inert(body)
     assert '<span class="diff-del">-&lt;script&gt;alert(1)&lt;/script&gt;</span>' in body
@@ -137,7 +145,7 @@ def test_hostile_content_is_inert_in_a_version_and_in_a_diff(
 def test_restore_makes_a_version_live_again_and_says_so(world: World, client: TestClient) -> None:
     path = _two_versions(world, first="# One\n\nfirst\n", second="# Two\n")
     live = world.store.read(world.team_ref(), path)
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/restore",
         world,
@@ -148,7 +156,7 @@ def test_restore_makes_a_version_live_again_and_says_so(world: World, client: Te
     assert "restored=1" in r.headers["location"]
     assert world.store.read(world.team_ref(), path).content == "# One\n\nfirst\n"
     where, _, query = r.headers["location"].partition("?")
-    status, body, _h = _get(client, where, _member(world)[0], **dict(parse_qsl(query)))
+    status, body, _h = get_page(client, where, member_headers(world)[0], **dict(parse_qsl(query)))
     assert status == 200 and "Restored version 1" in body and "<h1>One</h1>" in body, body[-600:]
     status, body = _history(client, world, path)
     assert _rows(body) == ["3", "2", "1"]
@@ -162,7 +170,7 @@ def test_a_restore_on_a_stale_etag_shows_the_services_message_next_to_it(
     path = _two_versions(world)
     stale = world.store.read(world.team_ref(), path).etag
     world.store.write(world.team_ref(), path, "# Three\n")  # someone else, meanwhile
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/restore",
         world,
@@ -179,7 +187,7 @@ def test_a_viewers_restore_is_refused_with_the_services_message(
 ) -> None:
     path = _two_versions(world)
     live = world.store.read(world.team_ref(), path)
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/restore",
         world,
@@ -211,7 +219,9 @@ def test_a_deleted_documents_history_lists_it_and_restores_it(
 ) -> None:
     path = _two_versions(world, first="# Kept\n", second="# Later\n")
     world.store.delete(world.team_ref(), path)
-    status, body, _h = _get(client, f"/t/{world.team_id}/space", _member(world)[0], **SPACE)
+    status, body, _h = get_page(
+        client, f"/t/{world.team_id}/space", member_headers(world)[0], **SPACE
+    )
     assert status == 200 and f'action="/t/{world.team_id}/history"' in body
     status, body = _history(client, world, path)
     assert status == 200 and _rows(body) == ["3", "2", "1"]
@@ -219,7 +229,7 @@ def test_a_deleted_documents_history_lists_it_and_restores_it(
     marker = body.split('<tr id="v3"')[1].split("</tr>")[0]
     assert "(deleted)" in marker and "restore version 3" not in marker
     assert "restore version 1" in body and "restore version 2" in body
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/restore",
         world,
@@ -229,7 +239,7 @@ def test_a_deleted_documents_history_lists_it_and_restores_it(
     assert world.store.read(world.team_ref(), path).content == "# Kept\n"
     # The same form again, now that the path holds a document: refused, nothing overwritten.
     world.store.write(world.team_ref(), path, "# Recreated\n")
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/restore",
         world,

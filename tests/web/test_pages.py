@@ -12,55 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from keepstone.web.core import SECURITY_HEADERS
 from tests.api.world import PASSWORD, SPACE, World, unique
+from tests.web.pages import assert_safe_page, get_page, member_headers, post_form
 from tests.web.policy import ROWS, UiRow
 
 GET_ROWS = [row for row in ROWS if row.method == "GET"]
-
-
-def _member(world: World) -> tuple[dict[str, str], str]:
-    cookie, csrf = world.sessions["member"]
-    return {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}, csrf
-
-
-def _get(
-    client: TestClient, url: str, headers: dict[str, str], **params: str
-) -> tuple[int, str, dict[str, str]]:
-    r = client.get(url, params=params, headers=headers, follow_redirects=False)
-    client.cookies.clear()
-    return r.status_code, r.text, dict(r.headers)
-
-
-def _post(
-    client: TestClient,
-    url: str,
-    world: World,
-    data: dict[str, str],
-    *,
-    role: str = "member",
-    **kw: object,
-):  # type: ignore[no-untyped-def]
-    cookie, csrf = world.sessions[role]
-    r = client.post(
-        url,
-        data={"csrf": csrf, **data},
-        headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"},
-        follow_redirects=False,
-        **kw,  # type: ignore[arg-type]
-    )
-    client.cookies.clear()
-    return r
-
-
-def _assert_safe_page(headers: dict[str, str], body: str) -> None:
-    for name, value in SECURITY_HEADERS:
-        assert headers.get(name.lower()) == value, name
-    if "text/html" in headers.get("content-type", ""):
-        assert "<script" not in body.lower()
-        assert "<style" not in body.lower()
-        assert not re.search(r"\sstyle\s*=", body, re.IGNORECASE)
-        assert not re.search(r"\son[a-z]+\s*=", body, re.IGNORECASE)
 
 
 @pytest.mark.parametrize("row", GET_ROWS, ids=[row.id for row in GET_ROWS])
@@ -68,22 +24,22 @@ def test_every_page_has_the_security_headers_and_no_inline_code(
     row: UiRow, world: World, client: TestClient
 ) -> None:
     req = row.build(world)
-    headers = {} if row.path in ("/admin", "/admin/audit") else _member(world)[0]
+    headers = {} if row.path in ("/admin", "/admin/audit") else member_headers(world)[0]
     if row.path.startswith("/admin"):
         cookie, csrf = world.sessions["super_admin"]
         headers = {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
-    status, body, got = _get(client, req.url, headers, **req.params)
+    status, body, got = get_page(client, req.url, headers, **req.params)
     assert status in (200, 303), (status, body[-300:])
-    _assert_safe_page(got, body)
+    assert_safe_page(got, body)
 
 
 def test_errors_redirects_and_static_files_carry_the_headers_too(
     world: World, client: TestClient
 ) -> None:
     for url in ("/nope", "/signin", "/static/keepstone.css", "/t/nope/spaces", "/"):
-        status, body, got = _get(client, url, _member(world)[0])
-        _assert_safe_page(got, body)
-    status, body, got = _get(client, "/no/such/page", {})
+        status, body, got = get_page(client, url, member_headers(world)[0])
+        assert_safe_page(got, body)
+    status, body, got = get_page(client, "/no/such/page", {})
     assert status == 404 and "text/html" in got["content-type"] and "no page" in body
 
 
@@ -130,8 +86,8 @@ def test_a_post_without_the_sessions_csrf_token_is_refused(
     client.cookies.clear()
     assert r.status_code == 403, r.text[-300:]
     assert "csrf_required" in r.text and "reload the page" in r.text
-    status, _body, _h = _get(
-        client, f"/t/{world.team_id}/doc", _member(world)[0], **SPACE, path=path
+    status, _body, _h = get_page(
+        client, f"/t/{world.team_id}/doc", member_headers(world)[0], **SPACE, path=path
     )
     assert status == 404  # nothing was written
 
@@ -228,7 +184,7 @@ def test_edit_conflict_shows_both_versions_and_saves_mine_over_theirs(
     world.store.write(world.team_ref(), path, "first")
     etag = world.store.read(world.team_ref(), path).etag
     world.store.write(world.team_ref(), path, "theirs </textarea><b>x</b>")
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
@@ -241,7 +197,7 @@ def test_edit_conflict_shows_both_versions_and_saves_mine_over_theirs(
     assert (
         new_etag is not None and new_etag.group(1) == world.store.read(world.team_ref(), path).etag
     )
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
@@ -255,32 +211,32 @@ def test_refusals_show_the_service_message_next_to_the_field(
     world: World, client: TestClient
 ) -> None:
     secret = "token ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
         {**SPACE, "path": f"{unique('s')}.md", "content": secret, "etag": ""},
     )
     assert r.status_code == 422 and 'id="content-error"' in r.text
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
         {**SPACE, "path": "../bad", "content": "x", "etag": ""},
     )
     assert r.status_code == 422 and 'id="content-error"' in r.text
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
         {**SPACE, "path": "seed.md", "content": "x", "etag": ""},
     )
     assert r.status_code == 409 and "already exists" in r.text
-    r = _post(
+    r = post_form(
         client, f"/t/{world.team_id}/rename", world, {**SPACE, "path": "seed.md", "to": "no-suffix"}
     )
     assert r.status_code == 422 and 'id="to-error"' in r.text
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/import",
         world,
@@ -288,7 +244,7 @@ def test_refusals_show_the_service_message_next_to_the_field(
         files={"archive": ("x.tar.gz", b"not gzip", "application/gzip")},
     )
     assert r.status_code == 422 and 'id="archive-error"' in r.text
-    r = _post(
+    r = post_form(
         client,
         f"/t/{world.team_id}/edit",
         world,
@@ -303,14 +259,14 @@ def test_export_then_import_with_each_strategy(world: World, client: TestClient)
     space = {"name": name, "project": "p1"}
     for path in ("a.md", "dir/b.md"):
         world.store.write(world.team_ref(name=name), path, f"# {path}")
-    headers, _csrf = _member(world)
+    headers, _csrf = member_headers(world)
     r = client.get(f"/t/{world.team_id}/export", params=space, headers=headers)
     client.cookies.clear()
     assert r.status_code == 200 and r.headers["content-type"] == "application/gzip"
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
         assert sorted(m.name for m in tar.getmembers() if m.isfile()) == ["a.md", "dir/b.md"]
     for strategy, word in (("skip", "skipped"), ("rename", "renamed"), ("overwrite", "written")):
-        got = _post(
+        got = post_form(
             client,
             f"/t/{world.team_id}/import",
             world,

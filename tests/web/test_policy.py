@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from keepstone import web
-from tests.api.test_policy import app_routes
+from tests.api.policy import app_routes
 from tests.api.world import World
 from tests.web.conftest import add_outsider
 from tests.web.policy import OK, ROWS, SIGN_IN, UI_CREDENTIALS, UiRow, ui_routes
