@@ -113,7 +113,7 @@ def test_distinct_segments_never_share_a_name(a: str, b: str) -> None:
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(
-        # Deceptive characters are refused in paths (tests/unit/test_finding9_unicode.py).
+        # Deceptive characters are refused in paths (tests/unit/test_deceptive_characters.py).
         segment.filter(lambda s: DECEPTIVE_CHARACTERS.isdisjoint(s)).map(lambda s: s + ".md"),
         min_size=1,
         max_size=3,

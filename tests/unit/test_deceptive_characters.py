@@ -1,4 +1,4 @@
-"""Issue 11, finding 9: names and paths that display as something they are not.
+"""Names and paths that display as something they are not are refused.
 
 ``evil\\u202egpj.md`` shows as ``evildm.jpg``; a zero-width space makes two names that
 look the same; a division slash looks like a directory separator. SPEC §11: names and

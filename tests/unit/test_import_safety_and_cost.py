@@ -1,5 +1,5 @@
-"""Issue 11, finding 9: ``keepstone memory import`` must be linear and must reject, never
-abort on, what it cannot safely write.
+"""``keepstone memory import`` is linear, and rejects, never aborts on, what it cannot
+safely write.
 
 The filesystem store is where both showed: a symbolic link planted in the store's tree
 stopped the whole import with a conflict, and every document paid a walk from the root,

@@ -1,4 +1,4 @@
-"""Regression tests of ``keepstone run`` usage mistakes: each failed before its fix.
+"""``keepstone run`` usage mistakes (each failed once before its fix).
 
 A usage mistake exits 2 with one ``keepstone: usage: ...`` line on stderr naming what to fix
 (SPEC §8), and the runner's own refusal of an empty command is a 400-class error, not

@@ -1,4 +1,4 @@
-"""Issue 11, finding 9: what an attacker slipped past the secret scanner.
+"""Secret shapes the scanner must not miss: what an attacker once slipped past it.
 
 Keepstone's own API keys (``keepstone_`` + 43 base64url characters, :func:`new_api_key`) and a
 Telegram bot token inside its API URL (``/bot<id>:<token>/…``) must be refused and

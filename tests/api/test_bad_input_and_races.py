@@ -1,4 +1,4 @@
-"""Regression tests of API defects: each failed before its fix.
+"""Bad input and lost races get the API's own errors, never a 500 (each failed once):
 
 * deeply nested JSON bodies answered 500 (RecursionError) instead of ``400 invalid_request``;
 * ``false``/``true`` were taken as quotas of 0/1 bytes by the admin API;
