@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 
 from keepstone import errors
 from keepstone.spaces import SpaceRef
 from keepstone.store.http import HttpMemoryStore, error_from_response
+from tests.serving import free_port
 
 
 @pytest.mark.parametrize(
@@ -49,20 +48,14 @@ def test_a_body_that_is_not_the_error_shape_maps_by_status() -> None:
 
 
 def test_an_unreachable_server_is_store_unavailable() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    store = HttpMemoryStore(f"http://127.0.0.1:{port}", "keepstone_x", timeout=2)
+    store = HttpMemoryStore(f"http://127.0.0.1:{free_port()}", "keepstone_x", timeout=2)
     with pytest.raises(errors.StoreUnavailable):
         store.list(SpaceRef.build("project", "n", project="p"))
     store.close()
 
 
 def _unreachable_store() -> HttpMemoryStore:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return HttpMemoryStore(f"http://127.0.0.1:{port}", "keepstone_x", timeout=2)
+    return HttpMemoryStore(f"http://127.0.0.1:{free_port()}", "keepstone_x", timeout=2)
 
 
 @pytest.mark.parametrize("content", ["a\x00b", "lone \udce9 surrogate", b"bytes", None])

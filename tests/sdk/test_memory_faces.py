@@ -18,6 +18,7 @@ from keepstone.cli.main import main
 from keepstone.errors import InvalidRequest, KeepstoneError, StoreUnavailable, Unauthenticated
 from keepstone.spaces import encode_workdir_key
 from tests.sdk.conftest import Server
+from tests.serving import free_port
 
 
 @pytest.fixture
@@ -161,16 +162,8 @@ def test_a_bad_key_is_unauthenticated_and_no_server_is_unavailable(
         with pytest.raises(Unauthenticated) as info:
             mem.list()
         assert info.value.code == "unauthenticated"
-    with Memory.connect(f"http://127.0.0.1:{_closed_port()}", "k", project="web") as mem:
+    with Memory.connect(f"http://127.0.0.1:{free_port()}", "k", project="web") as mem:
         with pytest.raises(StoreUnavailable):
             mem.list()
     with pytest.raises(InvalidRequest, match="server's URL"):
         Memory.connect("", "k")
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
