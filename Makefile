@@ -49,8 +49,15 @@ lint: dev
 typecheck: dev
 	$(BIN)/mypy --strict src
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; `make unit TEST_WORKERS=0` runs it in
+# one). --dist loadfile keeps each test module on one process, so a module's fixtures (its
+# server, its databases) are made once; the modules go out in collection order, where
+# tests/conftest.py puts the slow ones first.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 unit: dev
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
 
 test: lint typecheck unit
 

@@ -27,6 +27,16 @@ if not IN_CI:
     settings.load_profile("keepstone")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make unit``), the modules holding slow tests first: ``--dist
+    loadfile --no-loadscope-reorder`` hands whole modules out in this order, and a slow
+    module handed out last would keep one process busy while the others idle."""
+    if config.getoption("dist", "no") == "no":
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+
+
 def _require(env_name: str, what: str) -> None:
     _missing(what, f"{what} not configured: set {env_name} (KEEPSTONE_TEST_ env) to run this test")
 
