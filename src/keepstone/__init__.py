@@ -12,31 +12,28 @@ from typing import TYPE_CHECKING, Any
 #: The release: the one place it is written (pyproject.toml reads it from here).
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
-    from keepstone.documents import (
-        Document,
-        DocumentInfo,
-        ImportReport,
-        Usage,
-        VersionInfo,
-        WriteResult,
-    )
-    from keepstone.errors import (
-        AlreadyExists,
-        Forbidden,
-        InvalidEdit,
-        InvalidPath,
-        InvalidRequest,
-        KeepstoneError,
-        NotFound,
-        PreconditionFailed,
-        QuotaExceeded,
-        SecretDetected,
-        StoreUnavailable,
-        Unauthenticated,
-    )
-    from keepstone.sdk import AsyncMemory, Memory
-    from keepstone.service.search import DocumentHit
+if TYPE_CHECKING:  # "X as X" marks each name exported, as __all__ is built, not literal
+    from keepstone.documents import Document as Document
+    from keepstone.documents import DocumentInfo as DocumentInfo
+    from keepstone.documents import ImportReport as ImportReport
+    from keepstone.documents import Usage as Usage
+    from keepstone.documents import VersionInfo as VersionInfo
+    from keepstone.documents import WriteResult as WriteResult
+    from keepstone.errors import AlreadyExists as AlreadyExists
+    from keepstone.errors import Forbidden as Forbidden
+    from keepstone.errors import InvalidEdit as InvalidEdit
+    from keepstone.errors import InvalidPath as InvalidPath
+    from keepstone.errors import InvalidRequest as InvalidRequest
+    from keepstone.errors import KeepstoneError as KeepstoneError
+    from keepstone.errors import NotFound as NotFound
+    from keepstone.errors import PreconditionFailed as PreconditionFailed
+    from keepstone.errors import QuotaExceeded as QuotaExceeded
+    from keepstone.errors import SecretDetected as SecretDetected
+    from keepstone.errors import StoreUnavailable as StoreUnavailable
+    from keepstone.errors import Unauthenticated as Unauthenticated
+    from keepstone.sdk import AsyncMemory as AsyncMemory
+    from keepstone.sdk import Memory as Memory
+    from keepstone.service.search import DocumentHit as DocumentHit
 
 # The names loaded on first use, by the module that defines them.
 _SDK = ("Memory", "AsyncMemory")
@@ -58,30 +55,8 @@ _ERRORS = (
     "StoreUnavailable",
 )
 
-__all__ = [  # spelled out, so linters and IDEs read it: the tuples above, and DocumentHit
-    "__version__",
-    "Memory",
-    "AsyncMemory",
-    "Document",
-    "DocumentInfo",
-    "WriteResult",
-    "Usage",
-    "ImportReport",
-    "VersionInfo",
-    "DocumentHit",
-    "KeepstoneError",
-    "NotFound",
-    "PreconditionFailed",
-    "QuotaExceeded",
-    "InvalidPath",
-    "SecretDetected",
-    "InvalidEdit",
-    "AlreadyExists",
-    "InvalidRequest",
-    "Forbidden",
-    "Unauthenticated",
-    "StoreUnavailable",
-]
+#: Spelled from the tuples above, so each name is written once; DocumentHit is its own.
+__all__ = ["__version__", *_SDK, *_RESULTS, "DocumentHit", *_ERRORS]
 
 
 def __getattr__(name: str) -> Any:
