@@ -18,7 +18,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -260,34 +260,34 @@ class MemoryTools:
         """Run one tool call; always a :class:`ToolResult`, never an exception."""
         try:
             args = dict(arguments or {})
-            if name == MEMORY_READ:
-                return self._read(args)
-            if name == MEMORY_LIST:
-                return self._list(args)
-            if name == MEMORY_WRITE:
-                return self._write(args)
-            if name == MEMORY_HISTORY:
-                return self._history(args)
-            if name == MEMORY_SEARCH:
-                if self.as_of is not None:
-                    return _error("tool_withheld", as_of_notice(self.as_of))
-                return self._search(args)
+            handler = self._handlers().get(name)
+            if handler is None:
+                return _error(
+                    "unknown_tool",
+                    f"there is no tool {name!r} here; the tools are: {', '.join(self.names)}",
+                )
+            if name == MEMORY_SEARCH and self.as_of is not None:
+                return _error("tool_withheld", as_of_notice(self.as_of))
             if name in MUTATING_TOOLS and not self.write_enabled:
                 return self._write_refused(name)
-            if name == MEMORY_EDIT:
-                return self._edit(args)
-            if name == MEMORY_DELETE:
-                return self._delete(args)
-            if name == MEMORY_MOVE:
-                return self._move(args)
-            return _error(
-                "unknown_tool",
-                f"there is no tool {name!r} here; the tools are: {', '.join(self.names)}",
-            )
+            return handler(args)
         except KeepstoneError as exc:
             return error_result(exc)
         except Exception as exc:  # a tool call must never raise into the agent loop
             return _error("internal_error", f"the tool failed unexpectedly: {type(exc).__name__}")
+
+    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], ToolResult]]:
+        """Each tool's handler, by name."""
+        return {
+            MEMORY_READ: self._read,
+            MEMORY_LIST: self._list,
+            MEMORY_WRITE: self._write,
+            MEMORY_HISTORY: self._history,
+            MEMORY_SEARCH: self._search,
+            MEMORY_EDIT: self._edit,
+            MEMORY_DELETE: self._delete,
+            MEMORY_MOVE: self._move,
+        }
 
     def _read(self, args: dict[str, Any]) -> ToolResult:
         _only(args, MEMORY_READ, {"path"})
