@@ -9,20 +9,46 @@ calls may be gathered.
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from types import TracebackType
-from typing import overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from keepstone.documents import Document, ImportReport, ImportStrategy, Usage, WriteResult
-from keepstone.sdk.memory import Destination, Hits, Infos, Memory, Source, Versions
+from keepstone.sdk.memory import Destination, Memory
 from keepstone.spaces import SpaceRef
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _constructor(make: Callable[P, Memory]) -> Callable[P, AsyncMemory]:
+    """The :class:`AsyncMemory` over what the :class:`Memory` constructor ``make`` opens."""
+
+    @functools.wraps(make)
+    def build(*args: P.args, **kwargs: P.kwargs) -> AsyncMemory:
+        return AsyncMemory(make(*args, **kwargs))
+
+    return build
+
+
+def _in_thread(
+    method: Callable[Concatenate[Memory, P], R],
+) -> Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, R]]:
+    """The async form of a :class:`Memory` method: the same call, in a worker thread, so
+    each async method keeps its sync twin's signature and docstring without restating them."""
+
+    @functools.wraps(method)
+    async def run(self: AsyncMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    return run
 
 
 class AsyncMemory:
     """:class:`~keepstone.sdk.memory.Memory` with ``async`` methods, for asyncio.
 
-    Same constructors (plain class methods: they only open files or a client), same
+    Same constructors (plain functions, not async: they only open files or a client), same
     methods, same results and errors; ``async with`` closes it. Each call runs the
     synchronous one in a worker thread (:func:`asyncio.to_thread`). A call whose task is
     cancelled still finishes in its thread: a write may land after the cancellation.
@@ -31,37 +57,8 @@ class AsyncMemory:
     def __init__(self, memory: Memory) -> None:
         self._memory = memory
 
-    @classmethod
-    def local(
-        cls,
-        bot: str | None = None,
-        project: str | None = None,
-        *,
-        name: str = "default",
-        visibility: str | None = None,
-        user: str | None = None,
-        home: str | os.PathLike[str] | None = None,
-    ) -> AsyncMemory:
-        """:meth:`Memory.local <keepstone.sdk.memory.Memory.local>`, async."""
-        return cls(
-            Memory.local(bot, project, name=name, visibility=visibility, user=user, home=home)
-        )
-
-    @classmethod
-    def connect(
-        cls,
-        url: str,
-        token: str | None = None,
-        *,
-        bot: str | None = None,
-        project: str | None = None,
-        name: str = "default",
-        visibility: str | None = None,
-    ) -> AsyncMemory:
-        """:meth:`Memory.connect <keepstone.sdk.memory.Memory.connect>`, async."""
-        return cls(
-            Memory.connect(url, token, bot=bot, project=project, name=name, visibility=visibility)
-        )
+    local = staticmethod(_constructor(Memory.local))
+    connect = staticmethod(_constructor(Memory.connect))
 
     @property
     def space(self) -> SpaceRef:
@@ -73,57 +70,17 @@ class AsyncMemory:
         """The synchronous :class:`Memory` underneath (same store, same space)."""
         return self._memory
 
-    async def read(
-        self, path: str, *, version: int | None = None, as_of: datetime | None = None
-    ) -> Document:
-        return await asyncio.to_thread(self._memory.read, path, version=version, as_of=as_of)
-
-    async def write(self, path: str, content: str, *, if_match: str | None = None) -> WriteResult:
-        return await asyncio.to_thread(self._memory.write, path, content, if_match=if_match)
-
-    async def edit(
-        self,
-        path: str,
-        old: str | None = None,
-        new: str | None = None,
-        *,
-        insert_line: int | None = None,
-        text: str | None = None,
-        if_match: str | None = None,
-    ) -> WriteResult:
-        return await asyncio.to_thread(
-            self._memory.edit, path, old, new, insert_line=insert_line, text=text, if_match=if_match
-        )
-
-    async def move(
-        self, path: str, to: str, *, overwrite: bool = False, if_match: str | None = None
-    ) -> WriteResult:
-        return await asyncio.to_thread(
-            self._memory.move, path, to, overwrite=overwrite, if_match=if_match
-        )
-
-    async def delete(self, path: str, *, if_match: str | None = None) -> None:
-        await asyncio.to_thread(self._memory.delete, path, if_match=if_match)
-
-    async def list(self, dir: str = "", *, as_of: datetime | None = None) -> Infos:
-        return await asyncio.to_thread(self._memory.list, dir, as_of=as_of)
-
-    async def versions(self, path: str) -> Versions:
-        return await asyncio.to_thread(self._memory.versions, path)
-
-    async def diff(self, path: str, from_: int, to: int | None = None) -> str:
-        return await asyncio.to_thread(self._memory.diff, path, from_, to)
-
-    async def restore(self, path: str, version: int, *, if_match: str | None = None) -> WriteResult:
-        return await asyncio.to_thread(self._memory.restore, path, version, if_match=if_match)
-
-    async def search(self, query: str, *, limit: int = 10, path_prefix: str = "") -> Hits:
-        return await asyncio.to_thread(
-            self._memory.search, query, limit=limit, path_prefix=path_prefix
-        )
-
-    async def usage(self) -> Usage:
-        return await asyncio.to_thread(self._memory.usage)
+    read = _in_thread(Memory.read)
+    write = _in_thread(Memory.write)
+    edit = _in_thread(Memory.edit)
+    move = _in_thread(Memory.move)
+    delete = _in_thread(Memory.delete)
+    list = _in_thread(Memory.list)
+    versions = _in_thread(Memory.versions)
+    diff = _in_thread(Memory.diff)
+    restore = _in_thread(Memory.restore)
+    search = _in_thread(Memory.search)
+    usage = _in_thread(Memory.usage)
 
     @overload
     async def export(self, dest: None = None, *, as_of: datetime | None = None) -> bytes: ...
@@ -134,13 +91,8 @@ class AsyncMemory:
     ) -> bytes | int:
         return await asyncio.to_thread(self._memory.export, dest, as_of=as_of)
 
-    async def import_(
-        self, source: Source, strategy: str = ImportStrategy.SKIP.value
-    ) -> ImportReport:
-        return await asyncio.to_thread(self._memory.import_, source, strategy)
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self._memory.close)
+    import_ = _in_thread(Memory.import_)
+    close = _in_thread(Memory.close)
 
     async def __aenter__(self) -> AsyncMemory:
         return self
