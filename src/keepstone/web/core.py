@@ -29,11 +29,15 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from keepstone.errors import CsrfRequired, KeepstoneError, Unauthenticated
+from keepstone.errors import CsrfRequired, KeepstoneError, TeamNotFound, Unauthenticated
 from keepstone.principal import Principal
 from keepstone.service.access import Credentials, require_csrf
 
 log = logging.getLogger("keepstone.web")
+
+#: Errors that are about the request as a whole, never about a form's field: they answer
+#: as a page of their own (a redirect to sign-in for 401).
+WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
 
 #: The API's session cookie (keepstone.api.deps.SESSION_COOKIE): one session for both faces.
 SESSION_COOKIE = "keepstone_session"
@@ -112,11 +116,19 @@ def signed_in(request: Request, team_id: str | None = None) -> Principal:
     session = request.cookies.get(SESSION_COOKIE)
     if not session:
         raise Unauthenticated("sign in to see this page")
+    return _session_principal(request, session, None, team_id)
+
+
+def _session_principal(
+    request: Request, session: str, csrf_token: str | None, team_id: str | None
+) -> Principal:
+    """The principal of ``session`` (a mutation when it comes with its ``csrf_token``),
+    kept on the request for the error pages."""
     who = _credentials(request).authenticate(
         authorization=None,
         session=session,
-        csrf_token=None,
-        mutating=False,
+        csrf_token=csrf_token,
+        mutating=csrf_token is not None,
         team_header=team_id or None,
     )
     request.state.principal = who
@@ -137,14 +149,7 @@ async def posted(request: Request, team_id: str | None = None) -> tuple[Principa
                 "this form did not carry the token of your sign-in; reload the page and send it "
                 "again (or sign in again)"
             )
-        who = _credentials(request).authenticate(
-            authorization=None,
-            session=session,
-            csrf_token=field,
-            mutating=True,
-            team_header=team_id or None,
-        )
-        request.state.principal = who
+        who = _session_principal(request, session, field, team_id)
         try:
             require_csrf(who)
         except CsrfRequired:

@@ -20,24 +20,20 @@ from fastapi.responses import Response
 
 from keepstone.documents import VersionInfo
 from keepstone.errors import (
-    CsrfRequired,
     InvalidRequest,
     KeepstoneError,
     NotFound,
     PreconditionFailed,
-    TeamNotFound,
-    Unauthenticated,
 )
 from keepstone.principal import Principal
 from keepstone.service.access import authorize_space_mutation
-from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
+from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, text, url
 from keepstone.web.markdown import render
-from keepstone.web.pages import off_loop, spaces_of
+from keepstone.web.pages import asked_space, off_loop, spaces_of
 from keepstone.web.spaces import fields_of, ref_of, space_fields
 
 router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
-_WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
 
 #: The highest version number a form may name (as the API's parse_version bounds it).
 _MAX_VERSION = 2**62
@@ -108,8 +104,8 @@ def _history_page(
 def history(request: Request, team_id: str, path: str) -> Response:
     """The document's versions, newest first (the live one marked), each to view, diff
     with the live version, or restore; and a form to diff any two."""
-    who = signed_in(request, team_id)
-    space = fields_of(ref_of(who, space_fields(request.query_params)))
+    who, ref = asked_space(request, team_id)
+    space = fields_of(ref)
     return _history_page(request, team_id, space, path, _versions(request, who, space, path))
 
 
@@ -119,8 +115,7 @@ def version_page(
 ) -> Response:
     """One version: its Markdown through the same sanitising renderer as the document
     page, or (``raw=1``) its text as text."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     number = parse_version(version)
     doc = spaces_of(request).read_version(ref, path, number)
     info = next((v for v in spaces_of(request).versions(ref, path) if v.version == number), None)
@@ -166,8 +161,7 @@ def diff_page(
     new: Annotated[str, Query(alias="to")] = "",
 ) -> Response:
     """A unified diff between two versions (``to`` defaults to the newest), as text."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     service = spaces_of(request)
     start = parse_version(old, "from")
     if new.strip():
@@ -219,13 +213,13 @@ async def restore(request: Request, team_id: str) -> Response:
                 ) from None
 
         await off_loop(act)
-    except _WHOLE_REQUEST:
+    except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         try:
             fields = fields_of(ref_of(who, space))
             versions = await off_loop(lambda: _versions(request, who, fields, path))
-        except _WHOLE_REQUEST:
+        except WHOLE_REQUEST:
             raise
         except KeepstoneError:
             raise exc from None

@@ -7,21 +7,20 @@ ranked search); snippets and records are fenced text and shown as text, never as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from keepstone.errors import CsrfRequired, KeepstoneError, TeamNotFound, Unauthenticated
+from keepstone.errors import KeepstoneError
 from keepstone.principal import Principal
 from keepstone.service.records import RecordService
-from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
+from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop, spaces_of
 from keepstone.web.spaces import label_fields, ref_of, space_fields
 
 router = APIRouter(include_in_schema=False, route_class=UiRoute)
-
-_WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
 
 
 def records_of(request: Request) -> RecordService:
@@ -49,7 +48,7 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
                     fields = label_fields(found.space)
                     link = _doc(team_id, fields, found.hit)
                     docs.append({"hit": found.hit, "space": found.space.id, "link": link})
-        except _WHOLE_REQUEST:
+        except WHOLE_REQUEST:
             raise
         except KeepstoneError as exc:
             doc_error = exc.message
@@ -58,7 +57,7 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
             records = list(answer.hits)
             if answer.state.value == "off":
                 record_error = "team memory is off for this team, so no record is searched"
-        except _WHOLE_REQUEST:
+        except WHOLE_REQUEST:
             raise
         except KeepstoneError as exc:
             record_error = exc.message
@@ -119,16 +118,10 @@ async def memory_toggle(request: Request, team_id: str) -> Response:
     who, form = await posted(request, team_id)
     enabled = text(form, "enabled") == "on"
     service = records_of(request)
-    try:
-        await off_loop(lambda: service.set_enabled(who, team_id, enabled))
-    except _WHOLE_REQUEST:
-        raise
-    except KeepstoneError as exc:
-        message, status = exc.message, exc.status
-        return await off_loop(
-            lambda: _memory_page(request, who, team_id, None, error=message, status=status)
-        )
-    return see_other(f"/t/{team_id}/memory")
+    return await _change(
+        request, who, team_id, lambda: service.set_enabled(who, team_id, enabled),
+        f"/t/{team_id}/memory",
+    )  # fmt: skip
 
 
 @router.post("/t/{team_id}/memory/delete")
@@ -137,13 +130,24 @@ async def record_delete(request: Request, team_id: str) -> Response:
     who, form = await posted(request, team_id)
     record_id = text(form, "record_id")
     service = records_of(request)
+    return await _change(
+        request, who, team_id, lambda: service.delete(who, team_id, record_id),
+        url(f"/t/{team_id}/memory"),
+    )  # fmt: skip
+
+
+async def _change(
+    request: Request, who: Principal, team_id: str, act: Callable[[], object], done: str
+) -> Response:
+    """Run a change to the team's memory, then go to ``done``; a refusal is the settings
+    page with the service's message."""
     try:
-        await off_loop(lambda: service.delete(who, team_id, record_id))
-    except _WHOLE_REQUEST:
+        await off_loop(act)
+    except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         message, status = exc.message, exc.status
         return await off_loop(
             lambda: _memory_page(request, who, team_id, None, error=message, status=status)
         )
-    return see_other(url(f"/t/{team_id}/memory"))
+    return see_other(done)

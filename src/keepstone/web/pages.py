@@ -21,18 +21,19 @@ from fastapi.responses import Response, StreamingResponse
 from keepstone.documents import parse_import_strategy
 from keepstone.errors import (
     AlreadyExists,
-    CsrfRequired,
     InvalidRequest,
     KeepstoneError,
     NotFound,
     PreconditionFailed,
-    TeamNotFound,
     Unauthenticated,
 )
+from keepstone.principal import Principal
 from keepstone.service.spaces import SpaceService
+from keepstone.spaces import SpaceRef
 from keepstone.web.core import (
     CSRF_COOKIE,
     SESSION_COOKIE,
+    WHOLE_REQUEST,
     LoginThrottleLike,
     UiRoute,
     page,
@@ -50,10 +51,6 @@ router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 T = TypeVar("T")
 
-#: Errors that are about the request as a whole, never about a form's field: they answer
-#: as a page of their own (a redirect to sign-in for 401).
-_WHOLE_REQUEST = (Unauthenticated, CsrfRequired, TeamNotFound)
-
 
 async def off_loop(fn: Callable[[], T]) -> T:
     """Run a blocking service call in the threadpool."""
@@ -63,6 +60,12 @@ async def off_loop(fn: Callable[[], T]) -> T:
 def spaces_of(request: Request) -> SpaceService:
     service: SpaceService = request.app.state.spaces
     return service
+
+
+def asked_space(request: Request, team_id: str) -> tuple[Principal, SpaceRef]:
+    """The signed-in principal and the space the query names: every space page's prelude."""
+    who = signed_in(request, team_id)
+    return who, ref_of(who, space_fields(request.query_params))
 
 
 def _safe_next(value: str) -> str:
@@ -198,8 +201,7 @@ def spaces_page(request: Request, team_id: str) -> Response:
 @router.get("/t/{team_id}/space")
 def space_page(request: Request, team_id: str) -> Response:
     """A space's documents as a tree, and its usage against its sub-cap and the team's."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     service = spaces_of(request)
     documents = service.list(ref)
     return page(
@@ -219,8 +221,7 @@ def space_page(request: Request, team_id: str) -> Response:
 def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> Response:
     """One document, its Markdown rendered and sanitised (with a notice after a restore,
     which redirects here with ``restored=<version>``)."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
     return page(
         request,
@@ -266,8 +267,7 @@ def _edit_page(
 @router.get("/t/{team_id}/edit")
 def edit_form(request: Request, team_id: str, path: str = "") -> Response:
     """The document in a textarea (its etag kept for the save), or an empty new one."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     if not path:
         return _edit_page(request, team_id, fields_of(ref), path="", content="", etag="", new=True)
     doc = spaces_of(request).read(ref, path)
@@ -306,7 +306,7 @@ async def edit_save(request: Request, team_id: str) -> Response:
         await off_loop(save)
     except PreconditionFailed:
         return await _conflict(request, team_id, who, space, path, content)
-    except _WHOLE_REQUEST:
+    except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         return _edit_page(
@@ -341,8 +341,7 @@ async def _conflict(
 
 @router.get("/t/{team_id}/rename")
 def rename_form(request: Request, team_id: str, path: str) -> Response:
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
     return page(
         request, "rename.html", team_id=team_id, space=fields_of(ref), path=doc.path,
@@ -359,7 +358,7 @@ async def rename(request: Request, team_id: str) -> Response:
     try:
         ref = ref_of(who, space)
         await off_loop(lambda: service.move(who, ref, path, to))
-    except _WHOLE_REQUEST:
+    except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         return page(
@@ -372,8 +371,7 @@ async def rename(request: Request, team_id: str) -> Response:
 @router.get("/t/{team_id}/delete")
 def delete_form(request: Request, team_id: str, path: str) -> Response:
     """Asks before deleting: the document's path, size and etag."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
     return page(request, "delete.html", team_id=team_id, space=fields_of(ref), doc=doc, error=None)
 
@@ -397,8 +395,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 @router.get("/t/{team_id}/export")
 async def export(request: Request, team_id: str) -> Response:
     """The space as a .tar.gz (spooled to disk first: an error is a page, not a cut file)."""
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     service = spaces_of(request)
     sink = tempfile.TemporaryFile()  # closed by the stream (or below)
     try:
@@ -423,8 +420,7 @@ async def export(request: Request, team_id: str) -> Response:
 
 @router.get("/t/{team_id}/import")
 def import_form(request: Request, team_id: str) -> Response:
-    who = signed_in(request, team_id)
-    ref = ref_of(who, space_fields(request.query_params))
+    who, ref = asked_space(request, team_id)
     return page(
         request, "import.html", team_id=team_id, space=fields_of(ref), error=None,
         strategy="skip", report=None,
@@ -446,7 +442,7 @@ async def import_upload(request: Request, team_id: str) -> Response:
             raise InvalidRequest("choose a .tar.gz file to upload", field="archive")
         file = archive.file
         report = await off_loop(lambda: service.import_archive(who, ref, file, how))
-    except _WHOLE_REQUEST:
+    except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         return page(
