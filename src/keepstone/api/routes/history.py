@@ -18,7 +18,13 @@ from pydantic import BaseModel
 from keepstone.api.deps import Caller
 from keepstone.api.responses import FastJSONResponse
 from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses, parse_version
-from keepstone.api.routes.spaces import ETAG_HEADER, IfMatch, PathParam, Space, WriteOut, written
+from keepstone.api.routes.spaces import (
+    IfMatch,
+    PathParam,
+    Space,
+    write_route,
+    written,
+)
 from keepstone.principal import Principal as Who
 from keepstone.service.access import authorize_space_mutation
 
@@ -91,17 +97,7 @@ async def diff_versions(
 
 @router.post(
     "/api/memory/doc/restore",
-    response_model=WriteOut,
-    status_code=200,
-    responses={
-        200: {"headers": ETAG_HEADER},
-        201: {
-            "description": "Restored a deleted document",
-            "model": WriteOut,
-            "headers": ETAG_HEADER,
-        },
-        **error_responses(*AUTH_ERRORS, 412, 413, 422),
-    },
+    **write_route("Restored a deleted document", 412, 413, 422),
     summary="Make a version current again: a new write of its content (as a PUT is checked)",
 )
 async def restore_version(

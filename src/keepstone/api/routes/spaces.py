@@ -286,6 +286,21 @@ async def list_docs(
 ETAG_HEADER = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
 
 
+def write_route(created: str, *statuses: int) -> dict[str, Any]:
+    """The route arguments of a document write: a :class:`WriteOut` answered 200 (replaced)
+    or 201 (``created`` describes it), both with the ETag header, and the given error
+    statuses."""
+    return {
+        "response_model": WriteOut,
+        "status_code": 200,
+        "responses": {
+            200: {"headers": ETAG_HEADER},
+            201: {"description": created, "model": WriteOut, "headers": ETAG_HEADER},
+            **error_responses(*AUTH_ERRORS, *statuses),
+        },
+    }
+
+
 @router.get(
     "/api/memory/doc",
     response_model=DocOut,
@@ -371,13 +386,7 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
 
 @router.put(
     "/api/memory/doc",
-    response_model=WriteOut,
-    status_code=200,
-    responses={
-        200: {"headers": ETAG_HEADER},
-        201: {"description": "Created", "model": WriteOut, "headers": ETAG_HEADER},
-        **error_responses(*AUTH_ERRORS, 412, 413, 422),
-    },
+    **write_route("Created", 412, 413, 422),
     openapi_extra={**_PUT_BODY, "parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
     summary="Create (201) or replace (200) one document; If-Match for a conditional write",
 )
@@ -420,13 +429,7 @@ async def delete_doc(request: Request) -> Response:
 
 @router.post(
     "/api/memory/doc/move",
-    response_model=WriteOut,
-    status_code=200,
-    responses={
-        200: {"headers": ETAG_HEADER},
-        201: {"description": "Moved to a free path", "model": WriteOut, "headers": ETAG_HEADER},
-        **error_responses(*AUTH_ERRORS, 409, 412, 422),
-    },
+    **write_route("Moved to a free path", 409, 412, 422),
     summary="Move one document to another path in its space, atomically",
 )
 async def move_doc(
