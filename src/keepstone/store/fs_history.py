@@ -38,8 +38,7 @@ from typing import Final
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag
 from keepstone.errors import InvalidDocument, StoreUnavailable
 from keepstone.quota import Limits, clamp
-from keepstone.store.fs_files import open_sidecar
-from keepstone.store.fs_index import SqliteSidecar, connect_wal, write_transaction
+from keepstone.store.fs_index import SqliteSidecar, write_transaction
 from keepstone.store.version_pack import pack_version, unpack_version
 
 HISTORY_FILE: Final = ".keepstone-history.sqlite"
@@ -113,12 +112,9 @@ class HistoryDb(SqliteSidecar):
     """The history file of one filesystem store (see the module doc)."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(root / HISTORY_FILE)
+        super().__init__(root / HISTORY_FILE, "history")
 
-    def _open(self) -> sqlite3.Connection:
-        return open_sidecar("history", self.path, self._connect, self._move_aside)
-
-    def _move_aside(self) -> str:
+    def _unreadable(self) -> str:
         """Keep an unreadable file for a person to look at, out of the way of a new one."""
         aside = f"{self.path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
         for suffix in ("", "-wal", "-shm"):
@@ -127,17 +123,7 @@ class HistoryDb(SqliteSidecar):
         return f"moved it to {aside}"
 
     def _connect(self) -> sqlite3.Connection:
-        conn = connect_wal(self.path)
-        try:
-            with write_transaction(conn):
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        self._remember(conn)
-        return conn
+        return self._connect_with(_SCHEMA)
 
     def connection(self, *, create: bool) -> sqlite3.Connection | None:
         return self._conn(create=create)

@@ -139,17 +139,27 @@ class SqliteSidecar(ABC):
     """Per-thread connections to one SQLite file at the store's root (the search index,
     the history): each thread holds its own connection, reopened when the file was
     replaced or deleted (its inode changed) or the process forked (SQLite forbids using an
-    inherited connection). A subclass opens a connection (:meth:`_open`)."""
+    inherited connection). A subclass makes a connection (:meth:`_connect`) and says what
+    becomes of a file SQLite cannot read (:meth:`_unreadable`); ``label`` names the file in
+    the warning that says so."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, label: str) -> None:
         self.path = path
+        self.label = label
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
 
     @abstractmethod
-    def _open(self) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection:
         """A new connection to the file, created with its schema when missing."""
+
+    @abstractmethod
+    def _unreadable(self) -> str:
+        """Clear the way for a new file when SQLite cannot read this one; says how."""
+
+    def _open(self) -> sqlite3.Connection:
+        return open_sidecar(self.label, self.path, self._connect, self._unreadable)
 
     def _conn(self, *, create: bool) -> sqlite3.Connection | None:
         """This thread's connection to the file, reopened when the file was replaced
@@ -167,6 +177,25 @@ class SqliteSidecar(ABC):
             return None
         conn = self._open()
         self._local.held = _Held(conn, os.stat(self.path).st_ino, os.getpid())
+        return conn
+
+    def _connect_with(
+        self, schema: str, prepare: Callable[[sqlite3.Connection], None] | None = None
+    ) -> sqlite3.Connection:
+        """A new connection to the file (:func:`connect_wal`) with ``prepare``, then each
+        statement of ``schema``, run in one write transaction; kept for :meth:`close`."""
+        conn = connect_wal(self.path)
+        try:
+            with write_transaction(conn):
+                if prepare is not None:
+                    prepare(conn)
+                for statement in schema.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        self._remember(conn)
         return conn
 
     def _remember(self, conn: sqlite3.Connection) -> None:
@@ -225,44 +254,34 @@ def connect_wal(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _start_over_on_new_layout(conn: sqlite3.Connection) -> None:
+    """Drop the index's rows when they were written in another layout (the spaces'
+    versions are kept, so they never go back)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+    got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if got is None or got[0] != SCHEMA_VERSION:
+        conn.execute("DROP TABLE IF EXISTS chunks")
+        conn.execute("DROP TABLE IF EXISTS documents")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+            (SCHEMA_VERSION,),
+        )
+
+
 class FsIndex(SqliteSidecar):
     """The sidecar index of one filesystem store (see the module doc)."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(root / INDEX_FILE)
+        super().__init__(root / INDEX_FILE, "search index")
 
     # --- Connections ------------------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
-        return open_sidecar("search index", self.path, self._connect, self._rebuild_unreadable)
-
-    def _rebuild_unreadable(self) -> str:
+    def _unreadable(self) -> str:
         self._delete_files()  # derived data: the next reconcile indexes the files again
         return "rebuilding it"
 
     def _connect(self) -> sqlite3.Connection:
-        conn = connect_wal(self.path)
-        try:
-            with write_transaction(conn):
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                if got is None or got[0] != SCHEMA_VERSION:
-                    # Another layout of rows: start over (the spaces' versions are kept,
-                    # so they never go back).
-                    conn.execute("DROP TABLE IF EXISTS chunks")
-                    conn.execute("DROP TABLE IF EXISTS documents")
-                    conn.execute(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
-                        (SCHEMA_VERSION,),
-                    )
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        self._remember(conn)
-        return conn
+        return self._connect_with(_SCHEMA, _start_over_on_new_layout)
 
     # --- Reconcile ---------------------------------------------------------------------------
 
