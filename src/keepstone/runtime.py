@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from keepstone.config import Config
 from keepstone.errors import InvalidRequest
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     # Re-exported for the faces' annotations: they may not import keepstone.embed.
     from keepstone.embed import Embedder as Embedder
+    from keepstone.embed import EmbedderSettings
     from keepstone.embed import EmbedderStatus as EmbedderStatus
     from keepstone.identity.service import IdentityService
     from keepstone.records.ratelimit import RateLimiter
@@ -248,7 +249,7 @@ def open_remote_store(server: str, token: str | None) -> MemoryStore:
     return HttpMemoryStore(server, token)
 
 
-def _embedder_settings(config: Config) -> dict[str, Any]:
+def _embedder_settings(config: Config) -> EmbedderSettings:
     """The ``KEEPSTONE_EMBEDDINGS_*`` / model settings an embedder is opened with."""
     return {
         "model_dir": config.model_dir,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from keepstone.embed.base import DEFAULT_BATCH_SIZE, Embedder, Vectors, normalise_rows
 from keepstone.embed.http import HttpEmbedder, endpoint_url
@@ -34,6 +35,7 @@ __all__ = [
     "MODEL_ID",
     "MODEL_PACKAGE",
     "Embedder",
+    "EmbedderSettings",
     "EmbedderStatus",
     "HttpEmbedder",
     "MiniLMEmbedder",
@@ -50,15 +52,22 @@ __all__ = [
 EMBEDDER_KINDS = ("minilm", "http", "none")
 
 
+class EmbedderSettings(TypedDict, total=False):
+    """Where an embedder's model is (``minilm``) or which server and model it asks
+    (``http``); each absent one is None."""
+
+    model_dir: Path | None
+    home: Path | None
+    url: str | None
+    model: str | None
+    key: str | None
+
+
 def open_embedder(
     kind: str = "minilm",
     *,
-    model_dir: Path | None = None,
-    home: Path | None = None,
-    url: str | None = None,
-    model: str | None = None,
-    key: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    **settings: Unpack[EmbedderSettings],
 ) -> Embedder | None:
     """The embedder ``kind`` names (``KEEPSTONE_EMBEDDER``); None for ``"none"``.
 
@@ -70,14 +79,16 @@ def open_embedder(
     if kind == "none":
         return None
     if kind == "minilm":
-        return MiniLMEmbedder(locate_model(model_dir, home), batch_size=batch_size)
+        where = locate_model(settings.get("model_dir"), settings.get("home"))
+        return MiniLMEmbedder(where, batch_size=batch_size)
     if kind == "http":
+        url, model = settings.get("url"), settings.get("model")
         if not url or not model:
             raise InvalidRequest(
                 "KEEPSTONE_EMBEDDER=http needs KEEPSTONE_EMBEDDINGS_URL (the server, e.g. "
                 "http://127.0.0.1:11434) and KEEPSTONE_EMBEDDINGS_MODEL (a model it serves)"
             )
-        return HttpEmbedder(url, model, key=key, batch_size=batch_size)
+        return HttpEmbedder(url, model, key=settings.get("key"), batch_size=batch_size)
     raise InvalidRequest(f"KEEPSTONE_EMBEDDER={kind!r} is not one of {', '.join(EMBEDDER_KINDS)}")
 
 
@@ -100,29 +111,20 @@ class EmbedderStatus:
         return asdict(self)
 
 
-def describe_embedder(
-    kind: str = "minilm",
-    *,
-    model_dir: Path | None = None,
-    home: Path | None = None,
-    url: str | None = None,
-    model: str | None = None,
-    key: str | None = None,
-) -> EmbedderStatus:
+def describe_embedder(kind: str = "minilm", **settings: Unpack[EmbedderSettings]) -> EmbedderStatus:
     """The status of the embedder :func:`open_embedder` would open: it is opened and
     embeds one probe text (for ``http`` that is one request to the server)."""
     if kind == "none":
         return EmbedderStatus(kind="none", ready=True)
     location: str | None = None
-    model_id = MODEL_ID if kind == "minilm" else model
+    url = settings.get("url")
+    model_id = MODEL_ID if kind == "minilm" else settings.get("model")
     try:
         if kind == "minilm":
-            location = str(locate_model(model_dir, home))
+            location = str(locate_model(settings.get("model_dir"), settings.get("home")))
         elif kind == "http" and url:
             location = endpoint_url(url)
-        embedder = open_embedder(
-            kind, model_dir=model_dir, home=home, url=url, model=model, key=key
-        )
+        embedder = open_embedder(kind, **settings)
         assert embedder is not None
         try:
             vectors = embedder.embed(["keepstone models status"])
