@@ -19,7 +19,7 @@ identity's but tables in the same database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import read_statements, write_transaction
-from keepstone.db.pgvector import Pgvector
+from keepstone.db.pgvector import Nearest, Pgvector
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
     CURSOR_KEY_NAME,
@@ -188,36 +188,37 @@ class _SqlReader(RecordReader):
     def nearest_records(
         self, scope: Scope, model: str, query: Float32Array, k: int
     ) -> list[tuple[str, float]] | None:
-        vec = self._store.vectors
-        if vec is None or not vec.search:
-            return None
-        params: dict[str, object] = {}
-        where = _where(scope, params)
         # The HNSW query's settings hold for one transaction: outside one, it opens its own.
         conn = self._conn if self._in_transaction else None
-        found = vec.nearest(R.name, ("r.id",), where, params, model, query, k, alias="r", conn=conn)
-        return [(str(n.key[0]), float(n.cosine)) for n in found]
+        return self._by_vector(
+            scope,
+            lambda vec, where, params: vec.nearest(
+                R.name, ("r.id",), where, params, model, query, k, alias="r", conn=conn
+            ),
+        )
 
     def record_similarity(
         self, scope: Scope, model: str, query: Float32Array, ids: Sequence[str]
     ) -> list[tuple[str, float]] | None:
+        keys = [(i,) for i in ids]
+        return self._by_vector(
+            scope,
+            lambda vec, where, params: vec.similarity(
+                R.name, ("r.id",), where, params, model, query, keys, alias="r", conn=self._conn
+            ),
+        )
+
+    def _by_vector(
+        self, scope: Scope, ask: Callable[[Pgvector, str, dict[str, Any]], list[Nearest]]
+    ) -> list[tuple[str, float]] | None:
+        """``ask`` pgvector about the records within ``scope`` (its conditions and their
+        parameters), as (record id, cosine); None without pgvector to search."""
         vec = self._store.vectors
         if vec is None or not vec.search:
             return None
-        params: dict[str, object] = {}
+        params: dict[str, Any] = {}
         where = _where(scope, params)
-        found = vec.similarity(
-            R.name,
-            ("r.id",),
-            where,
-            params,
-            model,
-            query,
-            [(i,) for i in ids],
-            alias="r",
-            conn=self._conn,
-        )
-        return [(str(n.key[0]), float(n.cosine)) for n in found]
+        return [(str(n.key[0]), float(n.cosine)) for n in ask(vec, where, params)]
 
     def index_min_vectors(self) -> int | None:
         vec = self._store.vectors

@@ -30,19 +30,11 @@ import numpy as np
 
 from keepstone.db.vectors import Float32Array, decode_many, encode_many
 from keepstone.errors import InvalidRequest
+from keepstone.search import hybrid
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
-from keepstone.search.hybrid import (
-    DenseSide,
-    ExactDense,
-    IndexedDense,
-    RowMap,
-    ScopeCache,
-    dense_side,
-    rank,
-)
 from keepstone.search.text import query_terms
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, MemoryStore
@@ -99,7 +91,7 @@ class _Keyword:
 
     rows: list[ChunkRow]
     index: BM25Index
-    row_map: RowMap
+    row_map: hybrid.RowMap
     #: Each chunk's row number by its (path, seq), and how many vectors each model has.
     position: dict[Hashable, int]
     vectors: dict[str | None, int]
@@ -154,7 +146,7 @@ class DocumentSearch:
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self.embed_pending = embed_pending
-        self._keyword: ScopeCache[_Keyword] = ScopeCache(BM25_CACHE_SPACES)
+        self._keyword: hybrid.ScopeCache[_Keyword] = hybrid.ScopeCache(BM25_CACHE_SPACES)
 
     def search(
         self,
@@ -241,7 +233,7 @@ class DocumentSearch:
                 dense = self._dense(index, ref, version, keyword, query_vector(), path_prefix)
         return [
             _Found(round(fused.score, 6), fused.matched, ref.id, keyword.rows[fused.key])
-            for fused in rank(keyword.index, terms, allowed=allowed, dense=dense)
+            for fused in hybrid.rank(keyword.index, terms, allowed=allowed, dense=dense)
         ]
 
     @staticmethod
@@ -268,7 +260,7 @@ class DocumentSearch:
             return _Keyword(
                 rows,
                 BM25Index([row.terms.split() for row in rows]),
-                RowMap(position, _split),
+                hybrid.RowMap(position, _split),
                 position,
                 dict(vectors),
             )
@@ -283,7 +275,7 @@ class DocumentSearch:
         keyword: _Keyword,
         query: Float32Array,
         path_prefix: str,
-    ) -> DenseSide | None:
+    ) -> hybrid.DenseSide | None:
         """The space's dense side: the store's vector index (pgvector's HNSW) for a space
         of at least its ``min_vectors`` vectors of the model, else exact top-k over the
         cached matrix."""
@@ -292,9 +284,9 @@ class DocumentSearch:
         vectors = vector_index_of(index)
         min_vectors = None if vectors is None else vectors.min_vectors
 
-        def exact() -> DenseSide | None:
+        def exact() -> hybrid.DenseSide | None:
             entry = self._vector_entry(ref, version, keyword)
-            return ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query)
+            return hybrid.ExactDense(entry.matrix, keyword.row_map.rows_of(entry), query)
 
         def nearest(k: int) -> list[tuple[Hashable, float]]:
             assert vectors is not None
@@ -311,10 +303,10 @@ class DocumentSearch:
             chunk = keyword.rows[row]
             return (chunk.path, chunk.seq)
 
-        def indexed() -> DenseSide:
-            return IndexedDense(nearest, keyword.position, score, key_of)
+        def indexed() -> hybrid.DenseSide:
+            return hybrid.IndexedDense(nearest, keyword.position, score, key_of)
 
-        return dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
+        return hybrid.dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
 
     def _vector_entry(self, ref: SpaceRef, version: int, keyword: _Keyword) -> Entry:
         assert self.embedder is not None
