@@ -23,12 +23,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from keepstone import __version__, runtime
 from keepstone.cli.common import add_database_arg, cli_command, cli_config, human_bytes
 from keepstone.config import Config
 from keepstone.errors import KeepstoneError
 from keepstone.service.access import LOCAL_TEAM
+
+if TYPE_CHECKING:
+    from keepstone.runtime import MemoryStore
+
+T = TypeVar("T")
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -173,29 +179,37 @@ def _redis(config: Config) -> Check:
     return Check("redis", OK, f"{shown} answers")
 
 
-def _local_history(config: Config) -> Check:
+def _on_local_store(
+    config: Config, name: str, failing: str, act: Callable[[MemoryStore], T]
+) -> T | Check:
+    """What ``act`` finds in the local store; else the check ``name`` that says why not:
+    no local spaces yet (ok), or ``failing`` and the refusal (fail)."""
     root = config.home / "spaces"
     if not root.is_dir():
-        return Check("history", OK, f"no local spaces yet ({root})")
+        return Check(name, OK, f"no local spaces yet ({root})")
+    try:
+        return act(runtime.open_local_store(config))
+    except KeepstoneError as exc:
+        return Check(name, FAIL, f"{root}: {failing}: {exc.message}")
+
+
+def _local_history(config: Config) -> Check:
     from keepstone.service.doctor import record_hand_edits
 
-    try:
-        found = record_hand_edits(runtime.open_local_store(config))
-    except KeepstoneError as exc:
-        return Check("history", FAIL, f"{root}: cannot record hand edits: {exc.message}")
+    found = _on_local_store(config, "history", "cannot record hand edits", record_hand_edits)
+    if isinstance(found, Check):
+        return found
     return Check("history", OK, f"{found} hand edits recorded as versions")
 
 
 def _local_usage(config: Config) -> Check:
-    root = config.home / "spaces"
-    if not root.is_dir():
-        return Check("local usage", OK, f"no local spaces yet ({root})")
     from keepstone.service.doctor import recount_local_store
 
-    try:
-        found = recount_local_store(runtime.open_local_store(config), LOCAL_TEAM)
-    except KeepstoneError as exc:
-        return Check("local usage", FAIL, f"{root}: cannot recount: {exc.message}")
+    found = _on_local_store(
+        config, "local usage", "cannot recount", lambda s: recount_local_store(s, LOCAL_TEAM)
+    )
+    if isinstance(found, Check):
+        return found
     if not found.changed:
         return Check("local usage", OK, f"counters match the files: {human_bytes(found.after)}")
     return Check(
