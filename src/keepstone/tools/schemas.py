@@ -79,6 +79,16 @@ class ToolSpec:
         }
 
 
+def _arguments(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """A tool's input schema: an object of ``properties``, ``required`` among them, no
+    others."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    return schema
+
+
 SPECS: dict[str, ToolSpec] = {
     MEMORY_READ: ToolSpec(
         name=MEMORY_READ,
@@ -89,12 +99,10 @@ SPECS: dict[str, ToolSpec] = {
             "there). " + _PATH_RULES + " Reading a document that does not exist returns an error "
             "result saying so; that is normal for a first run."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {"path": _PATH_ARG},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+        input_schema=_arguments(
+            {"path": _PATH_ARG},
+            "path",
+        ),
     ),
     MEMORY_WRITE: ToolSpec(
         name=MEMORY_WRITE,
@@ -108,9 +116,8 @@ SPECS: dict[str, ToolSpec] = {
             "older notes and retry. Pass if_match (the etag from an earlier read or write) to "
             "refuse the write when someone else changed the document meanwhile."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "path": _PATH_ARG,
                 "content": {
                     "type": "string",
@@ -122,9 +129,9 @@ SPECS: dict[str, ToolSpec] = {
                     "to happen.",
                 },
             },
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
+            "path",
+            "content",
+        ),
         read_only=False,
         destructive=True,
     ),
@@ -136,16 +143,14 @@ SPECS: dict[str, ToolSpec] = {
             "under that directory; leave it out to list everything. dir is canonical like a "
             "path: 'topics' or 'topics/deploy', no leading './' and no trailing '/'."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "dir": {
                     "type": "string",
                     "description": "Optional directory prefix, e.g. 'topics'. Omit for all.",
                 }
             },
-            "additionalProperties": False,
-        },
+        ),
     ),
     MEMORY_SEARCH: ToolSpec(
         name=MEMORY_SEARCH,
@@ -161,9 +166,8 @@ SPECS: dict[str, ToolSpec] = {
             "limit is 1-50 (default 10); path_prefix keeps only documents whose path starts "
             "with it (e.g. 'topics/'); repo_id narrows the records to one repository."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "query": {
                     "type": "string",
                     "description": "What to look for, in words or as a question, e.g. "
@@ -187,9 +191,8 @@ SPECS: dict[str, ToolSpec] = {
                     "description": "Optional repository id: narrows the team records only.",
                 },
             },
-            "required": ["query"],
-            "additionalProperties": False,
-        },
+            "query",
+        ),
     ),
     MEMORY_EDIT: ToolSpec(
         name=MEMORY_EDIT,
@@ -207,9 +210,8 @@ SPECS: dict[str, ToolSpec] = {
             "the document was read is never overwritten: the edit is refused and you read "
             "again. " + _PATH_RULES
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "path": _PATH_ARG,
                 "old_str": {
                     "type": "string",
@@ -231,9 +233,8 @@ SPECS: dict[str, ToolSpec] = {
                 },
                 "if_match": _IF_MATCH_ARG,
             },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+            "path",
+        ),
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -247,12 +248,10 @@ SPECS: dict[str, ToolSpec] = {
             "not exist gives an error result saying so (call memory_list to see what exists). "
             + _PATH_RULES
         ),
-        input_schema={
-            "type": "object",
-            "properties": {"path": _PATH_ARG, "if_match": _IF_MATCH_ARG},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+        input_schema=_arguments(
+            {"path": _PATH_ARG, "if_match": _IF_MATCH_ARG},
+            "path",
+        ),
         read_only=False,
         destructive=True,
     ),
@@ -264,9 +263,8 @@ SPECS: dict[str, ToolSpec] = {
             "unchanged and it needs no extra quota. If new_path already holds a document the "
             "move is refused unless overwrite is true, which replaces that document. " + _PATH_RULES
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "path": _PATH_ARG,
                 "new_path": {
                     "type": "string",
@@ -278,9 +276,9 @@ SPECS: dict[str, ToolSpec] = {
                 },
                 "if_match": _IF_MATCH_ARG,
             },
-            "required": ["path", "new_path"],
-            "additionalProperties": False,
-        },
+            "path",
+            "new_path",
+        ),
         read_only=False,
         destructive=True,
     ),
@@ -297,9 +295,8 @@ SPECS: dict[str, ToolSpec] = {
             "version that does not exist (or was pruned), gives an error result saying so. "
             + _PATH_RULES
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_arguments(
+            {
                 "path": _PATH_ARG,
                 "version": {
                     "type": "integer",
@@ -308,9 +305,8 @@ SPECS: dict[str, ToolSpec] = {
                     "version's text. Omit to list the versions.",
                 },
             },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+            "path",
+        ),
     ),
 }
 
