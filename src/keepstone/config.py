@@ -14,7 +14,7 @@ by flags or by code. Derived values are methods: :meth:`Config.limits`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,12 +50,40 @@ def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> in
     return number
 
 
-def _positive_whole_number(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    if value.strip() == "":
-        return _field(info).default
-    return _whole_number(value, info, 1, "a positive whole number; fix or unset it")
+def _whole_or_default(least: int, what: str) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a whole number from ``least`` (the field's default when blank);
+    ``what`` ends its refusal."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        if value.strip() == "":
+            return _field(info).default
+        return _whole_number(value, info, least, what)
+
+    return check
+
+
+def _one_of(default: str, *choices: str) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a word among ``choices`` (case-blind; ``default`` when blank)."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        word = value.strip().lower() or default
+        if word not in choices:
+            raise InvalidRequest(
+                f"{_field(info).validation_alias}={value!r} is not one of {', '.join(choices)}"
+            )
+        return word
+
+    return check
+
+
+_positive_whole_number = _whole_or_default(1, "a positive whole number; fix or unset it")
+_count = _whole_or_default(0, "a whole number >= 0; fix or unset it")
+_embedder_kind = _one_of("minilm", "minilm", "http", "none")
+_pgvector_mode = _one_of("auto", "auto", "on", "off")
 
 
 def _seconds(value: object, info: ValidationInfo) -> object:
@@ -74,17 +102,6 @@ def _byte_count(value: object, info: ValidationInfo) -> object:
     return _whole_number(value, info, 0, "a byte count; set a whole number >= 0")
 
 
-def _embedder_kind(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    kind = value.strip().lower() or "minilm"
-    if kind not in ("minilm", "http", "none"):
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not one of minilm, http, none"
-        )
-    return kind
-
-
 def _on_off(value: object, info: ValidationInfo) -> object:
     if not isinstance(value, str):
         return value
@@ -94,32 +111,12 @@ def _on_off(value: object, info: ValidationInfo) -> object:
     return word == "on"
 
 
-def _pgvector_mode(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    mode = value.strip().lower() or "auto"
-    if mode not in ("auto", "on", "off"):
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not one of auto, on, off"
-        )
-    return mode
-
-
-def _count(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    if value.strip() == "":
-        return _field(info).default
-    return _whole_number(value, info, 0, "a whole number >= 0; fix or unset it")
+_port_number = _whole_or_default(1, "a port; set a whole number from 1 to 65535")
 
 
 def _port(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    if value.strip() == "":
-        return _field(info).default
-    number = _whole_number(value, info, 1, "a port; set a whole number from 1 to 65535")
-    if number > 65535:
+    number = _port_number(value, info)
+    if isinstance(value, str) and isinstance(number, int) and number > 65535:
         raise InvalidRequest(
             f"{_field(info).validation_alias}={value!r} is not a port; set a whole number "
             "from 1 to 65535"
