@@ -78,11 +78,12 @@ from keepstone.store.fs_layout import (
     TEMP_PREFIX,
     TEMP_SUFFIX,
     Components,
+    UsageState,
     encode_doc_path,
     encode_segment,
     space_components,
 )
-from keepstone.store.fs_tree import FileTree
+from keepstone.store.fs_tree import FileTree, Found
 from keepstone.store.fs_versions import TreeHistory
 
 _ETAG_CACHE_MAX = 50_000
@@ -146,12 +147,8 @@ class FilesystemStore(MemoryStore):
         # No audit log here: a filesystem store is one person's local tree.
         ref = self._checked(ref)
         path, data = w.path, w.data
-        space = space_components(ref)
-        doc = encode_doc_path(path)
         history = self._history
-        with os_errors(path), self._tree.locked(), history_errors():
-            state = self._counters.load_locked()
-            existing = self._tree.read_file(space + doc, path)
+        with self._changing(ref, path) as (state, space, doc, existing):
             current = content_etag(existing[0]) if existing else None
             check_precondition(path, current, w.if_match, w.if_none_match)
             delta = len(data) - (existing[1].st_size if existing else 0)
@@ -186,12 +183,8 @@ class FilesystemStore(MemoryStore):
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         ref = self._checked(ref)
         path = d.path
-        space = space_components(ref)
-        doc = encode_doc_path(path)
         history = self._history
-        with os_errors(path), self._tree.locked(), history_errors():
-            state = self._counters.load_locked()
-            existing = self._tree.read_file(space + doc, path)
+        with self._changing(ref, path) as (state, space, doc, existing):
             if existing is None:
                 raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
             current = content_etag(existing[0])
@@ -210,12 +203,9 @@ class FilesystemStore(MemoryStore):
 
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         ref = self._checked(ref)
-        space = space_components(ref)
-        src, dst = encode_doc_path(m.path), encode_doc_path(m.to)
+        dst = encode_doc_path(m.to)
         history = self._history
-        with os_errors(m.path), self._tree.locked(), history_errors():
-            state = self._counters.load_locked()
-            existing = self._tree.read_file(space + src, m.path)
+        with self._changing(ref, m.path) as (state, space, src, existing):
             if existing is None:
                 raise NotFound(f"no document {m.path!r} in space {ref.id}", path=m.path)
             etag = content_etag(existing[0])
@@ -468,6 +458,18 @@ class FilesystemStore(MemoryStore):
         self._tree.rename_file(space, src, dst, to, mtime_ns)
 
     # --- Helpers of the interface ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _changing(
+        self, ref: SpaceRef, path: str
+    ) -> Iterator[tuple[UsageState, Components, Components, Found | None]]:
+        """The tree locked for a change of the document at ``path`` (OS and history
+        errors translated): the usage counters, the space's and the document's path
+        components, and the document's bytes and stat as they are (None: no document)."""
+        space, doc = space_components(ref), encode_doc_path(path)
+        with os_errors(path), self._tree.locked(), history_errors():
+            state = self._counters.load_locked()
+            yield state, space, doc, self._tree.read_file(space + doc, path)
 
     def _checked(self, ref: SpaceRef) -> SpaceRef:
         if ref.visibility is Visibility.PRIVATE:
