@@ -34,8 +34,17 @@ def _jsonable(entry: Any) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(entry).items()}
 
 
+class Entry:
+    """A listed row: :meth:`as_json` gives its fields, times as ISO 8601 text."""
+
+    __slots__ = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
 @dataclass(frozen=True, slots=True)
-class OrgEntry:
+class OrgEntry(Entry):
     id: str
     name: str
     plan: str
@@ -43,23 +52,17 @@ class OrgEntry:
     memory_quota_bytes: int | None
     created_at: datetime
 
-    def as_json(self) -> dict[str, Any]:
-        return _jsonable(self)
-
 
 @dataclass(frozen=True, slots=True)
-class TeamEntry:
+class TeamEntry(Entry):
     id: str
     name: str
     org_id: str
     created_at: datetime
 
-    def as_json(self) -> dict[str, Any]:
-        return _jsonable(self)
-
 
 @dataclass(frozen=True, slots=True)
-class UserEntry:
+class UserEntry(Entry):
     id: str
     email: str
     name: str
@@ -68,12 +71,9 @@ class UserEntry:
     has_password: bool
     created_at: datetime
 
-    def as_json(self) -> dict[str, Any]:
-        return _jsonable(self)
-
 
 @dataclass(frozen=True, slots=True)
-class ApiKeyEntry:
+class ApiKeyEntry(Entry):
     """An API key's record. When a key was last used is not recorded, so not shown."""
 
     id: str
@@ -131,7 +131,6 @@ def _decode_cursor(kind: str, cursor: str) -> str:
 
 def _page(
     engine: Engine,
-    kind: str,
     table: sa.Table,
     columns: Sequence[sa.ColumnElement[Any]],
     make: Callable[[Any], T],
@@ -140,6 +139,7 @@ def _page(
     cursor: str | None,
     where: Sequence[sa.ColumnElement[bool]] = (),
 ) -> Page[T]:
+    kind = table.name  # the cursor names the list it belongs to
     query = sa.select(*columns).where(*where).order_by(table.c.id).limit(check_limit(limit) + 1)
     if cursor:
         query = query.where(table.c.id > _decode_cursor(kind, cursor))
@@ -156,7 +156,6 @@ def list_orgs(
     o = t.orgs.c
     return _page(
         engine,
-        "orgs",
         t.orgs,
         (o.id, o.name, o.plan, o.memory_quota_bytes, o.created_at),
         lambda r: OrgEntry(
@@ -177,7 +176,6 @@ def list_teams(
     c = t.teams.c
     return _page(
         engine,
-        "teams",
         t.teams,
         (c.id, c.name, c.org_id, c.created_at),
         lambda r: TeamEntry(str(r.id), str(r.name), str(r.org_id), utc(r.created_at)),
@@ -192,7 +190,6 @@ def list_users(
     u = t.users.c
     return _page(
         engine,
-        "users",
         t.users,
         # The hash never leaves the database: only whether there is one.
         (
@@ -232,7 +229,6 @@ def list_api_keys(
         where.append(k.team_id == team_id)
     return _page(
         engine,
-        "api_keys",
         t.api_keys,
         # Never key_hash: the columns are named one by one.
         (k.id, k.name, k.user_id, k.team_id, k.created_at, k.revoked_at),
