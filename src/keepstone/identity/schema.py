@@ -13,66 +13,71 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
+from keepstone.db.columns import id_key, timestamp
 
 metadata = sa.MetaData()
 
-TS = sa.DateTime(timezone=True)
+
+def _reference(name: str, table: str, **flags: Any) -> sa.Column[str]:
+    """A string column ``name`` holding an id of ``table``'s (a foreign key)."""
+    return sa.Column(name, sa.String(64), sa.ForeignKey(f"{table}.id"), **flags)
+
 
 orgs = sa.Table(
     "orgs",
     metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
+    id_key(),
     sa.Column("name", sa.String(256), nullable=False),
     sa.Column("plan", sa.String(32), nullable=False, server_default="free"),
     sa.Column("memory_quota_bytes", sa.BigInteger, nullable=True),
-    sa.Column("created_at", TS, nullable=False),
+    timestamp("created_at"),
 )
 
 users = sa.Table(
     "users",
     metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
+    id_key(),
     sa.Column("email", sa.String(320), nullable=False, unique=True),
     sa.Column("name", sa.String(256), nullable=False, server_default=""),
     sa.Column("password_hash", sa.String(256), nullable=True),
     sa.Column("super_admin", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("created_at", TS, nullable=False),
+    timestamp("created_at"),
 )
 
 org_members = sa.Table(
     "org_members",
     metadata,
-    sa.Column("org_id", sa.String(64), sa.ForeignKey("orgs.id"), primary_key=True),
-    sa.Column("user_id", sa.String(64), sa.ForeignKey("users.id"), primary_key=True),
+    _reference("org_id", "orgs", primary_key=True),
+    _reference("user_id", "users", primary_key=True),
     sa.Column("role", sa.String(32), nullable=False),
 )
 
 teams = sa.Table(
     "teams",
     metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("org_id", sa.String(64), sa.ForeignKey("orgs.id"), nullable=False, index=True),
+    id_key(),
+    _reference("org_id", "orgs", nullable=False, index=True),
     sa.Column("name", sa.String(256), nullable=False),
-    sa.Column("created_at", TS, nullable=False),
+    timestamp("created_at"),
 )
 
 team_members = sa.Table(
     "team_members",
     metadata,
-    sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), primary_key=True),
-    sa.Column("user_id", sa.String(64), sa.ForeignKey("users.id"), primary_key=True),
+    _reference("team_id", "teams", primary_key=True),
+    _reference("user_id", "users", primary_key=True),
     sa.Column("role", sa.String(32), nullable=False),
     # True when the membership is limited to the projects in team_member_projects.
     sa.Column("projects_limited", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("created_at", TS, nullable=False),
+    timestamp("created_at"),
 )
 
 team_member_projects = sa.Table(
     "team_member_projects",
     metadata,
-    sa.Column("team_id", sa.String(64), primary_key=True),
-    sa.Column("user_id", sa.String(64), primary_key=True),
-    sa.Column("project_id", sa.String(64), primary_key=True),
+    id_key("team_id"),
+    id_key("user_id"),
+    id_key("project_id"),
 )
 
 
@@ -81,11 +86,11 @@ def _team_owned(name: str, *columns: sa.Column[Any]) -> sa.Table:
     return sa.Table(
         name,
         metadata,
-        sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), primary_key=True),
-        sa.Column("id", sa.String(64), primary_key=True),
+        _reference("team_id", "teams", primary_key=True),
+        id_key(),
         *columns,
         sa.Column("name", sa.String(256), nullable=False),
-        sa.Column("created_at", TS, nullable=False),
+        timestamp("created_at"),
         sa.UniqueConstraint("id", name=f"uq_{name}_id"),
     )
 
@@ -96,14 +101,14 @@ repos = _team_owned("repos", sa.Column("project_id", sa.String(64), nullable=Fal
 api_keys = sa.Table(
     "api_keys",
     metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("user_id", sa.String(64), sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("team_id", sa.String(64), sa.ForeignKey("teams.id"), nullable=False),
+    id_key(),
+    _reference("user_id", "users", nullable=False),
+    _reference("team_id", "teams", nullable=False),
     sa.Column("name", sa.String(256), nullable=False, server_default=""),
     # HMAC-SHA-256 of the key under the server's key-hash secret: a fast keyed hash.
     sa.Column("key_hash", sa.String(128), nullable=False, unique=True),
-    sa.Column("created_at", TS, nullable=False),
-    sa.Column("revoked_at", TS, nullable=True),
+    timestamp("created_at"),
+    timestamp("revoked_at", nullable=True),
 )
 
 sessions = sa.Table(
@@ -111,10 +116,10 @@ sessions = sa.Table(
     metadata,
     # Hash of the cookie value; the cookie itself is never stored.
     sa.Column("id_hash", sa.String(128), primary_key=True),
-    sa.Column("user_id", sa.String(64), sa.ForeignKey("users.id"), nullable=False, index=True),
+    _reference("user_id", "users", nullable=False, index=True),
     sa.Column("csrf_hash", sa.String(128), nullable=False),
-    sa.Column("created_at", TS, nullable=False),
-    sa.Column("expires_at", TS, nullable=False),
+    timestamp("created_at"),
+    timestamp("expires_at"),
 )
 
 
@@ -141,9 +146,9 @@ metadata_v2 = sa.MetaData()
 server_secrets = sa.Table(
     "server_secrets",
     metadata_v2,
-    sa.Column("name", sa.String(64), primary_key=True),
+    id_key("name"),
     sa.Column("value", sa.String(256), nullable=False),
-    sa.Column("created_at", TS, nullable=False),
+    timestamp("created_at"),
 )
 
 

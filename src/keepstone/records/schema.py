@@ -34,21 +34,22 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
+from keepstone.db.columns import TS as TS
+from keepstone.db.columns import id_key, timestamp
 from keepstone.search.text import analyze
 
 metadata = sa.MetaData()
-TS = sa.DateTime(timezone=True)
 
 records = sa.Table(
     "records",
     metadata,
-    sa.Column("team_id", sa.String(64), primary_key=True),
-    sa.Column("id", sa.String(64), primary_key=True),
+    id_key("team_id"),
+    id_key(),
     sa.Column("repo_id", sa.String(64), nullable=True),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("terms", sa.Text, nullable=False),
-    sa.Column("created_at", TS, nullable=False),
-    sa.Column("expires_at", TS, nullable=False),
+    timestamp("created_at"),
+    timestamp("expires_at"),
     sa.Column("embedding", sa.LargeBinary, nullable=True),
     sa.Column("model", sa.String(128), nullable=True),
     sa.Column("vector_version", sa.BigInteger, nullable=True),
@@ -57,7 +58,7 @@ records = sa.Table(
 record_search_versions = sa.Table(
     "record_search_versions",
     metadata,
-    sa.Column("team_id", sa.String(64), primary_key=True),
+    id_key("team_id"),
     sa.Column("terms_version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("vectors_version", sa.BigInteger, nullable=False, server_default="0"),
     # The last vectors_version that also removed vectors (a delete, a purge, dropping
@@ -68,32 +69,38 @@ record_search_versions = sa.Table(
 record_settings = sa.Table(
     "record_settings",
     metadata,
-    sa.Column("team_id", sa.String(64), primary_key=True),
+    id_key("team_id"),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("updated_at", TS, nullable=False),
+    timestamp("updated_at"),
 )
 
 records_meta = sa.Table(
     "records_meta",
     metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
+    id_key("name"),
     sa.Column("value", sa.String(256), nullable=False),
 )
 
 CURSOR_KEY_NAME = "cursor_signing_key"
 
 
-_SQLITE_DDL = [
-    """
-    CREATE TABLE records (
-        rowid_ INTEGER PRIMARY KEY AUTOINCREMENT,
+def _v1_record_columns(time_type: str) -> str:
+    """The columns migration 1's ``records`` had on both dialects, times as ``time_type``."""
+    return f"""\
         team_id VARCHAR(64) NOT NULL,
         id VARCHAR(64) NOT NULL,
         repo_id VARCHAR(64),
         text TEXT NOT NULL,
         terms TEXT NOT NULL,
-        created_at DATETIME NOT NULL,
-        expires_at DATETIME NOT NULL,
+        created_at {time_type} NOT NULL,
+        expires_at {time_type} NOT NULL,"""
+
+
+_SQLITE_DDL = [
+    f"""
+    CREATE TABLE records (
+        rowid_ INTEGER PRIMARY KEY AUTOINCREMENT,
+{_v1_record_columns("DATETIME")}
         UNIQUE (team_id, id)
     )
     """,
@@ -119,15 +126,9 @@ _SQLITE_DDL = [
 ]
 
 _POSTGRES_DDL = [
-    """
+    f"""
     CREATE TABLE records (
-        team_id VARCHAR(64) NOT NULL,
-        id VARCHAR(64) NOT NULL,
-        repo_id VARCHAR(64),
-        text TEXT NOT NULL,
-        terms TEXT NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL,
-        expires_at TIMESTAMPTZ NOT NULL,
+{_v1_record_columns("TIMESTAMPTZ")}
         tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED,
         PRIMARY KEY (team_id, id)
     )

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
+from keepstone.db.columns import id_key, timestamp
 
 COMPONENT = "documents"
 
@@ -39,7 +40,6 @@ _ADDED_LATER = frozenset(
     }
 )
 
-TS = sa.DateTime(timezone=True)
 #: Text compared and sorted by code point on both dialects.
 BinaryText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
@@ -47,14 +47,14 @@ memory_documents = sa.Table(
     "memory_documents",
     metadata,
     sa.Column("tenant_id", BinaryText, primary_key=True),
-    sa.Column("space_key", sa.String(64), primary_key=True),
+    id_key("space_key"),
     sa.Column("path", BinaryText, primary_key=True),
     sa.Column("space_id", BinaryText, nullable=False),
     sa.Column("visibility", sa.String(32), nullable=False),
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
     sa.Column("etag", sa.String(64), nullable=False),
-    sa.Column("updated_at", TS, nullable=False),
+    timestamp("updated_at"),
     # v5: the live document is the newest version of its path: its number and who wrote
     # it (``updated_at`` is when).
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
@@ -65,7 +65,7 @@ memory_space_usage = sa.Table(
     "memory_space_usage",
     metadata,
     sa.Column("tenant_id", BinaryText, primary_key=True),
-    sa.Column("space_key", sa.String(64), primary_key=True),
+    id_key("space_key"),
     sa.Column("space_id", BinaryText, nullable=False),
     sa.Column("used_bytes", sa.BigInteger, nullable=False),
     # v3: bumped by every write and delete of the space (and every stored embedding) in
@@ -116,8 +116,8 @@ MIGRATIONS: list[Migration] = [
 audit_events = sa.Table(
     "audit_events",
     sa.MetaData(),
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("at", TS, nullable=False, index=True),
+    id_key(),
+    timestamp("at", index=True),
     sa.Column("action", sa.String(64), nullable=False),
     sa.Column("actor", sa.String(128), nullable=False),
     sa.Column("space_id", sa.String(1024), nullable=False, server_default=""),
@@ -149,7 +149,7 @@ memory_chunks = sa.Table(
     "memory_chunks",
     metadata,
     sa.Column("tenant_id", BinaryText, primary_key=True),
-    sa.Column("space_key", sa.String(64), primary_key=True),
+    id_key("space_key"),
     sa.Column("path", BinaryText, primary_key=True),
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("space_id", BinaryText, nullable=False),
@@ -163,7 +163,7 @@ memory_chunks = sa.Table(
     sa.Column("terms", sa.Text, nullable=False),
     sa.Column("embedding", sa.LargeBinary, nullable=True),
     sa.Column("model", sa.String(64), nullable=True),
-    sa.Column("updated_at", TS, nullable=False),
+    timestamp("updated_at"),
     sa.Index("ix_memory_chunks_model", "model"),
 )
 
@@ -204,7 +204,7 @@ memory_document_versions = sa.Table(
     "memory_document_versions",
     metadata,
     sa.Column("tenant_id", BinaryText, primary_key=True),
-    sa.Column("space_key", sa.String(64), primary_key=True),
+    id_key("space_key"),
     sa.Column("path", BinaryText, primary_key=True),
     sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("space_id", BinaryText, nullable=False),
@@ -212,7 +212,7 @@ memory_document_versions = sa.Table(
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
     sa.Column("stored_bytes", sa.BigInteger, nullable=False),
     sa.Column("content", sa.LargeBinary, nullable=True),
-    sa.Column("at", TS, nullable=False),
+    timestamp("at"),
     sa.Column("actor", sa.String(256), nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False),
     # The oldest versions of a team go first when its history is over quota or too old.
