@@ -43,13 +43,26 @@ _ADDED_LATER = frozenset(
 #: Text compared and sorted by code point on both dialects.
 BinaryText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
+
+def _tenant_key() -> sa.Column[str]:
+    """The team, leading every table's primary key (the tables distribute by it)."""
+    return sa.Column("tenant_id", BinaryText, primary_key=True)
+
+
+def _document_key() -> tuple[sa.Column[str], ...]:
+    """The lead of a per-document table's primary key: team, space, path."""
+    return (_tenant_key(), id_key("space_key"), sa.Column("path", BinaryText, primary_key=True))
+
+
+def _space_id() -> sa.Column[str]:
+    return sa.Column("space_id", BinaryText, nullable=False)
+
+
 memory_documents = sa.Table(
     "memory_documents",
     metadata,
-    sa.Column("tenant_id", BinaryText, primary_key=True),
-    id_key("space_key"),
-    sa.Column("path", BinaryText, primary_key=True),
-    sa.Column("space_id", BinaryText, nullable=False),
+    *_document_key(),
+    _space_id(),
     sa.Column("visibility", sa.String(32), nullable=False),
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
@@ -64,9 +77,9 @@ memory_documents = sa.Table(
 memory_space_usage = sa.Table(
     "memory_space_usage",
     metadata,
-    sa.Column("tenant_id", BinaryText, primary_key=True),
+    _tenant_key(),
     id_key("space_key"),
-    sa.Column("space_id", BinaryText, nullable=False),
+    _space_id(),
     sa.Column("used_bytes", sa.BigInteger, nullable=False),
     # v3: bumped by every write and delete of the space (and every stored embedding) in
     # the same transaction: the per-space version the search caches check.
@@ -76,7 +89,7 @@ memory_space_usage = sa.Table(
 memory_tenant_usage = sa.Table(
     "memory_tenant_usage",
     metadata,
-    sa.Column("tenant_id", BinaryText, primary_key=True),
+    _tenant_key(),
     sa.Column("used_bytes", sa.BigInteger, nullable=False),
     sa.Column("quota_bytes", sa.BigInteger, nullable=False),
     # v4: the team's history (compressed bytes of its versions that are not live) and its
@@ -148,11 +161,9 @@ MIGRATIONS.append(
 memory_chunks = sa.Table(
     "memory_chunks",
     metadata,
-    sa.Column("tenant_id", BinaryText, primary_key=True),
-    id_key("space_key"),
-    sa.Column("path", BinaryText, primary_key=True),
+    *_document_key(),
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("space_id", BinaryText, nullable=False),
+    _space_id(),
     sa.Column("visibility", sa.String(32), nullable=False),
     sa.Column("heading", sa.Text, nullable=False),
     # The headings above the chunk that its text does not show (Chunk.context, " > "-joined).
@@ -203,11 +214,9 @@ MIGRATIONS.append(
 memory_document_versions = sa.Table(
     "memory_document_versions",
     metadata,
-    sa.Column("tenant_id", BinaryText, primary_key=True),
-    id_key("space_key"),
-    sa.Column("path", BinaryText, primary_key=True),
+    *_document_key(),
     sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("space_id", BinaryText, nullable=False),
+    _space_id(),
     sa.Column("etag", sa.String(64), nullable=False),
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
     sa.Column("stored_bytes", sa.BigInteger, nullable=False),
