@@ -86,7 +86,8 @@ def page(
     """``template`` rendered with ``context`` (plus the request's CSRF token)."""
     context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
     context.setdefault("who", getattr(request.state, "principal", None))
-    context.setdefault("team_id", "")
+    # The team of the page's path (/t/{team_id}/...), which its links stay in.
+    context.setdefault("team_id", request.path_params.get("team_id", ""))
     html = env.get_template(template).render(request=request, **context)
     return HTMLResponse(html, status_code=http_status)
 
@@ -186,7 +187,9 @@ Handler = Callable[[Request, Exception], Awaitable[Response]]
 def error_page(request: Request, status: int, code: str, message: str) -> Response:
     if status == 401:
         return see_other(url("/signin", next=_next_of(request)))
-    return page(request, "error.html", status, status=status, code=code, message=message)
+    return page(
+        request, "error.html", status, status=status, code=code, message=message, team_id=""
+    )
 
 
 def _next_of(request: Request) -> str | None:

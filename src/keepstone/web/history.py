@@ -70,7 +70,6 @@ def _live(versions: list[VersionInfo]) -> VersionInfo | None:
 
 def _history_page(
     request: Request,
-    team_id: str,
     space: dict[str, str],
     path: str,
     versions: list[VersionInfo],
@@ -88,7 +87,6 @@ def _history_page(
         request,
         "history.html",
         status,
-        team_id=team_id,
         space=space,
         path=path,
         versions=versions,
@@ -106,7 +104,7 @@ def history(request: Request, team_id: str, path: str) -> Response:
     with the live version, or restore; and a form to diff any two."""
     who, ref = asked_space(request, team_id)
     space = fields_of(ref)
-    return _history_page(request, team_id, space, path, _versions(request, who, space, path))
+    return _history_page(request, space, path, _versions(request, who, space, path))
 
 
 @router.get("/t/{team_id}/version")
@@ -122,7 +120,6 @@ def version_page(
     return page(
         request,
         "version.html",
-        team_id=team_id,
         space=fields_of(ref),
         path=path,
         version=number,
@@ -172,7 +169,6 @@ def diff_page(
     return page(
         request,
         "diff.html",
-        team_id=team_id,
         space=fields_of(ref),
         path=path,
         old=start,
@@ -224,7 +220,7 @@ async def restore(request: Request, team_id: str) -> Response:
         except KeepstoneError:
             raise exc from None
         return _history_page(
-            request, team_id, fields, path, versions, error=exc.message,
+            request, fields, path, versions, error=exc.message,
             error_version=number, status=exc.status,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=path, restored=str(number)))

@@ -64,7 +64,6 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
     return page(
         request,
         "search.html",
-        team_id=team_id,
         q=q,
         space=space,
         docs=docs,
@@ -97,7 +96,6 @@ def _memory_page(
         request,
         "memory.html",
         status,
-        team_id=team_id,
         settings=settings,
         listing=listing,
         cursor=cursor or "",

@@ -189,7 +189,6 @@ def spaces_page(request: Request, team_id: str) -> Response:
     return page(
         request,
         "spaces.html",
-        team_id=team_id,
         rows=rows,
         truncated=listing.truncated,
         totals=sorted(totals.items()),
@@ -207,7 +206,6 @@ def space_page(request: Request, team_id: str) -> Response:
     return page(
         request,
         "space.html",
-        team_id=team_id,
         space=fields_of(ref),
         space_id=ref.id,
         root=tree(documents),
@@ -226,7 +224,6 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
     return page(
         request,
         "doc.html",
-        team_id=team_id,
         space=fields_of(ref),
         space_id=ref.id,
         doc=doc,
@@ -240,7 +237,6 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
 
 def _edit_page(
     request: Request,
-    team_id: str,
     space: dict[str, str],
     *,
     path: str,
@@ -254,7 +250,6 @@ def _edit_page(
         request,
         "edit.html",
         status,
-        team_id=team_id,
         space=space,
         path=path,
         content=content,
@@ -269,10 +264,10 @@ def edit_form(request: Request, team_id: str, path: str = "") -> Response:
     """The document in a textarea (its etag kept for the save), or an empty new one."""
     who, ref = asked_space(request, team_id)
     if not path:
-        return _edit_page(request, team_id, fields_of(ref), path="", content="", etag="", new=True)
+        return _edit_page(request, fields_of(ref), path="", content="", etag="", new=True)
     doc = spaces_of(request).read(ref, path)
     return _edit_page(
-        request, team_id, fields_of(ref), path=doc.path, content=doc.content, etag=doc.etag,
+        request, fields_of(ref), path=doc.path, content=doc.content, etag=doc.etag,
         new=False,
     )  # fmt: skip
 
@@ -305,19 +300,19 @@ async def edit_save(request: Request, team_id: str) -> Response:
 
         await off_loop(save)
     except PreconditionFailed:
-        return await _conflict(request, team_id, who, space, path, content)
+        return await _conflict(request, who, space, path, content)
     except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         return _edit_page(
-            request, team_id, space, path=path, content=content, etag=etag, new=not etag,
+            request, space, path=path, content=content, etag=etag, new=not etag,
             error=exc.message, status=exc.status,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=path))
 
 
 async def _conflict(
-    request: Request, team_id: str, who: Any, space: dict[str, str], path: str, mine: str
+    request: Request, who: Any, space: dict[str, str], path: str, mine: str
 ) -> Response:
     """The "changed since you opened it" page: theirs and mine, and a form to save mine
     over theirs (on the etag of theirs) or to drop mine."""
@@ -331,7 +326,6 @@ async def _conflict(
         request,
         "conflict.html",
         412,
-        team_id=team_id,
         space=space,
         path=path,
         mine=mine,
@@ -344,7 +338,7 @@ def rename_form(request: Request, team_id: str, path: str) -> Response:
     who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
     return page(
-        request, "rename.html", team_id=team_id, space=fields_of(ref), path=doc.path,
+        request, "rename.html", space=fields_of(ref), path=doc.path,
         to=doc.path, error=None,
     )  # fmt: skip
 
@@ -362,7 +356,7 @@ async def rename(request: Request, team_id: str) -> Response:
         raise
     except KeepstoneError as exc:
         return page(
-            request, "rename.html", exc.status, team_id=team_id, space=space, path=path,
+            request, "rename.html", exc.status, space=space, path=path,
             to=to, error=exc.message,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=to))
@@ -373,7 +367,7 @@ def delete_form(request: Request, team_id: str, path: str) -> Response:
     """Asks before deleting: the document's path, size and etag."""
     who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
-    return page(request, "delete.html", team_id=team_id, space=fields_of(ref), doc=doc, error=None)
+    return page(request, "delete.html", space=fields_of(ref), doc=doc, error=None)
 
 
 @router.post("/t/{team_id}/delete")
@@ -422,7 +416,7 @@ async def export(request: Request, team_id: str) -> Response:
 def import_form(request: Request, team_id: str) -> Response:
     who, ref = asked_space(request, team_id)
     return page(
-        request, "import.html", team_id=team_id, space=fields_of(ref), error=None,
+        request, "import.html", space=fields_of(ref), error=None,
         strategy="skip", report=None,
     )  # fmt: skip
 
@@ -446,12 +440,12 @@ async def import_upload(request: Request, team_id: str) -> Response:
         raise
     except KeepstoneError as exc:
         return page(
-            request, "import.html", exc.status, team_id=team_id, space=space,
+            request, "import.html", exc.status, space=space,
             error=exc.message, strategy=strategy, report=None,
         )  # fmt: skip
     finally:
         await form.close()  # the upload's spooled file
     return page(
-        request, "import.html", team_id=team_id, space=space, error=None,
+        request, "import.html", space=space, error=None,
         strategy=strategy, report=report,
     )  # fmt: skip
