@@ -25,6 +25,7 @@ from keepstone.cli.common import (
     one_of,
     open_engine,
     print_json,
+    required_verbs,
     runtime_for,
 )
 from keepstone.errors import InvalidRequest
@@ -41,16 +42,14 @@ OPERATOR = Principal(kind=CredentialKind.ADMIN_TOKEN)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     admin = subparsers.add_parser("admin", help="manage users, orgs, teams, keys and quotas")
-    verbs = admin.add_subparsers(dest="admin_command", metavar="VERB")
-    verbs.required = True
+    verbs = required_verbs(admin, "admin_command")
     for name, verb in _VERBS.items():
         parser = add_args(verbs.add_parser(name, help=verb.help), verb.args)
         add_database_arg(parser)
         parser.set_defaults(func=_run_admin)
 
     db = subparsers.add_parser("db", help="database maintenance")
-    db_verbs = db.add_subparsers(dest="db_command", metavar="VERB")
-    db_verbs.required = True
+    db_verbs = required_verbs(db, "db_command")
     p = db_verbs.add_parser("upgrade", help="apply every pending schema migration")
     add_database_arg(p)
     p.set_defaults(func=_db_upgrade)

@@ -20,6 +20,7 @@ from keepstone.cli.common import (
     cli_command,
     cli_config,
     open_spaces,
+    required_verbs,
     space_ref_from_args,
     spaces_for,
 )
@@ -323,8 +324,7 @@ def _register_validate(subparsers: Any) -> None:
 
 def _register_prompt(subparsers: Any) -> None:
     a = subparsers.add_parser("auto-memory", help="auto-memory helpers")
-    asub = a.add_subparsers(dest="auto_memory_command", metavar="COMMAND")
-    asub.required = True
+    asub = required_verbs(a, "auto_memory_command", "COMMAND")
     ap = asub.add_parser(
         "prompt",
         help="print the '# Auto memory' system-prompt section for a memory directory",

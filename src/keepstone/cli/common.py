@@ -118,6 +118,16 @@ def local_store(limits: Limits | None = None) -> MemoryStore:
     return runtime.open_local_store(cli_config(), limits)
 
 
+def required_verbs(
+    parser: argparse.ArgumentParser, dest: str, metavar: str = "VERB"
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The sub-commands of ``parser``, one of which must be given (its name in
+    ``args.<dest>``)."""
+    verbs = parser.add_subparsers(dest=dest, metavar=metavar)
+    verbs.required = True
+    return verbs
+
+
 def add_database_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--database URL``, read by :func:`cli_config`."""
     parser.add_argument(

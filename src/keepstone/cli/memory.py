@@ -34,6 +34,7 @@ from keepstone.cli.common import (
     is_tty,
     open_spaces,
     progress,
+    required_verbs,
     space_ref_from_args,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
@@ -57,8 +58,7 @@ def register(subparsers: Any) -> None:
         help="read, write, export and import a knowledge space",
         description="Work on one knowledge space: the local store, or a server with --server.",
     )
-    verbs = memory.add_subparsers(dest="verb", metavar="VERB")
-    verbs.required = True
+    verbs = required_verbs(memory, "verb")
     verb = functools.partial(_space_verb, verbs)
     for name, help_text, handler, args in _SPACE_VERBS:
         add_args(verb(name, help_text, handler), args)

@@ -15,13 +15,12 @@ import argparse
 import sys
 
 from keepstone import runtime
-from keepstone.cli.common import cli_config, print_json
+from keepstone.cli.common import cli_config, print_json, required_verbs
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("models", help="the embedding model of search by meaning")
-    verbs = parser.add_subparsers(dest="models_command", metavar="VERB")
-    verbs.required = True
+    verbs = required_verbs(parser, "models_command")
 
     install = verbs.add_parser(
         "install",

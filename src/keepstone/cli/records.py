@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keepstone.cli.common import add_database_arg, print_json, runtime_for
+from keepstone.cli.common import add_database_arg, print_json, required_verbs, runtime_for
 from keepstone.errors import InvalidRequest
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("records", help="team memory records (operators)")
-    verbs = parser.add_subparsers(dest="records_command", metavar="VERB")
-    verbs.required = True
+    verbs = required_verbs(parser, "records_command")
 
     add = verbs.add_parser("add", help="save one record for a team")
     add.add_argument("--team", required=True, help="the team id")
