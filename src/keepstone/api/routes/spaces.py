@@ -46,6 +46,7 @@ _IDENTITY_PARAMS = {"tenant", "team", "user"}
 # Documented constraints only (json_schema_extra): the domain validators check them and
 # answer with the domain's codes (invalid_space_ref, invalid_path), not FastAPI's.
 SEGMENT_SCHEMA = {"minLength": 1, "maxLength": 128, "pattern": r"^[^/\\:\x00-\x1f\x7f-\x9f]+$"}
+PATH_SCHEMA = {"minLength": 4, "maxLength": 512, "pattern": r"\.md$"}
 
 Name = Annotated[
     str, Query(description="The space's name (required).", json_schema_extra=SEGMENT_SCHEMA)
@@ -68,7 +69,7 @@ PathParam = Annotated[
     str,
     Query(
         description="Document path: relative, canonical, ending in .md (e.g. notes/deploy.md).",
-        json_schema_extra={"minLength": 4, "maxLength": 512, "pattern": r"\.md$"},
+        json_schema_extra=PATH_SCHEMA,
     ),
 ]
 
@@ -440,7 +441,7 @@ async def move_doc(
         str,
         Query(
             description="The document's new path (canonical, ending in .md).",
-            json_schema_extra={"minLength": 4, "maxLength": 512, "pattern": r"\.md$"},
+            json_schema_extra=PATH_SCHEMA,
         ),
     ],
     overwrite: Annotated[
