@@ -120,22 +120,40 @@ async def purge_periodically(app: FastAPI, interval: float | None = None) -> Non
         return
     while True:
         await asyncio.sleep(interval)
-        records = getattr(app.state, "records", None)
-        if records is not None:
-            try:
-                removed = await run_in_threadpool(records.purge_expired)
-                if removed:
-                    log.info("purged expired records", extra={"removed": removed})
-            except Exception:  # a failed purge is retried next round; never kill the server
-                log.exception("purging expired records failed")
-        admin = getattr(app.state, "admin", None)
-        if admin is not None:
-            try:
-                pruned = await run_in_threadpool(admin.prune_history)
-                if pruned:
-                    log.info("pruned document history", extra={"versions": pruned})
-            except Exception:  # as above: next round
-                log.exception("pruning document history failed")
+        for component, method, done, failed in _CHORES:
+            service = getattr(app.state, component, None)
+            if service is not None:
+                await _chore(getattr(service, method), done, failed)
+
+
+#: The periodic chores: the component on ``app.state``, its method, what is logged when it
+#: did something (the message, the name of its count) and when it failed.
+_CHORES = (
+    (
+        "records",
+        "purge_expired",
+        ("purged expired records", "removed"),
+        "purging expired records failed",
+    ),
+    (
+        "admin",
+        "prune_history",
+        ("pruned document history", "versions"),
+        "pruning document history failed",
+    ),
+)
+
+
+async def _chore(run: Callable[[], int], done: tuple[str, str], failed: str) -> None:
+    """One round of a periodic chore, in the threadpool: ``done`` (the message and the name
+    of its count) is logged when it did something; a failure is logged as ``failed`` and
+    retried next round, never kills the server."""
+    try:
+        count = await run_in_threadpool(run)
+        if count:
+            log.info(done[0], extra={done[1]: count})
+    except Exception:
+        log.exception(failed)
 
 
 router = APIRouter(tags=["records"])
@@ -184,14 +202,14 @@ def _schema(model: type[Any], *, by_hand: bool = False) -> dict[str, Any]:
     return body
 
 
-def _by_hand(request: Request) -> tuple[str, CallerCredential]:
-    """The team and the caller of a record save or search, read as FastAPI would resolve
-    ``team: str`` and :data:`AnyCaller` (the credential's presence first, refused with no
-    I/O): the two routes most requested take nothing from FastAPI but the request, whose
-    solving of declared parameters was a measurable share of a save's CPU
-    (docs/performance.md)."""
+async def _by_hand(request: Request) -> tuple[str, CallerCredential, bytes]:
+    """The team, the caller and the body of a record save or search, the first two read as
+    FastAPI would resolve ``team: str`` and :data:`AnyCaller` (the credential's presence
+    first, refused with no I/O), then the body, on the event loop: the two routes most
+    requested take nothing from FastAPI but the request, whose solving of declared
+    parameters was a measurable share of a save's CPU (docs/performance.md)."""
     caller = any_caller_of(request)
-    return request.path_params["team"], caller
+    return request.path_params["team"], caller, await request.body()
 
 
 @router.post(
@@ -201,8 +219,7 @@ def _by_hand(request: Request) -> tuple[str, CallerCredential]:
     summary="Search the team's memory records",
 )
 async def search_records(request: Request) -> Response:
-    team, caller = _by_hand(request)
-    raw = await request.body()
+    team, caller, raw = await _by_hand(request)
 
     def run(records: RecordService, who: Principal) -> Response:
         body = _read(records, who, team, Action.READ, _body(request, raw, SearchRequest))
@@ -220,8 +237,7 @@ async def search_records(request: Request) -> Response:
     summary="Save a record (the service token only)",
 )
 async def save_record(request: Request) -> Response:
-    team, caller = _by_hand(request)
-    raw = await request.body()
+    team, caller, raw = await _by_hand(request)
     who = caller.principal_now()
     if who is None:  # a credential read from the database, in a worker thread: refused there
 
