@@ -5,7 +5,7 @@
 >>> tools.dispatch("memory_read", {"path": "MEMORY.md"})   # always a ToolResult
 """
 
-# Each name re-exported in the explicit "X as X" form, which is this package's export list.
+# One import a name, each marked re-exported (X as X); __all__ keeps the star-import exact.
 from keepstone.tools.dispatch import WRITE_REFUSED_GLOBAL as WRITE_REFUSED_GLOBAL
 from keepstone.tools.dispatch import MemoryTools as MemoryTools
 from keepstone.tools.dispatch import RecordsSearcher as RecordsSearcher
@@ -26,3 +26,26 @@ from keepstone.tools.schemas import TOOL_NAMES as TOOL_NAMES
 from keepstone.tools.schemas import ToolSpec as ToolSpec
 from keepstone.tools.schemas import anthropic_tools as anthropic_tools
 from keepstone.tools.schemas import openai_tools as openai_tools
+
+__all__ = [
+    "MEMORY_DELETE",
+    "MEMORY_EDIT",
+    "MEMORY_HISTORY",
+    "MEMORY_LIST",
+    "MEMORY_MOVE",
+    "MEMORY_READ",
+    "MEMORY_SEARCH",
+    "MEMORY_WRITE",
+    "MUTATING_TOOLS",
+    "SPECS",
+    "TOOL_NAMES",
+    "WRITE_REFUSED_GLOBAL",
+    "MemoryTools",
+    "RecordsSearcher",
+    "ToolResult",
+    "ToolSpec",
+    "anthropic_tools",
+    "error_result",
+    "openai_tools",
+    "ref_for_block",
+]
