@@ -215,7 +215,7 @@ class HttpMemoryStore(MemoryStore):
             quota_bytes=int(body["quota_bytes"]),
             team_used_bytes=int(body["team_used_bytes"]),
             team_quota_bytes=int(body["team_quota_bytes"]),
-            # A server from before history (issue 14) does not send them.
+            # A server from before document history does not send them.
             history_used_bytes=int(body.get("history_used_bytes", 0)),
             history_quota_bytes=int(body.get("history_quota_bytes", 0)),
         )
@@ -227,7 +227,7 @@ class HttpMemoryStore(MemoryStore):
             except errors.NotFound:
                 continue  # deleted since the listing
 
-    # --- the past (issue 14): the server's history routes --------------------------------
+    # --- the past: the server's history routes -------------------------------------------
 
     def _versions(self, ref: SpaceRef, path: str) -> Versions:
         params = self._params(ref, path=path)

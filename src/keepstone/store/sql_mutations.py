@@ -55,7 +55,7 @@ from keepstone.store.prelude import (
 )
 from keepstone.store.sql_import import DocumentWrites, import_batch
 from keepstone.store.sql_index import NO_TENANT
-from keepstone.store.sql_schema import audit_events
+from keepstone.store.sql_schema import ACTOR_WIDTH, audit_events
 from keepstone.store.sql_statements import Statements
 from keepstone.store.sql_write import ChangeStatements, DocStep, Locked, Team
 from keepstone.store.version_pack import COMPRESS_FROM, pack_version
@@ -64,6 +64,11 @@ from keepstone.store.version_pack import COMPRESS_FROM, pack_version
 _UNCAPPED = 2**62
 #: How often a write re-reads a row that a concurrent writer created or removed meanwhile.
 _WRITE_ATTEMPTS = 8
+
+
+def _actor() -> str:
+    """Who is changing the document, cut to the width of the ``actor`` columns (256)."""
+    return current_actor()[:ACTOR_WIDTH]
 
 
 class DocumentMutations:
@@ -143,7 +148,7 @@ class DocumentMutations:
             "content": w.content,
             "size": len(w.data),
             "etag": w.etag,
-            "actor": current_actor()[:256],
+            "actor": _actor(),
             # PostgreSQL: a large version is packed now, while its bytes are at hand, into
             # its row of the history (SQLite packs it when a change replaces it; SQL copies
             # a small one then), docs/history.md "Where".
@@ -277,7 +282,7 @@ class DocumentMutations:
             try:
                 moved = conn.execute(
                     self._sql.move_doc,
-                    {**key, "to": m.to, "now": now, "actor": current_actor()[:256]},
+                    {**key, "to": m.to, "now": now, "actor": _actor()},
                 ).scalar_one()
             except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
                 # A writer created a document at m.to after the lock found none (PostgreSQL;
@@ -291,7 +296,7 @@ class DocumentMutations:
                 if self._packs_on_write and current.size_bytes >= COMPRESS_FROM:
                     # Its packed row goes with it (SQLite packs the version the move
                     # replaced at the old path, from the content its lock read).
-                    at, actor = self._time(now), current_actor()[:256]
+                    at, actor = self._time(now), _actor()
                     carried = {**key, "to": m.to, "moved": moved, "v": current.version}
                     self._change_sql.carry(conn, {**carried, "at": at, "actor": actor})
                 self._trim_versions(conn, self._aggregate(ref)[0], target, int(moved), team)
@@ -389,7 +394,7 @@ class DocumentMutations:
             **_kept(replaced),
             "mark": None if replaced is None else replaced.version + 1,
             "at": self._time(at),
-            "actor": current_actor()[:256],
+            "actor": _actor(),
         }
 
 

@@ -23,6 +23,9 @@ from sqlalchemy.engine import Connection
 from keepstone.db import Migration
 from keepstone.db.columns import id_key, timestamp
 
+#: The width of a document change's ``actor`` column (who made it).
+ACTOR_WIDTH = 256
+
 COMPONENT = "documents"
 
 metadata = sa.MetaData()
@@ -71,7 +74,7 @@ memory_documents = sa.Table(
     # v5: the live document is the newest version of its path: its number and who wrote
     # it (``updated_at`` is when).
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
-    sa.Column("actor", sa.String(256), nullable=False, server_default=""),
+    sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False, server_default=""),
 )
 
 memory_space_usage = sa.Table(
@@ -198,7 +201,7 @@ MIGRATIONS.append(
 )
 
 
-# --- v4: document history (issue 14) ----------------------------------------------------------
+# --- v4: document history ---------------------------------------------------------------------
 #
 # Every version of every document, the live one included, appended in the transaction of the
 # write, delete or move that made it: ``content`` is the version's UTF-8 text packed by
@@ -222,7 +225,7 @@ memory_document_versions = sa.Table(
     sa.Column("stored_bytes", sa.BigInteger, nullable=False),
     sa.Column("content", sa.LargeBinary, nullable=True),
     timestamp("at"),
-    sa.Column("actor", sa.String(256), nullable=False),
+    sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False),
     # The oldest versions of a team go first when its history is over quota or too old.
     sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
@@ -299,7 +302,7 @@ MIGRATIONS.append(
 )
 
 
-# --- v5: the live version on the document row (issue 14) --------------------------------------
+# --- v5: the live version on the document row -------------------------------------------------
 #
 # Until v5 the table of versions held every version, the live one included, so every document
 # was stored twice and every create wrote a version row (three b-trees on SQLite: its table,
