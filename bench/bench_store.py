@@ -119,14 +119,14 @@ def commit_floor_ms(url: str, count: int = 300) -> float:
 
 def round_trips_per_write(store: Any, count: int = 20) -> float:
     """PostgreSQL: how many times a 1 KB write waits for the server (half creates, half
-    replaces), counted as tests/unit/test_sql_put.py counts them: libpq's trace of every
+    replaces), counted as tests/transactions.py counts them: libpq's trace of every
     connection the writes check out of the pool (its ReadyForQuery messages), pool checkout
     and return included."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.unit.test_sql_put import round_trips
+    from tests.transactions import round_trips
 
     ref = SpaceRef.build("project", "round-trips", tenant="bench", project="bench")
     for i in range(count // 2):
@@ -136,7 +136,7 @@ def round_trips_per_write(store: Any, count: int = 20) -> float:
         for i in range(count):
             store.write(ref, f"r{i}.md", body(1024, count + i))
 
-    return round_trips(store, writes) / count
+    return round_trips(store.engine, writes) / count
 
 
 def concurrent_writes(store: MemoryStore, label: str, writers: int, count: int) -> float:
