@@ -92,21 +92,8 @@ def server_config(app: Any, workers: int = 1) -> Any:
     import uvicorn
 
     return uvicorn.Config(
-        app,
-        access_log=False,
-        log_level="warning",
-        loop="auto",
-        http="auto",
-        workers=workers,
-        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+        app, access_log=False, log_level="warning", loop="auto", http="auto", workers=workers
     )
-
-
-#: How long the supervisor of ``--workers N`` waits for a worker's answer to its health
-#: ping before it kills and replaces the worker. uvicorn's 5 s is shorter than a worker's
-#: start (importing and building the app) on a busy machine: a starting worker was killed
-#: and replaced over and over.
-WORKER_HEALTHCHECK_SECONDS = 30
 
 
 def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace) -> None:
