@@ -312,10 +312,17 @@ def test_a_create_whose_lock_found_nothing_numbers_after_a_delete_it_waited_for(
     real_lock = store._change_sql.lock
     found_nothing, go = threading.Event(), threading.Event()
     writer: list[threading.Thread] = []
+    # The writer may reach its lock before in_thread has handed its thread back: it waits
+    # until the thread is known (only the writer takes a lock before found_nothing is set).
+    known = threading.Event()
 
     def lock(conn: Any, params: dict[str, Any]) -> Any:
         got = real_lock(conn, params)
-        if writer and threading.current_thread() is writer[0] and not found_nothing.is_set():
+        if (
+            not found_nothing.is_set()
+            and known.wait(30)
+            and threading.current_thread() is writer[0]
+        ):
             found_nothing.set()
             go.wait(30)
         return got
@@ -323,6 +330,7 @@ def test_a_create_whose_lock_found_nothing_numbers_after_a_delete_it_waited_for(
     store._change_sql.lock = lock  # type: ignore[method-assign]
     thread, got = in_thread(lambda: store.write(REF, "a.md", "y", grant=PlatformGrant("t")))
     writer.append(thread)
+    known.set()
     assert found_nothing.wait(30)
     store.write(REF, "a.md", "w")  # version 3, committed
     key = {**store._address(REF), "p": "a.md"}
