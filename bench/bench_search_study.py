@@ -385,7 +385,7 @@ def choose(
     return max(candidates, key=lambda j: (*rule(study, j, masks), -j))
 
 
-def _half(es: EvalSet, rng: random.Random) -> np.ndarray:
+def half(es: EvalSet, rng: random.Random) -> np.ndarray:
     """A random half of the queries, stratified by kind."""
     mask = np.zeros(len(es.queries), bool)
     by: dict[str, list[int]] = defaultdict(list)
@@ -420,7 +420,7 @@ def cross_validate(
     }
     chosen = []
     for _ in range(splits):
-        halves = {n: _half(study.sets[n], rng) for n in names}
+        halves = {n: half(study.sets[n], rng) for n in names}
         for flip in (False, True):
             train = {n: ~h if flip else h for n, h in halves.items()}
             j = choose(study, candidates, train, rule)

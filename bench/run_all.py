@@ -34,6 +34,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_store.py": [["--small-count", "300", "--large-count", "50"]],
     "bench_records.py": [["--sizes", "10000"]],
     "bench_search_quality.py": [[]],
+    "bench_levers.py": [["--splits", "2", "--skip-context"]],
     "bench_api.py": [[]],
     "bench_export_rss.py": [["--size", "32"]],
     "bench_pg_vs_sqlite.py": [
