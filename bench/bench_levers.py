@@ -22,6 +22,8 @@ over the stored MiniLM vectors of tests/data/search_vectors.npz). Levers:
   keyword side unchanged.
 * **names** (chats): query words that name one of the conversation's two speakers
   dropped from the keyword side's terms (a turn rarely names its own speaker).
+* ``--weak``: the stored vectors with noise added until dense-only recall@10 is 0.7 x
+  keyword-only's, as bench_search_study.py models the unseen chats where keywords win.
 * **cross-encoder reranker**: none measured; see docs/search.md ("Levers beyond fusion")
   for the packages searched and why none qualifies (weights fetched from a model hub at
   run time, or a PyTorch dependency).
@@ -55,19 +57,22 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_search_study import half  # noqa: E402
+from bench_search_study import WEAK_RATIO, calibrate, half, weakened  # noqa: E402
 from keepstone.search.bm25 import BM25Index  # noqa: E402
 from keepstone.search.chunking import chunk_markdown  # noqa: E402
 from keepstone.search.hybrid import ExactDense, rank  # noqa: E402
 from keepstone.search.text import ANALYZER  # noqa: E402
 from tests.search.labelled import (  # noqa: E402
+    DEPTH,
     KINDS,
     MODEL_ID,
     EvalSet,
     Scores,
     Unit,
+    bm25_rankings,
     evaluate,
     jsonl,
+    keys_of,
     load_sets,
     load_vectors,
 )
@@ -491,12 +496,24 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument(
+        "--weak",
+        action="store_true",
+        help="the dense side weakened as in bench_search_study (implies --skip-context)",
+    )
+    ap.add_argument(
         "--skip-context", action="store_true", help="no context variants (they embed anew)"
     )
     args = ap.parse_args()
 
     sets = load_sets()
     stored = load_vectors(sets)
+    if args.weak:
+        args.skip_context = True
+        for n in SETS:
+            target = WEAK_RATIO * evaluate(sets[n], keys_of(bm25_rankings(sets[n]))).recall.mean()
+            sigma = calibrate(sets[n], *stored[n], float(target), DEPTH)
+            stored[n] = (weakened(stored[n][0], sigma, 0), stored[n][1])
+            print(f"  {n}: dense side weakened (noise {sigma:g})")
     enc = Encoder(CACHE)
     variants: dict[str, dict[str, Variant]] = {
         n: {"base": Variant(sets[n], *stored[n])} for n in SETS
