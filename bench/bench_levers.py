@@ -13,7 +13,8 @@ over the stored MiniLM vectors of tests/data/search_vectors.npz). Levers:
   ``beta`` on the fused scale (:func:`states_time`).
 * **MMR**: maximal marginal relevance over the fused top 30, ``lambda`` the weight of
   relevance against the largest similarity to a hit already taken; similarity is the
-  cosine of the two vectors, or the overlap (Jaccard) of their keyword terms.
+  cosine of the two vectors, or the overlap (Jaccard) of their keyword terms; or, at
+  ``lambda`` 0.5, only near-duplicates (cosine at least a floor) pushed down.
 * **context** (changes what is embedded, so new vectors, cached under /tmp): a chat turn
   embedded after the turn before it, or after its speaker's name; a document chunk after
   the last paragraph of the chunk before it. The keyword side indexes the same text.
