@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -25,26 +25,13 @@ from keepstone.errors import InvalidRequest
 from keepstone.identity import schema as t
 from keepstone.paging import DEFAULT_PAGE as DEFAULT_PAGE
 from keepstone.paging import MAX_PAGE as MAX_PAGE
+from keepstone.wire import Jsonable
 
 T = TypeVar("T")
 
 
-def _jsonable(entry: Any) -> dict[str, Any]:
-    """``entry``'s fields, times as ISO 8601 text."""
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(entry).items()}
-
-
-class Entry:
-    """A listed row: :meth:`as_json` gives its fields, times as ISO 8601 text."""
-
-    __slots__ = ()
-
-    def as_json(self) -> dict[str, Any]:
-        return _jsonable(self)
-
-
 @dataclass(frozen=True, slots=True)
-class OrgEntry(Entry):
+class OrgEntry(Jsonable):
     id: str
     name: str
     plan: str
@@ -54,7 +41,7 @@ class OrgEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class TeamEntry(Entry):
+class TeamEntry(Jsonable):
     id: str
     name: str
     org_id: str
@@ -62,7 +49,7 @@ class TeamEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class UserEntry(Entry):
+class UserEntry(Jsonable):
     id: str
     email: str
     name: str
@@ -73,7 +60,7 @@ class UserEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class ApiKeyEntry(Entry):
+class ApiKeyEntry(Jsonable):
     """An API key's record. When a key was last used is not recorded, so not shown."""
 
     id: str
@@ -88,7 +75,7 @@ class ApiKeyEntry(Entry):
         return self.revoked_at is not None
 
     def as_json(self) -> dict[str, Any]:
-        return {**_jsonable(self), "revoked": self.revoked}
+        return {**Jsonable.as_json(self), "revoked": self.revoked}
 
 
 @dataclass(frozen=True, slots=True)
