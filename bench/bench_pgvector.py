@@ -57,7 +57,8 @@ from keepstone.db.pgvector import Pgvector  # noqa: E402
 from keepstone.db.vectors import decode_many, encode_many  # noqa: E402
 from keepstone.search.vectors import top_k  # noqa: E402
 from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
-from keepstone.store.sql import SqlStore, _space_key  # noqa: E402
+from keepstone.store.sql import SqlStore  # noqa: E402
+from keepstone.store.sql_schema import space_key  # noqa: E402
 from tests import pgvector_server  # noqa: E402
 
 K = 10
@@ -208,7 +209,7 @@ def bench_product(
         started = time.perf_counter()
         blobs = encode_many(vectors)
         now = "2026-01-01T00:00:00+00:00"
-        key, vis = _space_key(ref.id), ref.visibility.value
+        key, vis = space_key(ref.id), ref.visibility.value
         dsn = store.engine.url.render_as_string(hide_password=False).replace("+psycopg", "")
         with psycopg.connect(dsn) as conn:
             with conn.cursor().copy(COPY_CHUNKS) as cp:

@@ -9,32 +9,24 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from keepstone.errors import InvalidDocument, InvalidEdit, InvalidRequest
+from keepstone.wire import Jsonable
 
 
 @dataclass(frozen=True, slots=True)
-class DocumentInfo:
+class DocumentInfo(Jsonable):
     """What a listing says of one document. ``updated_at`` is timezone-aware UTC."""
 
     path: str
     size_bytes: int
     updated_at: datetime
     etag: str
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON every face renders (API, ``keepstone memory ls --json``, ``memory_list``)."""
-        return {
-            "path": self.path,
-            "size_bytes": self.size_bytes,
-            "updated_at": self.updated_at.isoformat(),
-            "etag": self.etag,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +45,11 @@ class Document:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
+class WriteResult(Jsonable):
     path: str
     size_bytes: int
     etag: str
     created: bool
-
-    def as_json(self) -> dict[str, Any]:
-        # Field by field: dataclasses.asdict deep-copies, a visible share of a PUT under a profiler.
-        return {
-            "path": self.path,
-            "size_bytes": self.size_bytes,
-            "etag": self.etag,
-            "created": self.created,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +143,7 @@ def _insert(content: str, edit: Insert, path: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class VersionInfo:
+class VersionInfo(Jsonable):
     """One version of a document in its space's history.
 
     ``version`` counts from 1 per path and is never reused. ``at`` is when the version
@@ -177,16 +160,8 @@ class VersionInfo:
     actor: str
     deleted: bool = False
 
-    def as_json(self) -> dict[str, Any]:
-        """The API's shape: ``{"version", "etag", "size", "at", "actor", "deleted"}``."""
-        return {
-            "version": self.version,
-            "etag": self.etag,
-            "size": self.size_bytes,
-            "at": self.at.isoformat(),
-            "actor": self.actor,
-            "deleted": self.deleted,
-        }
+    #: The API's shape: ``{"version", "etag", "size", "at", "actor", "deleted"}``.
+    wire_names: ClassVar[Mapping[str, str | None]] = {"size_bytes": "size"}
 
 
 #: Who the mutations of this context are made by, for the history (``VersionInfo.actor``).
@@ -241,7 +216,7 @@ def unified_diff(path: str, old: str, new: str, old_label: str, new_label: str) 
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(Jsonable):
     """Bytes used against quotas for one space.
 
     ``quota_bytes`` is the space's sub-cap (0 = none). ``team_*`` is the team
@@ -260,9 +235,6 @@ class Usage:
     team_quota_bytes: int
     history_used_bytes: int = 0
     history_quota_bytes: int = 0
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class ImportStrategy(StrEnum):

@@ -1,9 +1,12 @@
 """Every error Keepstone raises on purpose, in one tree.
 
 Each class carries the HTTP ``status`` and the snake_case ``code`` of the contract
-(SPEC §5-§7.4). The API renders them as ``{"error": {"code", "message"}}``, the CLI
-as one line on stderr with exit status 1 (2 for usage), the agent tools as a tool
-result. The message is one sentence a person (or a model) can act on.
+(SPEC §5-§7.4): a class states its ``status`` where it differs from its parent's, and its
+``code`` is its name in snake_case (``TeamNotFound``: ``team_not_found``), so a class
+below is declared by its name and place alone. The API renders them as
+``{"error": {"code", "message"}}``, the CLI as one line on stderr with exit status 1 (2 for
+usage), the agent tools as a tool result. The message is one sentence a person (or a
+model) can act on.
 
     KeepstoneError                        500 internal_error
     ├── BadRequest                    400
@@ -43,6 +46,7 @@ result. The message is one sentence a person (or a model) can act on.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
 
@@ -51,6 +55,13 @@ class KeepstoneError(Exception):
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The tree's own classes only: a subclass elsewhere (the CLI's usage error) is a kind
+        # of its parent and answers with the parent's code.
+        if cls.__module__ == __name__ and "code" not in cls.__dict__:
+            cls.code = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -66,92 +77,71 @@ class KeepstoneError(Exception):
 
 class BadRequest(KeepstoneError):
     status = 400
-    code = "bad_request"
 
 
-class InvalidSpaceRef(BadRequest):
-    code = "invalid_space_ref"
+class InvalidSpaceRef(BadRequest): ...
 
 
-class UnknownParameter(BadRequest):
-    code = "unknown_parameter"
+class UnknownParameter(BadRequest): ...
 
 
-class UnsupportedVisibility(BadRequest):
-    code = "unsupported_visibility"
+class UnsupportedVisibility(BadRequest): ...
 
 
-class InvalidRequest(BadRequest):
-    code = "invalid_request"
+class InvalidRequest(BadRequest): ...
 
 
 class Unauthenticated(KeepstoneError):
     status = 401
-    code = "unauthenticated"
 
 
 class PlanRequired(KeepstoneError):
     status = 402
-    code = "plan_required"
 
 
 class Forbidden(KeepstoneError):
     status = 403
-    code = "forbidden"
 
 
-class MemberRoleRequired(Forbidden):
-    code = "member_role_required"
+class MemberRoleRequired(Forbidden): ...
 
 
-class PlatformAuthorityRequired(Forbidden):
-    code = "platform_authority_required"
+class PlatformAuthorityRequired(Forbidden): ...
 
 
-class CsrfRequired(Forbidden):
-    code = "csrf_required"
+class CsrfRequired(Forbidden): ...
 
 
 class NotFound(KeepstoneError):
     status = 404
-    code = "not_found"
 
 
-class TeamNotFound(NotFound):
-    code = "team_not_found"
+class TeamNotFound(NotFound): ...
 
 
-class RepoNotFound(NotFound):
-    code = "repo_not_found"
+class RepoNotFound(NotFound): ...
 
 
-class RecordNotFound(NotFound):
-    code = "record_not_found"
+class RecordNotFound(NotFound): ...
 
 
 class Conflict(KeepstoneError):
     status = 409
-    code = "conflict"
 
 
-class MemoryOff(Conflict):
-    code = "memory_off"
+class MemoryOff(Conflict): ...
 
 
 class AlreadyExists(Conflict):
     """A move onto a path that holds a document, without ``overwrite``."""
 
-    code = "already_exists"
-
 
 class PreconditionFailed(KeepstoneError):
     status = 412
-    code = "precondition_failed"
 
 
 class TooLarge(KeepstoneError):
     status = 413
-    code = "too_large"
 
 
 class QuotaExceeded(TooLarge):
@@ -161,52 +151,39 @@ class QuotaExceeded(TooLarge):
     ``instance`` or ``tree``), ``used_bytes``, ``quota_bytes`` and ``needed_bytes``.
     """
 
-    code = "quota_exceeded"
+
+class DocumentTooLarge(TooLarge): ...
 
 
-class DocumentTooLarge(TooLarge):
-    code = "document_too_large"
+class ImportTooLarge(TooLarge): ...
 
 
-class ImportTooLarge(TooLarge):
-    code = "import_too_large"
-
-
-class BodyTooLarge(TooLarge):
-    code = "body_too_large"
+class BodyTooLarge(TooLarge): ...
 
 
 class Unprocessable(KeepstoneError):
     status = 422
-    code = "unprocessable"
 
 
-class InvalidPath(Unprocessable):
-    code = "invalid_path"
+class InvalidPath(Unprocessable): ...
 
 
-class SecretDetected(Unprocessable):
-    code = "secret_detected"
+class SecretDetected(Unprocessable): ...
 
 
-class InvalidDocument(Unprocessable):
-    code = "invalid_document"
+class InvalidDocument(Unprocessable): ...
 
 
-class InvalidArchive(Unprocessable):
-    code = "invalid_archive"
+class InvalidArchive(Unprocessable): ...
 
 
 class InvalidEdit(Unprocessable):
     """An edit that cannot apply: the text to replace is absent or occurs more than once,
     or the line to insert at is past the end."""
 
-    code = "invalid_edit"
-
 
 class RateLimited(KeepstoneError):
     status = 429
-    code = "rate_limited"
 
     def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
         super().__init__(message, **details)
@@ -215,7 +192,6 @@ class RateLimited(KeepstoneError):
 
 class StoreUnavailable(KeepstoneError):
     status = 503
-    code = "store_unavailable"
 
 
 def all_error_classes() -> list[type[KeepstoneError]]:

@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["DETECTORS", "FILLER", "Check", "Detector", "b64url_decode", "rx"]
 
@@ -244,20 +245,34 @@ def _assigned(
     )
 
 
+def _token(
+    kind: str, prefixes: str | tuple[str, ...], body: str, end: str = _EH, **options: Any
+) -> Detector:
+    """A token that starts with one of ``prefixes`` (literally), goes on as ``body`` and
+    ends where ``end`` holds: the pattern is built from its prefixes, so the two cannot
+    disagree. ``options`` are the :class:`Detector`'s other fields."""
+    starts = (prefixes,) if isinstance(prefixes, str) else prefixes
+    lead = "|".join(re.escape(p) for p in starts)
+    if len(starts) > 1:
+        lead = f"(?:{lead})"
+    return Detector(kind, rx(lead + body + end), starts, **options)
+
+
+def _anchored(kind: str, pattern: str, keyword: str, **options: Any) -> Detector:
+    """A shape that cannot start with a literal, tried only near ``keyword``: at each of
+    ``offsets`` before it, or within ``reach`` after it (see :class:`Detector`)."""
+    return Detector(kind, rx(pattern), keywords=(keyword,), anchored=True, **options)
+
+
 DETECTORS: tuple[Detector, ...] = (
     # Keepstone's own API keys (keepstone.identity.keys.new_api_key:
     # "keepstone_" + token_urlsafe(32))
-    Detector(
-        "keepstone_api_key",
-        rx(r"keepstone_[A-Za-z0-9_-]{43}" + _E),
-        ("keepstone_",),
-        check=_keepstone_key,
-    ),
+    _token("keepstone_api_key", "keepstone_", r"[A-Za-z0-9_-]{43}", _E, check=_keepstone_key),
     # Amazon Web Services
-    Detector(
+    _token(
         "aws_access_key_id",
-        rx(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}" + _EH),
         ("AKIA", "ASIA", "ABIA", "ACCA"),
+        r"[A-Z2-7]{16}",
         check=_not_example,
         filler_ok=True,
     ),
@@ -290,37 +305,21 @@ DETECTORS: tuple[Detector, ...] = (
             "r": "github_refresh_token",
         },
     ),
-    Detector(
-        "github_fine_grained_token",
-        rx(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59,200}" + _EH),
-        ("github_pat_",),
-    ),
+    _token("github_fine_grained_token", "github_pat_", r"[A-Za-z0-9]{22}_[A-Za-z0-9]{59,200}"),
     # GitLab (docs.gitlab.com "Token prefixes")
-    Detector(
+    _token(
         "gitlab_personal_access_token",
-        rx(r"glpat-[A-Za-z0-9_-]{20,300}(?:\.[A-Za-z0-9]{2}\.[A-Za-z0-9]{7,12})?" + _E),
-        ("glpat-",),
+        "glpat-",
+        r"[A-Za-z0-9_-]{20,300}(?:\.[A-Za-z0-9]{2}\.[A-Za-z0-9]{7,12})?",
+        _E,
     ),
-    Detector("gitlab_deploy_token", rx(r"gldt-[A-Za-z0-9_-]{20,300}" + _E), ("gldt-",)),
-    Detector(
-        "gitlab_runner_token",
-        rx(r"(?:glrt-|glrtr-|GR1348941)[A-Za-z0-9_-]{20,300}" + _E),
-        ("glrt-", "glrtr-", "GR1348941"),
-    ),
-    Detector(
+    _token("gitlab_deploy_token", "gldt-", r"[A-Za-z0-9_-]{20,300}", _E),
+    _token("gitlab_runner_token", ("glrt-", "glrtr-", "GR1348941"), r"[A-Za-z0-9_-]{20,300}", _E),
+    _token(
         "gitlab_token",
-        rx(r"gl(?:cbt|ptt|ft|imt|agent|oas|soat|ffct|wt)-[A-Za-z0-9_-]{20,300}" + _E),
-        (
-            "glcbt-",
-            "glptt-",
-            "glft-",
-            "glimt-",
-            "glagent-",
-            "gloas-",
-            "glsoat-",
-            "glffct-",
-            "glwt-",
-        ),
+        tuple(f"gl{k}-" for k in ("cbt", "ptt", "ft", "imt", "agent", "oas", "soat", "ffct", "wt")),
+        r"[A-Za-z0-9_-]{20,300}",
+        _E,
     ),
     # Slack (api.slack.com/authentication/token-types)
     Detector(
@@ -330,11 +329,7 @@ DETECTORS: tuple[Detector, ...] = (
         kinds={"b": "slack_bot_token", "p": "slack_user_token"}
         | dict.fromkeys("aeors", "slack_token"),
     ),
-    Detector(
-        "slack_app_token",
-        rx(r"xapp-[0-9]{1,2}-[A-Z0-9]{9,12}-[0-9]{10,16}-[a-f0-9]{32,80}" + _EH),
-        ("xapp-",),
-    ),
+    _token("slack_app_token", "xapp-", r"[0-9]{1,2}-[A-Z0-9]{9,12}-[0-9]{10,16}-[a-f0-9]{32,80}"),
     Detector(
         "slack_webhook_url",
         rx(
@@ -345,42 +340,28 @@ DETECTORS: tuple[Detector, ...] = (
         bounded=False,
     ),
     # Stripe (docs.stripe.com/keys)
-    Detector(
-        "stripe_secret_key",
-        rx(r"sk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH),
-        ("sk_live_", "sk_test_"),
-    ),
-    Detector(
-        "stripe_restricted_key",
-        rx(r"rk_(?:live|test)_[A-Za-z0-9]{20,247}" + _EH),
-        ("rk_live_", "rk_test_"),
-    ),
-    Detector("stripe_webhook_secret", rx(r"whsec_[A-Za-z0-9+/]{32,88}" + _EH), ("whsec_",)),
+    _token("stripe_secret_key", ("sk_live_", "sk_test_"), r"[A-Za-z0-9]{20,247}"),
+    _token("stripe_restricted_key", ("rk_live_", "rk_test_"), r"[A-Za-z0-9]{20,247}"),
+    _token("stripe_webhook_secret", "whsec_", r"[A-Za-z0-9+/]{32,88}"),
     # Google
-    Detector("google_api_key", rx(r"AIza[A-Za-z0-9_-]{35}" + _E), ("AIza",)),
-    Detector("google_oauth_client_secret", rx(r"GOCSPX-[A-Za-z0-9_-]{28}" + _E), ("GOCSPX-",)),
-    Detector("google_oauth_access_token", rx(r"ya29\.[A-Za-z0-9_-]{30,2048}" + _E), ("ya29.",)),
+    _token("google_api_key", "AIza", r"[A-Za-z0-9_-]{35}", _E),
+    _token("google_oauth_client_secret", "GOCSPX-", r"[A-Za-z0-9_-]{28}", _E),
+    _token("google_oauth_access_token", "ya29.", r"[A-Za-z0-9_-]{30,2048}", _E),
     # AI providers
-    Detector(
-        "anthropic_api_key",
-        rx(r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{32,256}" + _E),
-        ("sk-ant-",),
+    _token(
+        "anthropic_api_key", "sk-ant-", r"(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{32,256}", _E
     ),
-    Detector(
+    _token(
         "openai_api_key",
-        rx(
-            r"sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}"
-            r"|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})" + _E
-        ),
-        ("sk-",),
+        "sk-",
+        r"(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})",
+        _E,
     ),
-    Detector(
-        "huggingface_token", rx(r"(?:hf_|api_org_)[A-Za-z0-9]{34}" + _EH), ("hf_", "api_org_")
-    ),
-    Detector("groq_api_key", rx(r"gsk_[A-Za-z0-9]{52}" + _EH), ("gsk_",)),
-    Detector("xai_api_key", rx(r"xai-[A-Za-z0-9]{80}" + _EH), ("xai-",)),
-    Detector("replicate_api_token", rx(r"r8_[A-Za-z0-9]{37}" + _EH), ("r8_",)),
-    Detector("perplexity_api_key", rx(r"pplx-[A-Za-z0-9]{48}" + _EH), ("pplx-",)),
+    _token("huggingface_token", ("hf_", "api_org_"), r"[A-Za-z0-9]{34}"),
+    _token("groq_api_key", "gsk_", r"[A-Za-z0-9]{52}"),
+    _token("xai_api_key", "xai-", r"[A-Za-z0-9]{80}"),
+    _token("replicate_api_token", "r8_", r"[A-Za-z0-9]{37}"),
+    _token("perplexity_api_key", "pplx-", r"[A-Za-z0-9]{48}"),
     # Key material and signed tokens
     Detector(
         "jwt",
@@ -391,28 +372,24 @@ DETECTORS: tuple[Detector, ...] = (
         ("eyJ",),
         check=_jwt_header,
     ),
-    Detector(
+    _token(
         "age_secret_key",
-        rx(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}" + _EH),
-        ("AGE-SECRET-KEY-1",),
+        "AGE-SECRET-KEY-1",
+        r"[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
         check=_age_key,
     ),
     # Package registries, hosting, infrastructure
-    Detector("npm_access_token", rx(r"npm_[A-Za-z0-9]{36}" + _EH), ("npm_",)),
-    Detector(
+    _token("npm_access_token", "npm_", r"[A-Za-z0-9]{36}"),
+    _token(
         "pypi_api_token",
-        rx(r"pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,1000}" + _E),
         ("pypi-AgEIcHlwaS5vcmc", "pypi-AgENdGVzdC5weXBpLm9yZw"),
+        r"[A-Za-z0-9_-]{50,1000}",
+        _E,
     ),
-    Detector("docker_hub_token", rx(r"dckr_pat_[A-Za-z0-9_-]{27,40}" + _E), ("dckr_pat_",)),
-    Detector("sendgrid_api_key", rx(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E), ("SG.",)),
-    Detector("twilio_api_key", rx(r"SK[0-9a-fA-F]{32}" + _EH), ("SK",)),
-    Detector(
-        "twilio_auth_token",
-        rx(r"AC[0-9a-f]{32}:([0-9a-f]{32})" + _EH),
-        ("AC",),
-        group=1,
-    ),
+    _token("docker_hub_token", "dckr_pat_", r"[A-Za-z0-9_-]{27,40}", _E),
+    _token("sendgrid_api_key", "SG.", r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", _E),
+    _token("twilio_api_key", "SK", r"[0-9a-fA-F]{32}"),
+    _token("twilio_auth_token", "AC", r"[0-9a-f]{32}:([0-9a-f]{32})", group=1),
     _assigned(
         "twilio_auth_token",
         r"(?i:auth[_-]?token)",
@@ -455,14 +432,13 @@ DETECTORS: tuple[Detector, ...] = (
         r"([A-Za-z0-9+/]{43}=)(?![A-Za-z0-9+/=])",
         "shared",
     ),
-    Detector(
+    _anchored(
         "azure_ad_client_secret",
-        rx(r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"),
-        keywords=("Q~",),
-        anchored=True,
+        r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])",
+        "Q~",
         offsets=(4,),
     ),
-    Detector("vault_token", rx(r"hv[sbr]\.[A-Za-z0-9_-]{90,400}" + _E), ("hvs.", "hvb.", "hvr.")),
+    _token("vault_token", ("hvs.", "hvb.", "hvr."), r"[A-Za-z0-9_-]{90,400}", _E),
     _assigned(
         "vault_token",
         # The legacy "s." shape is far too short to stand alone: only as a Vault token value.
@@ -471,15 +447,15 @@ DETECTORS: tuple[Detector, ...] = (
         "vault",
         offsets=(0, 2),
     ),
-    Detector("databricks_token", rx(r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?" + _EH), ("dapi",)),
-    Detector("atlassian_api_token", rx(r"ATATT3[A-Za-z0-9_=-]{150,250}" + _E), ("ATATT3",)),
+    _token("databricks_token", "dapi", r"[a-f0-9]{32}(?:-[0-9]{1,2})?"),
+    _token("atlassian_api_token", "ATATT3", r"[A-Za-z0-9_=-]{150,250}", _E),
     Detector(
         "linear_token",
         rx(r"lin_(?:(?P<k>api)_[A-Za-z0-9]{40}|oauth_[a-f0-9]{64})" + _EH),
         ("lin_api_", "lin_oauth_"),
         kinds={"api": "linear_api_key", "": "linear_oauth_token"},
     ),
-    Detector("postman_api_key", rx(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _EH), ("PMAK-",)),
+    _token("postman_api_key", "PMAK-", r"[a-f0-9]{24}-[a-f0-9]{34}"),
     Detector(
         "grafana_token",
         rx(
@@ -488,56 +464,50 @@ DETECTORS: tuple[Detector, ...] = (
         ),
         ("glsa_", "glc_eyJ"),
     ),
-    Detector(
+    _token(
         "doppler_token",
-        rx(r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}" + _EH),
-        ("dp.pt.", "dp.st.", "dp.ct.", "dp.sa.", "dp.scim.", "dp.audit."),
+        tuple(f"dp.{k}." for k in ("pt", "st", "ct", "sa", "scim", "audit")),
+        r"[A-Za-z0-9]{40,44}",
     ),
     Detector(
         "sentry_token",
         rx(r"(?:sntryu_[a-f0-9]{64}|sntrys_eyJ[A-Za-z0-9+/=_]{60,400})" + _EH),
         ("sntryu_", "sntrys_"),
     ),
-    Detector("notion_token", rx(r"ntn_[0-9]{11}[A-Za-z0-9]{35}" + _EH), ("ntn_",)),
-    Detector("heroku_api_key", rx(r"HRKU-AA[A-Za-z0-9_-]{58}" + _E), ("HRKU-AA",)),
-    Detector("new_relic_user_key", rx(r"NRAK-[A-Z0-9]{27}" + _EH), ("NRAK-",)),
-    Detector("supabase_token", rx(r"sbp_[a-f0-9]{40}" + _EH), ("sbp_",)),
+    _token("notion_token", "ntn_", r"[0-9]{11}[A-Za-z0-9]{35}"),
+    _token("heroku_api_key", "HRKU-AA", r"[A-Za-z0-9_-]{58}", _E),
+    _token("new_relic_user_key", "NRAK-", r"[A-Z0-9]{27}"),
+    _token("supabase_token", "sbp_", r"[a-f0-9]{40}"),
     # Chat and mail
-    Detector(
+    _token(
         "discord_webhook_url",
-        rx(r"discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/[A-Za-z0-9_-]{60,68}" + _E),
         ("discord.com/api/webhooks/", "discordapp.com/api/webhooks/"),
+        r"[0-9]{17,20}/[A-Za-z0-9_-]{60,68}",
+        _E,
         bounded=False,
     ),
-    Detector(
+    _anchored(
         "telegram_bot_token",
-        rx(r"[0-9]{5,16}:A[A-Za-z0-9_-]{34}" + _E),
-        keywords=(":A",),
-        anchored=True,
+        r"[0-9]{5,16}:A[A-Za-z0-9_-]{34}" + _E,
+        ":A",
         offsets=tuple(range(16, 4, -1)),  # leftmost start first
         continues=frozenset("0123456789"),
     ),
-    Detector(
+    _anchored(
         "mailgun_api_key",
-        rx(r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _EH),
-        keywords=("mailgun",),
+        r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _EH,
+        "mailgun",
         fold=True,
-        anchored=True,
         reach=250,
         check=_context("mailgun"),
     ),
-    Detector(
-        "mailchimp_api_key",
-        rx(r"[0-9a-f]{32}-us[0-9]{1,2}" + _EH),
-        keywords=("-us",),
-        anchored=True,
-        offsets=(32,),
-    ),
+    _anchored("mailchimp_api_key", r"[0-9a-f]{32}-us[0-9]{1,2}" + _EH, "-us", offsets=(32,)),
     # Credentials written into a URL or an Authorization header
-    Detector(
+    _token(
         "url_credentials",
-        rx(r"""://[^\s:/?#@\[\]"'<>`]{0,256}:([^\s:/?#@\[\]"'<>`]{1,256})@[A-Za-z0-9\[]"""),
-        ("://",),
+        "://",
+        r"""[^\s:/?#@\[\]"'<>`]{0,256}:([^\s:/?#@\[\]"'<>`]{1,256})@[A-Za-z0-9\[]""",
+        "",
         group=1,
         bounded=False,
         check=_url_password,

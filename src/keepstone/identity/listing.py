@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -25,26 +25,13 @@ from keepstone.errors import InvalidRequest
 from keepstone.identity import schema as t
 from keepstone.paging import DEFAULT_PAGE as DEFAULT_PAGE
 from keepstone.paging import MAX_PAGE as MAX_PAGE
+from keepstone.wire import Jsonable
 
 T = TypeVar("T")
 
 
-def _jsonable(entry: Any) -> dict[str, Any]:
-    """``entry``'s fields, times as ISO 8601 text."""
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(entry).items()}
-
-
-class Entry:
-    """A listed row: :meth:`as_json` gives its fields, times as ISO 8601 text."""
-
-    __slots__ = ()
-
-    def as_json(self) -> dict[str, Any]:
-        return _jsonable(self)
-
-
 @dataclass(frozen=True, slots=True)
-class OrgEntry(Entry):
+class OrgEntry(Jsonable):
     id: str
     name: str
     plan: str
@@ -54,7 +41,7 @@ class OrgEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class TeamEntry(Entry):
+class TeamEntry(Jsonable):
     id: str
     name: str
     org_id: str
@@ -62,7 +49,7 @@ class TeamEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class UserEntry(Entry):
+class UserEntry(Jsonable):
     id: str
     email: str
     name: str
@@ -73,7 +60,7 @@ class UserEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True)
-class ApiKeyEntry(Entry):
+class ApiKeyEntry(Jsonable):
     """An API key's record. When a key was last used is not recorded, so not shown."""
 
     id: str
@@ -88,7 +75,7 @@ class ApiKeyEntry(Entry):
         return self.revoked_at is not None
 
     def as_json(self) -> dict[str, Any]:
-        return {**_jsonable(self), "revoked": self.revoked}
+        return {**Jsonable.as_json(self), "revoked": self.revoked}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,85 +119,55 @@ def _decode_cursor(kind: str, cursor: str) -> str:
 def _page(
     engine: Engine,
     table: sa.Table,
+    entry: Callable[..., T],
     columns: Sequence[sa.ColumnElement[Any]],
-    make: Callable[[Any], T],
     *,
     limit: int,
     cursor: str | None,
     where: Sequence[sa.ColumnElement[bool]] = (),
 ) -> Page[T]:
+    """A page of ``table``'s rows by id, each made an ``entry`` of ``columns``' values (in
+    the entry's field order; a time made timezone-aware UTC)."""
     kind = table.name  # the cursor names the list it belongs to
     query = sa.select(*columns).where(*where).order_by(table.c.id).limit(check_limit(limit) + 1)
     if cursor:
         query = query.where(table.c.id > _decode_cursor(kind, cursor))
     with read_transaction(engine) as conn:
         rows = conn.execute(query).all()
-    items = tuple(make(row) for row in rows[:limit])
+    items = tuple(entry(*map(_aware, row)) for row in rows[:limit])
     more = len(rows) > limit
     return Page(items, _encode_cursor(kind, rows[limit - 1].id) if more else None)
+
+
+def _aware(value: object) -> object:
+    """A time read from the database as timezone-aware UTC; any other value as it is."""
+    return utc(value) if isinstance(value, datetime) else value
 
 
 def list_orgs(
     engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> Page[OrgEntry]:
     o = t.orgs.c
-    return _page(
-        engine,
-        t.orgs,
-        (o.id, o.name, o.plan, o.memory_quota_bytes, o.created_at),
-        lambda r: OrgEntry(
-            str(r.id),
-            str(r.name),
-            str(r.plan),
-            None if r.memory_quota_bytes is None else int(r.memory_quota_bytes),
-            utc(r.created_at),
-        ),
-        limit=limit,
-        cursor=cursor,
-    )
+    columns = (o.id, o.name, o.plan, o.memory_quota_bytes, o.created_at)
+    return _page(engine, t.orgs, OrgEntry, columns, limit=limit, cursor=cursor)
 
 
 def list_teams(
     engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> Page[TeamEntry]:
     c = t.teams.c
-    return _page(
-        engine,
-        t.teams,
-        (c.id, c.name, c.org_id, c.created_at),
-        lambda r: TeamEntry(str(r.id), str(r.name), str(r.org_id), utc(r.created_at)),
-        limit=limit,
-        cursor=cursor,
-    )
+    columns = (c.id, c.name, c.org_id, c.created_at)
+    return _page(engine, t.teams, TeamEntry, columns, limit=limit, cursor=cursor)
 
 
 def list_users(
     engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> Page[UserEntry]:
     u = t.users.c
-    return _page(
-        engine,
-        t.users,
-        # The hash never leaves the database: only whether there is one.
-        (
-            u.id,
-            u.email,
-            u.name,
-            u.super_admin,
-            u.password_hash.is_not(None).label("has_pw"),
-            u.created_at,
-        ),
-        lambda r: UserEntry(
-            str(r.id),
-            str(r.email),
-            str(r.name),
-            bool(r.super_admin),
-            bool(r.has_pw),
-            utc(r.created_at),
-        ),
-        limit=limit,
-        cursor=cursor,
-    )
+    # The hash never leaves the database: only whether there is one.
+    has_password = sa.type_coerce(u.password_hash.is_not(None), sa.Boolean)
+    columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at)
+    return _page(engine, t.users, UserEntry, columns, limit=limit, cursor=cursor)
 
 
 def list_api_keys(
@@ -227,20 +184,6 @@ def list_api_keys(
         where.append(k.user_id == user_id)
     if team_id is not None:
         where.append(k.team_id == team_id)
-    return _page(
-        engine,
-        t.api_keys,
-        # Never key_hash: the columns are named one by one.
-        (k.id, k.name, k.user_id, k.team_id, k.created_at, k.revoked_at),
-        lambda r: ApiKeyEntry(
-            str(r.id),
-            str(r.name),
-            str(r.user_id),
-            str(r.team_id),
-            utc(r.created_at),
-            None if r.revoked_at is None else utc(r.revoked_at),
-        ),
-        limit=limit,
-        cursor=cursor,
-        where=where,
-    )
+    # Never key_hash: the columns are named one by one.
+    columns = (k.id, k.name, k.user_id, k.team_id, k.created_at, k.revoked_at)
+    return _page(engine, t.api_keys, ApiKeyEntry, columns, limit=limit, cursor=cursor, where=where)

@@ -44,13 +44,20 @@ users = sa.Table(
     timestamp("created_at"),
 )
 
-org_members = sa.Table(
-    "org_members",
-    metadata,
-    _reference("org_id", "orgs", primary_key=True),
-    _reference("user_id", "users", primary_key=True),
-    sa.Column("role", sa.String(32), nullable=False),
-)
+
+def _members(of: str, *columns: sa.Column[Any]) -> sa.Table:
+    """The members of an org or a team (``of``) and their roles: keyed ``(<of>_id, user_id)``."""
+    return sa.Table(
+        f"{of}_members",
+        metadata,
+        _reference(f"{of}_id", f"{of}s", primary_key=True),
+        _reference("user_id", "users", primary_key=True),
+        sa.Column("role", sa.String(32), nullable=False),
+        *columns,
+    )
+
+
+org_members = _members("org")
 
 teams = sa.Table(
     "teams",
@@ -61,12 +68,8 @@ teams = sa.Table(
     timestamp("created_at"),
 )
 
-team_members = sa.Table(
-    "team_members",
-    metadata,
-    _reference("team_id", "teams", primary_key=True),
-    _reference("user_id", "users", primary_key=True),
-    sa.Column("role", sa.String(32), nullable=False),
+team_members = _members(
+    "team",
     # True when the membership is limited to the projects in team_member_projects.
     sa.Column("projects_limited", sa.Boolean, nullable=False, server_default=sa.false()),
     timestamp("created_at"),

@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from keepstone.db.vectors import encode_many
 from keepstone.errors import KeepstoneError
 from keepstone.store.index import ChunkBackfill, SearchIndex
+from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder
@@ -285,7 +286,7 @@ def lower_thread_priority(niceness: int) -> None:
 
 
 @dataclass(frozen=True)
-class ReindexReport:
+class ReindexReport(Jsonable):
     """What a reindex did: documents looked at, rows embedded, the model (None: no
     embedder, chunked only)."""
 
@@ -293,14 +294,6 @@ class ReindexReport:
     chunks_embedded: int
     records_embedded: int
     model: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "documents": self.documents,
-            "chunks_embedded": self.chunks_embedded,
-            "records_embedded": self.records_embedded,
-            "model": self.model,
-        }
 
 
 def embed_pending(

@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from keepstone.store.index import (
     search_capability,
     vector_index_of,
 )
+from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder
@@ -59,7 +60,7 @@ BM25_CACHE_SPACES = 256
 
 
 @dataclass(frozen=True, slots=True)
-class DocumentHit:
+class DocumentHit(Jsonable):
     """One section found: its document, heading trail, a snippet, the fused score, which
     signals matched (``"keyword"``, ``"meaning"``) and the space it is in."""
 
@@ -70,15 +71,8 @@ class DocumentHit:
     matched: tuple[str, ...]
     space_id: str
 
-    def as_json(self) -> dict[str, Any]:
-        """The API's shape of a hit (``GET /api/memory/search``)."""
-        return {
-            "path": self.path,
-            "heading": self.heading,
-            "snippet": self.snippet,
-            "score": self.score,
-            "matched": list(self.matched),
-        }
+    #: The API's shape of a hit (``GET /api/memory/search``) names no space.
+    wire_names: ClassVar[Mapping[str, str | None]] = {"space_id": None}
 
 
 R = TypeVar("R", bound=ChunkToEmbed)

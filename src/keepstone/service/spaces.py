@@ -52,6 +52,7 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
 from keepstone.store.base import MemoryStore, Progress, check_precondition
 from keepstone.store.index import search_capability
+from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:  # keepstone.service.search loads numpy: only commands that search pay
     from keepstone.service.search import DocumentHit, DocumentSearch
@@ -80,7 +81,7 @@ def fenced(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class SpaceLabel:
+class SpaceLabel(Jsonable):
     """A space as the API names it: its id, visibility and name, and the qualifiers its
     visibility takes (None where it takes none). The team is the caller's own."""
 
@@ -108,9 +109,6 @@ class SpaceLabel:
         got = {f.name: body.get(f.name) for f in fields(cls)}
         return cls(**{k: None if v is None else str(v) for k, v in got.items()})  # type: ignore[arg-type]
 
-    def as_json(self) -> dict[str, str | None]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 @dataclass(frozen=True, slots=True)
 class ReadableHit:
@@ -128,32 +126,21 @@ ReadableHits = list[ReadableHit]
 
 
 @dataclass(frozen=True, slots=True)
-class SpaceUsage:
+class SpaceUsage(Jsonable):
     """A space that exists, and the bytes it uses against its sub-cap (0 = none)."""
 
     space: SpaceLabel
     used_bytes: int
     quota_bytes: int
 
-    def as_json(self) -> dict[str, Any]:
-        """The API's shape (``GET /api/memory/spaces``)."""
-        return {
-            "space": self.space.as_json(),
-            "used_bytes": self.used_bytes,
-            "quota_bytes": self.quota_bytes,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class SpaceList:
+class SpaceList(Jsonable):
     """The spaces a caller may read, sorted by id; ``truncated`` when there were more than
     :data:`MAX_READABLE_SPACES` (the first ones are listed)."""
 
     spaces: tuple[SpaceUsage, ...]
     truncated: bool
-
-    def as_json(self) -> dict[str, Any]:
-        return {"spaces": [s.as_json() for s in self.spaces], "truncated": self.truncated}
 
 
 @runtime_checkable

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,7 +40,6 @@ from keepstone.errors import (
     Conflict,
     InvalidDocument,
     NotFound,
-    StoreUnavailable,
     UnsupportedVisibility,
 )
 from keepstone.paths import validate_dir_prefix, validate_doc_path
@@ -66,7 +65,7 @@ from keepstone.store.base import (
     content_etag,
 )
 from keepstone.store.fs_counters import Counters
-from keepstone.store.fs_files import os_errors
+from keepstone.store.fs_files import os_errors, sidecar_errors
 from keepstone.store.fs_history import Observed, Record, history_errors
 from keepstone.store.fs_import import import_batch
 from keepstone.store.fs_index import FsIndex, PendingChunk
@@ -512,15 +511,9 @@ def _stat_key(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-@contextlib.contextmanager
-def _index_errors() -> Iterator[None]:
+def _index_errors() -> AbstractContextManager[None]:
     """Translate the search index's SQLite failures at the adapter boundary."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(
-            f"the filesystem store's search index ({INDEX_FILE} at the store's root) failed: {exc}"
-        ) from exc
+    return sidecar_errors("search index", INDEX_FILE)
 
 
 # The layout's public names stay importable from here (``keepstone.store.fs`` predates the split).

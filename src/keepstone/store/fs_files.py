@@ -112,6 +112,18 @@ def os_errors(path: str) -> Iterator[None]:
         ) from exc
 
 
+@contextlib.contextmanager
+def sidecar_errors(what: str, file: str) -> Iterator[None]:
+    """Translate the SQLite failures of the sidecar ``file`` (the ``what``, for the message)
+    at the adapter boundary."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(
+            f"the filesystem store's {what} ({file} at the store's root) failed: {exc}"
+        ) from exc
+
+
 def open_sidecar(
     what: str,
     path: Path,

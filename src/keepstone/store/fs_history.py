@@ -29,15 +29,17 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag
-from keepstone.errors import InvalidDocument, StoreUnavailable
+from keepstone.errors import InvalidDocument
 from keepstone.quota import Limits, clamp
+from keepstone.store.fs_files import sidecar_errors
 from keepstone.store.fs_index import SqliteSidecar, write_transaction
 from keepstone.store.version_pack import pack_version, unpack_version
 
@@ -394,15 +396,9 @@ def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
     return 0 if packed is None else len(packed)
 
 
-@contextlib.contextmanager
-def history_errors() -> Iterator[None]:
+def history_errors() -> AbstractContextManager[None]:
     """Translate the history file's SQLite failures at the adapter boundary."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(
-            f"the filesystem store's history ({HISTORY_FILE} at the store's root) failed: {exc}"
-        ) from exc
+    return sidecar_errors("history", HISTORY_FILE)
 
 
 def hand_edit(

@@ -15,7 +15,6 @@ chunks and moves its space's ``search_version``, in the write's own transaction.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,12 @@ from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
-from keepstone.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
+from keepstone.store.sql_schema import (
+    memory_chunks,
+    memory_documents,
+    memory_space_usage,
+    space_key,
+)
 from keepstone.store.sql_statements import BACKFILL_BATCH_DOCS, Statements
 
 D = memory_documents
@@ -40,10 +44,6 @@ C = memory_chunks
 
 #: The reserved ``tenant_id`` of global rows and of the instance counter.
 NO_TENANT = ""
-
-
-def _space_key(space_id: str) -> str:
-    return hashlib.sha256(space_id.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,7 @@ class DocumentIndex:
                 "belongs to a team, so the caller must stamp the team id onto the ref",
                 field="tenant",
             )
-        return {"t": ref.tenant or NO_TENANT, "k": _space_key(ref.id), "sid": ref.id}
+        return {"t": ref.tenant or NO_TENANT, "k": space_key(ref.id), "sid": ref.id}
 
     def chunk_rows(self, ref: SpaceRef) -> ChunkRows:
         """Every chunk of every document of the space, by path then position; a chunk not
@@ -340,10 +340,8 @@ class DocumentIndex:
                 # Space counters last, in key order, after every document lock: a write
                 # locks its document, then its space's counter, so taking a counter before
                 # the next document's lock would deadlock with a write of that document.
-                for tenant, space_key, space_id in sorted(touched):
-                    conn.execute(
-                        self._sql.bump_space, {"t": tenant, "k": space_key, "sid": space_id}
-                    )
+                for tenant, k, space_id in sorted(touched):
+                    conn.execute(self._sql.bump_space, {"t": tenant, "k": k, "sid": space_id})
             for _ in batch:
                 done += 1
                 if progress is not None:

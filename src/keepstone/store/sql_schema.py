@@ -17,6 +17,8 @@ what a Python sort of the same strings gives.
 
 from __future__ import annotations
 
+import hashlib
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -45,6 +47,11 @@ _ADDED_LATER = frozenset(
 
 #: Text compared and sorted by code point on both dialects.
 BinaryText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+
+
+def space_key(space_id: str) -> str:
+    """The ``space_key`` column's value for the space ``space_id`` (see the module docstring)."""
+    return hashlib.sha256(space_id.encode("utf-8")).hexdigest()
 
 
 def _tenant_key() -> sa.Column[str]:

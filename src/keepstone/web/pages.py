@@ -235,40 +235,19 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
 # --- editing ----------------------------------------------------------------------------------
 
 
-def _edit_page(
-    request: Request,
-    space: dict[str, str],
-    *,
-    path: str,
-    content: str,
-    etag: str,
-    new: bool,
-    error: str | None = None,
-    status: int = 200,
-) -> Response:
-    return page(
-        request,
-        "edit.html",
-        status,
-        space=space,
-        path=path,
-        content=content,
-        etag=etag,
-        new=new,
-        error=error,
-    )
-
-
 @router.get("/t/{team_id}/edit")
 def edit_form(request: Request, team_id: str, path: str = "") -> Response:
     """The document in a textarea (its etag kept for the save), or an empty new one."""
     who, ref = asked_space(request, team_id)
     if not path:
-        return _edit_page(request, fields_of(ref), path="", content="", etag="", new=True)
+        return page(
+            request, "edit.html", space=fields_of(ref), path="", content="", etag="",
+            new=True, error=None,
+        )  # fmt: skip
     doc = spaces_of(request).read(ref, path)
-    return _edit_page(
-        request, fields_of(ref), path=doc.path, content=doc.content, etag=doc.etag,
-        new=False,
+    return page(
+        request, "edit.html", space=fields_of(ref), path=doc.path, content=doc.content,
+        etag=doc.etag, new=False, error=None,
     )  # fmt: skip
 
 
@@ -304,9 +283,9 @@ async def edit_save(request: Request, team_id: str) -> Response:
     except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
-        return _edit_page(
-            request, space, path=path, content=content, etag=etag, new=not etag,
-            error=exc.message, status=exc.status,
+        return page(
+            request, "edit.html", exc.status, space=space, path=path, content=content,
+            etag=etag, new=not etag, error=exc.message,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=path))
 
