@@ -320,12 +320,14 @@ def _require_markdown(verb: str, path: str, rel: str) -> None:
 
 def _absent(path: str, rel: str, *, please: bool = False) -> ToolError:
     """The reference's "does not exist" (its ``view``, ``str_replace`` and ``insert`` add
-    "Please provide a valid path."), with the Markdown rule when the name breaks it."""
+    "Please provide a valid path."), with the Markdown rule when the name has another
+    extension (a name without one may be meant as a directory)."""
     sentence = f"The path {path} does not exist" + (
         ". Please provide a valid path." if please else ""
     )
-    if rel and not _is_document_name(rel):
-        sentence += f" Note that {_MARKDOWN_ONLY}."
+    name = posixpath.basename(rel)
+    if "." in name.lstrip(".") and not _is_document_name(rel):
+        sentence += ("" if sentence.endswith(".") else ".") + f" Note that {_MARKDOWN_ONLY}."
     return ToolError(sentence)
 
 
