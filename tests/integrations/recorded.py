@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
+from anthropic import Anthropic, AsyncAnthropic
 
 try:  # the transport package the installed SDK is built on
     import httpx2 as http
@@ -66,15 +66,13 @@ class RecordedApi:
             200, json=_message([{"type": "text", "text": self.final_text}], "end_turn")
         )
 
-    def client(self) -> anthropic.Anthropic:
+    def client(self) -> Anthropic:
         transport = http.MockTransport(self)
-        return anthropic.Anthropic(api_key="recorded", http_client=http.Client(transport=transport))
+        return Anthropic(api_key="recorded", http_client=http.Client(transport=transport))
 
-    def async_client(self) -> anthropic.AsyncAnthropic:
+    def async_client(self) -> AsyncAnthropic:
         transport = http.MockTransport(self)
-        return anthropic.AsyncAnthropic(
-            api_key="recorded", http_client=http.AsyncClient(transport=transport)
-        )
+        return AsyncAnthropic(api_key="recorded", http_client=http.AsyncClient(transport=transport))
 
     def results(self) -> list[Result]:
         """The ``tool_result`` blocks of the runner's second request, in order."""
