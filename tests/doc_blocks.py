@@ -18,6 +18,20 @@ _BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 _SHOWN = re.compile(r"^\s*print\(.*\)\s+# (.+)$")
 
 
+def as_a_reader(mp: pytest.MonkeyPatch, tmp_path: Path, server_url: str, key: str) -> None:
+    """The environment the pages' examples assume: a fresh ``KEEPSTONE_HOME`` and current
+    directory under ``tmp_path``, ``KEEPSTONE_SERVER`` / ``KEEPSTONE_TOKEN`` naming a real
+    server and a member's key, no database or quota setting of the machine's."""
+    mp.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    mp.setenv("KEEPSTONE_SERVER", server_url)
+    mp.setenv("KEEPSTONE_TOKEN", key)
+    for name in ("KEEPSTONE_DATABASE_URL", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
+        mp.delenv(name, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    mp.chdir(work)
+
+
 def python_blocks(doc: Path) -> list[tuple[int, str]]:
     """Each ```python block of ``doc`` with the line it starts on."""
     text = doc.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ import anthropic
 import pytest
 
 from keepstone.sdk import Memory
-from tests.doc_blocks import python_blocks, run_block
+from tests.doc_blocks import as_a_reader, python_blocks, run_block
 from tests.integrations.recorded import RecordedApi
 from tests.sdk.conftest import Server
 
@@ -32,13 +32,8 @@ SAID = "I'll remember that you deploy on Fridays."
 def test_every_python_block_of_the_page_runs(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KEEPSTONE_SERVER", server.url)
-    monkeypatch.setenv("KEEPSTONE_TOKEN", server.member_key())
+    as_a_reader(monkeypatch, tmp_path, server.url, server.member_key())
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
-    for name in ("KEEPSTONE_DATABASE_URL", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
     replies: list[RecordedApi] = []
 
     def recorded(kind: str) -> Any:

@@ -19,7 +19,7 @@ from anthropic.types.beta import BetaMemoryTool20250818ViewCommand
 
 from keepstone.integrations.anthropic import AsyncKeepstoneMemoryTool, KeepstoneMemoryTool
 from keepstone.sdk import AsyncMemory, Memory
-from tests.integrations.conftest import Memories
+from tests.integrations.conftest import MemoryFactory, local_and_server
 from tests.integrations.recorded import Result, run, run_async
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,10 +33,11 @@ def _rename(old: str, new: str) -> dict[str, Any]:
     return {"command": "rename", "old_path": old, "new_path": new}
 
 
+@local_and_server
 def test_a_file_named_without_md_is_refused_with_a_tool_error_that_says_so(
-    memories: Memories,
+    memory_factory: MemoryFactory,
 ) -> None:
-    memory = memories()
+    memory = memory_factory(project="web")
     memory.write("notes.md", "# Notes\n")
     results = run(
         KeepstoneMemoryTool(memory),
@@ -69,10 +70,11 @@ def test_a_file_named_without_md_is_refused_with_a_tool_error_that_says_so(
     assert [d.path for d in memory.list()] == ["notes.md"]
 
 
+@local_and_server
 def test_rename_and_delete_of_a_directory_move_and_delete_each_document_with_its_history(
-    memories: Memories,
+    memory_factory: MemoryFactory,
 ) -> None:
-    memory = memories()
+    memory = memory_factory(project="web")
     for path in ("proj/a.md", "proj/sub/b.md", "projects.md", "other/c.md"):
         memory.write(path, f"# {path}\n")
     tool = KeepstoneMemoryTool(memory)
@@ -104,8 +106,9 @@ def test_rename_and_delete_of_a_directory_move_and_delete_each_document_with_its
     assert [v.deleted for v in memory.versions("archive/2026/a.md")] == [True, False]
 
 
-def test_a_directory_exists_while_a_document_lies_under_it(memories: Memories) -> None:
-    memory = memories()
+@local_and_server
+def test_a_directory_exists_while_a_document_lies_under_it(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
     memory.write("a/b.md", "b\n")
     tool = KeepstoneMemoryTool(memory)
     results = run(
@@ -124,8 +127,11 @@ def test_a_directory_exists_while_a_document_lies_under_it(memories: Memories) -
     assert results[2].text.split("\n")[1:] == ["0B\t/memories"]
 
 
-def test_the_spaces_refusals_are_tool_errors_the_model_can_read(memories: Memories) -> None:
-    memory = memories(team_quota=1000)
+@local_and_server
+def test_the_spaces_refusals_are_tool_errors_the_model_can_read(
+    memory_factory: MemoryFactory,
+) -> None:
+    memory = memory_factory(project="web", team_quota=1000)
     memory.write("notes.md", "# Notes\n\n- one\n")
     results = run(
         KeepstoneMemoryTool(memory),
@@ -163,12 +169,13 @@ def test_the_spaces_refusals_are_tool_errors_the_model_can_read(memories: Memori
     assert memory.read("notes.md").content == "# Notes\n\n- one\n"
 
 
+@local_and_server
 def test_a_change_made_meanwhile_is_never_overwritten(
-    memories: Memories, monkeypatch: pytest.MonkeyPatch
+    memory_factory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another writer changes the document between the command's read and its write: the
     command is redone on the new text, so the other change survives."""
-    memory = memories()
+    memory = memory_factory(project="web")
     memory.write("notes.md", "- one\n- two\n")
     read = Memory.read
     meddled: list[str] = []
@@ -203,8 +210,9 @@ def test_a_change_made_meanwhile_is_never_overwritten(
     assert memory.read("notes.md").content == "top\n- 1\n- two\n- meanwhile 1\n- meanwhile 2\n"
 
 
-def test_the_async_tool_runs_through_the_async_runner(memories: Memories) -> None:
-    memory = memories()
+@local_and_server
+def test_the_async_tool_runs_through_the_async_runner(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
     tool = AsyncKeepstoneMemoryTool(AsyncMemory(memory))
     results = asyncio.run(
         run_async(tool, [_create("/memories/a.md", "a\n"), _create("/memories/a.txt")])
@@ -220,8 +228,9 @@ def test_the_async_tool_runs_through_the_async_runner(memories: Memories) -> Non
     }
 
 
-def test_a_direct_call_raises_the_sdks_tool_error(memories: Memories) -> None:
-    tool = KeepstoneMemoryTool(memories())
+@local_and_server
+def test_a_direct_call_raises_the_sdks_tool_error(memory_factory: MemoryFactory) -> None:
+    tool = KeepstoneMemoryTool(memory_factory(project="web"))
     view = BetaMemoryTool20250818ViewCommand(command="view", path="/memories/\u202e.md")
     with pytest.raises(ToolError, match=r"^Cannot view /memories/\u202e.md \(invalid_path\): "):
         tool.view(view)

@@ -20,7 +20,7 @@ from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMem
 
 from keepstone.integrations.anthropic import AsyncKeepstoneMemoryTool, KeepstoneMemoryTool
 from keepstone.sdk import AsyncMemory
-from tests.integrations.conftest import Memories
+from tests.integrations.conftest import MemoryFactory, local_and_server
 from tests.integrations.recorded import Result, run, run_async
 
 NOTES = "# Notes\n\n- one\n- two\n- one\n"
@@ -90,11 +90,12 @@ def reference(tmp_path: Path, uses: list[dict[str, Any]]) -> list[Result]:
     return run(BetaLocalFilesystemMemoryTool(str(tmp_path / "reference")), uses)
 
 
+@local_and_server
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_every_answer_is_the_reference_answer(
-    memories: Memories, tmp_path: Path, flavour: str
+    memory_factory: MemoryFactory, tmp_path: Path, flavour: str
 ) -> None:
-    memory = memories()
+    memory = memory_factory(project="web")
     if flavour == "sync":
         ours = run(KeepstoneMemoryTool(memory), SESSION)
     else:
@@ -111,8 +112,9 @@ def test_every_answer_is_the_reference_answer(
     assert sum(r.is_error for r in theirs) == 17
 
 
-def test_a_directory_is_sized_by_the_documents_under_it(memories: Memories) -> None:
-    memory = memories()
+@local_and_server
+def test_a_directory_is_sized_by_the_documents_under_it(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
     memory.write("a/one.md", "x" * 1000)
     memory.write("a/b/two.md", "y" * 1048)
     memory.write("c.md", "")

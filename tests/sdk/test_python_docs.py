@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import python_blocks, run_block
+from tests.doc_blocks import as_a_reader, python_blocks, run_block
 from tests.sdk.conftest import Server
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python.md"
@@ -19,14 +19,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 def test_every_python_block_of_the_docs_runs(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KEEPSTONE_SERVER", server.url)
-    monkeypatch.setenv("KEEPSTONE_TOKEN", server.member_key())
-    for name in ("KEEPSTONE_DATABASE_URL", "KEEPSTONE_MEMORY_QUOTA_ORG_TOTAL"):
-        monkeypatch.delenv(name, raising=False)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+    as_a_reader(monkeypatch, tmp_path, server.url, server.member_key())
     blocks = python_blocks(DOC)
     assert len(blocks) >= 6, "docs/python.md lost its examples"
     for line, code in blocks:
