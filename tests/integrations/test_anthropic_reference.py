@@ -73,6 +73,32 @@ SESSION: list[dict[str, Any]] = [
 ]
 
 
+#: Texts at the edges: no final line break, CRLF, empty, non-ASCII sizes, ranges past the end.
+EDGES: list[dict[str, Any]] = [
+    {"command": "create", "path": "/memories/bare.md", "file_text": "a\nb"},
+    {"command": "create", "path": "/memories/crlf.md", "file_text": "a\r\nb\r\n"},
+    {"command": "create", "path": "/memories/empty.md", "file_text": ""},
+    {"command": "create", "path": "/memories/café/crème.md", "file_text": "é" * 700},
+    {"command": "view", "path": "/memories"},
+    {"command": "view", "path": "/memories/café/"},
+    {"command": "view", "path": "/memories/bare.md", "view_range": [0, 1]},
+    {"command": "view", "path": "/memories/bare.md", "view_range": [5, 9]},
+    {"command": "view", "path": "/memories/bare.md", "view_range": [1]},
+    {"command": "view", "path": "/memories/empty.md"},
+    {"command": "insert", "path": "/memories/bare.md", "insert_line": 1, "insert_text": "mid"},
+    {"command": "insert", "path": "/memories/crlf.md", "insert_line": 2, "insert_text": "c\r"},
+    {"command": "insert", "path": "/memories/empty.md", "insert_line": 0, "insert_text": ""},
+    {"command": "insert", "path": "/memories/empty.md", "insert_line": -1, "insert_text": "x"},
+    {"command": "str_replace", "path": "/memories/bare.md", "old_str": "a\nmid", "new_str": "A"},
+    {"command": "str_replace", "path": "/memories/crlf.md", "old_str": "b\r\nc", "new_str": "B"},
+    {"command": "view", "path": "/memories/bare.md"},
+    {"command": "view", "path": "/memories/crlf.md"},
+    {"command": "view", "path": "/memories/empty.md"},
+    {"command": "rename", "old_path": "/memories/café", "new_path": "/memories/deep/er/café"},
+    {"command": "view", "path": "/memories"},
+]
+
+
 def _without_directory_sizes(result: Result) -> Result:
     """A listing with each directory's size (its own line and the ones ending in '/') blanked."""
     lines = result.text.split("\n")
@@ -127,3 +153,12 @@ def test_a_directory_is_sized_by_the_documents_under_it(memory_factory: MemoryFa
         "0B\t/memories/c.md",
     ]
     assert re.match(r"Here're the files and directories up to 2 levels deep", listing.text)
+
+
+@local_and_server
+def test_the_edges_are_the_reference_edges(memory_factory: MemoryFactory, tmp_path: Path) -> None:
+    ours = run(KeepstoneMemoryTool(memory_factory(project="web")), EDGES)
+    theirs = reference(tmp_path, EDGES)
+    for use, mine, ref in zip(EDGES, ours, theirs, strict=True):
+        assert _without_directory_sizes(mine) == _without_directory_sizes(ref), use
+    assert sum(r.is_error for r in theirs) == 1
