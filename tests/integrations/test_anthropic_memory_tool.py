@@ -52,13 +52,13 @@ def test_a_file_named_without_md_is_refused_with_a_tool_error_that_says_so(
     )
     assert all(r.is_error for r in results)
     md_only = "this memory holds Markdown documents only: every file name ends in .md"
-    assert (
-        results[0].text
-        == f"Cannot create /memories/todo.txt: {md_only}; name it e.g. /memories/todo.md"
+    assert results[0].text == (
+        f"Cannot create /memories/todo.txt (invalid_path): {md_only}; "
+        "name it e.g. /memories/todo.md"
     )
     assert results[1].text.endswith("name it e.g. /memories/todo.md")
     assert results[2].text == (
-        f"Cannot rename /memories/notes.md to /memories/notes.txt: {md_only}; "
+        f"Cannot rename /memories/notes.md to /memories/notes.txt (invalid_path): {md_only}; "
         "name it e.g. /memories/notes.md"
     )
     assert results[3].text == (
@@ -157,16 +157,30 @@ def test_the_spaces_refusals_are_tool_errors_the_model_can_read(
     assert all(r.is_error for r in results), results
     codes = ["quota_exceeded", "secret_detected", "invalid_path", "invalid_path"]
     for result, code, path in zip(
-        results, codes, ["big.md", "keys.md", "evil\u202egpj.md", "d/"], strict=False
+        results, codes, ["big.md", "keys.md", "evil\\u202egpj.md", "d/"], strict=False
     ):
         assert result.text.startswith(f"Cannot create /memories/{path}"), result.text
         assert f"({code}): " in result.text, result.text
     assert "U+202E RIGHT-TO-LEFT OVERRIDE" in results[2].text
+    assert "\u202e" not in results[2].text  # the refusal cannot display as another path
     assert "AKIAABCDEFGHIJKLMNOP" not in results[1].text
     assert results[4].text.startswith("Cannot str_replace /memories/notes.md (secret_detected): ")
     assert results[5].text.startswith("Cannot insert /memories/notes.md (quota_exceeded): ")
     assert [d.path for d in memory.list()] == ["notes.md"]
     assert memory.read("notes.md").content == "# Notes\n\n- one\n"
+
+
+@local_and_server
+def test_a_path_is_kept_in_one_unicode_spelling(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
+    decomposed, composed = "/memories/cafe\u0301.md", "/memories/caf\u00e9.md"
+    results = run(
+        KeepstoneMemoryTool(memory),
+        [_create(decomposed, "au lait\n"), {"command": "view", "path": composed}],
+    )
+    assert results[0] == Result(f"File created successfully at: {decomposed}", False)
+    assert results[1].text.endswith("     1\tau lait\n     2\t")
+    assert [d.path for d in memory.list()] == ["caf\u00e9.md"]
 
 
 @local_and_server
@@ -232,7 +246,7 @@ def test_the_async_tool_runs_through_the_async_runner(memory_factory: MemoryFact
 def test_a_direct_call_raises_the_sdks_tool_error(memory_factory: MemoryFactory) -> None:
     tool = KeepstoneMemoryTool(memory_factory(project="web"))
     view = BetaMemoryTool20250818ViewCommand(command="view", path="/memories/\u202e.md")
-    with pytest.raises(ToolError, match=r"^Cannot view /memories/\u202e.md \(invalid_path\): "):
+    with pytest.raises(ToolError, match=r"^Cannot view /memories/\\u202e\.md \(invalid_path\): "):
         tool.view(view)
     tool.memory.write("a.md", "a\n")
     assert tool.clear_all_memory() == "All memory cleared"
