@@ -95,6 +95,13 @@ def test_if_match_guards_write_and_delete(memory: Any) -> None:
     assert memory.list() == []
 
 
+def test_create_only_never_replaces_a_document(memory: Any) -> None:
+    assert memory.write("a.md", "one", create_only=True).created is True
+    with pytest.raises(PreconditionFailed, match="already exists"):
+        memory.write("a.md", "two", create_only=True)
+    assert memory.read("a.md").content == "one"
+
+
 def test_edit_replaces_one_exact_occurrence(memory: Any) -> None:
     memory.write("MEMORY.md", "# Memory\n\n- deploy on Fridays\n- test on Mondays\n")
     result = memory.edit("MEMORY.md", "deploy on Fridays", "deploy on Tuesdays")

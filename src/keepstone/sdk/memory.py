@@ -220,11 +220,15 @@ class Memory:
             return service.read_as_of(self._space, path, _instant(as_of))
         return service.read(self._space, path)
 
-    def write(self, path: str, content: str, *, if_match: str | None = None) -> WriteResult:
+    def write(
+        self, path: str, content: str, *, if_match: str | None = None, create_only: bool = False
+    ) -> WriteResult:
         """Create or replace the document at ``path`` (``created`` says which). With
-        ``if_match`` (an etag), only if the document still has it, else
-        ``PreconditionFailed``."""
-        return self._open().write(self._who, self._space, path, content, if_match=if_match)
+        ``if_match`` (an etag), only if the document still has it; with ``create_only``,
+        only if there is none; else ``PreconditionFailed``."""
+        return self._open().write(
+            self._who, self._space, path, content, if_match=if_match, create_only=create_only
+        )
 
     def edit(
         self,
