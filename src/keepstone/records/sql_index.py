@@ -41,8 +41,25 @@ _NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _mod
 _PENDING = (
     sa.select(R.c.team_id, R.c.id, R.c.text)
     .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
-    .order_by(R.c.created_at, R.c.team_id, R.c.id)
+    # Newest first: a record just saved is embedded before an older backlog.
+    .order_by(R.c.created_at.desc(), R.c.team_id, R.c.id)
     .limit(sa.bindparam("limit"))
+)
+#: What every team has pending: the indexer's backlog of records.
+_BACKLOG = (
+    sa.select(sa.func.count())
+    .select_from(R)
+    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
+)
+#: What one team has pending (ix_records_team_vectors leads with the team and the model).
+PENDING_IN_TEAM = (
+    sa.select(sa.func.count())
+    .select_from(R)
+    .where(
+        R.c.team_id == sa.bindparam("team"),
+        _NOT_OF_MODEL,
+        R.c.expires_at > sa.bindparam("now", type_=_TS),
+    )
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
 
@@ -137,11 +154,17 @@ class RecordIndex:
         self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
-        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
+        """Up to ``limit`` unexpired records, newest first, with no vector or one made by
         another model than ``model``, across every team. Reads without claiming: the
         indexers of several replicas use :meth:`claim_pending_records`."""
         with read_transaction(self.engine) as conn:
-            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
+            return _pending(conn.execute(_PENDING, pending_params(limit, model)))
+
+    def count_backlog(self, model: str) -> int:
+        """How many unexpired records of every team have no vector of ``model``: the
+        indexer's backlog."""
+        with read_transaction(self.engine) as conn:
+            return int(conn.execute(_BACKLOG, pending_params(0, model)).scalar() or 0)
 
     @contextmanager
     def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
@@ -160,7 +183,7 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        params = _pending_params(limit, model)
+        params = pending_params(limit, model)
 
         def claim(conn: Connection, lock: bool) -> RecordClaim:
             rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
@@ -213,8 +236,9 @@ class RecordIndex:
         return int(dropped)
 
 
-def _pending_params(limit: int, model: str) -> dict[str, object]:
-    return {"limit": limit, "model": model, "now": utcnow()}
+def pending_params(limit: int, model: str, team: str = "") -> dict[str, object]:
+    """The parameters of the pending statements (``team``: :data:`PENDING_IN_TEAM`'s)."""
+    return {"limit": limit, "model": model, "now": utcnow(), "team": team}
 
 
 def _pending(rows: Iterable[Any]) -> list[PendingRecord]:

@@ -39,8 +39,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Rows embedded per claim: one forward pass of the default embedder, and a short claim.
+#: Rows embedded per claim at most: one forward pass of the default embedder.
 BATCH_SIZE = 32
+#: The time one batch should take: a write made while a backlog drains waits for the batch
+#: in hand, then is claimed first (claims are newest first), so a batch's length bounds
+#: how long a fresh write waits for its vector (docs/search.md, "Freshness").
+BATCH_SECONDS = 0.4
+#: The batch length of a bulk reindex, which no fresh write waits on: full batches.
+BULK_BATCH_SECONDS = 3600.0
+#: Rows of a source's first batch, before its speed is known.
+FIRST_BATCH = 4
 #: Seconds between passes when nothing was pending.
 IDLE_SECONDS = 0.5
 #: The first and the longest pause after a failed pass (doubling in between).
@@ -119,6 +127,7 @@ class Indexer:
         *,
         backfill: Callable[[], int] | None = None,
         batch_size: int = BATCH_SIZE,
+        batch_seconds: float = BATCH_SECONDS,
         idle_seconds: float = IDLE_SECONDS,
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
@@ -131,6 +140,9 @@ class Indexer:
         self.sources = list(sources)
         self.backfill = backfill
         self.batch_size = batch_size
+        self.batch_seconds = batch_seconds
+        #: The next claim's size per source: as many rows as embed in ``batch_seconds``.
+        self._limits: dict[str, int] = {}
         self.idle_seconds = idle_seconds
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
@@ -167,15 +179,19 @@ class Indexer:
 
     def _embed_batch(self, source: Source) -> int:
         model = self.embedder.model_id
-        with source.claim(self.batch_size, model) as claim:
+        limit = self._limits.get(source.name, min(FIRST_BATCH, self.batch_size))
+        with source.claim(limit, model) as claim:
             rows = claim.rows
             if not rows:
                 return 0
             texts = [row.search_text for row in rows]
+            started = time.monotonic()
             if self.compute is None:
                 vectors = self.embedder.embed(texts)
             else:
                 vectors = self.compute.submit(self.embedder.embed, texts).result()
+            took = time.monotonic() - started
+            self._limits[source.name] = self._next_limit(limit, len(rows), took)
             claim.store_embeddings(encode_many(vectors))
         self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
         # The very rows of the last batch again: the store kept refusing their vectors
@@ -186,6 +202,15 @@ class Indexer:
             return 0
         self._last_claimed[source.name] = claimed
         return len(rows)
+
+    def _next_limit(self, limit: int, rows: int, seconds: float) -> int:
+        """The rows the next claim takes: as many as embed in :attr:`batch_seconds` at the
+        speed of the last batch of ``rows`` (claimed with ``limit``), from 1 to
+        :attr:`batch_size`. It at most doubles, and only after a full batch, so a few
+        short texts do not make the next batch of long ones long."""
+        fit = int(self.batch_seconds * rows / seconds) if seconds > 0 else self.batch_size
+        grown = 2 * limit if rows >= limit else limit
+        return max(1, min(self.batch_size, fit, grown))
 
     def drain(self, progress: Callable[[int], None] | None = None) -> dict[str, int]:
         """Run passes until nothing is pending; ``progress(n)`` after each; return the
@@ -311,9 +336,12 @@ def embed_pending(
     documents: int = 0,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
 ) -> ReindexReport:
     """Embed everything ``store`` (and ``records``) have pending, after a reindex that
-    looked at ``documents`` documents; with no embedder, only report those."""
+    looked at ``documents`` documents; with no embedder, only report those.
+    ``progress(n)`` after each batch; ``total(n)`` first, with what is pending (as far as
+    the stores count it: a progress bar's total)."""
     if embedder is None:
         return ReindexReport(documents, 0, 0, None)
     indexer = Indexer(
@@ -321,7 +349,14 @@ def embed_pending(
         document_sources(store) + record_sources(records),
         backfill=document_backfill(store),
         batch_size=batch_size,
+        # Nobody waits for a fresh write here: full batches, the fastest drain.
+        batch_seconds=BULK_BATCH_SECONDS,
     )
+    if total is not None:
+        if indexer.backfill is not None:
+            indexer.documents += indexer.backfill()  # chunked first, so it is counted
+        waiting = backlog(store, records, embedder.model_id)
+        total((waiting.chunks or 0) + (waiting.records or 0))
     counts = indexer.drain(progress)
     return ReindexReport(
         documents + indexer.documents,
@@ -329,6 +364,32 @@ def embed_pending(
         counts.get("records", 0),
         embedder.model_id,
     )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits for a vector of ``model``: chunks of documents, team records (None: a
+    store that cannot count them)."""
+
+    model: str | None
+    chunks: int | None
+    records: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"model": self.model, "chunks": self.chunks, "records": self.records}
+
+
+def backlog(store: object, records: object | None, model: str | None) -> Backlog:
+    """The backlog of ``store`` and ``records`` for ``model`` (each counted when it can,
+    ``count_backlog``); zeros with no model (keyword-only search embeds nothing)."""
+    if model is None:
+        return Backlog(None, 0, 0)
+
+    def count(source: object | None) -> int | None:
+        counter = getattr(source, "count_backlog", None)
+        return int(counter(model)) if callable(counter) else None
+
+    return Backlog(model, count(store), count(records))
 
 
 def drop_record_vectors(records: object | None) -> None:
@@ -341,10 +402,12 @@ def drop_record_vectors(records: object | None) -> None:
 
 __all__ = [
     "BATCH_SIZE",
+    "Backlog",
     "Claim",
     "Indexer",
     "ReindexReport",
     "Source",
+    "backlog",
     "document_backfill",
     "document_sources",
     "drop_record_vectors",

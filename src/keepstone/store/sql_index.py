@@ -204,8 +204,27 @@ class DocumentIndex:
             version = conn.execute(self._sql.search_version, addr).scalar()
         return int(version or 0)
 
+    def count_pending(self, refs: Sequence[SpaceRef], model: str) -> int:
+        """How many chunks of the spaces ``refs`` have no vector of ``model`` (none, or
+        another model's): one index range per space, in one read transaction
+        (:class:`keepstone.store.index.PendingCount`)."""
+        addrs = [self._address(ref) for ref in refs]
+        if not addrs:
+            return 0
+        with read_transaction(self.engine) as conn:
+            return sum(
+                int(conn.execute(self._sql.pending_in_space, {**a, "model": model}).scalar() or 0)
+                for a in addrs
+            )
+
+    def count_backlog(self, model: str) -> int:
+        """How many chunks of every space have no vector of ``model``: the indexer's
+        backlog."""
+        with read_transaction(self.engine) as conn:
+            return int(conn.execute(self._sql.backlog, {"model": model}).scalar() or 0)
+
     def pending_chunks(self, limit: int, model: str) -> PendingChunks:
-        """Up to ``limit`` chunks, oldest first, with no vector or one made by another
+        """Up to ``limit`` chunks, newest first, with no vector or one made by another
         model than ``model``, across every space. Reads without claiming: the indexer
         of several replicas uses :meth:`claim_pending_chunks`."""
         with read_transaction(self.engine) as conn:

@@ -179,6 +179,8 @@ memory_chunks = sa.Table(
     sa.Column("model", sa.String(64), nullable=True),
     timestamp("updated_at"),
     sa.Index("ix_memory_chunks_model", "model"),
+    # v6: a space's chunks by model, so a search counts what its space has pending.
+    sa.Index("ix_memory_chunks_space_model", "tenant_id", "space_key", "model"),
 )
 
 
@@ -358,5 +360,30 @@ MIGRATIONS.append(
         5,
         "the live version on the document row: memory_documents.version and actor",
         _v5_live_version_on_document,
+    )
+)
+
+
+# --- v6: pending chunks counted per space ----------------------------------------------------
+#
+# Every search answer says how many chunks of the searched spaces wait for a vector of the
+# embedder's model (docs/search.md, "Freshness"): a range of this index per space, the
+# three ``model`` conditions of the indexer's scan, so the count costs what is pending, not
+# what the space holds.
+
+
+def _v6_pending_per_space(conn: Connection) -> None:
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_model "
+        "ON memory_chunks (tenant_id, space_key, model)"
+    )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        6,
+        "ix_memory_chunks_space_model: a space's pending chunks counted from an index",
+        _v6_pending_per_space,
     )
 )
