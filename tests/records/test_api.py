@@ -143,7 +143,7 @@ def test_settings_routes(client: TestClient, creds: Creds) -> None:
     r = client.put(url, json={"enabled": False}, headers=h)
     assert r.status_code == 200 and r.json()["enabled"] is False
     off = search(client, w.team_id, creds.key(w.member)).json()
-    assert off == {"state": "off", "notice": NOTICE, "results": []}
+    assert off == {"state": "off", "notice": NOTICE, "results": [], "pending": 0}
 
 
 def test_list_pagination_over_http(client: TestClient, creds: Creds) -> None:

@@ -408,7 +408,7 @@ def progress(
 
     ``enabled`` forces the bar on or off (default: whether stderr is a TTY). ``plain``:
     without a bar, a line on stderr every :data:`PLAIN_EVERY_SECONDS` instead (a log, a
-    pipe), and one at the end.
+    pipe), and one at the end after those.
     """
     show = is_tty(sys.stderr) if enabled is None else enabled
     if not show:
@@ -473,7 +473,8 @@ class PlainProgress:
             self.say(ticker, now)
 
     def finish(self, ticker: Ticker) -> None:
-        if ticker.done:
+        """The last line, when earlier ones were said (a short run says nothing)."""
+        if self.last > self.started:
             self.say(ticker, time.monotonic())
 
     def say(self, ticker: Ticker, now: float) -> None:

@@ -358,11 +358,13 @@ class DocumentSearch:
                 break
             done += embedded
             spent = time.monotonic() - started
-            if not told and spent > SLOW_NOTICE_SECONDS and self.notice is not None:
+            # Said once, past the mark, while there may be more (the batch was full).
+            more = embedded >= LOCAL_BATCH
+            if more and not told and spent > SLOW_NOTICE_SECONDS and self.notice is not None:
                 told = True
                 self.notice(
-                    f"embedding pending chunks for search by meaning: {done} in {spent:.1f} s; "
-                    f"stopping after {self.embed_budget:g} s, the rest is searched by keyword "
+                    f"embedding pending chunks for search by meaning: {done} in {spent:.1f} s, "
+                    f"for up to {self.embed_budget:g} s; what is left is searched by keyword "
                     "(`keepstone reindex` embeds everything)"
                 )
         return done

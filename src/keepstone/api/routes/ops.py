@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from keepstone.api.deps import State
 from keepstone.api.metrics import CONTENT_TYPE_LATEST
 from keepstone.api.routes.common import error_responses
+from keepstone.errors import KeepstoneError
 
 router = APIRouter(tags=["operations"])
 
@@ -52,6 +53,10 @@ def readyz(state: State) -> dict[str, Any]:
     summary="Prometheus metrics",
 )
 def metrics(state: State) -> Response:
-    found = state.runtime.backlog()
-    state.metrics.set_backlog({"chunks": found.chunks, "records": found.records})
+    try:
+        found = state.runtime.backlog()
+    except KeepstoneError:  # the database is away: the other metrics still say so
+        pass
+    else:
+        state.metrics.set_backlog({"chunks": found.chunks, "records": found.records})
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
