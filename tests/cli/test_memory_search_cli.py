@@ -119,7 +119,8 @@ def test_a_local_search_embeds_under_a_time_budget_and_says_what_is_left(
     body = json.loads(out)
     total = 41  # the title's chunk and one per part
     assert body["pending"] == total - search.LOCAL_BATCH
-    assert err.startswith(f"embedding pending chunks for search by meaning: {search.LOCAL_BATCH} in")
+    said = f"embedding pending chunks for search by meaning: {search.LOCAL_BATCH} in"
+    assert err.startswith(said)
     assert len(err.splitlines()) == 1
     # Each search embeds another batch; what is left is said every time.
     code, out, err = run_memory(capsys, "search", "quokka", "--bot", "b1")
