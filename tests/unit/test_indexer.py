@@ -113,6 +113,48 @@ def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> Non
     assert store.pending_chunks(100, "hash-a") == []
 
 
+def test_a_fresh_write_is_embedded_before_the_backlog(store: SqlStore) -> None:
+    write_docs(store, 20)  # 40 chunks: the backlog
+    indexer = indexer_for(store, HashEmbedder(), batch_size=4)
+    assert indexer.run_once() == 4
+    time.sleep(0.01)  # the fresh note's chunks are strictly newer
+    store.write(space(), "notes/fresh.md", doc(99))
+    assert indexer.run_once() == 4  # one pass: chunked, then claimed first
+    rows = chunks(store)
+    fresh = [r for r in rows if r.path == "notes/fresh.md"]
+    assert len(fresh) == 2 and all(r.embedding is not None for r in fresh)
+    assert sum(r.embedding is None for r in rows) == 40 - 4 - 2  # the backlog still drains
+    assert store.count_pending([space()], "hash-a") == 34
+
+
+def test_batches_last_about_batch_seconds(store: SqlStore) -> None:
+    """A claim takes as many rows as embedded in ``batch_seconds`` last time: fewer for a
+    slow embedder, growing (doubling at most) to ``batch_size`` for a quick one."""
+    write_docs(store, 40)
+    claimed: list[int] = []
+
+    def counting(source: Source) -> Source:
+        def claim(limit: int, model: str) -> Any:
+            claimed.append(limit)
+            return source.claim(limit, model)
+
+        return Source(source.name, claim)
+
+    def slow() -> None:
+        time.sleep(0.1)  # per batch; with 4 texts: 40 texts a second at most
+
+    sources = [counting(s) for s in document_sources(store)]
+    quick = Indexer(HashEmbedder(), sources, backfill=store.backfill_chunks, batch_size=16)
+    for _ in range(4):
+        quick.run_once()
+    assert claimed == [4, 8, 16, 16]
+    claimed.clear()
+    slowed = Indexer(HashEmbedder(before=slow), sources, batch_size=16, batch_seconds=0.05)
+    for _ in range(3):
+        slowed.run_once()
+    assert claimed[0] == 4 and all(n <= 2 for n in claimed[1:])
+
+
 def test_a_document_rewritten_while_embedding_keeps_its_new_text_pending(
     backend: Backend, store: SqlStore
 ) -> None:
