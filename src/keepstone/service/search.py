@@ -272,14 +272,18 @@ class DocumentSearch:
     def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> _Keyword:
         def build() -> _Keyword:
             rows = index.chunk_rows(ref)  # read after the version: at least as new
+            vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
+            # Only vectors changed (the indexer stored a batch): the BM25 index stands.
+            was = self._keyword.peek(ref.id)
+            if was is not None and _same_terms(was.rows, rows):
+                return _Keyword(rows, was.index, was.row_map, was.position, vectors)
             position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
-            vectors = Counter(row.model for row in rows if row.embedding is not None)
             return _Keyword(
                 rows,
                 BM25Index([row.terms.split() for row in rows]),
                 hybrid.RowMap(position, _split),
                 position,
-                dict(vectors),
+                vectors,
             )
 
         return self._keyword.get(ref.id, version, build)
@@ -395,6 +399,15 @@ def _embed_claimed(claim: ClaimedChunks[R], embedder: Embedder) -> int:
     if rows:
         claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])), rows)
     return len(rows)
+
+
+def _same_terms(was: Sequence[ChunkRow], now: Sequence[ChunkRow]) -> bool:
+    """Whether two readings of a space hold the same chunks with the same terms, in the
+    same order (so a BM25 index of one serves the other)."""
+    return len(was) == len(now) and all(
+        a.seq == b.seq and a.path == b.path and a.terms == b.terms
+        for a, b in zip(was, now, strict=True)
+    )
 
 
 def _join(path: str, seq: int) -> str:

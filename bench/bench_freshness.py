@@ -1,0 +1,265 @@
+"""Freshness under a backlog: how long a note written to a real ``keepstone serve`` takes to
+be found by meaning while the indexer drains a 10,000-chunk backlog (docs/search.md,
+"Freshness").
+
+For each database (SQLite, and PostgreSQL when ``KEEPSTONE_TEST_POSTGRES_URL`` names a
+server: a fresh database is made on it and dropped after; pgvector is not needed):
+
+1. start ``keepstone serve`` (the background indexer on, the default embedder), make an
+   org, a team and a member's key through the admin API;
+2. import an archive of documents that chunk to at least ``--chunks`` chunks into one
+   space (``POST /api/memory/import``), and wait until ``/readyz`` counts them pending:
+   the backlog;
+3. write one note a second (``PUT /api/memory/doc``) into the same space for ``--notes``
+   seconds while the backlog drains; after each write, search the space for the note's
+   own words every ``--poll`` seconds until a hit of the note lists ``meaning`` among its
+   signals (its chunk has a vector of the model: it is found by meaning);
+4. print p50 / p95 / max seconds from the write's answer to found-by-meaning, the backlog
+   before and after, and what the answers' ``pending`` said.
+
+Run: ``KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test
+.venv/bin/python bench/bench_freshness.py``. The goal is p95 <= 2 s. Figures of this shared
+machine vary with its load: compare runs made side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import statistics
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from keepstone.search.chunking import chunk_markdown
+from serving import serve
+
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
+SPACE = {"visibility": "project", "name": "fresh", "project": "bench"}
+WORDS = (
+    "deploy cache worker latency budget invoice customer refund schema queue replica "
+    "migration rollback incident alert dashboard tenant quota backup restore shard "
+    "index vector planner statistics vacuum pager runbook release canary traffic"
+).split()
+
+
+def document(i: int, rng: random.Random) -> str:
+    """A report of five sections of prose-like words: about ten chunks."""
+    parts = [f"# Report {i}\n"]
+    for j in range(5):
+        words = " ".join(rng.choice(WORDS) for _ in range(120))
+        parts.append(f"## Section {j}\n\n{words}.\n")
+    return "\n".join(parts)
+
+
+def backlog_archive(chunks: int) -> tuple[bytes, int, int]:
+    """A .tar.gz of documents that chunk to at least ``chunks`` chunks: (bytes,
+    documents, chunks)."""
+    rng = random.Random(7)
+    buffer = io.BytesIO()
+    total = docs = 0
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        while total < chunks:
+            text = document(docs, rng).encode()
+            info = tarfile.TarInfo(f"reports/{docs:05d}.md")
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+            total += len(chunk_markdown(text.decode()))
+            docs += 1
+    return buffer.getvalue(), docs, total
+
+
+@contextlib.contextmanager
+def pg_database(server_url: str) -> Iterator[str]:
+    """A fresh database ``bench_fresh_<hex>`` on ``server_url``'s server, dropped after."""
+    import psycopg
+
+    base = server_url.rpartition("/")[0]
+    name = f"bench_fresh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def member_key(base: str) -> str:
+    """An API key of a member of a fresh team, made through the admin API."""
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+
+        def make(path: str, body: dict[str, object]) -> dict[str, object]:
+            r = admin.post(path, json=body, timeout=60)
+            r.raise_for_status()
+            return dict(r.json())
+
+        org = make("/api/admin/orgs", {"name": "fresh", "plan": "pro"})["id"]
+        team = make("/api/admin/teams", {"org_id": org, "name": "fresh"})["id"]
+        admin.patch(f"/api/admin/orgs/{org}", json={"memory_quota_bytes": 2**31}).raise_for_status()
+        user = make("/api/admin/users", {"email": "fresh@bench.test"})["id"]
+        make(f"/api/admin/teams/{team}/members", {"user_id": user, "role": "member"})
+        return str(make("/api/admin/api-keys", {"user_id": user, "team_id": team})["key"])
+
+
+def backlog_of(base: str) -> int:
+    return int(httpx.get(f"{base}/readyz", timeout=60).json()["backlog"]["chunks"])
+
+
+@dataclass
+class Note:
+    index: int
+    codename: str
+    written: float = 0.0
+    found: float | None = None
+    pending_seen: list[int] = field(default_factory=list)
+    searches: list[float] = field(default_factory=list)
+
+
+def watch(client: httpx.Client, note: Note, poll: float, give_up: float) -> None:
+    """Search for the note's words until a hit of it was found by meaning."""
+    path = f"notes/{note.index:03d}.md"
+    while time.monotonic() - note.written < give_up:
+        asked = time.monotonic()
+        r = client.get("/api/memory/search", params={**SPACE, "q": note.codename, "limit": 5})
+        note.searches.append(time.monotonic() - asked)
+        if r.status_code == 200:
+            body = r.json()
+            note.pending_seen.append(int(body["pending"]))
+            if any(h["path"] == path and "meaning" in h["matched"] for h in body["results"]):
+                note.found = time.monotonic()
+                return
+        time.sleep(poll)
+
+
+def run_one(
+    label: str, database: str, args: argparse.Namespace, archive: bytes
+) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        with serve(database, home, KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN) as served:
+            key = member_key(served.base)
+            client = httpx.Client(
+                base_url=served.base, headers={"Authorization": f"Bearer {key}"}, timeout=120
+            )
+            started = time.monotonic()
+            r = client.post(
+                "/api/memory/import",
+                params=SPACE,
+                content=archive,
+                headers={"Content-Type": "application/gzip"},
+            )
+            r.raise_for_status()
+            imported = time.monotonic() - started
+            # The indexer chunks the imported documents first; then they are pending.
+            while backlog_of(served.base) < args.chunks * 0.9:
+                time.sleep(0.5)
+            chunked = time.monotonic() - started
+            before = backlog_of(served.base)
+            notes: list[Note] = []
+            threads: list[threading.Thread] = []
+            rng = random.Random(11)
+            phase = time.monotonic()
+            for i in range(args.notes):
+                tick = phase + i
+                time.sleep(max(0.0, tick - time.monotonic()))
+                codename = f"{rng.choice(WORDS)}-{uuid.uuid4().hex[:8]}"
+                note = Note(i, codename)
+                text = f"# Note {i}\n\nThe {codename} change shipped after the review.\n"
+                put = client.put(
+                    "/api/memory/doc",
+                    params={**SPACE, "path": f"notes/{i:03d}.md"},
+                    json={"content": text},
+                )
+                put.raise_for_status()
+                note.written = time.monotonic()
+                notes.append(note)
+                thread = threading.Thread(
+                    target=watch, args=(client, note, args.poll, args.give_up), daemon=True
+                )
+                thread.start()
+                threads.append(thread)
+            for thread in threads:
+                thread.join()
+            drained_for = time.monotonic() - phase
+            after = backlog_of(served.base)
+            client.close()
+    waits = sorted(n.found - n.written for n in notes if n.found is not None)
+    missed = sum(n.found is None for n in notes)
+    first_pending = [n.pending_seen[0] for n in notes if n.pending_seen]
+    return {
+        "label": label,
+        "imported_s": imported,
+        "chunked_s": chunked,
+        "backlog_before": before,
+        "backlog_after": after,
+        "drain_rate": (before - after) / drained_for if drained_for else 0.0,
+        "waits": waits,
+        "missed": missed,
+        "pending_first": statistics.median(first_pending) if first_pending else None,
+        "search_s": sorted(t for n in notes for t in n.searches),
+    }
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=10_000, help="the backlog's size")
+    parser.add_argument("--notes", type=int, default=40, help="notes, one a second")
+    parser.add_argument("--poll", type=float, default=0.1, help="seconds between searches")
+    parser.add_argument("--give-up", type=float, default=120.0, help="seconds per note, at most")
+    parser.add_argument("--databases", default="sqlite,postgres", help="comma-separated subset")
+    args = parser.parse_args()
+    archive, docs, chunks = backlog_archive(args.chunks)
+    print(f"backlog: {docs} documents, {chunks} chunks ({len(archive) / 2**20:.1f} MiB archive)")
+    only = args.databases.split(",")
+    pg = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if "sqlite" in only:
+            results.append(run_one("sqlite", f"sqlite:///{tmp}/fresh.db", args, archive))
+        if "postgres" in only:
+            if not pg:
+                print("postgres: skipped (set KEEPSTONE_TEST_POSTGRES_URL)")
+            else:
+                with pg_database(pg) as url:
+                    results.append(run_one("postgres", url, args, archive))
+    print()
+    print(
+        f"{'database':<9} {'notes':>5} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'missed':>6} "
+        f"{'backlog before→after':>22} {'drain/s':>7} {'pending':>7} {'chunked s':>9} "
+        f"{'search p50/p95 s':>16}"
+    )
+    for r in results:
+        waits, searched = r["waits"], r["search_s"]
+        assert isinstance(waits, list) and isinstance(searched, list)
+        print(
+            f"{r['label']:<9} {len(waits):>5} {quantile(waits, 0.5):>6.2f} "
+            f"{quantile(waits, 0.95):>6.2f} {max(waits, default=float('nan')):>6.2f} "
+            f"{r['missed']:>6} {str(r['backlog_before']) + '→' + str(r['backlog_after']):>22} "
+            f"{r['drain_rate']:>7.1f} {str(r['pending_first']):>7} {r['chunked_s']:>9.1f} "
+            f"{quantile(searched, 0.5):>7.3f}/{quantile(searched, 0.95):.3f}"
+        )
+    print("\ngoal: p95 <= 2 s while the backlog drains (pending: median of the first answer's)")
+
+
+if __name__ == "__main__":
+    main()
