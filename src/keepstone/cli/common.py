@@ -460,9 +460,9 @@ class PlainProgress:
     """Progress as a line on stderr every :data:`PLAIN_EVERY_SECONDS` (not a terminal):
     done of total, rate, time left."""
 
-    def __init__(self, description: str, every: float = PLAIN_EVERY_SECONDS) -> None:
+    def __init__(self, description: str, every: float | None = None) -> None:
         self.description = description
-        self.every = every
+        self.every = PLAIN_EVERY_SECONDS if every is None else every
         self.started = time.monotonic()
         self.last = self.started
 
