@@ -44,11 +44,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from keepstone.db import make_engine
 from keepstone.search.chunking import chunk_markdown
 from serving import serve
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
 SPACE = {"visibility": "project", "name": "fresh", "project": "bench"}
+#: Where the notes go unless ``--same-space``: a space of their own beside the backlog's.
+NOTES = {"visibility": "project", "name": "notes", "project": "bench"}
 WORDS = (
     "deploy cache worker latency budget invoice customer refund schema queue replica "
     "migration rollback incident alert dashboard tenant quota backup restore shard "
@@ -115,8 +118,16 @@ def member_key(base: str) -> str:
         return str(make("/api/admin/api-keys", {"user_id": user, "team_id": team})["key"])
 
 
-def backlog_of(base: str) -> int:
-    return int(httpx.get(f"{base}/readyz", timeout=60).json()["backlog"]["chunks"])
+def backlog_of(database: str) -> int:
+    """Chunks with no vector, read from the database itself (a server of ``--baseline``
+    has no backlog on ``/readyz``)."""
+    engine = make_engine(database)
+    try:
+        with engine.connect() as conn:
+            query = "SELECT count(*) FROM memory_chunks WHERE model IS NULL"
+            return int(conn.exec_driver_sql(query).scalar() or 0)
+    finally:
+        engine.dispose()
 
 
 @dataclass
@@ -127,30 +138,54 @@ class Note:
     found: float | None = None
     pending_seen: list[int] = field(default_factory=list)
     searches: list[float] = field(default_factory=list)
+    gave_up: bool = False
 
 
-def watch(client: httpx.Client, note: Note, poll: float, give_up: float) -> None:
-    """Search for the note's words until a hit of it was found by meaning."""
-    path = f"notes/{note.index:03d}.md"
-    while time.monotonic() - note.written < give_up:
-        asked = time.monotonic()
-        r = client.get("/api/memory/search", params={**SPACE, "q": note.codename, "limit": 5})
-        note.searches.append(time.monotonic() - asked)
-        if r.status_code == 200:
+def watch(
+    client: httpx.Client,
+    notes: list[Note],
+    space: dict[str, str],
+    args: argparse.Namespace,
+    writing: threading.Event,
+) -> None:
+    """One searcher, as one agent would be: round after round, search each note not yet
+    found by meaning for its own words (one search in flight at a time, so the benchmark
+    does not load the server it measures), until every note is found or given up."""
+    while writing.is_set() or any(n.found is None and not n.gave_up for n in list(notes)):
+        for note in list(notes):
+            if note.found is not None or note.gave_up:
+                continue
+            if time.monotonic() - note.written > args.give_up:
+                note.gave_up = True
+                continue
+            asked = time.monotonic()
+            params = {**space, "q": note.codename, "limit": 5}
+            r = client.get("/api/memory/search", params=params)
+            note.searches.append(time.monotonic() - asked)
+            if r.status_code != 200:
+                continue
             body = r.json()
-            note.pending_seen.append(int(body["pending"]))
+            note.pending_seen.append(int(body.get("pending", -1)))
+            path = f"notes/{note.index:03d}.md"
             if any(h["path"] == path and "meaning" in h["matched"] for h in body["results"]):
                 note.found = time.monotonic()
-                return
-        time.sleep(poll)
+        time.sleep(args.poll)
 
 
 def run_one(
-    label: str, database: str, args: argparse.Namespace, archive: bytes
+    label: str,
+    database: str,
+    args: argparse.Namespace,
+    archive: bytes,
+    expected: int,
+    source: str | None,
 ) -> dict[str, object]:
+    """One server on ``database``, of this checkout or of the ``src`` directory ``source``
+    (``--baseline``), through the whole scenario."""
+    extra = {} if source is None else {"PYTHONPATH": source}
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
-        with serve(database, home, KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN) as served:
+        with serve(database, home, KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN, **extra) as served:
             key = member_key(served.base)
             client = httpx.Client(
                 base_url=served.base, headers={"Authorization": f"Bearer {key}"}, timeout=120
@@ -165,12 +200,18 @@ def run_one(
             r.raise_for_status()
             imported = time.monotonic() - started
             # The indexer chunks the imported documents first; then they are pending.
-            while backlog_of(served.base) < args.chunks * 0.9:
+            while backlog_of(database) < expected:
                 time.sleep(0.5)
             chunked = time.monotonic() - started
-            before = backlog_of(served.base)
+            before = backlog_of(database)
             notes: list[Note] = []
-            threads: list[threading.Thread] = []
+            space = SPACE if args.same_space else NOTES
+            writing = threading.Event()
+            writing.set()
+            searcher = threading.Thread(
+                target=watch, args=(client, notes, space, args, writing), daemon=True
+            )
+            searcher.start()
             rng = random.Random(11)
             phase = time.monotonic()
             for i in range(args.notes):
@@ -181,21 +222,16 @@ def run_one(
                 text = f"# Note {i}\n\nThe {codename} change shipped after the review.\n"
                 put = client.put(
                     "/api/memory/doc",
-                    params={**SPACE, "path": f"notes/{i:03d}.md"},
+                    params={**space, "path": f"notes/{i:03d}.md"},
                     json={"content": text},
                 )
                 put.raise_for_status()
                 note.written = time.monotonic()
                 notes.append(note)
-                thread = threading.Thread(
-                    target=watch, args=(client, note, args.poll, args.give_up), daemon=True
-                )
-                thread.start()
-                threads.append(thread)
-            for thread in threads:
-                thread.join()
+            writing.clear()
+            searcher.join()
             drained_for = time.monotonic() - phase
-            after = backlog_of(served.base)
+            after = backlog_of(database)
             client.close()
     waits = sorted(n.found - n.written for n in notes if n.found is not None)
     missed = sum(n.found is None for n in notes)
@@ -225,26 +261,42 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000, help="the backlog's size")
     parser.add_argument("--notes", type=int, default=40, help="notes, one a second")
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between searches")
-    parser.add_argument("--give-up", type=float, default=120.0, help="seconds per note, at most")
+    parser.add_argument("--give-up", type=float, default=60.0, help="seconds per note, at most")
     parser.add_argument("--databases", default="sqlite,postgres", help="comma-separated subset")
+    parser.add_argument(
+        "--same-space",
+        action="store_true",
+        help="write the notes into the backlog's space (default: a space of their own)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="also run a server of another checkout's src/ (e.g. /work/main/src), "
+        "interleaved with this one's, on a fresh database each",
+    )
     args = parser.parse_args()
     archive, docs, chunks = backlog_archive(args.chunks)
     print(f"backlog: {docs} documents, {chunks} chunks ({len(archive) / 2**20:.1f} MiB archive)")
     only = args.databases.split(",")
     pg = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
     results = []
+    variants: list[tuple[str, str | None]] = [("", None)]
+    if args.baseline:
+        variants = [("base ", args.baseline), *variants]
     with tempfile.TemporaryDirectory() as tmp:
-        if "sqlite" in only:
-            results.append(run_one("sqlite", f"sqlite:///{tmp}/fresh.db", args, archive))
-        if "postgres" in only:
-            if not pg:
-                print("postgres: skipped (set KEEPSTONE_TEST_POSTGRES_URL)")
-            else:
+        for prefix, source in variants:
+            name = "base" if source else "this"
+            if "sqlite" in only:
+                url = f"sqlite:///{tmp}/{name}.db"
+                results.append(run_one(f"{prefix}sqlite", url, args, archive, chunks, source))
+            if "postgres" in only and pg:
                 with pg_database(pg) as url:
-                    results.append(run_one("postgres", url, args, archive))
+                    results.append(run_one(f"{prefix}postgres", url, args, archive, chunks, source))
+    if "postgres" in only and not pg:
+        print("postgres: skipped (set KEEPSTONE_TEST_POSTGRES_URL)")
     print()
     print(
-        f"{'database':<9} {'notes':>5} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'missed':>6} "
+        f"{'database':<14} {'found':>5} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'missed':>6} "
         f"{'backlog before→after':>22} {'drain/s':>7} {'pending':>7} {'chunked s':>9} "
         f"{'search p50/p95 s':>16}"
     )
@@ -252,7 +304,7 @@ def main() -> None:
         waits, searched = r["waits"], r["search_s"]
         assert isinstance(waits, list) and isinstance(searched, list)
         print(
-            f"{r['label']:<9} {len(waits):>5} {quantile(waits, 0.5):>6.2f} "
+            f"{r['label']:<14} {len(waits):>5} {quantile(waits, 0.5):>6.2f} "
             f"{quantile(waits, 0.95):>6.2f} {max(waits, default=float('nan')):>6.2f} "
             f"{r['missed']:>6} {str(r['backlog_before']) + '→' + str(r['backlog_after']):>22} "
             f"{r['drain_rate']:>7.1f} {str(r['pending_first']):>7} {r['chunked_s']:>9.1f} "
