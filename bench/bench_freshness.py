@@ -10,22 +10,26 @@ server: a fresh database is made on it and dropped after; pgvector is not needed
 2. import an archive of documents that chunk to at least ``--chunks`` chunks into one
    space (``POST /api/memory/import``), and wait until ``/readyz`` counts them pending:
    the backlog;
-3. write one note a second (``PUT /api/memory/doc``) into the same space for ``--notes``
-   seconds while the backlog drains; after each write, search the space for the note's
-   own words every ``--poll`` seconds until a hit of the note lists ``meaning`` among its
-   signals (its chunk has a vector of the model: it is found by meaning);
+3. write one note a second (``PUT /api/memory/doc``) for ``--notes`` seconds while the
+   backlog drains, into a space of its own (``--same-space``: the backlog's); one searcher
+   (one search in flight, as an agent would) searches each note not yet found for its own
+   words, round after round every ``--poll`` seconds, until a hit of it lists ``meaning``
+   among its signals (its chunk has a vector of the model: found by meaning), or
+   ``--give-up`` seconds passed;
 4. print p50 / p95 / max seconds from the write's answer to found-by-meaning, the backlog
    before and after, and what the answers' ``pending`` said.
 
+``--baseline /work/main/src`` also runs a server of another checkout, interleaved, for a
+side-by-side comparison on this shared machine.
+
 Run: ``KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test
-.venv/bin/python bench/bench_freshness.py``. The goal is p95 <= 2 s. Figures of this shared
+.venv/bin/python bench/bench_freshness.py --baseline /work/main/src``. The goal is p95 <= 2 s. Figures of this shared
 machine vary with its load: compare runs made side by side.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import os
 import random
@@ -36,7 +40,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +47,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_pg_vs_sqlite import pg_database
 from keepstone.db import make_engine
 from keepstone.search.chunking import chunk_markdown
 from serving import serve
@@ -83,22 +87,6 @@ def backlog_archive(chunks: int) -> tuple[bytes, int, int]:
             total += len(chunk_markdown(text.decode()))
             docs += 1
     return buffer.getvalue(), docs, total
-
-
-@contextlib.contextmanager
-def pg_database(server_url: str) -> Iterator[str]:
-    """A fresh database ``bench_fresh_<hex>`` on ``server_url``'s server, dropped after."""
-    import psycopg
-
-    base = server_url.rpartition("/")[0]
-    name = f"bench_fresh_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def member_key(base: str) -> str:

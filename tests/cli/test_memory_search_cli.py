@@ -32,6 +32,11 @@ def keyword_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
 
 
+@pytest.fixture
+def with_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
+
+
 @pytest.mark.usefixtures("keyword_only")
 def test_search_plain_and_json(
     home: Path,
@@ -77,13 +82,10 @@ def test_search_refusals(home: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and out == "" and "no matches" in err
 
 
+@pytest.mark.usefixtures("with_model")
 def test_search_by_meaning_with_the_model(
-    home: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
     code, out, err = run_memory(
@@ -98,16 +100,13 @@ def test_search_by_meaning_with_the_model(
     assert err == ""  # quick: no progress line
 
 
+@pytest.mark.usefixtures("with_model")
 def test_a_local_search_embeds_under_a_time_budget_and_says_what_is_left(
-    home: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from keepstone import runtime
     from keepstone.service import search
 
-    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     sections = "".join(f"## Part {i}\n\nThe quokka count of day {i}.\n\n" for i in range(40))
     put(capsys, tmp_path, "notes/long.md", "# Long\n\n" + sections)
     # A budget that one batch of chunks overruns, and a notice as soon as one is done:
