@@ -23,13 +23,14 @@ server: a fresh database is made on it and dropped after; pgvector is not needed
 side-by-side comparison on this shared machine.
 
 Run: ``KEEPSTONE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test
-.venv/bin/python bench/bench_freshness.py --baseline /work/main/src``. The goal is p95 <= 2 s. Figures of this shared
-machine vary with its load: compare runs made side by side.
+.venv/bin/python bench/bench_freshness.py --baseline /work/main/src``. The goal is p95 <= 2 s.
+Figures of this shared machine vary with its load: compare runs made side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import random
@@ -40,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,6 +240,29 @@ def run_one(
     }
 
 
+@contextlib.contextmanager
+def database_of(kind: str, tmp: str, pg: str) -> Iterator[str]:
+    """A fresh database of ``kind``: a SQLite file in ``tmp``, or one on ``pg``'s server."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp}/{uuid.uuid4().hex[:8]}.db"
+        return
+    with pg_database(pg) as url:
+        yield url
+
+
+def print_row(r: dict[str, object]) -> None:
+    waits, searched = r["waits"], r["search_s"]
+    assert isinstance(waits, list) and isinstance(searched, list)
+    print(
+        f"{r['label']:<14} {len(waits):>5} {quantile(waits, 0.5):>6.2f} "
+        f"{quantile(waits, 0.95):>6.2f} {max(waits, default=float('nan')):>6.2f} "
+        f"{r['missed']:>6} {str(r['backlog_before']) + '→' + str(r['backlog_after']):>22} "
+        f"{r['drain_rate']:>7.1f} {str(r['pending_first']):>7} {r['chunked_s']:>9.1f} "
+        f"{quantile(searched, 0.5):>7.3f}/{quantile(searched, 0.95):.3f}",
+        flush=True,
+    )
+
+
 def quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -264,40 +289,29 @@ def main() -> None:
     )
     args = parser.parse_args()
     archive, docs, chunks = backlog_archive(args.chunks)
-    print(f"backlog: {docs} documents, {chunks} chunks ({len(archive) / 2**20:.1f} MiB archive)")
+    print(
+        f"backlog: {docs} documents, {chunks} chunks ({len(archive) / 2**20:.1f} MiB archive)",
+        flush=True,
+    )
     only = args.databases.split(",")
     pg = os.environ.get("KEEPSTONE_TEST_POSTGRES_URL", "")
-    results = []
+    if "postgres" in only and not pg:
+        print("postgres: skipped (set KEEPSTONE_TEST_POSTGRES_URL)")
+        only.remove("postgres")
     variants: list[tuple[str, str | None]] = [("", None)]
     if args.baseline:
         variants = [("base ", args.baseline), *variants]
-    with tempfile.TemporaryDirectory() as tmp:
-        for prefix, source in variants:
-            name = "base" if source else "this"
-            if "sqlite" in only:
-                url = f"sqlite:///{tmp}/{name}.db"
-                results.append(run_one(f"{prefix}sqlite", url, args, archive, chunks, source))
-            if "postgres" in only and pg:
-                with pg_database(pg) as url:
-                    results.append(run_one(f"{prefix}postgres", url, args, archive, chunks, source))
-    if "postgres" in only and not pg:
-        print("postgres: skipped (set KEEPSTONE_TEST_POSTGRES_URL)")
-    print()
     print(
-        f"{'database':<14} {'found':>5} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'missed':>6} "
+        f"\n{'database':<14} {'found':>5} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'missed':>6} "
         f"{'backlog before→after':>22} {'drain/s':>7} {'pending':>7} {'chunked s':>9} "
-        f"{'search p50/p95 s':>16}"
+        f"{'search p50/p95 s':>16}",
+        flush=True,
     )
-    for r in results:
-        waits, searched = r["waits"], r["search_s"]
-        assert isinstance(waits, list) and isinstance(searched, list)
-        print(
-            f"{r['label']:<14} {len(waits):>5} {quantile(waits, 0.5):>6.2f} "
-            f"{quantile(waits, 0.95):>6.2f} {max(waits, default=float('nan')):>6.2f} "
-            f"{r['missed']:>6} {str(r['backlog_before']) + '→' + str(r['backlog_after']):>22} "
-            f"{r['drain_rate']:>7.1f} {str(r['pending_first']):>7} {r['chunked_s']:>9.1f} "
-            f"{quantile(searched, 0.5):>7.3f}/{quantile(searched, 0.95):.3f}"
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in only:  # per database, the baseline then this checkout, side by side
+            for prefix, source in variants:
+                with database_of(kind, tmp, pg) as url:
+                    print_row(run_one(f"{prefix}{kind}", url, args, archive, chunks, source))
     print("\ngoal: p95 <= 2 s while the backlog drains (pending: median of the first answer's)")
 
 
