@@ -67,7 +67,11 @@ def backlog(world: World) -> Indexer:
     for i in range(DOCS):
         store.write(ref, f"notes/{i}.md", f"# Note {i}\n\nquokka {i}\n\n## More\n\nwombat {i}\n")
     return Indexer(
-        StandIn(), document_sources(store), backfill=store.backfill_chunks, batch_size=BATCH
+        StandIn(),
+        document_sources(store),
+        backfill=store.backfill_chunks,
+        batch_size=BATCH,
+        fresh_seconds=0,
     )  # type: ignore[arg-type]
 
 

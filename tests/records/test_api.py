@@ -158,7 +158,9 @@ def test_pending_before_during_and_after_a_backlog(
     )
     before = search(client, w.team_id, member).json()["pending"]
     assert before >= 6
-    indexer = Indexer(StandIn(), record_sources(SqlRecordStore(engine)), batch_size=4)  # type: ignore[arg-type]
+    indexer = Indexer(
+        StandIn(), record_sources(SqlRecordStore(engine)), batch_size=4, fresh_seconds=0
+    )  # type: ignore[arg-type]
     assert indexer.run_once() == 4  # the newest four, of both teams
     during = search(client, w.team_id, member).json()["pending"]
     assert before - 4 <= during < before

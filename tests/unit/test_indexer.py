@@ -96,7 +96,7 @@ def search_text(row: ChunkRow, store: SqlStore) -> str:
 def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> None:
     write_docs(store, 3)  # 2 chunks each: 6 pending once chunked
     embedder = HashEmbedder()
-    indexer = indexer_for(store, embedder, batch_size=4)
+    indexer = indexer_for(store, embedder, batch_size=4, fresh_seconds=0)
     assert chunks(store) == []  # a write never chunks
     assert indexer.run_once() == 4
     assert indexer.documents == 3
@@ -115,7 +115,8 @@ def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> Non
 
 def test_a_fresh_write_is_embedded_before_the_backlog(store: SqlStore) -> None:
     write_docs(store, 20)  # 40 chunks: the backlog
-    indexer = indexer_for(store, HashEmbedder(), batch_size=4)
+    # Newest first alone (no fresh lane): the fresh note is the next claim's.
+    indexer = indexer_for(store, HashEmbedder(), batch_size=4, fresh_seconds=0)
     assert indexer.run_once() == 4
     time.sleep(0.01)  # the fresh note's chunks are strictly newer
     store.write(space(), "notes/fresh.md", doc(99))
@@ -125,6 +126,36 @@ def test_a_fresh_write_is_embedded_before_the_backlog(store: SqlStore) -> None:
     assert len(fresh) == 2 and all(r.embedding is not None for r in fresh)
     assert sum(r.embedding is None for r in rows) == 40 - 4 - 2  # the backlog still drains
     assert store.count_pending([space()], "hash-a") == 34
+
+
+def test_the_fresh_lane_embeds_recent_writes_first_on_the_indexers_own_thread(
+    store: SqlStore,
+) -> None:
+    """Rows written in the last ``FRESH_SECONDS`` are claimed before each backlog batch and
+    embedded on the calling thread (normal priority in ``keepstone serve``'s indexer
+    process), the backlog on the low-priority compute thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    write_docs(store, 10)
+    store.backfill_chunks()
+    time.sleep(0.6)  # the backlog is older than the fresh lane's window
+    calls: list[tuple[str, list[str]]] = []
+
+    class Recording(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+            calls.append((threading.current_thread().name, list(texts)))
+            return super().embed(texts)
+
+    store.write(space(), "notes/fresh.md", doc(99))
+    store.backfill_chunks()
+    with ThreadPoolExecutor(1, thread_name_prefix="compute") as compute:
+        indexer = indexer_for(store, Recording(), batch_size=4, compute=compute, fresh_seconds=0.5)
+        assert indexer.run_once() == 2 + 4
+    (fresh_thread, fresh_texts), (backlog_thread, backlog_texts) = calls
+    assert all("Note 99" in t or "Fix 99" in t for t in fresh_texts) and len(fresh_texts) == 2
+    assert fresh_thread == threading.current_thread().name
+    assert backlog_thread.startswith("compute") and len(backlog_texts) == 4
+    assert not any("99" in t for t in backlog_texts)
 
 
 def test_batches_last_about_batch_seconds(store: SqlStore) -> None:
@@ -144,12 +175,16 @@ def test_batches_last_about_batch_seconds(store: SqlStore) -> None:
         time.sleep(0.1)  # per batch; with 4 texts: 40 texts a second at most
 
     sources = [counting(s) for s in document_sources(store)]
-    quick = Indexer(HashEmbedder(), sources, backfill=store.backfill_chunks, batch_size=16)
+    quick = Indexer(
+        HashEmbedder(), sources, backfill=store.backfill_chunks, batch_size=16, fresh_seconds=0
+    )
     for _ in range(4):
         quick.run_once()
     assert claimed == [4, 8, 16, 16]
     claimed.clear()
-    slowed = Indexer(HashEmbedder(before=slow), sources, batch_size=16, batch_seconds=0.05)
+    slowed = Indexer(
+        HashEmbedder(before=slow), sources, batch_size=16, batch_seconds=0.05, fresh_seconds=0
+    )
     for _ in range(3):
         slowed.run_once()
     assert claimed[0] == 4 and all(n <= 2 for n in claimed[1:])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,6 +63,9 @@ PENDING_IN_TEAM = (
     )
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
+#: The fresh lane: what was saved since ``:since`` (the indexer's first claim).
+_FRESH = _PENDING.where(R.c.created_at >= sa.bindparam("since", type_=_TS))
+_FRESH_CLAIM = _FRESH.with_for_update(skip_locked=True)
 
 
 def _store_vector(vec: Pgvector | None) -> Any:
@@ -183,10 +187,23 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        params = pending_params(limit, model)
+        with self._claim(_PENDING, _CLAIM, pending_params(limit, model), model) as claimed:
+            yield claimed
 
-        def claim(conn: Connection, lock: bool) -> RecordClaim:
-            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+    @contextmanager
+    def claim_fresh_records(self, limit: int, model: str, since: datetime) -> Iterator[RecordClaim]:
+        """:meth:`claim_pending_records` of the records saved at ``since`` or later only:
+        the indexer's fresh lane, claimed before each batch of the backlog."""
+        params = {**pending_params(limit, model), "since": since}
+        with self._claim(_FRESH, _FRESH_CLAIM, params, model) as claimed:
+            yield claimed
+
+    @contextmanager
+    def _claim(
+        self, read: Any, lock: Any, params: dict[str, object], model: str
+    ) -> Iterator[RecordClaim]:
+        def claim(conn: Connection, locking: bool) -> RecordClaim:
+            rows = _pending(conn.execute(lock if locking else read, params))
             return RecordClaim(rows, model, _pending_key)
 
         def finish(conn: Connection, claimed: RecordClaim) -> int:

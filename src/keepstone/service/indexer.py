@@ -28,8 +28,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keepstone.db import utcnow
 from keepstone.db.vectors import encode_many
 from keepstone.errors import KeepstoneError
 from keepstone.store.index import ChunkBackfill, SearchIndex
@@ -47,6 +49,12 @@ BATCH_SIZE = 32
 BATCH_SECONDS = 0.4
 #: The batch length of a bulk reindex, which no fresh write waits on: full batches.
 BULK_BATCH_SECONDS = 3600.0
+#: The fresh lane: rows written in the last ``FRESH_SECONDS`` are claimed, up to
+#: ``FRESH_BATCH`` at a time, before each batch of the backlog, and embedded on the
+#: indexer's own thread (normal priority) rather than its low-priority compute thread, so
+#: a write made under a backlog, or on a busy machine, is found by meaning in seconds.
+FRESH_SECONDS = 30.0
+FRESH_BATCH = 8
 #: Rows of a source's first batch, before its speed is known.
 FIRST_BATCH = 4
 #: Seconds between passes when nothing was pending.
@@ -79,14 +87,18 @@ class Claim(Protocol):
 
 #: ``claim(limit, model)``: a context manager yielding a :class:`Claim`.
 Claimer = Callable[[int, str], AbstractContextManager[Claim]]
+#: ``claim(limit, model, since)``: the same, of the rows written at ``since`` or later.
+FreshClaimer = Callable[[int, str, datetime], AbstractContextManager[Claim]]
 
 
 @dataclass(frozen=True)
 class Source:
-    """One kind of row the indexer embeds: ``"chunks"`` or ``"records"``."""
+    """One kind of row the indexer embeds: ``"chunks"`` or ``"records"``; ``fresh``
+    claims only what was written lately (the fresh lane), when the store can."""
 
     name: str
     claim: Claimer
+    fresh: FreshClaimer | None = None
 
 
 def document_sources(store: object) -> list[Source]:
@@ -94,7 +106,7 @@ def document_sources(store: object) -> list[Source]:
     (:class:`keepstone.store.index.SearchIndex`); none for a store that keeps no index
     (a client of a server, whose server embeds)."""
     if isinstance(store, SearchIndex):
-        return [Source("chunks", store.claim_pending_chunks)]
+        return [Source("chunks", store.claim_pending_chunks, _fresh_claimer(store, "chunks"))]
     return []
 
 
@@ -109,7 +121,15 @@ def record_sources(records: object | None) -> list[Source]:
     """The pending team records of ``records`` as a source, when the record store can
     claim them (``claim_pending_records``); none otherwise."""
     claim = getattr(records, "claim_pending_records", None)
-    return [Source("records", claim)] if callable(claim) else []
+    if not callable(claim):
+        return []
+    return [Source("records", claim, _fresh_claimer(records, "records"))]
+
+
+def _fresh_claimer(store: object, rows: str) -> FreshClaimer | None:
+    """The store's ``claim_fresh_<rows>`` (the fresh lane), when it has one."""
+    fresh = getattr(store, f"claim_fresh_{rows}", None)
+    return fresh if callable(fresh) else None
 
 
 class Indexer:
@@ -128,6 +148,7 @@ class Indexer:
         backfill: Callable[[], int] | None = None,
         batch_size: int = BATCH_SIZE,
         batch_seconds: float = BATCH_SECONDS,
+        fresh_seconds: float = FRESH_SECONDS,
         idle_seconds: float = IDLE_SECONDS,
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
@@ -141,6 +162,8 @@ class Indexer:
         self.backfill = backfill
         self.batch_size = batch_size
         self.batch_seconds = batch_seconds
+        #: The fresh lane's window (0: no fresh lane, every row waits its turn).
+        self.fresh_seconds = fresh_seconds
         #: The next claim's size per source: as many rows as embed in ``batch_seconds``.
         self._limits: dict[str, int] = {}
         self.idle_seconds = idle_seconds
@@ -174,8 +197,22 @@ class Indexer:
             self.documents += self.backfill()
         done = 0
         for source in self.sources:
+            if source.fresh is not None and self.fresh_seconds > 0:
+                done += self._embed_fresh(source, source.fresh)
             done += self._embed_batch(source)
         return done
+
+    def _embed_fresh(self, source: Source, fresh: FreshClaimer) -> int:
+        """The fresh lane of ``source``: what was written lately, embedded here and now."""
+        model = self.embedder.model_id
+        since = utcnow() - timedelta(seconds=self.fresh_seconds)
+        with fresh(FRESH_BATCH, model, since) as claim:
+            rows = claim.rows
+            if not rows:
+                return 0
+            claim.store_embeddings(encode_many(self.embedder.embed([r.search_text for r in rows])))
+        self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
+        return len(rows)
 
     def _embed_batch(self, source: Source) -> int:
         model = self.embedder.model_id
@@ -351,6 +388,7 @@ def embed_pending(
         batch_size=batch_size,
         # Nobody waits for a fresh write here: full batches, the fastest drain.
         batch_seconds=BULK_BATCH_SECONDS,
+        fresh_seconds=0.0,
     )
     if total is not None:
         if indexer.backfill is not None:

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -248,10 +249,30 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        params = {"limit": limit, "model": model}
+        with self._claim(self._sql.pending, self._sql.claim, limit, model) as claimed:
+            yield claimed
 
-        def claim(conn: Connection, lock: bool) -> ChunkClaim:
-            rows = conn.execute(self._sql.claim if lock else self._sql.pending, params).all()
+    @contextlib.contextmanager
+    def claim_fresh_chunks(self, limit: int, model: str, since: datetime) -> Iterator[ChunkClaim]:
+        """:meth:`claim_pending_chunks` of the chunks chunked at ``since`` or later only:
+        the indexer's fresh lane, claimed before each batch of the backlog."""
+        sql = self._sql
+        with self._claim(sql.pending_since, sql.claim_since, limit, model, since) as claimed:
+            yield claimed
+
+    @contextlib.contextmanager
+    def _claim(
+        self,
+        read: Any,
+        lock: Any,
+        limit: int,
+        model: str,
+        since: datetime | None = None,
+    ) -> Iterator[ChunkClaim]:
+        params: dict[str, Any] = {"limit": limit, "model": model, "since": since}
+
+        def claim(conn: Connection, locking: bool) -> ChunkClaim:
+            rows = conn.execute(lock if locking else read, params).all()
             return ChunkClaim([_pending(r) for r in rows], model)
 
         def finish(conn: Connection, claimed: ChunkClaim) -> int:

@@ -120,6 +120,26 @@ class Statements:
             .where(*chunk_space)
             .order_by(C.c.path, C.c.seq)
         )
+        self._to_embed()
+        # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
+        into = C if vec is None else vec.with_vec(C)
+        vector = {} if vec is None else {"vec": vec.vec_param()}
+        self.store_embedding = (
+            sa.update(into)
+            .where(
+                into.c.tenant_id == bp("t"),
+                into.c.space_key == bp("k"),
+                into.c.path == bp("p"),
+                into.c.seq == bp("n"),
+                # Not a chunk rewritten since it was read (SQLite claims hold no lock).
+                into.c.text == bp("was_text"),
+                into.c.context == bp("was_context"),
+            )
+            .values(embedding=bp("blob"), model=bp("by_model"), **vector)
+        )
+
+    def _to_embed(self) -> None:
+        """The chunks to embed: claims (newest first, and the fresh lane) and counts."""
         model = bp("model")
         # model is NULL exactly when embedding is (store_embeddings sets both); three
         # conditions rather than IS DISTINCT FROM, so the ``model`` indexes serve them.
@@ -140,6 +160,10 @@ class Statements:
             .order_by(C.c.updated_at.desc(), C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
             .limit(bp("limit"))
         )
+        self.claim = self.pending.with_for_update(skip_locked=True)
+        # The fresh lane: what was chunked since ``:since`` (the indexer's first claim).
+        self.pending_since = self.pending.where(C.c.updated_at >= bp("since"))
+        self.claim_since = self.pending_since.with_for_update(skip_locked=True)
         # What every space has pending (the backlog of /metrics, /readyz and doctor).
         self.backlog = sa.select(sa.func.count()).select_from(C).where(not_of_model)
         # What one space has pending: a range of ix_memory_chunks_space_model.
@@ -147,23 +171,6 @@ class Statements:
             sa.select(sa.func.count())
             .select_from(C)
             .where(C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), not_of_model)
-        )
-        self.claim = self.pending.with_for_update(skip_locked=True)
-        # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
-        into = C if vec is None else vec.with_vec(C)
-        vector = {} if vec is None else {"vec": vec.vec_param()}
-        self.store_embedding = (
-            sa.update(into)
-            .where(
-                into.c.tenant_id == bp("t"),
-                into.c.space_key == bp("k"),
-                into.c.path == bp("p"),
-                into.c.seq == bp("n"),
-                # Not a chunk rewritten since it was read (SQLite claims hold no lock).
-                into.c.text == bp("was_text"),
-                into.c.context == bp("was_context"),
-            )
-            .values(embedding=bp("blob"), model=bp("by_model"), **vector)
         )
 
     def _unindexed(self, dialect: str) -> None:
