@@ -158,6 +158,36 @@ def test_the_fresh_lane_embeds_recent_writes_first_on_the_indexers_own_thread(
     assert not any("99" in t for t in backlog_texts)
 
 
+def test_the_fresh_lane_is_served_while_a_backlog_batch_embeds(store: SqlStore) -> None:
+    """A write made while the compute thread embeds a slow backlog batch is embedded by
+    the indexer's own thread before that batch ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    write_docs(store, 10)
+    store.backfill_chunks()
+    time.sleep(0.6)  # the backlog is older than the fresh lane's window
+    done: list[tuple[str, float]] = []
+
+    class SlowBacklog(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+            if threading.current_thread().name.startswith("compute"):
+                store.write(space(), "notes/fresh.md", doc(99))  # written meanwhile
+                time.sleep(1.5)
+            done.append((threading.current_thread().name, time.monotonic()))
+            return super().embed(texts)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="compute") as compute:
+        indexer = indexer_for(
+            store, SlowBacklog(), batch_size=4, compute=compute, fresh_seconds=0.5
+        )
+        indexer.run_once()
+    (fresh_thread, fresh_at), (backlog_thread, backlog_at) = done
+    assert fresh_thread == threading.current_thread().name and backlog_thread.startswith("compute")
+    assert fresh_at < backlog_at
+    fresh = [r for r in chunks(store) if r.path == "notes/fresh.md"]
+    assert len(fresh) == 2 and all(r.embedding is not None for r in fresh)
+
+
 def test_batches_last_about_batch_seconds(store: SqlStore) -> None:
     """A claim takes as many rows as embedded in ``batch_seconds`` last time: fewer for a
     slow embedder, growing (doubling at most) to ``batch_size`` for a quick one."""

@@ -25,7 +25,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -55,6 +56,8 @@ BULK_BATCH_SECONDS = 3600.0
 #: a write made under a backlog, or on a busy machine, is found by meaning in seconds.
 FRESH_SECONDS = 30.0
 FRESH_BATCH = 8
+#: While the compute thread embeds a backlog batch, the fresh lane is served this often.
+FRESH_POLL_SECONDS = 0.2
 #: Rows of a source's first batch, before its speed is known.
 FIRST_BATCH = 4
 #: Seconds between passes when nothing was pending.
@@ -202,6 +205,22 @@ class Indexer:
             done += self._embed_batch(source)
         return done
 
+    def _meanwhile(self, batch: Future[Any]) -> Any:
+        """The vectors of a backlog ``batch`` embedding on the compute thread; while it
+        runs, this thread serves the fresh lane every :data:`FRESH_POLL_SECONDS` (a
+        starved low-priority batch must not hold back a write made meanwhile)."""
+        while True:
+            try:
+                return batch.result(timeout=FRESH_POLL_SECONDS)
+            except FutureTimeout:
+                pass
+            if self.fresh_seconds > 0 and not self._stopping(None):
+                if self.backfill is not None:
+                    self.documents += self.backfill()
+                for source in self.sources:
+                    if source.fresh is not None:
+                        self._embed_fresh(source, source.fresh)
+
     def _embed_fresh(self, source: Source, fresh: FreshClaimer) -> int:
         """The fresh lane of ``source``: what was written lately, embedded here and now."""
         model = self.embedder.model_id
@@ -226,7 +245,7 @@ class Indexer:
             if self.compute is None:
                 vectors = self.embedder.embed(texts)
             else:
-                vectors = self.compute.submit(self.embedder.embed, texts).result()
+                vectors = self._meanwhile(self.compute.submit(self.embedder.embed, texts))
             took = time.monotonic() - started
             self._limits[source.name] = self._next_limit(limit, len(rows), took)
             claim.store_embeddings(encode_many(vectors))
