@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from keepstone.service.access import Access, Credentials
     from keepstone.service.admin import AdminService
     from keepstone.service.audit import AuditService
+    from keepstone.service.indexer import Backlog as Backlog
     from keepstone.service.indexer import Indexer, ReindexReport
     from keepstone.service.record_search import RecordSearch
     from keepstone.service.records import RecordService
@@ -112,6 +113,16 @@ class Runtime:
 
         with read_transaction(self.engine) as conn:
             conn.execute(sa.text("SELECT 1"))
+
+    def backlog(self) -> Backlog:
+        """What waits for a vector of the configured model, chunks and team records
+        (``/metrics``, ``/readyz``, ``keepstone doctor``): two counts, the model not loaded."""
+        from keepstone.records.sql import SqlRecordStore
+        from keepstone.service.indexer import backlog
+
+        model = configured_model_id(self.config)
+        records = SqlRecordStore(self.engine, self.store.pgvector)
+        return backlog(self.store, records, model)
 
     def close(self) -> None:
         """Release the limiter's connections, and the engine if this runtime made it."""
@@ -272,8 +283,9 @@ def open_embedder(config: Config) -> Embedder | None:
 
 log = logging.getLogger(__name__)
 
-#: Pending chunks a local command embeds before it searches, at most (the rest wait).
-EMBED_PENDING = 256
+#: Seconds a local command (no server, so no indexer) spends embedding pending chunks,
+#: newest first, before it searches; the rest is reported as the answer's ``pending``.
+EMBED_BUDGET_SECONDS = 1.5
 
 
 class SharedEmbedder:
@@ -318,18 +330,22 @@ def document_search(
     config: Config,
     store: MemoryStore,
     *,
-    embed_pending: int = 0,
+    embed_budget: float = 0.0,
     embedder: SharedEmbedder | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> DocumentSearch:
     """The document search over ``store``: keyword, and meaning with the embedder
     ``KEEPSTONE_EMBEDDER`` names (``embedder``'s when given); an embedder that cannot load
-    leaves it keyword-only (with a warning). ``embed_pending`` > 0 (local commands): embed
-    up to that many of the searched space's pending chunks before each search. Built when
+    leaves it keyword-only (with a warning). ``embed_budget`` > 0 (local commands): embed
+    pending chunks for up to that many seconds before each search (``notice``: one line
+    past a second, :class:`~keepstone.service.search.DocumentSearch`). Built when
     a search first needs it."""
     from keepstone.service.search import DocumentSearch
 
     shared = embedder if embedder is not None else SharedEmbedder(config)
-    return DocumentSearch(store, shared.get(), shared.cache(), embed_pending=embed_pending)
+    return DocumentSearch(
+        store, shared.get(), shared.cache(), embed_budget=embed_budget, notice=notice
+    )
 
 
 def record_search(config: Config, embedder: SharedEmbedder | None = None) -> RecordSearch:
@@ -365,6 +381,14 @@ def open_indexer(runtime: Runtime) -> Indexer | None:
     return Indexer(embedder, sources, backfill=store.backfill_chunks)
 
 
+def configured_model_id(config: Config) -> str | None:
+    """The model id of the embedder ``config`` names, without loading it; None for
+    ``KEEPSTONE_EMBEDDER=none``."""
+    from keepstone.embed import configured_model_id as model_of
+
+    return model_of(config.embedder, config.embeddings_model)
+
+
 def describe_embedder(config: Config) -> EmbedderStatus:
     """Which embedder ``config`` names and whether it embeds (``keepstone models status``):
     it is opened and embeds one probe text."""
@@ -391,11 +415,13 @@ def reindex_database(
     rebuild: bool = False,
     chunking: Callable[[int], None] | None = None,
     embedding: Callable[[int], None] | None = None,
+    embedding_total: Callable[[int], None] | None = None,
 ) -> ReindexReport:
     """``keepstone reindex``: chunk every unindexed document of the runtime's database
     (``rebuild``: drop every chunk and vector, and the records' vectors, first), then embed
     every pending chunk and team record with ``embedder`` (None: chunk only).
-    ``chunking(1)`` per document, ``embedding(n)`` per batch."""
+    ``chunking(1)`` per document, ``embedding(n)`` per batch, ``embedding_total(n)`` once
+    with what there is to embed."""
     from keepstone.records.sql import SqlRecordStore
     from keepstone.service.indexer import drop_record_vectors, embed_pending
 
@@ -403,4 +429,11 @@ def reindex_database(
     if rebuild:
         drop_record_vectors(records)
     documents = runtime.store.reindex(chunking, rebuild=rebuild)
-    return embed_pending(embedder, runtime.store, records, documents=documents, progress=embedding)
+    return embed_pending(
+        embedder,
+        runtime.store,
+        records,
+        documents=documents,
+        progress=embedding,
+        total=embedding_total,
+    )

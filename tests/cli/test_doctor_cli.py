@@ -84,12 +84,23 @@ def test_one_line_per_check_and_a_current_database_is_ok(
 ) -> None:
     code, out, _ = run_cli(capsys, "doctor")
     assert code == 0
-    names = ["python", "keepstone", "home", "database", "model", "redis", "history", "local usage"]
+    names = [
+        "python",
+        "keepstone",
+        "home",
+        "database",
+        "model",
+        "backlog",
+        "redis",
+        "history",
+        "local usage",
+    ]
     assert [line.split()[0] for line in out.splitlines()] == [
         "ok",
         "ok",
         "warn",
         "warn",
+        "ok",
         "ok",
         "ok",
         "ok",
@@ -103,6 +114,26 @@ def test_one_line_per_check_and_a_current_database_is_ok(
     assert checks["home"]["status"] == "ok"
     assert checks["database"]["status"] == "ok"
     assert "migrations current" in checks["database"]["detail"]
+    assert checks["backlog"]["detail"] == "KEEPSTONE_EMBEDDER=none: nothing is embedded"
+
+
+def test_the_backlog_check_counts_what_waits_for_a_vector(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run_cli(capsys, "db", "upgrade")[0] == 0
+    source = home.parent / "a.md"
+    source.write_text("# A\n\nalpha", encoding="utf-8")
+    put = ("memory", "put", "notes/a.md", "--bot", "b1", "--file", str(source))
+    assert run_cli(capsys, *put)[0] == 0
+    assert run_cli(capsys, "memory", "search", "alpha", "--bot", "b1")[0] == 0  # chunks it
+    # The model is named, not loaded: a backlog is counted without it.
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
+    _, checks = doctor(capsys)
+    assert checks["backlog"]["status"] == "ok"
+    assert checks["backlog"]["detail"] == (
+        "waiting for a vector of all-MiniLM-L6-v2: database: 0 chunks, 0 records; "
+        "local store: 1 chunks"
+    )
 
 
 @pytest.mark.parametrize("kind", ["missing-dir", "not-a-database", "unreachable-postgres"])

@@ -32,6 +32,11 @@ def keyword_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
 
 
+@pytest.fixture
+def with_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
+
+
 @pytest.mark.usefixtures("keyword_only")
 def test_search_plain_and_json(
     home: Path,
@@ -55,7 +60,8 @@ def test_search_plain_and_json(
     code, out, err = run_memory(capsys, "search", "quokka", "--bot", "b1", "--json", "--limit", "1")
     assert code == 0, err
     body = json.loads(out)
-    assert list(body) == ["results"]
+    assert list(body) == ["results", "pending"]
+    assert body["pending"] == 0  # keyword-only search embeds nothing: nothing is pending
     assert len(body["results"]) == 1
     assert set(body["results"][0]) == {"path", "heading", "snippet", "score", "matched"}
     assert body["results"][0]["matched"] == ["keyword"]
@@ -76,22 +82,49 @@ def test_search_refusals(home: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and out == "" and "no matches" in err
 
 
+@pytest.mark.usefixtures("with_model")
 def test_search_by_meaning_with_the_model(
-    home: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "minilm")
     put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
     put(capsys, tmp_path, "home/garden.md", "# Garden\nTomatoes want sun and water.\n")
     code, out, err = run_memory(
         capsys, "search", "revert a broken release", "--bot", "b1", "--json"
     )
     assert code == 0, err
-    results = json.loads(out)["results"]
+    body = json.loads(out)
+    results = body["results"]
     assert results[0]["path"] == "ops/runbook.md"
     assert results[0]["matched"] == ["meaning"]  # no word in common: found by meaning
+    assert body["pending"] == 0  # a few chunks: all embedded within the time budget
+    assert err == ""  # quick: no progress line
+
+
+@pytest.mark.usefixtures("with_model")
+def test_a_local_search_embeds_under_a_time_budget_and_says_what_is_left(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keepstone import runtime
+    from keepstone.service import search
+
+    sections = "".join(f"## Part {i}\n\nThe quokka count of day {i}.\n\n" for i in range(40))
+    put(capsys, tmp_path, "notes/long.md", "# Long\n\n" + sections)
+    # A budget that one batch of chunks overruns, and a notice as soon as one is done:
+    # what a large backlog meets after one and a half seconds, made quick.
+    monkeypatch.setattr(runtime, "EMBED_BUDGET_SECONDS", 1e-3)
+    monkeypatch.setattr(search, "SLOW_NOTICE_SECONDS", 0.0)
+    code, out, err = run_memory(capsys, "search", "quokka", "--bot", "b1", "--json")
+    assert code == 0, err
+    body = json.loads(out)
+    total = 41  # the title's chunk and one per part
+    assert body["pending"] == total - search.LOCAL_BATCH
+    said = f"embedding pending chunks for search by meaning: {search.LOCAL_BATCH} in"
+    assert err.startswith(said)
+    assert len(err.splitlines()) == 1
+    # Each search embeds another batch; what is left is said every time.
+    code, out, err = run_memory(capsys, "search", "quokka", "--bot", "b1")
+    assert code == 0
+    assert err.splitlines()[-1].startswith(f"{total - 2 * search.LOCAL_BATCH} chunk(s) not yet")
 
 
 @pytest.mark.usefixtures("keyword_only")

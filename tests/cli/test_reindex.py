@@ -72,7 +72,7 @@ def test_reindex_chunks_and_embeds_everything_then_nothing(
         "records_embedded": 0,
         "model": MODEL,
     }
-    assert err == ""  # no progress bar off a terminal
+    assert err == ""  # off a terminal, a run shorter than the plain lines' period says nothing
     assert stored(database) == [(MODEL, 384)] * 6
     code, out, _ = run_cli(capsys, "reindex", "--database", database, "--json")
     assert json.loads(out)["documents"] == 0 and json.loads(out)["chunks_embedded"] == 0
@@ -81,6 +81,23 @@ def test_reindex_chunks_and_embeds_everything_then_nothing(
         0,
         f"reindexed 0 document(s); embedded 0 chunk(s) and 0 record(s) with {MODEL}\n",
     )
+
+
+def test_off_a_terminal_the_progress_is_a_plain_line_every_few_seconds(
+    database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keepstone.cli import common
+
+    monkeypatch.setattr(common, "PLAIN_EVERY_SECONDS", 0.0)  # a line at every batch
+    code, _, err = run_cli(capsys, "reindex", "--database", database, "--json")
+    assert code == 0
+    lines = err.splitlines()
+    embedding = [line for line in lines if line.startswith("embedding: ")]
+    assert embedding, err
+    # The total is the backlog counted once chunking is over; the last line says all done.
+    assert embedding[-1].startswith("embedding: 6/6 (") and "/s, " in embedding[-1]
+    assert all(line.startswith(("chunking documents: ", "embedding: ")) for line in lines)
+    assert any("left)" in line for line in embedding[:-1]) or len(embedding) == 1
 
 
 def test_rebuild_drops_every_vector_first(

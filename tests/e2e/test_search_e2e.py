@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,6 +169,31 @@ def test_search_route_never_crosses_teams_or_users_with_caches_warm(world: World
             every_search(who)
 
 
+def test_pending_drains_to_zero_while_the_server_indexes(world: World) -> None:
+    """Each answer says how many chunks of its spaces wait for the indexer; the server's
+    indexer embeds them, so the count only falls, to 0."""
+    headers = {"Authorization": f"Bearer {world.callers['ann'].key}"}
+    seen: list[int] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        r = httpx.get(
+            f"{world.url}/api/memory/search",
+            params={"q": WORD, "scope": "readable"},
+            headers=headers,
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        seen.append(r.json()["pending"])
+        if seen[-1] == 0:
+            break
+        time.sleep(0.2)
+    assert seen[-1] == 0, seen
+    assert seen == sorted(seen, reverse=True)
+    ready = httpx.get(f"{world.url}/readyz", timeout=30).json()
+    assert ready["status"] == "ready" and ready["backlog"]["chunks"] == 0
+    assert 'keepstone_index_backlog{kind="chunks"} 0.0' in httpx.get(f"{world.url}/metrics").text
+
+
 def test_readable_hits_name_their_space(world: World) -> None:
     hits = _search(world, "ann", scope="readable", path_prefix="alpha-notes")
     assert [h["path"] for h in hits] == ["alpha-notes.md"]
@@ -209,10 +235,13 @@ def test_cli_searches_a_server(world: World, tmp_path: Path) -> None:
 
     as_json = _keepstone(tmp_path / "home", "memory", "search", WORD, *remote, *space, "--json")
     assert as_json.returncode == 0, as_json.stderr
-    assert [h["path"] for h in json.loads(as_json.stdout)["results"]] == ["alpha-org.md"]
+    body = json.loads(as_json.stdout)
+    assert [h["path"] for h in body["results"]] == ["alpha-org.md"]
+    assert body["pending"] in (0, 1)  # the server's answer: its indexer may be at work
 
     every = _keepstone(tmp_path / "home", "memory", "search", WORD, *remote, "--all", "--json")
     assert every.returncode == 0, every.stderr
+    assert json.loads(every.stdout)["pending"] in range(len(world.callers["ann"].readable) + 1)
     results = json.loads(every.stdout)["results"]
     assert {h["space"]["id"] for h in results} == set(world.callers["ann"].readable)
 
@@ -235,6 +264,7 @@ def test_cli_searches_the_local_store(tmp_path: Path) -> None:
 
     as_json = _keepstone(home, "memory", "search", "quokka", *space, "--json")
     assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["pending"] == 0  # embedded within the local budget
     hit = json.loads(as_json.stdout)["results"][0]  # meaning may find the other section too
     assert hit["path"] == "ops/runbook.md" and "keyword" in hit["matched"]
 
@@ -265,6 +295,9 @@ async def _write_then_search(params: StdioServerParameters, log: Path) -> str:
                 assert found.structured_content is not None
                 hits = found.structured_content["results"]
                 assert [h["path"] for h in hits] == ["topics/deploy.md"]
+                # One chunk written: embedded before the search locally, maybe not yet
+                # by the server's indexer.
+                assert found.structured_content["pending"] in (0, 1)
                 text = found.content[0].text if found.content[0].type == "text" else ""
                 assert 'document topics/deploy.md, section "Deploy"' in text
                 assert "```text\nDeploy Use the blue pelican.\n```" in text

@@ -133,6 +133,41 @@ def test_save_search_list_delete_roundtrip(client: TestClient, creds: Creds) -> 
     )
 
 
+def test_pending_before_during_and_after_a_backlog(
+    client: TestClient, creds: Creds, engine: Engine
+) -> None:
+    """A records search answer says how many of the team's records wait for a vector of
+    the search's model: all of a fresh backlog, fewer as the indexer drains it (newest
+    first), none after; another team's backlog is not counted."""
+    from keepstone.records.sql import SqlRecordStore
+    from keepstone.service.indexer import Indexer, record_sources
+    from keepstone.service.record_search import RecordSearch
+    from tests.api.test_pending import StandIn
+
+    w = creds.world
+    member = creds.key(w.member)
+    other = make_world(engine)
+    for i in range(6):
+        assert save(client, w.team_id, SERVICE_H, text=f"deploy note {i}").status_code == 201
+        assert save(client, other.team_id, SERVICE_H, text=f"deploy {i}").status_code == 201
+    # Keyword-only search (this app's records service has no embedder) embeds nothing.
+    assert search(client, w.team_id, member).json()["pending"] == 0
+    state = client.app.state  # type: ignore[attr-defined]
+    state.records = build_record_service(
+        engine, state.runtime.identity, LocalRateLimiter(rate=10_000), RecordSearch(StandIn())
+    )
+    before = search(client, w.team_id, member).json()["pending"]
+    assert before >= 6
+    indexer = Indexer(
+        StandIn(), record_sources(SqlRecordStore(engine)), batch_size=4, fresh_seconds=0
+    )  # type: ignore[arg-type]
+    assert indexer.run_once() == 4  # the newest four, of both teams
+    during = search(client, w.team_id, member).json()["pending"]
+    assert before - 4 <= during < before
+    indexer.drain()
+    assert search(client, w.team_id, member).json()["pending"] == 0
+
+
 def test_settings_routes(client: TestClient, creds: Creds) -> None:
     w = creds.world
     url = f"/api/teams/{w.team_id}/memory-settings"
@@ -143,7 +178,7 @@ def test_settings_routes(client: TestClient, creds: Creds) -> None:
     r = client.put(url, json={"enabled": False}, headers=h)
     assert r.status_code == 200 and r.json()["enabled"] is False
     off = search(client, w.team_id, creds.key(w.member)).json()
-    assert off == {"state": "off", "notice": NOTICE, "results": []}
+    assert off == {"state": "off", "notice": NOTICE, "results": [], "pending": 0}
 
 
 def test_list_pagination_over_http(client: TestClient, creds: Creds) -> None:

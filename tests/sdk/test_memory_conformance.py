@@ -208,6 +208,7 @@ def test_search_finds_a_written_note(memory: Any) -> None:
     _fill(memory)
     hits = memory.search("rollback")
     assert [h.path for h in hits] == ["topics/deploy.md"]
+    assert hits.pending == 0  # keyword-only search (these memories embed nothing)
     assert "rollback" in hits[0].snippet and "keyword" in hits[0].matched
     assert memory.search("blue-green fridays", path_prefix="topics/") == []
     assert [h.path for h in memory.search("blue-green fridays", limit=1)] == ["MEMORY.md"]

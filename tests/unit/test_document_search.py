@@ -224,7 +224,7 @@ def test_both_signals_when_both_match(store: MemoryStore) -> None:
 def test_a_local_search_embeds_the_pending_chunks_first(store: MemoryStore) -> None:
     store.write(ref(), "ops/runbook.md", RUNBOOK)
     embedder = FakeEmbedder()
-    search = DocumentSearch(store, embedder, embed_pending=256)
+    search = DocumentSearch(store, embedder, embed_budget=60.0)
     hits = search.search([ref()], "undo")
     assert hits and hits[0].heading == "Deploy runbook > Rollback"
     assert hits[0].matched == ("meaning",)

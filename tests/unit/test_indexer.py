@@ -96,7 +96,7 @@ def search_text(row: ChunkRow, store: SqlStore) -> str:
 def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> None:
     write_docs(store, 3)  # 2 chunks each: 6 pending once chunked
     embedder = HashEmbedder()
-    indexer = indexer_for(store, embedder, batch_size=4)
+    indexer = indexer_for(store, embedder, batch_size=4, fresh_seconds=0)
     assert chunks(store) == []  # a write never chunks
     assert indexer.run_once() == 4
     assert indexer.documents == 3
@@ -111,6 +111,113 @@ def test_run_once_chunks_then_embeds_one_batch_at_a_time(store: SqlStore) -> Non
         np.testing.assert_allclose(decode(row.embedding), vector_of(search_text(row, store)))
     assert indexer.embedded == {"chunks": 6}
     assert store.pending_chunks(100, "hash-a") == []
+
+
+def test_a_fresh_write_is_embedded_before_the_backlog(store: SqlStore) -> None:
+    write_docs(store, 20)  # 40 chunks: the backlog
+    # Newest first alone (no fresh lane): the fresh note is the next claim's.
+    indexer = indexer_for(store, HashEmbedder(), batch_size=4, fresh_seconds=0)
+    assert indexer.run_once() == 4
+    time.sleep(0.01)  # the fresh note's chunks are strictly newer
+    store.write(space(), "notes/fresh.md", doc(99))
+    assert indexer.run_once() == 4  # one pass: chunked, then claimed first
+    rows = chunks(store)
+    fresh = [r for r in rows if r.path == "notes/fresh.md"]
+    assert len(fresh) == 2 and all(r.embedding is not None for r in fresh)
+    assert sum(r.embedding is None for r in rows) == 40 - 4 - 2  # the backlog still drains
+    assert store.count_pending([space()], "hash-a") == 34
+
+
+def test_the_fresh_lane_embeds_recent_writes_first_on_the_indexers_own_thread(
+    store: SqlStore,
+) -> None:
+    """Rows written in the last ``FRESH_SECONDS`` are claimed before each backlog batch and
+    embedded on the calling thread (normal priority in ``keepstone serve``'s indexer
+    process), the backlog on the low-priority compute thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    write_docs(store, 10)
+    store.backfill_chunks()
+    time.sleep(0.6)  # the backlog is older than the fresh lane's window
+    calls: list[tuple[str, list[str]]] = []
+
+    class Recording(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+            calls.append((threading.current_thread().name, list(texts)))
+            return super().embed(texts)
+
+    store.write(space(), "notes/fresh.md", doc(99))
+    store.backfill_chunks()
+    with ThreadPoolExecutor(1, thread_name_prefix="compute") as compute:
+        indexer = indexer_for(store, Recording(), batch_size=4, compute=compute, fresh_seconds=0.5)
+        assert indexer.run_once() == 2 + 4
+    (fresh_thread, fresh_texts), (backlog_thread, backlog_texts) = calls
+    assert all("Note 99" in t or "Fix 99" in t for t in fresh_texts) and len(fresh_texts) == 2
+    assert fresh_thread == threading.current_thread().name
+    assert backlog_thread.startswith("compute") and len(backlog_texts) == 4
+    assert not any("99" in t for t in backlog_texts)
+
+
+def test_the_fresh_lane_is_served_while_a_backlog_batch_embeds(store: SqlStore) -> None:
+    """A write made while the compute thread embeds a slow backlog batch is embedded by
+    the indexer's own thread before that batch ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    write_docs(store, 10)
+    store.backfill_chunks()
+    time.sleep(0.6)  # the backlog is older than the fresh lane's window
+    done: list[tuple[str, float]] = []
+
+    class SlowBacklog(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+            if threading.current_thread().name.startswith("compute"):
+                store.write(space(), "notes/fresh.md", doc(99))  # written meanwhile
+                time.sleep(1.5)
+            done.append((threading.current_thread().name, time.monotonic()))
+            return super().embed(texts)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="compute") as compute:
+        indexer = indexer_for(
+            store, SlowBacklog(), batch_size=4, compute=compute, fresh_seconds=0.5
+        )
+        indexer.run_once()
+    (fresh_thread, fresh_at), (backlog_thread, backlog_at) = done
+    assert fresh_thread == threading.current_thread().name and backlog_thread.startswith("compute")
+    assert fresh_at < backlog_at
+    fresh = [r for r in chunks(store) if r.path == "notes/fresh.md"]
+    assert len(fresh) == 2 and all(r.embedding is not None for r in fresh)
+
+
+def test_batches_last_about_batch_seconds(store: SqlStore) -> None:
+    """A claim takes as many rows as embedded in ``batch_seconds`` last time: fewer for a
+    slow embedder, growing (doubling at most) to ``batch_size`` for a quick one."""
+    write_docs(store, 40)
+    claimed: list[int] = []
+
+    def counting(source: Source) -> Source:
+        def claim(limit: int, model: str) -> Any:
+            claimed.append(limit)
+            return source.claim(limit, model)
+
+        return Source(source.name, claim)
+
+    def slow() -> None:
+        time.sleep(0.1)  # per batch; with 4 texts: 40 texts a second at most
+
+    sources = [counting(s) for s in document_sources(store)]
+    quick = Indexer(
+        HashEmbedder(), sources, backfill=store.backfill_chunks, batch_size=16, fresh_seconds=0
+    )
+    for _ in range(4):
+        quick.run_once()
+    assert claimed == [4, 8, 16, 16]
+    claimed.clear()
+    slowed = Indexer(
+        HashEmbedder(before=slow), sources, batch_size=16, batch_seconds=0.05, fresh_seconds=0
+    )
+    for _ in range(3):
+        slowed.run_once()
+    assert claimed[0] == 4 and all(n <= 2 for n in claimed[1:])
 
 
 def test_a_document_rewritten_while_embedding_keeps_its_new_text_pending(

@@ -144,6 +144,6 @@ def test_a_local_search_embeds_the_new_adapters_pending_chunks() -> None:
     index.put(ref(), "ops/runbook.md", RUNBOOK)
     index.reconcile(ref())
     embedder = FakeEmbedder()
-    hits = DocumentSearch(index, embedder, embed_pending=256).search([ref()], "undo")
+    hits = DocumentSearch(index, embedder, embed_budget=60.0).search([ref()], "undo")
     assert hits and hits[0].heading == "Deploy runbook > Rollback"
     assert hits[0].matched == ("meaning",)

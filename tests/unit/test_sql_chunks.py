@@ -249,20 +249,25 @@ def test_an_import_indexes_every_document(store: SqlStore) -> None:
 
 def test_claim_and_store_round_trip(store: SqlStore) -> None:
     ref = project()
-    store.write(ref, "runbook.md", RUNBOOK)
     store.write(ref, "b.md", "# B\n\nbee")
+    assert store.count_pending([ref], MODEL) == 0  # not chunked yet: nothing to count
+    store.backfill_chunks()
+    time.sleep(0.01)  # the runbook is chunked strictly later
+    store.write(ref, "runbook.md", RUNBOOK)
     pending = pending_of(store, 100, MODEL)
-    # Oldest chunks first; both documents were chunked by one backfill, in path order.
-    assert [(p.path, p.seq) for p in pending] == [("b.md", 0)] + [
-        ("runbook.md", i) for i in range(5)
+    # Newest chunks first (the runbook was chunked last), a document's in order.
+    assert [(p.path, p.seq) for p in pending] == [("runbook.md", i) for i in range(5)] + [
+        ("b.md", 0)
     ]
+    assert store.count_pending([ref], MODEL) == store.count_backlog(MODEL) == 6
+    assert store.count_pending([project("elsewhere")], MODEL) == 0
     # What the indexer embeds is the chunk's search text.
     texts = [c.search_text for c in chunk_markdown(RUNBOOK)]
-    assert [p.search_text for p in pending[1:]] == texts
+    assert [p.search_text for p in pending[:5]] == texts
     assert all(p.space_id == ref.id and p.tenant_id == TEAM for p in pending)
 
     version = store.search_version(ref)
-    claimed = [("b.md", 0), ("runbook.md", 0), ("runbook.md", 1)]
+    claimed = [("runbook.md", 0), ("runbook.md", 1), ("runbook.md", 2)]
     with store.claim_pending_chunks(3, MODEL) as claim:
         assert [(p.path, p.seq) for p in claim.rows] == claimed
         claim.store_embeddings([vector(i) for i in range(3)])
@@ -273,8 +278,9 @@ def test_claim_and_store_round_trip(store: SqlStore) -> None:
         blob = rows[key].embedding
         assert blob is not None and decode(blob).tolist() == decode(vector(i)).tolist()
         assert rows[key].model == MODEL
-    assert rows[("runbook.md", 2)].embedding is None
+    assert rows[("runbook.md", 3)].embedding is None
     assert len(pending_of(store, 100, MODEL)) == 3
+    assert store.count_pending([ref], MODEL) == 3
 
     # A failure inside the block stores nothing; the rows stay pending.
     with pytest.raises(RuntimeError), store.claim_pending_chunks(10, MODEL) as claim:
@@ -284,8 +290,10 @@ def test_claim_and_store_round_trip(store: SqlStore) -> None:
 
     embed_all(store)
     assert pending_of(store, 100, MODEL) == []
+    assert store.count_pending([ref], MODEL) == store.count_backlog(MODEL) == 0
     # Another model re-embeds everything.
     assert len(pending_of(store, 100, "other-model")) == 6
+    assert store.count_pending([ref], "other-model") == 6
     embed_all(store, "other-model")
     assert {r.model for r in indexed(store, ref)} == {"other-model"}
     assert len(pending_of(store, 100, MODEL)) == 6

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
@@ -36,6 +36,13 @@ class Metrics:
             "Requests that failed because the store could not be reached.",
             registry=self.registry,
         )
+        self.backlog = Gauge(
+            "keepstone_index_backlog",
+            "Rows waiting for a vector of the configured model, by kind (chunks, records); "
+            "counted when scraped.",
+            ["kind"],
+            registry=self.registry,
+        )
 
         #: The labelled children of one (method, route, status): ``labels()`` builds its
         #: key and takes a lock on every call, and every request would pay it twice.
@@ -53,6 +60,12 @@ class Metrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def set_backlog(self, counts: dict[str, int | None]) -> None:
+        """The backlog gauge, from ``counts`` by kind (None: not counted, left out)."""
+        for kind, n in counts.items():
+            if n is not None:
+                self.backlog.labels(kind).set(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,7 @@ import functools
 import getpass
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -313,11 +314,20 @@ def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
     if not server:
         config, store = cli_config(), local_store()
         search = functools.partial(
-            runtime.document_search, config, store, embed_pending=runtime.EMBED_PENDING
+            runtime.document_search,
+            config,
+            store,
+            embed_budget=runtime.EMBED_BUDGET_SECONDS,
+            notice=_say_on_stderr,
         )
         service = SpaceService(store, search, export_gzip_level=config.export_gzip_level)
         return service, console_principal("local")
     return SpaceService(runtime.open_remote_store(server, args.token)), remote_principal()
+
+
+def _say_on_stderr(line: str) -> None:
+    """A local search's one progress line: on stderr, so ``--json`` stays clean."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -381,17 +391,34 @@ class Ticker:
             self._on_total(n)
 
 
+#: Seconds between the plain progress lines written when stderr is not a terminal.
+PLAIN_EVERY_SECONDS = 5.0
+
+
 @contextlib.contextmanager
 def progress(
-    description: str, total: int | None = None, *, enabled: bool | None = None
+    description: str,
+    total: int | None = None,
+    *,
+    enabled: bool | None = None,
+    plain: bool = False,
 ) -> Iterator[Ticker]:
-    """Yield a :class:`Ticker`; show a rich progress bar on stderr when it is a terminal.
+    """Yield a :class:`Ticker`; show a rich progress bar on stderr when it is a terminal
+    (done/total, rate, time left once the total is known).
 
-    ``enabled`` forces the bar on or off (default: whether stderr is a TTY).
+    ``enabled`` forces the bar on or off (default: whether stderr is a TTY). ``plain``:
+    without a bar, a line on stderr every :data:`PLAIN_EVERY_SECONDS` instead (a log, a
+    pipe), and one at the end after those.
     """
     show = is_tty(sys.stderr) if enabled is None else enabled
     if not show:
-        yield Ticker(total)
+        if not plain:
+            yield Ticker(total)
+            return
+        lines = PlainProgress(description)
+        ticker = Ticker(total, on_advance=lambda _: lines.tick(ticker))
+        yield ticker
+        lines.finish(ticker)
         return
     from rich.console import Console
     from rich.progress import (
@@ -401,10 +428,12 @@ def progress(
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn()]
-    columns += [MofNCompleteColumn(), TimeElapsedColumn()]
+    columns += [MofNCompleteColumn(), _rate_column(), TimeElapsedColumn()]
+    columns += [TextColumn("left"), TimeRemainingColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield Ticker(
@@ -412,6 +441,56 @@ def progress(
             on_advance=lambda n: bar.advance(task, n),
             on_total=lambda n: bar.update(task, total=n),
         )
+
+
+def _rate_column() -> Any:
+    """A rich column: the task's items per second ('' until rich has measured it)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.1f}/s")
+
+    return Rate()
+
+
+class PlainProgress:
+    """Progress as a line on stderr every :data:`PLAIN_EVERY_SECONDS` (not a terminal):
+    done of total, rate, time left."""
+
+    def __init__(self, description: str, every: float | None = None) -> None:
+        self.description = description
+        self.every = PLAIN_EVERY_SECONDS if every is None else every
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def tick(self, ticker: Ticker) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.say(ticker, now)
+
+    def finish(self, ticker: Ticker) -> None:
+        """The last line, when earlier ones were said (a short run says nothing)."""
+        if self.last > self.started:
+            self.say(ticker, time.monotonic())
+
+    def say(self, ticker: Ticker, now: float) -> None:
+        spent = max(now - self.started, 1e-9)
+        rate = ticker.done / spent
+        of = f"/{ticker.total:,}" if ticker.total else ""
+        line = f"{self.description}: {ticker.done:,}{of} ({rate:,.1f}/s, {_clock(spent)} spent"
+        if ticker.total and rate > 0 and ticker.done < ticker.total:
+            line += f", about {_clock((ticker.total - ticker.done) / rate)} left"
+        print(line + ")", file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    """``75`` → ``1m15s``."""
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{seconds:.0f}s"
 
 
 def human_bytes(n: int) -> str:

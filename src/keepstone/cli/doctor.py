@@ -179,6 +179,32 @@ def _redis(config: Config) -> Check:
     return Check("redis", OK, f"{shown} answers")
 
 
+def _backlog(config: Config) -> Check:
+    """What waits for a vector: the database's chunks and records (when it exists and is
+    migrated), the local store's chunks. Never a failure: search answers meanwhile."""
+    from keepstone.service.indexer import backlog
+
+    model = runtime.configured_model_id(config)
+    if model is None:
+        return Check("backlog", OK, "KEEPSTONE_EMBEDDER=none: nothing is embedded")
+    said: list[str] = []
+    if _database(config).status == OK:
+        try:
+            rt = runtime.open_runtime(config, migrate=False)
+            try:
+                found = rt.backlog()
+            finally:
+                rt.close()
+            said.append(f"database: {found.chunks} chunks, {found.records} records")
+        except KeepstoneError as exc:
+            said.append(f"database: not counted ({exc.message})")
+    local = _on_local_store(config, "backlog", "cannot count", lambda s: backlog(s, None, model))
+    if not isinstance(local, Check):
+        said.append(f"local store: {local.chunks} chunks")
+    waiting = "; ".join(said) or "nothing to count yet"
+    return Check("backlog", OK, f"waiting for a vector of {model}: {waiting}")
+
+
 def _on_local_store(
     config: Config, name: str, failing: str, act: Callable[[MemoryStore], T]
 ) -> T | Check:
@@ -226,6 +252,7 @@ CHECKS: tuple[Callable[[Config], Check], ...] = (
     _home,
     _database,
     _model,
+    _backlog,
     _redis,
     _local_history,  # before the recount, which records hand edits too (uncounted)
     _local_usage,

@@ -255,9 +255,10 @@ def _search(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, who):
         hits = service.search(who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix)
         if args.json:
-            print(json.dumps({"results": [hit.as_json() for hit in hits]}))
+            print(json.dumps({"results": [hit.as_json() for hit in hits], "pending": hits.pending}))
             return 0
         _print_hits([(hit, None) for hit in hits], f" in {_where(args, ref)}{_SEE_SPACES}")
+        _say_pending(hits.pending)
         return 0
 
 
@@ -271,13 +272,25 @@ def _search_all(args: argparse.Namespace) -> int:
             who, args.query, limit=args.limit, path_prefix=args.path_prefix
         )
         if args.json:
-            print(json.dumps({"results": [hit.as_json() for hit in found]}))
+            results = [hit.as_json() for hit in found]
+            print(json.dumps({"results": results, "pending": found.pending}))
             return 0
         pairs: list[tuple[DocumentHit, SpaceLabel | None]] = [
             (found_hit.hit, found_hit.space) for found_hit in found
         ]
         _print_hits(pairs, " in any space you may read")
+        _say_pending(found.pending)
         return 0
+
+
+def _say_pending(pending: int) -> None:
+    """On stderr, when some chunks were searched by keyword only."""
+    if pending:
+        print(
+            f"{pending} chunk(s) not yet embedded were searched by keyword only "
+            "(`keepstone reindex` embeds them)",
+            file=sys.stderr,
+        )
 
 
 def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str) -> None:

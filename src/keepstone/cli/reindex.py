@@ -51,11 +51,18 @@ def run(args: argparse.Namespace) -> int:
     show: bool | None = False if args.json else None  # None: a bar when on a terminal
     with contextlib.closing(runtime.open_runtime(config)) as rt:
         with (
-            progress("chunking documents", enabled=show) as chunking,
-            progress("embedding", enabled=show if embedder else False) as embedding,
+            progress("chunking documents", enabled=show, plain=True) as chunking,
+            progress(
+                "embedding", enabled=show if embedder else False, plain=embedder is not None
+            ) as embedding,
         ):
             report = runtime.reindex_database(
-                rt, embedder, rebuild=args.rebuild, chunking=chunking, embedding=embedding
+                rt,
+                embedder,
+                rebuild=args.rebuild,
+                chunking=chunking,
+                embedding=embedding,
+                embedding_total=embedding.set_total,
             )
     return print_report(report, config, as_json=args.json)
 
@@ -72,8 +79,12 @@ def embed_and_report(config: Config, store: runtime.MemoryStore, documents: int)
             embedder = runtime.open_embedder(config)
         except KeepstoneError as exc:
             print(f"keepstone: search by meaning is off: {exc.message}", file=sys.stderr)
-    with progress("embedding", enabled=False if embedder is None else None) as bar:
-        report = embed_pending(embedder, store, documents=documents, progress=bar)
+    with progress(
+        "embedding", enabled=False if embedder is None else None, plain=embedder is not None
+    ) as bar:
+        report = embed_pending(
+            embedder, store, documents=documents, progress=bar, total=bar.set_total
+        )
     if report.model is not None and report.chunks_embedded:
         print(f"embedded {report.chunks_embedded} chunk(s) with {report.model}", file=sys.stderr)
     return report

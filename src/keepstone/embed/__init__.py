@@ -40,6 +40,7 @@ __all__ = [
     "HttpEmbedder",
     "MiniLMEmbedder",
     "Vectors",
+    "configured_model_id",
     "describe_embedder",
     "locate_model",
     "install_model",
@@ -92,6 +93,14 @@ def open_embedder(
     raise InvalidRequest(f"KEEPSTONE_EMBEDDER={kind!r} is not one of {', '.join(EMBEDDER_KINDS)}")
 
 
+def configured_model_id(kind: str, model: str | None = None) -> str | None:
+    """The model id an embedder of ``kind`` stores beside its vectors, without loading it
+    (``model``: ``KEEPSTONE_EMBEDDINGS_MODEL``); None for ``none``."""
+    if kind == "none":
+        return None
+    return MODEL_ID if kind == "minilm" else model
+
+
 @dataclass(frozen=True)
 class EmbedderStatus:
     """What ``keepstone models status`` reports about the configured embedder."""
@@ -118,7 +127,7 @@ def describe_embedder(kind: str = "minilm", **settings: Unpack[EmbedderSettings]
         return EmbedderStatus(kind="none", ready=True)
     location: str | None = None
     url = settings.get("url")
-    model_id = MODEL_ID if kind == "minilm" else settings.get("model")
+    model_id = configured_model_id(kind, settings.get("model"))
     try:
         if kind == "minilm":
             location = str(locate_model(settings.get("model_dir"), settings.get("home")))

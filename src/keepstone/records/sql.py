@@ -37,7 +37,12 @@ from keepstone.records.schema import (
     records,
     records_meta,
 )
-from keepstone.records.sql_index import RecordIndex, search_counters
+from keepstone.records.sql_index import (
+    PENDING_IN_TEAM,
+    RecordIndex,
+    pending_params,
+    search_counters,
+)
 from keepstone.records.store import (
     PagePosition,
     RankingRow,
@@ -219,6 +224,11 @@ class _SqlReader(RecordReader):
         params: dict[str, Any] = {}
         where = _where(scope, params)
         return [(str(n.key[0]), float(n.cosine)) for n in ask(vec, where, params)]
+
+    def count_pending(self, team_id: str, model: str) -> int:
+        return int(
+            self._conn.execute(PENDING_IN_TEAM, pending_params(0, model, team_id)).scalar() or 0
+        )
 
     def index_min_vectors(self) -> int | None:
         vec = self._store.vectors

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,10 +42,30 @@ _NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _mod
 _PENDING = (
     sa.select(R.c.team_id, R.c.id, R.c.text)
     .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
-    .order_by(R.c.created_at, R.c.team_id, R.c.id)
+    # Newest first: a record just saved is embedded before an older backlog.
+    .order_by(R.c.created_at.desc(), R.c.team_id, R.c.id)
     .limit(sa.bindparam("limit"))
 )
+#: What every team has pending: the indexer's backlog of records.
+_BACKLOG = (
+    sa.select(sa.func.count())
+    .select_from(R)
+    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
+)
+#: What one team has pending (ix_records_team_vectors leads with the team and the model).
+PENDING_IN_TEAM = (
+    sa.select(sa.func.count())
+    .select_from(R)
+    .where(
+        R.c.team_id == sa.bindparam("team"),
+        _NOT_OF_MODEL,
+        R.c.expires_at > sa.bindparam("now", type_=_TS),
+    )
+)
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
+#: The fresh lane: what was saved since ``:since`` (the indexer's first claim).
+_FRESH = _PENDING.where(R.c.created_at >= sa.bindparam("since", type_=_TS))
+_FRESH_CLAIM = _FRESH.with_for_update(skip_locked=True)
 
 
 def _store_vector(vec: Pgvector | None) -> Any:
@@ -137,11 +158,17 @@ class RecordIndex:
         self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
-        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
+        """Up to ``limit`` unexpired records, newest first, with no vector or one made by
         another model than ``model``, across every team. Reads without claiming: the
         indexers of several replicas use :meth:`claim_pending_records`."""
         with read_transaction(self.engine) as conn:
-            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
+            return _pending(conn.execute(_PENDING, pending_params(limit, model)))
+
+    def count_backlog(self, model: str) -> int:
+        """How many unexpired records of every team have no vector of ``model``: the
+        indexer's backlog."""
+        with read_transaction(self.engine) as conn:
+            return int(conn.execute(_BACKLOG, pending_params(0, model)).scalar() or 0)
 
     @contextmanager
     def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
@@ -160,10 +187,23 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        params = _pending_params(limit, model)
+        with self._claim(_PENDING, _CLAIM, pending_params(limit, model), model) as claimed:
+            yield claimed
 
-        def claim(conn: Connection, lock: bool) -> RecordClaim:
-            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+    @contextmanager
+    def claim_fresh_records(self, limit: int, model: str, since: datetime) -> Iterator[RecordClaim]:
+        """:meth:`claim_pending_records` of the records saved at ``since`` or later only:
+        the indexer's fresh lane, claimed before each batch of the backlog."""
+        params = {**pending_params(limit, model), "since": since}
+        with self._claim(_FRESH, _FRESH_CLAIM, params, model) as claimed:
+            yield claimed
+
+    @contextmanager
+    def _claim(
+        self, read: Any, lock: Any, params: dict[str, object], model: str
+    ) -> Iterator[RecordClaim]:
+        def claim(conn: Connection, locking: bool) -> RecordClaim:
+            rows = _pending(conn.execute(lock if locking else read, params))
             return RecordClaim(rows, model, _pending_key)
 
         def finish(conn: Connection, claimed: RecordClaim) -> int:
@@ -213,8 +253,9 @@ class RecordIndex:
         return int(dropped)
 
 
-def _pending_params(limit: int, model: str) -> dict[str, object]:
-    return {"limit": limit, "model": model, "now": utcnow()}
+def pending_params(limit: int, model: str, team: str = "") -> dict[str, object]:
+    """The parameters of the pending statements (``team``: :data:`PENDING_IN_TEAM`'s)."""
+    return {"limit": limit, "model": model, "now": utcnow(), "team": team}
 
 
 def _pending(rows: Iterable[Any]) -> list[PendingRecord]:

@@ -212,6 +212,12 @@ class RecordReader(ABC):
         database has no vector index."""
         return None
 
+    def count_pending(self, team_id: str, model: str) -> int:
+        """How many unexpired records of the team have no vector of ``model`` (none, or
+        another model's): what a search answer reports as ``pending``. 0 for a store
+        that does not count."""
+        return 0
+
     def index_min_vectors(self) -> int | None:
         """From how many vectors a team is searched through :meth:`nearest_records`
         rather than exactly in the process (None: never; ``KEEPSTONE_HNSW_MIN_VECTORS``)."""

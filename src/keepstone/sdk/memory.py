@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, overload
+from typing import IO, Any, BinaryIO, overload
 
 from keepstone import runtime
 from keepstone.config import Config
@@ -45,7 +45,7 @@ from keepstone.documents import (
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.principal import Principal
 from keepstone.service.access import console_principal, remote_principal
-from keepstone.service.spaces import SpaceService
+from keepstone.service.spaces import Hits, SpaceService
 from keepstone.spaces import (
     REQUIRED_QUALIFIERS,
     SpaceRef,
@@ -54,12 +54,8 @@ from keepstone.spaces import (
     project_key,
 )
 
-if TYPE_CHECKING:  # keepstone.service.search loads numpy: only a search pays
-    from keepstone.service.search import DocumentHit
-
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
-Hits = list["DocumentHit"]
 Versions = list[VersionInfo]
 
 #: What :meth:`Memory.export` writes into: a path, or a binary file open for writing.
@@ -167,7 +163,7 @@ class Memory:
         )
         store = runtime.open_local_store(config)
         search = functools.partial(
-            runtime.document_search, config, store, embed_pending=runtime.EMBED_PENDING
+            runtime.document_search, config, store, embed_budget=runtime.EMBED_BUDGET_SECONDS
         )
         service = SpaceService(store, search, export_gzip_level=config.export_gzip_level)
         return cls(service, who, space, f"local {config.home}")
@@ -291,7 +287,10 @@ class Memory:
     def search(self, query: str, *, limit: int = 10, path_prefix: str = "") -> Hits:
         """The best sections of the space for ``query`` (1-50 hits, best first): keyword,
         and meaning when an embedder is configured (docs/search.md). Only documents whose
-        path starts with ``path_prefix``."""
+        path starts with ``path_prefix``. The answer is a list of hits whose ``pending``
+        says how many of the space's chunks are not yet embedded (searched by keyword
+        only; 0 with keyword-only search). Locally, pending chunks are embedded for up to
+        1.5 s before the search."""
         service = self._open()
         with self._search_lock:  # build the search (and load its model) once
             service.document_search()

@@ -259,6 +259,12 @@ class ScopeCache(Generic[T]):
                 self._items.popitem(last=False)
         return built
 
+    def peek(self, scope: Hashable) -> T | None:
+        """The scope's object as cached now, whatever its version (None: none)."""
+        with self._lock:
+            cached = self._items.get(scope)
+        return None if cached is None else cached[1]
+
     def discard(self, scope: Hashable) -> None:
         with self._lock:
             self._items.pop(scope, None)

@@ -25,11 +25,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
 
+from keepstone.db import utcnow
 from keepstone.db.vectors import encode_many
 from keepstone.errors import KeepstoneError
 from keepstone.store.index import ChunkBackfill, SearchIndex
@@ -40,8 +43,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Rows embedded per claim: one forward pass of the default embedder, and a short claim.
+#: Rows embedded per claim at most: one forward pass of the default embedder.
 BATCH_SIZE = 32
+#: The time one batch should take: a write made while a backlog drains waits for the batch
+#: in hand, then is claimed first (claims are newest first), so a batch's length bounds
+#: how long a fresh write waits for its vector (docs/search.md, "Freshness").
+BATCH_SECONDS = 0.4
+#: The batch length of a bulk reindex, which no fresh write waits on: full batches.
+BULK_BATCH_SECONDS = 3600.0
+#: The fresh lane: rows written in the last ``FRESH_SECONDS`` are claimed, up to
+#: ``FRESH_BATCH`` at a time, before each batch of the backlog, and embedded on the
+#: indexer's own thread (normal priority) rather than its low-priority compute thread, so
+#: a write made under a backlog, or on a busy machine, is found by meaning in seconds.
+FRESH_SECONDS = 30.0
+FRESH_BATCH = 8
+#: While the compute thread embeds a backlog batch, the fresh lane is served this often.
+FRESH_POLL_SECONDS = 0.2
+#: Rows of a source's first batch, before its speed is known.
+FIRST_BATCH = 4
 #: Seconds between passes when nothing was pending.
 IDLE_SECONDS = 0.5
 #: The first and the longest pause after a failed pass (doubling in between).
@@ -72,14 +91,18 @@ class Claim(Protocol):
 
 #: ``claim(limit, model)``: a context manager yielding a :class:`Claim`.
 Claimer = Callable[[int, str], AbstractContextManager[Claim]]
+#: ``claim(limit, model, since)``: the same, of the rows written at ``since`` or later.
+FreshClaimer = Callable[[int, str, datetime], AbstractContextManager[Claim]]
 
 
 @dataclass(frozen=True)
 class Source:
-    """One kind of row the indexer embeds: ``"chunks"`` or ``"records"``."""
+    """One kind of row the indexer embeds: ``"chunks"`` or ``"records"``; ``fresh``
+    claims only what was written lately (the fresh lane), when the store can."""
 
     name: str
     claim: Claimer
+    fresh: FreshClaimer | None = None
 
 
 def document_sources(store: object) -> list[Source]:
@@ -87,7 +110,7 @@ def document_sources(store: object) -> list[Source]:
     (:class:`keepstone.store.index.SearchIndex`); none for a store that keeps no index
     (a client of a server, whose server embeds)."""
     if isinstance(store, SearchIndex):
-        return [Source("chunks", store.claim_pending_chunks)]
+        return [Source("chunks", store.claim_pending_chunks, _fresh_claimer(store, "chunks"))]
     return []
 
 
@@ -102,7 +125,15 @@ def record_sources(records: object | None) -> list[Source]:
     """The pending team records of ``records`` as a source, when the record store can
     claim them (``claim_pending_records``); none otherwise."""
     claim = getattr(records, "claim_pending_records", None)
-    return [Source("records", claim)] if callable(claim) else []
+    if not callable(claim):
+        return []
+    return [Source("records", claim, _fresh_claimer(records, "records"))]
+
+
+def _fresh_claimer(store: object, rows: str) -> FreshClaimer | None:
+    """The store's ``claim_fresh_<rows>`` (the fresh lane), when it has one."""
+    fresh = getattr(store, f"claim_fresh_{rows}", None)
+    return fresh if callable(fresh) else None
 
 
 class Indexer:
@@ -120,6 +151,8 @@ class Indexer:
         *,
         backfill: Callable[[], int] | None = None,
         batch_size: int = BATCH_SIZE,
+        batch_seconds: float = BATCH_SECONDS,
+        fresh_seconds: float = FRESH_SECONDS,
         idle_seconds: float = IDLE_SECONDS,
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
@@ -132,6 +165,11 @@ class Indexer:
         self.sources = list(sources)
         self.backfill = backfill
         self.batch_size = batch_size
+        self.batch_seconds = batch_seconds
+        #: The fresh lane's window (0: no fresh lane, every row waits its turn).
+        self.fresh_seconds = fresh_seconds
+        #: The next claim's size per source: as many rows as embed in ``batch_seconds``.
+        self._limits: dict[str, int] = {}
         self.idle_seconds = idle_seconds
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
@@ -163,20 +201,54 @@ class Indexer:
             self.documents += self.backfill()
         done = 0
         for source in self.sources:
+            if source.fresh is not None and self.fresh_seconds > 0:
+                done += self._embed_fresh(source, source.fresh)
             done += self._embed_batch(source)
         return done
 
+    def _meanwhile(self, batch: Future[Any]) -> Any:
+        """The vectors of a backlog ``batch`` embedding on the compute thread; while it
+        runs, this thread serves the fresh lane every :data:`FRESH_POLL_SECONDS` (a
+        starved low-priority batch must not hold back a write made meanwhile)."""
+        while True:
+            try:
+                return batch.result(timeout=FRESH_POLL_SECONDS)
+            except FutureTimeout:
+                pass
+            if self.fresh_seconds > 0 and not self._stopping(None):
+                if self.backfill is not None:
+                    self.documents += self.backfill()
+                for source in self.sources:
+                    if source.fresh is not None:
+                        self._embed_fresh(source, source.fresh)
+
+    def _embed_fresh(self, source: Source, fresh: FreshClaimer) -> int:
+        """The fresh lane of ``source``: what was written lately, embedded here and now."""
+        model = self.embedder.model_id
+        since = utcnow() - timedelta(seconds=self.fresh_seconds)
+        with fresh(FRESH_BATCH, model, since) as claim:
+            rows = claim.rows
+            if not rows:
+                return 0
+            claim.store_embeddings(encode_many(self.embedder.embed([r.search_text for r in rows])))
+        self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
+        return len(rows)
+
     def _embed_batch(self, source: Source) -> int:
         model = self.embedder.model_id
-        with source.claim(self.batch_size, model) as claim:
+        limit = self._limits.get(source.name, min(FIRST_BATCH, self.batch_size))
+        with source.claim(limit, model) as claim:
             rows = claim.rows
             if not rows:
                 return 0
             texts = [row.search_text for row in rows]
+            started = time.monotonic()
             if self.compute is None:
                 vectors = self.embedder.embed(texts)
             else:
-                vectors = self.compute.submit(self.embedder.embed, texts).result()
+                vectors = self._meanwhile(self.compute.submit(self.embedder.embed, texts))
+            took = time.monotonic() - started
+            self._limits[source.name] = self._next_limit(limit, len(rows), took)
             claim.store_embeddings(encode_many(vectors))
         self.embedded[source.name] = self.embedded.get(source.name, 0) + len(rows)
         # The very rows of the last batch again: the store kept refusing their vectors
@@ -187,6 +259,15 @@ class Indexer:
             return 0
         self._last_claimed[source.name] = claimed
         return len(rows)
+
+    def _next_limit(self, limit: int, rows: int, seconds: float) -> int:
+        """The rows the next claim takes: as many as embed in :attr:`batch_seconds` at the
+        speed of the last batch of ``rows`` (claimed with ``limit``), from 1 to
+        :attr:`batch_size`. It at most doubles, and only after a full batch, so a few
+        short texts do not make the next batch of long ones long."""
+        fit = int(self.batch_seconds * rows / seconds) if seconds > 0 else self.batch_size
+        grown = 2 * limit if rows >= limit else limit
+        return max(1, min(self.batch_size, fit, grown))
 
     def drain(self, progress: Callable[[int], None] | None = None) -> dict[str, int]:
         """Run passes until nothing is pending; ``progress(n)`` after each; return the
@@ -304,9 +385,12 @@ def embed_pending(
     documents: int = 0,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
 ) -> ReindexReport:
     """Embed everything ``store`` (and ``records``) have pending, after a reindex that
-    looked at ``documents`` documents; with no embedder, only report those."""
+    looked at ``documents`` documents; with no embedder, only report those.
+    ``progress(n)`` after each batch; ``total(n)`` first, with what is pending (as far as
+    the stores count it: a progress bar's total)."""
     if embedder is None:
         return ReindexReport(documents, 0, 0, None)
     indexer = Indexer(
@@ -314,7 +398,15 @@ def embed_pending(
         document_sources(store) + record_sources(records),
         backfill=document_backfill(store),
         batch_size=batch_size,
+        # Nobody waits for a fresh write here: full batches, the fastest drain.
+        batch_seconds=BULK_BATCH_SECONDS,
+        fresh_seconds=0.0,
     )
+    if total is not None:
+        if indexer.backfill is not None:
+            indexer.documents += indexer.backfill()  # chunked first, so it is counted
+        waiting = backlog(store, records, embedder.model_id)
+        total((waiting.chunks or 0) + (waiting.records or 0))
     counts = indexer.drain(progress)
     return ReindexReport(
         documents + indexer.documents,
@@ -322,6 +414,32 @@ def embed_pending(
         counts.get("records", 0),
         embedder.model_id,
     )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits for a vector of ``model``: chunks of documents, team records (None: a
+    store that cannot count them)."""
+
+    model: str | None
+    chunks: int | None
+    records: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"model": self.model, "chunks": self.chunks, "records": self.records}
+
+
+def backlog(store: object, records: object | None, model: str | None) -> Backlog:
+    """The backlog of ``store`` and ``records`` for ``model`` (each counted when it can,
+    ``count_backlog``); zeros with no model (keyword-only search embeds nothing)."""
+    if model is None:
+        return Backlog(None, 0, 0)
+
+    def count(source: object | None) -> int | None:
+        counter = getattr(source, "count_backlog", None)
+        return int(counter(model)) if callable(counter) else None
+
+    return Backlog(model, count(store), count(records))
 
 
 def drop_record_vectors(records: object | None) -> None:
@@ -334,10 +452,12 @@ def drop_record_vectors(records: object | None) -> None:
 
 __all__ = [
     "BATCH_SIZE",
+    "Backlog",
     "Claim",
     "Indexer",
     "ReindexReport",
     "Source",
+    "backlog",
     "document_backfill",
     "document_sources",
     "drop_record_vectors",

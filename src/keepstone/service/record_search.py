@@ -136,6 +136,11 @@ class RecordSearch:
         # search then costs about the longer of the two, not their sum.
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keepstone-query-embed")
 
+    def pending(self, tx: RecordReader, team_id: str) -> int:
+        """How many of the team's records wait for a vector of the embedder's model (the
+        answer's ``pending``); 0 with keyword-only search."""
+        return 0 if self.embedder is None else tx.count_pending(team_id, self.embedder.model_id)
+
     def rank(
         self,
         tx: RecordReader,

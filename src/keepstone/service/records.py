@@ -113,6 +113,8 @@ class SearchAnswer:
     state: MemoryState
     notice: str
     hits: tuple[RecordHit, ...]
+    #: The team's records not yet embedded by the search's model (searched by keyword only).
+    pending: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,13 +425,14 @@ class RecordService:
             with admitted(self._limiter, access.team_id):
                 scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
                 found = ranking.rank(tx, scope, masked, limit, state.versions)
+                pending = ranking.pending(tx, access.team_id)
         log.info("records search", extra={"team_id": access.team_id, "results": len(found)})
         hits = tuple(
             RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text), hit.matched)
             for hit in found
             for r in [hit.record]
         )
-        return SearchAnswer(MemoryState.ON, NOTICE, hits)
+        return SearchAnswer(MemoryState.ON, NOTICE, hits, pending)
 
     # --- delete, settings, purge ------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from keepstone.search import hybrid
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
+from keepstone.search.found import Found, pending_of
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
 from keepstone.search.text import query_terms
 from keepstone.spaces import SpaceRef
@@ -46,6 +48,7 @@ from keepstone.store.index import (
     search_capability,
     vector_index_of,
 )
+from keepstone.store.index import pending_of as index_pending
 from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:
@@ -57,6 +60,11 @@ log = logging.getLogger(__name__)
 MAX_LIMIT = 50
 #: BM25 indexes kept in memory (one per space searched lately).
 BM25_CACHE_SPACES = 256
+#: Pending chunks a local command embeds per claim before it searches: a few, so the time
+#: budget is overrun by one short batch at most.
+LOCAL_BATCH = 8
+#: Seconds of embedding after which a local command says, once, what it is doing.
+SLOW_NOTICE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +122,10 @@ class DocumentSearch:
     """Keyword and meaning search over the documents of a store's spaces.
 
     ``embedder`` None is keyword-only. ``cache`` holds the spaces' vector matrices (one
-    per process is enough; it is bounded by bytes). ``embed_pending`` > 0 (local
-    commands) embeds up to that many of the searched space's pending chunks first. A
+    per process is enough; it is bounded by bytes). ``embed_budget`` > 0 (local commands,
+    with no indexer running) embeds pending chunks, newest first, for up to that many
+    seconds before each search; past :data:`SLOW_NOTICE_SECONDS` it calls ``notice``
+    once with one line saying so (the CLI prints it). A
     store that keeps no index and answers no search itself is refused here, when the
     search is built (:func:`keepstone.store.index.search_capability`).
     """
@@ -126,7 +136,8 @@ class DocumentSearch:
         embedder: Embedder | None = None,
         cache: VectorCache | None = None,
         *,
-        embed_pending: int = 0,
+        embed_budget: float = 0.0,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         capability = search_capability(store)
@@ -139,7 +150,8 @@ class DocumentSearch:
             self._index = capability
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
-        self.embed_pending = embed_pending
+        self.embed_budget = embed_budget
+        self.notice = notice
         self._keyword: hybrid.ScopeCache[_Keyword] = hybrid.ScopeCache(BM25_CACHE_SPACES)
 
     def search(
@@ -149,8 +161,9 @@ class DocumentSearch:
         *,
         limit: int = 10,
         path_prefix: str = "",
-    ) -> list[DocumentHit]:
-        """The best sections of the spaces ``refs`` for ``query``, best first."""
+    ) -> Found[DocumentHit]:
+        """The best sections of the spaces ``refs`` for ``query``, best first, and how
+        many chunks of them are not yet embedded (``pending``)."""
         q = check_query(query, limit)
         index = self._index
         if index is None:
@@ -164,27 +177,31 @@ class DocumentSearch:
             found += self._rank_space(
                 index, ref, versions[ref.id], terms, query_vector, path_prefix
             )
-        return _sections(found, terms, limit)
+        pending = 0 if self.embedder is None else index_pending(index, refs, self.embedder.model_id)
+        return Found(_sections(found, terms, limit), pending)
 
     def _ask_store(
         self, store: SearchingStore, refs: Sequence[SpaceRef], q: str, limit: int, prefix: str
-    ) -> list[DocumentHit]:
-        """The store's own search of each space, merged."""
-        remote = [
-            DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
-            for ref in refs
-            for h in store.search(ref, q, limit, prefix)
-        ]
-        return self._merge(remote, limit)
+    ) -> Found[DocumentHit]:
+        """The store's own search of each space, merged (``pending``: the sum of what
+        each answer said)."""
+        remote: list[DocumentHit] = []
+        pending = 0
+        for ref in refs:
+            answer = store.search(ref, q, limit, prefix)
+            pending += pending_of(answer)
+            remote += [
+                DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
+                for h in answer
+            ]
+        return Found(self._merge(remote, limit), pending)
 
     def _versions(self, index: SearchIndex, refs: Sequence[SpaceRef]) -> dict[str, int]:
         """Each space's version once reconciled (and, for a local command, once its
         pending chunks are embedded): what its cached rows and vectors are stamped with."""
         versions = index.reconciled_versions(refs)
-        if self.embed_pending > 0:
-            for ref in refs:
-                if self._embed_pending(index, ref):
-                    versions[ref.id] = index.search_version(ref)
+        if self.embed_budget > 0 and self._embed_pending(index):
+            versions = {ref.id: index.search_version(ref) for ref in refs}
         return versions
 
     def _query_vector(self, q: str) -> Callable[[], Float32Array] | None:
@@ -249,14 +266,18 @@ class DocumentSearch:
     def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> _Keyword:
         def build() -> _Keyword:
             rows = index.chunk_rows(ref)  # read after the version: at least as new
+            vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
+            # Only vectors changed (the indexer stored a batch): the BM25 index stands.
+            was = self._keyword.peek(ref.id)
+            if was is not None and _same_terms(was.rows, rows):
+                return _Keyword(rows, was.index, was.row_map, was.position, vectors)
             position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
-            vectors = Counter(row.model for row in rows if row.embedding is not None)
             return _Keyword(
                 rows,
                 BM25Index([row.terms.split() for row in rows]),
                 hybrid.RowMap(position, _split),
                 position,
-                dict(vectors),
+                vectors,
             )
 
         return self._keyword.get(ref.id, version, build)
@@ -317,15 +338,34 @@ class DocumentSearch:
         # Keyed by space and model: vectors of one model are never compared with another's.
         return self.cache.get((ref.id, model), version, load)
 
-    def _embed_pending(self, index: SearchIndex, ref: SpaceRef) -> int:
-        """Embed the space's chunks among the index's first ``embed_pending`` that have no
-        vector of this embedder's model (a local command, before it searches); return
-        how many."""
+    def _embed_pending(self, index: SearchIndex) -> int:
+        """Embed pending chunks of the index (no vector of this embedder's model), a few
+        at a time, until none is left or :attr:`embed_budget` seconds are spent (a local
+        command, before it searches; what is left is the answer's ``pending``); return
+        how many. Past :data:`SLOW_NOTICE_SECONDS`, ``notice`` gets one line."""
         embedder = self.embedder
         if embedder is None:
             return 0
-        with index.claim_pending_chunks(self.embed_pending, embedder.model_id) as claim:
-            return _embed_claimed(claim, ref, embedder)
+        started = time.monotonic()
+        done = 0
+        told = False
+        while time.monotonic() - started < self.embed_budget:
+            with index.claim_pending_chunks(LOCAL_BATCH, embedder.model_id) as claim:
+                embedded = _embed_claimed(claim, embedder)
+            if not embedded:
+                break
+            done += embedded
+            spent = time.monotonic() - started
+            # Said once, past the mark, while there may be more (the batch was full).
+            more = embedded >= LOCAL_BATCH
+            if more and not told and spent > SLOW_NOTICE_SECONDS and self.notice is not None:
+                told = True
+                self.notice(
+                    f"embedding pending chunks for search by meaning: {done} in {spent:.1f} s, "
+                    f"for up to {self.embed_budget:g} s; what is left is searched by keyword "
+                    "(`keepstone reindex` embeds everything)"
+                )
+        return done
 
 
 def _sections(found: list[_Found], terms: Sequence[str], limit: int) -> list[DocumentHit]:
@@ -347,12 +387,21 @@ def _sections(found: list[_Found], terms: Sequence[str], limit: int) -> list[Doc
     return hits
 
 
-def _embed_claimed(claim: ClaimedChunks[R], ref: SpaceRef, embedder: Embedder) -> int:
-    """Give the claimed chunks of ``ref`` their vectors; return how many."""
-    rows = [row for row in claim.rows if row.space_id == ref.id]
+def _embed_claimed(claim: ClaimedChunks[R], embedder: Embedder) -> int:
+    """Give the claimed chunks their vectors; return how many."""
+    rows = list(claim.rows)
     if rows:
         claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])), rows)
     return len(rows)
+
+
+def _same_terms(was: Sequence[ChunkRow], now: Sequence[ChunkRow]) -> bool:
+    """Whether two readings of a space hold the same chunks with the same terms, in the
+    same order (so a BM25 index of one serves the other)."""
+    return len(was) == len(now) and all(
+        a.seq == b.seq and a.path == b.path and a.terms == b.terms
+        for a, b in zip(was, now, strict=True)
+    )
 
 
 def _join(path: str, seq: int) -> str:

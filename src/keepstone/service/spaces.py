@@ -42,6 +42,7 @@ from keepstone.principal import CredentialKind, Principal
 # The one fencing of text for a model (records use it too), re-exported for the faces.
 from keepstone.records.render import fence_for as fence_for
 from keepstone.records.render import render_text
+from keepstone.search.found import Found, pending_of
 from keepstone.service.access import (
     authorize_space_mutation,
     readable_spaces,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # keepstone.service.search loads numpy: only commands that se
 
 
 # An alias: the class below defines a method called ``list``.
-Hits = list["DocumentHit"]
+Hits = Found["DocumentHit"]
 Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
 
@@ -122,7 +123,7 @@ class ReadableHit:
         return {**self.hit.as_json(), "space": self.space.as_json()}
 
 
-ReadableHits = list[ReadableHit]
+ReadableHits = Found[ReadableHit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,8 +417,9 @@ class SpaceService:
 
         store = self.store
         if isinstance(store, ReadableSearchingStore):
-            out: ReadableHits = []
-            for h, space in store.search_readable(q, limit, path_prefix):
+            answer = store.search_readable(q, limit, path_prefix)
+            out: ReadableHits = Found(pending=pending_of(answer))
+            for h, space in answer:
                 label = SpaceLabel.from_json(space)
                 hit = DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), label.id)
                 out.append(ReadableHit(hit, label))
@@ -426,7 +428,8 @@ class SpaceService:
         refs = readable_spaces(who, store.list_spaces(reading_team(who)))
         spaces = {ref.id: ref for ref in refs[:MAX_READABLE_SPACES]}
         hits = search.search(list(spaces.values()), q, limit=limit, path_prefix=path_prefix)
-        return [ReadableHit(hit, SpaceLabel.of(spaces[hit.space_id])) for hit in hits]
+        labelled = [ReadableHit(hit, SpaceLabel.of(spaces[hit.space_id])) for hit in hits]
+        return Found(labelled, hits.pending)
 
     def list_spaces(self, who: Principal) -> SpaceList:
         """The spaces ``who`` may read that exist (hold documents, or did), with their

@@ -344,6 +344,19 @@ class FilesystemStore(MemoryStore):
         with _index_errors():
             return self._index.search_version(ref)
 
+    def count_backlog(self, model: str) -> int:
+        """How many chunks of the tree, as last reconciled, have no vector of ``model``
+        (``keepstone doctor``; a local command embeds them as it searches)."""
+        with _index_errors():
+            return self._index.count_backlog(model)
+
+    def count_pending(self, refs: Sequence[SpaceRef], model: str) -> int:
+        """How many chunks of the spaces ``refs``, as last reconciled, have no vector of
+        ``model`` (:class:`keepstone.store.index.PendingCount`)."""
+        checked = [self._checked(ref) for ref in refs]
+        with _index_errors():
+            return self._index.count_pending([ref.id for ref in checked], model)
+
     def pending_chunks(self, limit: int, model: str) -> Pending:
         """Up to ``limit`` chunks, across every space, to embed with ``model`` (no vector,
         or another model's), as last reconciled: local commands embed these before they

@@ -457,6 +457,30 @@ class FsIndex(SqliteSidecar):
 
     # --- Embedding ----------------------------------------------------------------------------
 
+    def count_backlog(self, model: str) -> int:
+        """How many chunks of every space have no vector of ``model``."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return 0
+        query = "SELECT count(*) FROM chunks WHERE embedding IS NULL OR model IS NOT ?"
+        return int(conn.execute(query, (model,)).fetchone()[0])
+
+    def count_pending(self, space_ids: Sequence[str], model: str) -> int:
+        """How many chunks of the spaces ``space_ids`` have no vector of ``model``."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return 0
+        return sum(
+            int(
+                conn.execute(
+                    "SELECT count(*) FROM chunks WHERE space_id = ? "
+                    "AND (embedding IS NULL OR model IS NOT ?)",
+                    (space_id, model),
+                ).fetchone()[0]
+            )
+            for space_id in space_ids
+        )
+
     def pending(self, limit: int, model: str) -> list[PendingChunk]:
         """Up to ``limit`` chunks with no vector, or a vector of another model."""
         conn = self._conn(create=False)

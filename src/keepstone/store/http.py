@@ -22,6 +22,7 @@ import httpx
 from keepstone import errors
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import Rejected, VersionInfo, parse_import_strategy
+from keepstone.search.found import Found
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import (
     CheckedDelete,
@@ -69,11 +70,11 @@ class SearchHit:
 
 
 # Aliases: the class below defines a method called ``list``.
-SearchHits = list[SearchHit]
+SearchHits = Found[SearchHit]
 Versions = list[VersionInfo]
 Infos = list[DocumentInfo]
 #: Hits of a search over every readable space, each with its space as the server renders it.
-SpacedHits = list[tuple[SearchHit, dict[str, Any]]]
+SpacedHits = Found[tuple[SearchHit, dict[str, Any]]]
 
 
 def _hit(body: dict[str, Any]) -> SearchHit:
@@ -189,7 +190,7 @@ class HttpMemoryStore(MemoryStore):
         if path_prefix:
             extra["path_prefix"] = path_prefix
         body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
-        return [_hit(hit) for hit in body["results"]]
+        return Found([_hit(hit) for hit in body["results"]], int(body.get("pending", 0)))
 
     def search_readable(self, q: str, limit: int, path_prefix: str = "") -> SpacedHits:
         """The server's answer to ``GET /api/memory/search?scope=readable``: each hit with
@@ -199,7 +200,8 @@ class HttpMemoryStore(MemoryStore):
         if path_prefix:
             params["path_prefix"] = path_prefix
         body = self._request("GET", "/api/memory/search", params=params).json()
-        return [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
+        hits = [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
+        return Found(hits, int(body.get("pending", 0)))
 
     def list_readable_spaces(self) -> dict[str, Any]:
         """The server's answer to ``GET /api/memory/spaces``: the spaces the credential

@@ -26,6 +26,8 @@ with ``isinstance`` (they are runtime-checkable):
   without pgvector, ``KEEPSTONE_PGVECTOR=off``): whether it is there depends on the
   database a store runs on, not on the store's class. :func:`vector_index_of` asks both
   questions. Without one, the ranking takes exact top-k over the space's matrix.
+* :class:`PendingCount`: the index counts a few spaces' chunks still waiting for a vector
+  (what a search answer reports as ``pending``) from an index of its own.
 * :class:`ChunkBackfill`: the index can chunk the unindexed documents of every space in
   one sweep (the SQL store: the background indexer runs it on every pass). An index
   without it chunks a space when it reconciles it.
@@ -190,6 +192,23 @@ class ChunkBackfill(Protocol):
         ...
 
 
+@runtime_checkable
+class PendingCount(Protocol):
+    """An index that counts the chunks of some spaces still waiting for a vector, from
+    an index of its own (every search answer says it, ``pending``)."""
+
+    def count_pending(self, refs: Sequence[SpaceRef], model: str) -> int:
+        """How many chunks of the spaces ``refs`` have no vector of ``model`` (none, or
+        another model's)."""
+        ...
+
+
+def pending_of(index: SearchIndex, refs: Sequence[SpaceRef], model: str) -> int:
+    """What the spaces ``refs`` of ``index`` have pending for ``model``; 0 for an index
+    that cannot count (:class:`PendingCount`)."""
+    return index.count_pending(refs, model) if isinstance(index, PendingCount) else 0
+
+
 class RemoteHitLike(Protocol):
     """A hit as a searching store answers it (``keepstone.store.http.SearchHit``)."""
 
@@ -239,10 +258,12 @@ __all__ = [
     "ChunkVectorIndex",
     "ClaimedChunks",
     "Neighbours",
+    "PendingCount",
     "RemoteHitLike",
     "SearchIndex",
     "SearchingStore",
     "VectorIndexed",
+    "pending_of",
     "search_capability",
     "vector_index_of",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -204,8 +205,27 @@ class DocumentIndex:
             version = conn.execute(self._sql.search_version, addr).scalar()
         return int(version or 0)
 
+    def count_pending(self, refs: Sequence[SpaceRef], model: str) -> int:
+        """How many chunks of the spaces ``refs`` have no vector of ``model`` (none, or
+        another model's): one index range per space, in one read transaction
+        (:class:`keepstone.store.index.PendingCount`)."""
+        addrs = [self._address(ref) for ref in refs]
+        if not addrs:
+            return 0
+        with read_transaction(self.engine) as conn:
+            return sum(
+                int(conn.execute(self._sql.pending_in_space, {**a, "model": model}).scalar() or 0)
+                for a in addrs
+            )
+
+    def count_backlog(self, model: str) -> int:
+        """How many chunks of every space have no vector of ``model``: the indexer's
+        backlog."""
+        with read_transaction(self.engine) as conn:
+            return int(conn.execute(self._sql.backlog, {"model": model}).scalar() or 0)
+
     def pending_chunks(self, limit: int, model: str) -> PendingChunks:
-        """Up to ``limit`` chunks, oldest first, with no vector or one made by another
+        """Up to ``limit`` chunks, newest first, with no vector or one made by another
         model than ``model``, across every space. Reads without claiming: the indexer
         of several replicas uses :meth:`claim_pending_chunks`."""
         with read_transaction(self.engine) as conn:
@@ -229,10 +249,30 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        params = {"limit": limit, "model": model}
+        with self._claim(self._sql.pending, self._sql.claim, limit, model) as claimed:
+            yield claimed
 
-        def claim(conn: Connection, lock: bool) -> ChunkClaim:
-            rows = conn.execute(self._sql.claim if lock else self._sql.pending, params).all()
+    @contextlib.contextmanager
+    def claim_fresh_chunks(self, limit: int, model: str, since: datetime) -> Iterator[ChunkClaim]:
+        """:meth:`claim_pending_chunks` of the chunks chunked at ``since`` or later only:
+        the indexer's fresh lane, claimed before each batch of the backlog."""
+        sql = self._sql
+        with self._claim(sql.pending_since, sql.claim_since, limit, model, since) as claimed:
+            yield claimed
+
+    @contextlib.contextmanager
+    def _claim(
+        self,
+        read: Any,
+        lock: Any,
+        limit: int,
+        model: str,
+        since: datetime | None = None,
+    ) -> Iterator[ChunkClaim]:
+        params: dict[str, Any] = {"limit": limit, "model": model, "since": since}
+
+        def claim(conn: Connection, locking: bool) -> ChunkClaim:
+            rows = conn.execute(lock if locking else read, params).all()
             return ChunkClaim([_pending(r) for r in rows], model)
 
         def finish(conn: Connection, claimed: ChunkClaim) -> int:

@@ -186,6 +186,10 @@ memory_chunks = sa.Table(
     sa.Column("model", sa.String(64), nullable=True),
     timestamp("updated_at"),
     sa.Index("ix_memory_chunks_model", "model"),
+    # v6: a space's chunks by model, so a search counts what its space has pending; the
+    # chunks by time, so the indexer's newest-first claims walk the newest rows only.
+    sa.Index("ix_memory_chunks_space_model", "tenant_id", "space_key", "model"),
+    sa.Index("ix_memory_chunks_updated_at", "updated_at"),
 )
 
 
@@ -365,5 +369,36 @@ MIGRATIONS.append(
         5,
         "the live version on the document row: memory_documents.version and actor",
         _v5_live_version_on_document,
+    )
+)
+
+
+# --- v6: pending chunks counted per space ----------------------------------------------------
+#
+# Every search answer says how many chunks of the searched spaces wait for a vector of the
+# embedder's model (docs/search.md, "Freshness"): a range of the first index per space, the
+# three ``model`` conditions of the indexer's scan, so the count costs what is pending, not
+# what the space holds. The indexer claims newest first (and its fresh lane, what was
+# chunked in the last seconds): the second index walks the newest chunks and stops at the
+# limit, where the ``model`` index made every claim read and sort the whole backlog.
+
+
+def _v6_pending_per_space(conn: Connection) -> None:
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_model "
+        "ON memory_chunks (tenant_id, space_key, model)"
+    )
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_updated_at ON memory_chunks (updated_at)"
+    )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        6,
+        "ix_memory_chunks_space_model and _updated_at: pending counted per space, claimed "
+        "newest first",
+        _v6_pending_per_space,
     )
 )

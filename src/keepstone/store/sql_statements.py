@@ -120,23 +120,7 @@ class Statements:
             .where(*chunk_space)
             .order_by(C.c.path, C.c.seq)
         )
-        model = bp("model")
-        self.pending = (
-            sa.select(
-                C.c.tenant_id,
-                C.c.space_key,
-                C.c.space_id,
-                C.c.path,
-                C.c.seq,
-                C.c.context,
-                C.c.text,
-            )
-            # model is NULL exactly when embedding is (store_embeddings sets both).
-            .where(sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model))
-            .order_by(C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
-            .limit(bp("limit"))
-        )
-        self.claim = self.pending.with_for_update(skip_locked=True)
+        self._to_embed()
         # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
         into = C if vec is None else vec.with_vec(C)
         vector = {} if vec is None else {"vec": vec.vec_param()}
@@ -152,6 +136,41 @@ class Statements:
                 into.c.context == bp("was_context"),
             )
             .values(embedding=bp("blob"), model=bp("by_model"), **vector)
+        )
+
+    def _to_embed(self) -> None:
+        """The chunks to embed: claims (newest first, and the fresh lane) and counts."""
+        model = bp("model")
+        # model is NULL exactly when embedding is (store_embeddings sets both); three
+        # conditions rather than IS DISTINCT FROM, so the ``model`` indexes serve them.
+        not_of_model = sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model)
+        self.pending = (
+            sa.select(
+                C.c.tenant_id,
+                C.c.space_key,
+                C.c.space_id,
+                C.c.path,
+                C.c.seq,
+                C.c.context,
+                C.c.text,
+            )
+            .where(not_of_model)
+            # Newest first: a chunk just written is embedded before an older backlog, so
+            # it is found by meaning within a batch or two (docs/search.md, "Freshness").
+            .order_by(C.c.updated_at.desc(), C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
+            .limit(bp("limit"))
+        )
+        self.claim = self.pending.with_for_update(skip_locked=True)
+        # The fresh lane: what was chunked since ``:since`` (the indexer's first claim).
+        self.pending_since = self.pending.where(C.c.updated_at >= bp("since"))
+        self.claim_since = self.pending_since.with_for_update(skip_locked=True)
+        # What every space has pending (the backlog of /metrics, /readyz and doctor).
+        self.backlog = sa.select(sa.func.count()).select_from(C).where(not_of_model)
+        # What one space has pending: a range of ix_memory_chunks_space_model.
+        self.pending_in_space = (
+            sa.select(sa.func.count())
+            .select_from(C)
+            .where(C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), not_of_model)
         )
 
     def _unindexed(self, dialect: str) -> None:

@@ -424,8 +424,8 @@ class MemoryTools:
         if limit is not None:
             given["limit"] = limit
         hits = self.service.search(self.who, self.ref, query, **given)
-        data: dict[str, Any] = {"results": [hit.as_json() for hit in hits]}
-        text = render_documents(data["results"])
+        data: dict[str, Any] = {"results": [hit.as_json() for hit in hits], "pending": hits.pending}
+        text = render_documents(data["results"]) + render_pending(hits.pending, "chunks")
         if self.searcher is not None:
             try:
                 answer = self.searcher.search(query, repo_id, limit)
@@ -461,6 +461,13 @@ def render_documents(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_pending(pending: int, what: str) -> str:
+    """A line saying how many ``what`` were searched by keyword only (none: nothing)."""
+    if not pending:
+        return ""
+    return f"\n({pending} {what} not yet embedded were searched by keyword only)"
+
+
 def render_search(answer: Mapping[str, Any]) -> str:
     """A search answer as text: the notice, then each result's header and fenced text."""
     if answer.get("state") == "off":
@@ -481,7 +488,7 @@ def render_search(answer: Mapping[str, Any]) -> str:
             f"{signals}, saved {r.get('created_at')}):"
         )
         lines.append(str(r.get("text", "")))
-    return "\n".join(lines)
+    return "\n".join(lines) + render_pending(int(answer.get("pending") or 0), "records")
 
 
 def error_result(exc: KeepstoneError) -> ToolResult:

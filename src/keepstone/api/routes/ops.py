@@ -5,17 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from keepstone.api.deps import State
 from keepstone.api.metrics import CONTENT_TYPE_LATEST
 from keepstone.api.routes.common import error_responses
+from keepstone.errors import KeepstoneError
 
 router = APIRouter(tags=["operations"])
 
 
 class StatusOut(BaseModel):
     status: str
+
+
+class BacklogOut(BaseModel):
+    model: str | None = Field(description="The configured model (null: keyword-only search).")
+    chunks: int | None = Field(description="Document chunks waiting for a vector of it.")
+    records: int | None = Field(description="Team records waiting for a vector of it.")
+
+
+class ReadyOut(StatusOut):
+    backlog: BacklogOut
 
 
 @router.get("/healthz", response_model=StatusOut, summary="The process is alive")
@@ -25,13 +36,14 @@ def healthz() -> dict[str, Any]:
 
 @router.get(
     "/readyz",
-    response_model=StatusOut,
+    response_model=ReadyOut,
     responses=error_responses(503),
-    summary="The database is reachable",
+    summary="The database is reachable; what the indexer has still to embed",
 )
 def readyz(state: State) -> dict[str, Any]:
     state.runtime.ping()  # StoreUnavailable → 503
-    return {"status": "ready"}
+    # A backlog does not make the server unready: search answers, by keyword for the rest.
+    return {"status": "ready", "backlog": state.runtime.backlog().as_json()}
 
 
 @router.get(
@@ -41,4 +53,10 @@ def readyz(state: State) -> dict[str, Any]:
     summary="Prometheus metrics",
 )
 def metrics(state: State) -> Response:
+    try:
+        found = state.runtime.backlog()
+    except KeepstoneError:  # the database is away: the other metrics still say so
+        pass
+    else:
+        state.metrics.set_backlog({"chunks": found.chunks, "records": found.records})
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -169,7 +169,12 @@ def _row(item: RecordHit | ListedRecord, *dates: str) -> dict[str, Any]:
 
 def _search_json(answer: SearchAnswer) -> dict[str, Any]:
     hits = [_row(hit, "created_at") for hit in answer.hits]
-    return {"state": answer.state.value, "notice": answer.notice, "results": hits}
+    return {
+        "state": answer.state.value,
+        "notice": answer.notice,
+        "results": hits,
+        "pending": answer.pending,
+    }
 
 
 def _page_json(page: RecordPage) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from keepstone.api.deps import Caller
 from keepstone.api.responses import FastJSONResponse
@@ -55,6 +55,10 @@ class SearchHitOut(BaseModel):
 
 class SearchOut(BaseModel):
     results: list[SearchHitOut]
+    pending: int = Field(
+        description="Chunks of the searched spaces not yet embedded, so searched by keyword "
+        "only (0 with keyword-only search)."
+    )
 
 
 class SpaceUsageOut(BaseModel):
@@ -139,9 +143,11 @@ async def search_docs(
         spaces = caller.state.spaces
         if ref is None:
             found = spaces.search_readable(who, q or "", **given)
-            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
+            results = [hit.as_json() for hit in found]
+            return FastJSONResponse({"results": results, "pending": found.pending})
         hits = spaces.search(who, ref, q or "", **given)
-        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+        results = [hit.as_json() for hit in hits]
+        return FastJSONResponse({"results": results, "pending": hits.pending})
 
     return await caller.run(run)
 
