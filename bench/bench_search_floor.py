@@ -2,9 +2,9 @@
 recall@10 / MRR@10 with and without it on the labelled sets, and how often a query with
 no answer gets nothing back. Asserts nothing.
 
-    python bench/bench_search_floor.py                # figures, thresholds chosen on all queries
-    python bench/bench_search_floor.py --write        # ... and rewrite src/keepstone/search/floor.json
-    python bench/bench_search_floor.py --model-id X   # file the thresholds under model X
+    python bench/bench_search_floor.py               # figures; thresholds chosen on all queries
+    python bench/bench_search_floor.py --write       # ... and rewrite search/floor.json
+    python bench/bench_search_floor.py --model-id X  # file the thresholds under model X
 
 Re-run it whenever the embedder changes: the sets' vectors come from
 tests/data/search_vectors.npz (:mod:`tests.search.labelled`, which follows the default
@@ -58,7 +58,7 @@ from keepstone.search import floor as floor_module  # noqa: E402
 from keepstone.search.bm25 import BM25Index  # noqa: E402
 from keepstone.search.hybrid import ExactDense, rank  # noqa: E402
 from keepstone.search.text import ANALYZER  # noqa: E402
-from tests.search.labelled import DATA, K, EvalSet, jsonl, load_sets, load_vectors  # noqa: E402
+from tests.search.labelled import EvalSet, K, jsonl, load_sets, load_vectors  # noqa: E402
 
 NAN = float("nan")
 DENSE_GRID = np.round(np.arange(0.10, 0.701, 0.02), 3)
@@ -98,7 +98,9 @@ def scopes_of(es: EvalSet, units: np.ndarray, whole: bool) -> dict[str, Scope]:
     }
 
 
-def ranked(scope: Scope, text: str, vector: np.ndarray | None) -> list[tuple[int, float, float, float]]:
+def ranked(
+    scope: Scope, text: str, vector: np.ndarray | None
+) -> list[tuple[int, float, float, float]]:
     """(unit, fused, relative BM25, cosine) of the product's ranking, best first."""
     dense = None
     if vector is not None:
@@ -165,19 +167,27 @@ def build(hybrid: bool) -> tuple[list[Candidates], str]:
         units, queries = vectors[name]
         scopes = scopes_of(es, units, whole=False)
         for q, qv in zip(es.queries, queries, strict=True):
-            out.append(candidates(es, scopes[q.group], q.text, qv if hybrid else None, q.targets, name))
+            out.append(
+                candidates(es, scopes[q.group], q.text, qv if hybrid else None, q.targets, name)
+            )
     whole = {name: scopes_of(es, vectors[name][0], whole=True)[""] for name, es in sets.items()}
     pairs = [("chats", "records"), ("chats", "docs"), ("records", "chats"), ("docs", "chats")]
     for asked, corpus in pairs:
         for q, qv in zip(sets[asked].queries, vectors[asked][1], strict=True):
             vector = qv if hybrid else None
-            out.append(candidates(sets[corpus], whole[corpus], q.text, vector, [], f"none:{asked}>{corpus}"))
+            out.append(
+                candidates(
+                    sets[corpus], whole[corpus], q.text, vector, [], f"none:{asked}>{corpus}"
+                )
+            )
     texts, off, note = offtopic(vectors["records"][0].shape[1])
     if off is not None or not hybrid:
         for corpus, es in sets.items():
             for i, text in enumerate(texts):
                 vector = None if off is None or not hybrid else off[i]
-                out.append(candidates(es, whole[corpus], text, vector, [], f"none:offtopic>{corpus}"))
+                out.append(
+                    candidates(es, whole[corpus], text, vector, [], f"none:offtopic>{corpus}")
+                )
     return out, note
 
 
@@ -227,7 +237,9 @@ def figures(cands: Sequence[Candidates], floors: np.ndarray) -> Figures:
             recall[i] = (top.astype(np.float32) @ c.answers.astype(np.float32) > 0).mean(axis=1)
             found = top & relevant[None, :]
             first = np.where(found.any(axis=1), found.argmax(axis=1), -1)
-            ranks = np.take_along_axis(np.cumsum(top, axis=1), np.maximum(first, 0)[:, None], 1)[:, 0]
+            ranks = np.take_along_axis(np.cumsum(top, axis=1), np.maximum(first, 0)[:, None], 1)[
+                :, 0
+            ]
             rr[i] = np.where(first >= 0, 1.0 / np.maximum(ranks, 1), 0.0)
     return Figures(recall, rr, returned, irrelevant)
 
@@ -242,7 +254,12 @@ LABELLED = ("records", "docs", "chats")
 
 
 def choose(
-    cands: Sequence[Candidates], fig: Figures, base: Figures, rows: np.ndarray, floors: np.ndarray, budget: float
+    cands: Sequence[Candidates],
+    fig: Figures,
+    base: Figures,
+    rows: np.ndarray,
+    floors: np.ndarray,
+    budget: float,
 ) -> int:
     """The floor chosen on the queries ``rows`` (a bool mask)."""
     groups = np.array([c.group for c in cands])
@@ -272,7 +289,9 @@ def folds_of(cands: Sequence[Candidates], k: int, seed: int) -> np.ndarray:
     return fold
 
 
-def report(name: str, cands: Sequence[Candidates], fig: Figures, base: Figures, col: np.ndarray) -> None:
+def report(
+    name: str, cands: Sequence[Candidates], fig: Figures, base: Figures, col: np.ndarray
+) -> None:
     """Print per set recall/MRR with and without the floor (``col``: each query's chosen
     floor), and the no-answer queries' emptiness."""
     groups = np.array([c.group for c in cands])
@@ -312,8 +331,10 @@ def calibrate(hybrid: bool, folds: int, budget: float, seed: int) -> Calibration
     cands, note = build(hybrid)
     floors = grid(hybrid)
     fig, base = figures(cands, floors), no_floor(cands)
-    print(f"\n{mode}: {len(cands)} queries, {len(floors)} floors scored ({note}; "
-          f"{time.perf_counter() - started:.0f} s)")
+    print(
+        f"\n{mode}: {len(cands)} queries, {len(floors)} floors scored ({note}; "
+        f"{time.perf_counter() - started:.0f} s)"
+    )
     groups = np.array([c.group for c in cands])
     everything = np.ones(len(cands), bool)
     best = choose(cands, fig, base, everything, floors, budget)
@@ -324,17 +345,22 @@ def calibrate(hybrid: bool, folds: int, budget: float, seed: int) -> Calibration
         col[fold == f] = choose(cands, fig, base, fold != f, floors, budget)
     report(f"{folds}-fold CV (held out)", cands, fig, base, col)
     kfold = col.copy()
+    names = groups.astype(str)
     for s in LABELLED:
-        involved = (groups == s) | np.char.find(groups.astype(str), s).__ge__(0) & np.char.startswith(groups.astype(str), "none:")
+        involved = (groups == s) | (np.char.find(names, s) >= 0) & np.char.startswith(
+            names, "none:"
+        )
         col[involved] = choose(cands, fig, base, ~involved, floors, budget)
     report("leave one set out", cands, fig, base, col)
     chosen = floors[best]
-    print(f"  chosen: {dict(zip(('dense', 'keyword', 'fused') if hybrid else ('keyword_only',), chosen.tolist()))}")
-    none = np.char.startswith(groups.astype(str), "none:")
-    cv = {
-        f"{mode} {s} recall@{K} drop": round(float(base.recall[groups == s, 0].mean() - fig.recall[groups == s, kfold[groups == s]].mean()), 4)
-        for s in LABELLED
-    }
+    labels = ("dense", "keyword", "fused") if hybrid else ("keyword_only",)
+    print(f"  chosen: {dict(zip(labels, chosen.tolist(), strict=True))}")
+    none = np.char.startswith(names, "none:")
+    cv = {}
+    for s in LABELLED:
+        m = groups == s
+        drop = base.recall[m, 0].mean() - fig.recall[m, kfold[m]].mean()
+        cv[f"{mode} {s} recall@{K} drop"] = round(float(drop), 4)
     cv[f"{mode} no-answer empty"] = round(float((fig.returned[none, kfold[none]] == 0).mean()), 3)
     return Calibration(floors, chosen, cv)
 
@@ -344,11 +370,18 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--budget", type=float, default=0.005,
-                        help="the recall@10 a floor may cost on a set, when choosing (default 0.005)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=0.005,
+        help="the recall@10 a floor may cost on a set, when choosing (default 0.005)",
+    )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--model-id", default=DEFAULT_MODEL,
-                        help="the embedder model id the thresholds are filed under")
+    parser.add_argument(
+        "--model-id",
+        default=DEFAULT_MODEL,
+        help="the embedder model id the thresholds are filed under",
+    )
     parser.add_argument("--write", action="store_true", help="rewrite floor.json")
     args = parser.parse_args()
     hybrid = calibrate(True, args.folds, args.budget, args.seed)

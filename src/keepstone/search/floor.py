@@ -85,10 +85,12 @@ def floor_for(model_id: str | None, min_score: float | None = None) -> Floor:
     caller's ``min_score`` in its place when given."""
     table = _table()
     entry = table.get(model_id or "", table["default"])
+    fused = entry.get("fused")
     floor = Floor(
         float(entry["dense"] or 0.0),
         float(entry["keyword"] or 0.0),
-        math.inf if entry.get("fused") is None else float(entry["fused"]),
+        # No fused threshold (null): the fused score alone never qualifies a hit.
+        math.inf if fused is None else float(fused),
         float(entry["keyword_only"] or 0.0),
     )
     return floor.overridden(min_score)
@@ -123,18 +125,15 @@ def duplicate_key(text: str) -> str:
     return hashlib.blake2b(words.encode(), digest_size=12).hexdigest()
 
 
-def empty_hint(*, filtered: bool, floored: bool) -> str:
-    """The one line an empty answer carries: why nothing came back and what to try."""
-    if floored and filtered:
-        return (
-            "nothing relevant enough matched within the filters; try other words, widen "
-            "since/until/tags, or lower min_score"
-        )
-    if floored:
-        return (
-            "nothing relevant enough matched; try other words or a broader question, or "
-            "send a lower min_score to see weaker hits"
-        )
+def empty_hint(*, filtered: bool) -> str:
+    """The one line an empty answer carries: why nothing came back and what to try.
+    ``filtered``: the search was narrowed (since, until, tags or min_score)."""
     if filtered:
-        return "nothing matched within the filters; widen since/until/tags or try other words"
-    return "nothing matched; try other words, or check that the space holds documents"
+        return (
+            "nothing relevant enough matched within the filters; widen since/until/tags, "
+            "lower min_score, or try other words"
+        )
+    return (
+        "nothing relevant enough matched; try other words or a broader question, or send "
+        "a lower min_score (e.g. 0) to see weaker hits"
+    )

@@ -30,6 +30,7 @@ from keepstone.api.routes.spaces import (
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, UnknownParameter
 from keepstone.principal import Principal as Who
 from keepstone.service.access import space_ref
+from keepstone.service.filters import FILTER_PARAMS, search_answer, search_filters
 from keepstone.spaces import SpaceRef
 
 router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
@@ -44,17 +45,24 @@ class SearchSpaceOut(BaseModel):
     user: str | None
 
 
+class AlsoInOut(BaseModel):
+    path: str
+    space_id: str
+
+
 class SearchHitOut(BaseModel):
     path: str
     heading: str
     snippet: str
     score: float
     matched: list[str]
+    also_in: list[AlsoInOut] = []
     space: SearchSpaceOut | None = None
 
 
 class SearchOut(BaseModel):
     results: list[SearchHitOut]
+    hint: str | None = None
 
 
 class SpaceUsageOut(BaseModel):
@@ -85,7 +93,7 @@ async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
     return await caller.run(run)
 
 
-_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
+_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope", *FILTER_PARAMS)
 READABLE = "readable"
 
 
@@ -127,21 +135,52 @@ async def search_docs(
             json_schema_extra={"enum": [READABLE]},
         ),
     ] = None,
+    since: Annotated[
+        str | None,
+        Query(description="ISO 8601: only documents last written at or after this."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        Query(description="ISO 8601: only documents last written at or before this."),
+    ] = None,
+    min_score: Annotated[
+        str | None,
+        Query(
+            description="-1 to 1: only hits whose score reaches this, in place of the "
+            "relevance floor.",
+            json_schema_extra={"type": "number", "minimum": -1, "maximum": 1},
+        ),
+    ] = None,
+    tags: Annotated[
+        str | None,
+        Query(description="a,b: only documents whose front matter's tags hold all of these."),
+    ] = None,
+    recency_days: Annotated[
+        str | None,
+        Query(
+            description="A recency prior's half-life in days (off unless given): newer "
+            "documents rank higher.",
+            json_schema_extra={"type": "number", "exclusiveMinimum": 0},
+        ),
+    ] = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
         sent = tuple(request.query_params)
         check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
         ref = _searched(who, sent, scope, name, visibility, project, bot)
         # The query and the limit as sent: the search owns their default, range and refusals.
-        given: dict[str, Any] = {"path_prefix": path_prefix}
+        filters = search_filters(
+            since=since, until=until, min_score=min_score, tags=tags, recency_days=recency_days
+        )
+        given: dict[str, Any] = {"path_prefix": path_prefix, "filters": filters}
         if limit is not None:
             given["limit"] = _number_or_text(limit)
         spaces = caller.state.spaces
         if ref is None:
             found = spaces.search_readable(who, q or "", **given)
-            return FastJSONResponse({"results": [hit.as_json() for hit in found]})
+            return FastJSONResponse(search_answer([hit.as_json() for hit in found], filters))
         hits = spaces.search(who, ref, q or "", **given)
-        return FastJSONResponse({"results": [hit.as_json() for hit in hits]})
+        return FastJSONResponse(search_answer([hit.as_json() for hit in hits], filters))
 
     return await caller.run(run)
 
