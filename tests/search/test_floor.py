@@ -44,6 +44,11 @@ def test_keyword_only_search_is_floored_by_the_keyword_side() -> None:
     assert not FLOOR.qualifies(0.0, None, None, hybrid=False)
 
 
+def test_a_row_not_yet_embedded_is_judged_by_the_keyword_only_threshold() -> None:
+    assert FLOOR.qualifies(0.1, 0.2, None, hybrid=True)
+    assert not FLOOR.qualifies(0.1, 0.19, None, hybrid=True)
+
+
 def test_min_score_replaces_the_floor() -> None:
     low = FLOOR.overridden(-1.0)
     assert low.qualifies(-0.5, None, None, hybrid=True)

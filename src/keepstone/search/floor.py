@@ -42,7 +42,8 @@ _WORDS = re.compile(r"\w+")
 class Floor:
     """One model's thresholds: ``dense`` (cosine), ``keyword`` (relative BM25) and
     ``fused`` (the fused score) when both sides ranked, ``keyword_only`` when the search
-    ran by keyword alone. ``min_score`` (a caller's) replaces them all."""
+    ran by keyword alone or the hit has no vector yet. ``min_score`` (a caller's)
+    replaces them all."""
 
     dense: float
     keyword: float
@@ -58,7 +59,9 @@ class Floor:
         dense side took part in the ranking."""
         if self.min_score is not None:
             return score >= self.min_score
-        if not hybrid:
+        if not hybrid or meaning is None:
+            # No cosine to judge it by (keyword-only search, or a row not embedded yet):
+            # judged as a keyword-only search judges it.
             return keyword is not None and keyword >= self.keyword_only
         return (
             (meaning is not None and meaning >= self.dense)

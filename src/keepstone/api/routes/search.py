@@ -97,6 +97,34 @@ _SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope", *FILTER_PARAMS)
 READABLE = "readable"
 
 
+#: The filters (docs/search.md, "Filters"), as sent: the search checks them.
+SinceParam = Annotated[
+    str | None, Query(description="ISO 8601: only documents last written at or after this.")
+]
+UntilParam = Annotated[
+    str | None, Query(description="ISO 8601: only documents last written at or before this.")
+]
+MinScoreParam = Annotated[
+    str | None,
+    Query(
+        description="-1 to 1: only hits whose score reaches this, in place of the relevance floor.",
+        json_schema_extra={"type": "number", "minimum": -1, "maximum": 1},
+    ),
+]
+TagsParam = Annotated[
+    str | None,
+    Query(description="a,b: only documents whose front matter's tags hold all of these."),
+]
+RecencyParam = Annotated[
+    str | None,
+    Query(
+        description="A recency prior's half-life in days (off unless given): newer "
+        "documents rank higher.",
+        json_schema_extra={"type": "number", "exclusiveMinimum": 0},
+    ),
+]
+
+
 @router.get(
     "/api/memory/search",
     response_model=SearchOut,
@@ -135,34 +163,11 @@ async def search_docs(
             json_schema_extra={"enum": [READABLE]},
         ),
     ] = None,
-    since: Annotated[
-        str | None,
-        Query(description="ISO 8601: only documents last written at or after this."),
-    ] = None,
-    until: Annotated[
-        str | None,
-        Query(description="ISO 8601: only documents last written at or before this."),
-    ] = None,
-    min_score: Annotated[
-        str | None,
-        Query(
-            description="-1 to 1: only hits whose score reaches this, in place of the "
-            "relevance floor.",
-            json_schema_extra={"type": "number", "minimum": -1, "maximum": 1},
-        ),
-    ] = None,
-    tags: Annotated[
-        str | None,
-        Query(description="a,b: only documents whose front matter's tags hold all of these."),
-    ] = None,
-    recency_days: Annotated[
-        str | None,
-        Query(
-            description="A recency prior's half-life in days (off unless given): newer "
-            "documents rank higher.",
-            json_schema_extra={"type": "number", "exclusiveMinimum": 0},
-        ),
-    ] = None,
+    since: SinceParam = None,
+    until: UntilParam = None,
+    min_score: MinScoreParam = None,
+    tags: TagsParam = None,
+    recency_days: RecencyParam = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
         sent = tuple(request.query_params)
