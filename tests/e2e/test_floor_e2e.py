@@ -162,6 +162,7 @@ def test_api_documents_floor_hint_filters_and_also_in(server: Server) -> None:
     assert (
         len(_ok(server.docs(**SPACE, q="falcon", since=YESTERDAY, until=TOMORROW))["results"]) == 3
     )
+    assert len(_ok(server.docs(**SPACE, q="falcon", recency_days="30"))["results"]) == 3
     # "falcon" is a share of "falcon telescope": above the floor, below min_score 0.9.
     assert _ok(server.docs(**SPACE, q="falcon telescope"))["results"]
     assert _ok(server.docs(**SPACE, q="falcon telescope", min_score="0.9"))["results"] == []
@@ -201,6 +202,7 @@ def test_api_records_floor_hint_filters_and_also_in(server: Server) -> None:
     assert _ok(server.records_search(query="falcon worker", since=TOMORROW))["results"] == []
     window = _ok(server.records_search(query="falcon worker", since=YESTERDAY, until=TOMORROW))
     assert len(window["results"]) == 1
+    assert len(_ok(server.records_search(query="falcon worker", recency_days=30))["results"]) == 1
     assert _ok(server.records_search(query="falcon telescope", min_score=0.9))["results"] == []
     for body, field in (
         ({"since": "soon"}, "since"),

@@ -112,6 +112,15 @@ def test_filters_read_dates_tags_and_say_when_they_narrow() -> None:
     assert search_filters(**f.as_params()) == f
 
 
+def test_the_recency_prior_halves_a_score_each_half_life_and_is_off_by_default() -> None:
+    now = datetime(2025, 3, 1, tzinfo=UTC)
+    prior = search_filters(recency_days=30)
+    assert prior.weight(now - timedelta(days=30), now) == pytest.approx(0.5)
+    assert prior.weight(now - timedelta(days=60), now) == pytest.approx(0.25)
+    assert prior.weight(now + timedelta(days=1), now) == 1.0  # the future is not favoured
+    assert search_filters().weight(now - timedelta(days=999), now) == 1.0
+
+
 def test_front_matter_tags_in_its_usual_spellings() -> None:
     assert front_matter_tags("---\ntags: [ops, billing]\n---\n# T\n") == {"ops", "billing"}
     assert front_matter_tags("---\ntags: ops, billing\n---\n") == {"ops", "billing"}

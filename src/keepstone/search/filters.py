@@ -120,10 +120,12 @@ def _tags(value: object) -> tuple[str, ...]:
 def _recency(value: object) -> float | None:
     if value is None or value == "":
         return None
-    try:
-        days = float(value) if not isinstance(value, bool) else math.nan  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        days = math.nan
+    days = math.nan
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        try:
+            days = float(value)
+        except ValueError:
+            days = math.nan
     if not math.isfinite(days) or not 0 < days <= MAX_RECENCY_DAYS:
         raise InvalidRequest(
             f"recency_days must be a half-life in days, above 0 and at most "
