@@ -56,9 +56,9 @@ from keepstone.identity.service import IdentityService  # noqa: E402
 from keepstone.records.ratelimit import LocalRateLimiter  # noqa: E402
 from keepstone.search.cache import VectorCache  # noqa: E402
 from keepstone.secrets import mask  # noqa: E402
+from keepstone.service.filters import NO_FILTERS, search_filters  # noqa: E402
 from keepstone.service.record_search import RecordSearch  # noqa: E402
 from keepstone.service.records import build_record_service  # noqa: E402
-from keepstone.service.filters import NO_FILTERS, search_filters  # noqa: E402
 from keepstone.service.search import DocumentSearch  # noqa: E402
 from keepstone.store.sql import SqlStore  # noqa: E402
 from records_world import bench_world  # noqa: E402
