@@ -119,6 +119,8 @@ def test_the_recency_prior_halves_a_score_each_half_life_and_is_off_by_default()
     assert prior.weight(now - timedelta(days=60), now) == pytest.approx(0.25)
     assert prior.weight(now + timedelta(days=1), now) == 1.0  # the future is not favoured
     assert search_filters().weight(now - timedelta(days=999), now) == 1.0
+    assert prior.prior(0.8, now - timedelta(days=30), now) == pytest.approx(0.4)
+    assert prior.prior(-0.2, now - timedelta(days=30), now) == -0.2
 
 
 def test_front_matter_tags_in_its_usual_spellings() -> None:

@@ -72,6 +72,11 @@ class SearchFilters:
         age = max((now - when).total_seconds(), 0.0) / 86400.0
         return float(0.5 ** (age / self.recency_days))
 
+    def prior(self, score: float, when: datetime, now: datetime) -> float:
+        """``score`` under the recency prior: a positive score shrinks with age; a score
+        at or below 0 (nothing to shrink towards) stays as it is."""
+        return score * self.weight(when, now) if score > 0 else score
+
 
 NO_FILTERS = SearchFilters()
 #: The filters' names, as query parameters and fields.

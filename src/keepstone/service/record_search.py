@@ -298,7 +298,7 @@ def _weighted(
     if filters.recency_days is None:
         return [(h, h.score) for h in ranked]
     weighted = [
-        (h, h.score * filters.weight(datetime.fromtimestamp(rows.created[h.key], UTC), now))
+        (h, filters.prior(h.score, datetime.fromtimestamp(rows.created[h.key], UTC), now))
         for h in ranked
     ]
     return sorted(weighted, key=lambda pair: -pair[1])

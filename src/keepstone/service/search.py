@@ -257,7 +257,7 @@ class DocumentSearch:
             row = keyword.rows[fused.key]
             score = fused.score
             if filters.recency_days is not None and row.path in written:
-                score *= filters.weight(written[row.path], now)
+                score = filters.prior(score, written[row.path], now)
             out.append(
                 _Found(
                     round(score, 6),
