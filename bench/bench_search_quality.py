@@ -19,6 +19,10 @@ Runs without the model, on the stored vectors of the quality floors
   searched over all twelve spaces with ``DocumentSearch.search`` (keyword-only: no
   embedder; hybrid: the embedder and a ``VectorCache``).
 
+Each ranker runs twice: as the product answers (above the relevance floor,
+near-duplicates folded: a hit's ``also_in`` ids count as found) and with ``min_score=-1``
+(no floor), so the floor's cost shows side by side.
+
 The queries are embedded by a stored-vector embedder (:mod:`tests.search.stored`): the
 stored vector of each known query text. Hits are scored with the labelled sets' scorer
 (:func:`tests.search.labelled.score_query`: a document hit is its section
@@ -52,6 +56,7 @@ from keepstone.identity.service import IdentityService  # noqa: E402
 from keepstone.records.ratelimit import LocalRateLimiter  # noqa: E402
 from keepstone.search.cache import VectorCache  # noqa: E402
 from keepstone.secrets import mask  # noqa: E402
+from keepstone.service.filters import NO_FILTERS, search_filters  # noqa: E402
 from keepstone.service.record_search import RecordSearch  # noqa: E402
 from keepstone.service.records import build_record_service  # noqa: E402
 from keepstone.service.search import DocumentSearch  # noqa: E402
@@ -70,7 +75,9 @@ from tests.search.labelled import (  # noqa: E402
 from tests.search.stored import StoredEmbedder, store_documents, store_records  # noqa: E402
 
 SETS = ("records", "docs")
-RANKERS = ("keyword", "hybrid")
+#: Each ranker floored (the product's default), and the same with min_score -1 (no floor).
+RANKERS = ("keyword", "keyword-nofloor", "hybrid", "hybrid-nofloor")
+NO_FLOOR = search_filters(min_score=-1)
 #: Both dialects agree when every figure is within this of the other's.
 AGREE = 0.01
 TENANT = "team_quality"
@@ -100,11 +107,13 @@ def records_scores(url: str, es: EvalSet, units: np.ndarray, queries: np.ndarray
         }
         out: Results = {}
         for ranker, service in services.items():
-            rankings = [
-                [position[h.id] for h in service.search(member, team, q.text, limit=K).hits]
-                for q in es.queries
-            ]
-            out[("records", ranker)] = evaluate(es, rankings)
+            for suffix, filters in (("", NO_FILTERS), ("-nofloor", NO_FLOOR)):
+                rankings = []
+                for q in es.queries:
+                    hits = service.search(member, team, q.text, limit=K, filters=filters).hits
+                    # A hit stands for the records of its text too (also_in): all found.
+                    rankings.append([position[i] for h in hits for i in (h.id, *h.also_in)])
+                out[("records", ranker + suffix)] = evaluate(es, rankings)
         return out
     finally:
         engine.dispose()
@@ -126,15 +135,16 @@ def docs_scores(url: str, es: EvalSet, units: np.ndarray, queries: np.ndarray) -
         }
         out: Results = {}
         for ranker, search in searches.items():
-            rankings = []
-            for q in es.queries:
-                hits = search.search(list(refs.values()), q.text, limit=K)
-                sections = [f"{space_of[h.space_id]}/{h.path}#{h.heading}" for h in hits]
-                unknown = [s for s in sections if s not in first]
-                if unknown:
-                    raise RuntimeError(f"hits of no labelled section: {unknown}")
-                rankings.append([first[s] for s in sections])
-            out[("docs", ranker)] = evaluate(es, rankings)
+            for suffix, filters in (("", NO_FILTERS), ("-nofloor", NO_FLOOR)):
+                rankings = []
+                for q in es.queries:
+                    hits = search.search(list(refs.values()), q.text, limit=K, filters=filters)
+                    sections = [f"{space_of[h.space_id]}/{h.path}#{h.heading}" for h in hits]
+                    unknown = [s for s in sections if s not in first]
+                    if unknown:
+                        raise RuntimeError(f"hits of no labelled section: {unknown}")
+                    rankings.append([first[s] for s in sections])
+                out[("docs", ranker + suffix)] = evaluate(es, rankings)
         return out
     finally:
         store.close()
@@ -154,7 +164,7 @@ def line(set_name: str, dialect: str, ranker: str, summary: dict[str, list[float
     for part in ["all", *KINDS[set_name]]:
         recall, mrr = summary[part]
         cells.append(f"{part} {recall:.3f}/{mrr:.3f}")
-    return f"{set_name:8s} {dialect:10s} {ranker:8s} " + "  ".join(cells)
+    return f"{set_name:8s} {dialect:10s} {ranker:15s} " + "  ".join(cells)
 
 
 def main() -> None:

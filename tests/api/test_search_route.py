@@ -49,6 +49,7 @@ def test_a_search_answers_hits_best_first(seeded: World) -> None:
         "snippet": "Rollback Run keepstone rollback and watch the quokka dashboards.",
         "score": results[0]["score"],
         "matched": ["keyword"],
+        "also_in": [],
     }
     assert [h["path"] for h in results] == ["ops/runbook.md", "notes/other.md"]
     assert results[0]["score"] > results[1]["score"]

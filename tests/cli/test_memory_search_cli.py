@@ -63,7 +63,7 @@ def test_search_plain_and_json(
     assert list(body) == ["results", "pending"]
     assert body["pending"] == 0  # keyword-only search embeds nothing: nothing is pending
     assert len(body["results"]) == 1
-    assert set(body["results"][0]) == {"path", "heading", "snippet", "score", "matched"}
+    assert set(body["results"][0]) == {"path", "heading", "snippet", "score", "matched", "also_in"}
     assert body["results"][0]["matched"] == ["keyword"]
 
     code, out, _ = run_memory(
@@ -151,7 +151,7 @@ def test_search_all_reads_every_readable_local_space(
     assert spaces == {("bot", None), ("org", None), ("user", "ann")}  # never bob's user space
     bot = next(h for h in results if h["space"]["visibility"] == "bot")
     assert bot["path"] == "ops/runbook.md" and bot["space"]["bot"] == "b1"
-    assert set(bot) == {"path", "heading", "snippet", "score", "matched", "space"}
+    assert set(bot) == {"path", "heading", "snippet", "score", "matched", "also_in", "space"}
 
     code, out, err = run_memory(capsys, "search", "rollback", "--all", "--user", "ann")
     assert code == 0, err

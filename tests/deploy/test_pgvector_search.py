@@ -34,6 +34,7 @@ from keepstone.records.store import Scope, new_record
 from keepstone.runtime import open_runtime, reindex_database
 from keepstone.schema import upgrade_all
 from keepstone.search.cache import VectorCache
+from keepstone.search.filters import search_filters
 from keepstone.search.vectors import normalize_rows, top_k
 from keepstone.service.access import LOCAL_PRINCIPAL
 from keepstone.service.record_search import RecordSearch
@@ -362,6 +363,9 @@ class StoredQueries:
         return np.stack([self.vectors[t] for t in texts])
 
 
+NO_FLOOR = search_filters(min_score=-1)
+
+
 def search_all(
     store: SqlStore, corpus: Corpus, spaces: list[str], min_vectors: int
 ) -> tuple[list[list[tuple[str, str]]], VectorCache, int]:
@@ -374,7 +378,11 @@ def search_all(
     search = DocumentSearch(store, StoredQueries(corpus), cache)  # type: ignore[arg-type]
     try:
         found = [
-            [(h.path, h.heading) for h in search.search([space_ref(space, spaces)], text)]
+            # No floor (min_score -1): both paths rank the same candidates, all K of them.
+            [
+                (h.path, h.heading)
+                for h in search.search([space_ref(space, spaces)], text, filters=NO_FLOOR)
+            ]
             for text, _, space in corpus.queries
         ]
     finally:

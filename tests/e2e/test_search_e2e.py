@@ -153,7 +153,7 @@ def test_search_route_never_crosses_teams_or_users_with_caches_warm(world: World
             assert hits, (who, space)
             for hit in hits:  # every hit is in the caller's own space of that name
                 assert hit["path"] in allowed, (who, space, hit)
-                assert set(hit) == {"path", "heading", "snippet", "score", "matched"}
+                assert set(hit) == {"path", "heading", "snippet", "score", "matched", "also_in"}
             assert len({world.space_of[str(h["path"])] for h in hits}) == 1
         hits = _search(world, who, scope="readable")
         for hit in hits:

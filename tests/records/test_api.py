@@ -119,7 +119,9 @@ def test_save_search_list_delete_roundtrip(client: TestClient, creds: Creds) -> 
     assert found["state"] == "on" and found["notice"] == NOTICE
     assert [x["id"] for x in found["results"]] == [saved["id"]]
     assert found["results"][0]["text"] == render_text("Fixed the ```deploy``` script")
-    assert list(found["results"][0]) == ["id", "repo_id", "score", "created_at", "text", "matched"]
+    assert list(found["results"][0]) == [
+        *("id", "repo_id", "score", "created_at", "text", "matched", "also_in")
+    ]
     assert found["results"][0]["matched"] == ["keyword"]
     listed = client.get(f"/api/teams/{w.team_id}/memory", headers=creds.key(w.member)).json()
     assert listed["records"][0]["id"] == saved["id"]

@@ -247,6 +247,7 @@ def test_the_space_service_searches_its_store(store: MemoryStore) -> None:
         "snippet": hits[0].snippet,
         "score": hits[0].score,
         "matched": ["keyword"],
+        "also_in": [],
     }
 
 

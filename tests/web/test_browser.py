@@ -394,6 +394,32 @@ def test_search_documents_and_records(people: Callable[[], Tab]) -> None:
     shot(page, "search")
 
 
+def test_search_shows_only_floored_hits_the_hint_and_duplicates(
+    people: Callable[[], Tab],
+) -> None:
+    tab = people()
+    site = tab.site
+    word = f"okapi{uuid.uuid4().hex[:6]}"
+    for text in (f"Pinned the {word} image", f"pinned the {word} image."):
+        r = httpx.post(
+            f"{site.base}/api/internal/teams/{site.team_id}/memory",
+            json={"text": text},
+            headers={"Authorization": f"Bearer {SERVICE_TOKEN}"},
+        )
+        assert r.status_code == 201, r.text
+    page = tab.sign_in("member")
+    page.goto(f"{site.base}/t/{site.team_id}/search?q=boiling+point+of+mercury+in+kelvin")
+    docs = page.get_by_role("region", name="Documents")
+    expect(docs).to_contain_text("No document matches: nothing relevant enough matched")
+    records = page.get_by_role("region", name="Team memory records")
+    expect(records).to_contain_text("No record matches: nothing relevant enough matched")
+    page.goto(f"{site.base}/t/{site.team_id}/search?q={word}")
+    records = page.get_by_role("region", name="Team memory records")
+    expect(records.locator("li")).to_have_count(1)  # two records of one text: one hit
+    expect(records).to_contain_text("same text as rec_")
+    shot(page, "search-floor")
+
+
 def test_super_admin_creates_and_revokes_an_api_key(people: Callable[[], Tab]) -> None:
     tab = people()
     site = tab.site

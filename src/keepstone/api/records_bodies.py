@@ -47,6 +47,13 @@ class SearchRequest(_Strict):
     limit: int = Field(
         default=DEFAULT_LIMIT, json_schema_extra={"minimum": 1, "maximum": MAX_LIMIT}
     )
+    #: ISO 8601: only records created at or after / at or before this instant.
+    since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    until: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    #: In place of the relevance floor: only hits whose fused score reaches this.
+    min_score: float | None = Field(default=None, json_schema_extra={"minimum": -1, "maximum": 1})
+    #: The recency prior's half-life in days (off unless given).
+    recency_days: float | None = Field(default=None, json_schema_extra={"exclusiveMinimum": 0})
 
 
 class SettingsRequest(_Strict):

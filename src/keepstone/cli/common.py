@@ -501,3 +501,45 @@ def human_bytes(n: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def search_filter_args(*, tags: bool) -> tuple[AddArgs, ...]:
+    """A search's filter flags (docs/search.md, "Filters"): ``--since``, ``--until``,
+    ``--min-score``, ``--recency-days`` and, for documents, ``--tags``; read by
+    :func:`keepstone.service.filters.filters_of`."""
+    flags = [
+        arg(
+            "--since",
+            default=None,
+            metavar="WHEN",
+            help="only what was written at or after "
+            "WHEN (ISO 8601, e.g. 2025-01-31 or 2025-01-31T09:00:00Z)",
+        ),
+        arg(
+            "--until", default=None, metavar="WHEN", help="only what was written at or before WHEN"
+        ),
+        arg(
+            "--min-score",
+            dest="min_score",
+            default=None,
+            metavar="S",
+            help="only hits scoring at least S (-1 to 1), in place of the relevance floor",
+        ),
+        arg(
+            "--recency-days",
+            dest="recency_days",
+            default=None,
+            metavar="D",
+            help="rank newer hits higher: a recency prior, half-life D days (off by default)",
+        ),
+    ]
+    if tags:
+        flags.append(
+            arg(
+                "--tags",
+                default=None,
+                metavar="A,B",
+                help="only documents whose front matter's tags hold all of A,B",
+            )
+        )
+    return tuple(flags)

@@ -35,6 +35,7 @@ from keepstone.cli.common import (
     open_spaces,
     progress,
     required_verbs,
+    search_filter_args,
     space_ref_from_args,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
@@ -44,6 +45,7 @@ from keepstone.documents import ImportReport, ImportStrategy
 from keepstone.errors import InvalidDocument
 from keepstone.principal import CredentialKind, Principal
 from keepstone.service.access import console_principal
+from keepstone.service.filters import SearchFilters, empty_hint, filters_of, search_answer
 from keepstone.service.spaces import SpaceLabel, SpaceService
 from keepstone.spaces import SpaceRef
 
@@ -252,12 +254,16 @@ def _import(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     if args.all:
         return _search_all(args)
+    filters = filters_of(vars(args))
     with _open(args) as (service, ref, who):
-        hits = service.search(who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix)
+        hits = service.search(
+            who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix, filters=filters
+        )
         if args.json:
-            print(json.dumps({"results": [hit.as_json() for hit in hits], "pending": hits.pending}))
+            print(json.dumps(search_answer([hit.as_json() for hit in hits], filters, hits.pending)))
             return 0
-        _print_hits([(hit, None) for hit in hits], f" in {_where(args, ref)}{_SEE_SPACES}")
+        where = f" in {_where(args, ref)}{_SEE_SPACES}"
+        _print_hits([(hit, None) for hit in hits], where, filters)
         _say_pending(hits.pending)
         return 0
 
@@ -265,20 +271,21 @@ def _search(args: argparse.Namespace) -> int:
 def _search_all(args: argparse.Namespace) -> int:
     """``--all``: every space the caller may read (``scope=readable``); the space flags
     are not used, but locally ``--user`` (default the login name) says whose user spaces."""
+    filters = filters_of(vars(args))
     with open_spaces(args) as (service, who):
         if who.kind is CredentialKind.CONSOLE:
             who = console_principal(args.user or _login_name())
         found = service.search_readable(
-            who, args.query, limit=args.limit, path_prefix=args.path_prefix
+            who, args.query, limit=args.limit, path_prefix=args.path_prefix, filters=filters
         )
         if args.json:
             results = [hit.as_json() for hit in found]
-            print(json.dumps({"results": results, "pending": found.pending}))
+            print(json.dumps(search_answer(results, filters, found.pending)))
             return 0
         pairs: list[tuple[DocumentHit, SpaceLabel | None]] = [
             (found_hit.hit, found_hit.space) for found_hit in found
         ]
-        _print_hits(pairs, " in any space you may read")
+        _print_hits(pairs, " in any space you may read", filters)
         _say_pending(found.pending)
         return 0
 
@@ -293,7 +300,9 @@ def _say_pending(pending: int) -> None:
         )
 
 
-def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str) -> None:
+def _print_hits(
+    hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str, filters: SearchFilters
+) -> None:
     for i, (hit, space) in enumerate(hits):
         if i:
             print()
@@ -307,9 +316,11 @@ def _print_hits(hits: list[tuple[DocumentHit, SpaceLabel | None]], where: str) -
             print(f"  {hit.heading}")
         matched = f"  ({', '.join(hit.matched)})" if hit.matched else ""
         print(f"  score {hit.score:.3f}{matched}")
+        for space_id, path in hit.also_in:
+            print(f"  also in {path}" + ("" if space_id == hit.space_id else f" ({space_id})"))
         print(f"    {hit.snippet}")
     if not hits:
-        print(f"no matches{where}", file=sys.stderr)
+        print(f"no matches{where}: {empty_hint(filtered=filters.narrows)}", file=sys.stderr)
 
 
 def _reindex(args: argparse.Namespace) -> int:
@@ -428,6 +439,7 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
                 metavar="P",
                 help="only documents whose path starts with P",
             ),
+            *search_filter_args(tags=True),
             _json_flag("hits"),
             arg(
                 "--all",

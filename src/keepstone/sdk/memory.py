@@ -22,7 +22,7 @@ import getpass
 import io
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +45,7 @@ from keepstone.documents import (
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.principal import Principal
 from keepstone.service.access import console_principal, remote_principal
+from keepstone.service.filters import search_filters
 from keepstone.service.spaces import Hits, SpaceService
 from keepstone.spaces import (
     REQUIRED_QUALIFIERS,
@@ -284,17 +285,43 @@ class Memory:
         checked like any write (quota, secrets, ``if_match``)."""
         return self._open().restore(self._who, self._space, path, version, if_match=if_match)
 
-    def search(self, query: str, *, limit: int = 10, path_prefix: str = "") -> Hits:
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+        min_score: float | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        tags: Sequence[str] | str | None = None,
+        recency_days: float | None = None,
+    ) -> Hits:
         """The best sections of the space for ``query`` (1-50 hits, best first): keyword,
-        and meaning when an embedder is configured (docs/search.md). Only documents whose
-        path starts with ``path_prefix``. The answer is a list of hits whose ``pending``
-        says how many of the space's chunks are not yet embedded (searched by keyword
-        only; 0 with keyword-only search). Locally, pending chunks are embedded for up to
-        1.5 s before the search."""
+        and meaning when an embedder is configured (docs/search.md). Only hits above the
+        relevance floor — or scoring at least ``min_score`` (-1 to 1) when given — of
+        documents whose path starts with ``path_prefix``, last written within ``since``
+        / ``until`` (datetimes or ISO 8601; naive ones are UTC), whose front matter's
+        tags hold all of ``tags``; ``recency_days``, a recency prior's half-life (off by
+        default). Near-duplicate sections are folded into the best (its ``also_in``).
+        An empty list means nothing was relevant enough; a bad filter is
+        ``InvalidRequest`` naming it. The answer's ``pending`` says how many of the
+        space's chunks are not yet embedded (searched by keyword only; 0 with
+        keyword-only search); locally, pending chunks are embedded for up to 1.5 s
+        before the search."""
+        filters = search_filters(
+            since=since,
+            until=until,
+            min_score=min_score,
+            tags=list(tags) if isinstance(tags, list | tuple) else tags,
+            recency_days=recency_days,
+        )
         service = self._open()
         with self._search_lock:  # build the search (and load its model) once
             service.document_search()
-        return service.search(self._who, self._space, query, limit=limit, path_prefix=path_prefix)
+        return service.search(
+            self._who, self._space, query, limit=limit, path_prefix=path_prefix, filters=filters
+        )
 
     def usage(self) -> Usage:
         """Bytes used by the space and by all spaces, against their quotas."""

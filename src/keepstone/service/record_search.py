@@ -21,9 +21,10 @@ every cache is keyed by it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,9 @@ from keepstone.records.store import RankingRow, Record, RecordReader, Scope, Sea
 from keepstone.records.store import StoredVector as StoredVector
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
+from keepstone.search.filters import NO_FILTERS, SearchFilters
+from keepstone.search.floor import duplicate_key, floor_for
+from keepstone.search.fusion import FusedHit
 from keepstone.search.hybrid import (
     CANDIDATES,
     BoolArray,
@@ -68,6 +72,8 @@ class RankedRecord:
     record: Record
     score: float
     matched: tuple[str, ...]
+    #: The ids of the records with the same text that this hit stands for.
+    also_in: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +85,24 @@ class _TeamRows:
     #: The number of each row's repository in ``repos`` (-1: no repository).
     repo_codes: npt.NDArray[np.int32]
     repos: dict[str, int]
-    #: ``expires_at`` as POSIX seconds.
+    #: ``expires_at`` and ``created_at`` as POSIX seconds.
     expires: npt.NDArray[np.float64]
+    created: npt.NDArray[np.float64]
     row_map: RowMap
     #: Each record's row number by its id.
     position: dict[Hashable, int]
 
-    def allowed(self, scope: Scope, visible: frozenset[str] | None) -> BoolArray:
+    def allowed(
+        self, scope: Scope, visible: frozenset[str] | None, filters: SearchFilters = NO_FILTERS
+    ) -> BoolArray:
         """The rows ``scope`` sees: not expired at ``scope.now``, of ``scope.repo_id``
-        when given, of a repository in ``visible`` when the caller is limited."""
+        when given, of a repository in ``visible`` when the caller is limited, created
+        within ``filters.since`` and ``filters.until``."""
         mask: BoolArray = self.expires > scope.now.timestamp()
+        if filters.since is not None:
+            mask &= self.created >= filters.since.timestamp()
+        if filters.until is not None:
+            mask &= self.created <= filters.until.timestamp()
         if scope.repo_id is not None:
             mask &= self.repo_codes == self.repos.get(scope.repo_id, -2)
         if visible is not None:
@@ -105,10 +119,11 @@ def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
         count=len(rows),
     )
     expires = np.fromiter((r.expires_at.timestamp() for r in rows), np.float64, len(rows))
+    created = np.fromiter((r.created_at.timestamp() for r in rows), np.float64, len(rows))
     ids = [r.id for r in rows]
     position: dict[Hashable, int] = {record_id: i for i, record_id in enumerate(ids)}
     index = BM25Index([r.terms.split() for r in rows])
-    return _TeamRows(ids, index, codes, repos, expires, RowMap(position), position)
+    return _TeamRows(ids, index, codes, repos, expires, created, RowMap(position), position)
 
 
 def _entry(vectors: Sequence[StoredVector], dim: int) -> Entry:
@@ -148,10 +163,13 @@ class RecordSearch:
         query: str,
         limit: int,
         versions: SearchVersions | None = None,
+        filters: SearchFilters = NO_FILTERS,
     ) -> list[RankedRecord]:
         """The best ``limit`` records of ``scope`` for ``query`` (already masked), best
-        first, read through ``tx`` (the search's transaction). ``versions``: the team's
-        counters when the caller read them already in ``tx``
+        first, read through ``tx`` (the search's transaction): those the relevance floor
+        (or ``filters.min_score``) lets through, created within ``filters``, records of
+        the same text folded into the best one (its ``also_in``). ``versions``: the
+        team's counters when the caller read them already in ``tx``
         (:meth:`~keepstone.records.store.RecordReader.search_state`)."""
         if versions is None:
             versions = tx.search_versions(scope.team_id)
@@ -160,7 +178,7 @@ class RecordSearch:
         else:
             embedded = None  # no vector stored yet: nothing to compare a query with
         try:
-            return self._rank(tx, scope, query, limit, versions, embedded)
+            return self._rank(tx, scope, query, limit, versions, embedded, filters)
         finally:
             if embedded is not None:
                 embedded.cancel()  # not needed after all (nothing allowed, no vectors)
@@ -173,6 +191,7 @@ class RecordSearch:
         limit: int,
         versions: SearchVersions,
         embedded: Future[Float32Array | None] | None,
+        filters: SearchFilters,
     ) -> list[RankedRecord]:
         team = scope.team_id
         rows = self._rows.get(team, versions.terms, lambda: _team_rows(tx.ranking_rows(team)))
@@ -181,21 +200,25 @@ class RecordSearch:
         visible = None
         if scope.project_ids is not None:
             visible = tx.visible_repos(team, scope.project_ids)
-        allowed = rows.allowed(scope, visible)
+        allowed = rows.allowed(scope, visible, filters)
         if not allowed.any():
             return []
         dense = self._dense(tx, scope, versions, rows, embedded)
-        # By keyword alone the fused order is the keyword order: its top ``limit`` is all
-        # a search needs (fusing CANDIDATES would build and sort hits it drops).
-        k = CANDIDATES if dense is not None else limit
-        hits = rank(rows.index, query_terms(query), allowed=allowed, dense=dense, k=k)[:limit]
-        found = tx.records_by_id(team, [rows.ids[h.key] for h in hits])
-        return [
-            RankedRecord(found[record_id], round(h.score, 6), h.matched)
-            for h in hits
-            for record_id in [rows.ids[h.key]]
-            if record_id in found
-        ]
+        # By keyword alone the fused order is the keyword order: its top ``2 * limit``
+        # is all a search needs, duplicates folded (fusing CANDIDATES would build and
+        # sort hits it drops).
+        k = CANDIDATES if dense is not None else min(2 * limit, CANDIDATES)
+        ranked = rank(rows.index, query_terms(query), allowed=allowed, dense=dense, k=k)
+        model = self.embedder.model_id if self.embedder is not None else None
+        floor = floor_for(model, filters.min_score)
+        scored = _weighted(ranked, rows, filters, scope.now)
+        kept = [
+            (h, score)
+            for h, score in scored
+            if floor.qualifies(score, h.keyword, h.meaning, hybrid=dense is not None)
+        ][: 2 * limit]
+        found = tx.records_by_id(team, [rows.ids[h.key] for h, _ in kept])
+        return _folded(kept, rows, found, limit)
 
     def _dense(
         self,
@@ -270,3 +293,45 @@ class RecordSearch:
         if query_vector is None:
             return None
         return ExactDense(entry.matrix, rows.row_map.rows_of(entry), query_vector)
+
+
+def _weighted(
+    ranked: list[FusedHit[int]], rows: _TeamRows, filters: SearchFilters, now: datetime
+) -> list[tuple[FusedHit[int], float]]:
+    """Each hit with its score, weighted by the recency prior when one is asked for (and
+    then re-ordered), best first."""
+    if filters.recency_days is None:
+        return [(h, h.score) for h in ranked]
+    weighted = [
+        (h, filters.prior(h.score, datetime.fromtimestamp(rows.created[h.key], UTC), now))
+        for h in ranked
+    ]
+    return sorted(weighted, key=lambda pair: -pair[1])
+
+
+def _folded(
+    kept: list[tuple[FusedHit[int], float]],
+    rows: _TeamRows,
+    found: Mapping[str, Record],
+    limit: int,
+) -> list[RankedRecord]:
+    """The first ``limit`` hits as ranked records, each record whose text repeats a
+    better one's listed in that one's ``also_in`` instead of returned."""
+    best: dict[str, int] = {}
+    out: list[tuple[Record, float, tuple[str, ...], list[str]]] = []
+    for h, score in kept:
+        record = found.get(rows.ids[h.key])
+        if record is None:
+            continue
+        same = duplicate_key(record.text)
+        if same in best:
+            out[best[same]][3].append(record.id)
+            continue
+        if len(out) >= limit:
+            continue
+        best[same] = len(out)
+        out.append((record, score, h.matched, []))
+    return [
+        RankedRecord(record, round(score, 6), matched, tuple(also))
+        for record, score, matched, also in out
+    ]

@@ -62,6 +62,8 @@ from keepstone.records.store import PagePosition, RecordStore, Scope, new_record
 from keepstone.records.store import (
     Record as Record,  # what a save answers (re-exported for the faces)
 )
+from keepstone.search.filters import NO_FILTERS, SearchFilters
+from keepstone.search.floor import empty_hint
 from keepstone.secrets import mask
 from keepstone.service.access import Access, Action, TeamAccess
 from keepstone.service.record_gates import (
@@ -104,17 +106,22 @@ class RecordHit:
     created_at: datetime
     text: str
     matched: tuple[str, ...]
+    #: The ids of the records of the same text this hit stands for.
+    also_in: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class SearchAnswer:
-    """Search results, best first (none while ``state`` is off)."""
+    """Search results, best first (none while ``state`` is off); ``hint``, when memory
+    is on and nothing was relevant enough, says so in one line."""
 
     state: MemoryState
     notice: str
     hits: tuple[RecordHit, ...]
     #: The team's records not yet embedded by the search's model (searched by keyword only).
     pending: int = 0
+    #: One line saying what to try when ``hits`` is empty (None when something was found).
+    hint: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,9 +409,12 @@ class RecordService:
         repo_id: str | None = None,
         limit: int = DEFAULT_LIMIT,
         now: datetime | None = None,
+        filters: SearchFilters = NO_FILTERS,
     ) -> SearchAnswer:
         """Ranked search — by keyword and by meaning — over the team's records that
-        ``who`` may see (see :mod:`keepstone.service.record_search`).
+        ``who`` may see (see :mod:`keepstone.service.record_search`), above the
+        relevance floor (or ``filters.min_score``), created within ``filters.since`` /
+        ``until`` (:func:`keepstone.search.filters.search_filters` checks them).
 
         ``query`` 1-1,000 characters, ``limit`` 1-50. While memory is off the answer
         is ``state`` off with no hits. The query is masked before it is used.
@@ -424,15 +434,24 @@ class RecordService:
                 check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
                 scope = Scope(access.team_id, repo_id, access.project_ids, self._now(now))
-                found = ranking.rank(tx, scope, masked, limit, state.versions)
+                found = ranking.rank(tx, scope, masked, limit, state.versions, filters)
                 pending = ranking.pending(tx, access.team_id)
         log.info("records search", extra={"team_id": access.team_id, "results": len(found)})
         hits = tuple(
-            RecordHit(r.id, r.repo_id, hit.score, r.created_at, render_text(r.text), hit.matched)
+            RecordHit(
+                r.id,
+                r.repo_id,
+                hit.score,
+                r.created_at,
+                render_text(r.text),
+                hit.matched,
+                hit.also_in,
+            )
             for hit in found
             for r in [hit.record]
         )
-        return SearchAnswer(MemoryState.ON, NOTICE, hits, pending)
+        hint = None if hits else empty_hint(filtered=filters.narrows)
+        return SearchAnswer(MemoryState.ON, NOTICE, hits, pending, hint)
 
     # --- delete, settings, purge ------------------------------------------------------------
 

@@ -23,18 +23,23 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
+from keepstone.db import utcnow
 from keepstone.db.vectors import Float32Array, decode_many, encode_many
 from keepstone.errors import InvalidRequest
 from keepstone.search import hybrid
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
+from keepstone.search.filters import NO_FILTERS, SearchFilters, front_matter_tags
+from keepstone.search.floor import Floor, duplicate_key, floor_for
 from keepstone.search.found import Found, pending_of
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
 from keepstone.search.text import query_terms
@@ -49,7 +54,6 @@ from keepstone.store.index import (
     vector_index_of,
 )
 from keepstone.store.index import pending_of as index_pending
-from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:
     from keepstone.embed.base import Embedder
@@ -68,9 +72,10 @@ SLOW_NOTICE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class DocumentHit(Jsonable):
+class DocumentHit:
     """One section found: its document, heading trail, a snippet, the fused score, which
-    signals matched (``"keyword"``, ``"meaning"``) and the space it is in."""
+    signals matched (``"keyword"``, ``"meaning"``) and the space it is in. ``also_in``:
+    the (space id, path) of each near-duplicate section this hit stands for."""
 
     path: str
     heading: str
@@ -78,9 +83,18 @@ class DocumentHit(Jsonable):
     score: float
     matched: tuple[str, ...]
     space_id: str
+    also_in: tuple[tuple[str, str], ...] = ()
 
-    #: The API's shape of a hit (``GET /api/memory/search``) names no space.
-    wire_names: ClassVar[Mapping[str, str | None]] = {"space_id": None}
+    def as_json(self) -> dict[str, Any]:
+        """The API's shape of a hit (``GET /api/memory/search``)."""
+        return {
+            "path": self.path,
+            "heading": self.heading,
+            "snippet": self.snippet,
+            "score": self.score,
+            "matched": list(self.matched),
+            "also_in": [{"path": path, "space_id": space} for space, path in self.also_in],
+        }
 
 
 R = TypeVar("R", bound=ChunkToEmbed)
@@ -107,6 +121,11 @@ class _Found:
     matched: tuple[str, ...]
     space_id: str
     row: ChunkRow
+    #: The relative BM25 and cosine the floor reads (None: that side has none), and
+    #: whether the dense side ranked the space at all.
+    keyword: float | None = None
+    meaning: float | None = None
+    hybrid: bool = False
 
 
 def check_query(q: str, limit: int) -> str:
@@ -161,37 +180,50 @@ class DocumentSearch:
         *,
         limit: int = 10,
         path_prefix: str = "",
+        filters: SearchFilters = NO_FILTERS,
     ) -> Found[DocumentHit]:
-        """The best sections of the spaces ``refs`` for ``query``, best first, and how
-        many chunks of them are not yet embedded (``pending``)."""
+        """The best sections of the spaces ``refs`` for ``query``, best first: those the
+        relevance floor (or ``filters.min_score``) lets through, within ``filters``;
+        near-duplicates folded into the best of them (its ``also_in``); and how many chunks
+        of them are not yet embedded (``pending``)."""
         q = check_query(query, limit)
         index = self._index
         if index is None:
             assert self._searching is not None
-            return self._ask_store(self._searching, refs, q, limit, path_prefix)
+            return self._ask_store(self._searching, refs, q, limit, path_prefix, filters)
         terms = query_terms(q)
         versions = self._versions(index, refs)
         query_vector = self._query_vector(q)
         found: list[_Found] = []
         for ref in refs:
             found += self._rank_space(
-                index, ref, versions[ref.id], terms, query_vector, path_prefix
+                index, ref, versions[ref.id], terms, query_vector, path_prefix, filters
             )
-        pending = 0 if self.embedder is None else index_pending(index, refs, self.embedder.model_id)
-        return Found(_sections(found, terms, limit), pending)
+        model = self.embedder.model_id if self.embedder is not None else None
+        pending = 0 if model is None else index_pending(index, refs, model)
+        return Found(_sections(found, terms, limit, floor_for(model, filters.min_score)), pending)
 
     def _ask_store(
-        self, store: SearchingStore, refs: Sequence[SpaceRef], q: str, limit: int, prefix: str
+        self,
+        store: SearchingStore,
+        refs: Sequence[SpaceRef],
+        q: str,
+        limit: int,
+        prefix: str,
+        filters: SearchFilters,
     ) -> Found[DocumentHit]:
-        """The store's own search of each space, merged (``pending``: the sum of what
-        each answer said)."""
+        """The store's own search of each space (its server floors and filters), merged
+        (``pending``: the sum of what each answer said)."""
+        params = filters.as_params()
         remote: list[DocumentHit] = []
         pending = 0
         for ref in refs:
-            answer = store.search(ref, q, limit, prefix)
+            answer = store.search(ref, q, limit, prefix, params)
             pending += pending_of(answer)
             remote += [
-                DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id)
+                DocumentHit(
+                    h.path, h.heading, h.snippet, h.score, tuple(h.matched), ref.id, h.also_in
+                )
                 for h in answer
             ]
         return Found(self._merge(remote, limit), pending)
@@ -226,26 +258,43 @@ class DocumentSearch:
         terms: Sequence[str],
         query_vector: Callable[[], Float32Array] | None,
         path_prefix: str,
+        filters: SearchFilters,
     ) -> list[_Found]:
         """The fused chunks of one space: BM25 over its cached index, fused with the
         dense side where the embedder's model has vectors in it."""
         keyword = self._keyword_entry(index, ref, version)
-        allowed = None
-        if path_prefix:
-            allowed = np.fromiter(
-                (row.path.startswith(path_prefix) for row in keyword.rows),
-                dtype=bool,
-                count=len(keyword.rows),
-            )
+        written = self._written(ref, filters)
+        allowed = _allowed(keyword.rows, path_prefix, filters, written)
         dense = None
         embedder = self.embedder
         if embedder is not None and query_vector is not None:
             if keyword.vectors.get(embedder.model_id):
                 dense = self._dense(index, ref, version, keyword, query_vector(), path_prefix)
-        return [
-            _Found(round(fused.score, 6), fused.matched, ref.id, keyword.rows[fused.key])
-            for fused in hybrid.rank(keyword.index, terms, allowed=allowed, dense=dense)
-        ]
+        now = utcnow()
+        out = []
+        for fused in hybrid.rank(keyword.index, terms, allowed=allowed, dense=dense):
+            row = keyword.rows[fused.key]
+            score = fused.score
+            if filters.recency_days is not None and row.path in written:
+                score = filters.prior(score, written[row.path], now)
+            out.append(
+                _Found(
+                    round(score, 6),
+                    fused.matched,
+                    ref.id,
+                    row,
+                    fused.keyword,
+                    fused.meaning,
+                    dense is not None,
+                )
+            )
+        return out
+
+    def _written(self, ref: SpaceRef, filters: SearchFilters) -> dict[str, datetime]:
+        """When each document of the space was last written, when the filters need it."""
+        if filters.since is None and filters.until is None and filters.recency_days is None:
+            return {}
+        return {info.path: info.updated_at for info in self.store.list(ref)}
 
     @staticmethod
     def _merge(hits: list[DocumentHit], limit: int) -> list[DocumentHit]:
@@ -368,23 +417,69 @@ class DocumentSearch:
         return done
 
 
-def _sections(found: list[_Found], terms: Sequence[str], limit: int) -> list[DocumentHit]:
-    """Best first across spaces, the best chunk of each (space, path, heading), as hits
-    with their snippets."""
+def _allowed(
+    rows: Sequence[ChunkRow], path_prefix: str, filters: SearchFilters, written: dict[str, Any]
+) -> npt.NDArray[np.bool_] | None:
+    """The rows a search may return (None: all): under ``path_prefix``, written within
+    ``since``/``until``, tagged with every one of ``tags`` (front matter, read from each
+    document's first chunk)."""
+    if not (path_prefix or filters.since or filters.until or filters.tags):
+        return None
+    tagged: set[str] | None = None
+    if filters.tags:
+        wanted = set(filters.tags)
+        tagged = {r.path for r in rows if r.seq == 0 and wanted <= front_matter_tags(r.text)}
+
+    def keep(row: ChunkRow) -> bool:
+        if path_prefix and not row.path.startswith(path_prefix):
+            return False
+        if (filters.since or filters.until) and not (
+            row.path in written and filters.in_time(written[row.path])
+        ):
+            return False
+        return tagged is None or row.path in tagged
+
+    return np.fromiter((keep(row) for row in rows), dtype=bool, count=len(rows))
+
+
+def _sections(
+    found: list[_Found], terms: Sequence[str], limit: int, floor: Floor
+) -> list[DocumentHit]:
+    """Best first across spaces, the best chunk of each (space, path, heading) that the
+    floor lets through, as hits with their snippets; a section whose text repeats a
+    better one's is listed in that one's ``also_in`` instead."""
     found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
     seen: set[tuple[str, str, str]] = set()
-    hits: list[DocumentHit] = []
+    kept: list[_Found] = []
+    also: dict[str, list[tuple[str, str]]] = {}
     for f in found:
         key = (f.space_id, f.row.path, f.row.heading)
         if key in seen:
             continue
         seen.add(key)
-        # The snippet only for what is returned: analysing text is the costly part.
-        text = snippet(f.row.text, terms)
-        hits.append(DocumentHit(f.row.path, f.row.heading, text, f.score, f.matched, f.space_id))
-        if len(hits) >= limit:
+        if not floor.qualifies(f.score, f.keyword, f.meaning, hybrid=f.hybrid):
+            continue
+        same = duplicate_key(f.row.text)
+        if same in also:
+            also[same].append((f.space_id, f.row.path))
+            continue
+        also[same] = []
+        kept.append(f)
+        if len(kept) >= limit:
             break
-    return hits
+    # The snippet only for what is returned: analysing text is the costly part.
+    return [
+        DocumentHit(
+            f.row.path,
+            f.row.heading,
+            snippet(f.row.text, terms),
+            f.score,
+            f.matched,
+            f.space_id,
+            tuple(also[duplicate_key(f.row.text)]),
+        )
+        for f in kept
+    ]
 
 
 def _embed_claimed(claim: ClaimedChunks[R], embedder: Embedder) -> int:

@@ -56,6 +56,7 @@ from keepstone.store.index import search_capability
 from keepstone.wire import Jsonable
 
 if TYPE_CHECKING:  # keepstone.service.search loads numpy: only commands that search pay
+    from keepstone.service.filters import SearchFilters
     from keepstone.service.search import DocumentHit, DocumentSearch
     from keepstone.store.index import RemoteHitLike
 
@@ -156,7 +157,7 @@ class ReadableSearchingStore(Protocol):
     """A store whose server searches every space the caller may read itself."""
 
     def search_readable(
-        self, q: str, limit: int, path_prefix: str
+        self, q: str, limit: int, path_prefix: str, filters: Mapping[str, str] | None = None
     ) -> Sequence[tuple[RemoteHitLike, Mapping[str, Any]]]: ...
 
 
@@ -399,15 +400,25 @@ class SpaceService:
         *,
         limit: int = 10,
         path_prefix: str = "",
+        filters: SearchFilters | None = None,
     ) -> Hits:
         """The best sections of the space for ``q``, best first (keyword, and meaning where
-        chunks are embedded). A read: ``ref`` is already the caller's own space, so ``who``
-        needs no mutation right."""
+        chunks are embedded), above the relevance floor and within ``filters``
+        (:func:`keepstone.service.search.search_filters`). A read: ``ref`` is already the
+        caller's own space, so ``who`` needs no mutation right."""
         del who  # reads are decided by the ref (space_ref stamps the caller's team)
-        return self.document_search().search([ref], q, limit=limit, path_prefix=path_prefix)
+        return self.document_search().search(
+            [ref], q, limit=limit, path_prefix=path_prefix, **_given(filters)
+        )
 
     def search_readable(
-        self, who: Principal, q: str, *, limit: int = 10, path_prefix: str = ""
+        self,
+        who: Principal,
+        q: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+        filters: SearchFilters | None = None,
     ) -> ReadableHits:
         """The best sections of every space ``who`` may read (``scope=readable``): the
         spaces of its own team that the access model lets it read, and global spaces — at
@@ -417,17 +428,22 @@ class SpaceService:
 
         store = self.store
         if isinstance(store, ReadableSearchingStore):
-            answer = store.search_readable(q, limit, path_prefix)
+            params = filters.as_params() if filters is not None else None
+            answer = store.search_readable(q, limit, path_prefix, params)
             out: ReadableHits = Found(pending=pending_of(answer))
             for h, space in answer:
                 label = SpaceLabel.from_json(space)
-                hit = DocumentHit(h.path, h.heading, h.snippet, h.score, tuple(h.matched), label.id)
+                hit = DocumentHit(
+                    h.path, h.heading, h.snippet, h.score, tuple(h.matched), label.id, h.also_in
+                )
                 out.append(ReadableHit(hit, label))
             return out
         search = self.document_search()
         refs = readable_spaces(who, store.list_spaces(reading_team(who)))
         spaces = {ref.id: ref for ref in refs[:MAX_READABLE_SPACES]}
-        hits = search.search(list(spaces.values()), q, limit=limit, path_prefix=path_prefix)
+        hits = search.search(
+            list(spaces.values()), q, limit=limit, path_prefix=path_prefix, **_given(filters)
+        )
         labelled = [ReadableHit(hit, SpaceLabel.of(spaces[hit.space_id])) for hit in hits]
         return Found(labelled, hits.pending)
 
@@ -480,3 +496,8 @@ class SpaceService:
     def iter_documents(self, ref: SpaceRef) -> Iterator[Document]:
         """Every document of the space with its content, streamed, sorted by path."""
         return self.store.iter_documents(ref)
+
+
+def _given(filters: SearchFilters | None) -> dict[str, SearchFilters]:
+    """``filters`` as a keyword argument of a document search, when given."""
+    return {} if filters is None else {"filters": filters}

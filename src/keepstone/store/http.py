@@ -12,7 +12,7 @@ The server stamps the tenant and user from the token, so ``ref.tenant`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
@@ -67,6 +67,8 @@ class SearchHit:
     snippet: str
     score: float
     matched: tuple[str, ...]
+    #: (space id, path) of the near-duplicates this hit stands for.
+    also_in: tuple[tuple[str, str], ...] = ()
 
 
 # Aliases: the class below defines a method called ``list``.
@@ -85,6 +87,8 @@ def _hit(body: dict[str, Any]) -> SearchHit:
         str(body["snippet"]),
         float(body["score"]),
         tuple(str(m) for m in body["matched"]),
+        # A server from before near-duplicates were folded sends none.
+        tuple((str(a["space_id"]), str(a["path"])) for a in body.get("also_in", ())),
     )
 
 
@@ -184,19 +188,33 @@ class HttpMemoryStore(MemoryStore):
         body = self._request("GET", "/api/memory/docs", params=params).json()
         return [_info(d) for d in body["documents"]]
 
-    def search(self, ref: SpaceRef, q: str, limit: int, path_prefix: str = "") -> SearchHits:
-        """The server's answer to ``GET /api/memory/search`` for the space, best first."""
-        extra = {"q": q, "limit": str(limit)}
+    def search(
+        self,
+        ref: SpaceRef,
+        q: str,
+        limit: int,
+        path_prefix: str = "",
+        filters: Mapping[str, str] | None = None,
+    ) -> SearchHits:
+        """The server's answer to ``GET /api/memory/search`` for the space, best first
+        (``filters``: since, until, min_score, tags, recency_days as query parameters)."""
+        extra = {"q": q, "limit": str(limit), **(filters or {})}
         if path_prefix:
             extra["path_prefix"] = path_prefix
         body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
         return Found([_hit(hit) for hit in body["results"]], int(body.get("pending", 0)))
 
-    def search_readable(self, q: str, limit: int, path_prefix: str = "") -> SpacedHits:
+    def search_readable(
+        self,
+        q: str,
+        limit: int,
+        path_prefix: str = "",
+        filters: Mapping[str, str] | None = None,
+    ) -> SpacedHits:
         """The server's answer to ``GET /api/memory/search?scope=readable``: each hit with
         the space it was found in, as the server renders it; the server decides which
         spaces the credential may read."""
-        params = {"scope": "readable", "q": q, "limit": str(limit)}
+        params = {"scope": "readable", "q": q, "limit": str(limit), **(filters or {})}
         if path_prefix:
             params["path_prefix"] = path_prefix
         body = self._request("GET", "/api/memory/search", params=params).json()

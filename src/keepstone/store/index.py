@@ -48,7 +48,7 @@ The rules every index keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -221,6 +221,8 @@ class RemoteHitLike(Protocol):
     @property
     def score(self) -> float: ...
     @property
+    def also_in(self) -> tuple[tuple[str, str], ...]: ...
+    @property
     def matched(self) -> tuple[str, ...]: ...
 
 
@@ -230,9 +232,16 @@ class SearchingStore(Protocol):
     server, which searches)."""
 
     def search(
-        self, ref: SpaceRef, q: str, limit: int, path_prefix: str
+        self,
+        ref: SpaceRef,
+        q: str,
+        limit: int,
+        path_prefix: str,
+        filters: Mapping[str, str] | None = None,
     ) -> Sequence[RemoteHitLike]:
-        """The best sections of the space for ``q`` (stripped, checked), best first."""
+        """The best sections of the space for ``q`` (stripped, checked), best first;
+        ``filters``: the search's filters as query parameters (since, until, min_score,
+        tags, recency_days), which the server applies."""
         ...
 
 

@@ -35,6 +35,7 @@ from keepstone.errors import (
 )
 from keepstone.principal import Principal
 from keepstone.service.access import console_principal
+from keepstone.service.filters import FILTER_PARAMS, filters_of, search_answer
 from keepstone.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
 from keepstone.spaces import SpaceRef, Visibility, project_key
 from keepstone.tools.schemas import (
@@ -100,8 +101,15 @@ class ToolResult:
 class RecordsSearcher(Protocol):
     """Searches the team's memory records (SPEC §6); raises KeepstoneError on a refusal."""
 
-    def search(self, query: str, repo_id: str | None, limit: int | None) -> dict[str, Any]:
-        """The search answer: ``{"state", "notice", "results": [...]}``."""
+    def search(
+        self,
+        query: str,
+        repo_id: str | None,
+        limit: int | None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The search answer: ``{"state", "notice", "results": [...]}``; ``filters``: the
+        body fields since, until, min_score, recency_days, when given."""
         ...
 
 
@@ -412,23 +420,27 @@ class MemoryTools:
         return ToolResult(False, text, data={**result.as_json(), "from": path})
 
     def _search(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id"})
+        _only(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id", *FILTER_PARAMS})
         query = _str_arg(args, "query")
+        filters = filters_of(args)
         repo_id = _optional_str(args, "repo_id", "repo_id must be a string")
         prefix = _optional_str(
             args, "path_prefix", "path_prefix must be a string such as 'topics/'"
         )
         limit = args.get("limit")
         # The limit as given: the search owns its default, its range and its refusals.
-        given: dict[str, Any] = {"path_prefix": prefix or ""}
+        given: dict[str, Any] = {"path_prefix": prefix or "", "filters": filters}
         if limit is not None:
             given["limit"] = limit
         hits = self.service.search(self.who, self.ref, query, **given)
-        data: dict[str, Any] = {"results": [hit.as_json() for hit in hits], "pending": hits.pending}
-        text = render_documents(data["results"]) + render_pending(hits.pending, "chunks")
+        data = search_answer([hit.as_json() for hit in hits], filters, hits.pending)
+        text = render_documents(data["results"], data.get("hint"))
+        text += render_pending(hits.pending, "chunks")
         if self.searcher is not None:
+            # The records take the filters but tags (records have none).
+            record_filters = {k: args[k] for k in FILTER_PARAMS if k in args and k != "tags"}
             try:
-                answer = self.searcher.search(query, repo_id, limit)
+                answer = self.searcher.search(query, repo_id, limit, record_filters)
             except KeepstoneError as exc:
                 # The documents found stand; the records' refusal (plan, rate limit, an
                 # unreachable server) is said, with its code, for the model to act on.
@@ -445,18 +457,23 @@ def _version_line(v: VersionInfo) -> str:
     return f"version {v.version}\t{v.at.isoformat()}\t{what}\tby {v.actor}"
 
 
-def render_documents(results: list[dict[str, Any]]) -> str:
+def render_documents(results: list[dict[str, Any]], hint: str | None = None) -> str:
     """Document hits as text: the notice, then each hit's header line (path, heading trail,
-    score, signals) and its snippet fenced as data the snippet cannot close."""
+    score, signals, the near-duplicates it stands for) and its snippet fenced as data the
+    snippet cannot close; with none, the empty answer's ``hint``."""
     if not results:
-        return "no documents in this memory space matched"
+        return "no documents in this memory space matched" + (f": {hint}" if hint else "")
     lines = [SNIPPET_NOTICE]
     for hit in results:
         # Quoted: a heading is the document's text, so no line break of it starts a line.
         title = json.dumps(hit["heading"], ensure_ascii=False)
         heading = f", section {title}" if hit["heading"] else ""
         matched = ", ".join(hit["matched"]) or "-"
-        lines.append(f"document {hit['path']}{heading} (score {hit['score']}, matched {matched}):")
+        also = ", ".join(a["path"] for a in hit.get("also_in", ()))
+        same = f", same text also in {also}" if also else ""
+        lines.append(
+            f"document {hit['path']}{heading} (score {hit['score']}, matched {matched}{same}):"
+        )
         lines.append(fenced(str(hit["snippet"])))
     return "\n".join(lines)
 
@@ -478,14 +495,17 @@ def render_search(answer: Mapping[str, Any]) -> str:
     if notice:
         lines.append(str(notice))
     if not results:
-        lines.append("no records matched")
+        hint = answer.get("hint")
+        lines.append("no records matched" + (f": {hint}" if hint else ""))
     for r in results:
         # Which signals found it (a server before hybrid search sends none: left out).
         matched = r.get("matched")
         signals = "" if matched is None else f", matched {', '.join(matched) or '-'}"
+        also = ", ".join(r.get("also_in") or ())
+        same = f", same text as {also}" if also else ""
         lines.append(
             f"record {r.get('id')} (repo {r.get('repo_id') or '-'}, score {r.get('score')}"
-            f"{signals}, saved {r.get('created_at')}):"
+            f"{signals}{same}, saved {r.get('created_at')}):"
         )
         lines.append(str(r.get("text", "")))
     return "\n".join(lines) + render_pending(int(answer.get("pending") or 0), "records")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -45,8 +46,14 @@ class HttpRecordsSearcher:
             self._team = parts[2]
         return self._team
 
-    def search(self, query: str, repo_id: str | None, limit: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"query": query}
+    def search(
+        self,
+        query: str,
+        repo_id: str | None,
+        limit: int | None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": query, **(filters or {})}
         if repo_id is not None:
             body["repo_id"] = repo_id
         if limit is not None:

@@ -190,6 +190,33 @@ SPECS: dict[str, ToolSpec] = {
                     "type": "string",
                     "description": "Optional repository id: narrows the team records only.",
                 },
+                "since": {
+                    "type": "string",
+                    "description": "Optional ISO 8601 date or time, e.g. '2025-01-31': only "
+                    "documents written and records saved at or after it.",
+                },
+                "until": {
+                    "type": "string",
+                    "description": "Optional ISO 8601 date or time: only what was written "
+                    "at or before it.",
+                },
+                "min_score": {
+                    "type": "number",
+                    "description": "Optional, -1 to 1: return hits scoring at least this "
+                    "instead of only those above the relevance floor (0 shows weaker hits).",
+                    "minimum": -1,
+                    "maximum": 1,
+                },
+                "tags": {
+                    "type": "string",
+                    "description": "Optional 'a,b': only documents whose front matter's tags "
+                    "hold all of them.",
+                },
+                "recency_days": {
+                    "type": "number",
+                    "description": "Optional half-life in days: rank newer hits higher.",
+                    "exclusiveMinimum": 0,
+                },
             },
             "query",
         ),

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from keepstone.errors import KeepstoneError
 from keepstone.principal import Principal
+from keepstone.service.filters import empty_hint
 from keepstone.service.records import RecordService
 from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop, spaces_of
@@ -36,6 +37,9 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
     docs: list[dict[str, Any]] = []
     records: list[Any] = []
     doc_error = record_error = None
+    # The one line an empty answer carries (nothing was above the relevance floor).
+    hint = empty_hint(filtered=False)
+    record_hint = None
     if q:
         service = spaces_of(request)
         try:
@@ -55,6 +59,7 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
         try:
             answer = records_of(request).search(who, team_id, q, limit=20)
             records = list(answer.hits)
+            record_hint = answer.hint
             if answer.state.value == "off":
                 record_error = "team memory is off for this team, so no record is searched"
         except WHOLE_REQUEST:
@@ -70,6 +75,8 @@ def search(request: Request, team_id: str, q: str = "") -> Response:
         records=records,
         doc_error=doc_error,
         record_error=record_error,
+        doc_hint=hint,
+        record_hint=record_hint,
     )
 
 

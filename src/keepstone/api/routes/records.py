@@ -35,6 +35,7 @@ from keepstone.api.routes.common import error_responses
 from keepstone.errors import BadRequest, StoreUnavailable
 from keepstone.principal import Principal
 from keepstone.service.access import Action
+from keepstone.service.filters import SearchFilters, search_filters
 from keepstone.service.records import (
     ListedRecord,
     Record,
@@ -169,12 +170,32 @@ def _row(item: RecordHit | ListedRecord, *dates: str) -> dict[str, Any]:
 
 def _search_json(answer: SearchAnswer) -> dict[str, Any]:
     hits = [_row(hit, "created_at") for hit in answer.hits]
-    return {
+    out: dict[str, Any] = {
         "state": answer.state.value,
         "notice": answer.notice,
         "results": hits,
         "pending": answer.pending,
     }
+    if answer.hint is not None:
+        out["hint"] = answer.hint
+    return out
+
+
+def _search_body(request: Request, raw: bytes) -> Callable[[], tuple[SearchRequest, SearchFilters]]:
+    """The search body and its filters, checked together (a bad one is a 400 of the body)."""
+    read = _body(request, raw, SearchRequest)
+
+    def checked() -> tuple[SearchRequest, SearchFilters]:
+        body = read()
+        filters = search_filters(
+            since=body.since,
+            until=body.until,
+            min_score=body.min_score,
+            recency_days=body.recency_days,
+        )
+        return body, filters
+
+    return checked
 
 
 def _page_json(page: RecordPage) -> dict[str, Any]:
@@ -227,8 +248,10 @@ async def search_records(request: Request) -> Response:
     team, caller, raw = await _by_hand(request)
 
     def run(records: RecordService, who: Principal) -> Response:
-        body = _read(records, who, team, Action.READ, _body(request, raw, SearchRequest))
-        answer = records.search(who, team, body.query, repo_id=body.repo_id, limit=body.limit)
+        body, filters = _read(records, who, team, Action.READ, _search_body(request, raw))
+        answer = records.search(
+            who, team, body.query, repo_id=body.repo_id, limit=body.limit, filters=filters
+        )
         return FastJSONResponse(_search_json(answer))
 
     return await _serve(request, caller, run)

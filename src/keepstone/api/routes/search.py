@@ -30,6 +30,7 @@ from keepstone.api.routes.spaces import (
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, UnknownParameter
 from keepstone.principal import Principal as Who
 from keepstone.service.access import space_ref
+from keepstone.service.filters import FILTER_PARAMS, search_answer, search_filters
 from keepstone.spaces import SpaceRef
 
 router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
@@ -44,12 +45,18 @@ class SearchSpaceOut(BaseModel):
     user: str | None
 
 
+class AlsoInOut(BaseModel):
+    path: str
+    space_id: str
+
+
 class SearchHitOut(BaseModel):
     path: str
     heading: str
     snippet: str
     score: float
     matched: list[str]
+    also_in: list[AlsoInOut] = []
     space: SearchSpaceOut | None = None
 
 
@@ -59,6 +66,7 @@ class SearchOut(BaseModel):
         description="Chunks of the searched spaces not yet embedded, so searched by keyword "
         "only (0 with keyword-only search)."
     )
+    hint: str | None = None
 
 
 class SpaceUsageOut(BaseModel):
@@ -89,8 +97,36 @@ async def list_spaces(request: Request, caller: Caller) -> dict[str, Any]:
     return await caller.run(run)
 
 
-_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope")
+_SEARCH_PARAMS = ("q", "limit", "path_prefix", "scope", *FILTER_PARAMS)
 READABLE = "readable"
+
+
+#: The filters (docs/search.md, "Filters"), as sent: the search checks them.
+SinceParam = Annotated[
+    str | None, Query(description="ISO 8601: only documents last written at or after this.")
+]
+UntilParam = Annotated[
+    str | None, Query(description="ISO 8601: only documents last written at or before this.")
+]
+MinScoreParam = Annotated[
+    str | None,
+    Query(
+        description="-1 to 1: only hits whose score reaches this, in place of the relevance floor.",
+        json_schema_extra={"type": "number", "minimum": -1, "maximum": 1},
+    ),
+]
+TagsParam = Annotated[
+    str | None,
+    Query(description="a,b: only documents whose front matter's tags hold all of these."),
+]
+RecencyParam = Annotated[
+    str | None,
+    Query(
+        description="A recency prior's half-life in days (off unless given): newer "
+        "documents rank higher.",
+        json_schema_extra={"type": "number", "exclusiveMinimum": 0},
+    ),
+]
 
 
 @router.get(
@@ -131,23 +167,31 @@ async def search_docs(
             json_schema_extra={"enum": [READABLE]},
         ),
     ] = None,
+    since: SinceParam = None,
+    until: UntilParam = None,
+    min_score: MinScoreParam = None,
+    tags: TagsParam = None,
+    recency_days: RecencyParam = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
         sent = tuple(request.query_params)
         check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
         ref = _searched(who, sent, scope, name, visibility, project, bot)
         # The query and the limit as sent: the search owns their default, range and refusals.
-        given: dict[str, Any] = {"path_prefix": path_prefix}
+        filters = search_filters(
+            since=since, until=until, min_score=min_score, tags=tags, recency_days=recency_days
+        )
+        given: dict[str, Any] = {"path_prefix": path_prefix, "filters": filters}
         if limit is not None:
             given["limit"] = _number_or_text(limit)
         spaces = caller.state.spaces
         if ref is None:
             found = spaces.search_readable(who, q or "", **given)
             results = [hit.as_json() for hit in found]
-            return FastJSONResponse({"results": results, "pending": found.pending})
+            return FastJSONResponse(search_answer(results, filters, found.pending))
         hits = spaces.search(who, ref, q or "", **given)
         results = [hit.as_json() for hit in hits]
-        return FastJSONResponse({"results": results, "pending": hits.pending})
+        return FastJSONResponse(search_answer(results, filters, hits.pending))
 
     return await caller.run(run)
 
