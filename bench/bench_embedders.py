@@ -57,9 +57,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
+from bench_embed import THREAD_VARIABLES
+
+for _name in (*THREAD_VARIABLES, "KEEPSTONE_EMBED_THREADS"):
     os.environ[_name] = "1"
-os.environ["KEEPSTONE_EMBED_THREADS"] = "1"
 
 import numpy as np  # noqa: E402
 
