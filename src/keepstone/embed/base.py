@@ -52,3 +52,21 @@ def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """``items`` in consecutive slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def padded_batches(
+    token_ids: Sequence[Sequence[int]], size: int
+) -> Iterator[tuple[list[int], npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """``token_ids`` (one list per text) as padded batches of at most ``size`` texts:
+    (the texts' positions, ids, mask), each (texts, width) with padding 0 in both. Longest
+    first, so each batch pads only to its own longest text."""
+    order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]), reverse=True)
+    for start in range(0, len(order), size):
+        chosen = order[start : start + size]
+        width = len(token_ids[chosen[0]])
+        ids = np.zeros((len(chosen), width), dtype=np.int64)
+        mask = np.zeros((len(chosen), width), dtype=np.int64)
+        for row, i in enumerate(chosen):
+            ids[row, : len(token_ids[i])] = token_ids[i]
+            mask[row, : len(token_ids[i])] = 1
+        yield chosen, ids, mask

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from keepstone.embed.base import DEFAULT_BATCH_SIZE, Vectors, normalise_rows
+from keepstone.embed.base import DEFAULT_BATCH_SIZE, Vectors, normalise_rows, padded_batches
 from keepstone.errors import StoreUnavailable
 
 #: The name stored beside each vector this embedder makes.
@@ -372,15 +372,6 @@ class MiniLMEmbedder:
             return out
         encodings = self._tokenizer.encode_batch(list(texts))
         token_ids = [encoding.ids[: self._max_tokens] for encoding in encodings]
-        # Longest first, so each batch pads only to its own longest text.
-        order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]), reverse=True)
-        for start in range(0, len(order), self.batch_size):
-            chosen = order[start : start + self.batch_size]
-            width = len(token_ids[chosen[0]])
-            ids = np.zeros((len(chosen), width), dtype=np.int64)
-            mask = np.zeros((len(chosen), width), dtype=np.float32)
-            for row, i in enumerate(chosen):
-                ids[row, : len(token_ids[i])] = token_ids[i]
-                mask[row, : len(token_ids[i])] = 1.0
-            out[chosen] = _encode(self._weights, ids, mask)
+        for chosen, ids, mask in padded_batches(token_ids, self.batch_size):
+            out[chosen] = _encode(self._weights, ids, mask.astype(np.float32))
         return out
