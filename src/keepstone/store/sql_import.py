@@ -35,6 +35,10 @@ commits them once:
   long — the batch commits what it has, releasing the counters, and writes that document
   as a single write (which waits in the usual order), then starts a new batch. No cycle
   of waits lasts, so no deadlock;
+* an import that wrote many documents (:data:`keepstone.db.statistics.BULK_ROWS`) then
+  refreshes PostgreSQL's planner statistics of the tables it changed
+  (:func:`keepstone.db.refresh_statistics`), so the searches that follow are not planned
+  for the table as it was before;
 * what the batch wrote is durable when it commits: an import answers after its last
   batch has committed. An exception that escapes the import rolls back the batch in
   progress (the batches before it stay, as the documents of an interrupted import of
@@ -51,9 +55,10 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 
-from keepstone.db import made_durable, sqlite_writers, translated_errors
+from keepstone.db import made_durable, refresh_statistics, sqlite_writers, translated_errors
 from keepstone.documents import WriteResult
 from keepstone.store.prelude import CheckedWrite, ImportWriter
+from keepstone.store.sql_schema import memory_document_versions, memory_documents
 
 #: Documents per transaction.
 BATCH_DOCUMENTS: Final = 200
@@ -62,6 +67,8 @@ BATCH_BYTES: Final = 8 * 1024 * 1024
 #: How long a batch waits for a document's row lock on PostgreSQL before it commits what
 #: it has and writes that document alone.
 LOCK_WAIT: Final = "200ms"
+#: The tables an import changes in bulk (the counters change by one row per space).
+_IMPORTED_TABLES: Final = (memory_documents.name, memory_document_versions.name)
 #: PostgreSQL's SQLSTATE for ``lock_timeout``.
 _LOCK_NOT_AVAILABLE: Final = "55P03"
 
@@ -91,6 +98,8 @@ class _Batch:
         self.turn: contextlib.ExitStack | None = None
         self.docs = 0
         self.bytes = 0
+        #: Documents written by the whole import (every batch).
+        self.written = 0
 
     def write(self, w: CheckedWrite) -> WriteResult:
         with translated_errors():
@@ -108,6 +117,7 @@ class _Batch:
                     raise
                 return self._alone(w)
             self.docs += 1
+            self.written += 1
             self.bytes += len(w.data)
             if self.docs >= BATCH_DOCUMENTS or self.bytes >= BATCH_BYTES:
                 self.commit()
@@ -193,3 +203,4 @@ def import_batch(engine: Engine, writes: DocumentWrites) -> Iterator[ImportWrite
         raise
     with translated_errors():
         batch.commit()
+    refresh_statistics(engine, _IMPORTED_TABLES, batch.written)

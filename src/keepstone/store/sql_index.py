@@ -23,7 +23,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import claim_rows, pgvector, read_transaction, utcnow, write_transaction
+from keepstone.db import (
+    claim_rows,
+    pgvector,
+    read_transaction,
+    refresh_statistics,
+    utcnow,
+    write_transaction,
+)
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
@@ -31,7 +38,12 @@ from keepstone.search.claim import EmbeddingClaim, paired
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
-from keepstone.store.sql_schema import memory_chunks, memory_documents, memory_space_usage
+from keepstone.store.sql_schema import (
+    UNCHUNKED,
+    memory_chunks,
+    memory_documents,
+    memory_space_usage,
+)
 from keepstone.store.sql_statements import BACKFILL_BATCH_DOCS, Statements
 
 D = memory_documents
@@ -176,11 +188,9 @@ class DocumentIndex:
         if not addrs:
             return {}
         spaces = sa.tuple_(D.c.tenant_id, D.c.space_key).in_([(a["t"], a["k"]) for a in addrs])
-        stale = (
-            sa.select(D.c.tenant_id, D.c.space_key)
-            .where(spaces, ~self._sql.has_chunks_of_doc)
-            .distinct()
-        )
+        # From the partial index of the documents still to chunk: nothing to read in a
+        # space with nothing pending, however many documents it holds.
+        stale = sa.select(D.c.tenant_id, D.c.space_key).where(spaces, UNCHUNKED).distinct()
         with read_transaction(self.engine) as conn:
             behind = {(r.tenant_id, r.space_key) for r in conn.execute(stale)}
         for a in addrs:
@@ -292,6 +302,7 @@ class DocumentIndex:
         first); return how many documents were looked at."""
         if rebuild:
             with write_transaction(self.engine) as conn:
+                conn.execute(self._sql.unmark_chunked)  # documents first: the lock order
                 conn.execute(sa.delete(C))
                 conn.execute(sa.update(S).values(search_version=S.c.search_version + 1))
         return self.backfill_chunks(progress)
@@ -313,8 +324,19 @@ class DocumentIndex:
 
         Documents are taken in key order, :data:`BACKFILL_BATCH_DOCS` per write
         transaction; each is locked and checked again, so a concurrent write of it wins.
+        A backfill that chunked many documents (a reindex, the first search after a bulk
+        import) then refreshes the planner's statistics of the tables it filled
+        (:func:`keepstone.db.refresh_statistics`).
         """
-        done = 0
+        done, chunked = self._backfill(progress, space)
+        refresh_statistics(self.engine, (C.name, D.name), chunked)
+        return done
+
+    def _backfill(
+        self, progress: Progress | None, space: tuple[str, str] | None
+    ) -> tuple[int, int]:
+        """:meth:`backfill_chunks`' work: (documents looked at, documents chunked)."""
+        done = chunked = 0
         after: dict[str, str] = {"after_t": "", "after_k": "", "p": ""}
         query = self._sql.unindexed
         if space is not None:
@@ -324,7 +346,7 @@ class DocumentIndex:
             with read_transaction(self.engine) as conn:
                 batch = conn.execute(query, after).all()
             if not batch:
-                return done
+                return done, chunked
             with write_transaction(self.engine, durable=False) as conn:  # chunks: derived
                 touched: set[tuple[str, str, str]] = set()
                 for r in batch:
@@ -337,6 +359,7 @@ class DocumentIndex:
                     if chunks:  # a blank document has none, and changes nothing
                         conn.execute(self._sql.insert_chunks, chunks)
                         touched.add((r.tenant_id, r.space_key, r.space_id))
+                        chunked += 1
                 # Space counters last, in key order, after every document lock: a write
                 # locks its document, then its space's counter, so taking a counter before
                 # the next document's lock would deadlock with a write of that document.
@@ -349,7 +372,7 @@ class DocumentIndex:
                 if progress is not None:
                     progress(1)
             if len(batch) < BACKFILL_BATCH_DOCS:
-                return done
+                return done, chunked
             last = batch[-1]
             after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
 

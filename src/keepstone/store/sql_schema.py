@@ -40,6 +40,7 @@ _ADDED_LATER = frozenset(
         "history_days",
         "version",
         "actor",
+        "chunked",
     }
 )
 
@@ -75,7 +76,15 @@ memory_documents = sa.Table(
     # it (``updated_at`` is when).
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False, server_default=""),
+    # v6: whether the document's chunks are in ``memory_chunks`` (a blank one needs none).
+    # Every write of new content clears it in the write's own statement; the indexer sets
+    # it in the transaction that inserts the chunks.
+    sa.Column("chunked", sa.Boolean, nullable=False, server_default=sa.false()),
 )
+
+#: The documents whose chunks are not in ``memory_chunks`` yet: the condition a reconcile
+#: and the backfill ask, and the predicate of the partial index that answers it.
+UNCHUNKED = memory_documents.c.chunked == sa.false()
 
 memory_space_usage = sa.Table(
     "memory_space_usage",
@@ -358,5 +367,56 @@ MIGRATIONS.append(
         5,
         "the live version on the document row: memory_documents.version and actor",
         _v5_live_version_on_document,
+    )
+)
+
+
+# --- v6: the documents still to chunk, by a partial index ---------------------------------------
+#
+# Every search asks first whether its space has documents without chunks (reconcile). Asked as
+# an anti-join of the space's documents against its chunks, the answer cost a probe per
+# document, and on PostgreSQL with no statistics yet (a bulk import before any ANALYZE) a
+# nested loop that compared every document with every chunk of the space. ``chunked`` on the
+# document row answers it from a partial index that holds only the documents still to chunk,
+# so a reconcile costs what is pending, whatever the planner knows (docs/performance.md,
+# "Query plans"). Documents that have chunks are marked once here; the others (blank ones
+# among them) are looked at by the next reconcile, which marks them.
+
+unchunked_documents = sa.Index(
+    "ix_memory_documents_unchunked",
+    memory_documents.c.tenant_id,
+    memory_documents.c.space_key,
+    memory_documents.c.path,
+    postgresql_where=UNCHUNKED,
+    sqlite_where=UNCHUNKED,
+)
+
+
+def _v6_unchunked_documents(conn: Connection) -> None:
+    postgres = conn.dialect.name == "postgresql"
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
+    if "chunked" not in have:
+        false = "false" if postgres else "0"
+        conn.exec_driver_sql(
+            f"ALTER TABLE memory_documents ADD COLUMN chunked BOOLEAN NOT NULL DEFAULT {false}"
+        )
+    if postgres:
+        # The marking below joins every document with its chunks: with statistics, not
+        # as a nested loop over tables the planner believes empty.
+        conn.exec_driver_sql("ANALYZE memory_documents, memory_chunks")
+    d, c = memory_documents, memory_chunks
+    has_chunks = sa.exists().where(
+        c.c.tenant_id == d.c.tenant_id, c.c.space_key == d.c.space_key, c.c.path == d.c.path
+    )
+    conn.execute(sa.update(d).where(has_chunks).values(chunked=True))
+    unchunked_documents.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        6,
+        "memory_documents.chunked and ix_memory_documents_unchunked: the documents to chunk",
+        _v6_unchunked_documents,
     )
 )

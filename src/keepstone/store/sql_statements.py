@@ -13,6 +13,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from keepstone.db import PointRead, pgvector
 from keepstone.store.sql_schema import (
+    UNCHUNKED,
     memory_chunks,
     memory_document_versions,
     memory_documents,
@@ -60,7 +61,7 @@ class Statements:
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         self._documents()
         self._chunks(vec)
-        self._unindexed(dialect)
+        self._unindexed()
         self._counters(dialect)
 
     def _documents(self) -> None:
@@ -154,36 +155,37 @@ class Statements:
             .values(embedding=bp("blob"), model=bp("by_model"), **vector)
         )
 
-    def _unindexed(self, dialect: str) -> None:
+    def _unindexed(self) -> None:
         """The document index's backfill: the documents without chunks, and the lock of one
         being chunked."""
         one_doc = _one_doc(D)
-        has_chunks = sa.exists().where(
-            C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
-        )
         doc_key = sa.tuple_(D.c.tenant_id, D.c.space_key, D.c.path)
+        # Read from the partial index of the documents still to chunk (UNCHUNKED), in its
+        # order: what a reconcile costs is what is pending, not the size of the space.
         unindexed = (
             sa.select(D.c.tenant_id, D.c.space_key, D.c.space_id, D.c.path)
-            .where(~has_chunks, doc_key > sa.tuple_(bp("after_t"), bp("after_k"), bp("p")))
+            .where(UNCHUNKED, doc_key > sa.tuple_(bp("after_t"), bp("after_k"), bp("p")))
             .order_by(D.c.tenant_id, D.c.space_key, D.c.path)
             .limit(BACKFILL_BATCH_DOCS)
         )
         self.unindexed = unindexed
-        self.has_chunks_of_doc = has_chunks
         self.unindexed_in_space = unindexed.where(
             D.c.tenant_id == bp("t"), D.c.space_key == bp("k")
         )
-        # The indexer's lock of a document it chunks. On PostgreSQL a row update (of
-        # nothing), not FOR UPDATE: the row then changes under a one-statement write
-        # that waited for it, which so learns that its snapshot misses the new chunks
+        # The indexer's lock of a document it chunks, a row update that marks it chunked
+        # (in the transaction that inserts its chunks). On PostgreSQL an update, not FOR
+        # UPDATE, matters too: the row then changes under a one-statement write that
+        # waited for it, which so learns that its snapshot misses the new chunks
         # (sql_write.ChangeStatements.put).
-        content = (D.c.visibility, D.c.content)
-        self.lock_content: Any = (
-            sa.update(D).where(*one_doc).values(etag=D.c.etag).returning(*content)
-            if dialect == "postgresql"
-            else sa.select(*content).where(*one_doc)
+        self.lock_content = (
+            sa.update(D)
+            .where(*one_doc)
+            .values(chunked=True)
+            .returning(D.c.visibility, D.c.content)
         )
         self.has_chunks = sa.select(C.c.seq).where(*_one_doc(C)).limit(1)
+        #: Every document to chunk again (``reindex --rebuild`` drops every chunk).
+        self.unmark_chunked = sa.update(D).where(D.c.chunked == sa.true()).values(chunked=False)
 
     def _counters(self, dialect: str) -> None:
         """The space and team counters outside a change: bumps, attributions, quotas, reads."""
