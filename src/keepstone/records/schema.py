@@ -220,6 +220,27 @@ def _rewrite_terms(conn: Connection) -> None:
         after = (rows[-1].team_id, rows[-1].id)
 
 
+#: The records never embedded: what the indexer embeds first, and the predicate of the
+#: partial index that holds them in its order (v3).
+UNEMBEDDED = records.c.model.is_(None)
+
+# v3: the indexer's scan of the records never embedded reads them from a partial index that
+# holds them alone, in the scan's order: a batch costs its size, not a sort of every record
+# (with no planner statistics, as after a bulk load, that sort read the whole table).
+unembedded_records = sa.Index(
+    "ix_records_unembedded",
+    records.c.created_at,
+    records.c.team_id,
+    records.c.id,
+    postgresql_where=UNEMBEDDED,
+    sqlite_where=UNEMBEDDED,
+)
+
+
+def _create_v3(conn: Connection) -> None:
+    unembedded_records.create(conn, checkfirst=True)
+
+
 MIGRATIONS = [
     Migration("records", 1, "records, full-text index, per-team settings", _create_v1),
     Migration(
@@ -228,4 +249,5 @@ MIGRATIONS = [
         "records ranked in the process: vectors, search versions, no full-text index",
         _create_v2,
     ),
+    Migration("records", 3, "ix_records_unembedded: the records to embed, in order", _create_v3),
 ]

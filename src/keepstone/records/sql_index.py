@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
-from keepstone.records.schema import record_search_versions, records
+from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
 from keepstone.records.store import PendingRecord
 from keepstone.search.claim import EmbeddingClaim, paired
 
@@ -34,17 +34,32 @@ _TS = sa.DateTime(timezone=True)
 R = records
 V = record_search_versions
 
-# Written as three conditions (not ``model IS DISTINCT FROM``) so the ``model`` index
-# serves it rather than a scan of every record.
+# The indexer's scan: the unexpired records with no vector of ``:model``, oldest first, in
+# two statements so an index drives each whatever the planner's statistics say.
 _model: sa.BindParameter[str] = sa.bindparam("model")
-_NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _model)
-_PENDING = (
-    sa.select(R.c.team_id, R.c.id, R.c.text)
-    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
-    .order_by(R.c.created_at, R.c.team_id, R.c.id)
+_UNEXPIRED_ROWS = sa.select(R.c.team_id, R.c.id, R.c.text).where(
+    R.c.expires_at > sa.bindparam("now", type_=_TS)
+)
+_ORDER = (R.c.created_at, R.c.team_id, R.c.id)
+# Records never embedded, along ix_records_unembedded (which holds them alone, in order).
+_PENDING = _UNEXPIRED_ROWS.where(UNEMBEDDED).order_by(*_ORDER).limit(sa.bindparam("limit"))
+# Records embedded by another model (the configured model changed): two ranges of the
+# ``model`` index (written as two conditions, not ``IS DISTINCT FROM``, so it serves them),
+# read only when _MODELS says there are such vectors.
+_PENDING_OTHER = (
+    _UNEXPIRED_ROWS.where(sa.or_(R.c.model < _model, R.c.model > _model))
+    .order_by(*_ORDER)
     .limit(sa.bindparam("limit"))
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
+_CLAIM_OTHER = _PENDING_OTHER.with_for_update(skip_locked=True)
+# The least and the greatest model that made a vector (None: none): the two ends of the
+# ``model`` index, one probe each (one aggregate per subquery: SQLite reads only a lone
+# min or max from an index).
+_MODELS = sa.select(
+    sa.select(sa.func.min(R.c.model)).scalar_subquery(),
+    sa.select(sa.func.max(R.c.model)).scalar_subquery(),
+)
 
 
 def _store_vector(vec: Pgvector | None) -> Any:
@@ -137,11 +152,11 @@ class RecordIndex:
         self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
-        """Up to ``limit`` unexpired records, oldest first, with no vector or one made by
-        another model than ``model``, across every team. Reads without claiming: the
-        indexers of several replicas use :meth:`claim_pending_records`."""
+        """Up to ``limit`` unexpired records with no vector (oldest first), then with one
+        made by another model than ``model`` (oldest first), across every team. Reads
+        without claiming: the indexers of several replicas use :meth:`claim_pending_records`."""
         with read_transaction(self.engine) as conn:
-            return _pending(conn.execute(_PENDING, _pending_params(limit, model)))
+            return _pending_rows(conn, limit, model, lock=False)
 
     @contextmanager
     def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
@@ -160,11 +175,9 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        params = _pending_params(limit, model)
 
         def claim(conn: Connection, lock: bool) -> RecordClaim:
-            rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
-            return RecordClaim(rows, model, _pending_key)
+            return RecordClaim(_pending_rows(conn, limit, model, lock=lock), model, _pending_key)
 
         def finish(conn: Connection, claimed: RecordClaim) -> int:
             return self._store_vectors(conn, claimed.stored, model)
@@ -213,8 +226,18 @@ class RecordIndex:
         return int(dropped)
 
 
-def _pending_params(limit: int, model: str) -> dict[str, object]:
-    return {"limit": limit, "model": model, "now": utcnow()}
+def _pending_rows(conn: Connection, limit: int, model: str, *, lock: bool) -> list[PendingRecord]:
+    """Up to ``limit`` unexpired records to embed (``lock``: claimed ``FOR UPDATE SKIP
+    LOCKED``): those never embedded first, oldest first, then, while the batch has room and
+    another model's vectors are there, those of another model, oldest first."""
+    params: dict[str, object] = {"limit": limit, "model": model, "now": utcnow()}
+    rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+    if len(rows) < limit:
+        least, greatest = conn.execute(_MODELS).one()
+        if least is not None and (least != model or greatest != model):
+            params["limit"] = limit - len(rows)
+            rows += _pending(conn.execute(_CLAIM_OTHER if lock else _PENDING_OTHER, params))
+    return rows
 
 
 def _pending(rows: Iterable[Any]) -> list[PendingRecord]:

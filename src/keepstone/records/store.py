@@ -276,3 +276,7 @@ class RecordStore(ABC):
         the block ends without an error, and durable once the block has ended (it
         survives a crash of the process or of the machine). Concurrent writers queue
         rather than fail."""
+
+    def loaded(self, rows: int) -> None:
+        """A bulk load of ``rows`` records has committed: where the database plans from
+        gathered statistics, bring them up to date (nothing by default)."""

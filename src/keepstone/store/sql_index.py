@@ -215,12 +215,11 @@ class DocumentIndex:
         return int(version or 0)
 
     def pending_chunks(self, limit: int, model: str) -> PendingChunks:
-        """Up to ``limit`` chunks, oldest first, with no vector or one made by another
-        model than ``model``, across every space. Reads without claiming: the indexer
-        of several replicas uses :meth:`claim_pending_chunks`."""
+        """Up to ``limit`` chunks with no vector (oldest first), then with one made by
+        another model than ``model`` (oldest first), across every space. Reads without
+        claiming: the indexer of several replicas uses :meth:`claim_pending_chunks`."""
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
-        return [_pending(r) for r in rows]
+            return self._pending_rows(conn, limit, model, lock=False)
 
     @contextlib.contextmanager
     def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
@@ -239,11 +238,9 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        params = {"limit": limit, "model": model}
 
         def claim(conn: Connection, lock: bool) -> ChunkClaim:
-            rows = conn.execute(self._sql.claim if lock else self._sql.pending, params).all()
-            return ChunkClaim([_pending(r) for r in rows], model)
+            return ChunkClaim(self._pending_rows(conn, limit, model, lock=lock), model)
 
         def finish(conn: Connection, claimed: ChunkClaim) -> int:
             return self._store_embeddings(conn, claimed.stored, model)
@@ -251,6 +248,23 @@ class DocumentIndex:
         with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
             yield claimed
         self._index_vectors(claimed.stored, model)
+
+    def _pending_rows(
+        self, conn: Connection, limit: int, model: str, *, lock: bool
+    ) -> PendingChunks:
+        """Up to ``limit`` chunks to embed (``lock``: claimed ``FOR UPDATE SKIP LOCKED``):
+        those never embedded first, oldest first, then, while the batch has room and
+        another model's vectors are there, those of another model, oldest first."""
+        sql = self._sql
+        params = {"limit": limit, "model": model}
+        rows = [_pending(r) for r in conn.execute(sql.claim if lock else sql.pending, params)]
+        if len(rows) < limit:
+            least, greatest = conn.execute(sql.models).one()
+            if least is not None and (least != model or greatest != model):
+                params["limit"] = limit - len(rows)
+                other = conn.execute(sql.claim_other if lock else sql.pending_other, params)
+                rows += [_pending(r) for r in other]
+        return rows
 
     def store_embeddings(
         self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str

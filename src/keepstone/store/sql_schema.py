@@ -190,6 +190,10 @@ memory_chunks = sa.Table(
     sa.Index("ix_memory_chunks_model", "model"),
 )
 
+#: The chunks never embedded: what the indexer embeds first, and the predicate of the partial
+#: index that holds them in its order (v6).
+UNEMBEDDED = memory_chunks.c.model.is_(None)
+
 
 def _v3_document_index(conn: Connection) -> None:
     memory_chunks.create(conn, checkfirst=True)
@@ -371,7 +375,7 @@ MIGRATIONS.append(
 )
 
 
-# --- v6: the documents still to chunk, by a partial index ---------------------------------------
+# --- v6: the documents to chunk and the chunks to embed, by partial indexes ----------------------
 #
 # Every search asks first whether its space has documents without chunks (reconcile). Asked as
 # an anti-join of the space's documents against its chunks, the answer cost a probe per
@@ -381,6 +385,9 @@ MIGRATIONS.append(
 # so a reconcile costs what is pending, whatever the planner knows (docs/performance.md,
 # "Query plans"). Documents that have chunks are marked once here; the others (blank ones
 # among them) are looked at by the next reconcile, which marks them.
+#
+# The indexer's scan of the chunks never embedded reads a second partial index, of those
+# chunks alone in the scan's order: a batch costs its size, not a sort of every chunk.
 
 unchunked_documents = sa.Index(
     "ix_memory_documents_unchunked",
@@ -392,7 +399,15 @@ unchunked_documents = sa.Index(
 )
 
 
-def _v6_unchunked_documents(conn: Connection) -> None:
+unembedded_chunks = sa.Index(
+    "ix_memory_chunks_unembedded",
+    *(memory_chunks.c[name] for name in ("updated_at", "tenant_id", "space_key", "path", "seq")),
+    postgresql_where=UNEMBEDDED,
+    sqlite_where=UNEMBEDDED,
+)
+
+
+def _v6_index_driven_plans(conn: Connection) -> None:
     postgres = conn.dialect.name == "postgresql"
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
     if "chunked" not in have:
@@ -410,13 +425,15 @@ def _v6_unchunked_documents(conn: Connection) -> None:
     )
     conn.execute(sa.update(d).where(has_chunks).values(chunked=True))
     unchunked_documents.create(conn, checkfirst=True)
+    unembedded_chunks.create(conn, checkfirst=True)
 
 
 MIGRATIONS.append(
     Migration(
         COMPONENT,
         6,
-        "memory_documents.chunked and ix_memory_documents_unchunked: the documents to chunk",
-        _v6_unchunked_documents,
+        "memory_documents.chunked and partial indexes of the documents to chunk and the "
+        "chunks to embed",
+        _v6_index_driven_plans,
     )
 )

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from keepstone.db import PointRead, pgvector
 from keepstone.store.sql_schema import (
     UNCHUNKED,
+    UNEMBEDDED,
     memory_chunks,
     memory_document_versions,
     memory_documents,
@@ -61,6 +62,7 @@ class Statements:
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         self._documents()
         self._chunks(vec)
+        self._pending()
         self._unindexed()
         self._counters(dialect)
 
@@ -121,23 +123,6 @@ class Statements:
             .where(*chunk_space)
             .order_by(C.c.path, C.c.seq)
         )
-        model = bp("model")
-        self.pending = (
-            sa.select(
-                C.c.tenant_id,
-                C.c.space_key,
-                C.c.space_id,
-                C.c.path,
-                C.c.seq,
-                C.c.context,
-                C.c.text,
-            )
-            # model is NULL exactly when embedding is (store_embeddings sets both).
-            .where(sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model))
-            .order_by(C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
-            .limit(bp("limit"))
-        )
-        self.claim = self.pending.with_for_update(skip_locked=True)
         # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
         into = C if vec is None else vec.with_vec(C)
         vector = {} if vec is None else {"vec": vec.vec_param()}
@@ -153,6 +138,35 @@ class Statements:
                 into.c.context == bp("was_context"),
             )
             .values(embedding=bp("blob"), model=bp("by_model"), **vector)
+        )
+
+    def _pending(self) -> None:
+        """The indexer's scan: the chunks with no vector of ``:model``, oldest first, in two
+        statements so an index drives each whatever the planner's statistics say."""
+        rows = sa.select(
+            C.c.tenant_id, C.c.space_key, C.c.space_id, C.c.path, C.c.seq, C.c.context, C.c.text
+        )
+        order = (C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
+        model = bp("model")
+        #: Chunks never embedded (model is NULL exactly when embedding is: store_embeddings
+        #: sets both), along ix_memory_chunks_unembedded, which holds them alone, in order.
+        self.pending = rows.where(UNEMBEDDED).order_by(*order).limit(bp("limit"))
+        #: Chunks embedded by another model than ``:model`` (the configured model changed):
+        #: two ranges of ix_memory_chunks_model, read only when :attr:`models` says there
+        #: are such vectors.
+        self.pending_other = (
+            rows.where(sa.or_(C.c.model < model, C.c.model > model))
+            .order_by(*order)
+            .limit(bp("limit"))
+        )
+        self.claim = self.pending.with_for_update(skip_locked=True)
+        self.claim_other = self.pending_other.with_for_update(skip_locked=True)
+        #: The least and the greatest model that made a vector (None: none): the two ends
+        #: of ix_memory_chunks_model, one index probe each with or without statistics (one
+        #: aggregate per subquery: SQLite reads only a lone min or max from an index).
+        self.models = sa.select(
+            sa.select(sa.func.min(C.c.model)).scalar_subquery(),
+            sa.select(sa.func.max(C.c.model)).scalar_subquery(),
         )
 
     def _unindexed(self) -> None:
@@ -178,10 +192,7 @@ class Statements:
         # waited for it, which so learns that its snapshot misses the new chunks
         # (sql_write.ChangeStatements.put).
         self.lock_content = (
-            sa.update(D)
-            .where(*one_doc)
-            .values(chunked=True)
-            .returning(D.c.visibility, D.c.content)
+            sa.update(D).where(*one_doc).values(chunked=True).returning(D.c.visibility, D.c.content)
         )
         self.has_chunks = sa.select(C.c.seq).where(*_one_doc(C)).limit(1)
         #: Every document to chunk again (``reindex --rebuild`` drops every chunk).
