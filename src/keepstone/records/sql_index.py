@@ -34,31 +34,27 @@ _TS = sa.DateTime(timezone=True)
 R = records
 V = record_search_versions
 
-# The indexer's scan: the unexpired records with no vector of ``:model``, oldest first, in
-# two statements so an index drives each whatever the planner's statistics say.
-_model: sa.BindParameter[str] = sa.bindparam("model")
+# The indexer's scan: the unexpired records with no vector of the configured model, in
+# statements an index drives whatever the planner's statistics say.
 _UNEXPIRED_ROWS = sa.select(R.c.team_id, R.c.id, R.c.text).where(
     R.c.expires_at > sa.bindparam("now", type_=_TS)
 )
 _ORDER = (R.c.created_at, R.c.team_id, R.c.id)
 # Records never embedded, along ix_records_unembedded (which holds them alone, in order).
 _PENDING = _UNEXPIRED_ROWS.where(UNEMBEDDED).order_by(*_ORDER).limit(sa.bindparam("limit"))
-# Records embedded by another model (the configured model changed): two ranges of the
-# ``model`` index (written as two conditions, not ``IS DISTINCT FROM``, so it serves them),
-# read only when _MODELS says there are such vectors.
+# Records embedded by the model ``:other`` (not the configured one: it changed), from its
+# range of the ``model`` index.
 _PENDING_OTHER = (
-    _UNEXPIRED_ROWS.where(sa.or_(R.c.model < _model, R.c.model > _model))
+    _UNEXPIRED_ROWS.where(R.c.model == sa.bindparam("other"))
     .order_by(*_ORDER)
     .limit(sa.bindparam("limit"))
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
 _CLAIM_OTHER = _PENDING_OTHER.with_for_update(skip_locked=True)
-# The least and the greatest model that made a vector (None: none): the two ends of the
-# ``model`` index, one probe each (one aggregate per subquery: SQLite reads only a lone
-# min or max from an index).
-_MODELS = sa.select(
-    sa.select(sa.func.min(R.c.model)).scalar_subquery(),
-    sa.select(sa.func.max(R.c.model)).scalar_subquery(),
+# The next model after ``:after`` that made a vector (None: none): one probe of the
+# ``model`` index, in its order, with or without statistics.
+_NEXT_MODEL = (
+    sa.select(R.c.model).where(R.c.model > sa.bindparam("after")).order_by(R.c.model).limit(1)
 )
 
 
@@ -228,14 +224,18 @@ class RecordIndex:
 
 def _pending_rows(conn: Connection, limit: int, model: str, *, lock: bool) -> list[PendingRecord]:
     """Up to ``limit`` unexpired records to embed (``lock``: claimed ``FOR UPDATE SKIP
-    LOCKED``): those never embedded first, oldest first, then, while the batch has room and
-    another model's vectors are there, those of another model, oldest first."""
-    params: dict[str, object] = {"limit": limit, "model": model, "now": utcnow()}
+    LOCKED``): those never embedded first, oldest first, then, while the batch has room,
+    those of each other model that made vectors (in model order), oldest first."""
+    params: dict[str, object] = {"limit": limit, "now": utcnow()}
     rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
-    if len(rows) < limit:
-        least, greatest = conn.execute(_MODELS).one()
-        if least is not None and (least != model or greatest != model):
-            params["limit"] = limit - len(rows)
+    after = ""
+    while len(rows) < limit:
+        other = conn.execute(_NEXT_MODEL, {"after": after}).scalar()
+        if other is None:
+            break
+        after = other
+        if other != model:
+            params.update(other=other, limit=limit - len(rows))
             rows += _pending(conn.execute(_CLAIM_OTHER if lock else _PENDING_OTHER, params))
     return rows
 

@@ -277,6 +277,7 @@ class RecordStore(ABC):
         survives a crash of the process or of the machine). Concurrent writers queue
         rather than fail."""
 
+    @abstractmethod
     def loaded(self, rows: int) -> None:
         """A bulk load of ``rows`` records has committed: where the database plans from
-        gathered statistics, bring them up to date (nothing by default)."""
+        gathered statistics, bring them up to date."""

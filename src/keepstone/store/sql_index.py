@@ -253,17 +253,21 @@ class DocumentIndex:
         self, conn: Connection, limit: int, model: str, *, lock: bool
     ) -> PendingChunks:
         """Up to ``limit`` chunks to embed (``lock``: claimed ``FOR UPDATE SKIP LOCKED``):
-        those never embedded first, oldest first, then, while the batch has room and
-        another model's vectors are there, those of another model, oldest first."""
+        those never embedded first, oldest first, then, while the batch has room, those
+        of each other model that made vectors (in model order), oldest first."""
         sql = self._sql
-        params = {"limit": limit, "model": model}
+        params: dict[str, Any] = {"limit": limit}
         rows = [_pending(r) for r in conn.execute(sql.claim if lock else sql.pending, params)]
-        if len(rows) < limit:
-            least, greatest = conn.execute(sql.models).one()
-            if least is not None and (least != model or greatest != model):
-                params["limit"] = limit - len(rows)
-                other = conn.execute(sql.claim_other if lock else sql.pending_other, params)
-                rows += [_pending(r) for r in other]
+        after = ""
+        while len(rows) < limit:
+            other = conn.execute(sql.next_model, {"after": after}).scalar()
+            if other is None:
+                break
+            after = other
+            if other != model:
+                params.update(other=other, limit=limit - len(rows))
+                found = conn.execute(sql.claim_other if lock else sql.pending_other, params)
+                rows += [_pending(r) for r in found]
         return rows
 
     def store_embeddings(

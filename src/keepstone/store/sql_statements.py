@@ -141,32 +141,25 @@ class Statements:
         )
 
     def _pending(self) -> None:
-        """The indexer's scan: the chunks with no vector of ``:model``, oldest first, in two
-        statements so an index drives each whatever the planner's statistics say."""
+        """The indexer's scan: the chunks with no vector of the configured model, in
+        statements an index drives whatever the planner's statistics say."""
         rows = sa.select(
             C.c.tenant_id, C.c.space_key, C.c.space_id, C.c.path, C.c.seq, C.c.context, C.c.text
         )
         order = (C.c.updated_at, C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
-        model = bp("model")
         #: Chunks never embedded (model is NULL exactly when embedding is: store_embeddings
         #: sets both), along ix_memory_chunks_unembedded, which holds them alone, in order.
         self.pending = rows.where(UNEMBEDDED).order_by(*order).limit(bp("limit"))
-        #: Chunks embedded by another model than ``:model`` (the configured model changed):
-        #: two ranges of ix_memory_chunks_model, read only when :attr:`models` says there
-        #: are such vectors.
-        self.pending_other = (
-            rows.where(sa.or_(C.c.model < model, C.c.model > model))
-            .order_by(*order)
-            .limit(bp("limit"))
-        )
+        #: Chunks embedded by the model ``:other`` (not the configured one: it changed),
+        #: from its range of ix_memory_chunks_model.
+        of_other = rows.where(C.c.model == bp("other")).order_by(*order).limit(bp("limit"))
+        self.pending_other = of_other
         self.claim = self.pending.with_for_update(skip_locked=True)
-        self.claim_other = self.pending_other.with_for_update(skip_locked=True)
-        #: The least and the greatest model that made a vector (None: none): the two ends
-        #: of ix_memory_chunks_model, one index probe each with or without statistics (one
-        #: aggregate per subquery: SQLite reads only a lone min or max from an index).
-        self.models = sa.select(
-            sa.select(sa.func.min(C.c.model)).scalar_subquery(),
-            sa.select(sa.func.max(C.c.model)).scalar_subquery(),
+        self.claim_other = of_other.with_for_update(skip_locked=True)
+        #: The next model after ``:after`` that made a vector (None: none): one probe of
+        #: ix_memory_chunks_model, in its order, with or without statistics.
+        self.next_model = (
+            sa.select(C.c.model).where(C.c.model > bp("after")).order_by(C.c.model).limit(1)
         )
 
     def _unindexed(self) -> None:
