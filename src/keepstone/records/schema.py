@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
 from keepstone.db.columns import TS as TS
-from keepstone.db.columns import id_key, timestamp
+from keepstone.db.columns import id_key, partial_index, timestamp
 from keepstone.search.text import analyze
 
 metadata = sa.MetaData()
@@ -227,13 +227,8 @@ UNEMBEDDED = records.c.model.is_(None)
 # v3: the indexer's scan of the records never embedded reads them from a partial index that
 # holds them alone, in the scan's order: a batch costs its size, not a sort of every record
 # (with no planner statistics, as after a bulk load, that sort read the whole table).
-unembedded_records = sa.Index(
-    "ix_records_unembedded",
-    records.c.created_at,
-    records.c.team_id,
-    records.c.id,
-    postgresql_where=UNEMBEDDED,
-    sqlite_where=UNEMBEDDED,
+unembedded_records = partial_index(
+    "ix_records_unembedded", records, ("created_at", "team_id", "id"), UNEMBEDDED
 )
 
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
-from keepstone.db.columns import id_key, timestamp
+from keepstone.db.columns import id_key, partial_index, timestamp
 
 #: The width of a document change's ``actor`` column (who made it).
 ACTOR_WIDTH = 256
@@ -389,21 +389,17 @@ MIGRATIONS.append(
 # The indexer's scan of the chunks never embedded reads a second partial index, of those
 # chunks alone in the scan's order: a batch costs its size, not a sort of every chunk.
 
-unchunked_documents = sa.Index(
+unchunked_documents = partial_index(
     "ix_memory_documents_unchunked",
-    memory_documents.c.tenant_id,
-    memory_documents.c.space_key,
-    memory_documents.c.path,
-    postgresql_where=UNCHUNKED,
-    sqlite_where=UNCHUNKED,
+    memory_documents,
+    ("tenant_id", "space_key", "path"),
+    UNCHUNKED,
 )
-
-
-unembedded_chunks = sa.Index(
+unembedded_chunks = partial_index(
     "ix_memory_chunks_unembedded",
-    *(memory_chunks.c[name] for name in ("updated_at", "tenant_id", "space_key", "path", "seq")),
-    postgresql_where=UNEMBEDDED,
-    sqlite_where=UNEMBEDDED,
+    memory_chunks,
+    ("updated_at", "tenant_id", "space_key", "path", "seq"),
+    UNEMBEDDED,
 )
 
 
