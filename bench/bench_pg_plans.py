@@ -150,7 +150,8 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=60)
     args = parser.parse_args()
     if not args.url:
-        sys.exit("set KEEPSTONE_TEST_POSTGRES_URL (or --url) to a PostgreSQL server")
+        print("bench_pg_plans: no PostgreSQL (set KEEPSTONE_TEST_POSTGRES_URL or --url): skipped")
+        return
     kinds = ("no statistics", "analyzed")
     with pg_database(args.url) as stale_url, pg_database(args.url) as fresh_url:
         stores = {
