@@ -37,6 +37,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_levers.py": [["--splits", "2", "--skip-context"]],
     "bench_api.py": [[]],
     "bench_export_rss.py": [["--size", "32"]],
+    "bench_pg_plans.py": [["--documents", "1000", "--searches", "20"]],
     "bench_pg_vs_sqlite.py": [
         ["--small-count", "300", "--large-count", "50", "--api-count", "300"]
     ],

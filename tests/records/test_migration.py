@@ -77,14 +77,14 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     count = rschema.REWRITE_BATCH + 7  # more than one batch of the rewrite
     made = _insert_v1(engine, world.team_id, count)
     applied = upgrade(engine, [*ids.MIGRATIONS, *rschema.MIGRATIONS])
-    assert [(m.component, m.version) for m in applied] == [("records", 2)]
+    assert [(m.component, m.version) for m in applied] == [("records", 2), ("records", 3)]
 
     inspector = sa.inspect(engine)
     columns = {c["name"] for c in inspector.get_columns("records")}
     assert {"embedding", "model", "vector_version"} <= columns and "tsv" not in columns
     assert "records_fts" not in inspector.get_table_names()
     indexes = {i["name"] for i in inspector.get_indexes("records")}
-    assert {"ix_records_model", "ix_records_team_vectors"} <= indexes
+    assert {"ix_records_model", "ix_records_team_vectors", "ix_records_unembedded"} <= indexes
     with read_transaction(engine) as conn:
         rows = conn.execute(sa.select(rschema.records.c.text, rschema.records.c.terms)).all()
         assert len(rows) == count

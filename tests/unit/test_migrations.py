@@ -224,3 +224,40 @@ def test_documents_v5_moves_each_live_version_onto_its_document(blank_engine: En
             expected[path][0][0] + 1,
             expected[path][0][0],
         ]
+
+
+def test_documents_v6_marks_the_documents_that_have_chunks(blank_engine: Engine) -> None:
+    """A database at documents v5: v6 marks each document with chunks ``chunked``, leaves
+    the others (a blank one among them) for the next reconcile, and adds the partial
+    indexes of the documents to chunk and the chunks to embed."""
+    v5 = sql_schema.MIGRATIONS[:5]
+    assert upgrade(blank_engine, v5) == v5
+    columns = "tenant_id, space_key, path, space_id"
+    with blank_engine.begin() as conn:
+        for path in ("chunked.md", "written-since.md", "blank.md"):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO memory_documents ({columns}, visibility, content, size_bytes, "
+                    "etag, updated_at) VALUES ('t', 'k', :p, 's', 'project', 'x', 1, 'e', "
+                    "CURRENT_TIMESTAMP)"
+                ),
+                {"p": path},
+            )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO memory_chunks ({columns}, seq, visibility, heading, context, "
+                "start_offset, end_offset, text, terms, updated_at) VALUES ('t', 'k', "
+                "'chunked.md', 's', 0, 'project', '', '', 0, 1, 'x', 'x', CURRENT_TIMESTAMP)"
+            )
+        )
+
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == sql_schema.MIGRATIONS[5:]
+    d = sql_schema.memory_documents
+    with blank_engine.connect() as conn:
+        marked = dict(conn.execute(sa.select(d.c.path, d.c.chunked)).all())
+        inspector = sa.inspect(conn)
+        documents = {i["name"] for i in inspector.get_indexes("memory_documents")}
+        chunks = {i["name"] for i in inspector.get_indexes("memory_chunks")}
+    assert marked == {"chunked.md": True, "written-since.md": False, "blank.md": False}
+    assert "ix_memory_documents_unchunked" in documents
+    assert "ix_memory_chunks_unembedded" in chunks

@@ -26,7 +26,7 @@ from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.base import ImportStrategy, PlatformGrant
 from keepstone.store.sql import ChunkRow, PendingChunk, SqlStore
-from keepstone.store.sql_schema import memory_chunks
+from keepstone.store.sql_schema import memory_chunks, memory_documents
 from tests.unit.conftest import Backend
 
 TEAM = "team-a"
@@ -167,8 +167,12 @@ def test_a_blank_document_has_no_chunks(store: SqlStore) -> None:
     ref = project()
     store.write(ref, "blank.md", "  \n\n")
     assert indexed(store, ref) == []
-    assert store.backfill_chunks() == 1  # a blank document is looked at again, harmlessly
+    # Looked at once (by the search above), a blank document is chunked: it needs none,
+    # and no later reconcile reads it again.
+    assert store.backfill_chunks() == 0
     assert indexed(store, ref) == []
+    store.write(ref, "blank.md", "# Now with words\n\nText.")
+    assert [r.heading for r in indexed(store, ref)] == ["Now with words"]
 
 
 def test_a_refused_write_leaves_the_old_chunks(backend: Backend) -> None:
@@ -377,9 +381,15 @@ def test_backfill_indexes_documents_written_before_the_index(store: SqlStore) ->
     store.write(refs[0], "d0.md", docs[(refs[0].id, "d0.md")])  # unchanged
     embed_all(store)
     kept = indexed(store, refs[0])
-    # As a database written before migration 3 would be: no chunks for the other spaces.
+    # As a database written before migration 3 would be: no chunks for the other spaces
+    # (and, as migration 6 leaves a document without chunks, not marked chunked).
     with store.engine.begin() as conn:
         conn.execute(sa.delete(memory_chunks).where(memory_chunks.c.space_id != refs[0].id))
+        conn.execute(
+            sa.update(memory_documents)
+            .where(memory_documents.c.space_id != refs[0].id)
+            .values(chunked=False)
+        )
     versions = [store.search_version(ref) for ref in refs]
 
     progress: list[int] = []

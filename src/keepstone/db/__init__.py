@@ -6,13 +6,14 @@ The bottom layer: it imports nothing of Keepstone's but :mod:`keepstone.errors`.
 * :mod:`keepstone.db.durability`: SQLite's writers' turn and the shared fsync of its WAL.
 * :mod:`keepstone.db.migrations`: each component's ordered migrations, recorded in
   ``keepstone_migrations``.
+* :mod:`keepstone.db.statistics`: ``ANALYZE`` after a bulk change, on PostgreSQL.
 * :mod:`keepstone.db.vectors`: the vector blob codec, the format of every ``embedding``
   column.
 * :mod:`keepstone.db.pgvector`: where PostgreSQL has pgvector, the ``vec`` column beside
   those blobs, its HNSW indexes and their queries; the documents' and the records'
   stores both use it.
 
-The public names of the first three are re-exported here, so that a caller writes
+The public names of the first four are re-exported here, so that a caller writes
 ``from keepstone.db import write_transaction``; the last two (numpy) are imported from
 their own modules, so that what needs only a transaction does not load them.
 """
@@ -43,6 +44,7 @@ from keepstone.db.engine import (
     write_transaction,
 )
 from keepstone.db.migrations import Migration, applied_versions, upgrade
+from keepstone.db.statistics import refresh_statistics
 
 __all__ = [
     "Migration",
@@ -59,6 +61,7 @@ __all__ = [
     "on_pooled",
     "read_statements",
     "read_transaction",
+    "refresh_statistics",
     "sqlite_path",
     "sqlite_writers",
     "syncs_deferred",

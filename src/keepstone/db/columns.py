@@ -1,4 +1,5 @@
-"""The columns every component's tables declare alike: opaque string ids and times.
+"""The columns every component's tables declare alike: opaque string ids and times; and
+the partial indexes they declare alike.
 
 Each call makes a new :class:`sqlalchemy.Column` (a column belongs to one table); the
 declarations are the ones the tables always had, so the schema they create is unchanged.
@@ -22,3 +23,13 @@ def id_key(name: str = "id") -> sa.Column[str]:
 def timestamp(name: str, *, nullable: bool = False, index: bool = False) -> sa.Column[datetime]:
     """A time column, NOT NULL unless ``nullable``."""
     return sa.Column(name, TS, nullable=nullable, index=index or None)
+
+
+def partial_index(
+    name: str, table: sa.Table, columns: tuple[str, ...], where: sa.ColumnElement[bool]
+) -> sa.Index:
+    """An index of ``table``'s rows that satisfy ``where`` alone, on both dialects: a
+    statement whose conditions include ``where`` itself reads it (SQLite uses a partial
+    index only for a query holding its condition as written)."""
+    cols = [table.c[c] for c in columns]
+    return sa.Index(name, *cols, postgresql_where=where, sqlite_where=where)

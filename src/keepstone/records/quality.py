@@ -48,6 +48,7 @@ def load_corpus(
     for start in range(0, len(made), chunk):
         with store.writing() as tx:
             tx.insert(made[start : start + chunk])
+    store.loaded(len(made))
     return {r.id: str(item["id"]) for r, item in zip(made, corpus, strict=True)}
 
 

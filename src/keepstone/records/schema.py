@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
 from keepstone.db.columns import TS as TS
-from keepstone.db.columns import id_key, timestamp
+from keepstone.db.columns import id_key, partial_index, timestamp
 from keepstone.search.text import analyze
 
 metadata = sa.MetaData()
@@ -220,6 +220,22 @@ def _rewrite_terms(conn: Connection) -> None:
         after = (rows[-1].team_id, rows[-1].id)
 
 
+#: The records never embedded: what the indexer embeds first, and the predicate of the
+#: partial index that holds them in its order (v3).
+UNEMBEDDED = records.c.model.is_(None)
+
+# v3: the indexer's scan of the records never embedded reads them from a partial index that
+# holds them alone, in the scan's order: a batch costs its size, not a sort of every record
+# (with no planner statistics, as after a bulk load, that sort read the whole table).
+unembedded_records = partial_index(
+    "ix_records_unembedded", records, ("created_at", "team_id", "id"), UNEMBEDDED
+)
+
+
+def _create_v3(conn: Connection) -> None:
+    unembedded_records.create(conn, checkfirst=True)
+
+
 MIGRATIONS = [
     Migration("records", 1, "records, full-text index, per-team settings", _create_v1),
     Migration(
@@ -228,4 +244,5 @@ MIGRATIONS = [
         "records ranked in the process: vectors, search versions, no full-text index",
         _create_v2,
     ),
+    Migration("records", 3, "ix_records_unembedded: the records to embed, in order", _create_v3),
 ]

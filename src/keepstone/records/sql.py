@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import read_statements, write_transaction
+from keepstone.db import read_statements, refresh_statistics, write_transaction
 from keepstone.db.pgvector import Nearest, Pgvector
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
@@ -365,6 +365,11 @@ class SqlRecordStore(RecordIndex, RecordStore):
             # A search is then two statements, two round trips on PostgreSQL.
             with read_statements(self.engine) as conn:
                 yield _SqlWriter(conn, self, in_transaction=conn.in_transaction())
+
+    def loaded(self, rows: int) -> None:
+        """After a bulk load: ``ANALYZE records`` on PostgreSQL
+        (:func:`keepstone.db.refresh_statistics`)."""
+        refresh_statistics(self.engine, (R.name,), rows)
 
     def _signing_key(self, conn: Connection) -> bytes:
         # Created once with the schema and never changed, so it is read once per store,

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
-from keepstone.records.schema import record_search_versions, records
+from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
 from keepstone.records.store import PendingRecord
 from keepstone.search.claim import EmbeddingClaim, paired
 
@@ -39,11 +39,20 @@ V = record_search_versions
 # serves it rather than a scan of every record.
 _model: sa.BindParameter[str] = sa.bindparam("model")
 _NOT_OF_MODEL = sa.or_(R.c.model.is_(None), R.c.model < _model, R.c.model > _model)
-_PENDING = (
-    sa.select(R.c.team_id, R.c.id, R.c.text)
-    .where(_NOT_OF_MODEL, R.c.expires_at > sa.bindparam("now", type_=_TS))
-    # Newest first: a record just saved is embedded before an older backlog.
-    .order_by(R.c.created_at.desc(), R.c.team_id, R.c.id)
+# The indexer's scan: the unexpired records with no vector of the configured model, in
+# statements an index drives whatever the planner's statistics say.
+_UNEXPIRED_ROWS = sa.select(R.c.team_id, R.c.id, R.c.text).where(
+    R.c.expires_at > sa.bindparam("now", type_=_TS)
+)
+# Newest first: a record just saved is embedded before an older backlog.
+_ORDER = (R.c.created_at.desc(), R.c.team_id, R.c.id)
+# Records never embedded, along ix_records_unembedded (which holds them alone).
+_PENDING = _UNEXPIRED_ROWS.where(UNEMBEDDED).order_by(*_ORDER).limit(sa.bindparam("limit"))
+# Records embedded by the model ``:other`` (not the configured one: it changed), from its
+# range of the ``model`` index.
+_PENDING_OTHER = (
+    _UNEXPIRED_ROWS.where(R.c.model == sa.bindparam("other"))
+    .order_by(*_ORDER)
     .limit(sa.bindparam("limit"))
 )
 #: What every team has pending: the indexer's backlog of records.
@@ -63,9 +72,15 @@ PENDING_IN_TEAM = (
     )
 )
 _CLAIM = _PENDING.with_for_update(skip_locked=True)
-#: The fresh lane: what was saved since ``:since`` (the indexer's first claim).
+#: The fresh lane: what was saved since ``:since`` (a fresh record has no vector).
 _FRESH = _PENDING.where(R.c.created_at >= sa.bindparam("since", type_=_TS))
 _FRESH_CLAIM = _FRESH.with_for_update(skip_locked=True)
+_CLAIM_OTHER = _PENDING_OTHER.with_for_update(skip_locked=True)
+# The next model after ``:after`` that made a vector (None: none): one probe of the
+# ``model`` index, in its order, with or without statistics.
+_NEXT_MODEL = (
+    sa.select(R.c.model).where(R.c.model > sa.bindparam("after")).order_by(R.c.model).limit(1)
+)
 
 
 def _store_vector(vec: Pgvector | None) -> Any:
@@ -158,11 +173,11 @@ class RecordIndex:
         self._store_vector = _STORE_VECTOR if self.vectors is None else _store_vector(vectors)
 
     def pending_records(self, limit: int, model: str) -> list[PendingRecord]:
-        """Up to ``limit`` unexpired records, newest first, with no vector or one made by
-        another model than ``model``, across every team. Reads without claiming: the
-        indexers of several replicas use :meth:`claim_pending_records`."""
+        """Up to ``limit`` unexpired records with no vector, then with one made by another
+        model than ``model``, each newest first, across every team. Reads without
+        claiming: the indexers of several replicas use :meth:`claim_pending_records`."""
         with read_transaction(self.engine) as conn:
-            return _pending(conn.execute(_PENDING, pending_params(limit, model)))
+            return _pending_rows(conn, limit, model, lock=False)
 
     def count_backlog(self, model: str) -> int:
         """How many unexpired records of every team have no vector of ``model``: the
@@ -187,23 +202,22 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        with self._claim(_PENDING, _CLAIM, pending_params(limit, model), model) as claimed:
+        with self._claim(limit, model) as claimed:
             yield claimed
 
     @contextmanager
     def claim_fresh_records(self, limit: int, model: str, since: datetime) -> Iterator[RecordClaim]:
         """:meth:`claim_pending_records` of the records saved at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        params = {**pending_params(limit, model), "since": since}
-        with self._claim(_FRESH, _FRESH_CLAIM, params, model) as claimed:
+        with self._claim(limit, model, since) as claimed:
             yield claimed
 
     @contextmanager
     def _claim(
-        self, read: Any, lock: Any, params: dict[str, object], model: str
+        self, limit: int, model: str, since: datetime | None = None
     ) -> Iterator[RecordClaim]:
-        def claim(conn: Connection, locking: bool) -> RecordClaim:
-            rows = _pending(conn.execute(lock if locking else read, params))
+        def claim(conn: Connection, lock: bool) -> RecordClaim:
+            rows = _pending_rows(conn, limit, model, lock=lock, since=since)
             return RecordClaim(rows, model, _pending_key)
 
         def finish(conn: Connection, claimed: RecordClaim) -> int:
@@ -254,8 +268,31 @@ class RecordIndex:
 
 
 def pending_params(limit: int, model: str, team: str = "") -> dict[str, object]:
-    """The parameters of the pending statements (``team``: :data:`PENDING_IN_TEAM`'s)."""
+    """The parameters of the pending counts (``team``: :data:`PENDING_IN_TEAM`'s)."""
     return {"limit": limit, "model": model, "now": utcnow(), "team": team}
+
+
+def _pending_rows(
+    conn: Connection, limit: int, model: str, *, lock: bool, since: datetime | None = None
+) -> list[PendingRecord]:
+    """Up to ``limit`` unexpired records to embed (``lock``: claimed ``FOR UPDATE SKIP
+    LOCKED``): those never embedded first, newest first, then, while the batch has room,
+    those of each other model that made vectors (in model order), newest first. With
+    ``since`` (the fresh lane), only records never embedded saved then or later."""
+    params: dict[str, object] = {"limit": limit, "now": utcnow()}
+    if since is not None:
+        return _pending(conn.execute(_FRESH_CLAIM if lock else _FRESH, {**params, "since": since}))
+    rows = _pending(conn.execute(_CLAIM if lock else _PENDING, params))
+    after = ""
+    while len(rows) < limit:
+        other = conn.execute(_NEXT_MODEL, {"after": after}).scalar()
+        if other is None:
+            break
+        after = other
+        if other != model:
+            params.update(other=other, limit=limit - len(rows))
+            rows += _pending(conn.execute(_CLAIM_OTHER if lock else _PENDING_OTHER, params))
+    return rows
 
 
 def _pending(rows: Iterable[Any]) -> list[PendingRecord]:

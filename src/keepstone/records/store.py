@@ -282,3 +282,8 @@ class RecordStore(ABC):
         the block ends without an error, and durable once the block has ended (it
         survives a crash of the process or of the machine). Concurrent writers queue
         rather than fail."""
+
+    @abstractmethod
+    def loaded(self, rows: int) -> None:
+        """A bulk load of ``rows`` records has committed: where the database plans from
+        gathered statistics, bring them up to date."""

@@ -269,7 +269,8 @@ class RecordService:
 
         The refusals of :meth:`save_as_server`, for every item before any is written;
         the setting and each distinct repository are checked once. Written in
-        transactions of ``chunk`` records.
+        transactions of ``chunk`` records; then the store refreshes what its database
+        plans from (:meth:`~keepstone.records.store.RecordStore.loaded`).
         """
         access = self._access.team_for_save(team_id)
         return [r.id for r in self._insert(access, items, now, chunk)]
@@ -398,6 +399,7 @@ class RecordService:
                     for repo_id in sorted({r.repo_id for r in rows if r.repo_id is not None}):
                         check_repo(tx, access, repo_id)
                 tx.insert(rows[start : start + chunk])
+        self._store.loaded(len(rows))
         return rows
 
     def search(

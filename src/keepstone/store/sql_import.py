@@ -35,6 +35,14 @@ commits them once:
   long — the batch commits what it has, releasing the counters, and writes that document
   as a single write (which waits in the usual order), then starts a new batch. No cycle
   of waits lasts, so no deadlock;
+* PostgreSQL's planner statistics of the tables an import fills are refreshed
+  (:func:`keepstone.db.refresh_statistics`) as it grows them: after the batch that brings
+  it to :data:`keepstone.db.statistics.BULK_ROWS` documents, then each time that count has
+  doubled, and at its end. The batch's connection keeps its statements prepared, and
+  PostgreSQL's generic plan of the write, made while the table was as small as the last
+  statistics said, read more of it with every document (an import's time grew with the
+  square of its size); an ``ANALYZE`` replans them. The searches that follow are not
+  planned for the table as it was before either;
 * what the batch wrote is durable when it commits: an import answers after its last
   batch has committed. An exception that escapes the import rolls back the batch in
   progress (the batches before it stay, as the documents of an interrupted import of
@@ -51,9 +59,11 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 
-from keepstone.db import made_durable, sqlite_writers, translated_errors
+from keepstone.db import made_durable, refresh_statistics, sqlite_writers, translated_errors
+from keepstone.db.statistics import BULK_ROWS
 from keepstone.documents import WriteResult
 from keepstone.store.prelude import CheckedWrite, ImportWriter
+from keepstone.store.sql_schema import memory_document_versions, memory_documents
 
 #: Documents per transaction.
 BATCH_DOCUMENTS: Final = 200
@@ -62,6 +72,8 @@ BATCH_BYTES: Final = 8 * 1024 * 1024
 #: How long a batch waits for a document's row lock on PostgreSQL before it commits what
 #: it has and writes that document alone.
 LOCK_WAIT: Final = "200ms"
+#: The tables an import changes in bulk (the counters change by one row per space).
+_IMPORTED_TABLES: Final = (memory_documents.name, memory_document_versions.name)
 #: PostgreSQL's SQLSTATE for ``lock_timeout``.
 _LOCK_NOT_AVAILABLE: Final = "55P03"
 
@@ -91,6 +103,11 @@ class _Batch:
         self.turn: contextlib.ExitStack | None = None
         self.docs = 0
         self.bytes = 0
+        #: Documents written by the whole import (every batch), and that count when the
+        #: statistics were last refreshed, and when they will be next.
+        self.written = 0
+        self.analyzed = 0
+        self.analyze_at = BULK_ROWS
 
     def write(self, w: CheckedWrite) -> WriteResult:
         with translated_errors():
@@ -108,6 +125,7 @@ class _Batch:
                     raise
                 return self._alone(w)
             self.docs += 1
+            self.written += 1
             self.bytes += len(w.data)
             if self.docs >= BATCH_DOCUMENTS or self.bytes >= BATCH_BYTES:
                 self.commit()
@@ -178,6 +196,15 @@ class _Batch:
                 turn.close()
         if committed:
             made_durable(self.engine)  # the batch's one sync, after the writers' turn
+            if self.written >= self.analyze_at:
+                self.refresh_statistics()
+                self.analyze_at = 2 * self.written
+
+    def refresh_statistics(self) -> None:
+        """ANALYZE what the import has filled since it last did (PostgreSQL, when that is
+        many documents)."""
+        if refresh_statistics(self.engine, _IMPORTED_TABLES, self.written - self.analyzed):
+            self.analyzed = self.written
 
 
 @contextlib.contextmanager
@@ -193,3 +220,4 @@ def import_batch(engine: Engine, writes: DocumentWrites) -> Iterator[ImportWrite
         raise
     with translated_errors():
         batch.commit()
+    batch.refresh_statistics()

@@ -23,7 +23,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import claim_rows, pgvector, read_transaction, utcnow, write_transaction
+from keepstone.db import (
+    claim_rows,
+    pgvector,
+    read_transaction,
+    refresh_statistics,
+    utcnow,
+    write_transaction,
+)
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
@@ -32,6 +39,7 @@ from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
 from keepstone.store.sql_schema import (
+    UNCHUNKED,
     memory_chunks,
     memory_documents,
     memory_space_usage,
@@ -177,11 +185,9 @@ class DocumentIndex:
         if not addrs:
             return {}
         spaces = sa.tuple_(D.c.tenant_id, D.c.space_key).in_([(a["t"], a["k"]) for a in addrs])
-        stale = (
-            sa.select(D.c.tenant_id, D.c.space_key)
-            .where(spaces, ~self._sql.has_chunks_of_doc)
-            .distinct()
-        )
+        # From the partial index of the documents still to chunk: nothing to read in a
+        # space with nothing pending, however many documents it holds.
+        stale = sa.select(D.c.tenant_id, D.c.space_key).where(spaces, UNCHUNKED).distinct()
         with read_transaction(self.engine) as conn:
             behind = {(r.tenant_id, r.space_key) for r in conn.execute(stale)}
         for a in addrs:
@@ -225,12 +231,11 @@ class DocumentIndex:
             return int(conn.execute(self._sql.backlog, {"model": model}).scalar() or 0)
 
     def pending_chunks(self, limit: int, model: str) -> PendingChunks:
-        """Up to ``limit`` chunks, newest first, with no vector or one made by another
-        model than ``model``, across every space. Reads without claiming: the indexer
-        of several replicas uses :meth:`claim_pending_chunks`."""
+        """Up to ``limit`` chunks with no vector, then with one made by another model than
+        ``model``, each newest first, across every space. Reads without claiming: the
+        indexer of several replicas uses :meth:`claim_pending_chunks`."""
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(self._sql.pending, {"limit": limit, "model": model}).all()
-        return [_pending(r) for r in rows]
+            return self._pending_rows(conn, limit, model, lock=False)
 
     @contextlib.contextmanager
     def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
@@ -249,31 +254,20 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        with self._claim(self._sql.pending, self._sql.claim, limit, model) as claimed:
+        with self._claim(limit, model) as claimed:
             yield claimed
 
     @contextlib.contextmanager
     def claim_fresh_chunks(self, limit: int, model: str, since: datetime) -> Iterator[ChunkClaim]:
         """:meth:`claim_pending_chunks` of the chunks chunked at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        sql = self._sql
-        with self._claim(sql.pending_since, sql.claim_since, limit, model, since) as claimed:
+        with self._claim(limit, model, since) as claimed:
             yield claimed
 
     @contextlib.contextmanager
-    def _claim(
-        self,
-        read: Any,
-        lock: Any,
-        limit: int,
-        model: str,
-        since: datetime | None = None,
-    ) -> Iterator[ChunkClaim]:
-        params: dict[str, Any] = {"limit": limit, "model": model, "since": since}
-
-        def claim(conn: Connection, locking: bool) -> ChunkClaim:
-            rows = conn.execute(lock if locking else read, params).all()
-            return ChunkClaim([_pending(r) for r in rows], model)
+    def _claim(self, limit: int, model: str, since: datetime | None = None) -> Iterator[ChunkClaim]:
+        def claim(conn: Connection, lock: bool) -> ChunkClaim:
+            return ChunkClaim(self._pending_rows(conn, limit, model, lock=lock, since=since), model)
 
         def finish(conn: Connection, claimed: ChunkClaim) -> int:
             return self._store_embeddings(conn, claimed.stored, model)
@@ -281,6 +275,40 @@ class DocumentIndex:
         with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
             yield claimed
         self._index_vectors(claimed.stored, model)
+
+    def _pending_rows(
+        self,
+        conn: Connection,
+        limit: int,
+        model: str,
+        *,
+        lock: bool,
+        since: datetime | None = None,
+    ) -> PendingChunks:
+        """Up to ``limit`` chunks to embed (``lock``: claimed ``FOR UPDATE SKIP LOCKED``):
+        those never embedded first, newest first, then, while the batch has room, those
+        of each other model that made vectors (in model order), newest first. With
+        ``since`` (the fresh lane), only chunks never embedded that were chunked then or
+        later: a fresh chunk has no vector of any model."""
+        sql = self._sql
+        params: dict[str, Any] = {"limit": limit}
+        if since is not None:
+            fresh = conn.execute(
+                sql.claim_since if lock else sql.pending_since, {**params, "since": since}
+            )
+            return [_pending(r) for r in fresh]
+        rows = [_pending(r) for r in conn.execute(sql.claim if lock else sql.pending, params)]
+        after = ""
+        while len(rows) < limit:
+            other = conn.execute(sql.next_model, {"after": after}).scalar()
+            if other is None:
+                break
+            after = other
+            if other != model:
+                params.update(other=other, limit=limit - len(rows))
+                found = conn.execute(sql.claim_other if lock else sql.pending_other, params)
+                rows += [_pending(r) for r in found]
+        return rows
 
     def store_embeddings(
         self, rows: Sequence[PendingChunk], blobs: Sequence[bytes], model: str
@@ -332,6 +360,7 @@ class DocumentIndex:
         first); return how many documents were looked at."""
         if rebuild:
             with write_transaction(self.engine) as conn:
+                conn.execute(self._sql.unmark_chunked)  # documents first: the lock order
                 conn.execute(sa.delete(C))
                 conn.execute(sa.update(S).values(search_version=S.c.search_version + 1))
         return self.backfill_chunks(progress)
@@ -353,8 +382,19 @@ class DocumentIndex:
 
         Documents are taken in key order, :data:`BACKFILL_BATCH_DOCS` per write
         transaction; each is locked and checked again, so a concurrent write of it wins.
+        A backfill that chunked many documents (a reindex, the first search after a bulk
+        import) then refreshes the planner's statistics of the tables it filled
+        (:func:`keepstone.db.refresh_statistics`).
         """
-        done = 0
+        done, chunked = self._backfill(progress, space)
+        refresh_statistics(self.engine, (C.name, D.name), chunked)
+        return done
+
+    def _backfill(
+        self, progress: Progress | None, space: tuple[str, str] | None
+    ) -> tuple[int, int]:
+        """:meth:`backfill_chunks`' work: (documents looked at, documents chunked)."""
+        done = chunked = 0
         after: dict[str, str] = {"after_t": "", "after_k": "", "p": ""}
         query = self._sql.unindexed
         if space is not None:
@@ -364,7 +404,7 @@ class DocumentIndex:
             with read_transaction(self.engine) as conn:
                 batch = conn.execute(query, after).all()
             if not batch:
-                return done
+                return done, chunked
             with write_transaction(self.engine, durable=False) as conn:  # chunks: derived
                 touched: set[tuple[str, str, str]] = set()
                 for r in batch:
@@ -377,6 +417,7 @@ class DocumentIndex:
                     if chunks:  # a blank document has none, and changes nothing
                         conn.execute(self._sql.insert_chunks, chunks)
                         touched.add((r.tenant_id, r.space_key, r.space_id))
+                        chunked += 1
                 # Space counters last, in key order, after every document lock: a write
                 # locks its document, then its space's counter, so taking a counter before
                 # the next document's lock would deadlock with a write of that document.
@@ -387,7 +428,7 @@ class DocumentIndex:
                 if progress is not None:
                     progress(1)
             if len(batch) < BACKFILL_BATCH_DOCS:
-                return done
+                return done, chunked
             last = batch[-1]
             after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keepstone.db import Migration
-from keepstone.db.columns import id_key, timestamp
+from keepstone.db.columns import id_key, partial_index, timestamp
 
 #: The width of a document change's ``actor`` column (who made it).
 ACTOR_WIDTH = 256
@@ -42,6 +42,7 @@ _ADDED_LATER = frozenset(
         "history_days",
         "version",
         "actor",
+        "chunked",
     }
 )
 
@@ -82,7 +83,15 @@ memory_documents = sa.Table(
     # it (``updated_at`` is when).
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False, server_default=""),
+    # v6: whether the document's chunks are in ``memory_chunks`` (a blank one needs none).
+    # Every write of new content clears it in the write's own statement; the indexer sets
+    # it in the transaction that inserts the chunks.
+    sa.Column("chunked", sa.Boolean, nullable=False, server_default=sa.false()),
 )
+
+#: The documents whose chunks are not in ``memory_chunks`` yet: the condition a reconcile
+#: and the backfill ask, and the predicate of the partial index that answers it.
+UNCHUNKED = memory_documents.c.chunked == sa.false()
 
 memory_space_usage = sa.Table(
     "memory_space_usage",
@@ -186,11 +195,13 @@ memory_chunks = sa.Table(
     sa.Column("model", sa.String(64), nullable=True),
     timestamp("updated_at"),
     sa.Index("ix_memory_chunks_model", "model"),
-    # v6: a space's chunks by model, so a search counts what its space has pending; the
-    # chunks by time, so the indexer's newest-first claims walk the newest rows only.
+    # v7: a space's chunks by model, so a search counts what its space has pending.
     sa.Index("ix_memory_chunks_space_model", "tenant_id", "space_key", "model"),
-    sa.Index("ix_memory_chunks_updated_at", "updated_at"),
 )
+
+#: The chunks never embedded: what the indexer embeds first, and the predicate of the partial
+#: index that holds them in its order (v6).
+UNEMBEDDED = memory_chunks.c.model.is_(None)
 
 
 def _v3_document_index(conn: Connection) -> None:
@@ -373,32 +384,87 @@ MIGRATIONS.append(
 )
 
 
-# --- v6: pending chunks counted per space ----------------------------------------------------
+# --- v6: the documents to chunk and the chunks to embed, by partial indexes ----------------------
 #
-# Every search answer says how many chunks of the searched spaces wait for a vector of the
-# embedder's model (docs/search.md, "Freshness"): a range of the first index per space, the
-# three ``model`` conditions of the indexer's scan, so the count costs what is pending, not
-# what the space holds. The indexer claims newest first (and its fresh lane, what was
-# chunked in the last seconds): the second index walks the newest chunks and stops at the
-# limit, where the ``model`` index made every claim read and sort the whole backlog.
+# Every search asks first whether its space has documents without chunks (reconcile). Asked as
+# an anti-join of the space's documents against its chunks, the answer cost a probe per
+# document, and on PostgreSQL with no statistics yet (a bulk import before any ANALYZE) a
+# nested loop that compared every document with every chunk of the space. ``chunked`` on the
+# document row answers it from a partial index that holds only the documents still to chunk,
+# so a reconcile costs what is pending, whatever the planner knows (docs/performance.md,
+# "Query plans"). Documents that have chunks are marked once here; the others (blank ones
+# among them) are looked at by the next reconcile, which marks them.
+#
+# The indexer's scan of the chunks never embedded reads a second partial index, of those
+# chunks alone in the scan's order: a batch costs its size, not a sort of every chunk.
+
+unchunked_documents = partial_index(
+    "ix_memory_documents_unchunked",
+    memory_documents,
+    ("tenant_id", "space_key", "path"),
+    UNCHUNKED,
+)
+unembedded_chunks = partial_index(
+    "ix_memory_chunks_unembedded",
+    memory_chunks,
+    ("updated_at", "tenant_id", "space_key", "path", "seq"),
+    UNEMBEDDED,
+)
 
 
-def _v6_pending_per_space(conn: Connection) -> None:
-    conn.exec_driver_sql(
-        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_model "
-        "ON memory_chunks (tenant_id, space_key, model)"
+def _v6_index_driven_plans(conn: Connection) -> None:
+    postgres = conn.dialect.name == "postgresql"
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
+    if "chunked" not in have:
+        false = "false" if postgres else "0"
+        conn.exec_driver_sql(
+            f"ALTER TABLE memory_documents ADD COLUMN chunked BOOLEAN NOT NULL DEFAULT {false}"
+        )
+    if postgres:
+        # The marking below joins every document with its chunks: with statistics, not
+        # as a nested loop over tables the planner believes empty.
+        conn.exec_driver_sql("ANALYZE memory_documents, memory_chunks")
+    d, c = memory_documents, memory_chunks
+    has_chunks = sa.exists().where(
+        c.c.tenant_id == d.c.tenant_id, c.c.space_key == d.c.space_key, c.c.path == d.c.path
     )
-    conn.exec_driver_sql(
-        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_updated_at ON memory_chunks (updated_at)"
-    )
+    conn.execute(sa.update(d).where(has_chunks).values(chunked=True))
+    unchunked_documents.create(conn, checkfirst=True)
+    unembedded_chunks.create(conn, checkfirst=True)
 
 
 MIGRATIONS.append(
     Migration(
         COMPONENT,
         6,
-        "ix_memory_chunks_space_model and _updated_at: pending counted per space, claimed "
-        "newest first",
-        _v6_pending_per_space,
+        "memory_documents.chunked and partial indexes of the documents to chunk and the "
+        "chunks to embed",
+        _v6_index_driven_plans,
+    )
+)
+
+
+# --- v7: pending chunks counted per space ----------------------------------------------------
+#
+# Every search answer says how many chunks of the searched spaces wait for a vector of the
+# embedder's model (docs/search.md, "Freshness"): a range of this index per space, the three
+# ``model`` conditions of the indexer's scan, so the count costs what is pending, not what
+# the space holds. (The newest-first claims read v6's partial index of the chunks never
+# embedded, backwards.)
+
+
+def _v7_pending_per_space(conn: Connection) -> None:
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_model "
+        "ON memory_chunks (tenant_id, space_key, model)"
+    )
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        7,
+        "ix_memory_chunks_space_model: pending counted per space",
+        _v7_pending_per_space,
     )
 )

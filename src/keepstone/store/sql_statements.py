@@ -13,6 +13,8 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from keepstone.db import PointRead, pgvector
 from keepstone.store.sql_schema import (
+    UNCHUNKED,
+    UNEMBEDDED,
     memory_chunks,
     memory_document_versions,
     memory_documents,
@@ -60,7 +62,8 @@ class Statements:
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         self._documents()
         self._chunks(vec)
-        self._unindexed(dialect)
+        self._pending()
+        self._unindexed()
         self._counters(dialect)
 
     def _documents(self) -> None:
@@ -120,7 +123,6 @@ class Statements:
             .where(*chunk_space)
             .order_by(C.c.path, C.c.seq)
         )
-        self._to_embed()
         # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
         into = C if vec is None else vec.with_vec(C)
         vector = {} if vec is None else {"vec": vec.vec_param()}
@@ -138,71 +140,74 @@ class Statements:
             .values(embedding=bp("blob"), model=bp("by_model"), **vector)
         )
 
-    def _to_embed(self) -> None:
-        """The chunks to embed: claims (newest first, and the fresh lane) and counts."""
-        model = bp("model")
-        # model is NULL exactly when embedding is (store_embeddings sets both); three
-        # conditions rather than IS DISTINCT FROM, so the ``model`` indexes serve them.
-        not_of_model = sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model)
-        self.pending = (
-            sa.select(
-                C.c.tenant_id,
-                C.c.space_key,
-                C.c.space_id,
-                C.c.path,
-                C.c.seq,
-                C.c.context,
-                C.c.text,
-            )
-            .where(not_of_model)
-            # Newest first: a chunk just written is embedded before an older backlog, so
-            # it is found by meaning within a batch or two (docs/search.md, "Freshness").
-            .order_by(C.c.updated_at.desc(), C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
-            .limit(bp("limit"))
+    def _pending(self) -> None:
+        """The indexer's scan: the chunks with no vector of the configured model, newest
+        first, in statements an index drives whatever the planner's statistics say; the
+        fresh lane; and the counts of what is pending."""
+        rows = sa.select(
+            C.c.tenant_id, C.c.space_key, C.c.space_id, C.c.path, C.c.seq, C.c.context, C.c.text
         )
+        # Newest first: a chunk just written is embedded before an older backlog, so it is
+        # found by meaning within a batch or two (docs/search.md, "Freshness"); the partial
+        # index is read backwards, the ties sorted within one instant.
+        order = (C.c.updated_at.desc(), C.c.tenant_id, C.c.space_key, C.c.path, C.c.seq)
+        #: Chunks never embedded (model is NULL exactly when embedding is: store_embeddings
+        #: sets both), along ix_memory_chunks_unembedded, which holds them alone, in order.
+        self.pending = rows.where(UNEMBEDDED).order_by(*order).limit(bp("limit"))
+        #: Chunks embedded by the model ``:other`` (not the configured one: it changed),
+        #: from its range of ix_memory_chunks_model.
+        of_other = rows.where(C.c.model == bp("other")).order_by(*order).limit(bp("limit"))
+        self.pending_other = of_other
         self.claim = self.pending.with_for_update(skip_locked=True)
-        # The fresh lane: what was chunked since ``:since`` (the indexer's first claim).
+        self.claim_other = of_other.with_for_update(skip_locked=True)
+        #: The fresh lane: what was chunked since ``:since`` (a fresh chunk has no vector).
         self.pending_since = self.pending.where(C.c.updated_at >= bp("since"))
         self.claim_since = self.pending_since.with_for_update(skip_locked=True)
-        # What every space has pending (the backlog of /metrics, /readyz and doctor).
+        #: The next model after ``:after`` that made a vector (None: none): one probe of
+        #: ix_memory_chunks_model, in its order, with or without statistics.
+        self.next_model = (
+            sa.select(C.c.model).where(C.c.model > bp("after")).order_by(C.c.model).limit(1)
+        )
+        model = bp("model")
+        # Three conditions rather than IS DISTINCT FROM, so the ``model`` indexes serve them.
+        not_of_model = sa.or_(C.c.model.is_(None), C.c.model < model, C.c.model > model)
+        #: What every space has pending (the backlog of /metrics, /readyz and doctor).
         self.backlog = sa.select(sa.func.count()).select_from(C).where(not_of_model)
-        # What one space has pending: a range of ix_memory_chunks_space_model.
+        #: What one space has pending: a range of ix_memory_chunks_space_model.
         self.pending_in_space = (
             sa.select(sa.func.count())
             .select_from(C)
             .where(C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), not_of_model)
         )
 
-    def _unindexed(self, dialect: str) -> None:
+    def _unindexed(self) -> None:
         """The document index's backfill: the documents without chunks, and the lock of one
         being chunked."""
         one_doc = _one_doc(D)
-        has_chunks = sa.exists().where(
-            C.c.tenant_id == D.c.tenant_id, C.c.space_key == D.c.space_key, C.c.path == D.c.path
-        )
         doc_key = sa.tuple_(D.c.tenant_id, D.c.space_key, D.c.path)
+        # Read from the partial index of the documents still to chunk (UNCHUNKED), in its
+        # order: what a reconcile costs is what is pending, not the size of the space.
         unindexed = (
             sa.select(D.c.tenant_id, D.c.space_key, D.c.space_id, D.c.path)
-            .where(~has_chunks, doc_key > sa.tuple_(bp("after_t"), bp("after_k"), bp("p")))
+            .where(UNCHUNKED, doc_key > sa.tuple_(bp("after_t"), bp("after_k"), bp("p")))
             .order_by(D.c.tenant_id, D.c.space_key, D.c.path)
             .limit(BACKFILL_BATCH_DOCS)
         )
         self.unindexed = unindexed
-        self.has_chunks_of_doc = has_chunks
         self.unindexed_in_space = unindexed.where(
             D.c.tenant_id == bp("t"), D.c.space_key == bp("k")
         )
-        # The indexer's lock of a document it chunks. On PostgreSQL a row update (of
-        # nothing), not FOR UPDATE: the row then changes under a one-statement write
-        # that waited for it, which so learns that its snapshot misses the new chunks
+        # The indexer's lock of a document it chunks, a row update that marks it chunked
+        # (in the transaction that inserts its chunks). On PostgreSQL an update, not FOR
+        # UPDATE, matters too: the row then changes under a one-statement write that
+        # waited for it, which so learns that its snapshot misses the new chunks
         # (sql_write.ChangeStatements.put).
-        content = (D.c.visibility, D.c.content)
-        self.lock_content: Any = (
-            sa.update(D).where(*one_doc).values(etag=D.c.etag).returning(*content)
-            if dialect == "postgresql"
-            else sa.select(*content).where(*one_doc)
+        self.lock_content = (
+            sa.update(D).where(*one_doc).values(chunked=True).returning(D.c.visibility, D.c.content)
         )
         self.has_chunks = sa.select(C.c.seq).where(*_one_doc(C)).limit(1)
+        #: Every document to chunk again (``reindex --rebuild`` drops every chunk).
+        self.unmark_chunked = sa.update(D).where(D.c.chunked == sa.true()).values(chunked=False)
 
     def _counters(self, dialect: str) -> None:
         """The space and team counters outside a change: bumps, attributions, quotas, reads."""

@@ -122,8 +122,8 @@ def lock_statement(postgres: bool, history: bool) -> str:
 #: ``doc``, an insert: the path's next version (a new document's time is ``{at}``).
 _INSERT = (
     "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
-    "content, size_bytes, etag, updated_at, version, actor) "
-    "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {at}, " + _NEXT + ", :actor"
+    "content, size_bytes, etag, updated_at, version, actor, chunked) "
+    "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {at}, " + _NEXT + ", :actor, false"
     "{src} WHERE true{when} "
     "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING version"
 )
@@ -141,7 +141,10 @@ _DOCS = {
         "insert": _INSERT.format(at=at, src="{src}", when="{when}"),
         "update": (
             "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
-            "updated_at = :now, version = memory_documents.version + 1, actor = :actor"
+            "updated_at = :now, version = memory_documents.version + 1, actor = :actor, "
+            # New content: not chunked until the indexer chunks it (its old chunks go in
+            # the same change, ``gone``).
+            "chunked = false"
             "{src} WHERE " + _ONE + "{when} RETURNING memory_documents.version"
         ),
         "delete": f"DELETE FROM memory_documents WHERE {_ONE} RETURNING 1",
