@@ -16,6 +16,7 @@ import tarfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -368,12 +369,22 @@ def test_team_memory_toggle_for_the_owner_refused_for_a_member(
     shot(member, "team-memory-member-refused")
 
 
+def _team_memory_on(people: Callable[[], Tab]) -> None:
+    """Team memory on, as its org owner turns it on in the UI (the settings API takes a
+    change from a browser session only), so a test does not lean on another having done it."""
+    tab = people()
+    owner = tab.sign_in("owner")
+    owner.goto(f"{tab.site.base}/t/{tab.site.team_id}/memory")
+    if owner.locator("#memory-state").inner_text() != "on":
+        owner.get_by_role("button", name="Turn team memory on").click()
+    expect(owner.locator("#memory-state")).to_have_text("on")
+
+
 def test_search_documents_and_records(people: Callable[[], Tab]) -> None:
+    _team_memory_on(people)
     tab = people()
     site = tab.site
     word = f"zebra{uuid.uuid4().hex[:6]}"
-    with site.admin() as admin:
-        r = admin.patch(f"/api/teams/{site.team_id}/memory-settings", json={"enabled": True})
     r = httpx.post(
         f"{site.base}/api/internal/teams/{site.team_id}/memory",
         json={"text": f"the {word} record <script>alert(1)</script>"},
@@ -397,6 +408,7 @@ def test_search_documents_and_records(people: Callable[[], Tab]) -> None:
 def test_search_shows_only_floored_hits_the_hint_and_duplicates(
     people: Callable[[], Tab],
 ) -> None:
+    _team_memory_on(people)
     tab = people()
     site = tab.site
     word = f"okapi{uuid.uuid4().hex[:6]}"
@@ -418,6 +430,14 @@ def test_search_shows_only_floored_hits_the_hint_and_duplicates(
     expect(records.locator("li")).to_have_count(1)  # two records of one text: one hit
     expect(records).to_contain_text("same text as rec_")
     shot(page, "search-floor")
+    # The filters: nothing was written after tomorrow began.
+    page.get_by_text("Filters").click()
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    page.get_by_label("Written since").fill(tomorrow)
+    page.get_by_role("button", name="Search").click()
+    records = page.get_by_role("region", name="Team memory records")
+    expect(records).to_contain_text("No record matches")
+    expect(page.get_by_label("Written since")).to_have_value(tomorrow)
 
 
 def test_super_admin_creates_and_revokes_an_api_key(people: Callable[[], Tab]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import tarfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,35 @@ def test_a_local_mode_server_says_the_ui_needs_users(tmp_path: Path) -> None:
     with TestClient(app) as c:
         r = c.get("/")
         assert r.status_code == 200 and "local mode" in r.text and 'role="alert"' in r.text
+
+
+# --- search filters -------------------------------------------------------------------------
+
+
+def test_search_page_filters_by_tags_and_dates_and_names_a_bad_one(
+    world: World, client: TestClient
+) -> None:
+    word = unique("zebrafinch")
+    tagged, plain = f"{unique('tagged')}.md", f"{unique('plain')}.md"
+    world.store.write(world.team_ref(), tagged, f"---\ntags: [ops, birds]\n---\n# {word} notes\n")
+    world.store.write(world.team_ref(), plain, f"# {word} elsewhere\n")
+    headers = member_headers(world)[0]
+    url = f"/t/{world.team_id}/search"
+
+    def found(**params: str) -> str:
+        status, body, _ = get_page(client, url, headers, **SPACE, q=word, **params)
+        assert status == 200, body[-300:]
+        return body
+
+    both = found()
+    assert tagged in both and plain in both
+    only = found(tags="birds,ops")
+    assert tagged in only and plain not in only
+    assert 'value="birds,ops"' in only  # the filter stays in its field
+    today = datetime.now(UTC).date().isoformat()
+    assert tagged in found(since=today, until=today)  # until takes the whole day
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    none = found(since=tomorrow)
+    assert tagged not in none and plain not in none and "No document matches" in none
+    bad = found(since="last tuesday")
+    assert "since must be an ISO 8601 date" in bad and tagged not in bad

@@ -8,14 +8,15 @@ ranked search); snippets and records are fenced text and shown as text, never as
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from keepstone.errors import KeepstoneError
+from keepstone.errors import InvalidRequest, KeepstoneError
 from keepstone.principal import Principal
-from keepstone.service.filters import empty_hint
+from keepstone.service.filters import SearchFilters, empty_hint, filters_of
 from keepstone.service.records import RecordService
 from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop, spaces_of
@@ -30,54 +31,87 @@ def records_of(request: Request) -> RecordService:
 
 
 @router.get("/t/{team_id}/search")
-def search(request: Request, team_id: str, q: str = "") -> Response:
-    """Documents (the space named, else every readable space) and the team's records."""
+def search(
+    request: Request, team_id: str, q: str = "", since: str = "", until: str = "", tags: str = ""
+) -> Response:
+    """Documents (the space named, else every readable space) and the team's records,
+    above the relevance floor, narrowed by the optional ``since``/``until`` dates (a
+    date picker's day: ``until`` takes the whole day) and front-matter ``tags``."""
     who = signed_in(request, team_id)
     space = space_fields(request.query_params)
-    docs: list[dict[str, Any]] = []
-    records: list[Any] = []
-    doc_error = record_error = None
-    # The one line an empty answer carries (nothing was above the relevance floor).
-    hint = empty_hint(filtered=False)
-    record_hint = None
-    if q:
-        service = spaces_of(request)
-        try:
-            if space:
-                ref = ref_of(who, space)
-                for hit in service.search(who, ref, q, limit=20):
-                    docs.append({"hit": hit, "space": ref.id, "link": _doc(team_id, space, hit)})
-            else:
-                for found in service.search_readable(who, q, limit=20):
-                    fields = label_fields(found.space)
-                    link = _doc(team_id, fields, found.hit)
-                    docs.append({"hit": found.hit, "space": found.space.id, "link": link})
-        except WHOLE_REQUEST:
-            raise
-        except KeepstoneError as exc:
-            doc_error = exc.message
-        try:
-            answer = records_of(request).search(who, team_id, q, limit=20)
-            records = list(answer.hits)
-            record_hint = answer.hint
-            if answer.state.value == "off":
-                record_error = "team memory is off for this team, so no record is searched"
-        except WHOLE_REQUEST:
-            raise
-        except KeepstoneError as exc:
-            record_error = exc.message
+    shown: dict[str, Any] = {"docs": [], "records": [], "pending": 0}
+    shown |= {"doc_error": None, "record_error": None, "record_hint": None}
+    try:
+        filters = filters_of({"since": since, "until": _whole_day(until), "tags": tags})
+    except InvalidRequest as exc:
+        filters, shown["doc_error"] = None, exc.message
+    if q and filters is not None:
+        shown |= _search_docs(request, who, team_id, space, q, filters)
+        shown |= _search_records(request, who, team_id, q, filters)
     return page(
         request,
         "search.html",
         q=q,
         space=space,
-        docs=docs,
-        records=records,
-        doc_error=doc_error,
-        record_error=record_error,
-        doc_hint=hint,
-        record_hint=record_hint,
+        since=since,
+        until=until,
+        tags=tags,
+        doc_hint=empty_hint(filtered=filters is not None and filters.narrows),
+        **shown,
     )
+
+
+def _whole_day(until: str) -> str:
+    """A bare date (what a date picker sends) as the end of that day: up to and including it."""
+    day = until.strip()
+    return f"{day}T23:59:59.999999" if len(day) == 10 else day
+
+
+def _search_docs(
+    request: Request,
+    who: Principal,
+    team_id: str,
+    space: dict[str, str],
+    q: str,
+    filters: SearchFilters,
+) -> dict[str, Any]:
+    """The document hits as rows (hit, space id, link), and what is still to embed."""
+    service = spaces_of(request)
+    docs: list[dict[str, Any]] = []
+    try:
+        if space:
+            ref = ref_of(who, space)
+            hits = service.search(who, ref, q, limit=20, filters=filters)
+            for hit in hits:
+                docs.append({"hit": hit, "space": ref.id, "link": _doc(team_id, space, hit)})
+            return {"docs": docs, "pending": hits.pending}
+        found = service.search_readable(who, q, limit=20, filters=filters)
+        for row in found:
+            link = _doc(team_id, label_fields(row.space), row.hit)
+            docs.append({"hit": row.hit, "space": row.space.id, "link": link})
+        return {"docs": docs, "pending": found.pending}
+    except WHOLE_REQUEST:
+        raise
+    except KeepstoneError as exc:
+        return {"doc_error": exc.message}
+
+
+def _search_records(
+    request: Request, who: Principal, team_id: str, q: str, filters: SearchFilters
+) -> dict[str, Any]:
+    """The team's record hits, the empty answer's hint, or why none were searched."""
+    try:
+        # Records carry no front matter: a tags filter narrows documents only.
+        answer = records_of(request).search(
+            who, team_id, q, limit=20, filters=replace(filters, tags=())
+        )
+    except WHOLE_REQUEST:
+        raise
+    except KeepstoneError as exc:
+        return {"record_error": exc.message}
+    if answer.state.value == "off":
+        return {"record_error": "team memory is off for this team, so no record is searched"}
+    return {"records": list(answer.hits), "record_hint": answer.hint}
 
 
 def _doc(team_id: str, fields: dict[str, str], hit: Any) -> str:
