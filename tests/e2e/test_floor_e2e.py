@@ -314,7 +314,8 @@ def test_mcp_floor_hint_filters_and_also_in(server: Server, tmp_path: Path) -> N
 def test_python_floor_filters_and_also_in(server: Server) -> None:
     memory = Memory.connect(server.url, server.key, visibility="org", name="shared")
     try:
-        assert memory.search(OFF_TOPIC) == []
+        nothing = memory.search(OFF_TOPIC)
+        assert nothing == [] and "nothing relevant enough matched" in str(nothing.hint)
         assert [h.path for h in memory.search("falcon", tags=["ops", "deploy"])] == [
             "ops/runbook.md"
         ]

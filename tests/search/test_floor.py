@@ -193,8 +193,10 @@ def test_a_search_for_what_no_document_holds_answers_nothing(tmp_path: Path) -> 
             ref, "ops/rollback.md", "# Runbook\n\n## Rollback\n\nRun the rollback script.\n"
         )
         search = DocumentSearch(store)
-        assert search.search([ref], "boiling point of mercury in kelvin") == []
+        nothing = search.search([ref], "boiling point of mercury in kelvin")
+        assert nothing == [] and "nothing relevant enough matched" in str(nothing.hint)
         hits = search.search([ref], "rollback script")
+        assert hits.hint is None  # a hint only when nothing was found
         # The two sections of one text fold into one hit that names the other.
         assert len(hits) == 1
         assert [path for _, path in hits[0].also_in] == [
@@ -206,7 +208,9 @@ def test_a_search_for_what_no_document_holds_answers_nothing(tmp_path: Path) -> 
         assert [h.path for h in tagged] == ["ops/tagged.md"]
         assert search.search([ref], "rollback", filters=search_filters(tags="db,web")) == []
         later = search_filters(since=datetime.now(UTC) + timedelta(days=1))
-        assert search.search([ref], "rollback", filters=later) == []
+        narrowed = search.search([ref], "rollback", filters=later)
+        assert narrowed == [] and narrowed.hint is not None
+        assert narrowed.hint != nothing.hint  # it says the filters narrowed the search
         earlier = search_filters(until=datetime.now(UTC) - timedelta(days=1))
         assert search.search([ref], "rollback", filters=earlier) == []
         now = search_filters(since=datetime.now(UTC) - timedelta(days=1))

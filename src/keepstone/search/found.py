@@ -13,16 +13,19 @@ class Found(list[T]):
     """The hits of a search, best first (a list, so callers that iterate hits keep
     working), and ``pending``: how many chunks or records of the searched scope wait for
     a vector of the embedder's model, so were searched by keyword only (0 with
-    keyword-only search)."""
+    keyword-only search); ``hint``: when there are no hits, the one line that says why and
+    what to try (None when something was found)."""
 
     pending: int
+    hint: str | None
 
-    def __init__(self, hits: Iterable[T] = (), pending: int = 0) -> None:
+    def __init__(self, hits: Iterable[T] = (), pending: int = 0, hint: str | None = None) -> None:
         super().__init__(hits)
         self.pending = pending
+        self.hint = None if self else hint
 
     def __repr__(self) -> str:
-        return f"Found({list.__repr__(self)}, pending={self.pending})"
+        return f"Found({list.__repr__(self)}, pending={self.pending}, hint={self.hint!r})"
 
 
 def pending_of(found: object) -> int:

@@ -39,7 +39,7 @@ from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
 from keepstone.search.filters import NO_FILTERS, SearchFilters, front_matter_tags
-from keepstone.search.floor import Floor, duplicate_key, floor_for
+from keepstone.search.floor import Floor, duplicate_key, empty_hint, floor_for
 from keepstone.search.found import Found, pending_of
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
 from keepstone.search.text import query_terms
@@ -201,7 +201,8 @@ class DocumentSearch:
             )
         model = self.embedder.model_id if self.embedder is not None else None
         pending = 0 if model is None else index_pending(index, refs, model)
-        return Found(_sections(found, terms, limit, floor_for(model, filters.min_score)), pending)
+        hits = _sections(found, terms, limit, floor_for(model, filters.min_score))
+        return Found(hits, pending, empty_hint(filtered=filters.narrows))
 
     def _ask_store(
         self,
@@ -226,7 +227,7 @@ class DocumentSearch:
                 )
                 for h in answer
             ]
-        return Found(self._merge(remote, limit), pending)
+        return Found(self._merge(remote, limit), pending, empty_hint(filtered=filters.narrows))
 
     def _versions(self, index: SearchIndex, refs: Sequence[SpaceRef]) -> dict[str, int]:
         """Each space's version once reconciled (and, for a local command, once its

@@ -42,6 +42,7 @@ from keepstone.principal import CredentialKind, Principal
 # The one fencing of text for a model (records use it too), re-exported for the faces.
 from keepstone.records.render import fence_for as fence_for
 from keepstone.records.render import render_text
+from keepstone.search.floor import empty_hint
 from keepstone.search.found import Found, pending_of
 from keepstone.service.access import (
     authorize_space_mutation,
@@ -430,14 +431,15 @@ class SpaceService:
         if isinstance(store, ReadableSearchingStore):
             params = filters.as_params() if filters is not None else None
             answer = store.search_readable(q, limit, path_prefix, params)
-            out: ReadableHits = Found(pending=pending_of(answer))
+            labelled: list[ReadableHit] = []
             for h, space in answer:
                 label = SpaceLabel.from_json(space)
                 hit = DocumentHit(
                     h.path, h.heading, h.snippet, h.score, tuple(h.matched), label.id, h.also_in
                 )
-                out.append(ReadableHit(hit, label))
-            return out
+                labelled.append(ReadableHit(hit, label))
+            narrows = filters is not None and filters.narrows
+            return Found(labelled, pending_of(answer), empty_hint(filtered=narrows))
         search = self.document_search()
         refs = readable_spaces(who, store.list_spaces(reading_team(who)))
         spaces = {ref.id: ref for ref in refs[:MAX_READABLE_SPACES]}
@@ -445,7 +447,7 @@ class SpaceService:
             list(spaces.values()), q, limit=limit, path_prefix=path_prefix, **_given(filters)
         )
         labelled = [ReadableHit(hit, SpaceLabel.of(spaces[hit.space_id])) for hit in hits]
-        return Found(labelled, hits.pending)
+        return Found(labelled, hits.pending, hits.hint)
 
     def list_spaces(self, who: Principal) -> SpaceList:
         """The spaces ``who`` may read that exist (hold documents, or did), with their
