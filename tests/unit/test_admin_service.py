@@ -192,6 +192,30 @@ def test_org_quota_is_spread_over_the_org_teams(world: World) -> None:
     assert {world.store.team_usage(t)[1] for t in teams} == {DEFAULT_TEAM_AGGREGATE_QUOTA}
 
 
+def test_a_team_that_refuses_an_org_change_is_listed_failed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    org = world.admin.create_org(ADMIN_TOKEN, "partial")
+    teams = sorted(world.admin.create_team(ADMIN_TOKEN, org, n) for n in ("a", "b"))
+    broken = teams[0]
+
+    def refuse(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(team_id: str, *args: Any, **kwargs: Any) -> Any:
+            if team_id == broken:
+                raise KeepstoneError("the counter cannot be reached")
+            return real(team_id, *args, **kwargs)
+
+        return call
+
+    for name in ("set_team_quota", "set_history_limits"):
+        monkeypatch.setattr(world.store, name, refuse(getattr(world.store, name)))
+    done = world.admin.set_org_quota(ADMIN_TOKEN, org, 4096)
+    assert (done.teams_updated, done.teams_failed) == ((teams[1],), (broken,))
+    limits = world.admin.set_org_history_limits(ADMIN_TOKEN, org, history_days=7)
+    assert (limits.teams_updated, limits.teams_failed) == ((teams[1],), (broken,))
+    assert world.store.history_limits(teams[1])[0] == 7
+
+
 # --- org usage: the org's members only ------------------------------------------------------
 
 

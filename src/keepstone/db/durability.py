@@ -57,11 +57,7 @@ class SqliteWriters:
     def __enter__(self) -> SqliteWriters:
         self._threads.acquire()
         try:
-            if self._depth == 0 and self._lock_path is not None:
-                if self._fd is None:
-                    self._fd = self._open_lock_file(self._lock_path)
-                if self._fd is not None:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._lock_process(fcntl.LOCK_EX)
         except BaseException:
             self._threads.release()
             raise
@@ -74,11 +70,7 @@ class SqliteWriters:
         if not self._threads.acquire(blocking=False):
             return False
         try:
-            if self._depth == 0 and self._lock_path is not None:
-                if self._fd is None:
-                    self._fd = self._open_lock_file(self._lock_path)
-                if self._fd is not None:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock_process(fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # another process writes
             self._threads.release()
             return False
@@ -95,6 +87,15 @@ class SqliteWriters:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
+
+    def _lock_process(self, flags: int) -> None:
+        """The other processes' side of the turn, taken by the outermost entry only: the
+        lock file (opened on first use) locked with ``flags``."""
+        if self._depth == 0 and self._lock_path is not None:
+            if self._fd is None:
+                self._fd = self._open_lock_file(self._lock_path)
+            if self._fd is not None:
+                fcntl.flock(self._fd, flags)
 
     def _open_lock_file(self, path: str) -> int | None:
         try:

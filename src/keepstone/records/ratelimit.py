@@ -26,10 +26,13 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from keepstone.config import Config
 from keepstone.errors import InvalidRequest, RateLimited, StoreUnavailable
+
+if TYPE_CHECKING:
+    import redis
 
 SEARCHES_PER_SECOND = 5
 MAX_IN_FLIGHT = 10
@@ -137,6 +140,25 @@ return {1, 0, ''}
 """
 
 
+def redis_client(url: str) -> redis.Redis:
+    """A client of the Redis at ``url``, each call given up after 5 s; InvalidRequest
+    without the redis extra, ValueError for a URL that is no Redis URL."""
+    try:
+        import redis
+    except ImportError:
+        raise InvalidRequest(
+            "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
+        ) from None
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def redis_errors() -> tuple[type[Exception], ...]:
+    """What a call of a :func:`redis_client` raises when Redis does not answer."""
+    import redis
+
+    return (redis.RedisError, OSError)
+
+
 class RedisRateLimiter:
     """Cross-replica limiter on one Redis; keys ``<prefix>records:{<team>}:…``."""
 
@@ -150,15 +172,8 @@ class RedisRateLimiter:
         max_in_flight: int = MAX_IN_FLIGHT,
         in_flight_ttl: float = IN_FLIGHT_TTL_SECONDS,
     ) -> None:
-        try:
-            import redis
-        except ImportError:
-            raise InvalidRequest(
-                "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
-            ) from None
-
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        self._redis = redis_client(url)
+        self._errors = redis_errors()
         self._script: Any = self._redis.register_script(_ACQUIRE_LUA)
         self.prefix = prefix
         self.rate = rate

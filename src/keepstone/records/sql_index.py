@@ -15,8 +15,8 @@ pgvector handle, which the store's reads use too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -25,11 +25,11 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import claim_rows, read_transaction, utcnow, write_transaction
+from keepstone.db import read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
 from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
 from keepstone.records.store import PendingRecord
-from keepstone.search.claim import EmbeddingClaim, paired
+from keepstone.search.claim import EmbeddingClaim, claim_embeddings, write_embeddings
 
 _TS = sa.DateTime(timezone=True)
 R = records
@@ -185,8 +185,7 @@ class RecordIndex:
         with read_transaction(self.engine) as conn:
             return int(conn.execute(_BACKLOG, pending_params(0, model)).scalar() or 0)
 
-    @contextmanager
-    def claim_pending_records(self, limit: int, model: str) -> Iterator[RecordClaim]:
+    def claim_pending_records(self, limit: int, model: str) -> AbstractContextManager[RecordClaim]:
         """Claim up to ``limit`` pending records (see :meth:`pending_records`) to embed::
 
             with store.claim_pending_records(32, embedder.model_id) as claim:
@@ -202,30 +201,23 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        with self._claim(limit, model) as claimed:
-            yield claimed
+        return self._claim(limit, model)
 
-    @contextmanager
-    def claim_fresh_records(self, limit: int, model: str, since: datetime) -> Iterator[RecordClaim]:
+    def claim_fresh_records(
+        self, limit: int, model: str, since: datetime
+    ) -> AbstractContextManager[RecordClaim]:
         """:meth:`claim_pending_records` of the records saved at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        with self._claim(limit, model, since) as claimed:
-            yield claimed
+        return self._claim(limit, model, since)
 
-    @contextmanager
     def _claim(
         self, limit: int, model: str, since: datetime | None = None
-    ) -> Iterator[RecordClaim]:
+    ) -> AbstractContextManager[RecordClaim]:
         def claim(conn: Connection, lock: bool) -> RecordClaim:
             rows = _pending_rows(conn, limit, model, lock=lock, since=since)
             return RecordClaim(rows, model, _pending_key)
 
-        def finish(conn: Connection, claimed: RecordClaim) -> int:
-            return self._store_vectors(conn, claimed.stored, model)
-
-        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
-            yield claimed
-        self._index_vectors(claimed.stored, model)
+        return claim_embeddings(self.engine, claim, self._store_vectors, self.vectors, R.name)
 
     def store_record_embeddings(
         self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
@@ -234,23 +226,15 @@ class RecordIndex:
         vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
         a record deleted, or embedded by ``model``, since it was read is left alone.
         Returns the number stored."""
-        pairs = paired(rows, blobs)
-        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
-            stored = self._store_vectors(conn, pairs, model)
-        self._index_vectors(pairs, model)
-        return stored
+        return write_embeddings(
+            self.engine, rows, blobs, model, self._store_vectors, self.vectors, R.name
+        )
 
     def _store_vectors(
         self, conn: Connection, pairs: Sequence[tuple[PendingRecord, bytes]], model: str
     ) -> int:
         vecs = None if self.vectors is None else self.vectors.vec_values([b for _, b in pairs])
         return _store_vectors(conn, pairs, model, self._store_vector, vecs)
-
-    def _index_vectors(self, pairs: Sequence[tuple[PendingRecord, bytes]], model: str) -> None:
-        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
-        it is missing (in a transaction of its own, see keepstone.db.pgvector)."""
-        if self.vectors is not None and pairs:
-            self.vectors.ensure_index(R.name, model, self.vectors.vec_values([pairs[0][1]])[0][1])
 
     def drop_embeddings(self) -> int:
         """Forget every record's vector (``keepstone reindex --rebuild``): all pending again.

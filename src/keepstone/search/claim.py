@@ -4,13 +4,21 @@ A store's ``claim_pending_*`` (document chunks, team records) yields an
 :class:`EmbeddingClaim`: its ``rows`` are what to embed, and
 :meth:`~EmbeddingClaim.store_embeddings` hands back one vector blob per row, which the
 store writes when the claim's block exits normally (docs/search.md, "How search is
-wired"). Pure bookkeeping: the store owns the transaction and the writing.
+wired"). The stores own the SQL that writes the vectors; :func:`claim_embeddings` and
+:func:`write_embeddings` are the transaction plumbing around it that every SQL index
+shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+import contextlib
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+
+from keepstone.db import claim_rows, write_transaction
+from keepstone.db.pgvector import Pgvector, blob_values
 
 R = TypeVar("R")
 
@@ -40,3 +48,59 @@ def paired(rows: Sequence[R], blobs: Sequence[bytes]) -> list[tuple[R, bytes]]:
     if len(rows) != len(blobs):
         raise ValueError(f"{len(rows)} rows but {len(blobs)} vectors")
     return [(row, bytes(blob)) for row, blob in zip(rows, blobs, strict=True)]
+
+
+C = TypeVar("C", bound=EmbeddingClaim[Any])
+
+#: ``store(conn, pairs, model)``: a store's SQL writing ``(row, blob)`` pairs made by
+#: ``model`` in the transaction ``conn``; returns how many it stored.
+StoreVectors = Callable[[Connection, Sequence[tuple[Any, bytes]], str], int]
+
+
+@contextlib.contextmanager
+def claim_embeddings(
+    engine: Engine,
+    claim: Callable[[Connection, bool], C],
+    store: StoreVectors,
+    vectors: Pgvector | None,
+    table: str,
+) -> Iterator[C]:
+    """A store's ``claim_pending_*``: the claim ``claim(conn, lock)`` reads, held as
+    :func:`keepstone.db.claim_rows` holds it; the vectors the block gave it written by
+    ``store`` when it exits normally, then ``table``'s HNSW index for them built if
+    pgvector (``vectors``) is there and it is missing."""
+
+    def finish(conn: Connection, claimed: C) -> int:
+        return store(conn, claimed.stored, claimed.model)
+
+    with claim_rows(engine, claim, finish, lambda c: bool(c.stored)) as claimed:
+        yield claimed
+    _index(vectors, table, claimed.model, claimed.stored)
+
+
+def write_embeddings(
+    engine: Engine,
+    rows: Sequence[R],
+    blobs: Sequence[bytes],
+    model: str,
+    store: StoreVectors,
+    vectors: Pgvector | None,
+    table: str,
+) -> int:
+    """Write ``blobs[i]`` as the vector of ``rows[i]`` with ``store`` in one transaction
+    (not made durable: a lost vector is made again), then build ``table``'s index as
+    :func:`claim_embeddings` does. Returns the number stored."""
+    pairs = paired(rows, blobs)
+    with write_transaction(engine, durable=False) as conn:
+        stored = store(conn, pairs, model)
+    _index(vectors, table, model, pairs)
+    return stored
+
+
+def _index(
+    vectors: Pgvector | None, table: str, model: str, pairs: Sequence[tuple[Any, bytes]]
+) -> None:
+    """After vectors of ``model`` committed: ``table``'s HNSW index for them, if pgvector
+    is there and it is missing (in a transaction of its own, see keepstone.db.pgvector)."""
+    if vectors is not None and pairs:
+        vectors.ensure_index(table, model, blob_values([pairs[0][1]])[0][1])

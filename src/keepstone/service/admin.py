@@ -19,7 +19,7 @@ that needs one answers ``404 not_found``; the instance quota still works.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from keepstone.errors import InvalidRequest, KeepstoneError, NotFound
@@ -119,6 +119,24 @@ def _team_ceiling(quota_bytes: int | None) -> int:
     return DEFAULT_TEAM_AGGREGATE_QUOTA if quota_bytes is None else int(quota_bytes)
 
 
+def _on_each_team(
+    team_ids: Iterable[str], apply: Callable[[str], object], failure: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``apply(team_id)`` to each team, best effort: the teams it updated, and those where
+    it raised a KeepstoneError (logged as ``failure``), each in the order given."""
+    updated: list[str] = []
+    failed: list[str] = []
+    for team_id in team_ids:
+        try:
+            apply(team_id)
+        except KeepstoneError as exc:
+            log.warning(failure, extra={"team": team_id, "code": exc.code})
+            failed.append(team_id)
+        else:
+            updated.append(team_id)
+    return tuple(updated), tuple(failed)
+
+
 class AdminService:
     def __init__(self, identity: IdentityService | None, store: SqlStore) -> None:
         self._identity = identity
@@ -166,17 +184,12 @@ class AdminService:
         identity = self._authorized(who)
         org = identity.update_org(org_id, plan=plan, memory_quota_bytes=quota_bytes)
         ceiling = _team_ceiling(quota_bytes)
-        updated: list[str] = []
-        failed: list[str] = []
-        for team_id in identity.org_team_ids(org_id):
-            try:
-                self._store.set_team_quota(team_id, ceiling)
-            except KeepstoneError as exc:
-                log.warning("team quota not updated", extra={"team": team_id, "code": exc.code})
-                failed.append(team_id)
-            else:
-                updated.append(team_id)
-        return OrgQuotaResult(OrgView(**org), tuple(updated), tuple(failed))
+        updated, failed = _on_each_team(
+            identity.org_team_ids(org_id),
+            lambda team_id: self._store.set_team_quota(team_id, ceiling),
+            "team quota not updated",
+        )
+        return OrgQuotaResult(OrgView(**org), updated, failed)
 
     def set_org_history_limits(
         self, who: Principal, org_id: str, **limits: int | None
@@ -201,24 +214,21 @@ class AdminService:
                     field=name,
                 )
         identity = self._authorized(who)
-        updated: list[str] = []
-        failed: list[str] = []
         applied = HistoryLimits(**limits)
-        for team_id in identity.org_team_ids(org_id):
-            try:
-                days, versions, quota = self._store.history_limits(team_id)
-                self._store.set_history_limits(
-                    team_id,
-                    days=limits.get("history_days", days),
-                    versions=limits.get("history_versions", versions),
-                    quota_bytes=limits.get("history_quota_bytes", quota),
-                )
-            except KeepstoneError as exc:
-                log.warning("history limits not updated", extra={"team": team_id, "code": exc.code})
-                failed.append(team_id)
-            else:
-                updated.append(team_id)
-        return OrgHistoryResult(applied, tuple(updated), tuple(failed))
+
+        def apply(team_id: str) -> None:
+            days, versions, quota = self._store.history_limits(team_id)
+            self._store.set_history_limits(
+                team_id,
+                days=limits.get("history_days", days),
+                versions=limits.get("history_versions", versions),
+                quota_bytes=limits.get("history_quota_bytes", quota),
+            )
+
+        updated, failed = _on_each_team(
+            identity.org_team_ids(org_id), apply, "history limits not updated"
+        )
+        return OrgHistoryResult(applied, updated, failed)
 
     def prune_history(self) -> int:
         """Drop every team's replaced versions older than its ``history_days`` (never a

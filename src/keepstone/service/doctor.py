@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from keepstone.db import applied_versions
 from keepstone.errors import InvalidRequest, StoreUnavailable
+from keepstone.records.ratelimit import redis_client, redis_errors
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore
@@ -89,18 +90,12 @@ def record_hand_edits(store: MemoryStore) -> int:
 def ping_redis(url: str) -> None:
     """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer."""
     try:
-        import redis
-    except ImportError:
-        raise InvalidRequest(
-            "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
-        ) from None
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        client = redis_client(url)
     except ValueError as exc:  # not a redis:// URL
         raise InvalidRequest(f"KEEPSTONE_REDIS_URL is not a Redis URL: {exc}") from exc
     try:
         client.ping()
-    except (redis.RedisError, OSError) as exc:
+    except redis_errors() as exc:
         raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
     finally:
         client.close()

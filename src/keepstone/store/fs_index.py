@@ -381,10 +381,7 @@ class FsIndex(SqliteSidecar):
                     "DELETE FROM documents WHERE space_id = ?", (space_id,)
                 ).rowcount
                 conn.execute("DELETE FROM chunks WHERE space_id = ?", (space_id,))
-                conn.execute(
-                    "UPDATE spaces SET version = MAX(version + 1, ?) WHERE space_id = ?",
-                    (_now_us(), space_id),
-                )
+                _bump_id(conn, space_id)
         return dropped
 
     def rebuild(self) -> None:
@@ -524,10 +521,7 @@ class FsIndex(SqliteSidecar):
                     stored += n
                     spaces.add(chunk.space_id)
             for space_id in spaces:
-                conn.execute(
-                    "UPDATE spaces SET version = MAX(version + 1, ?) WHERE space_id = ?",
-                    (_now_us(), space_id),
-                )
+                _bump_id(conn, space_id)
         return stored
 
 
@@ -568,6 +562,14 @@ def _indexed(conn: sqlite3.Connection, space_id: str) -> dict[str, Indexed]:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+def _bump_id(conn: sqlite3.Connection, space_id: str) -> None:
+    """Move the version of the space ``space_id``, which has a row, forward."""
+    conn.execute(
+        "UPDATE spaces SET version = MAX(version + 1, ?) WHERE space_id = ?",
+        (_now_us(), space_id),
+    )
 
 
 def _bump(conn: sqlite3.Connection, ref: SpaceRef) -> None:

@@ -198,10 +198,7 @@ class HttpMemoryStore(MemoryStore):
     ) -> SearchHits:
         """The server's answer to ``GET /api/memory/search`` for the space, best first
         (``filters``: since, until, min_score, tags, recency_days as query parameters)."""
-        extra = {"q": q, "limit": str(limit), **(filters or {})}
-        if path_prefix:
-            extra["path_prefix"] = path_prefix
-        body = self._request("GET", "/api/memory/search", params=self._params(ref, **extra)).json()
+        body = self._search(self._params(ref), q, limit, path_prefix, filters)
         return Found([_hit(hit) for hit in body["results"]], int(body.get("pending", 0)))
 
     def search_readable(
@@ -214,12 +211,25 @@ class HttpMemoryStore(MemoryStore):
         """The server's answer to ``GET /api/memory/search?scope=readable``: each hit with
         the space it was found in, as the server renders it; the server decides which
         spaces the credential may read."""
-        params = {"scope": "readable", "q": q, "limit": str(limit), **(filters or {})}
-        if path_prefix:
-            params["path_prefix"] = path_prefix
-        body = self._request("GET", "/api/memory/search", params=params).json()
+        body = self._search({"scope": "readable"}, q, limit, path_prefix, filters)
         hits = [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
         return Found(hits, int(body.get("pending", 0)))
+
+    def _search(
+        self,
+        params: dict[str, str],
+        q: str,
+        limit: int,
+        path_prefix: str,
+        filters: Mapping[str, str] | None,
+    ) -> dict[str, Any]:
+        """The body of ``GET /api/memory/search`` for what ``params`` names (a space, or
+        ``scope=readable``) with the search's own query parameters."""
+        query = {**params, "q": q, "limit": str(limit), **(filters or {})}
+        if path_prefix:
+            query["path_prefix"] = path_prefix
+        body: dict[str, Any] = self._request("GET", "/api/memory/search", params=query).json()
+        return body
 
     def list_readable_spaces(self) -> dict[str, Any]:
         """The server's answer to ``GET /api/memory/spaces``: the spaces the credential

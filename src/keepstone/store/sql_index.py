@@ -14,8 +14,8 @@ chunks and moves its space's ``search_version``, in the write's own transaction.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import (
-    claim_rows,
     pgvector,
     read_transaction,
     refresh_statistics,
@@ -34,7 +33,7 @@ from keepstone.db import (
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
-from keepstone.search.claim import EmbeddingClaim, paired
+from keepstone.search.claim import EmbeddingClaim, claim_embeddings, write_embeddings
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
@@ -237,8 +236,7 @@ class DocumentIndex:
         with read_transaction(self.engine) as conn:
             return self._pending_rows(conn, limit, model, lock=False)
 
-    @contextlib.contextmanager
-    def claim_pending_chunks(self, limit: int, model: str) -> Iterator[ChunkClaim]:
+    def claim_pending_chunks(self, limit: int, model: str) -> AbstractContextManager[ChunkClaim]:
         """Claim up to ``limit`` pending chunks (see :meth:`pending_chunks`) to embed::
 
             with store.claim_pending_chunks(32, embedder.model_id) as claim:
@@ -254,27 +252,22 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        with self._claim(limit, model) as claimed:
-            yield claimed
+        return self._claim(limit, model)
 
-    @contextlib.contextmanager
-    def claim_fresh_chunks(self, limit: int, model: str, since: datetime) -> Iterator[ChunkClaim]:
+    def claim_fresh_chunks(
+        self, limit: int, model: str, since: datetime
+    ) -> AbstractContextManager[ChunkClaim]:
         """:meth:`claim_pending_chunks` of the chunks chunked at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        with self._claim(limit, model, since) as claimed:
-            yield claimed
+        return self._claim(limit, model, since)
 
-    @contextlib.contextmanager
-    def _claim(self, limit: int, model: str, since: datetime | None = None) -> Iterator[ChunkClaim]:
+    def _claim(
+        self, limit: int, model: str, since: datetime | None = None
+    ) -> AbstractContextManager[ChunkClaim]:
         def claim(conn: Connection, lock: bool) -> ChunkClaim:
             return ChunkClaim(self._pending_rows(conn, limit, model, lock=lock, since=since), model)
 
-        def finish(conn: Connection, claimed: ChunkClaim) -> int:
-            return self._store_embeddings(conn, claimed.stored, model)
-
-        with claim_rows(self.engine, claim, finish, lambda c: bool(c.stored)) as claimed:
-            yield claimed
-        self._index_vectors(claimed.stored, model)
+        return claim_embeddings(self.engine, claim, self._store_embeddings, self._vec, C.name)
 
     def _pending_rows(
         self,
@@ -316,17 +309,9 @@ class DocumentIndex:
         """Store ``blobs[i]`` (a ``keepstone.db.vectors`` blob made by ``model``) as the
         vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
         rewritten since it was read is left alone. Returns the number stored."""
-        pairs = paired(rows, blobs)
-        with write_transaction(self.engine, durable=False) as conn:  # made again if lost
-            stored = self._store_embeddings(conn, pairs, model)
-        self._index_vectors(pairs, model)
-        return stored
-
-    def _index_vectors(self, pairs: Sequence[tuple[PendingChunk, bytes]], model: str) -> None:
-        """After vectors of ``model`` committed: its HNSW index, if pgvector is there and
-        it is missing (in a transaction of its own, see pgvector.py)."""
-        if self._vec is not None and pairs:
-            self._vec.ensure_index(C.name, model, pgvector.blob_values([pairs[0][1]])[0][1])
+        return write_embeddings(
+            self.engine, rows, blobs, model, self._store_embeddings, self._vec, C.name
+        )
 
     def _store_embeddings(
         self, conn: Connection, pairs: Sequence[tuple[PendingChunk, bytes]], model: str

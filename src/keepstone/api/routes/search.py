@@ -185,13 +185,13 @@ async def search_docs(
         if limit is not None:
             given["limit"] = _number_or_text(limit)
         spaces = caller.state.spaces
-        if ref is None:
-            found = spaces.search_readable(who, q or "", **given)
-            results = [hit.as_json() for hit in found]
-            return FastJSONResponse(search_answer(results, filters, found.pending))
-        hits = spaces.search(who, ref, q or "", **given)
-        results = [hit.as_json() for hit in hits]
-        return FastJSONResponse(search_answer(results, filters, hits.pending))
+        found = (
+            spaces.search_readable(who, q or "", **given)
+            if ref is None
+            else spaces.search(who, ref, q or "", **given)
+        )
+        results = [hit.as_json() for hit in found]
+        return FastJSONResponse(search_answer(results, filters, found.pending))
 
     return await caller.run(run)
 
