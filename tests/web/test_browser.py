@@ -440,6 +440,32 @@ def test_search_shows_only_floored_hits_the_hint_and_duplicates(
     expect(page.get_by_label("Written since")).to_have_value(tomorrow)
 
 
+def test_search_filters_by_front_matter_tags_and_says_what_waits_for_a_vector(
+    people: Callable[[], Tab],
+) -> None:
+    tab = people()
+    site = tab.site
+    page = tab.sign_in("member")
+    word = f"ibis{uuid.uuid4().hex[:6]}"
+    new_document(page, site, f"{word}/tagged.md", f"---\ntags: [ops, birds]\n---\n# The {word}\n")
+    new_document(page, site, f"{word}/plain.md", f"# Another {word}\n")
+    page.goto(space_url(site, "/search", q=word))
+    docs = page.get_by_role("region", name="Documents")
+    expect(docs).to_contain_text(f"{word}/plain.md")
+    # The server's indexer is off: what was written waits for a vector, and the page says
+    # how many chunks were searched by keyword only.
+    waiting = docs.locator("[data-pending]")
+    expect(waiting).to_contain_text("searched by keyword only")
+    assert int(waiting.get_attribute("data-pending") or 0) >= 2
+    page.get_by_text("Filters").click()
+    page.get_by_label(re.compile("Tags in the document")).fill("birds,ops")
+    page.get_by_role("button", name="Search").click()
+    docs = page.get_by_role("region", name="Documents")
+    expect(docs).to_contain_text(f"{word}/tagged.md")
+    expect(docs).not_to_contain_text(f"{word}/plain.md")
+    shot(page, "search-filters")
+
+
 def test_super_admin_creates_and_revokes_an_api_key(people: Callable[[], Tab]) -> None:
     tab = people()
     site = tab.site
