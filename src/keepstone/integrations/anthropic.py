@@ -185,12 +185,9 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
         rel = _space_path(path)
         if not rel:
             raise ToolError("Cannot delete the /memories directory itself")
-        if _is_document_name(rel):
-            try:
-                self.memory.delete(rel)
-                return f"Successfully deleted {path}"
-            except NotFound:
-                pass  # perhaps a directory named like a document
+        # No document there: perhaps a directory named like one, listed below.
+        if _is_document_name(rel) and self._deleted(rel):
+            return f"Successfully deleted {path}"
         under = self.memory.list(rel)
         if not under:
             raise _absent(path, rel)
@@ -257,10 +254,15 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
 
     def _delete_each(self, infos: Iterable[DocumentInfo]) -> None:
         for info in infos:
-            try:
-                self.memory.delete(info.path)
-            except NotFound:
-                pass  # deleted meanwhile: what was asked holds
+            self._deleted(info.path)  # one deleted meanwhile: what was asked holds
+
+    def _deleted(self, rel: str) -> bool:
+        """Delete the document ``rel``; False when there was none to delete."""
+        try:
+            self.memory.delete(rel)
+        except NotFound:
+            return False
+        return True
 
 
 class AsyncKeepstoneMemoryTool(BetaAsyncAbstractMemoryTool):
