@@ -9,9 +9,24 @@ overrides of the filesystem store treat 0 literally (refuse every growth).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from keepstone.errors import DocumentTooLarge, QuotaExceeded
 from keepstone.spaces import Visibility
+
+
+class HistoryLimits(NamedTuple):
+    """How much history a team keeps; None for each means the store's default
+    (``history_days`` 30, ``history_versions`` 50 per document, ``history_quota_bytes``
+    the team's quota)."""
+
+    history_days: int | None = None
+    history_versions: int | None = None
+    history_quota_bytes: int | None = None
+
+
+#: Every history limit at the store's default.
+DEFAULT_HISTORY_LIMITS = HistoryLimits()
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from keepstone import runtime as keepstone_runtime
-from keepstone.quota import Limits
+from keepstone.quota import HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql import SqlStore
 from tests.cli_runner import run_cli
@@ -100,7 +100,7 @@ def test_db_prune_history_drops_versions_past_the_days(
     store = _store(home)
     try:
         ref = SpaceRef.build("project", "notes", tenant="t1", project="p")
-        store.set_history_limits("t1", days=1)
+        store.set_history_limits("t1", HistoryLimits(history_days=1))
         start = datetime.now(UTC) - timedelta(days=5)
         for i, text in enumerate(("one", "two", "three")):
             store.clock = lambda i=i: start + timedelta(hours=i)  # type: ignore[misc]

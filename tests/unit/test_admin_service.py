@@ -184,11 +184,11 @@ def test_org_quota_is_spread_over_the_org_teams(world: World) -> None:
     org = world.admin.create_org(ADMIN_TOKEN, "spread")
     teams = sorted(world.admin.create_team(ADMIN_TOKEN, org, n) for n in ("a", "b"))
     done = world.admin.set_org_quota(ADMIN_TOKEN, org, 4096, plan="enterprise")
-    assert done.org.memory_quota_bytes == 4096 and done.org.plan == "enterprise"
+    assert done.applied.memory_quota_bytes == 4096 and done.applied.plan == "enterprise"
     assert sorted(done.teams_updated) == teams and done.teams_failed == ()
     assert {world.store.team_usage(t)[1] for t in teams} == {4096}
     done = world.admin.set_org_quota(ADMIN_TOKEN, org, None)
-    assert done.org.memory_quota_bytes is None
+    assert done.applied.memory_quota_bytes is None
     assert {world.store.team_usage(t)[1] for t in teams} == {DEFAULT_TEAM_AGGREGATE_QUOTA}
 
 

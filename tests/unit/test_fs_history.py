@@ -20,7 +20,7 @@ import pytest
 
 from keepstone.documents import acting_as, content_etag
 from keepstone.errors import InvalidDocument, NotFound, StoreUnavailable
-from keepstone.quota import Limits
+from keepstone.quota import HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.fs import FilesystemStore, space_components
 from keepstone.store.fs_history import BEFORE_HISTORY, HAND_EDIT, HISTORY_FILE, HistoryDb
@@ -614,7 +614,7 @@ def test_prune_history_drops_versions_replaced_before_history_days(
 def test_history_limits_set_on_the_tree(tmp_path: Path, clock: Clock) -> None:
     store = make(tmp_path, clock)
     store.write(REF, "a.md", "0")
-    store.set_history_limits("acme", quota_bytes=1234, versions=2)
+    store.set_history_limits("acme", HistoryLimits(history_versions=2, history_quota_bytes=1234))
     assert store.history_usage("acme")[1] == 1234
     for i in range(1, 5):
         store.write(REF, "a.md", str(i))

@@ -103,7 +103,7 @@ def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
         return {"memory_quota_bytes": a.bytes}
     done = admin.set_org_quota(OPERATOR, a.org, a.bytes)
     return {
-        **asdict(done.org),
+        **asdict(done.applied),
         "teams_updated": list(done.teams_updated),
         "teams_failed": list(done.teams_failed),
     }

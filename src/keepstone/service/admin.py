@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from keepstone.errors import InvalidRequest, KeepstoneError, NotFound
 from keepstone.identity import listing
@@ -35,7 +36,7 @@ from keepstone.identity.listing import TeamEntry as TeamEntry
 from keepstone.identity.listing import UserEntry as UserEntry
 from keepstone.identity.service import IdentityService
 from keepstone.principal import Principal
-from keepstone.quota import DEFAULT_TEAM_AGGREGATE_QUOTA
+from keepstone.quota import DEFAULT_TEAM_AGGREGATE_QUOTA, HistoryLimits
 from keepstone.service.access import Access, require_platform_authority, require_user
 from keepstone.store.sql import SqlStore
 
@@ -52,24 +53,17 @@ class OrgView:
     memory_quota_bytes: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class OrgQuotaResult:
-    """The org after a quota change, and which of its teams' counters took the ceiling."""
+Applied = TypeVar("Applied")
 
-    org: OrgView
+
+@dataclass(frozen=True, slots=True)
+class OrgFanOut(Generic[Applied]):
+    """What an org-wide change set (the org after a quota change, or the history limits
+    applied), and which of its teams' counters took it."""
+
+    applied: Applied
     teams_updated: tuple[str, ...]
     teams_failed: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryLimits:
-    """How much history a team keeps; None for each means the default
-    (``history_days`` 30, ``history_versions`` 50 per document, ``history_quota_bytes``
-    the team's quota)."""
-
-    history_days: int | None = None
-    history_versions: int | None = None
-    history_quota_bytes: int | None = None
 
 
 #: The bounds of each history limit (a day count past a century would overflow the
@@ -79,15 +73,6 @@ HISTORY_LIMIT_BOUNDS = {
     "history_versions": 1_000_000,
     "history_quota_bytes": 2**62,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class OrgHistoryResult:
-    """The limits applied to an org's teams, and which teams took them."""
-
-    limits: HistoryLimits
-    teams_updated: tuple[str, ...]
-    teams_failed: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +159,7 @@ class AdminService:
 
     def set_org_quota(
         self, who: Principal, org_id: str, quota_bytes: int | None, *, plan: str | None = None
-    ) -> OrgQuotaResult:
+    ) -> OrgFanOut[OrgView]:
         """Record the org's quota and write it onto the counter of each of its current teams.
 
         Best effort per team: the result lists ``teams_updated`` and ``teams_failed``.
@@ -189,11 +174,11 @@ class AdminService:
             lambda team_id: self._store.set_team_quota(team_id, ceiling),
             "team quota not updated",
         )
-        return OrgQuotaResult(OrgView(**org), updated, failed)
+        return OrgFanOut(OrgView(**org), updated, failed)
 
     def set_org_history_limits(
         self, who: Principal, org_id: str, **limits: int | None
-    ) -> OrgHistoryResult:
+    ) -> OrgFanOut[HistoryLimits]:
         """Apply history limits (``history_days``, ``history_versions``,
         ``history_quota_bytes``: each a whole number >= 1, or None for the default) to
         every current team of the org; a limit not named keeps each team's own value.
@@ -217,18 +202,13 @@ class AdminService:
         applied = HistoryLimits(**limits)
 
         def apply(team_id: str) -> None:
-            days, versions, quota = self._store.history_limits(team_id)
-            self._store.set_history_limits(
-                team_id,
-                days=limits.get("history_days", days),
-                versions=limits.get("history_versions", versions),
-                quota_bytes=limits.get("history_quota_bytes", quota),
-            )
+            current = self._store.history_limits(team_id)
+            self._store.set_history_limits(team_id, current._replace(**limits))
 
         updated, failed = _on_each_team(
             identity.org_team_ids(org_id), apply, "history limits not updated"
         )
-        return OrgHistoryResult(applied, updated, failed)
+        return OrgFanOut(applied, updated, failed)
 
     def prune_history(self) -> int:
         """Drop every team's replaced versions older than its ``history_days`` (never a

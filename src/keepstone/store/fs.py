@@ -43,7 +43,7 @@ from keepstone.errors import (
     UnsupportedVisibility,
 )
 from keepstone.paths import validate_dir_prefix, validate_doc_path
-from keepstone.quota import Limits
+from keepstone.quota import DEFAULT_HISTORY_LIMITS, HistoryLimits, Limits
 from keepstone.search.claim import EmbeddingClaim
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.base import (
@@ -443,16 +443,11 @@ class FilesystemStore(MemoryStore):
         return self._history.prune()
 
     def set_history_limits(
-        self,
-        tenant: str,
-        *,
-        quota_bytes: int | None = None,
-        versions: int | None = None,
-        days: int | None = None,
+        self, tenant: str, limits: HistoryLimits = DEFAULT_HISTORY_LIMITS
     ) -> None:
         """Set the tree's history limits (None: the store's ``limits``); the tree is one
         aggregate, so they hold for every team in it."""
-        self._history.set_limits(quota_bytes, versions, days)
+        self._history.set_limits(limits)
 
     # --- The file operation of each mutation (done before its history insert) -----------
 

@@ -38,7 +38,7 @@ from typing import Final
 
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag
 from keepstone.errors import InvalidDocument
-from keepstone.quota import Limits, clamp
+from keepstone.quota import HistoryLimits, Limits, clamp
 from keepstone.store.fs_files import sidecar_errors
 from keepstone.store.fs_index import SqliteSidecar, write_transaction
 from keepstone.store.version_pack import pack_version, unpack_version
@@ -340,11 +340,14 @@ class HistoryDb(SqliteSidecar):
                 self._set_meta(conn, "used", clamp(used - int(freed)))
         return int(dropped or 0)
 
-    def set_limits(
-        self, conn: sqlite3.Connection, quota: int | None, versions: int | None, days: int | None
-    ) -> None:
+    def set_limits(self, conn: sqlite3.Connection, limits: HistoryLimits) -> None:
+        pairs = (
+            ("quota", limits.history_quota_bytes),
+            ("versions", limits.history_versions),
+            ("days", limits.history_days),
+        )
         with write_transaction(conn):
-            for key, value in (("quota", quota), ("versions", versions), ("days", days)):
+            for key, value in pairs:
                 if value is None:
                     conn.execute("DELETE FROM meta WHERE key = ?", (key,))
                 else:

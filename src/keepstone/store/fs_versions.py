@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag, current_actor
-from keepstone.quota import Limits
+from keepstone.quota import HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.fs_files import os_errors
 from keepstone.store.fs_history import (
@@ -206,10 +206,10 @@ class TreeHistory:
         with history_errors():
             return self._db.prune(conn, self._clock(), self._limits)
 
-    def set_limits(self, quota_bytes: int | None, versions: int | None, days: int | None) -> None:
+    def set_limits(self, limits: HistoryLimits) -> None:
         """Set the tree's history limits (None: the store's ``limits``)."""
         with os_errors(""), self._tree.locked(), history_errors():
-            self._db.set_limits(self.connection_locked(), quota_bytes, versions, days)
+            self._db.set_limits(self.connection_locked(), limits)
 
     def usage(self) -> tuple[int, int]:
         """(bytes of replaced versions kept, the history quota) of the tree."""

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from keepstone.db import read_transaction, utc, write_transaction
 from keepstone.documents import Document, DocumentInfo, VersionInfo
 from keepstone.errors import InvalidRequest
-from keepstone.quota import Limits
+from keepstone.quota import DEFAULT_HISTORY_LIMITS, HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql_schema import (
     memory_document_versions,
@@ -276,43 +276,33 @@ class DocumentHistory:
         return dropped
 
     def set_history_limits(
-        self,
-        tenant: str,
-        *,
-        quota_bytes: int | None = None,
-        versions: int | None = None,
-        days: int | None = None,
+        self, tenant: str, limits: HistoryLimits = DEFAULT_HISTORY_LIMITS
     ) -> None:
         """Set a team's history limits (None: the store's default), creating the team's
         counter (empty, at the default quota) if the team never wrote: limits set before a
         team's first write still hold for it."""
-        for name, value in (("quota_bytes", quota_bytes), ("versions", versions), ("days", days)):
+        for name, value in limits._asdict().items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InvalidRequest(f"history {name} must be a whole number or None")
             if value is not None and value < 1:
                 raise InvalidRequest(f"history {name} must be at least 1, not {value}")
         dialect = pg_dialect if self.engine.dialect.name == "postgresql" else sqlite_dialect
-        limits = {
-            "history_quota_bytes": quota_bytes,
-            "history_versions": versions,
-            "history_days": days,
-        }
         with write_transaction(self.engine) as conn:
             conn.execute(
                 dialect.insert(T)
                 .values(tenant_id=tenant, used_bytes=0, quota_bytes=self.limits.team_quota)
                 .on_conflict_do_nothing(index_elements=[T.c.tenant_id])
             )
-            conn.execute(sa.update(T).where(T.c.tenant_id == tenant).values(**limits))
+            conn.execute(sa.update(T).where(T.c.tenant_id == tenant).values(**limits._asdict()))
 
-    def history_limits(self, tenant: str) -> tuple[int | None, int | None, int | None]:
+    def history_limits(self, tenant: str) -> HistoryLimits:
         """A team's own history limits (days, versions, quota bytes), None where it has
         the store's default."""
         with read_transaction(self.engine) as conn:
             row = conn.execute(self._hist.limits, {"t": tenant}).first()
         if row is None:
-            return None, None, None
-        return row.history_days, row.history_versions, row.history_quota_bytes
+            return DEFAULT_HISTORY_LIMITS
+        return HistoryLimits(row.history_days, row.history_versions, row.history_quota_bytes)
 
     def history_usage(self, tenant: str) -> tuple[int, int]:
         """(bytes of replaced versions kept, the history quota) of a team."""

@@ -276,7 +276,7 @@ def patch_org(id: str, body: OrgPatchIn, who: Principal, admin: Admin) -> dict[s
     # An explicit null quota puts the org's teams back at the default; absent leaves it.
     if "memory_quota_bytes" in body.model_fields_set:
         done = admin.set_org_quota(who, id, body.memory_quota_bytes, plan=body.plan)
-        out = _org_out(done.org, done.teams_updated, done.teams_failed)
+        out = _org_out(done.applied, done.teams_updated, done.teams_failed)
     else:
         out = _org_out(admin.update_org(who, id, plan=body.plan))
     history = {k: getattr(body, k) for k in _HISTORY_FIELDS if k in body.model_fields_set}
