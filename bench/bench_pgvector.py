@@ -58,6 +58,7 @@ from keepstone.db.vectors import decode_many, encode_many  # noqa: E402
 from keepstone.search.vectors import top_k  # noqa: E402
 from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
 from keepstone.store.sql import SqlStore  # noqa: E402
+from keepstone.store.sql_index import space_chunks  # noqa: E402
 from keepstone.store.sql_schema import space_key  # noqa: E402
 from tests import pgvector_server  # noqa: E402
 
@@ -268,15 +269,7 @@ def bench_product(
                     f"    k={k:<3} HNSW ef_search={max(ef, k):<4} p50/p95 {ms(times[ef])} ms"
                     f"   recall {found[ef] / (k * len(queries)):.3f}"
                 )
-        plan = pg.explain(
-            "memory_chunks",
-            ("path", "seq"),
-            "tenant_id = :t AND space_key = :k AND space_id = :sid",
-            {"t": ref.tenant, "k": key, "sid": ref.id},
-            MODEL,
-            queries[0],
-            10,
-        )
+        plan = pg.explain(space_chunks(ref), MODEL, queries[0], 10)
         if "Index Scan using memory_chunks_vec_" not in plan:
             lines.append("    (the planner chose no HNSW index scan!)")
         return lines

@@ -41,6 +41,7 @@ from keepstone.service.record_search import RecordSearch
 from keepstone.service.search import DocumentSearch
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.sql import SqlStore
+from keepstone.store.sql_index import space_chunks
 from tests.pgvector_server import PgvectorServer
 from tests.search import labelled
 
@@ -407,15 +408,7 @@ def test_the_query_plan_scans_the_hnsw_index(
     store: SqlStore, corpus: Corpus, spaces: list[str]
 ) -> None:
     ref = space_ref(spaces[2], spaces)
-    plan = pg(store).explain(
-        "memory_chunks",
-        ("path", "seq"),
-        "tenant_id = :t AND space_key = :k AND space_id = :sid",
-        SqlStore._address(ref),
-        MODEL,
-        corpus.queries[0][1],
-        50,
-    )
+    plan = pg(store).explain(space_chunks(ref), MODEL, corpus.queries[0][1], 50)
     index = Pgvector.index_name("memory_chunks", MODEL, DIM)
     assert f"Index Scan using {index}" in plan, plan
 

@@ -118,6 +118,19 @@ class Vector(sa.types.UserDefinedType[str]):
 
 
 @dataclass(frozen=True, slots=True)
+class VectorRows:
+    """The rows of ``table`` a vector query may see: those where ``where`` holds (SQL over
+    ``params``, the caller's: it is what isolates one tenant's rows; ``alias`` names the
+    table in it), each named by its ``key`` columns."""
+
+    table: str
+    key: tuple[str, ...]
+    where: str
+    params: Mapping[str, Any]
+    alias: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Nearest:
     """One row found by :meth:`Pgvector.nearest`: the scope's key columns and the cosine."""
 
@@ -247,23 +260,19 @@ class Pgvector:
 
     # --- Queries --------------------------------------------------------------------------
 
-    def _select(
-        self, table: str, key: Sequence[str], scope: str, model: str, dim: int, alias: str
-    ) -> tuple[str, str]:
+    def _select(self, rows: VectorRows, model: str, dim: int) -> tuple[str, str]:
         """``SELECT <key>, <distance to :knn_query> AS distance … WHERE <scope> AND <the
         index's predicate>``, and that distance expression."""
         vector = f"{self._type}({dim})"
         distance = f"vec::{vector} {self._distance} CAST(:knn_query AS {vector})"
         select = (
-            f"SELECT {', '.join(key)}, {distance} AS distance FROM {table} {alias}"
-            f" WHERE ({scope}) AND {self._predicate(model, dim)}"
+            f"SELECT {', '.join(rows.key)}, {distance} AS distance FROM {rows.table} {rows.alias}"
+            f" WHERE ({rows.where}) AND {self._predicate(model, dim)}"
         )
         return select, distance
 
-    def _knn(
-        self, table: str, key: Sequence[str], scope: str, model: str, dim: int, alias: str
-    ) -> str:
-        select, distance = self._select(table, key, scope, model, dim, alias)
+    def _knn(self, rows: VectorRows, model: str, dim: int) -> str:
+        select, distance = self._select(rows, model, dim)
         return f"{select} ORDER BY {distance} LIMIT :knn_limit"
 
     def _found(
@@ -292,22 +301,17 @@ class Pgvector:
 
     def nearest(
         self,
-        table: str,
-        key: Sequence[str],
-        scope: str,
-        params: Mapping[str, Any],
+        rows: VectorRows,
         model: str,
         query: npt.NDArray[np.float32],
         k: int,
         *,
-        alias: str = "",
         conn: Connection | None = None,
     ) -> list[Nearest]:
-        """The ``k`` rows of ``table`` within ``scope`` (an SQL condition over ``params``,
-        the caller's: it is what isolates one tenant's rows) made by ``model`` that are
-        nearest to ``query`` by cosine, best first, as their ``key`` columns and cosine.
+        """The ``k`` of ``rows`` made by ``model`` that are nearest to ``query`` by cosine,
+        best first, as their key columns and cosine.
 
-        ``alias`` names ``table`` for ``scope``. The statement runs in ``conn``'s
+        The statement runs in ``conn``'s
         transaction (the caller's search), or a read transaction of its own, with
         ``hnsw.ef_search`` and ``hnsw.iterative_scan = relaxed_order`` set for that
         transaction; relaxed order may hand rows back slightly out of order, so they are
@@ -318,10 +322,10 @@ class Pgvector:
         dim = len(query)
         # Never built here: a search must not wait on a build. The stores build it after
         # they store vectors, and setup after it starts.
-        self.ensure_index(table, model, dim, create=False)
-        sql = self._knn(table, key, scope, model, dim, alias)
-        bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
-        found = self._found(sql, bound, len(key), conn, k)
+        self.ensure_index(rows.table, model, dim, create=False)
+        sql = self._knn(rows, model, dim)
+        bound = {**rows.params, "knn_query": vector_literal(query), "knn_limit": k}
+        found = self._found(sql, bound, len(rows.key), conn, k)
         with self._lock:
             self.queries += 1
         found.sort(key=lambda n: -n.cosine)
@@ -329,24 +333,20 @@ class Pgvector:
 
     def similarity(
         self,
-        table: str,
-        key: Sequence[str],
-        scope: str,
-        params: Mapping[str, Any],
+        rows: VectorRows,
         model: str,
         query: npt.NDArray[np.float32],
         keys: Sequence[tuple[Any, ...]],
         *,
-        alias: str = "",
         conn: Connection | None = None,
     ) -> list[Nearest]:
-        """The cosine to ``query`` of the rows of ``table`` within ``scope`` named by
-        ``keys`` (values of the ``key`` columns) that ``model`` embedded, exactly (no
+        """The cosine to ``query`` of the ``rows`` named by ``keys`` (values of their key
+        columns) that ``model`` embedded, exactly (no
         index: a handful of rows by key). A search scores its keyword candidates on the
         dense side with it (:func:`keepstone.search.hybrid.complete`)."""
         if not keys:
             return []
-        bound: dict[str, Any] = {**params, "knn_query": vector_literal(query)}
+        bound: dict[str, Any] = {**rows.params, "knn_query": vector_literal(query)}
         tuples = []
         for i, values in enumerate(keys):
             names = []
@@ -354,28 +354,17 @@ class Pgvector:
                 bound[f"sim_{i}_{j}"] = value
                 names.append(f":sim_{i}_{j}")
             tuples.append(f"({', '.join(names)})")
-        select, _ = self._select(table, key, scope, model, len(query), alias)
-        sql = f"{select} AND ({', '.join(key)}) IN ({', '.join(tuples)})"
-        return self._found(sql, bound, len(key), conn)
+        select, _ = self._select(rows, model, len(query))
+        sql = f"{select} AND ({', '.join(rows.key)}) IN ({', '.join(tuples)})"
+        return self._found(sql, bound, len(rows.key), conn)
 
-    def explain(
-        self,
-        table: str,
-        key: Sequence[str],
-        scope: str,
-        params: Mapping[str, Any],
-        model: str,
-        query: npt.NDArray[np.float32],
-        k: int,
-        *,
-        alias: str = "",
-    ) -> str:
+    def explain(self, rows: VectorRows, model: str, query: npt.NDArray[np.float32], k: int) -> str:
         """The plan PostgreSQL chooses for :meth:`nearest` with the same arguments (tests
         and benchmarks check that it scans the HNSW index)."""
-        sql = sa.text("EXPLAIN " + self._knn(table, key, scope, model, len(query), alias))
+        sql = sa.text("EXPLAIN " + self._knn(rows, model, len(query)))
         with read_transaction(self.engine) as conn:
             self._configure(conn, k)
-            bound = {**params, "knn_query": vector_literal(query), "knn_limit": k}
+            bound = {**rows.params, "knn_query": vector_literal(query), "knn_limit": k}
             lines = conn.execute(sql, bound).scalars()
             return "\n".join(lines)
 

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import read_statements, refresh_statistics, write_transaction
-from keepstone.db.pgvector import Nearest, Pgvector
+from keepstone.db.pgvector import Nearest, Pgvector, VectorRows
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
     CURSOR_KEY_NAME,
@@ -197,9 +197,7 @@ class _SqlReader(RecordReader):
         conn = self._conn if self._in_transaction else None
         return self._by_vector(
             scope,
-            lambda vec, where, params: vec.nearest(
-                R.name, ("r.id",), where, params, model, query, k, alias="r", conn=conn
-            ),
+            lambda vec, rows: vec.nearest(rows, model, query, k, conn=conn),
         )
 
     def record_similarity(
@@ -208,22 +206,21 @@ class _SqlReader(RecordReader):
         keys = [(i,) for i in ids]
         return self._by_vector(
             scope,
-            lambda vec, where, params: vec.similarity(
-                R.name, ("r.id",), where, params, model, query, keys, alias="r", conn=self._conn
-            ),
+            lambda vec, rows: vec.similarity(rows, model, query, keys, conn=self._conn),
         )
 
     def _by_vector(
-        self, scope: Scope, ask: Callable[[Pgvector, str, dict[str, Any]], list[Nearest]]
+        self, scope: Scope, ask: Callable[[Pgvector, VectorRows], list[Nearest]]
     ) -> list[tuple[str, float]] | None:
-        """``ask`` pgvector about the records within ``scope`` (its conditions and their
-        parameters), as (record id, cosine); None without pgvector to search."""
+        """``ask`` pgvector about the records within ``scope``, as (record id, cosine); None
+        without pgvector to search."""
         vec = self._store.vectors
         if vec is None or not vec.search:
             return None
         params: dict[str, Any] = {}
         where = _where(scope, params)
-        return [(str(n.key[0]), float(n.cosine)) for n in ask(vec, where, params)]
+        rows = VectorRows(R.name, ("r.id",), where, params, alias="r")
+        return [(str(n.key[0]), float(n.cosine)) for n in ask(vec, rows)]
 
     def count_pending(self, team_id: str, model: str) -> int:
         return int(

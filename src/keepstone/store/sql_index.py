@@ -418,6 +418,16 @@ class DocumentIndex:
             after.update(after_t=last.tenant_id, after_k=last.space_key, p=last.path)
 
 
+def space_chunks(ref: SpaceRef, path_prefix: str = "") -> pgvector.VectorRows:
+    """The chunks of the space ``ref`` (under ``path_prefix``) as pgvector rows, named by
+    (path, seq)."""
+    where = "tenant_id = :t AND space_key = :k AND space_id = :sid"
+    if path_prefix:
+        where += " AND starts_with(path, :prefix)"
+    params = {**DocumentIndex._address(ref), "prefix": path_prefix}
+    return pgvector.VectorRows(C.name, ("path", "seq"), where, params)
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkVectors:
     """pgvector's HNSW index over ``memory_chunks``, as a search asks it for a space's
@@ -435,13 +445,7 @@ class ChunkVectors:
     ) -> Neighbours:
         """The ``k`` chunks of the space (under ``path_prefix``) embedded by ``model``
         nearest to ``query``, as (path, seq, cosine), best first."""
-        addr = DocumentIndex._address(ref)
-        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
-        if path_prefix:
-            scope += " AND starts_with(path, :prefix)"
-        found = self.vec.nearest(
-            C.name, ("path", "seq"), scope, {**addr, "prefix": path_prefix}, model, query, k
-        )
+        found = self.vec.nearest(space_chunks(ref, path_prefix), model, query, k)
         return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
     def similarity(
@@ -449,9 +453,7 @@ class ChunkVectors:
     ) -> Neighbours:
         """The cosine to ``query`` of the space's chunks ``keys`` ((path, seq)) that
         ``model`` embedded, as (path, seq, cosine)."""
-        addr = DocumentIndex._address(ref)
-        scope = "tenant_id = :t AND space_key = :k AND space_id = :sid"
-        found = self.vec.similarity(C.name, ("path", "seq"), scope, addr, model, query, keys)
+        found = self.vec.similarity(space_chunks(ref), model, query, keys)
         return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
 
