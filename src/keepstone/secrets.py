@@ -14,7 +14,8 @@ Three functions are the whole interface:
   character span of the secret itself), sorted by start and never overlapping.
 * :func:`check_no_secrets` raises :class:`~keepstone.errors.SecretDetected` naming the kind
   and the line of the first finding, and never the secret itself. Document writes and
-  archive imports call it.
+  archive imports call it; :func:`check_names_free_of_secrets` does the same for the
+  names they write under (paths, space, project and bot names).
 * :func:`mask` replaces each secret with ``[REDACTED:<kind>]``. Records and search
   queries are masked before they are stored, logged or sent anywhere.
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from keepstone.errors import SecretDetected
@@ -541,6 +542,25 @@ def check_no_secrets(text: str) -> None:
             kind=first.kind,
             line=first.line,
         )
+
+
+def check_names_free_of_secrets(names: Mapping[str, str], what: str = "") -> None:
+    """Refuse a name that holds a credential: a document path, a space's, project's or
+    bot's name. Names are listed, searched and exported to everyone who may read the
+    space, so a credential in one leaks as surely as one in a body. ``names`` maps each
+    field to its value (``what`` says whose, e.g. "space" for its ``name``); the first
+    that holds one raises :class:`~keepstone.errors.SecretDetected` naming the field and
+    the kind, never the secret."""
+    for field, value in names.items():
+        found = scan(value) if value else []
+        if found:
+            whose = f"{what} " if what else ""
+            raise SecretDetected(
+                f"the {whose}{field} contains a credential ({found[0].kind}); names are "
+                "shown to everyone who may read the space: choose one without it and retry",
+                kind=found[0].kind,
+                field=field,
+            )
 
 
 _MIN_REPEAT = 12  # a found secret this long is masked wherever else it appears verbatim

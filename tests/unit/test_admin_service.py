@@ -17,7 +17,14 @@ import pytest
 from argon2 import PasswordHasher
 
 from keepstone.db import make_engine
-from keepstone.errors import CsrfRequired, Forbidden, KeepstoneError, NotFound, Unauthenticated
+from keepstone.errors import (
+    CsrfRequired,
+    Forbidden,
+    KeepstoneError,
+    NotFound,
+    SecretDetected,
+    Unauthenticated,
+)
 from keepstone.identity.keys import KeyHasher
 from keepstone.identity.service import IdentityService
 from keepstone.principal import CredentialKind, OrgRole, Principal, TeamRole
@@ -178,6 +185,16 @@ def test_results_are_dataclasses(world: World) -> None:
     created = world.admin.create_api_key(ADMIN_TOKEN, user, world.team_id)
     assert isinstance(created, CreatedKey) and created.key.startswith("keepstone_")
     assert created.key not in repr(created)  # shown once, never in a log line
+
+
+def test_a_project_or_repository_named_after_a_credential_is_refused(world: World) -> None:
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    with pytest.raises(SecretDetected) as info:
+        world.admin.create_project(ADMIN_TOKEN, world.team_id, f"proj-{token}")
+    assert info.value.details["field"] == "name" and token not in info.value.message
+    project = world.admin.create_project(ADMIN_TOKEN, world.team_id, "clean")
+    with pytest.raises(SecretDetected):
+        world.admin.create_repo(ADMIN_TOKEN, project, token)
 
 
 def test_org_quota_is_spread_over_the_org_teams(world: World) -> None:

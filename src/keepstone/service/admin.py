@@ -37,6 +37,7 @@ from keepstone.identity.listing import UserEntry as UserEntry
 from keepstone.identity.service import IdentityService
 from keepstone.principal import Principal
 from keepstone.quota import DEFAULT_TEAM_AGGREGATE_QUOTA, HistoryLimits
+from keepstone.secrets import check_names_free_of_secrets
 from keepstone.service.access import Access, require_platform_authority, require_user
 from keepstone.store.sql import SqlStore
 
@@ -242,9 +243,13 @@ class AdminService:
         self._authorized(who).remove_team_member(team_id, user_id)
 
     def create_project(self, who: Principal, team_id: str, name: str) -> str:
+        """A new project of the team; a name holding a credential is refused (spaces are
+        named after their project, and names are shown to the whole team)."""
+        check_names_free_of_secrets({"name": name})
         return self._authorized(who).create_project(team_id, name)
 
     def create_repo(self, who: Principal, project_id: str, name: str) -> str:
+        check_names_free_of_secrets({"name": name})
         return self._authorized(who).create_repo(project_id, name)
 
     # --- API keys --------------------------------------------------------------------------

@@ -74,6 +74,7 @@ from keepstone.errors import (
 )
 from keepstone.paths import DOC_SUFFIX, validate_doc_path
 from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
+from keepstone.secrets import mask
 from keepstone.spaces import SpaceRef
 from keepstone.store.prelude import ArchiveStore, CheckedWrite, ImportWriter, Progress
 
@@ -524,8 +525,9 @@ def _write_each(
         except (TooLarge, Unprocessable, Conflict) as exc:
             # Unprocessable: what the prelude refuses (a secret, a NUL); Conflict: what the
             # store cannot safely write there (a symbolic link or a file planted where the
-            # path needs a directory): this member only.
-            report.rejected.append(Rejected(path, exc.message))
+            # path needs a directory): this member only. A name holding a credential is
+            # listed masked: the report is shown and logged.
+            report.rejected.append(Rejected(mask(path), exc.message))
 
 
 def _ticking(items: Iterator[_T], progress: Progress | None) -> Iterator[_T]:

@@ -52,7 +52,7 @@ from keepstone.documents import (
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits, check_document_size
-from keepstone.secrets import check_no_secrets
+from keepstone.secrets import check_names_free_of_secrets, check_no_secrets
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import export_space, import_space
 from keepstone.store.prelude import (
@@ -256,8 +256,13 @@ class MemoryStore(ABC):
         if_none_match: bool,
         grant: PlatformGrant | None,
     ) -> CheckedWrite:
-        """The prelude of :meth:`write`: path, authority, encoding, size and secrets."""
+        """The prelude of :meth:`write`: path, authority, encoding, size and secrets (in
+        the content and in the names it is written under)."""
         path = validate_doc_path(path)
+        check_names_free_of_secrets({"path": path})
+        check_names_free_of_secrets(
+            {"name": ref.name, "project": ref.project, "bot": ref.bot}, "space"
+        )
         self.check_authority(ref, grant)
         data = encode_document(content)
         if self.limits is not None:
@@ -299,6 +304,7 @@ class MemoryStore(ABC):
         """
         self.check_authority(ref, grant)
         src, dst = validate_doc_path(path), validate_doc_path(to)
+        check_names_free_of_secrets({"to": dst})
         if src == dst:
             raise InvalidRequest(
                 f"the document is already at {src!r}; give the new path to move it to",
