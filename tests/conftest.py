@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,20 @@ def require_chromium(path: str) -> None:
     """Debian's Chromium at ``path`` (``.ci/run`` installs it)."""
     if not os.path.exists(path):
         _missing("chromium", f"{path} is missing: apt-get install -y chromium chromium-driver")
+
+
+def require_small_disk(where: str, size: str) -> None:
+    """A tmpfs of ``size`` mounted at ``where``, to fill a disk for real (root only; the
+    full-disk tests). Unmount it with ``umount``."""
+    os.makedirs(where, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", where],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        _missing("a small disk", f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
 
 
 def require_postgres() -> str:

@@ -41,6 +41,7 @@ model) can act on.
     │   └── InvalidEdit               422 invalid_edit
     ├── RateLimited                   429 rate_limited
     └── StoreUnavailable              503 store_unavailable
+        └── InsufficientStorage       507 insufficient_storage
 """
 
 from __future__ import annotations
@@ -192,6 +193,14 @@ class RateLimited(KeepstoneError):
 
 class StoreUnavailable(KeepstoneError):
     status = 503
+
+
+class InsufficientStorage(StoreUnavailable):
+    """The disk that holds the store is full: writes are refused until space is freed;
+    reads and deletes go on (a store keeps a reserve for its deletes). A store outage
+    still, to a caller that handles ``StoreUnavailable``; the message names the disk."""
+
+    status = 507
 
 
 def all_error_classes() -> list[type[KeepstoneError]]:

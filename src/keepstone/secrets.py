@@ -13,9 +13,8 @@ Three functions are the whole interface:
 * :func:`scan` lists the :class:`Finding` s of a text (kind, 1-based line, and the
   character span of the secret itself), sorted by start and never overlapping.
 * :func:`check_no_secrets` raises :class:`~keepstone.errors.SecretDetected` naming the kind
-  and the line of the first finding, and never the secret itself. Document writes and
-  archive imports call it; :func:`check_names_free_of_secrets` does the same for the
-  names they write under (paths, space, project and bot names).
+  and the line of the first finding, never the secret. Document writes and archive
+  imports call it, and :func:`check_names_free_of_secrets` on the names they write under.
 * :func:`mask` replaces each secret with ``[REDACTED:<kind>]``. Records and search
   queries are masked before they are stored, logged or sent anywhere.
 
@@ -545,22 +544,16 @@ def check_no_secrets(text: str) -> None:
 
 
 def check_names_free_of_secrets(names: Mapping[str, str], what: str = "") -> None:
-    """Refuse a name that holds a credential: a document path, a space's, project's or
-    bot's name. Names are listed, searched and exported to everyone who may read the
-    space, so a credential in one leaks as surely as one in a body. ``names`` maps each
-    field to its value (``what`` says whose, e.g. "space" for its ``name``); the first
-    that holds one raises :class:`~keepstone.errors.SecretDetected` naming the field and
-    the kind, never the secret."""
+    """Refuse a name holding a credential (a path; a space's, project's or bot's name):
+    names are listed, searched and exported to every reader of the space. ``names`` maps
+    each field to its value (``what``: whose, e.g. "space"); SecretDetected names the
+    field and the kind, never the secret."""
     for field, value in names.items():
-        found = scan(value) if value else []
-        if found:
-            whose = f"{what} " if what else ""
-            raise SecretDetected(
-                f"the {whose}{field} contains a credential ({found[0].kind}); names are "
-                "shown to everyone who may read the space: choose one without it and retry",
-                kind=found[0].kind,
-                field=field,
-            )
+        if found := scan(value):
+            kind, whose = found[0].kind, f"{what} " if what else ""
+            hint = "names are shown to everyone who may read the space: choose one without it"
+            message = f"the {whose}{field} contains a credential ({kind}); {hint} and retry"
+            raise SecretDetected(message, kind=kind, field=field)
 
 
 _MIN_REPEAT = 12  # a found secret this long is masked wherever else it appears verbatim

@@ -382,7 +382,7 @@ def _broken_append(*_args: object, **_kwargs: object) -> None:
     raise sqlite3.OperationalError("disk I/O error")
 
 
-def test_a_failure_between_the_file_and_the_history_is_reconciled(
+def test_a_failure_between_the_file_and_the_history_undoes_a_write_and_heals_the_rest(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = make(tmp_path, clock)
@@ -391,7 +391,9 @@ def test_a_failure_between_the_file_and_the_history_is_reconciled(
     store.write(REF, "c.md", "to move")
     paths = ["a.md", "b.md", "c.md", "d.md"]
     operations: list[Callable[[], object]] = [
-        lambda: store.write(REF, "a.md", "two"),  # the file is replaced, the insert fails
+        # The insert fails after the file was replaced: the write is undone (a refused
+        # write leaves nothing behind, SPEC "Errors").
+        lambda: store.write(REF, "a.md", "two"),
         lambda: store.delete(REF, "b.md"),
         lambda: store.move(REF, "c.md", "d.md"),
     ]
@@ -400,14 +402,16 @@ def test_a_failure_between_the_file_and_the_history_is_reconciled(
             patched.setattr(HistoryDb, "append", _broken_append)
             with pytest.raises(StoreUnavailable, match="history"):
                 operation()
-        # The next operation heals: the files are the truth.
+        # The counters were left dirty: the next operation heals (here, a recount), and
+        # the files are the truth.
+        store.recount()
         consistent(store, REF, paths)
     assert [d.path for d in store.list(REF)] == ["a.md", "d.md"]
-    assert store.read(REF, "a.md").content == "two"
-    assert store.versions(REF, "a.md")[0].actor == HAND_EDIT
+    assert store.read(REF, "a.md").content == "one"
+    assert [v.version for v in store.versions(REF, "a.md")] == [1]
     assert store.versions(REF, "b.md")[0].deleted
     assert store.versions(REF, "c.md")[0].deleted
-    assert store.usage(REF).used_bytes == len("two") + len("to move")
+    assert store.usage(REF).used_bytes == len("one") + len("to move")
 
 
 def test_a_failure_before_the_file_operation_records_nothing(

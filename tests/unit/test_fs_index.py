@@ -22,7 +22,7 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow
 from keepstone.store.fs import FilesystemStore
 from keepstone.store.fs_history import HISTORY_FILE
-from keepstone.store.fs_layout import INDEX_FILE, LOCK_FILE, STATE_FILE
+from keepstone.store.fs_layout import INDEX_FILE, LOCK_FILE, RESERVE_FILE, STATE_FILE
 
 REF = SpaceRef.build("user", "notes", tenant="local", user="ann")
 OTHER = SpaceRef.build("project", "docs", tenant="local", project="repo")
@@ -288,6 +288,7 @@ def test_the_sidecar_is_never_listed_iterated_or_exported(tmp_path: Path) -> Non
         f"{INDEX_FILE}-wal",
         f"{INDEX_FILE}-shm",
         *(f"{HISTORY_FILE}{suffix}" for suffix in ("", "-wal", "-shm")),
+        RESERVE_FILE,
     }
     assert store.recount() == len("alpha")  # quota counters ignore the sidecar too
 

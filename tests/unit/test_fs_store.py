@@ -60,6 +60,7 @@ def test_layout_is_a_plain_readable_tree(tmp_path: Path) -> None:
         ".keepstone-history.sqlite",  # the history (fs_history), with SQLite's WAL files
         ".keepstone-history.sqlite-shm",
         ".keepstone-history.sqlite-wal",
+        ".keepstone-reserve",  # room kept for deletes on a full disk (store/reserve.py)
         ".keepstone-usage.json",
         ".keepstone.lock",
         "bot",

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keepstone.api import deps
 from keepstone.errors import (
+    InsufficientStorage,
     InvalidPath,
     InvalidRequest,
     InvalidSpaceRef,
@@ -71,7 +72,9 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
     response = JSONResponse(exc.to_dict(), status_code=exc.status)
     if isinstance(exc, RateLimited):
         response.headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
-    if exc.status >= 500:
+    if isinstance(exc, InsufficientStorage):  # one line per refusal, not a traceback
+        log.warning("request refused: %s: %s", exc.code, exc.message)
+    elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response
 

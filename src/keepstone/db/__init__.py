@@ -27,10 +27,12 @@ from keepstone.db.durability import (
     wal_sync,
 )
 from keepstone.db.engine import (
+    DISK_FULL_MESSAGE,
     PointRead,
     as_sqlalchemy,
     claim_rows,
     driver_cursor,
+    is_disk_full,
     make_engine,
     normalize_url,
     on_pooled,
@@ -47,6 +49,7 @@ from keepstone.db.migrations import Migration, applied_versions, upgrade
 from keepstone.db.statistics import refresh_statistics
 
 __all__ = [
+    "DISK_FULL_MESSAGE",
     "Migration",
     "PointRead",
     "SqliteWriters",
@@ -55,6 +58,7 @@ __all__ = [
     "as_sqlalchemy",
     "claim_rows",
     "driver_cursor",
+    "is_disk_full",
     "made_durable",
     "make_engine",
     "normalize_url",

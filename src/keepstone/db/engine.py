@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shlex
@@ -31,7 +32,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine
 
 from keepstone.db.durability import made_durable, sqlite_writers
-from keepstone.errors import InvalidRequest, StoreUnavailable
+from keepstone.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -367,12 +368,45 @@ class PointRead:
         return done
 
 
+#: PostgreSQL's SQLSTATE for "disk full" (class 53, insufficient resources).
+_PG_DISK_FULL = "53100"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (a driver's error, SQLAlchemy's wrapping one, or an OSError) says
+    the disk that holds the data is full: SQLite's ``SQLITE_FULL``, PostgreSQL's
+    ``disk_full``, ``ENOSPC`` or ``EDQUOT``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(current, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return True
+        if getattr(current, "sqlstate", None) == _PG_DISK_FULL:
+            return True
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return False
+
+
+#: The refusal of a write on a full disk (SPEC: reads and deletes keep working).
+DISK_FULL_MESSAGE = (
+    "the disk that holds the database is full: writes are refused until space is freed "
+    "there; reads, searches and deletes go on"
+)
+
+
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
-    """Driver failures (connection refused, database gone, disk I/O) → StoreUnavailable."""
+    """Driver failures (connection refused, database gone, disk I/O) → StoreUnavailable;
+    a full disk → InsufficientStorage (507)."""
     try:
         yield
     except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        if is_disk_full(exc):
+            raise InsufficientStorage(DISK_FULL_MESSAGE) from exc
         raise StoreUnavailable(
             "the database cannot be reached right now; try again shortly"
         ) from exc

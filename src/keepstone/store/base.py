@@ -65,6 +65,7 @@ from keepstone.store.prelude import (
     check_move_target,
     check_precondition,
 )
+from keepstone.store.reserve import DiskReserve
 
 __all__ = [
     "CheckedDelete",
@@ -225,6 +226,9 @@ class MemoryStore(ABC):
 
     #: The limits this store enforces itself, or None when a server behind it does.
     limits: Limits | None = None
+    #: The room this store keeps for deletes on a full disk (:mod:`keepstone.store.reserve`),
+    #: or None when its data is not on a local disk (a server's, a PostgreSQL's).
+    reserve: DiskReserve | None = None
 
     def write(
         self,
@@ -243,9 +247,10 @@ class MemoryStore(ABC):
         PreconditionFailed when the document exists (create-only). ``grant``: the
         platform authority a ``global`` space needs (see the module's rules).
         """
-        return self._write(
-            ref, self.check_write(ref, path, content, if_match, if_none_match, grant)
-        )
+        checked = self.check_write(ref, path, content, if_match, if_none_match, grant)
+        if self.reserve is None:
+            return self._write(ref, checked)
+        return self.reserve.refusing(lambda: self._write(ref, checked))
 
     def check_write(
         self,
@@ -268,6 +273,8 @@ class MemoryStore(ABC):
         if self.limits is not None:
             check_document_size(len(data), self.limits.max_document)
         check_no_secrets(content)
+        if self.reserve is not None:
+            self.reserve.ensure()
         return CheckedWrite(path, content, data, content_etag(data), if_match, if_none_match, grant)
 
     def delete(
@@ -280,7 +287,12 @@ class MemoryStore(ABC):
     ) -> None:
         """Remove the document at ``path`` and credit its size; NotFound when absent."""
         self.check_authority(ref, grant)
-        self._delete(ref, CheckedDelete(validate_doc_path(path), if_match, grant))
+        checked = CheckedDelete(validate_doc_path(path), if_match, grant)
+        if self.reserve is None:
+            return self._delete(ref, checked)
+        # A delete writes before it frees (a log, a history version): on a full disk it
+        # runs again in the room the reserve leaves.
+        return self.reserve.retrying(lambda: self._delete(ref, checked))
 
     def move(
         self,
@@ -310,7 +322,11 @@ class MemoryStore(ABC):
                 f"the document is already at {src!r}; give the new path to move it to",
                 path=src,
             )
-        return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
+        checked = CheckedMove(src, dst, if_match, overwrite, grant)
+        if self.reserve is None:
+            return self._move(ref, checked)
+        self.reserve.ensure()
+        return self.reserve.refusing(lambda: self._move(ref, checked))
 
     def versions(self, ref: SpaceRef, path: str) -> Versions:
         """The document's versions newest first, live included; NotFound when

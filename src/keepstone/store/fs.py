@@ -29,6 +29,8 @@ the files.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -40,6 +42,7 @@ from keepstone.errors import (
     Conflict,
     InvalidDocument,
     NotFound,
+    StoreUnavailable,
     UnsupportedVisibility,
 )
 from keepstone.paths import validate_dir_prefix, validate_doc_path
@@ -73,6 +76,7 @@ from keepstone.store.fs_layout import (
     INDEX_FILE,
     LOCK_FILE,
     MAX_VERBATIM_BYTES,
+    RESERVE_FILE,
     STATE_FILE,
     TEMP_PREFIX,
     TEMP_SUFFIX,
@@ -82,8 +86,11 @@ from keepstone.store.fs_layout import (
     encode_segment,
     space_components,
 )
-from keepstone.store.fs_tree import FileTree, Found
+from keepstone.store.fs_tree import FileTree, Found, Replaced
 from keepstone.store.fs_versions import TreeHistory
+from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve, disk_full
+
+log = logging.getLogger("keepstone.store")
 
 _ETAG_CACHE_MAX = 50_000
 
@@ -115,10 +122,18 @@ class FilesystemStore(MemoryStore):
         {"tree_aggregate", "multiprocess", "tenant_addressing", "platform_grants", "history"}
     )
     limits: Limits
+    reserve: DiskReserve
 
-    def __init__(self, root: str | os.PathLike[str], limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        limits: Limits | None = None,
+        *,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ) -> None:
         self.root = Path(os.path.abspath(os.fspath(root)))
         self.limits = limits or Limits()
+        self.reserve = DiskReserve(self.root / RESERVE_FILE, "the memory tree", reserve_bytes)
         self._etags: dict[tuple[int, ...], str] = {}
         self._tree = FileTree(self.root)
         self._index = FsIndex(self.root)
@@ -165,9 +180,15 @@ class FilesystemStore(MemoryStore):
 
             def change() -> None:
                 # The search index is not touched: the next reconcile (before any search)
-                # finds the new file by its size and mtime.
-                self._replace_file(space, doc, path, data, mtime_ns)
-                history.record(conn, records, known)
+                # finds the new file by its size and mtime. Unrecorded, the write did not
+                # happen (a full disk refuses it there): the file is then as it was.
+                replaced = self._replace_file(space, doc, path, data, mtime_ns)
+                try:
+                    history.record(conn, records, known)
+                except BaseException:
+                    replaced.undo()
+                    raise
+                replaced.keep()
 
             self._counters.mutate(state, ref, delta, change)
         return WriteResult(path, len(data), w.etag, created=existing is None)
@@ -334,8 +355,16 @@ class FilesystemStore(MemoryStore):
         space id (a search over several spaces)."""
         versions = {}
         for ref in refs:
-            self.reconcile(ref)
-            versions[ref.id] = self.search_version(ref)
+            # Indexing writes: on a full disk (no reserve, or no room) the search goes on
+            # over what is indexed, and what changed since is found once there is room.
+            try:
+                self.reserve.ensure()
+                self.reconcile(ref)
+            except StoreUnavailable:
+                if not disk_full(self.root):
+                    raise
+                log.warning("disk full: searching %s without indexing it first", ref.id)
+            versions[ref.id] = self.reserve.retrying(functools.partial(self.search_version, ref))
         return versions
 
     def search_version(self, ref: SpaceRef) -> int:
@@ -453,8 +482,8 @@ class FilesystemStore(MemoryStore):
 
     def _replace_file(
         self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
-    ) -> None:
-        self._tree.replace_file(space, doc, path, data, mtime_ns)
+    ) -> Replaced:
+        return self._tree.replace_file_undoably(space, doc, path, data, mtime_ns)
 
     def _remove_file(self, space: Components, doc: Components, path: str) -> None:
         self._tree.remove_file(space, doc, path)

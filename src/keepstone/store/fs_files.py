@@ -16,12 +16,13 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from keepstone.errors import InvalidPath, StoreUnavailable
+from keepstone.errors import InsufficientStorage, InvalidPath, StoreUnavailable
 from keepstone.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX
 
 log = logging.getLogger("keepstone.store")
@@ -93,6 +94,13 @@ def remove_stale_temps(dir_fd: int) -> None:
             os.unlink(name, dir_fd=dir_fd)
 
 
+#: The refusal of a write on a full disk (SPEC: reads and deletes keep working).
+DISK_FULL = (
+    "the disk that holds the memory tree is full: writes are refused until space is freed "
+    "there; reads, searches and deletes go on"
+)
+
+
 @contextlib.contextmanager
 def os_errors(path: str) -> Iterator[None]:
     """Translate operating-system failures at the adapter boundary."""
@@ -106,7 +114,7 @@ def os_errors(path: str) -> Iterator[None]:
                 path=path,
             ) from exc
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreUnavailable("the filesystem holding the store is full") from exc
+            raise InsufficientStorage(DISK_FULL) from exc
         raise StoreUnavailable(
             f"the filesystem store failed: {exc.strerror or exc} ({exc.errno})"
         ) from exc
@@ -119,6 +127,8 @@ def sidecar_errors(what: str, file: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise InsufficientStorage(DISK_FULL) from exc
         raise StoreUnavailable(
             f"the filesystem store's {what} ({file} at the store's root) failed: {exc}"
         ) from exc
@@ -143,3 +153,40 @@ def open_sidecar(
         done = set_aside()
         log.warning("%s %s is unreadable (%s); %s", what, path, exc, done)
         return connect()
+
+
+#: How long a sidecar connection waits for another writer's transaction (seconds).
+BUSY_TIMEOUT = 30.0
+
+_CREATED = re.compile(
+    r"\s*CREATE\s+(?:TABLE|(?:UNIQUE\s+)?INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I
+)
+
+
+def made_already(conn: sqlite3.Connection, statement: str) -> bool:
+    """Whether ``statement`` creates a table or index the file already has: it is then not
+    run, so opening a file written before needs no room (a full disk must not stop reads)."""
+    created = _CREATED.match(statement)
+    if created is None:
+        return False
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (created.group(1),))
+    return found.fetchone() is not None
+
+
+def connect_wal(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` in WAL mode (several processes share it),
+    autocommit (transactions are explicit: :func:`write_transaction`), usable from the
+    thread that holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        # A transaction lost to a power cut (never to a killed process: WAL) is repaired
+        # from the files: the index re-reads them, the history records them again.
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

@@ -51,7 +51,7 @@ from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow
-from keepstone.store.fs_files import open_sidecar
+from keepstone.store.fs_files import connect_wal, made_already, open_sidecar
 from keepstone.store.fs_layout import INDEX_FILE
 
 log = logging.getLogger("keepstone.store")
@@ -60,8 +60,6 @@ log = logging.getLogger("keepstone.store")
 SCHEMA_VERSION = "1"
 #: Files re-chunked per reconcile transaction.
 _BATCH = 64
-#: How long a connection waits for another writer's transaction (seconds).
-_BUSY_TIMEOUT = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spaces (
@@ -190,7 +188,7 @@ class SqliteSidecar(ABC):
                 if prepare is not None:
                     prepare(conn)
                 for statement in schema.split(";"):
-                    if statement.strip():
+                    if statement.strip() and not made_already(conn, statement):
                         conn.execute(statement)
         except BaseException:
             conn.close()
@@ -233,25 +231,6 @@ class SqliteSidecar(ABC):
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._local = threading.local()
-
-
-def connect_wal(path: Path) -> sqlite3.Connection:
-    """A connection to the SQLite file ``path`` in WAL mode (several processes share it),
-    autocommit (transactions are explicit: :func:`write_transaction`), usable from the
-    thread that holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(
-        path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
-    )
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        # A transaction lost to a power cut (never to a killed process: WAL) is repaired
-        # from the files: the index re-reads them, the history records them again.
-        conn.execute("PRAGMA synchronous=NORMAL")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 def _start_over_on_new_layout(conn: sqlite3.Connection) -> None:

@@ -8,6 +8,8 @@ Layout under the store's root (the CLI uses ``$KEEPSTONE_HOME/spaces``)::
     <root>/.keepstone-index.sqlite  the search index, derived from the files (plus SQLite's
                                     ``-wal`` / ``-shm`` companions); see
                                     :mod:`keepstone.store.fs_index`
+    <root>/.keepstone-reserve       room kept for deletes on a full disk
+                                    (:mod:`keepstone.store.reserve`)
 
 Only the qualifiers the visibility takes appear, in that order, so
 ``bot/local/myrepo-1a2b3c4d5e6f/whats-next/default/MEMORY.md`` is the document
@@ -41,6 +43,8 @@ from keepstone.spaces import REQUIRED_QUALIFIERS, SpaceRef, Visibility
 STATE_FILE = ".keepstone-usage.json"
 LOCK_FILE = ".keepstone.lock"
 INDEX_FILE = ".keepstone-index.sqlite"
+#: Room kept for deletes on a full disk (:mod:`keepstone.store.reserve`).
+RESERVE_FILE = ".keepstone-reserve"
 TEMP_PREFIX = ".keepstone-tmp-"
 TEMP_SUFFIX = ".tmp"
 #: Longest segment (UTF-8 bytes) kept verbatim as one file name; longer ones are split.

@@ -15,7 +15,8 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from keepstone.errors import Conflict
@@ -23,6 +24,8 @@ from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.fs_files import atomic_write
 from keepstone.store.fs_layout import (
     LOCK_FILE,
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
     Components,
     decode_component,
     directory_named,
@@ -32,6 +35,43 @@ from keepstone.store.fs_layout import (
     space_depth,
     space_named,
 )
+
+
+class Replaced:
+    """A document file just replaced (:meth:`FileTree.replace_file_undoably`): :meth:`undo`
+    puts back what was there (or removes a new one), :meth:`keep` drops the old file."""
+
+    def __init__(
+        self, tree: FileTree, space: Components, doc: Components, path: str, aside: str | None
+    ) -> None:
+        self._tree, self._space, self._doc, self._path, self._aside = tree, space, doc, path, aside
+
+    def keep(self) -> None:
+        aside = self._aside
+        if aside is not None:
+            self._in_dir(lambda dfd: os.unlink(aside, dir_fd=dfd))
+
+    def undo(self) -> None:
+        aside, name = self._aside, self._doc[-1]
+        if aside is not None:
+            self._in_dir(lambda dfd: os.replace(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd))
+            return
+        self._in_dir(lambda dfd: os.unlink(name, dir_fd=dfd))
+        self._tree.tidy_dirs(self._space, self._space + self._doc, self._path)
+
+    def _in_dir(self, act: Callable[[int], None]) -> None:
+        """``act(dfd)`` in the document's directory, then synced; a file gone meanwhile is
+        no error."""
+        dfd = self._tree.open_dirs(self._space + self._doc[:-1], self._path)
+        if dfd is None:
+            return
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                act(dfd)
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -100,16 +140,31 @@ class FileTree:
         finally:
             os.close(dfd)
 
-    def replace_file(
+    def replace_file_undoably(
         self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
-    ) -> None:
-        """Write the document ``doc`` of the space atomically (:func:`atomic_write`)."""
+    ) -> Replaced:
+        """:meth:`replace_file`, for a change that is recorded next: the old file is linked
+        aside first, so :meth:`Replaced.undo` puts it back by a rename (no room needed on a
+        full disk). A link a crash leaves is a stale temporary file
+        (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
         dfd = self.open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
+        aside = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
         try:
-            atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
+            try:
+                os.link(doc[-1], aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                had = True
+            except FileNotFoundError:
+                had = False
+            try:
+                atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(aside, dir_fd=dfd)
+                raise
         finally:
             os.close(dfd)
+        return Replaced(self, space, doc, path, aside if had else None)
 
     def rename_file(
         self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
@@ -130,7 +185,7 @@ class FileTree:
             os.fsync(sfd)
         finally:
             os.close(sfd)
-        self._tidy_dirs(space, space + src, to)
+        self.tidy_dirs(space, space + src, to)
 
     def remove_file(self, space: Components, doc: Components, path: str) -> None:
         comps = space + doc
@@ -142,9 +197,9 @@ class FileTree:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-        self._tidy_dirs(space, comps, path)
+        self.tidy_dirs(space, comps, path)
 
-    def _tidy_dirs(self, space: Components, comps: Components, path: str) -> None:
+    def tidy_dirs(self, space: Components, comps: Components, path: str) -> None:
         """Remove the empty directories a document left behind at ``comps``, up to (not
         including) the space's own directory: a person browsing the tree sees no dead
         folders."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,6 +39,7 @@ from keepstone.db import (
     pgvector,
     read_statements,
     read_transaction,
+    sqlite_path,
     upgrade,
     utc,
     utcnow,
@@ -57,6 +59,7 @@ from keepstone.store.base import (
     Usage,
     space_of_id,
 )
+from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve
 from keepstone.store.sql_history import DocumentHistory, HistoryStatements
 from keepstone.store.sql_index import (
     NO_TENANT,
@@ -119,9 +122,14 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
         limits: Limits = Limits(),  # noqa: B008 - frozen
         *,
         vectors: pgvector.Pgvector | None = None,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
     ) -> None:
         self.engine = engine
         self.limits = limits
+        # A SQLite file keeps its reserve beside it; PostgreSQL's disk is the server's.
+        database = sqlite_path(str(engine.url))
+        if database is not None:
+            self.reserve = DiskReserve(Path(f"{database}-reserve"), "the database", reserve_bytes)
         #: pgvector in this database (:func:`keepstone.db.pgvector.setup`; None: none).
         self.pgvector = vectors
         vec = vectors if vectors is not None and C.name in vectors.tables else None

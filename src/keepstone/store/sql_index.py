@@ -14,6 +14,7 @@ chunks and moves its space's ``search_version``, in the write's own transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -31,12 +32,13 @@ from keepstone.db import (
     write_transaction,
 )
 from keepstone.db.vectors import Float32Array as FloatVector
-from keepstone.errors import InvalidSpaceRef
+from keepstone.errors import InsufficientStorage, InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.claim import EmbeddingClaim, claim_embeddings, write_embeddings
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
+from keepstone.store.reserve import DiskReserve
 from keepstone.store.sql_schema import (
     UNCHUNKED,
     memory_chunks,
@@ -49,6 +51,8 @@ from keepstone.store.sql_statements import BACKFILL_BATCH_DOCS, Statements
 D = memory_documents
 S = memory_space_usage
 C = memory_chunks
+
+log = logging.getLogger("keepstone.store")
 
 #: The reserved ``tenant_id`` of global rows and of the instance counter.
 NO_TENANT = ""
@@ -114,6 +118,7 @@ class DocumentIndex:
     engine: Engine
     _sql: Statements
     _vec: pgvector.Pgvector | None
+    reserve: DiskReserve | None
 
     @staticmethod
     def _address(ref: SpaceRef) -> dict[str, str]:
@@ -190,8 +195,10 @@ class DocumentIndex:
         with read_transaction(self.engine) as conn:
             behind = {(r.tenant_id, r.space_key) for r in conn.execute(stale)}
         for a in addrs:
-            if (a["t"], a["k"]) in behind:
-                self.backfill_chunks(space=(a["t"], a["k"]))
+            if (a["t"], a["k"]) in behind and not self._backfilled(a):
+                # Indexing writes: on a full disk the search goes on over what is indexed;
+                # the documents still to chunk are found once there is room.
+                log.warning("disk full: searching %s without indexing it first", a["sid"])
         versions = sa.select(S.c.tenant_id, S.c.space_key, S.c.search_version).where(
             sa.tuple_(S.c.tenant_id, S.c.space_key).in_([(a["t"], a["k"]) for a in addrs])
         )
@@ -201,6 +208,16 @@ class DocumentIndex:
                 for r in conn.execute(versions)
             }
         return {a["sid"]: found.get((a["t"], a["k"]), 0) for a in addrs}
+
+    def _backfilled(self, addr: dict[str, str]) -> bool:
+        """Chunk the space's documents still to chunk; False when the disk is full."""
+        try:
+            if self.reserve is not None:
+                self.reserve.ensure()  # indexing writes: only while the reserve is there
+            self.backfill_chunks(space=(addr["t"], addr["k"]))
+        except InsufficientStorage:
+            return False
+        return True
 
     def search_version(self, ref: SpaceRef) -> int:
         """The space's index version: it grows with every write and delete of the space
