@@ -71,9 +71,21 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
     response = JSONResponse(exc.to_dict(), status_code=exc.status)
     if isinstance(exc, RateLimited):
         response.headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
-    if exc.status >= 500:
+    if isinstance(exc, StoreUnavailable):
+        # An outage fails every request alike: one line each, naming the driver's reason,
+        # rather than a traceback each.
+        log.error("request failed: %s (%s)", exc.code, _root_cause(exc))
+    elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause of ``exc``, as its class and the first line of its message."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 _LOCATIONS = ("body", "query", "path", "header", "cookie")

@@ -84,6 +84,9 @@ def sqlite_path(url: str) -> str | None:
 def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
     """An engine for ``url``, configured for Keepstone's transaction discipline.
 
+    Every engine hides its statements' parameters from errors and logs (they carry
+    password hashes, key hashes, document text, emails).
+
     ``schema`` (PostgreSQL only; ignored for SQLite, which has no schemas) puts every
     connection's ``search_path`` on that schema, so one database can hold several
     independent Keepstone schemas (tests use a fresh one each). It does not create it.
@@ -97,6 +100,7 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
             url,
             connect_args={"timeout": 60, "check_same_thread": False},
             pool_pre_ping=False,
+            hide_parameters=True,
         )
         _configure_sqlite(engine)
         return engine
@@ -117,6 +121,9 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
         pool_pre_ping=False,
         pool_recycle=1800,
         pool_timeout=30,
+        # A failing statement's error (and SQLAlchemy's echo) never shows its values: they
+        # hold password and key hashes, document text and emails.
+        hide_parameters=True,
     )
     event.listen(engine, "handle_error", _missing_database)
     return engine
@@ -269,7 +276,12 @@ def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statemen
     the connection at a rollback. A driver error is raised as SQLAlchemy's (``what`` names
     the statement, never its parameters), which :func:`translated_errors` translates."""
     dbapi: Any = engine.dialect.loaded_dbapi
-    pooled = engine.raw_connection()
+    try:
+        # The pool hands the driver's own error out when it cannot connect (SQLAlchemy's
+        # Connection would wrap it); wrapped here, so it is translated as any other.
+        pooled = engine.raw_connection()
+    except dbapi.Error as exc:
+        raise as_sqlalchemy(exc, "connect", engine.dialect, invalidated=True) from exc
     try:
         driver: Any = pooled.driver_connection
         postgres = engine.dialect.name == "postgresql"
