@@ -15,13 +15,9 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
-from keepstone.api.app import create_app
 from tests import pgvector_server as pg
-from tests.api.conftest import make_settings
-from tests.api.world import SEED_PATH, SPACE, World, build_world
+from tests.api.world import SEED_PATH, SPACE, World
 from tests.conftest import require_pgvector
 
 CREDENTIALS = ("api_key", "session", "admin_token")
@@ -35,18 +31,9 @@ def server() -> Iterator[pg.PgvectorServer]:
 
 
 @pytest.fixture(scope="module")
-def app(server: pg.PgvectorServer) -> Iterator[FastAPI]:
-    application = create_app(make_settings(server.create_database()))
-    try:
-        yield application
-    finally:
-        application.state.runtime.engine.dispose()
-
-
-@pytest.fixture(scope="module")
-def world(app: FastAPI) -> Iterator[World]:
-    with TestClient(app) as client:
-        yield build_world(app, client)
+def database_url(server: pg.PgvectorServer) -> str:
+    """The app, client and world of tests/api/conftest.py, on this module's own cluster."""
+    return server.create_database()
 
 
 def _headers(world: World, cred: str) -> dict[str, str]:

@@ -31,6 +31,7 @@ from keepstone.errors import (
     RateLimited,
     StoreUnavailable,
 )
+from keepstone.web.core import allowed_methods
 
 log = logging.getLogger("keepstone.api")
 
@@ -183,6 +184,8 @@ def install(app: FastAPI) -> None:
         response = error_response(exc.status_code, code, message)
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
         return response
 
     async def unexpected_handler(request: Request, exc: Exception) -> JSONResponse:

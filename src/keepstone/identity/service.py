@@ -29,7 +29,14 @@ from keepstone.identity.standing import (
     standing_from_row,
     standing_in_team,
 )
-from keepstone.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
+from keepstone.identity.validation import (
+    clean_email,
+    clean_ids,
+    clean_name,
+    parse_org_role,
+    parse_plan,
+    parse_team_role,
+)
 from keepstone.principal import CredentialKind, Principal, Standing, TeamRole
 
 MIN_PASSWORD_CHARS = 8
@@ -60,7 +67,9 @@ def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
 
 
 def _found(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
-    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent."""
+    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent (an id
+    holding a control character is refused first, naming ``<what>_id``)."""
+    clean_ids(**{f"{what}_id": row_id})
     row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
     if row is None:
         raise NotFound(f"no {what} with id {row_id!r}")
@@ -114,7 +123,7 @@ class IdentityService:
     def create_user(
         self, email: str, password: str | None = None, name: str = "", super_admin: bool = False
     ) -> str:
-        email = email.strip().lower()
+        email = clean_email(email)
         if "@" not in email or len(email) > 320 or any(c.isspace() for c in email):
             raise InvalidRequest(f"email {email!r} is not an email address", field="email")
         if password is not None and len(password) < MIN_PASSWORD_CHARS:
@@ -182,6 +191,7 @@ class IdentityService:
                     field="memory_quota_bytes",
                 )
             values["memory_quota_bytes"] = memory_quota_bytes
+        clean_ids(org_id=org_id)
         with write_transaction(self.engine) as conn:
             if values:  # an unknown org updates nothing, and _org refuses it below
                 conn.execute(t.orgs.update().where(t.orgs.c.id == org_id).values(**values))
@@ -330,6 +340,7 @@ class IdentityService:
 
     def revoke_api_key(self, key_id: str) -> None:
         with write_transaction(self.engine) as conn:
+            clean_ids(id=key_id)
             done = conn.execute(
                 t.api_keys.update()
                 .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
@@ -395,11 +406,10 @@ class IdentityService:
     def login(self, email: str, password: str) -> Session:
         """Check a password and open a session; Unauthenticated when either is wrong."""
         wrong = Unauthenticated("the email or password is wrong")
+        email = clean_email(email)
         with read_transaction(self.engine) as conn:
             row = (
-                conn.execute(sa.select(t.users).where(t.users.c.email == email.strip().lower()))
-                .mappings()
-                .first()
+                conn.execute(sa.select(t.users).where(t.users.c.email == email)).mappings().first()
             )
         if row is None or not row["password_hash"]:
             raise wrong

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode
@@ -179,6 +179,28 @@ def upload(form: FormData, name: str) -> UploadFile | None:
     return value if isinstance(value, UploadFile) else None
 
 
+def _routes(routes: Iterable[Any]) -> Iterator[Any]:
+    """Every route of ``routes``, those of included routers too."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        else:
+            yield route
+
+
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """Every method some route of ``app`` takes at ``path``, for a 405's ``Allow`` (API or
+    page): the router names only the first route it matched, where a path has one route
+    per method."""
+    methods: set[str] = set()
+    for route in _routes(app.routes):
+        regex, taken = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and taken and regex.match(path):
+            methods.update(taken)
+    return sorted(methods)
+
+
 # --- errors as pages --------------------------------------------------------------------------
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
@@ -190,6 +212,14 @@ def error_page(request: Request, status: int, code: str, message: str) -> Respon
     return page(
         request, "error.html", status, status=status, code=code, message=message, team_id=""
     )
+
+
+def error_page_of_scope(scope: Scope, exc: KeepstoneError) -> Response | None:
+    """``exc`` as the UI's error page when ``scope`` is a UI path (for a refusal made by a
+    middleware, before any route); None on the API's paths."""
+    if not is_ui_path(scope.get("path", "")):
+        return None
+    return error_page(Request(scope), exc.status, exc.code, exc.message)
 
 
 def _next_of(request: Request) -> str | None:
@@ -242,7 +272,9 @@ def install_error_pages(app: FastAPI) -> None:
             return error_page(request, 404, "not_found", message)
         if exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path!r}"
-            return error_page(request, 405, "method_not_allowed", message)
+            response = error_page(request, 405, "method_not_allowed", message)
+            response.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+            return response
         return error_page(request, exc.status_code, "http_error", str(exc.detail))
 
     wrap(KeepstoneError, keepstone_error)

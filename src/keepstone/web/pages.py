@@ -30,6 +30,7 @@ from keepstone.errors import (
 from keepstone.principal import Principal
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
+from keepstone.text import is_whole_number
 from keepstone.web.core import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -228,7 +229,7 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
         space_id=ref.id,
         doc=doc,
         html=render(doc.content),
-        restored=int(restored) if restored.isdigit() else None,
+        restored=int(restored) if is_whole_number(restored) else None,
     )
 
 
