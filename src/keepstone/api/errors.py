@@ -28,8 +28,8 @@ from keepstone.errors import (
     InvalidSpaceRef,
     KeepstoneError,
     QuotaExceeded,
-    RateLimited,
     StoreUnavailable,
+    retry_after,
 )
 from keepstone.web.core import allowed_methods
 
@@ -70,8 +70,7 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
         elif isinstance(exc, StoreUnavailable):
             metrics.store_errors.inc()
     response = JSONResponse(exc.to_dict(), status_code=exc.status)
-    if isinstance(exc, RateLimited):
-        response.headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
+    response.headers.update(retry_after(exc))
     if isinstance(exc, StoreUnavailable):
         # An outage fails every request alike: one line each, naming the driver's reason,
         # rather than a traceback each.

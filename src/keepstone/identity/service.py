@@ -117,6 +117,10 @@ class IdentityService:
         self.hasher = hasher
         self.session_ttl = timedelta(seconds=session_ttl_seconds)
         self._passwords = passwords or PasswordHasher()
+        #: A hash of no one's password, made (at the first sign-in) with the same parameters
+        #: as the users': an unknown email is checked against it, so it takes as long to
+        #: refuse as a wrong password and the answer's time tells no one which emails exist.
+        self._no_one: str | None = None
 
     # --- users, orgs, teams --------------------------------------------------------------
 
@@ -411,12 +415,13 @@ class IdentityService:
             row = (
                 conn.execute(sa.select(t.users).where(t.users.c.email == email)).mappings().first()
             )
-        if row is None or not row["password_hash"]:
-            raise wrong
+        stored = row["password_hash"] if row is not None else None
         try:
-            self._passwords.verify(row["password_hash"], password)
+            self._passwords.verify(stored or self._no_ones_hash(), password)
         except (VerificationError, InvalidHashError):
             raise wrong from None
+        if row is None or not stored:  # no one's hash: no password may open it
+            raise wrong
         token, csrf = new_token(), new_token()
         now = utcnow()
         with write_transaction(self.engine) as conn:
@@ -435,6 +440,11 @@ class IdentityService:
         user = {k: row[k] for k in ("id", "email", "name")}
         user["super_admin"] = bool(row["super_admin"])
         return Session(token=token, csrf_token=csrf, user=user, teams=teams)
+
+    def _no_ones_hash(self) -> str:
+        if self._no_one is None:
+            self._no_one = self._passwords.hash(new_token())
+        return self._no_one
 
     def logout(self, token: str) -> None:
         with write_transaction(self.engine) as conn:

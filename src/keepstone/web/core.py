@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlparse
 
 import jinja2
 from fastapi import FastAPI, Request
@@ -29,7 +29,13 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from keepstone.errors import CsrfRequired, KeepstoneError, TeamNotFound, Unauthenticated
+from keepstone.errors import (
+    CsrfRequired,
+    KeepstoneError,
+    TeamNotFound,
+    Unauthenticated,
+    retry_after,
+)
 from keepstone.principal import Principal
 from keepstone.service.access import Credentials, require_csrf
 
@@ -231,11 +237,30 @@ def _next_of(request: Request) -> str | None:
 
 class LoginThrottleLike(Protocol):
     """The API's failed-login throttle on ``app.state.login_throttle`` (shared with the
-    UI's sign-in, so both forms count against one limit)."""
+    UI's sign-in, so both forms count against one limit): per email and per address."""
 
-    def check(self, key: str) -> None: ...
-    def failed(self, key: str) -> None: ...
-    def succeeded(self, key: str) -> None: ...
+    def check(self, email: str, client: str) -> None: ...
+    def failed(self, email: str, client: str) -> None: ...
+    def succeeded(self, email: str, client: str) -> None: ...
+
+
+#: ``Sec-Fetch-Site`` values of a request made by this site's own pages, or by the user
+#: (typed, bookmarked): anything else (``same-site``, ``cross-site``) came from elsewhere.
+_OWN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+def from_another_site(request: Request) -> bool:
+    """Whether a form was posted by a page of another site (login CSRF). The browser says
+    so in ``Sec-Fetch-Site`` when it sends it; an ``Origin`` that is ``null`` (a sandboxed
+    frame, a page that sends no referrer) or names another host says so too. A request
+    with neither (not a browser's) is not refused here."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.lower() not in _OWN_FETCH_SITES:
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    return origin == "null" or urlparse(origin).netloc != request.url.netloc
 
 
 def install_error_pages(app: FastAPI) -> None:
@@ -255,7 +280,9 @@ def install_error_pages(app: FastAPI) -> None:
 
     async def keepstone_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, KeepstoneError)
-        return error_page(request, exc.status, exc.code, exc.message)
+        response = error_page(request, exc.status, exc.code, exc.message)
+        response.headers.update(retry_after(exc))
+        return response
 
     async def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
