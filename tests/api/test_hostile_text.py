@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.api.log_scan import DOC_TEXT, everything_logged, leaks
 from tests.api.world import SEED_PATH, SPACE, World, admin_headers, unique
 
 Q = f"name={SPACE['name']}&project={SPACE['project']}"
@@ -171,3 +172,33 @@ def test_a_405_lists_every_method_of_the_path(world: World) -> None:
     assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "PUT", "DELETE"}
     r = world.client.patch(f"/api/teams/{world.team_id}/memory-settings", headers=admin_headers())
     assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "PUT"}
+
+
+def test_nothing_secret_is_logged_under_hostile_input(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, h, admin = world.client, world.headers("member"), admin_headers()
+    service = world.headers("service_token")
+    body = f"{DOC_TEXT} lives here"
+    with everything_logged(caplog):
+        assert c.put(f"/api/memory/doc?{Q}&path=logged.md", json={"content": body}, headers=h)
+        c.get(f"/api/memory/doc?{Q}&path=logged.md", headers=h)
+        c.get(f"/api/memory/search?{Q}&q={DOC_TEXT}", headers=h)
+        c.put(f"/api/memory/doc?{Q}&path=nul.md", json={"content": f"{body}\x00"}, headers=h)
+        c.put(
+            f"/api/memory/doc?{Q}&path=secret.md",
+            json={"content": f"{body} AKIAIOSFODNN7EXAMPLE"},
+            headers=h,
+        )
+        c.post(f"/api/internal/teams/{world.team_id}/memory", json={"text": body}, headers=service)
+        c.post(f"/api/teams/{world.team_id}/memory/search", json={"query": DOC_TEXT}, headers=h)
+        for email in (world.emails["member"], "nobody@example.com", "a\x00@x.test"):
+            c.post("/api/auth/login", json={"email": email, "password": "wrong password"})
+            c.post("/signin", data={"email": email, "password": "wrong password"})
+        c.post("/api/admin/users", json={"email": world.emails["member"]}, headers=admin)
+        c.post("/api/admin/users", json={"email": "n@x.test", "name": "\x00"}, headers=admin)
+        c.get("/api/memory/spaces", headers={"Authorization": world.keys["member"] + "x"})
+        c.get("/api/memory/spaces", headers={"Authorization": f"Bearer {world.keys['member']}x"})
+        c.get(f"/api/memory/doc?{Q}&path=logged.md&version=1_0", headers=h)
+        c.get("/api/admin/users?user_id=%00", headers=admin)
+    assert not leaks(caplog, world, DOC_TEXT)

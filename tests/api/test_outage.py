@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import pgvector_server as pg
+from tests.api.log_scan import DOC_TEXT, everything_logged, leaks
 from tests.api.world import SEED_PATH, SPACE, World
 from tests.conftest import require_pgvector
 
@@ -46,7 +47,7 @@ def _requests(world: World) -> list[tuple[str, str, str, dict[str, object] | Non
     team = world.team_id
     return [
         ("docs", "GET", f"/api/memory/doc?{q}&path={SEED_PATH}", None),
-        ("docs", "PUT", f"/api/memory/doc?{q}&path=outage.md", {"content": "written"}),
+        ("docs", "PUT", f"/api/memory/doc?{q}&path=outage.md", {"content": DOC_TEXT}),
         ("history", "GET", f"/api/memory/doc/versions?{q}&path={SEED_PATH}", None),
         ("search", "GET", f"/api/memory/search?{q}&q=seed", None),
         ("spaces", "GET", "/api/memory/spaces", None),
@@ -83,7 +84,7 @@ def _writer(world: World, stop: threading.Event, seen: Counter[int], n: int) -> 
     while not stop.is_set():
         r = world.client.put(
             f"/api/memory/doc?{q}&path=load/{n}-{i}.md",
-            json={"content": f"written {i}"},
+            json={"content": f"{DOC_TEXT} {i}"},
             headers=_headers(world, "api_key"),
         )
         seen[r.status_code] += 1
@@ -100,8 +101,16 @@ def _wait_until_answered(world: World, deadline: float) -> None:
 
 @pytest.mark.parametrize("mode", [signal.SIGINT, signal.SIGQUIT], ids=["fast", "immediate"])
 def test_an_outage_answers_503_everywhere_then_recovers(
-    world: World, server: pg.PgvectorServer, mode: signal.Signals
+    world: World, server: pg.PgvectorServer, mode: signal.Signals, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """…and logs, at DEBUG on every logger, nothing secret while it fails and recovers."""
+    with everything_logged(caplog):
+        _outage(world, server, mode)
+    assert not leaks(caplog, world, DOC_TEXT)
+    assert any("store_unavailable" in r.getMessage() for r in caplog.records)
+
+
+def _outage(world: World, server: pg.PgvectorServer, mode: signal.Signals) -> None:
     requests = _requests(world)
     before = {  # the database is up: nothing fails
         (kind, cred, method, url): _call(world, cred, method, url, body)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -92,6 +93,7 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
     independent Keepstone schemas (tests use a fresh one each). It does not create it.
     """
     url = normalize_url(url)
+    _rows_never_logged()
     if url.startswith("sqlite"):
         path = sa.engine.make_url(url).database
         if path and path != ":memory:":
@@ -127,6 +129,20 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
     )
     event.listen(engine, "handle_error", _missing_database)
     return engine
+
+
+class _NoRows(logging.Filter):
+    """Drops SQLAlchemy's ``Row %r`` lines: at DEBUG it logs every row it reads, and rows
+    hold password hashes, key hashes, document text and emails."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Row %r"
+
+
+def _rows_never_logged() -> None:
+    engines = logging.getLogger("sqlalchemy.engine.Engine")
+    if not any(isinstance(f, _NoRows) for f in engines.filters):
+        engines.addFilter(_NoRows())
 
 
 _MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
