@@ -26,10 +26,10 @@ import pytest
 from tests.conftest import require_chromium
 from tests.pgvector_server import free_port
 from tests.serving import keepstone_serve
+from tests.web.conftest import CHROMIUM
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
 ADMIN_TOKEN = "csrf-admin-token-0123456789abcdefghijkl"
 PASSWORD = "attacker's own password"
 
@@ -104,19 +104,6 @@ def attacker(keepstone: tuple[str, str]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium(CHROMIUM)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _session_cookies(context: Any) -> list[Any]:
