@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from keepstone.errors import InvalidRequest
 from tests.api.log_scan import DOC_TEXT, everything_logged, leaks
 from tests.api.world import SEED_PATH, SPACE, World, admin_headers, unique
 
@@ -202,3 +203,27 @@ def test_nothing_secret_is_logged_under_hostile_input(
         c.get(f"/api/memory/doc?{Q}&path=logged.md&version=1_0", headers=h)
         c.get("/api/admin/users?user_id=%00", headers=admin)
     assert not leaks(caplog, world, DOC_TEXT)
+
+
+def test_ids_in_paths_and_headers_with_nul_are_not_found_or_refused(world: World) -> None:
+    c, h, admin = world.client, world.headers("member"), admin_headers()
+    team = world.team_id
+    _refused(c.patch("/api/admin/orgs/o%00", json={}, headers=admin), 400, "invalid_request")
+    _refused(c.delete("/api/admin/api-keys/k%00", headers=admin), 400, "invalid_request", "id")
+    r = c.delete(f"/api/admin/teams/{team}/members/u%00", headers=admin)
+    _refused(r, 400, "invalid_request", "user_id")
+    _refused(c.get("/api/orgs/o%00/usage", headers=h), 404, "not_found")
+    r = c.get("/api/memory/spaces", headers={**h, "X-Keepstone-Team": "t\x00"})
+    _refused(r, 404, "team_not_found")
+    r = c.get("/t/x%00y/spaces", headers=h)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+
+
+def test_a_nul_no_check_caught_is_still_a_400_on_postgresql(world: World) -> None:
+    """The last net: a NUL that reaches PostgreSQL is refused as bad input, not a 500."""
+    try:
+        teams = world.identity.user_teams("user\x00")
+    except InvalidRequest as exc:
+        assert "NUL" in exc.message
+    else:
+        assert teams == []  # SQLite compares it, and no user has such an id

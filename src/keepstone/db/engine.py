@@ -7,7 +7,8 @@
   (:mod:`keepstone.db.durability`), so concurrent writers queue instead of failing at
   commit; :func:`read_statements` reads without a transaction of its own on PostgreSQL
   (one round trip per statement).
-* :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
+* :func:`translated_errors`: driver failures surface as ``StoreUnavailable`` (and a NUL
+  PostgreSQL refuses as ``InvalidRequest``).
 * :class:`PointRead` and :func:`on_pooled`: the statements of every request's path, run on
   a pooled driver connection without SQLAlchemy's per-statement work.
 * :func:`claim_rows`: rows claimed to work on outside the database (embedding them),
@@ -404,6 +405,14 @@ def translated_errors() -> Iterator[None]:
         raise StoreUnavailable(
             "the database cannot be reached right now; try again shortly"
         ) from exc
+    except sa.exc.DataError as exc:
+        # The last net under the checks of each field (keepstone.text): PostgreSQL takes no
+        # NUL in any text; anything else is a bug and stays one.
+        if "NUL" not in str(exc.orig):
+            raise
+        raise InvalidRequest(
+            "a value sent holds a NUL character (U+0000); remove it and retry"
+        ) from None
 
 
 C = TypeVar("C")

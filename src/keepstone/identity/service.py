@@ -38,6 +38,7 @@ from keepstone.identity.validation import (
     parse_team_role,
 )
 from keepstone.principal import CredentialKind, Principal, Standing, TeamRole
+from keepstone.text import control_in
 
 MIN_PASSWORD_CHARS = 8
 _UNSET: Any = object()
@@ -58,7 +59,11 @@ def _with_standing(base: Principal, team_id: str, standing: Standing) -> Princip
 
 def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
     """``base`` acting in ``team_id``, its standing read on ``conn`` (see principal_in_team)."""
-    if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
+    if (
+        not base.user_id
+        or (base.kind is CredentialKind.API_KEY and base.team_id != team_id)
+        or control_in(team_id)  # no team has such an id
+    ):
         raise TeamNotFound(f"no team {team_id!r} for this credential")
     standing = standing_in_team(conn, base.user_id, team_id)
     if standing is None or standing.team_role is None:
@@ -277,6 +282,7 @@ class IdentityService:
                 raise _added_meanwhile(user_id, f"team {team_id!r}") from exc
 
     def remove_team_member(self, team_id: str, user_id: str) -> None:
+        clean_ids(user_id=user_id)
         with write_transaction(self.engine) as conn:
             _found(conn, t.teams, team_id, "team")
             if not _drop_membership(conn, team_id, user_id):
@@ -483,6 +489,8 @@ class IdentityService:
 
     def is_org_member(self, user_id: str, org_id: str) -> bool:
         """Whether the user is a member of ``org_id`` (any role) or of one of its teams."""
+        if control_in(org_id):  # no org has such an id
+            return False
         in_org = sa.select(t.org_members.c.role).where(
             t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
         )
