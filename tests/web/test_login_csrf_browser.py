@@ -13,7 +13,6 @@ page in the same browser works (so the check is not merely refusing everything).
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 
 from tests.conftest import require_chromium
 from tests.pgvector_server import free_port
-from tests.serving import keepstone_serve
+from tests.serving import keepstone_serve, serve_env
 from tests.web.conftest import CHROMIUM
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -39,14 +38,7 @@ def keepstone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, s
     """A real ``keepstone serve`` on SQLite with the attacker's account: (base URL, email)."""
     require_chromium(CHROMIUM)
     home = tmp_path_factory.mktemp("home")
-    env = dict(os.environ)
-    env.update(
-        KEEPSTONE_HOME=str(home),
-        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
-        KEEPSTONE_ARGON2_TIME_COST="1",
-        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
-        KEEPSTONE_INDEXER="off",
-    )
+    env = serve_env(home, ADMIN_TOKEN, KEEPSTONE_INDEXER="off")
     log = tmp_path_factory.mktemp("log") / "serve.log"
     database = f"sqlite:///{home / 'keepstone.db'}"
     with keepstone_serve("--database", database, env=env, log=log) as served:
