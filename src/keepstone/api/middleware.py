@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from keepstone.api.logs import current_request_id, direct_handler
 from keepstone.api.metrics import Metrics
 from keepstone.errors import BodyTooLarge, ImportTooLarge, InvalidRequest, KeepstoneError
-from keepstone.text import clean_text
+from keepstone.text import clean_text, is_whole_number
 
 access_log = logging.getLogger("keepstone.access")
 log = logging.getLogger("keepstone.api")
@@ -162,11 +162,8 @@ class BodyLimitMiddleware:
         limit = self.max_import if path == IMPORT_PATH else self.max_json
         declared = _header(scope, b"content-length")
         if declared is not None:
-            try:
-                too_big = int(declared) > limit
-            except ValueError:
-                too_big = False
-            if too_big:
+            # A malformed length is the server's to refuse; this only reads a well-formed one.
+            if is_whole_number(declared) and int(declared) > limit:
                 err = self._error(path, limit)
                 await _send_json(send, err.status, err.to_dict())
                 return
