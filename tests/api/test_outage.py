@@ -2,8 +2,10 @@
 another 5xx) to every credential kind, and the app recovers on its own once the database
 is back.
 
-The cluster is this module's own (tests/pgvector_server.py): it is stopped and started
-again here, so no other test's database goes away. Writers keep writing through the outage.
+The cluster is this module's own (tests/pgvector_server.py), durable (fsync and synchronous
+commits on): it is stopped (fast and immediate shutdown) and started again here, so no
+other test's database goes away. Four writers keep writing through the outage; every write
+they were told succeeded is read back afterwards.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ CREDENTIALS = ("api_key", "session", "admin_token")
 @pytest.fixture(scope="module")
 def server() -> Iterator[pg.PgvectorServer]:
     require_pgvector()
-    with pg.start_server() as s:
+    # Durable, unlike the suite's disposable clusters: an acknowledged write must survive
+    # an immediate shutdown.
+    durable = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    with pg.start_server(settings=durable) as s:
         yield s
 
 
@@ -78,16 +83,24 @@ def _unknown_key(world: World) -> dict[str, str]:
     return {"Authorization": f"Bearer {key[:-4]}{'AAAA' if key[-4:] != 'AAAA' else 'BBBB'}"}
 
 
-def _writer(world: World, stop: threading.Event, seen: Counter[int], n: int) -> None:
-    q = f"name={SPACE['name']}&project={SPACE['project']}"
+Q = f"name={SPACE['name']}&project={SPACE['project']}"
+
+
+def _writer(
+    world: World, stop: threading.Event, seen: Counter[int], kept: dict[str, str], n: int
+) -> None:
+    """Writes documents until ``stop``; counts the answers, and keeps what was acknowledged."""
     i = 0
     while not stop.is_set():
+        path, content = f"load/{n}-{i}.md", f"{DOC_TEXT} {n} {i}"
         r = world.client.put(
-            f"/api/memory/doc?{q}&path=load/{n}-{i}.md",
-            json={"content": f"{DOC_TEXT} {i}"},
+            f"/api/memory/doc?{Q}&path={path}",
+            json={"content": content},
             headers=_headers(world, "api_key"),
         )
         seen[r.status_code] += 1
+        if r.status_code in (200, 201):
+            kept[path] = content
         i += 1
 
 
@@ -124,7 +137,10 @@ def _outage(world: World, server: pg.PgvectorServer, mode: signal.Signals) -> No
 
     stop = threading.Event()
     seen: Counter[int] = Counter()
-    writers = [threading.Thread(target=_writer, args=(world, stop, seen, n)) for n in range(4)]
+    kept: dict[str, str] = {}
+    writers = [
+        threading.Thread(target=_writer, args=(world, stop, seen, kept, n)) for n in range(4)
+    ]
     for t in writers:
         t.start()
     try:
@@ -145,6 +161,9 @@ def _outage(world: World, server: pg.PgvectorServer, mode: signal.Signals) -> No
 
     assert set(seen) <= {200, 201, 503}, seen
     assert seen[503] > 0, f"the writers never saw the outage: {seen}"
+    for path, content in kept.items():  # no acknowledged write was lost
+        r = world.client.get(f"/api/memory/doc?{Q}&path={path}", headers=_headers(world, "api_key"))
+        assert r.status_code == 200 and r.json()["content"] == content, (path, r.text)
     outage = {(503, "store_unavailable"), (503, "page")}
     wrong = {k: v for k, v in during.items() if v[0] >= 500 and v not in outage}
     assert not wrong, wrong
