@@ -369,6 +369,18 @@ class PgvectorServer:
             if row.fetchone() is None:
                 raise PgvectorServerError(f"the vector extension is missing in {DATABASE!r}")
 
+    def halt(self, *, mode: signal.Signals = signal.SIGINT) -> None:
+        """Stop postgres but keep the cluster (an outage): ``SIGINT`` is a fast shutdown
+        (``pg_ctl -m fast``), ``SIGQUIT`` an immediate one. :meth:`resume` starts it again."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            _end(proc, mode)
+
+    def resume(self) -> None:
+        """Start the cluster :meth:`halt` stopped, on the same port (clients reconnect)."""
+        if self.proc is None and not self._launch():
+            self._fail(f"port {self.port} was taken while postgres was down")
+
     def _fail(self, message: str) -> None:
         log = self.log_text()
         base = self.base
@@ -384,17 +396,7 @@ class PgvectorServer:
         atexit.unregister(self.stop)
         proc, self.proc = self.proc, None
         if proc is not None:
-            children = _children(proc.pid)
-            for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGKILL):
-                if proc.poll() is not None:
-                    break
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(sig)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(STOP_TIMEOUT_SECONDS if sig != signal.SIGKILL else 5.0)
-            for pid in children:  # backends notice the postmaster's death; make sure
-                if _alive(pid) and _is_postgres(pid):
-                    _signal_and_wait(pid, [signal.SIGKILL], 2.0)
+            _end(proc, signal.SIGINT)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> PgvectorServer:
@@ -407,6 +409,22 @@ class PgvectorServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _end(proc: subprocess.Popen[bytes], first: signal.Signals) -> None:
+    """End the postmaster ``proc``: ``first``, then SIGQUIT, then SIGKILL (with its
+    backends, which notice the postmaster's death; made sure of)."""
+    children = _children(proc.pid)
+    for sig in (first, signal.SIGQUIT, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_TIMEOUT_SECONDS if sig != signal.SIGKILL else 5.0)
+    for pid in children:
+        if _alive(pid) and _is_postgres(pid):
+            _signal_and_wait(pid, [signal.SIGKILL], 2.0)
 
 
 def _children(pid: int) -> list[int]:

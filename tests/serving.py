@@ -161,6 +161,22 @@ def running_server(
         yield server
 
 
+def serve_env(home: Path, admin_token: str, **more: str) -> dict[str, str]:
+    """The environment of a test's ``keepstone serve``: this process's, with ``home`` as
+    ``KEEPSTONE_HOME``, the admin token, cheap password hashes, and ``more``."""
+    import os
+
+    env = dict(os.environ)
+    env.update(
+        KEEPSTONE_HOME=str(home),
+        KEEPSTONE_ADMIN_TOKEN=admin_token,
+        KEEPSTONE_ARGON2_TIME_COST="1",
+        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
+        **more,
+    )
+    return env
+
+
 def serve_argv(port: int, *args: str) -> list[str]:
     """The command line of ``keepstone serve --port PORT *args``."""
     return [*keepstone_argv(), "serve", "--port", str(port), *args]

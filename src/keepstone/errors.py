@@ -47,6 +47,7 @@ model) can act on.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, ClassVar
 
@@ -201,6 +202,12 @@ class InsufficientStorage(StoreUnavailable):
     still, to a caller that handles ``StoreUnavailable``; the message names the disk."""
 
     status = 507
+def retry_after(exc: KeepstoneError) -> dict[str, str]:
+    """The ``Retry-After`` header of a ``429`` in whole seconds, at least 1 (every face's
+    429 carries it); no header for any other error."""
+    if isinstance(exc, RateLimited):
+        return {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+    return {}
 
 
 def all_error_classes() -> list[type[KeepstoneError]]:

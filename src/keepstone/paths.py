@@ -11,12 +11,12 @@ import re
 import unicodedata
 
 from keepstone.errors import InvalidPath
+from keepstone.text import CONTROL
 
 MAX_PATH_BYTES = 512
 MAX_PATH_SEGMENTS = 16
 DOC_SUFFIX = ".md"
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Lone surrogates (e.g. a JSON "\udce9" escape) are not Unicode text and cannot be stored.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -117,7 +117,7 @@ def validate_doc_path(path: object) -> str:
         raise InvalidPath("path must be a string")
     if path == "":
         raise InvalidPath("path is empty; give a relative path ending in .md, e.g. 'MEMORY.md'")
-    if "\x00" in path or _CONTROL.search(path):
+    if CONTROL.search(path):
         raise InvalidPath("path may not contain NUL or control characters")
     if _SURROGATE.search(path):
         raise InvalidPath("path is not valid Unicode (it contains a lone surrogate); send UTF-8")
@@ -161,7 +161,7 @@ def validate_dir_prefix(prefix: object) -> str:
         return ""
     if not isinstance(prefix, str):
         raise InvalidPath("dir must be a string")
-    if "\x00" in prefix or _CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
+    if CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
         raise InvalidPath("dir may not contain '\\', NUL, control characters or lone surrogates")
     _refuse_deceptive("dir", prefix)
     if prefix.startswith("/") or _DRIVE.match(prefix):

@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from keepstone.errors import InvalidSpaceRef
 from keepstone.paths import deceptive_character
+from keepstone.text import CONTROL
 
 
 class Visibility(StrEnum):
@@ -39,7 +40,6 @@ REQUIRED_QUALIFIERS: dict[Visibility, frozenset[str]] = {v: frozenset() for v in
 }
 
 MAX_SEGMENT_CHARS = 128
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Lone surrogates (e.g. a JSON "\udce9" escape) are not Unicode text and cannot be stored.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -72,7 +72,7 @@ def validate_segment(field: str, value: str) -> str:
     for bad, label in (("/", "'/'"), ("\\", "'\\'"), (":", "':'")):
         if bad in value:
             raise InvalidSpaceRef(f"{field} may not contain {label}", field=field)
-    if _CONTROL.search(value):
+    if CONTROL.search(value):
         raise InvalidSpaceRef(f"{field} may not contain NUL or control characters", field=field)
     if _SURROGATE.search(value):
         raise InvalidSpaceRef(

@@ -471,7 +471,7 @@ def test_odd_ids_never_reach_the_driver(client: TestClient, creds: Creds) -> Non
     assert code(search(client, "team%00x", member)) == (404, "team_not_found")
     assert code(search(client, w.team_id, member, repo_id="a\x00b")) == (400, "invalid_request")
     r = client.get(f"/api/teams/{w.team_id}/memory", params={"repo_id": "a\x00b"}, headers=member)
-    assert code(r) == (404, "repo_not_found")
+    assert code(r) == (400, "invalid_request")  # a control character in a query parameter
     h = session(client, creds, w.owner)
     assert code(client.delete(f"/api/teams/{w.team_id}/memory/x%00y", headers=h)) == (
         404,
@@ -484,7 +484,8 @@ def test_odd_ids_never_reach_the_driver(client: TestClient, creds: Creds) -> Non
     )
     assert code(r) == (400, "invalid_request")
     r = save(client, w.team_id, SERVICE_H, text="nul \x00 inside")
-    assert r.status_code == 201
+    assert code(r) == (400, "invalid_request")  # NUL is refused on every store
+    assert save(client, w.team_id, SERVICE_H, text="tab\tand\nnewline").status_code == 201
 
 
 def test_purge_runs_periodically(app: FastAPI, creds: Creds) -> None:

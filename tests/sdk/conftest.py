@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import httpx
 import pytest
 
 from keepstone.sdk import AsyncMemory, Memory
-from tests.serving import keepstone_serve
+from tests.serving import keepstone_serve, serve_env
 
 ADMIN_TOKEN = "sdk-admin-token-0123456789abcdefghij"
 #: A real server is a subprocess over a socket: "slow" as the other end-to-end tests.
@@ -75,14 +74,7 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The real ``keepstone serve`` (SQLite, keyword search), started once for the session."""
     home = tmp_path_factory.mktemp("serve-home")
-    env = dict(os.environ)
-    env.update(
-        KEEPSTONE_HOME=str(home),
-        KEEPSTONE_ADMIN_TOKEN=ADMIN_TOKEN,
-        KEEPSTONE_ARGON2_TIME_COST="1",
-        KEEPSTONE_ARGON2_MEMORY_KIB="1024",
-        KEEPSTONE_EMBEDDER="none",
-    )
+    env = serve_env(home, ADMIN_TOKEN, KEEPSTONE_EMBEDDER="none")
     database = f"sqlite:///{home / 'keepstone.db'}"
     with keepstone_serve("--database", database, env=env, log=home / "serve.log") as served:
         with httpx.Client(

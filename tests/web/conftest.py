@@ -1,12 +1,36 @@
 """UI test fixtures: the API tests' app and world (one app per module and database kind,
-SQLite and PostgreSQL), and the cookies a browser signed in to the UI would send."""
+SQLite and PostgreSQL), the cookies a browser signed in to the UI would send, and a
+headless Chromium for the browser tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
 from tests.api.conftest import app, client, database_url, world
 from tests.api.world import World
+from tests.conftest import require_chromium
 
-__all__ = ["app", "client", "database_url", "world", "ui_headers"]
+__all__ = ["app", "browser", "client", "database_url", "world", "ui_headers"]
+
+#: Debian's Chromium, which the browser tests drive (no browser is ever downloaded).
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Playwright) for the module's browser tests."""
+    require_chromium(CHROMIUM)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def ui_headers(w: World, role: str, *, with_csrf_cookie: bool = True) -> dict[str, str]:

@@ -106,19 +106,6 @@ def _populate(site: Site) -> Site:
 # --- the browser ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium(CHROMIUM)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
 _FAILED_LOAD = "Failed to load resource: the server responded with a status of"
 
 

@@ -24,7 +24,11 @@ from keepstone.api import errors, openapi
 from keepstone.api.deps import app_state
 from keepstone.api.indexer_process import IndexerProcess
 from keepstone.api.metrics import Metrics
-from keepstone.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from keepstone.api.middleware import (
+    BodyLimitMiddleware,
+    QueryTextMiddleware,
+    RequestContextMiddleware,
+)
 from keepstone.api.routes import admin, auth, history, ops, orgs, records, search, spaces
 from keepstone.api.throttle import LoginThrottle
 from keepstone.config import Config
@@ -70,6 +74,7 @@ def app_for(runtime: Runtime, *, indexer: bool = False) -> FastAPI:
     errors.install(app)
     openapi.install(app)
     # Added last = outermost: the request id and access log wrap the body limit too.
+    app.add_middleware(QueryTextMiddleware, page=web.error_page_of_scope)
     app.add_middleware(
         BodyLimitMiddleware,
         max_json_bytes=config.max_json_bytes,

@@ -29,9 +29,10 @@ from keepstone.errors import (
     InvalidSpaceRef,
     KeepstoneError,
     QuotaExceeded,
-    RateLimited,
     StoreUnavailable,
+    retry_after,
 )
+from keepstone.web.core import allowed_methods
 
 log = logging.getLogger("keepstone.api")
 
@@ -70,13 +71,24 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
         elif isinstance(exc, StoreUnavailable):
             metrics.store_errors.inc()
     response = JSONResponse(exc.to_dict(), status_code=exc.status)
-    if isinstance(exc, RateLimited):
-        response.headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
+    response.headers.update(retry_after(exc))
     if isinstance(exc, InsufficientStorage):  # one line per refusal, not a traceback
         log.warning("request refused: %s: %s", exc.code, exc.message)
+    elif isinstance(exc, StoreUnavailable):
+        # An outage fails every request alike: one line each, naming the driver's reason,
+        # rather than a traceback each.
+        log.error("request failed: %s (%s)", exc.code, _root_cause(exc))
     elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause of ``exc``, as its class and the first line of its message."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
@@ -174,6 +186,8 @@ def install(app: FastAPI) -> None:
         response = error_response(exc.status_code, code, message)
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
         return response
 
     async def unexpected_handler(request: Request, exc: Exception) -> JSONResponse:

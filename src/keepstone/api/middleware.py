@@ -1,4 +1,5 @@
-"""Pure-ASGI middleware: request id, access log and metrics; request body limits.
+"""Pure-ASGI middleware: request id, access log and metrics; ``Cache-Control: no-store``;
+request body limits; control characters in query parameters refused.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so streamed bodies stay streamed and the
 route template that the router writes into ``scope["route"]`` is visible here.
@@ -10,14 +11,17 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from keepstone.api.logs import current_request_id, direct_handler
 from keepstone.api.metrics import Metrics
-from keepstone.errors import BodyTooLarge, ImportTooLarge, KeepstoneError
+from keepstone.errors import BodyTooLarge, ImportTooLarge, InvalidRequest, KeepstoneError
+from keepstone.text import clean_text, is_whole_number
 
 access_log = logging.getLogger("keepstone.access")
 log = logging.getLogger("keepstone.api")
@@ -31,6 +35,17 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return str(value.decode("latin-1"))
     return None
+
+
+#: Paths whose answers may be kept by a cache: static assets and the API's documentation.
+#: Every other answer (a document, a search, a list, a page) is sent ``no-store``, so no
+#: browser or proxy keeps memory content on disk.
+_CACHEABLE_PREFIXES = ("/static/", "/docs", "/redoc", "/openapi.json")
+
+
+def stores_nothing(path: str) -> bool:
+    """Whether the answer to ``path`` goes out with ``Cache-Control: no-store``."""
+    return not path.startswith(_CACHEABLE_PREFIXES)
 
 
 class RequestContextMiddleware:
@@ -60,6 +75,10 @@ class RequestContextMiddleware:
                 status = int(message["status"])
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
+                if stores_nothing(scope["path"]) and not any(
+                    k.lower() == b"cache-control" for k, _ in headers
+                ):
+                    headers.append((b"cache-control", b"no-store"))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -143,11 +162,8 @@ class BodyLimitMiddleware:
         limit = self.max_import if path == IMPORT_PATH else self.max_json
         declared = _header(scope, b"content-length")
         if declared is not None:
-            try:
-                too_big = int(declared) > limit
-            except ValueError:
-                too_big = False
-            if too_big:
+            # A malformed length is the server's to refuse; this only reads a well-formed one.
+            if is_whole_number(declared) and int(declared) > limit:
                 err = self._error(path, limit)
                 await _send_json(send, err.status, err.to_dict())
                 return
@@ -177,3 +193,55 @@ class BodyLimitMiddleware:
                 await _send_json(send, refused.status, refused.to_dict())
 
         await self.app(scope, counted_receive, guarded_send)
+
+
+#: Query parameters that name a space or a path: their own checks refuse a control
+#: character with the domain's code (400 invalid_space_ref, 422 invalid_path).
+_DOMAIN_CHECKED = frozenset(
+    {"name", "project", "visibility", "bot", "path", "dir", "to", "path_prefix"}
+)
+_MEMORY_PREFIXES = ("/api/memory", "/t/")
+_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f%]")
+
+
+def refusal_of_query(path: str, query: bytes) -> InvalidRequest | None:
+    """``400 invalid_request`` naming the first query parameter (name or value) holding a
+    control character, else None. A parameter a space's or path's own check reads is left
+    to it (on the memory routes and pages)."""
+    if not _CONTROL_BYTES.search(query):  # nothing percent-encoded, no raw control byte
+        return None
+    domain = _DOMAIN_CHECKED if path.startswith(_MEMORY_PREFIXES) else frozenset()
+    text = query.decode("latin-1")
+    for key, value in parse_qsl(text, keep_blank_values=True, errors="replace"):
+        try:
+            clean_text("query parameter name", key)
+            if key not in domain:
+                clean_text(key, value)
+        except InvalidRequest as exc:
+            return exc
+    return None
+
+
+class QueryTextMiddleware:
+    """Refuses a request whose query string holds a control character (NUL included) with
+    ``400 invalid_request`` naming the parameter, before any route reads it: a syntactic
+    refusal of the request, as a body over its limit is, whoever sends it.
+    ``page(scope, error)`` renders it on the UI's paths (None: JSON)."""
+
+    def __init__(
+        self, app: ASGIApp, page: Callable[[Scope, KeepstoneError], Any] | None = None
+    ) -> None:
+        self.app = app
+        self.page = page
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            refused = refusal_of_query(scope.get("path", ""), scope["query_string"])
+            if refused is not None:
+                response = self.page(scope, refused) if self.page is not None else None
+                if response is None:
+                    await _send_json(send, refused.status, refused.to_dict())
+                else:
+                    await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -7,7 +7,8 @@
   (:mod:`keepstone.db.durability`), so concurrent writers queue instead of failing at
   commit; :func:`read_statements` reads without a transaction of its own on PostgreSQL
   (one round trip per statement).
-* :func:`translated_errors`: driver failures surface as ``StoreUnavailable``.
+* :func:`translated_errors`: driver failures surface as ``StoreUnavailable`` (and a NUL
+  PostgreSQL refuses as ``InvalidRequest``).
 * :class:`PointRead` and :func:`on_pooled`: the statements of every request's path, run on
   a pooled driver connection without SQLAlchemy's per-statement work.
 * :func:`claim_rows`: rows claimed to work on outside the database (embedding them),
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 import shlex
@@ -85,11 +87,15 @@ def sqlite_path(url: str) -> str | None:
 def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> Engine:
     """An engine for ``url``, configured for Keepstone's transaction discipline.
 
+    Every engine hides its statements' parameters from errors and logs (they carry
+    password hashes, key hashes, document text, emails).
+
     ``schema`` (PostgreSQL only; ignored for SQLite, which has no schemas) puts every
     connection's ``search_path`` on that schema, so one database can hold several
     independent Keepstone schemas (tests use a fresh one each). It does not create it.
     """
     url = normalize_url(url)
+    _rows_never_logged()
     if url.startswith("sqlite"):
         path = sa.engine.make_url(url).database
         if path and path != ":memory:":
@@ -98,6 +104,7 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
             url,
             connect_args={"timeout": 60, "check_same_thread": False},
             pool_pre_ping=False,
+            hide_parameters=True,
         )
         _configure_sqlite(engine)
         return engine
@@ -118,9 +125,26 @@ def make_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -> 
         pool_pre_ping=False,
         pool_recycle=1800,
         pool_timeout=30,
+        # A failing statement's error (and SQLAlchemy's echo) never shows its values: they
+        # hold password and key hashes, document text and emails.
+        hide_parameters=True,
     )
     event.listen(engine, "handle_error", _missing_database)
     return engine
+
+
+class _NoRows(logging.Filter):
+    """Drops SQLAlchemy's ``Row %r`` lines: at DEBUG it logs every row it reads, and rows
+    hold password hashes, key hashes, document text and emails."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Row %r"
+
+
+def _rows_never_logged() -> None:
+    engines = logging.getLogger("sqlalchemy.engine.Engine")
+    if not any(isinstance(f, _NoRows) for f in engines.filters):
+        engines.addFilter(_NoRows())
 
 
 _MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
@@ -270,7 +294,12 @@ def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statemen
     the connection at a rollback. A driver error is raised as SQLAlchemy's (``what`` names
     the statement, never its parameters), which :func:`translated_errors` translates."""
     dbapi: Any = engine.dialect.loaded_dbapi
-    pooled = engine.raw_connection()
+    try:
+        # The pool hands the driver's own error out when it cannot connect (SQLAlchemy's
+        # Connection would wrap it); wrapped here, so it is translated as any other.
+        pooled = engine.raw_connection()
+    except dbapi.Error as exc:
+        raise as_sqlalchemy(exc, "connect", engine.dialect, invalidated=True) from exc
     try:
         driver: Any = pooled.driver_connection
         postgres = engine.dialect.name == "postgresql"
@@ -410,6 +439,14 @@ def translated_errors() -> Iterator[None]:
         raise StoreUnavailable(
             "the database cannot be reached right now; try again shortly"
         ) from exc
+    except sa.exc.DataError as exc:
+        # The last net under the checks of each field (keepstone.text): PostgreSQL takes no
+        # NUL in any text; anything else is a bug and stays one.
+        if "NUL" not in str(exc.orig):
+            raise
+        raise InvalidRequest(
+            "a value sent holds a NUL character (U+0000); remove it and retry"
+        ) from None
 
 
 C = TypeVar("C")

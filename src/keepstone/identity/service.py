@@ -29,8 +29,16 @@ from keepstone.identity.standing import (
     standing_from_row,
     standing_in_team,
 )
-from keepstone.identity.validation import clean_name, parse_org_role, parse_plan, parse_team_role
+from keepstone.identity.validation import (
+    clean_email,
+    clean_ids,
+    clean_name,
+    parse_org_role,
+    parse_plan,
+    parse_team_role,
+)
 from keepstone.principal import CredentialKind, Principal, Standing, TeamRole
+from keepstone.text import control_in
 
 MIN_PASSWORD_CHARS = 8
 _UNSET: Any = object()
@@ -51,7 +59,11 @@ def _with_standing(base: Principal, team_id: str, standing: Standing) -> Princip
 
 def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
     """``base`` acting in ``team_id``, its standing read on ``conn`` (see principal_in_team)."""
-    if not base.user_id or (base.kind is CredentialKind.API_KEY and base.team_id != team_id):
+    if (
+        not base.user_id
+        or (base.kind is CredentialKind.API_KEY and base.team_id != team_id)
+        or control_in(team_id)  # no team has such an id
+    ):
         raise TeamNotFound(f"no team {team_id!r} for this credential")
     standing = standing_in_team(conn, base.user_id, team_id)
     if standing is None or standing.team_role is None:
@@ -60,7 +72,9 @@ def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
 
 
 def _found(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
-    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent."""
+    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent (an id
+    holding a control character is refused first, naming ``<what>_id``)."""
+    clean_ids(**{f"{what}_id": row_id})
     row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
     if row is None:
         raise NotFound(f"no {what} with id {row_id!r}")
@@ -108,13 +122,17 @@ class IdentityService:
         self.hasher = hasher
         self.session_ttl = timedelta(seconds=session_ttl_seconds)
         self._passwords = passwords or PasswordHasher()
+        #: A hash of no one's password, made (at the first sign-in) with the same parameters
+        #: as the users': an unknown email is checked against it, so it takes as long to
+        #: refuse as a wrong password and the answer's time tells no one which emails exist.
+        self._no_one: str | None = None
 
     # --- users, orgs, teams --------------------------------------------------------------
 
     def create_user(
         self, email: str, password: str | None = None, name: str = "", super_admin: bool = False
     ) -> str:
-        email = email.strip().lower()
+        email = clean_email(email)
         if "@" not in email or len(email) > 320 or any(c.isspace() for c in email):
             raise InvalidRequest(f"email {email!r} is not an email address", field="email")
         if password is not None and len(password) < MIN_PASSWORD_CHARS:
@@ -182,6 +200,7 @@ class IdentityService:
                     field="memory_quota_bytes",
                 )
             values["memory_quota_bytes"] = memory_quota_bytes
+        clean_ids(org_id=org_id)
         with write_transaction(self.engine) as conn:
             if values:  # an unknown org updates nothing, and _org refuses it below
                 conn.execute(t.orgs.update().where(t.orgs.c.id == org_id).values(**values))
@@ -263,6 +282,7 @@ class IdentityService:
                 raise _added_meanwhile(user_id, f"team {team_id!r}") from exc
 
     def remove_team_member(self, team_id: str, user_id: str) -> None:
+        clean_ids(user_id=user_id)
         with write_transaction(self.engine) as conn:
             _found(conn, t.teams, team_id, "team")
             if not _drop_membership(conn, team_id, user_id):
@@ -330,6 +350,7 @@ class IdentityService:
 
     def revoke_api_key(self, key_id: str) -> None:
         with write_transaction(self.engine) as conn:
+            clean_ids(id=key_id)
             done = conn.execute(
                 t.api_keys.update()
                 .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
@@ -395,18 +416,18 @@ class IdentityService:
     def login(self, email: str, password: str) -> Session:
         """Check a password and open a session; Unauthenticated when either is wrong."""
         wrong = Unauthenticated("the email or password is wrong")
+        email = clean_email(email)
         with read_transaction(self.engine) as conn:
             row = (
-                conn.execute(sa.select(t.users).where(t.users.c.email == email.strip().lower()))
-                .mappings()
-                .first()
+                conn.execute(sa.select(t.users).where(t.users.c.email == email)).mappings().first()
             )
-        if row is None or not row["password_hash"]:
-            raise wrong
+        stored = row["password_hash"] if row is not None else None
         try:
-            self._passwords.verify(row["password_hash"], password)
+            self._passwords.verify(stored or self._no_ones_hash(), password)
         except (VerificationError, InvalidHashError):
             raise wrong from None
+        if row is None or not stored:  # no one's hash: no password may open it
+            raise wrong
         token, csrf = new_token(), new_token()
         now = utcnow()
         with write_transaction(self.engine) as conn:
@@ -425,6 +446,11 @@ class IdentityService:
         user = {k: row[k] for k in ("id", "email", "name")}
         user["super_admin"] = bool(row["super_admin"])
         return Session(token=token, csrf_token=csrf, user=user, teams=teams)
+
+    def _no_ones_hash(self) -> str:
+        if self._no_one is None:
+            self._no_one = self._passwords.hash(new_token())
+        return self._no_one
 
     def logout(self, token: str) -> None:
         with write_transaction(self.engine) as conn:
@@ -463,6 +489,8 @@ class IdentityService:
 
     def is_org_member(self, user_id: str, org_id: str) -> bool:
         """Whether the user is a member of ``org_id`` (any role) or of one of its teams."""
+        if control_in(org_id):  # no org has such an id
+            return False
         in_org = sa.select(t.org_members.c.role).where(
             t.org_members.c.org_id == org_id, t.org_members.c.user_id == user_id
         )

@@ -1,4 +1,5 @@
-"""Checks of identity input: roles, plans, names. Each refusal names the allowed values."""
+"""Checks of identity input: roles, plans, names, emails, ids. Each refusal names the field
+and what it takes; no name, email or id may hold a control character (:mod:`keepstone.text`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TypeVar
 
 from keepstone.errors import InvalidRequest
 from keepstone.principal import OrgRole, Plan, TeamRole
+from keepstone.text import clean_text
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -34,9 +36,20 @@ def parse_plan(value: object) -> Plan:
 
 
 def clean_name(field: str, value: str, *, required: bool = True) -> str:
-    value = value.strip()
+    value = clean_text(field, value).strip()
     if required and not value:
         raise InvalidRequest(f"{field} must not be empty", field=field)
     if len(value) > 256:
         raise InvalidRequest(f"{field} is longer than 256 characters", field=field)
     return value
+
+
+def clean_email(value: str) -> str:
+    """An email as stored and looked up: trimmed, lower case, no control character."""
+    return clean_text("email", value).strip().lower()
+
+
+def clean_ids(**ids: str) -> None:
+    """Refuse an id holding a control character, naming its field (``user_id=...``)."""
+    for field, value in ids.items():
+        clean_text(field, value)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import re
+from keepstone.text import CONTROL
 
 MAX_TEXT = 8000
 MAX_QUERY = 1000
@@ -12,12 +12,9 @@ DEFAULT_LIMIT = 10
 MAX_ID = 64
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def is_clean_id(value: str) -> bool:
     """An id as stored: 1-64 characters, no control character, valid Unicode."""
-    if not 1 <= len(value) <= MAX_ID or _CONTROL.search(value):
+    if not 1 <= len(value) <= MAX_ID or CONTROL.search(value):
         return False
     try:
         value.encode("utf-8")

@@ -12,6 +12,7 @@ from keepstone.errors import InvalidRequest, MemoryOff, PlanRequired, RepoNotFou
 from keepstone.records.models import MAX_ID, MAX_LIMIT, MAX_TEXT, is_clean_id
 from keepstone.records.store import RecordReader
 from keepstone.service.access import TeamAccess
+from keepstone.text import no_nul
 
 
 def check_text(text: object, field: str = "text", most: int = MAX_TEXT) -> None:
@@ -20,6 +21,7 @@ def check_text(text: object, field: str = "text", most: int = MAX_TEXT) -> None:
             f"field {field!r} must be 1 to {most:,} characters of valid Unicode text",
             field=field,
         )
+    no_nul(field, text)  # tabs and newlines are text; NUL is refused on every store
 
 
 def check_limit(limit: object) -> None:

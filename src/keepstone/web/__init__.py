@@ -11,10 +11,18 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from keepstone.web import admin, history, memory, pages
-from keepstone.web.core import STATIC, STATIC_PATH, SecurityHeadersMiddleware, install_error_pages
+from keepstone.web.core import (
+    STATIC,
+    STATIC_PATH,
+    SecurityHeadersMiddleware,
+    error_page_of_scope,
+    install_error_pages,
+)
 
 #: Route modules of the UI, each exposing ``router``.
 ROUTER_MODULES = (pages, history, memory, admin)
+
+__all__ = ["ROUTER_MODULES", "error_page_of_scope", "install"]
 
 
 def install(app: FastAPI) -> None:

@@ -14,10 +14,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData
 
-from keepstone.errors import CsrfRequired, InvalidRequest, KeepstoneError, Unauthenticated
+from keepstone.errors import CsrfRequired, KeepstoneError, Unauthenticated
 from keepstone.principal import Principal
 from keepstone.service.admin import AdminService
 from keepstone.service.audit import AuditService
+from keepstone.text import parse_int
 from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop
 
@@ -82,13 +83,7 @@ def _int(form: FormData, name: str, *, optional: bool = False) -> int | None:
     raw = text(form, name).strip()
     if not raw and optional:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be a whole number of bytes", field=name) from None
-    if value < 0:
-        raise InvalidRequest(f"{name} must not be negative", field=name)
-    return value
+    return parse_int(name, raw, what="a whole number of bytes")
 
 
 async def _act(

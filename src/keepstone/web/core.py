@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlparse
 
 import jinja2
 from fastapi import FastAPI, Request
@@ -29,7 +29,13 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from keepstone.errors import CsrfRequired, KeepstoneError, TeamNotFound, Unauthenticated
+from keepstone.errors import (
+    CsrfRequired,
+    KeepstoneError,
+    TeamNotFound,
+    Unauthenticated,
+    retry_after,
+)
 from keepstone.principal import Principal
 from keepstone.service.access import Credentials, require_csrf
 
@@ -179,6 +185,28 @@ def upload(form: FormData, name: str) -> UploadFile | None:
     return value if isinstance(value, UploadFile) else None
 
 
+def _routes(routes: Iterable[Any]) -> Iterator[Any]:
+    """Every route of ``routes``, those of included routers too."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        else:
+            yield route
+
+
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """Every method some route of ``app`` takes at ``path``, for a 405's ``Allow`` (API or
+    page): the router names only the first route it matched, where a path has one route
+    per method."""
+    methods: set[str] = set()
+    for route in _routes(app.routes):
+        regex, taken = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and taken and regex.match(path):
+            methods.update(taken)
+    return sorted(methods)
+
+
 # --- errors as pages --------------------------------------------------------------------------
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
@@ -192,6 +220,14 @@ def error_page(request: Request, status: int, code: str, message: str) -> Respon
     )
 
 
+def error_page_of_scope(scope: Scope, exc: KeepstoneError) -> Response | None:
+    """``exc`` as the UI's error page when ``scope`` is a UI path (for a refusal made by a
+    middleware, before any route); None on the API's paths."""
+    if not is_ui_path(scope.get("path", "")):
+        return None
+    return error_page(Request(scope), exc.status, exc.code, exc.message)
+
+
 def _next_of(request: Request) -> str | None:
     if request.method != "GET":
         return None
@@ -201,11 +237,30 @@ def _next_of(request: Request) -> str | None:
 
 class LoginThrottleLike(Protocol):
     """The API's failed-login throttle on ``app.state.login_throttle`` (shared with the
-    UI's sign-in, so both forms count against one limit)."""
+    UI's sign-in, so both forms count against one limit): per email and per address."""
 
-    def check(self, key: str) -> None: ...
-    def failed(self, key: str) -> None: ...
-    def succeeded(self, key: str) -> None: ...
+    def check(self, email: str, client: str) -> None: ...
+    def failed(self, email: str, client: str) -> None: ...
+    def succeeded(self, email: str, client: str) -> None: ...
+
+
+#: ``Sec-Fetch-Site`` values of a request made by this site's own pages, or by the user
+#: (typed, bookmarked): anything else (``same-site``, ``cross-site``) came from elsewhere.
+_OWN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+def from_another_site(request: Request) -> bool:
+    """Whether a form was posted by a page of another site (login CSRF). The browser says
+    so in ``Sec-Fetch-Site`` when it sends it; an ``Origin`` that is ``null`` (a sandboxed
+    frame, a page that sends no referrer) or names another host says so too. A request
+    with neither (not a browser's) is not refused here."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.lower() not in _OWN_FETCH_SITES:
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    return origin == "null" or urlparse(origin).netloc != request.url.netloc
 
 
 def install_error_pages(app: FastAPI) -> None:
@@ -225,7 +280,9 @@ def install_error_pages(app: FastAPI) -> None:
 
     async def keepstone_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, KeepstoneError)
-        return error_page(request, exc.status, exc.code, exc.message)
+        response = error_page(request, exc.status, exc.code, exc.message)
+        response.headers.update(retry_after(exc))
+        return response
 
     async def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -242,7 +299,9 @@ def install_error_pages(app: FastAPI) -> None:
             return error_page(request, 404, "not_found", message)
         if exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path!r}"
-            return error_page(request, 405, "method_not_allowed", message)
+            response = error_page(request, 405, "method_not_allowed", message)
+            response.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+            return response
         return error_page(request, exc.status_code, "http_error", str(exc.detail))
 
     wrap(KeepstoneError, keepstone_error)

@@ -27,6 +27,7 @@ from keepstone.errors import (
 )
 from keepstone.principal import Principal
 from keepstone.service.access import authorize_space_mutation
+from keepstone.text import is_whole_number
 from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, text, url
 from keepstone.web.markdown import render
 from keepstone.web.pages import asked_space, off_loop, spaces_of
@@ -41,10 +42,7 @@ _MAX_VERSION = 2**62
 
 def parse_version(raw: str, field: str = "version") -> int:
     """A version number from a query or form field: a whole number from 1."""
-    try:
-        number = int(raw.strip())
-    except ValueError:
-        number = 0
+    number = int(raw) if is_whole_number(raw) else 0
     if not 1 <= number <= _MAX_VERSION:
         shown = raw.strip() or "nothing"
         raise InvalidRequest(

@@ -12,7 +12,6 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
@@ -26,16 +25,19 @@ from keepstone.errors import (
     NotFound,
     PreconditionFailed,
     Unauthenticated,
+    retry_after,
 )
 from keepstone.principal import Principal
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
+from keepstone.text import is_whole_number
 from keepstone.web.core import (
     CSRF_COOKIE,
     SESSION_COOKIE,
     WHOLE_REQUEST,
     LoginThrottleLike,
     UiRoute,
+    from_another_site,
     page,
     posted,
     see_other,
@@ -109,8 +111,7 @@ async def signin(request: Request) -> Response:
     form = await request.form()
     email, password = text(form, "email"), text(form, "password")
     target = _safe_next(text(form, "next", "/"))
-    origin = request.headers.get("origin")
-    if origin and origin != "null" and urlparse(origin).netloc != request.url.netloc:
+    if from_another_site(request):
         # A sign-in form posted from another site (login CSRF): refused outright.
         return page(
             request,
@@ -122,18 +123,21 @@ async def signin(request: Request) -> Response:
         )
     throttle: LoginThrottleLike = request.app.state.login_throttle
     client = request.client.host if request.client else "unknown"
-    key = f"{email.strip().lower()}|{client}"
     credentials = request.app.state.credentials
     try:
-        throttle.check(key)
+        throttle.check(email, client)
         try:
             session = await off_loop(lambda: credentials.sign_in(email, password))
         except Unauthenticated:
-            throttle.failed(key)
+            throttle.failed(email, client)
             raise
     except KeepstoneError as exc:
-        return page(request, "signin.html", exc.status, next=target, email=email, error=exc.message)
-    throttle.succeeded(key)
+        refused = page(
+            request, "signin.html", exc.status, next=target, email=email, error=exc.message
+        )
+        refused.headers.update(retry_after(exc))
+        return refused
+    throttle.succeeded(email, client)
     response = see_other(target)
     settings = request.app.state.settings
     for name, value in ((SESSION_COOKIE, session.token), (CSRF_COOKIE, session.csrf_token)):
@@ -228,7 +232,7 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
         space_id=ref.id,
         doc=doc,
         html=render(doc.content),
-        restored=int(restored) if restored.isdigit() else None,
+        restored=int(restored) if is_whole_number(restored) else None,
     )
 
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from keepstone.api.deps import Principal
-from keepstone.api.routes.common import AUTH_ERRORS, error_responses
+from keepstone.api.routes.common import AUTH_ERRORS, WholeNumber, error_responses
 from keepstone.service.access import require_platform_authority
 from keepstone.service.admin import (
     DEFAULT_PAGE,
@@ -207,7 +207,9 @@ class ApiKeysOut(BaseModel):
     next_cursor: str | None
 
 
-Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE}).")]
+Limit = Annotated[
+    WholeNumber, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE}).")
+]
 Cursor = Annotated[
     str | None,
     Query(max_length=512, description="The next_cursor of the previous page; omit for the first."),
@@ -347,7 +349,9 @@ def patch_instance(body: InstanceIn, who: Principal, admin: Admin) -> dict[str, 
 def audit(
     who: Principal,
     audit_log: Audit,
-    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many events.")] = 100,
+    limit: Annotated[
+        WholeNumber, Query(ge=1, le=1000, description="At most this many events.")
+    ] = 100,
 ) -> dict[str, Any]:
     events = audit_log.newest_first(who, limit)
     return {"events": [{**asdict(e), "at": e.at.isoformat()} for e in events]}

@@ -2,7 +2,7 @@
 
 Thin over :meth:`keepstone.service.access.Credentials.sign_in` / ``sign_out``; failed
 sign-ins are throttled here (:class:`keepstone.api.throttle.LoginThrottle`), per email
-and client address.
+and per client address.
 """
 
 from __future__ import annotations
@@ -77,14 +77,13 @@ class LoginOut(BaseModel):
 )
 def login(body: LoginIn, request: Request, face: Face) -> JSONResponse:
     client = request.client.host if request.client else "unknown"
-    key = f"{body.email.strip().lower()}|{client}"
-    face.throttle.check(key)
+    face.throttle.check(body.email, client)
     try:
         session = face.credentials.sign_in(body.email, body.password)
     except Unauthenticated:
-        face.throttle.failed(key)
+        face.throttle.failed(body.email, client)
         raise
-    face.throttle.succeeded(key)
+    face.throttle.succeeded(body.email, client)
     payload: dict[str, Any] = {
         "csrf_token": session.csrf_token,
         "user": asdict(session.user),

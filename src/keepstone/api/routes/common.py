@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi.routing import APIRoute
+from pydantic import BeforeValidator
 
 from keepstone.api.errors import ERROR_SCHEMA
 from keepstone.errors import InvalidRequest
+from keepstone.text import is_whole_number
 
 _DESCRIPTIONS = {
     400: "Bad request (invalid_request, invalid_space_ref, unknown_parameter, ...)",
@@ -87,17 +89,26 @@ def parse_version(raw: str, field: str = "version") -> int:
             f"{field} is required: a version number (GET /api/memory/doc/versions lists them)",
             field=field,
         )
-    try:
-        number = int(raw.strip())
-    except ValueError:
-        number = 0
+    number = int(raw) if is_whole_number(raw) else 0
     if not 1 <= number <= _MAX_VERSION:
         raise InvalidRequest(
-            f"{field} must be a version number (a whole number from 1), not {raw!r}; "
-            "GET /api/memory/doc/versions lists them",
+            f"{field} must be a version number (a whole number from 1 in digits 0-9), "
+            f"not {raw!r}; GET /api/memory/doc/versions lists them",
             field=field,
         )
     return number
+
+
+def _whole_number(value: object) -> object:
+    # A number FastAPI reads from a query string: digits 0-9 only (pydantic alone also
+    # takes "1_0" as ten, "+5", " 5" and "5.0").
+    if isinstance(value, str) and not is_whole_number(value, negative=True):
+        raise ValueError("must be a whole number written with digits 0-9")
+    return value
+
+
+#: An ``int`` query parameter read strictly (:func:`keepstone.text.parse_int`'s rule).
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
 
 
 # --- Query parameters read by hand ---------------------------------------------------------

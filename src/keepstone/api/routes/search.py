@@ -32,6 +32,7 @@ from keepstone.principal import Principal as Who
 from keepstone.service.access import space_ref
 from keepstone.service.filters import FILTER_PARAMS, search_answer, search_filters
 from keepstone.spaces import SpaceRef
+from keepstone.text import is_whole_number
 
 router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
 
@@ -233,7 +234,4 @@ def _searched(
 def _number_or_text(raw: str) -> int | str:
     """``raw`` as a whole number when it is one, else as sent: the search refuses a limit
     that is no whole number as it refuses one out of range."""
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
+    return int(raw) if is_whole_number(raw) else raw
