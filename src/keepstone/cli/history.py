@@ -98,7 +98,7 @@ def _log(args: argparse.Namespace) -> int:
         ref = space_ref_from_args(args, who.team_id)
         versions = service.versions(ref, args.path)
         if args.json:
-            print(json.dumps({"versions": [v.as_json() for v in versions]}))
+            print(json.dumps({"versions": [v.as_fields() for v in versions]}))
             return 0
         for i, v in enumerate(versions):
             print(_log_line(v, live=i == 0 and not v.deleted))
