@@ -568,6 +568,19 @@ def operation(name: str) -> Operation:
     raise KeyError(name)
 
 
+def on_face(face: Face, name: str) -> Operation:
+    """The (first) operation called ``name`` on ``face`` (``cli``'s ``"mv"``: move)."""
+    for op in OPERATIONS:
+        if op.on(face) == name:
+            return op
+    raise KeyError(f"{face.value} {name}")
+
+
+def cli_help(verb: str) -> str:
+    """The help line of ``keepstone memory VERB``."""
+    return on_face(Face.CLI, verb).summary
+
+
 def tool_names() -> tuple[str, ...]:
     """The MCP tools, in the order of :data:`OPERATIONS`."""
     names: dict[str, None] = {}
