@@ -156,5 +156,18 @@ def test_plan_required_says_who_changes_the_plan_and_how(world: World, client: T
     assert r.status_code == 402, r.text
     message = r.json()["error"]["message"]
     assert "Billing" not in message
+    # A member cannot change the plan: the plain reason and whom to ask, no operator's route.
+    assert "instance admin" in message and "pro_plus" in message
+    assert "PATCH /api/admin/orgs/" not in message and "set-plan" not in message
+    # A super-admin can: the refusal names how.
+    boss = world.identity.create_user(f"{unique('boss')}@example.com", super_admin=True)
+    world.identity.add_team_member(team, boss, "member")
+    _, boss_key = world.identity.create_api_key(boss, team)
+    r = client.post(
+        f"/api/teams/{team}/memory/search",
+        json={"query": "deploy"},
+        headers={"Authorization": f"Bearer {boss_key}"},
+    )
+    assert r.status_code == 402, r.text
+    message = r.json()["error"]["message"]
     assert "PATCH /api/admin/orgs/" in message and "keepstone admin set-plan" in message
-    assert "instance admin" in message

@@ -303,8 +303,8 @@ class MemoryTools:
         path = _str_arg(args, "path")
         try:
             doc = self._read_doc(path)
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         data = {"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag}
         return ToolResult(False, doc.content, data=data)
 
@@ -398,8 +398,8 @@ class MemoryTools:
         if_match = _optional_str(args, "if_match", "if_match must be a string etag")
         try:
             self.service.delete(self.who, self.ref, path, if_match=if_match)
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         return ToolResult(False, f"deleted {path}", data={"path": path, "deleted": True})
 
     def _move(self, args: dict[str, Any]) -> ToolResult:
@@ -414,8 +414,8 @@ class MemoryTools:
             result = self.service.move(
                 self.who, self.ref, path, to, overwrite=overwrite, if_match=if_match
             )
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         replaced = "" if result.created else ", replacing the document that was there"
         text = f"moved {path} to {result.path}{replaced} (etag {result.etag})"
         return ToolResult(False, text, data={**result.as_json(), "from": path})
@@ -535,12 +535,9 @@ def error_result(exc: KeepstoneError) -> ToolResult:
     return ToolResult(True, text, code=exc.code, data=data)
 
 
-def _missing(path: str) -> ToolResult:
-    return _error(
-        "not_found",
-        f"no document at {path!r} in this memory space; call memory_list to see what exists",
-        path=path,
-    )
+def _missing(exc: NotFound) -> ToolResult:
+    """A missing document: the store's one wording, and where a model looks next."""
+    return _error("not_found", f"{exc.message}; call memory_list to see what exists", **exc.details)
 
 
 def _edit_of(args: Mapping[str, Any]) -> Edit:
