@@ -1,10 +1,9 @@
 """One vocabulary for every face: each operation on a space, its name on the CLI, in Python,
 over REST and as an MCP tool, its parameters and what it answers (docs/vocabulary.md).
 
-The faces build from this table — the agent tools' schemas and descriptions
-(:mod:`keepstone.tools.schemas`), ``keepstone memory``'s verb help, ``keepstone mcp --help`` —
-and ``tests/unit/test_vocabulary.py`` holds every face against it: the CLI parser, the MCP
-server's tool list, :class:`keepstone.Memory`'s signatures and the OpenAPI document. A
+The agent tools (:mod:`keepstone.tools.schemas`), the CLI's verb help and ``keepstone mcp
+--help`` are built from this table, and ``tests/unit/test_vocabulary.py`` holds every face
+against it (the CLI parser, the tools' dispatcher, ``Memory``, the OpenAPI document). A
 parameter or result field has one name on every face (the REST contract's); where the
 contract itself fixes another spelling for one face, :attr:`Param.spelled` says so, and
 that is the only way a face may differ.
@@ -45,10 +44,6 @@ class Param:
     faces: frozenset[Face] = ALL_FACES
     spelled: Mapping[Face, str] = field(default_factory=dict)
 
-    @property
-    def description(self) -> str:
-        return str(self.schema.get("description", ""))
-
     def on(self, face: Face) -> str | None:
         """The parameter's name on ``face``, None when that face does not take it."""
         if face not in self.faces:
@@ -65,6 +60,8 @@ class Operation:
     the CLI's help; ``guide``, the tool description a model reads (on the one operation
     that carries a tool's description when several share it). ``result`` names the fields
     of the answer (REST's body, Python's result, the tool's data, ``--json``).
+    ``item`` names the fields of each listed item where the answer is a listing;
+    ``result_spelled`` a face's own spelling of one, where the contract fixes it.
     ``deprecated`` maps an old MCP argument name to its name now (still accepted).
     """
 
@@ -76,6 +73,7 @@ class Operation:
     rest: tuple[str, str] | None = None
     mcp: str | None = None
     result: tuple[str, ...] = ()
+    item: tuple[str, ...] = ()
     result_spelled: Mapping[Face, Mapping[str, str]] = field(default_factory=dict)
     guide: str = ""
     mutates: bool = False
@@ -101,6 +99,11 @@ class Operation:
         """The answer's field names on ``face``."""
         spelled = self.result_spelled.get(face, {})
         return tuple(spelled.get(name, name) for name in self.result)
+
+    def item_on(self, face: Face) -> tuple[str, ...]:
+        """The field names of each item of a listing's answer on ``face``."""
+        spelled = self.result_spelled.get(face, {})
+        return tuple(spelled.get(name, name) for name in self.item)
 
 
 def _p(type_: str, description: str, **extra: Any) -> dict[str, Any]:
@@ -218,6 +221,11 @@ WRITE = Operation(
             faces=_NOT_CLI,
         ),
         IF_MATCH,
+        Param(
+            "create_only",
+            _p("boolean", "Only if there is no document at path yet."),
+            faces=frozenset({Face.PYTHON}),
+        ),
     ),
     cli="put",
     python="write",
@@ -240,21 +248,13 @@ WRITE = Operation(
 LIST = Operation(
     "list",
     "list the space's documents",
-    (
-        Param(
-            "dir",
-            _p(
-                "string",
-                "Optional directory prefix, e.g. 'topics'. Omit for all.",
-            ),
-        ),
-        AS_OF,
-    ),
+    (Param("dir", _p("string", "Optional directory prefix, e.g. 'topics'. Omit for all.")), AS_OF),
     cli="ls",
     python="list",
     rest=("GET", "/api/memory/docs"),
     mcp="memory_list",
     result=("documents",),
+    item=LISTED,
     guide=(
         "List the documents in your persistent memory space, with their sizes and last "
         "update times, sorted by path. Give dir (e.g. 'topics') to list only the documents "
@@ -428,6 +428,9 @@ VERSIONS = Operation(
     rest=("GET", "/api/memory/doc/versions"),
     mcp="memory_history",
     result=("versions",),
+    item=("version", "etag", "size_bytes", "at", "actor", "deleted"),
+    # The contract fixes the REST listing's spelling (SPEC §11); elsewhere it is size_bytes.
+    result_spelled={Face.REST: {"size_bytes": "size"}},
     guide=(
         "See the earlier versions of one document in your persistent memory space: every "
         "write, edit, move and delete keeps the version it replaced for a while. Without "
@@ -500,6 +503,7 @@ SPACES = Operation(
     python="spaces",
     rest=("GET", "/api/memory/spaces"),
     result=("spaces", "truncated"),
+    item=("space", "used_bytes", "quota_bytes"),
 )
 EXPORT = Operation(
     "export",
@@ -548,24 +552,18 @@ OPERATIONS: tuple[Operation, ...] = (
     IMPORT,
 )
 
-#: Parameters a face adds to every operation to pick the space, the server or the output
-#: form, not the operation's own: the test of the table leaves them aside.
-FACE_SETTINGS: Mapping[Face, frozenset[str]] = {
+#: Parameters of a face's own, not an operation's: what picks the space, the server or the
+#: output form, and the CLI's and Python's ways to pass content or an archive (a file, a
+#: stream, ``--all`` for ``--scope readable``). The test of the table leaves them aside.
+FACE_OWN: Mapping[Face, frozenset[str]] = {
     Face.CLI: frozenset(
         {"name", "visibility", "project", "bot", "user", "server", "token", "json", "help"}
+        | {"file", "empty", "out", "in", "quiet", "all"}
     ),
     Face.REST: frozenset({"name", "visibility", "project", "bot"}),
-    Face.PYTHON: frozenset({"self"}),
+    Face.PYTHON: frozenset({"self", "dest", "source"}),
     Face.MCP: frozenset(),
 }
-
-
-def operation(name: str) -> Operation:
-    """The operation called ``name``."""
-    for op in OPERATIONS:
-        if op.name == name:
-            return op
-    raise KeyError(name)
 
 
 def on_face(face: Face, name: str) -> Operation:
