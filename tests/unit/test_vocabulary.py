@@ -13,11 +13,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp.client.client import Client
 
 from keepstone.api.app import create_app
 from keepstone.cli.main import build_parser
 from keepstone.config import Config
+from keepstone.mcp.server import build_server
 from keepstone.sdk import AsyncMemory, Memory
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
@@ -142,8 +145,19 @@ def _accepted(tools: MemoryTools, tool: str) -> set[str]:
     return set(found.group(1).split(", "))
 
 
-def test_the_tools_are_the_tables_in_its_order(tools: MemoryTools) -> None:
-    assert tools.names == tool_names() == tuple(SPECS)
+def test_the_mcp_server_lists_the_tables_tools_with_its_arguments(tools: MemoryTools) -> None:
+    async def listed() -> dict[str, set[str]]:
+        async with Client(build_server(tools)) as client:
+            answer = await client.list_tools()
+            moved = await client.call_tool("memory_move", {"path": "none.md", "to": "b.md"})
+            # Refused for the missing document, not for an argument the server does not know.
+            assert moved.is_error and "not_found" in str(moved.content[0])
+        return {tool.name: set(tool.input_schema["properties"]) for tool in answer.tools}
+
+    served = anyio.run(listed)
+    assert tuple(served) == tool_names() == tools.names
+    for tool, arguments in served.items():
+        assert arguments == _table_params(Face.MCP, tool), tool
 
 
 @pytest.mark.parametrize("op", _ops(Face.MCP), ids=_ids(Face.MCP))
