@@ -505,3 +505,19 @@ def test_a_missing_document_reads_the_same_everywhere(memory: Any) -> None:
     with pytest.raises(NotFound) as info:
         memory.read("nope.md")
     assert re.fullmatch(r"no document at 'nope\.md' in space \S+", info.value.message)
+
+
+@history
+def test_a_missing_history_reads_the_same_everywhere(memory_factory: MemoryFactory) -> None:
+    # The server's refusal stands over a client, naming the space as the server does.
+    memory = memory_factory(project="web")
+    with pytest.raises(NotFound) as info:
+        memory.versions("nope.md")
+    assert re.fullmatch(
+        r"'nope\.md' has no history in space v1:project:\w+:web:::default", info.value.message
+    )
+    memory.write("a.md", "# one\n")
+    with pytest.raises(NotFound) as info:
+        memory.read("a.md", version=7)
+    assert info.value.message.startswith("'a.md' has no version 7 with content in space v1:")
+    assert ":project::" not in info.value.message  # the space's team is named
