@@ -6,8 +6,11 @@ other faces) keeps fails here."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
+import io
+import json
 import re
 import typing
 from pathlib import Path
@@ -18,7 +21,7 @@ import pytest
 from mcp.client.client import Client
 
 from keepstone.api.app import create_app
-from keepstone.cli.main import build_parser
+from keepstone.cli.main import build_parser, main
 from keepstone.config import Config
 from keepstone.mcp.server import build_server
 from keepstone.sdk import AsyncMemory, Memory
@@ -254,3 +257,50 @@ def test_every_tool_has_one_description_and_names_no_parameter_it_lost() -> None
         assert len(described) == 1, tool
         for old in described[0].deprecated:
             assert old not in described[0].guide, f"{tool}'s description names {old}"
+
+
+# --- The CLI's --json answers --------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KEEPSTONE_EMBEDDER", "none")
+    for name in ("KEEPSTONE_SERVER", "KEEPSTONE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    note = tmp_path / "note.md"
+    note.write_text("# Deploy\nroll back with helm\n")
+    assert run_memory_quietly("put", "a.md", "--bot", "b1", "--file", str(note))[0] == 0
+    return tmp_path
+
+
+def run_memory_quietly(*argv: str) -> tuple[int, Any]:
+    """``keepstone memory *argv``: its exit code and, for ``--json``, the answer."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["memory", *argv])
+    return code, json.loads(out.getvalue()) if "--json" in argv else None
+
+
+@pytest.mark.parametrize(
+    ("verb", "argv"),
+    [
+        ("ls", ()),
+        ("log", ("a.md",)),
+        ("du", ()),
+        ("spaces", None),
+        ("search", ("helm",)),
+    ],
+)
+def test_the_clis_json_answers_carry_the_tables_fields(
+    cli_home: Path, verb: str, argv: tuple[str, ...] | None
+) -> None:
+    del cli_home
+    space = () if argv is None else (*argv, "--bot", "b1")
+    code, answer = run_memory_quietly(verb, *space, "--json")
+    op = next(op for op in OPERATIONS if op.cli == verb)
+    assert code == 0 and set(answer) <= set(op.result_on(Face.CLI)), answer
+    assert set(op.result_on(Face.CLI)) - set(answer) <= {"hint"}  # a hint only when empty
+    if op.item:
+        assert set(answer[op.result[0]][0]) == set(op.item_on(Face.CLI)), answer
