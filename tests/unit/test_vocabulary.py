@@ -304,3 +304,13 @@ def test_the_clis_json_answers_carry_the_tables_fields(
     assert set(op.result_on(Face.CLI)) - set(answer) <= {"hint"}  # a hint only when empty
     if op.item:
         assert set(answer[op.result[0]][0]) == set(op.item_on(Face.CLI)), answer
+
+
+def test_keepstone_mcp_help_names_every_tool_and_what_read_only_withholds() -> None:
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    mcp = top.choices["mcp"]
+    text = " ".join(str(mcp.description).split())
+    assert all(tool in text for tool in tool_names()), text
+    read_only = next(a for a in mcp._actions if "--read-only" in a.option_strings)
+    withheld = {op.mcp for op in OPERATIONS if op.mcp is not None and op.mutates}
+    assert set(re.findall(r"memory_\w+", str(read_only.help))) == withheld
