@@ -118,6 +118,12 @@ class NotFound(KeepstoneError):
     status = 404
 
 
+def no_document(path: str, space_id: str) -> NotFound:
+    """The refusal of a document that is not there, in one wording whichever store says it,
+    so a local ``Memory`` and a server's answer read the same."""
+    return NotFound(f"no document at {path!r} in space {space_id}", path=path)
+
+
 class TeamNotFound(NotFound): ...
 
 

@@ -30,6 +30,13 @@ class Jsonable:
         names = _WIRE_FIELDS.get(cls) or _WIRE_FIELDS.setdefault(cls, _wire_fields(cls))
         return {wire: _wire_value(getattr(self, name)) for name, wire in names}
 
+    def as_fields(self) -> dict[str, Any]:
+        """:meth:`as_json` with each field under its own name: the form of the faces other
+        than REST where the contract fixes another spelling there (a version's ``size``
+        is ``size_bytes`` on the CLI and in the tools, docs/vocabulary.md)."""
+        own = {wire: name for name, wire in type(self).wire_names.items() if wire is not None}
+        return {own.get(key, key): value for key, value in self.as_json().items()}
+
 
 #: Each class's ``(field name, wire name)`` pairs, worked out on its first rendering.
 _WIRE_FIELDS: dict[type[Jsonable], tuple[tuple[str, str], ...]] = {}

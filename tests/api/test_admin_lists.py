@@ -145,16 +145,25 @@ def test_a_bad_limit_or_cursor_is_one_clear_refusal(world: World, client: TestCl
 def test_plan_required_says_who_changes_the_plan_and_how(world: World, client: TestClient) -> None:
     org = str(world.post("/api/admin/orgs", {"name": unique("small"), "plan": "pro"})["id"])
     team = str(world.post("/api/admin/teams", {"org_id": org, "name": "t"})["id"])
-    user = world.scratch_user()
-    world.identity.add_team_member(team, user, "member")
-    _, key = world.identity.create_api_key(user, team)
-    r = client.post(
-        f"/api/teams/{team}/memory/search",
-        json={"query": "deploy"},
-        headers={"Authorization": f"Bearer {key}"},
-    )
-    assert r.status_code == 402, r.text
-    message = r.json()["error"]["message"]
+
+    def refusal(super_admin: bool) -> str:
+        """The plan refusal a member of the team meets (a super-admin when told)."""
+        user = world.identity.create_user(f"{unique('u')}@example.com", super_admin=super_admin)
+        world.identity.add_team_member(team, user, "member")
+        _, key = world.identity.create_api_key(user, team)
+        r = client.post(
+            f"/api/teams/{team}/memory/search",
+            json={"query": "deploy"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert r.status_code == 402, r.text
+        return str(r.json()["error"]["message"])
+
+    message = refusal(super_admin=False)
     assert "Billing" not in message
+    # A member cannot change the plan: the plain reason and whom to ask, no operator's route.
+    assert "instance admin" in message and "pro_plus" in message
+    assert "PATCH /api/admin/orgs/" not in message and "set-plan" not in message
+    # A super-admin can: the refusal names how.
+    message = refusal(super_admin=True)
     assert "PATCH /api/admin/orgs/" in message and "keepstone admin set-plan" in message
-    assert "instance admin" in message

@@ -88,8 +88,8 @@ def test_log_lists_versions_newest_first(
     code, out, _ = run_memory(capsys, "log", "MEMORY.md", "--bot", "b1", "--json")
     body = json.loads(out)
     assert [v["version"] for v in body["versions"]] == [3, 2, 1]
-    assert set(body["versions"][0]) == {"version", "etag", "size", "at", "actor", "deleted"}
-    assert body["versions"][2]["size"] == 4 and body["versions"][2]["deleted"] is False
+    assert set(body["versions"][0]) == {"version", "etag", "size_bytes", "at", "actor", "deleted"}
+    assert body["versions"][2]["size_bytes"] == 4 and body["versions"][2]["deleted"] is False
     assert datetime.fromisoformat(body["versions"][0]["at"]) == three[2]
 
 

@@ -361,3 +361,37 @@ def test_reindex_over_a_server_says_the_server_indexes_itself(
 ) -> None:
     code, _, err = run_memory(capsys, "reindex", "--server", "http://127.0.0.1:9")
     assert code == 1 and "a Keepstone server indexes its documents itself" in err
+
+
+def test_mv_and_edit(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    del home
+    src = Path.cwd() / "note-for-mv.md"
+    try:
+        src.write_text("# Deploy\nroll back with kubectl\n")
+        run_memory(capsys, "put", "notes.md", "--bot", "b1", "--file", str(src))
+    finally:
+        src.unlink()
+    code, out, _ = run_memory(capsys, "mv", "notes.md", "topics/deploy.md", "--bot", "b1")
+    assert (code, out) == (0, out) and out.startswith("moved notes.md to topics/deploy.md")
+    run_memory(capsys, "put", "MEMORY.md", "--bot", "b1", "--empty")
+    # A document at the target is kept unless --overwrite says to replace it.
+    code, _, err = run_memory(capsys, "mv", "topics/deploy.md", "MEMORY.md", "--bot", "b1")
+    assert code == 1 and err.startswith("keepstone: already_exists: ")
+    args = ("edit", "topics/deploy.md", "--bot", "b1")
+    assert run_memory(capsys, *args, "--old", "kubectl", "--new", "helm")[0] == 0
+    code, out, _ = run_memory(capsys, *args, "--insert-line", "0", "--text", "tags: ops")
+    assert code == 0 and out.startswith("edited topics/deploy.md")
+    text = run_memory(capsys, "cat", "topics/deploy.md", "--bot", "b1")[1]
+    assert text == "tags: ops\n# Deploy\nroll back with helm\n"
+    # A text that is not there is the edit's refusal; a mix of the forms, a usage error.
+    code, _, err = run_memory(capsys, *args, "--old", "kubectl", "--new", "x")
+    assert code == 1 and err.startswith("keepstone: invalid_edit: ")
+    code, _, err = run_memory(capsys, *args, "--old", "helm", "--text", "x")
+    assert code == 2 and "not both" in err
+    code, _, err = run_memory(capsys, *args, "--old", "helm")
+    assert code == 2 and "--old and --new go together" in err
+    code, _, err = run_memory(capsys, *args, "--old", "helm", "--new", "x", "--if-match", "nope")
+    assert code == 1 and err.startswith("keepstone: precondition_failed: ")
+    code, out, _ = run_memory(capsys, "search", "helm", "--scope", "readable", "--json")
+    best = json.loads(out)["results"][0]
+    assert best["path"] == "topics/deploy.md" and best["space"]["bot"] == "b1", out

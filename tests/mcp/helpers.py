@@ -71,30 +71,28 @@ async def exercise_edit_move_delete(session: ClientSession) -> None:
     wrote = await session.call_tool("memory_write", {"path": "scratch.md", "content": "a\nb\nb\n"})
     assert not wrote.is_error, _text(wrote)
     ambiguous = await session.call_tool(
-        "memory_edit", {"path": "scratch.md", "old_str": "b", "new_str": "c"}
+        "memory_edit", {"path": "scratch.md", "old": "b", "new": "c"}
     )
     assert ambiguous.is_error and "occurs 2 times" in _text(ambiguous)
     assert ambiguous.structured_content is not None
     assert ambiguous.structured_content["lines"] == [2, 3]
     edited = await session.call_tool(
-        "memory_edit", {"path": "scratch.md", "old_str": "a\nb", "new_str": "A\nB"}
+        "memory_edit", {"path": "scratch.md", "old": "a\nb", "new": "A\nB"}
     )
     assert not edited.is_error, _text(edited)
     inserted = await session.call_tool(
-        "memory_edit", {"path": "scratch.md", "insert_line": 0, "insert_text": "# Scratch"}
+        "memory_edit", {"path": "scratch.md", "insert_line": 0, "text": "# Scratch"}
     )
     assert not inserted.is_error, _text(inserted)
     both = await session.call_tool(
-        "memory_edit", {"path": "scratch.md", "old_str": "A", "new_str": "x", "insert_line": 1}
+        "memory_edit", {"path": "scratch.md", "old": "A", "new": "x", "insert_line": 1}
     )
     assert both.is_error and "not both" in _text(both)
     moved = await session.call_tool(
-        "memory_move", {"path": "scratch.md", "new_path": "topics/scratch.md"}
+        "memory_move", {"path": "scratch.md", "to": "topics/scratch.md"}
     )
     assert not moved.is_error, _text(moved)
-    taken = await session.call_tool(
-        "memory_move", {"path": "topics/scratch.md", "new_path": "MEMORY.md"}
-    )
+    taken = await session.call_tool("memory_move", {"path": "topics/scratch.md", "to": "MEMORY.md"})
     assert taken.is_error and "already a document" in _text(taken)
     read = await session.call_tool("memory_read", {"path": "topics/scratch.md"})
     assert _text(read) == "# Scratch\nA\nB\nb\n"
@@ -116,9 +114,9 @@ async def assert_write_withheld(session: ClientSession, *, notice: bool) -> str:
         "memory_history",
     ]
     for name, args in (
-        ("memory_edit", {"path": "MEMORY.md", "insert_line": 0, "insert_text": "x"}),
+        ("memory_edit", {"path": "MEMORY.md", "insert_line": 0, "text": "x"}),
         ("memory_delete", {"path": "MEMORY.md"}),
-        ("memory_move", {"path": "MEMORY.md", "new_path": "moved.md"}),
+        ("memory_move", {"path": "MEMORY.md", "to": "moved.md"}),
     ):
         other = await session.call_tool(name, args)
         assert other.is_error and name in _text(other)

@@ -8,6 +8,7 @@ both.
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from datetime import UTC, timedelta, timezone
 from pathlib import Path
@@ -473,3 +474,50 @@ def test_diff_and_restore(memory_factory: MemoryFactory) -> None:
     memory.delete("MEMORY.md")
     assert memory.restore("MEMORY.md", 2).created is True  # a deleted note comes back
     assert memory.read("MEMORY.md").content == "one\n2\nthree\n"
+
+
+# --- Every readable space (the REST spaces listing and scope=readable) ------------------------
+
+
+def test_spaces_and_a_search_of_every_readable_space(memory_factory: MemoryFactory) -> None:
+    web, api = memory_factory(project="web"), memory_factory(project="api")
+    web.write("deploy.md", "# Deploy\nroll back with helm\n")
+    api.write("runbook.md", "# Runbook\nroll back the schema first\n")
+    listed = web.spaces()
+    assert not listed.truncated
+    by_project = {item.space.project: item for item in listed.spaces}
+    assert {"web", "api"} <= set(by_project)
+    assert by_project["web"].used_bytes == web.usage().used_bytes
+    assert by_project["web"].space.name == "default"
+    found = web.search("roll back", scope="readable")
+    assert {(h.space.project, h.hit.path) for h in found} == {
+        ("web", "deploy.md"),
+        ("api", "runbook.md"),
+    }
+    assert found.pending == 0
+    assert [h.path for h in web.search("roll back")] == ["deploy.md"]
+    with pytest.raises(InvalidRequest, match="unknown scope 'all'"):
+        web.search("roll back", scope="all")
+
+
+def test_a_missing_document_reads_the_same_everywhere(memory: Any) -> None:
+    # One wording, whichever store says it: locally the store's, over a server its answer.
+    with pytest.raises(NotFound) as info:
+        memory.read("nope.md")
+    assert re.fullmatch(r"no document at 'nope\.md' in space \S+", info.value.message)
+
+
+@history
+def test_a_missing_history_reads_the_same_everywhere(memory_factory: MemoryFactory) -> None:
+    # The server's refusal stands over a client, naming the space as the server does.
+    memory = memory_factory(project="web")
+    with pytest.raises(NotFound) as info:
+        memory.versions("nope.md")
+    assert re.fullmatch(
+        r"'nope\.md' has no history in space v1:project:\w+:web:::default", info.value.message
+    )
+    memory.write("a.md", "# one\n")
+    with pytest.raises(NotFound) as info:
+        memory.read("a.md", version=7)
+    assert info.value.message.startswith("'a.md' has no version 7 with content in space v1:")
+    assert ":project::" not in info.value.message  # the space's team is named

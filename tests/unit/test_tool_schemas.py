@@ -33,11 +33,11 @@ VALID: dict[str, list[dict[str, Any]]] = {
     "memory_list": [{}, {"dir": "topics"}],
     "memory_search": [{"query": "deploy"}, {"query": "x", "limit": 50, "path_prefix": "t/"}],
     "memory_edit": [
-        {"path": "MEMORY.md", "old_str": "# Index", "new_str": "# Notes"},
-        {"path": "MEMORY.md", "insert_line": 0, "insert_text": "top"},
+        {"path": "MEMORY.md", "old": "# Index", "new": "# Notes"},
+        {"path": "MEMORY.md", "insert_line": 0, "text": "top"},
     ],
     "memory_delete": [{"path": "b.md"}],
-    "memory_move": [{"path": "MEMORY.md", "new_path": "c.md", "overwrite": False}],
+    "memory_move": [{"path": "MEMORY.md", "to": "c.md", "overwrite": False}],
     "memory_history": [{"path": "MEMORY.md"}, {"path": "MEMORY.md", "version": 1}],
 }
 INVALID: dict[str, list[dict[str, Any]]] = {
@@ -47,11 +47,11 @@ INVALID: dict[str, list[dict[str, Any]]] = {
     "memory_search": [{}, {"query": ""}, {"query": "x", "limit": 0}, {"query": "x", "limit": "3"}],
     "memory_edit": [
         {},
-        {"path": "a.md", "insert_line": -1, "insert_text": "x"},
-        {"path": "a.md", "old": "x"},
+        {"path": "a.md", "insert_line": -1, "text": "x"},
+        {"path": "a.md", "old": 3, "new": "y"},
     ],
     "memory_delete": [{}, {"path": "a.md", "force": True}],
-    "memory_move": [{"path": "a.md"}, {"path": "a.md", "new_path": "b.md", "overwrite": "yes"}],
+    "memory_move": [{"path": "a.md"}, {"path": "a.md", "to": "b.md", "overwrite": "yes"}],
     "memory_history": [{}, {"path": "a.md", "version": 0}, {"path": "a.md", "version": "2"}],
 }
 

@@ -71,7 +71,7 @@ def test_anthropic_and_openai_formats_carry_the_same_schema() -> None:
         "memory_search": ["query"],
         "memory_edit": ["path"],
         "memory_delete": ["path"],
-        "memory_move": ["path", "new_path"],
+        "memory_move": ["path", "to"],
         "memory_history": ["path"],
     }
 
@@ -209,11 +209,11 @@ def test_if_match(tools: MemoryTools) -> None:
         ("memory_list", {"dir": 5}, "dir must be a string"),
         ("memory_forget", {"path": "a.md"}, "no tool 'memory_forget'"),
         ("memory_edit", {"path": "a.md"}, "not neither"),
-        ("memory_edit", {"path": "a.md", "old_str": "x"}, "new_str is required"),
-        ("memory_edit", {"path": "a.md", "insert_text": "x"}, "insert_line is required"),
-        ("memory_edit", {"path": "a.md", "insert_line": True, "insert_text": "x"}, "whole number"),
-        ("memory_move", {"path": "a.md"}, "new_path is required"),
-        ("memory_move", {"path": "a.md", "new_path": "b.md", "overwrite": "yes"}, "true or false"),
+        ("memory_edit", {"path": "a.md", "old": "x"}, "new is required"),
+        ("memory_edit", {"path": "a.md", "text": "x"}, "insert_line is required"),
+        ("memory_edit", {"path": "a.md", "insert_line": True, "text": "x"}, "whole number"),
+        ("memory_move", {"path": "a.md"}, "to is required"),
+        ("memory_move", {"path": "a.md", "to": "b.md", "overwrite": "yes"}, "true or false"),
         ("memory_delete", {"path": "a.md", "force": True}, "force"),
         ("memory_search", {}, "query is required"),
         ("memory_search", {"query": "x", "path_prefix": 5}, "path_prefix must be a string"),
@@ -245,9 +245,9 @@ def test_unexpected_failure_is_still_a_result(tools: MemoryTools, tmp_path: Path
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 
 MUTATIONS = [
-    ("memory_edit", {"path": "catalogue.md", "old_str": "shared", "new_str": "defaced"}),
+    ("memory_edit", {"path": "catalogue.md", "old": "shared", "new": "defaced"}),
     ("memory_delete", {"path": "catalogue.md"}),
-    ("memory_move", {"path": "catalogue.md", "new_path": "moved.md"}),
+    ("memory_move", {"path": "catalogue.md", "to": "moved.md"}),
 ]
 
 
@@ -469,9 +469,9 @@ def test_a_document_hit_cannot_close_its_fence_or_start_a_line() -> None:
 
 def test_edit_replaces_one_occurrence_and_inserts_lines(tools: MemoryTools) -> None:
     tools.dispatch("memory_write", {"path": "m.md", "content": "# Deploys\nstaging first\n"})
-    res = tools.dispatch("memory_edit", {"path": "m.md", "old_str": "staging", "new_str": "canary"})
+    res = tools.dispatch("memory_edit", {"path": "m.md", "old": "staging", "new": "canary"})
     assert not res.is_error and res.text.startswith("edited m.md: replaced the text")
-    res = tools.dispatch("memory_edit", {"path": "m.md", "insert_line": 2, "insert_text": "done"})
+    res = tools.dispatch("memory_edit", {"path": "m.md", "insert_line": 2, "text": "done"})
     assert not res.is_error and "inserted after line 2" in res.text
     assert tools.dispatch("memory_read", {"path": "m.md"}).text == (
         "# Deploys\ncanary first\ndone\n"
@@ -480,22 +480,22 @@ def test_edit_replaces_one_occurrence_and_inserts_lines(tools: MemoryTools) -> N
 
 def test_edit_refusals_tell_the_model_what_to_do(tools: MemoryTools) -> None:
     tools.dispatch("memory_write", {"path": "m.md", "content": "x\nx\n"})
-    ambiguous = tools.dispatch("memory_edit", {"path": "m.md", "old_str": "x", "new_str": "y"})
+    ambiguous = tools.dispatch("memory_edit", {"path": "m.md", "old": "x", "new": "y"})
     assert ambiguous.is_error and ambiguous.code == "invalid_edit"
     assert "occurs 2 times" in ambiguous.text and ambiguous.data["lines"] == [1, 2]
-    absent = tools.dispatch("memory_edit", {"path": "m.md", "old_str": "z", "new_str": "y"})
+    absent = tools.dispatch("memory_edit", {"path": "m.md", "old": "z", "new": "y"})
     assert absent.is_error and "copy the text exactly" in absent.text
-    past = tools.dispatch("memory_edit", {"path": "m.md", "insert_line": 9, "insert_text": "y"})
+    past = tools.dispatch("memory_edit", {"path": "m.md", "insert_line": 9, "text": "y"})
     assert past.is_error and "has 2 line(s)" in past.text
-    missing = tools.dispatch("memory_edit", {"path": "n.md", "old_str": "x", "new_str": "y"})
+    missing = tools.dispatch("memory_edit", {"path": "n.md", "old": "x", "new": "y"})
     assert missing.is_error and missing.code == "not_found"
     stale = tools.dispatch(
-        "memory_edit", {"path": "m.md", "old_str": "x\nx", "new_str": "y", "if_match": "nope"}
+        "memory_edit", {"path": "m.md", "old": "x\nx", "new": "y", "if_match": "nope"}
     )
     assert stale.is_error and stale.code == "precondition_failed"
     secret = tools.dispatch(
         "memory_edit",
-        {"path": "m.md", "insert_line": 0, "insert_text": "token " + GITHUB_TOKEN},
+        {"path": "m.md", "insert_line": 0, "text": "token " + GITHUB_TOKEN},
     )
     assert secret.is_error and secret.code == "secret_detected"
     assert tools.dispatch("memory_read", {"path": "m.md"}).text == "x\nx\n"
@@ -504,9 +504,7 @@ def test_edit_refusals_tell_the_model_what_to_do(tools: MemoryTools) -> None:
 def test_edit_past_the_quota_says_how_much_is_left(store: FilesystemStore) -> None:
     tools = MemoryTools(SpaceService(store), REF)
     tools.dispatch("memory_write", {"path": "m.md", "content": "x" * 500})
-    res = tools.dispatch(
-        "memory_edit", {"path": "m.md", "insert_line": 0, "insert_text": "y" * 200}
-    )
+    res = tools.dispatch("memory_edit", {"path": "m.md", "insert_line": 0, "text": "y" * 200})
     assert res.is_error and res.code in ("quota_exceeded", "document_too_large")
     assert "quota_left_bytes" in res.data
 
@@ -514,15 +512,15 @@ def test_edit_past_the_quota_says_how_much_is_left(store: FilesystemStore) -> No
 def test_move_and_delete(tools: MemoryTools) -> None:
     tools.dispatch("memory_write", {"path": "notes.md", "content": "deploy notes"})
     tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index"})
-    moved = tools.dispatch("memory_move", {"path": "notes.md", "new_path": "topics/deploy.md"})
+    moved = tools.dispatch("memory_move", {"path": "notes.md", "to": "topics/deploy.md"})
     assert not moved.is_error and moved.text.startswith("moved notes.md to topics/deploy.md")
     assert moved.data["from"] == "notes.md" and moved.data["created"] is True
-    taken = tools.dispatch("memory_move", {"path": "topics/deploy.md", "new_path": "MEMORY.md"})
+    taken = tools.dispatch("memory_move", {"path": "topics/deploy.md", "to": "MEMORY.md"})
     assert taken.is_error and taken.code == "already_exists" and "overwrite" in taken.text
-    bad = tools.dispatch("memory_move", {"path": "topics/deploy.md", "new_path": "./x.md"})
+    bad = tools.dispatch("memory_move", {"path": "topics/deploy.md", "to": "./x.md"})
     assert bad.is_error and "use 'x.md'" in bad.text
     over = tools.dispatch(
-        "memory_move", {"path": "topics/deploy.md", "new_path": "MEMORY.md", "overwrite": True}
+        "memory_move", {"path": "topics/deploy.md", "to": "MEMORY.md", "overwrite": True}
     )
     assert not over.is_error and "replacing the document that was there" in over.text
     assert tools.dispatch("memory_read", {"path": "MEMORY.md"}).text == "deploy notes"
@@ -530,7 +528,7 @@ def test_move_and_delete(tools: MemoryTools) -> None:
     assert not gone.is_error and gone.data == {"path": "MEMORY.md", "deleted": True}
     again = tools.dispatch("memory_delete", {"path": "MEMORY.md"})
     assert again.is_error and again.code == "not_found" and "memory_list" in again.text
-    lost = tools.dispatch("memory_move", {"path": "MEMORY.md", "new_path": "b.md"})
+    lost = tools.dispatch("memory_move", {"path": "MEMORY.md", "to": "b.md"})
     assert lost.is_error and lost.code == "not_found"
     assert tools.dispatch("memory_list", {}).data == {"documents": []}
 

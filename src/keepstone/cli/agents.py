@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from keepstone.spaces import (
     project_key,
 )
 from keepstone.tools.dispatch import MemoryTools, RecordsSearcher, ref_for_block
+from keepstone.tools.schemas import MUTATING_TOOLS, TOOL_NAMES
 
 DEFAULT_MCP_PORT = 8421
 
@@ -263,15 +265,16 @@ def _register_mcp(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "mcp",
         help="serve the memory tools over MCP (stdio, or streamable HTTP with --http)",
-        description="Serve memory_read, memory_write, memory_list and memory_search over MCP, "
-        "for one space named by --config FILE or the space flags (memory_search also searches "
-        "the team's records with --server).",
+        description=f"Serve {_listed(TOOL_NAMES)} over MCP, for one space named by --config "
+        "FILE or the space flags (memory_search also searches the team's records with "
+        "--server).",
     )
     p.add_argument("--config", metavar="FILE", help="an agent configuration with a memory block")
     add_space_args(p)
     # None = not given, so that with --config only explicit flags refine the block.
     p.set_defaults(visibility=None, name=None)
-    p.add_argument("--read-only", action="store_true", help="withhold memory_write")
+    withheld = [name for name in TOOL_NAMES if name in MUTATING_TOOLS]
+    p.add_argument("--read-only", action="store_true", help=f"withhold {_listed(withheld)}")
     add_as_of_arg(p)
     add_server_args(p)
     p.add_argument(
@@ -286,6 +289,11 @@ def _register_mcp(subparsers: Any) -> None:
         "--port", type=int, default=DEFAULT_MCP_PORT, help=f"--http port ({DEFAULT_MCP_PORT})"
     )
     p.set_defaults(func=cli_command(_mcp))
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a, b and c``."""
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def _register_run(subparsers: Any) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args
 from keepstone.documents import VersionInfo
+from keepstone.vocabulary import cli_help
 
 #: ``--as-of``'s relative forms: a whole number and a unit, meaning that long ago.
 _RELATIVE = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
@@ -67,15 +68,15 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
     """Add ``log``, ``show``, ``diff`` and ``restore`` with ``keepstone memory``'s ``verb``
     (which adds the space and server flags)."""
     del verbs  # the verbs are added through ``verb``, which knows the shared flags
-    log = verb("log", "list a document's versions, newest first", _log)
+    log = verb("log", cli_help("log"), _log)
     log.add_argument("path", metavar="PATH")
     log.add_argument("--json", action="store_true", help="print the versions as JSON")
 
-    show = verb("show", "print one version of a document", _show)
+    show = verb("show", cli_help("show"), _show)
     show.add_argument("path", metavar="PATH")
     show.add_argument("--version", type=int, required=True, metavar="N", help="the version")
 
-    diff = verb("diff", "a unified diff between two versions of a document", _diff)
+    diff = verb("diff", cli_help("diff"), _diff)
     diff.add_argument("path", metavar="PATH")
     diff.add_argument("--from", dest="old", type=int, required=True, metavar="N")
     diff.add_argument(
@@ -87,7 +88,7 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
         help="the newer version (default: the newest, i.e. the live document)",
     )
 
-    restore = verb("restore", "make an earlier version of a document current again", _restore)
+    restore = verb("restore", cli_help("restore"), _restore)
     restore.add_argument("path", metavar="PATH")
     restore.add_argument("--version", type=int, required=True, metavar="N", help="the version")
     restore.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
@@ -98,7 +99,7 @@ def _log(args: argparse.Namespace) -> int:
         ref = space_ref_from_args(args, who.team_id)
         versions = service.versions(ref, args.path)
         if args.json:
-            print(json.dumps({"versions": [v.as_json() for v in versions]}))
+            print(json.dumps({"versions": [v.as_fields() for v in versions]}))
             return 0
         for i, v in enumerate(versions):
             print(_log_line(v, live=i == 0 and not v.deleted))

@@ -1,5 +1,7 @@
-"""``keepstone memory du|ls|cat|put|rm|export|import|search``: the CLI over one space (SPEC §8);
-the history verbs (``log|show|diff|restore``) are in :mod:`keepstone.cli.history`.
+"""``keepstone memory du|ls|cat|put|edit|mv|rm|export|import|search``: the CLI over one
+space (SPEC §8); the history verbs (``log|show|diff|restore``) are in
+:mod:`keepstone.cli.history`. Each verb's help line is its operation's in
+:mod:`keepstone.vocabulary`.
 
 Thin: each verb parses its flags, resolves the space with :mod:`keepstone.cli.common`
 and calls :class:`~keepstone.service.spaces.SpaceService`. Without ``--server`` the store is the
@@ -41,13 +43,14 @@ from keepstone.cli.common import (
 from keepstone.cli.history import add_as_of_arg, as_of_arg
 from keepstone.cli.history import register_verbs as register_history_verbs
 from keepstone.cli.spaces import register_verb as register_spaces_verb
-from keepstone.documents import ImportReport, ImportStrategy
+from keepstone.documents import Edit, ImportReport, ImportStrategy, Insert, Replace
 from keepstone.errors import InvalidDocument
 from keepstone.principal import CredentialKind, Principal
 from keepstone.service.access import console_principal
 from keepstone.service.filters import SearchFilters, empty_hint, filters_of, search_answer
 from keepstone.service.spaces import SpaceLabel, SpaceService
 from keepstone.spaces import SpaceRef
+from keepstone.vocabulary import cli_help
 
 if TYPE_CHECKING:
     from keepstone.service.search import DocumentHit
@@ -195,6 +198,43 @@ def _put(args: argparse.Namespace) -> int:
         return 0
 
 
+def _edit(args: argparse.Namespace) -> int:
+    change = _edit_flags(args)
+    with _open(args) as (service, ref, who):
+        result = service.edit(who, ref, args.path, change, if_match=args.if_match)
+        print(f"edited {result.path} ({human_bytes(result.size_bytes)}, etag {result.etag})")
+        return 0
+
+
+def _edit_flags(args: argparse.Namespace) -> Edit:
+    """The one edit the flags name: ``--old``/``--new`` or ``--insert-line``/``--text``."""
+    replace = args.old is not None or args.new is not None
+    insert = args.insert_line is not None or args.text is not None
+    if replace == insert:
+        raise UsageError(
+            "give --old OLD --new NEW (replace the one exact occurrence of OLD) or "
+            "--insert-line N --text T (insert T after line N), not "
+            + ("both" if replace else "neither")
+        )
+    if replace:
+        if args.old is None or args.new is None:
+            raise UsageError("--old and --new go together (--new '' cuts the text)")
+        return Replace(args.old, args.new)
+    if args.insert_line is None or args.text is None:
+        raise UsageError("--insert-line and --text go together (--insert-line 0: at the top)")
+    return Insert(args.insert_line, args.text)
+
+
+def _mv(args: argparse.Namespace) -> int:
+    with _open(args) as (service, ref, who):
+        result = service.move(
+            who, ref, args.path, args.to, overwrite=args.overwrite, if_match=args.if_match
+        )
+        replaced = "" if result.created else ", replacing the document that was there"
+        print(f"moved {args.path} to {result.path}{replaced} (etag {result.etag})")
+        return 0
+
+
 def _rm(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, who):
         service.delete(who, ref, args.path, if_match=args.if_match)
@@ -252,7 +292,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    if args.all:
+    if args.scope == READABLE:
         return _search_all(args)
     filters = filters_of(vars(args))
     with _open(args) as (service, ref, who):
@@ -269,7 +309,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _search_all(args: argparse.Namespace) -> int:
-    """``--all``: every space the caller may read (``scope=readable``); the space flags
+    """``--scope readable`` (``--all``): every space the caller may read; the space flags
     are not used, but locally ``--user`` (default the login name) says whose user spaces."""
     filters = filters_of(vars(args))
     with open_spaces(args) as (service, who):
@@ -359,16 +399,19 @@ def _json_flag(what: str) -> AddArgs:
     return arg("--json", action="store_true", help=f"print the {what} as JSON")
 
 
+#: The scope of a search over every space the caller may read (REST's ``scope=readable``).
+READABLE = "readable"
+
 _PATH = arg("path", metavar="PATH")
 _IF_MATCH = arg("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
 
 #: ``keepstone memory``'s verbs on one space, in the order ``--help`` lists them: name, help,
 #: handler, and the verb's own arguments (after the space and server flags of every one).
 _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
-    ("du", "show the space's usage against its quotas", _du, (_json_flag("usage"),)),
+    ("du", cli_help("du"), _du, (_json_flag("usage"),)),
     (
         "ls",
-        "list the space's documents",
+        cli_help("ls"),
         _ls,
         (
             arg("dir", nargs="?", default="", metavar="DIR", help="a directory prefix"),
@@ -376,10 +419,10 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
             add_as_of_arg,
         ),
     ),
-    ("cat", "print one document", _cat, (_PATH, add_as_of_arg)),
+    ("cat", cli_help("cat"), _cat, (_PATH, add_as_of_arg)),
     (
         "put",
-        "write one document (from --file, else stdin)",
+        cli_help("put"),
         _put,
         (
             _PATH,
@@ -392,16 +435,46 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
             _IF_MATCH,
         ),
     ),
-    ("rm", "remove one document", _rm, (_PATH, _IF_MATCH)),
+    (
+        "edit",
+        cli_help("edit"),
+        _edit,
+        (
+            _PATH,
+            arg("--old", metavar="OLD", help="replace form: the exact text to replace (once)"),
+            arg("--new", metavar="NEW", help="replace form: the text to put in its place"),
+            arg(
+                "--insert-line",
+                dest="insert_line",
+                type=int,
+                metavar="N",
+                help="insert form: insert after line N (0 = at the top)",
+            ),
+            arg("--text", metavar="T", help="insert form: the line(s) to insert"),
+            _IF_MATCH,
+        ),
+    ),
+    (
+        "mv",
+        cli_help("mv"),
+        _mv,
+        (
+            _PATH,
+            arg("to", metavar="TO", help="the document's new path"),
+            arg("--overwrite", action="store_true", help="replace a document already at TO"),
+            _IF_MATCH,
+        ),
+    ),
+    ("rm", cli_help("rm"), _rm, (_PATH, _IF_MATCH)),
     (
         "export",
-        "write the space as a .tar.gz (stdout when --out is omitted)",
+        cli_help("export"),
         _export,
         (arg("--out", metavar="F", help="the archive to write (default: stdout)"), add_as_of_arg),
     ),
     (
         "import",
-        "merge a .tar.gz into the space (stdin when --in is omitted)",
+        cli_help("import"),
         _import,
         (
             arg("--in", dest="infile", metavar="F", help="the archive (default: stdin)"),
@@ -422,7 +495,7 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
     ),
     (
         "search",
-        "search the space's documents by keyword and meaning",
+        cli_help("search"),
         _search,
         (
             arg("query", metavar="QUERY", help="what to look for"),
@@ -442,11 +515,19 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
             *search_filter_args(tags=True),
             _json_flag("hits"),
             arg(
+                "--scope",
+                choices=[READABLE],
+                default=None,
+                help="readable: search every space you may read (your team's, your own user "
+                "spaces, global) instead of the one the space flags name; locally, --user "
+                "names whose user spaces",
+            ),
+            arg(
                 "--all",
-                action="store_true",
-                help="search every space you may read (your team's, your own user spaces, "
-                "global) instead of the one the space flags name; locally, --user names whose "
-                "user spaces",
+                dest="scope",
+                action="store_const",
+                const=READABLE,
+                help="the same as --scope readable",
             ),
         ),
     ),

@@ -19,11 +19,12 @@ from keepstone.cli.common import (
     open_spaces,
 )
 from keepstone.service.spaces import SpaceLabel, SpaceList
+from keepstone.vocabulary import cli_help
 
 
 def register_verb(verbs: Any) -> None:
     """Add ``spaces`` to ``keepstone memory``'s verbs."""
-    help_text = "list the spaces that exist, with their usage"
+    help_text = cli_help("spaces")
     parser = verbs.add_parser("spaces", help=help_text, description=help_text)
     add_server_args(parser)
     parser.add_argument("--json", action="store_true", help="print the spaces as JSON")

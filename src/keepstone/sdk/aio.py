@@ -80,6 +80,7 @@ class AsyncMemory:
     diff = _in_thread(Memory.diff)
     restore = _in_thread(Memory.restore)
     search = _in_thread(Memory.search)
+    spaces = _in_thread(Memory.spaces)
     usage = _in_thread(Memory.usage)
 
     @overload

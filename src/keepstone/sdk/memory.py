@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, BinaryIO, overload
+from typing import IO, Any, BinaryIO, Literal, overload
 
 from keepstone import runtime
 from keepstone.config import Config
@@ -43,10 +43,10 @@ from keepstone.documents import (
     WriteResult,
 )
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
-from keepstone.principal import Principal
+from keepstone.principal import CredentialKind, Principal
 from keepstone.service.access import console_principal, remote_principal
-from keepstone.service.filters import search_filters
-from keepstone.service.spaces import Hits, SpaceService
+from keepstone.service.filters import SearchFilters, search_filters
+from keepstone.service.spaces import Hits, ReadableHits, SpaceList, SpaceService
 from keepstone.spaces import (
     REQUIRED_QUALIFIERS,
     SpaceRef,
@@ -54,6 +54,9 @@ from keepstone.spaces import (
     parse_visibility,
     project_key,
 )
+
+#: ``search(scope=READABLE)``: every space the caller may read.
+READABLE = "readable"
 
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
@@ -285,18 +288,47 @@ class Memory:
         checked like any write (quota, secrets, ``if_match``)."""
         return self._open().restore(self._who, self._space, path, version, if_match=if_match)
 
+    @overload
     def search(
         self,
         query: str,
         *,
         limit: int = 10,
         path_prefix: str = "",
+        scope: None = None,
         min_score: float | None = None,
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         tags: Sequence[str] | str | None = None,
         recency_days: float | None = None,
-    ) -> Hits:
+    ) -> Hits: ...
+    @overload
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+        scope: Literal["readable"],
+        min_score: float | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        tags: Sequence[str] | str | None = None,
+        recency_days: float | None = None,
+    ) -> ReadableHits: ...
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        path_prefix: str = "",
+        scope: str | None = None,
+        min_score: float | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        tags: Sequence[str] | str | None = None,
+        recency_days: float | None = None,
+    ) -> Hits | ReadableHits:
         """The best sections of the space for ``query`` (1-50 hits, best first): keyword,
         and meaning when an embedder is configured (docs/search.md). Only hits above the
         relevance floor — or scoring at least ``min_score`` (-1 to 1) when given — of
@@ -308,7 +340,8 @@ class Memory:
         ``InvalidRequest`` naming it. The answer's ``pending`` says how many of the
         space's chunks are not yet embedded (searched by keyword only; 0 with
         keyword-only search); locally, pending chunks are embedded for up to 1.5 s
-        before the search."""
+        before the search. ``scope="readable"`` searches every space you may read instead
+        (REST's ``scope=readable``): each hit then comes with its ``space``."""
         filters = search_filters(
             since=since,
             until=until,
@@ -319,9 +352,33 @@ class Memory:
         service = self._open()
         with self._search_lock:  # build the search (and load its model) once
             service.document_search()
+        if scope is not None:
+            return self._search_readable(scope, query, limit, path_prefix, filters)
         return service.search(
             self._who, self._space, query, limit=limit, path_prefix=path_prefix, filters=filters
         )
+
+    def _search_readable(
+        self, scope: str, query: str, limit: int, path_prefix: str, filters: SearchFilters
+    ) -> ReadableHits:
+        if scope != READABLE:
+            raise InvalidRequest(
+                f"unknown scope {scope!r}; use scope='readable' (every space you may read) or "
+                "leave it out to search this space"
+            )
+        who = self._who
+        if who.kind is CredentialKind.CONSOLE:  # locally: whose user spaces, as the CLI's
+            who = console_principal(self._space.user or _login_name())
+        return self._open().search_readable(
+            who, query, limit=limit, path_prefix=path_prefix, filters=filters
+        )
+
+    def spaces(self) -> SpaceList:
+        """The spaces you may read that exist, with their usage, sorted by id (REST's
+        ``GET /api/memory/spaces``): ``spaces`` (each its ``space``, ``used_bytes``,
+        ``quota_bytes``) and ``truncated``. Locally, every space of the store."""
+        service = self._open()
+        return service.list_spaces(self._who)
 
     def usage(self) -> Usage:
         """Bytes used by the space and by all spaces, against their quotas."""

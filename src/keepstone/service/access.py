@@ -376,6 +376,8 @@ class TeamAccess:
     plan: str
     project_ids: frozenset[str] | None
     can_manage: bool
+    #: The caller can change the org's plan itself (a super-admin): refusals name how.
+    operator: bool = False
 
     @property
     def plan_allows(self) -> bool:
@@ -507,5 +509,10 @@ def _decide(who: Principal, team_id: str, standing: Standing, action: Action) ->
             )
         require_csrf(who)
     return TeamAccess(
-        team_id, standing.org_id, standing.plan, standing.project_ids, org_admin and browser
+        team_id,
+        standing.org_id,
+        standing.plan,
+        standing.project_ids,
+        org_admin and browser,
+        operator=who.platform_authority,
     )

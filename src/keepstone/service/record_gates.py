@@ -48,13 +48,20 @@ def _is_unicode(text: str) -> bool:
 
 
 def check_plan(access: TeamAccess) -> None:
-    if not access.plan_allows:
+    """Refuse a team whose org's plan has no team memory. How to change the plan is said
+    only to a caller who can (a super-admin); the others learn whom to ask."""
+    if access.plan_allows:
+        return
+    reason = (
+        f"the plan {access.plan!r} does not include team memory; it comes with pro_plus and "
+        "enterprise"
+    )
+    if access.operator:
         raise PlanRequired(
-            f"the plan {access.plan!r} does not include team memory; it comes with "
-            "pro_plus and enterprise, and an instance admin changes the org's plan: "
-            f"PATCH /api/admin/orgs/{access.org_id} with a plan, or "
-            f"keepstone admin set-plan --org {access.org_id} --plan pro_plus"
+            f"{reason}; change the org's plan: PATCH /api/admin/orgs/{access.org_id} with a "
+            f"plan, or keepstone admin set-plan --org {access.org_id} --plan pro_plus"
         )
+    raise PlanRequired(f"{reason}; an instance admin changes the org's plan")
 
 
 def check_memory_on(tx: RecordReader, team_id: str) -> None:

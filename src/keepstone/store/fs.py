@@ -41,9 +41,9 @@ from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
     InvalidDocument,
-    NotFound,
     StoreUnavailable,
     UnsupportedVisibility,
+    no_document,
 )
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import DEFAULT_HISTORY_LIMITS, HistoryLimits, Limits
@@ -153,7 +153,7 @@ class FilesystemStore(MemoryStore):
         with os_errors(path):
             got = self._tree.read_file(space_components(ref) + encode_doc_path(path), path)
         if got is None:
-            raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
+            raise no_document(path, ref.id)
         data, st = got
         return _document(path, data, st)
 
@@ -206,7 +206,7 @@ class FilesystemStore(MemoryStore):
         history = self._history
         with self._changing(ref, path) as (state, space, doc, existing):
             if existing is None:
-                raise NotFound(f"no document {path!r} in space {ref.id}", path=path)
+                raise no_document(path, ref.id)
             current = content_etag(existing[0])
             check_precondition(path, current, d.if_match)
             delta = -existing[1].st_size
@@ -227,7 +227,7 @@ class FilesystemStore(MemoryStore):
         history = self._history
         with self._changing(ref, m.path) as (state, space, src, existing):
             if existing is None:
-                raise NotFound(f"no document {m.path!r} in space {ref.id}", path=m.path)
+                raise no_document(m.path, ref.id)
             etag = content_etag(existing[0])
             check_precondition(m.path, etag, m.if_match)
             replaced = self._tree.read_file(space + dst, m.to)

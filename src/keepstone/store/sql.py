@@ -46,7 +46,7 @@ from keepstone.db import (
     validate_schema_name,
     write_transaction,
 )
-from keepstone.errors import InvalidRequest, NotFound, StoreUnavailable
+from keepstone.errors import InvalidRequest, StoreUnavailable, no_document
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, validate_segment
@@ -198,7 +198,7 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
         path = validate_doc_path(path)
         row = self._sql.read_point.first(self.engine, {**addr, "p": path})
         if row is None:
-            raise NotFound(f"no document at {path!r} in space {addr['sid']!r}", path=path)
+            raise no_document(path, addr["sid"])
         return Document(path, row.content, row.size_bytes, utc(row.updated_at), row.etag)
 
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import translated_errors, utc, utcnow, write_transaction
 from keepstone.documents import PlatformGrant, WriteResult, current_actor
-from keepstone.errors import Conflict, NotFound, QuotaExceeded
+from keepstone.errors import Conflict, QuotaExceeded, no_document
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, validate_segment
 from keepstone.store.prelude import (
@@ -227,7 +227,7 @@ class DocumentMutations:
         with write_transaction(self.engine) as conn:
             current = self._locked(conn, key)
             if current is None:
-                raise NotFound(f"no document at {d.path!r} in space {addr['sid']!r}", path=d.path)
+                raise no_document(d.path, addr["sid"])
             check_precondition(d.path, current.etag, d.if_match)
             self._change(
                 conn,
@@ -253,7 +253,7 @@ class DocumentMutations:
             rows = {k["p"]: self._locked(conn, k) for k in (first, second)}
             current, replaced = rows[m.path], rows[m.to]
             if current is None:
-                raise NotFound(f"no document at {m.path!r} in space {addr['sid']!r}", path=m.path)
+                raise no_document(m.path, addr["sid"])
             check_precondition(m.path, current.etag, m.if_match)
             check_move_target(m, replaced is not None)
             # Both paths' newest versions come before the move's (m.to without a document

@@ -39,6 +39,7 @@ from keepstone.service.filters import FILTER_PARAMS, filters_of, search_answer
 from keepstone.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
 from keepstone.spaces import SpaceRef, Visibility, project_key
 from keepstone.tools.schemas import (
+    DEPRECATED_ARGUMENTS,
     MEMORY_DELETE,
     MEMORY_EDIT,
     MEMORY_HISTORY,
@@ -267,7 +268,7 @@ class MemoryTools:
     def dispatch(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Run one tool call; always a :class:`ToolResult`, never an exception."""
         try:
-            args = dict(arguments or {})
+            args = _current_names(name, dict(arguments or {}))
             handler = self._handlers().get(name)
             if handler is None:
                 return _error(
@@ -302,8 +303,8 @@ class MemoryTools:
         path = _str_arg(args, "path")
         try:
             doc = self._read_doc(path)
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         data = {"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag}
         return ToolResult(False, doc.content, data=data)
 
@@ -337,7 +338,7 @@ class MemoryTools:
         if version is None:
             text = "\n".join(_version_line(v) for v in versions)
             return ToolResult(
-                False, text, data={"path": path, "versions": [v.as_json() for v in versions]}
+                False, text, data={"path": path, "versions": [v.as_fields() for v in versions]}
             )
         if all(v.version != version for v in versions):
             raise NotFound(
@@ -379,7 +380,7 @@ class MemoryTools:
         _only(
             args,
             MEMORY_EDIT,
-            {"path", "old_str", "new_str", "insert_line", "insert_text", "if_match"},
+            {"path", "old", "new", "insert_line", "text", "if_match"},
         )
         path = _str_arg(args, "path")
         if_match = _optional_str(args, "if_match", "if_match must be a string etag")
@@ -397,24 +398,24 @@ class MemoryTools:
         if_match = _optional_str(args, "if_match", "if_match must be a string etag")
         try:
             self.service.delete(self.who, self.ref, path, if_match=if_match)
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         return ToolResult(False, f"deleted {path}", data={"path": path, "deleted": True})
 
     def _move(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_MOVE, {"path", "new_path", "overwrite", "if_match"})
+        _only(args, MEMORY_MOVE, {"path", "to", "overwrite", "if_match"})
         path = _str_arg(args, "path")
-        new_path = _str_arg(args, "new_path")
+        to = _str_arg(args, "to")
         overwrite = args.get("overwrite", False)
         if not isinstance(overwrite, bool):
             raise InvalidRequest("overwrite must be true or false")
         if_match = _optional_str(args, "if_match", "if_match must be a string etag")
         try:
             result = self.service.move(
-                self.who, self.ref, path, new_path, overwrite=overwrite, if_match=if_match
+                self.who, self.ref, path, to, overwrite=overwrite, if_match=if_match
             )
-        except NotFound:
-            return _missing(path)
+        except NotFound as exc:
+            return _missing(exc)
         replaced = "" if result.created else ", replacing the document that was there"
         text = f"moved {path} to {result.path}{replaced} (etag {result.etag})"
         return ToolResult(False, text, data={**result.as_json(), "from": path})
@@ -534,37 +535,46 @@ def error_result(exc: KeepstoneError) -> ToolResult:
     return ToolResult(True, text, code=exc.code, data=data)
 
 
-def _missing(path: str) -> ToolResult:
-    return _error(
-        "not_found",
-        f"no document at {path!r} in this memory space; call memory_list to see what exists",
-        path=path,
-    )
+def _missing(exc: NotFound) -> ToolResult:
+    """A missing document: the store's one wording, and where a model looks next."""
+    return _error("not_found", f"{exc.message}; call memory_list to see what exists", **exc.details)
 
 
 def _edit_of(args: Mapping[str, Any]) -> Edit:
     """The one edit the arguments name: the replace form or the insert form."""
-    replace = "old_str" in args or "new_str" in args
-    insert = "insert_line" in args or "insert_text" in args
+    replace = "old" in args or "new" in args
+    insert = "insert_line" in args or "text" in args
     if replace == insert:
         raise InvalidRequest(
-            "memory_edit takes either old_str and new_str (replace text) or insert_line and "
-            "insert_text (insert lines), not " + ("both" if replace else "neither")
+            "memory_edit takes either old and new (replace text) or insert_line and "
+            "text (insert lines), not " + ("both" if replace else "neither")
         )
     if replace:
-        old = _str_arg(args, "old_str", "old_str is required: the exact text to replace")
-        new = _str_arg(args, "new_str", "new_str is required: the text to put in its place")
+        old = _str_arg(args, "old", "old is required: the exact text to replace")
+        new = _str_arg(args, "new", "new is required: the text to put in its place")
         return Replace(old, new)
     line = args.get("insert_line")
     if isinstance(line, bool) or not isinstance(line, int):
         raise InvalidRequest("insert_line is required: a whole number, 0 for the top")
-    text = _str_arg(args, "insert_text", "insert_text is required: the line(s) to insert")
+    text = _str_arg(args, "text", "text is required: the line(s) to insert")
     return Insert(line, text)
 
 
 def _error(code: str, text: str, **data: Any) -> ToolResult:
     body = text if text.startswith("<") else f"{code}: {text}"
     return ToolResult(True, body, code=code, data=dict(data))
+
+
+def _current_names(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with a tool's former argument names (``new_path``, ``old_str``, ...;
+    deprecated, docs/vocabulary.md) under their names now; both spellings at once is
+    refused, so neither is silently dropped."""
+    for old, new in DEPRECATED_ARGUMENTS.get(tool, {}).items():
+        if old in args:
+            if new in args:
+                raise InvalidRequest(f"{tool} takes {new}; drop {old} (its former name)")
+            args[new] = args.pop(old)
+    return args
 
 
 def _only(args: Mapping[str, Any], tool: str, allowed: set[str]) -> None:
