@@ -13,7 +13,7 @@ export OMP_NUM_THREADS ?= $(EMBED_THREADS)
 export MKL_NUM_THREADS ?= $(EMBED_THREADS)
 export RAYON_NUM_THREADS ?= $(EMBED_THREADS)
 
-.PHONY: run test install dev models lint typecheck unit bench clean
+.PHONY: run test install dev models lint typecheck unit ts-client bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,13 @@ unit: dev
 	$(BIN)/pytest -q $(XDIST)
 
 test: lint typecheck unit
+
+# The TypeScript client's tests (clients/typescript/README.md): npm ci, then tsc and node --test
+# against a real `keepstone serve` of this .venv. Not part of `make test`, which needs no
+# Node; .ci/run runs it after `make test`.
+ts-client: dev
+	@command -v npm >/dev/null 2>&1 || { echo "make ts-client: the TypeScript client's tests need Node.js 20+ and npm, which are not installed (e.g. apt-get install nodejs npm)"; exit 1; }
+	cd clients/typescript && npm ci --no-audit --no-fund && KEEPSTONE_BIN="$(abspath $(BIN))/keepstone" npm test
 
 bench: dev
 	$(BIN)/python bench/run_all.py

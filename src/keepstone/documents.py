@@ -77,6 +77,23 @@ Edit = Replace | Insert
 _MAX_LINES_NAMED = 10
 
 
+def edit_of(old: object, new: object, insert_line: object, text: object) -> Edit:
+    """The edit these four arguments describe (``old`` and ``new``, or ``insert_line`` and
+    ``text``, the others None), or an error saying which of its two forms to use: the
+    arguments of ``Memory.edit`` and the body of ``POST /api/memory/doc/edit``."""
+    if insert_line is None and text is None:
+        if isinstance(old, str) and isinstance(new, str):
+            return Replace(old, new)
+    elif old is None and new is None:
+        if isinstance(insert_line, int) and not isinstance(insert_line, bool):
+            if isinstance(text, str):
+                return Insert(insert_line, text)
+    raise InvalidRequest(
+        "edit takes old and new (text: replace the one exact occurrence of old) or "
+        "insert_line and text (a line number and text: insert after that line), not a mix"
+    )
+
+
 def apply_edit(content: str, edit: Edit, path: str) -> str:
     """``content`` with ``edit`` applied, or :class:`~keepstone.errors.InvalidEdit` saying why
     it cannot apply and how to make it apply (``path`` names the document)."""

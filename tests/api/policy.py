@@ -131,6 +131,17 @@ def _move(global_space: bool) -> Callable[[World], Req]:
     return build
 
 
+def _edit(global_space: bool) -> Callable[[World], Req]:
+    def build(w: World) -> Req:
+        path = f"{unique('ed')}.md"
+        w.seed(path, global_space=global_space)
+        space = GLOBAL_SPACE if global_space else SPACE
+        body = {"old": "seed", "new": "edited"}
+        return Req("POST", "/api/memory/doc/edit", {**space, "path": path}, body)
+
+    return build
+
+
 def _restore(global_space: bool) -> Callable[[World], Req]:
     def build(w: World) -> Req:
         path = f"{unique('rs')}.md"
@@ -232,6 +243,8 @@ ROWS: list[Row] = [
     Row("DELETE", "/api/memory/doc", _delete(True), MUTATE_GLOBAL, "global"),
     Row("POST", "/api/memory/doc/move", _move(False), MUTATE_TEAM),
     Row("POST", "/api/memory/doc/move", _move(True), MUTATE_GLOBAL, "global"),
+    Row("POST", "/api/memory/doc/edit", _edit(False), MUTATE_TEAM),
+    Row("POST", "/api/memory/doc/edit", _edit(True), MUTATE_GLOBAL, "global"),
     Row("GET", "/api/memory/export", get("/api/memory/export", **SPACE), READ_TEAM),
     Row(
         "GET",

@@ -51,11 +51,20 @@ from collections.abc import Sequence  # noqa: E402
 from typing import cast  # noqa: E402
 
 import keepstone.cli.doctor as doctor  # noqa: E402
-from keepstone.cli import admin, agents, memory, models, records, reindex, serve  # noqa: E402
+from keepstone.cli import (  # noqa: E402
+    admin,
+    agents,
+    memory,
+    models,
+    openapi,
+    records,
+    reindex,
+    serve,
+)
 from keepstone.cli.common import Handler, KeepstoneArgumentParser  # noqa: E402
 
 #: Command modules, each with ``register(subparsers)``, in the order of ``keepstone --help``.
-COMMAND_MODULES = (serve, reindex, memory, admin, records, agents, models, doctor)
+COMMAND_MODULES = (serve, reindex, memory, admin, records, agents, models, doctor, openapi)
 
 
 def build_parser() -> argparse.ArgumentParser:

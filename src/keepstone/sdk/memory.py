@@ -33,14 +33,12 @@ from keepstone.config import Config
 from keepstone.documents import (
     Document,
     DocumentInfo,
-    Edit,
     ImportReport,
     ImportStrategy,
-    Insert,
-    Replace,
     Usage,
     VersionInfo,
     WriteResult,
+    edit_of,
 )
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.principal import CredentialKind, Principal
@@ -245,7 +243,7 @@ class Memory:
         ``t`` as whole lines after line ``n`` (0 = at the top). ``InvalidEdit`` when
         ``old`` is absent or occurs more than once, or the line is out of range; a change
         made meanwhile by anyone is never overwritten (``PreconditionFailed``)."""
-        change = _edit_of(old, new, insert_line, text)
+        change = edit_of(old, new, insert_line, text)
         return self._open().edit(self._who, self._space, path, change, if_match=if_match)
 
     def move(
@@ -452,22 +450,6 @@ class Memory:
         if self._closed:
             raise InvalidRequest("this Memory is closed; make another one to go on")
         return self._service
-
-
-def _edit_of(old: object, new: object, insert_line: object, text: object) -> Edit:
-    """The edit the arguments of :meth:`Memory.edit` describe, or an error saying which
-    of its two forms to use."""
-    if insert_line is None and text is None:
-        if isinstance(old, str) and isinstance(new, str):
-            return Replace(old, new)
-    elif old is None and new is None:
-        if isinstance(insert_line, int) and not isinstance(insert_line, bool):
-            if isinstance(text, str):
-                return Insert(insert_line, text)
-    raise InvalidRequest(
-        "edit takes old and new (text: replace the one exact occurrence of old) or "
-        "insert_line and text (a line number and text: insert after that line), not a mix"
-    )
 
 
 def _instant(as_of: object) -> datetime:

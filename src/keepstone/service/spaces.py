@@ -31,7 +31,6 @@ from keepstone.documents import (
     VersionInfo,
     WriteResult,
     acting_as,
-    apply_edit,
     parse_import_strategy,
     unified_diff,
 )
@@ -52,7 +51,7 @@ from keepstone.service.access import (
 )
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
-from keepstone.store.base import MemoryStore, Progress, check_precondition
+from keepstone.store.base import MemoryStore, Progress
 from keepstone.store.index import search_capability
 from keepstone.wire import Jsonable
 
@@ -230,11 +229,8 @@ class SpaceService:
         ``InvalidEdit`` when the edit cannot apply (absent or ambiguous text, a line out of
         range)."""
         grant = authorize_space_mutation(who, ref)
-        doc = self.store.read(ref, path)
-        check_precondition(doc.path, doc.etag, if_match)
-        content = apply_edit(doc.content, edit, doc.path)
         with acting_as(who.change_actor):
-            return self.store.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
+            return self.store.edit(ref, path, edit, if_match=if_match, grant=grant)
 
     def move(
         self,

@@ -39,12 +39,14 @@ from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import (
     Document,
     DocumentInfo,
+    Edit,
     ImportReport,
     ImportStrategy,
     PlatformGrant,
     Usage,
     VersionInfo,
     WriteResult,
+    apply_edit,
     content_etag,
     encode_document,
     version_as_of,
@@ -251,6 +253,26 @@ class MemoryStore(ABC):
         if self.reserve is None:
             return self._write(ref, checked)
         return self.reserve.refusing(lambda: self._write(ref, checked))
+
+    def edit(
+        self,
+        ref: SpaceRef,
+        path: str,
+        edit: Edit,
+        *,
+        if_match: str | None = None,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        """Apply ``edit`` to the document at ``path`` (:func:`~keepstone.documents.apply_edit`)
+        and write the whole new text, as :meth:`write` checks it. The write is conditional on
+        the etag read, so a change made meanwhile by anyone is refused (PreconditionFailed),
+        never overwritten; ``if_match`` further requires the document to still have that etag.
+        A store in front of a server (the HTTP store) sends the edit itself instead, in one
+        request."""
+        doc = self.read(ref, path)
+        check_precondition(doc.path, doc.etag, if_match)
+        content = apply_edit(doc.content, edit, doc.path)
+        return self.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
 
     def check_write(
         self,

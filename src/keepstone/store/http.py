@@ -21,7 +21,14 @@ import httpx
 
 from keepstone import errors
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
-from keepstone.documents import Rejected, VersionInfo, parse_import_strategy
+from keepstone.documents import (
+    Edit,
+    PlatformGrant,
+    Rejected,
+    Replace,
+    VersionInfo,
+    parse_import_strategy,
+)
 from keepstone.search.found import Found
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import (
@@ -168,6 +175,30 @@ class HttpMemoryStore(MemoryStore):
             headers={**_if_match(w.if_match), "Content-Type": "text/markdown; charset=utf-8"},
         ).json()
         return _write_result(body)
+
+    def edit(
+        self,
+        ref: SpaceRef,
+        path: str,
+        edit: Edit,
+        *,
+        if_match: str | None = None,
+        grant: PlatformGrant | None = None,
+    ) -> WriteResult:
+        # One request, not a read and a write: the server applies the edit as every edit is
+        # applied (conditional on the etag it read), and the document never travels here.
+        if isinstance(edit, Replace):
+            body: dict[str, Any] = {"old": edit.old, "new": edit.new}
+        else:
+            body = {"insert_line": edit.line, "text": edit.text}
+        response = self._request(
+            "POST",
+            "/api/memory/doc/edit",
+            params=self._params(ref, path=path),
+            json=body,
+            headers=_if_match(if_match),
+        )
+        return _write_result(response.json())
 
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         extra = {"path": m.path, "to": m.to}

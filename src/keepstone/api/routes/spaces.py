@@ -210,10 +210,10 @@ _IF_MATCH_PARAMETER: dict[str, Any] = {
     },
     "description": _IF_MATCH_DOC,
 }
-_DOC_WRITE_PARAMETERS = [*query_parameters(path=(PathParam, ...)), _IF_MATCH_PARAMETER]
+DOC_WRITE_PARAMETERS = [*query_parameters(path=(PathParam, ...)), _IF_MATCH_PARAMETER]
 
 
-def _by_hand(own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_hand(own: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The OpenAPI parameters of a document route (GET, PUT, DELETE /api/memory/doc): its
     own, then the space's, as FastAPI would list them declared.
 
@@ -308,7 +308,7 @@ def write_route(created: str, *statuses: int) -> dict[str, Any]:
     responses={200: {"headers": ETAG_HEADER}, **error_responses(*AUTH_ERRORS, 422)},
     summary="Read one document, or one of its versions, or it as of an instant (ETag header)",
     openapi_extra={
-        "parameters": _by_hand(
+        "parameters": by_hand(
             query_parameters(
                 path=(PathParam, ...), version=(VersionParam, None), as_of=(AsOfParam, None)
             )
@@ -388,7 +388,7 @@ def _parse_put_body(request: Request, raw: bytes) -> str:
 @router.put(
     "/api/memory/doc",
     **write_route("Created", 412, 413, 422),
-    openapi_extra={**_PUT_BODY, "parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
+    openapi_extra={**_PUT_BODY, "parameters": by_hand(DOC_WRITE_PARAMETERS)},
     summary="Create (201) or replace (200) one document; If-Match for a conditional write",
 )
 async def write_doc(request: Request) -> JSONResponse:
@@ -414,7 +414,7 @@ async def write_doc(request: Request) -> JSONResponse:
     response_class=Response,
     responses=error_responses(*AUTH_ERRORS, 412, 422),
     summary="Delete one document",
-    openapi_extra={"parameters": _by_hand(_DOC_WRITE_PARAMETERS)},
+    openapi_extra={"parameters": by_hand(DOC_WRITE_PARAMETERS)},
 )
 async def delete_doc(request: Request) -> Response:
     caller, space = caller_of(request), space_of(request)
