@@ -1,0 +1,104 @@
+"""The agent tools as plain callables: what :meth:`Memory.tools` and
+:meth:`AsyncMemory.tools` return (docs/python.md, "Tools for an agent").
+
+A :class:`Tool` is one of the agent tools of :mod:`keepstone.tools` (``memory_read``,
+``memory_write``...) bound to one memory: its name, description and JSON schema are the
+ones the MCP server serves, and calling it runs the same dispatcher, so any framework that
+takes a name, a description, a JSON schema and a function can offer a space to a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from keepstone.errors import InvalidRequest
+from keepstone.tools.dispatch import ToolResult, error_result
+from keepstone.tools.schemas import ToolSpec
+
+#: A tool call's arguments: a mapping, the JSON object text a model sends, or None for none.
+Arguments = Mapping[str, Any] | str | bytes | None
+#: What runs a tool call by name: :meth:`Memory.run_tool`, bound to the tool set's options.
+Runner = Callable[[str, Arguments], ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One agent tool over a memory: ``name``, ``description`` (written for a model) and
+    ``parameters`` (the JSON schema of its keyword arguments).
+
+    ``tool(path="MEMORY.md")`` runs it and returns the text for the model: a refusal
+    (not found, quota, secrets, a change made meanwhile) is that text too, starting with
+    its error code, never an exception. :meth:`run` returns the whole
+    :class:`~keepstone.tools.ToolResult` (``is_error``, ``code``, ``data``).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    runner: Runner = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, spec: ToolSpec, runner: Runner) -> Tool:
+        return cls(spec.name, spec.description, spec.input_schema, runner)
+
+    def run(self, arguments: Arguments = None) -> ToolResult:
+        """Run the tool on ``arguments``: a mapping, or the JSON object text of a model's
+        call."""
+        return self.runner(self.name, arguments)
+
+    def __call__(self, **arguments: Any) -> str:
+        return self.run(arguments).text
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncTool:
+    """:class:`Tool` for asyncio: ``await tool(path="MEMORY.md")``; the call runs in a
+    worker thread, as every :class:`~keepstone.AsyncMemory` call does."""
+
+    sync: Tool
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def description(self) -> str:
+        return self.sync.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.sync.parameters
+
+    async def run(self, arguments: Arguments = None) -> ToolResult:
+        """Run the tool on ``arguments``: a mapping, or the JSON object text of a model's
+        call."""
+        return await asyncio.to_thread(self.sync.run, arguments)
+
+    async def __call__(self, **arguments: Any) -> str:
+        return (await self.run(arguments)).text
+
+
+def tool_arguments(given: Arguments) -> dict[str, Any] | ToolResult:
+    """A tool call's arguments as a dict: ``given`` as a mapping, as the JSON object text a
+    model sends (``'{"path": "MEMORY.md"}'``), or None for none; else the error result
+    that tells the model what to send instead."""
+    if given is None:
+        return {}
+    if isinstance(given, str | bytes | bytearray):
+        try:
+            given = json.loads(given) if given.strip() else {}
+        except ValueError as exc:
+            return _refused(f"the arguments are not valid JSON ({exc}); send a JSON object")
+    if not isinstance(given, Mapping):
+        return _refused(
+            f"the arguments must be a JSON object of named arguments, not {type(given).__name__}"
+        )
+    return dict(given)
+
+
+def _refused(message: str) -> ToolResult:
+    return error_result(InvalidRequest(message))
