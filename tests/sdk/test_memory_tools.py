@@ -65,6 +65,7 @@ def test_the_openai_shapes_chat_responses_and_strict(local: Memory) -> None:
     assert params["properties"]["limit"]["maximum"] == 50
     flat = local.openai_tools(api="responses", strict=True)
     assert [t["parameters"] for t in flat] == [t["parameters"] for t in strict.values()]
+    assert [t.strict_parameters for t in local.tools()] == [t["parameters"] for t in flat]
     with pytest.raises(Exception, match="api must be 'chat' or 'responses', not 'completions'"):
         local.openai_tools(api="completions")  # type: ignore[arg-type]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from keepstone.errors import InvalidRequest
 from keepstone.tools.dispatch import ToolResult, error_result
+from keepstone.tools.formats import strict_schema
 from keepstone.tools.schemas import ToolSpec
 
 #: A tool call's arguments: a mapping, the JSON object text a model sends, or None for none.
@@ -44,6 +45,12 @@ class Tool:
     @classmethod
     def of(cls, spec: ToolSpec, runner: Runner) -> Tool:
         return cls(spec.name, spec.description, spec.input_schema, runner)
+
+    @property
+    def strict_parameters(self) -> dict[str, Any]:
+        """``parameters`` in OpenAI's strict form: every argument required, an optional one
+        nullable (:func:`keepstone.tools.formats.strict_schema`); a null runs as left out."""
+        return strict_schema(self.parameters)
 
     def run(self, arguments: Arguments = None) -> ToolResult:
         """Run the tool on ``arguments``: a mapping, or the JSON object text of a model's
