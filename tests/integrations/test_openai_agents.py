@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, FunctionTool, RunConfig, Runner
+from agents import Agent, FunctionTool, RunConfig, Runner, UserError
 from agents.strict_schema import ensure_strict_json_schema
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
@@ -185,3 +185,13 @@ def test_the_core_install_pulls_none_of_the_sdk() -> None:
     assert extras["openai-agents"] == ["openai-agents>=0.24"]
     assert "openai-agents" in extras["dev"][0]
     not_loaded_by_the_core("agents", "openai")
+
+
+def test_a_closed_memory_is_the_applications_error_and_ends_the_run(tmp_path: Path) -> None:
+    memory = Memory.local(bot="b", home=tmp_path)
+    tools = memory_tools(memory)
+    memory.close()
+    model = ScriptedModel([[function_call("memory_read", {"path": "a.md"}, call_id="c1")]])
+    agent = Agent(name="Assistant", model=model, tools=tools)
+    with pytest.raises(UserError, match="this Memory is closed; make another one to go on"):
+        asyncio.run(Runner.run(agent, "read a.md", run_config=NO_TRACES))

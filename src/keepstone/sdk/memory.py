@@ -55,9 +55,9 @@ from keepstone.spaces import (
     parse_visibility,
     project_key,
 )
-from keepstone.tools.dispatch import MemoryTools, ToolResult
-from keepstone.tools.formats import OpenAIApi, openai_tool, without_nulls
-from keepstone.tools.schemas import MEMORY_SEARCH, SPECS
+from keepstone.tools.dispatch import MemoryTools, ToolResult, error_result
+from keepstone.tools.formats import OpenAIApi, openai_tool
+from keepstone.tools.schemas import MEMORY_SEARCH
 
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
@@ -410,12 +410,10 @@ class Memory:
         ``text`` goes back to the model and whose ``is_error`` marks a refusal. An
         optional argument given as null counts as left out."""
         tools = self._agent_tools(read_only)
-        args = tool_arguments(arguments)
-        if isinstance(args, ToolResult):
-            return args
-        spec = SPECS.get(name)
-        if spec is not None:
-            args = without_nulls(spec, args)
+        try:
+            args = tool_arguments(name, arguments)
+        except InvalidRequest as exc:
+            return error_result(exc)
         if name == MEMORY_SEARCH:
             self._searching()
         return tools.dispatch(name, args)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keepstone.errors import InvalidRequest
-from keepstone.tools.dispatch import ToolResult, error_result
-from keepstone.tools.formats import strict_schema
-from keepstone.tools.schemas import ToolSpec
+from keepstone.tools.dispatch import ToolResult
+from keepstone.tools.formats import strict_schema, without_nulls
+from keepstone.tools.schemas import SPECS, ToolSpec
 
 #: A tool call's arguments: a mapping, the JSON object text a model sends, or None for none.
 Arguments = Mapping[str, Any] | str | bytes | None
@@ -89,23 +89,23 @@ class AsyncTool:
         return (await self.run(arguments)).text
 
 
-def tool_arguments(given: Arguments) -> dict[str, Any] | ToolResult:
-    """A tool call's arguments as a dict: ``given`` as a mapping, as the JSON object text a
-    model sends (``'{"path": "MEMORY.md"}'``), or None for none; else the error result
-    that tells the model what to send instead."""
+def tool_arguments(name: str, given: Arguments) -> dict[str, Any]:
+    """The arguments of a call of tool ``name`` as a dict: ``given`` as a mapping, as the
+    JSON object text a model sends (``'{"path": "MEMORY.md"}'``), or None for none; an
+    optional argument given as null left out (:func:`~keepstone.tools.formats.without_nulls`).
+    ``InvalidRequest`` saying what to send instead when ``given`` is no object."""
     if given is None:
         return {}
     if isinstance(given, str | bytes | bytearray):
         try:
             given = json.loads(given) if given.strip() else {}
         except ValueError as exc:
-            return _refused(f"the arguments are not valid JSON ({exc}); send a JSON object")
+            raise InvalidRequest(
+                f"the arguments are not valid JSON ({exc}); send a JSON object"
+            ) from None
     if not isinstance(given, Mapping):
-        return _refused(
+        raise InvalidRequest(
             f"the arguments must be a JSON object of named arguments, not {type(given).__name__}"
         )
-    return dict(given)
-
-
-def _refused(message: str) -> ToolResult:
-    return error_result(InvalidRequest(message))
+    spec = SPECS.get(name)
+    return dict(given) if spec is None else without_nulls(spec, given)
