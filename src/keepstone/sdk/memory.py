@@ -375,12 +375,11 @@ class Memory:
     # --- Tools for an agent (docs/python.md) ---------------------------------------------------
 
     def tools(self, *, read_only: bool = False) -> Tools:
-        """The agent tools over this space (``memory_read``, ``memory_write``, ``memory_list``,
-        ``memory_search``, ``memory_edit``, ``memory_delete``, ``memory_move``,
-        ``memory_history``), each a :class:`~keepstone.sdk.tools.Tool`: name, description,
-        JSON-schema ``parameters``, and a call with keyword arguments that returns the text
-        for the model (a refusal included). ``read_only`` (and a global space) withholds the
-        four that change the space."""
+        """The agent tools over this space, as ``keepstone mcp`` serves them (``memory_read``,
+        ``memory_write``, ``memory_search``...), each a :class:`~keepstone.sdk.tools.Tool`:
+        name, description, JSON-schema ``parameters``, and a call with keyword arguments
+        that returns the text for the model (a refusal included). ``read_only`` (and a
+        global space) withholds the ones that change the space."""
 
         def run(name: str, arguments: Arguments) -> ToolResult:
             return self.run_tool(name, arguments, read_only=read_only)
