@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, BinaryIO, overload
 
+import keepstone.sdk.tools as agent_tools
 from keepstone import runtime
 from keepstone.config import Config
 from keepstone.documents import (
@@ -44,7 +45,6 @@ from keepstone.documents import (
 )
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.principal import Principal
-from keepstone.sdk.tools import Arguments, Tool, tool_arguments
 from keepstone.service.access import console_principal, remote_principal
 from keepstone.service.filters import search_filters
 from keepstone.service.spaces import Hits, SpaceService
@@ -62,7 +62,7 @@ from keepstone.tools.schemas import MEMORY_SEARCH
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
 Versions = list[VersionInfo]
-Tools = list[Tool]
+Tools = list[agent_tools.Tool]
 Definitions = list[dict[str, Any]]
 
 #: What :meth:`Memory.export` writes into: a path, or a binary file open for writing.
@@ -322,7 +322,10 @@ class Memory:
             tags=list(tags) if isinstance(tags, list | tuple) else tags,
             recency_days=recency_days,
         )
-        return self._searching().search(
+        service = self._open()
+        with self._search_lock:  # build the search (and load its model) once
+            service.document_search()
+        return service.search(
             self._who, self._space, query, limit=limit, path_prefix=path_prefix, filters=filters
         )
 
@@ -381,10 +384,10 @@ class Memory:
         that returns the text for the model (a refusal included). ``read_only`` (and a
         global space) withholds the ones that change the space."""
 
-        def run(name: str, arguments: Arguments) -> ToolResult:
+        def run(name: str, arguments: agent_tools.Arguments) -> ToolResult:
             return self.run_tool(name, arguments, read_only=read_only)
 
-        return [Tool.of(spec, run) for spec in self._agent_tools(read_only).specs]
+        return [agent_tools.Tool.of(spec, run) for spec in self._agent_tools(read_only).specs]
 
     def anthropic_tools(self, *, read_only: bool = False) -> Definitions:
         """:meth:`tools`' definitions for the Anthropic Messages API: ``{"name",
@@ -402,7 +405,7 @@ class Memory:
         return [openai_tool(spec, api=api, strict=strict) for spec in specs]
 
     def run_tool(
-        self, name: str, arguments: Arguments = None, *, read_only: bool = False
+        self, name: str, arguments: agent_tools.Arguments = None, *, read_only: bool = False
     ) -> ToolResult:
         """Run the model's call of tool ``name`` on ``arguments`` (a mapping, or the JSON
         object text a model sends); always a :class:`~keepstone.tools.ToolResult`, whose
@@ -410,7 +413,7 @@ class Memory:
         optional argument given as null counts as left out."""
         tools = self._agent_tools(read_only)
         try:
-            args = tool_arguments(name, arguments)
+            args = agent_tools.tool_arguments(name, arguments)
         except InvalidRequest as exc:
             return error_result(exc)
         if name == MEMORY_SEARCH:
