@@ -16,10 +16,13 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from keepstone.sdk.memory import Destination, Memory
+from keepstone.sdk.tools import AsyncTool
 from keepstone.spaces import SpaceRef
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# An alias: the class below defines a method called ``list``.
+AsyncTools = list[AsyncTool]
 
 
 def _constructor(make: Callable[P, Memory]) -> Callable[P, AsyncMemory]:
@@ -43,6 +46,18 @@ def _in_thread(
         return await asyncio.to_thread(method, self.sync, *args, **kwargs)
 
     return run
+
+
+def _passed_on(
+    method: Callable[Concatenate[Memory, P], R],
+) -> Callable[Concatenate[AsyncMemory, P], R]:
+    """A :class:`Memory` method that does no I/O, as is (not async), on the memory underneath."""
+
+    @functools.wraps(method)
+    def call(self: AsyncMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.sync, *args, **kwargs)
+
+    return call
 
 
 class AsyncMemory:
@@ -93,6 +108,15 @@ class AsyncMemory:
         return await asyncio.to_thread(self._memory.export, dest, as_of=as_of)
 
     import_ = _in_thread(Memory.import_)
+
+    def tools(self, *, read_only: bool = False) -> AsyncTools:
+        """:meth:`Memory.tools <keepstone.Memory.tools>` with async calls:
+        ``await tool(path="MEMORY.md")``, each in a worker thread."""
+        return [AsyncTool(tool) for tool in self._memory.tools(read_only=read_only)]
+
+    anthropic_tools = _passed_on(Memory.anthropic_tools)
+    openai_tools = _passed_on(Memory.openai_tools)
+    run_tool = _in_thread(Memory.run_tool)
     close = _in_thread(Memory.close)
 
     async def __aenter__(self) -> AsyncMemory:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, BinaryIO, Literal, overload
 
+import keepstone.sdk.tools as agent_tools
 from keepstone import runtime
 from keepstone.config import Config
 from keepstone.documents import (
@@ -52,6 +53,9 @@ from keepstone.spaces import (
     parse_visibility,
     project_key,
 )
+from keepstone.tools.dispatch import MemoryTools, ToolResult, error_result
+from keepstone.tools.formats import OpenAIApi, openai_tool
+from keepstone.tools.schemas import MEMORY_SEARCH
 
 #: ``search(scope=READABLE)``: every space the caller may read.
 READABLE = "readable"
@@ -59,6 +63,8 @@ READABLE = "readable"
 # Aliases: the class below defines a method called ``list``.
 Infos = list[DocumentInfo]
 Versions = list[VersionInfo]
+Tools = list[agent_tools.Tool]
+Definitions = list[dict[str, Any]]
 
 #: What :meth:`Memory.export` writes into: a path, or a binary file open for writing.
 Destination = str | os.PathLike[str] | IO[bytes]
@@ -424,6 +430,54 @@ class Memory:
                 stream = _binary(source, "source", "rb")
             return service.import_archive(self._who, self._space, stream, strategy)
 
+    # --- Tools for an agent (docs/python.md) ---------------------------------------------------
+
+    def tools(self, *, read_only: bool = False) -> Tools:
+        """The agent tools over this space, as ``keepstone mcp`` serves them (``memory_read``,
+        ``memory_write``, ``memory_search``...), each a :class:`~keepstone.sdk.tools.Tool`:
+        name, description, JSON-schema ``parameters``, and a call with keyword arguments
+        that returns the text for the model (a refusal included). ``read_only`` (and a
+        global space) withholds the ones that change the space."""
+
+        def run(name: str, arguments: agent_tools.Arguments) -> ToolResult:
+            return self.run_tool(name, arguments, read_only=read_only)
+
+        return [agent_tools.Tool.of(spec, run) for spec in self._agent_tools(read_only).specs]
+
+    def anthropic_tools(self, *, read_only: bool = False) -> Definitions:
+        """:meth:`tools`' definitions for the Anthropic Messages API: ``{"name",
+        "description", "input_schema"}``; run the model's calls with :meth:`run_tool`."""
+        return self._agent_tools(read_only).anthropic_tools()
+
+    def openai_tools(
+        self, *, read_only: bool = False, api: OpenAIApi = "chat", strict: bool = False
+    ) -> Definitions:
+        """:meth:`tools`' definitions as OpenAI function tools: Chat Completions'
+        (``api="chat"``) or the Responses API's (``api="responses"``); ``strict`` puts them
+        in strict mode, on schemas whose optional arguments are nullable (a null is an
+        argument left out). Run the model's calls with :meth:`run_tool`."""
+        specs = self._agent_tools(read_only).specs
+        return [openai_tool(spec, api=api, strict=strict) for spec in specs]
+
+    def run_tool(
+        self, name: str, arguments: agent_tools.Arguments = None, *, read_only: bool = False
+    ) -> ToolResult:
+        """Run the model's call of tool ``name`` on ``arguments`` (a mapping, or the JSON
+        object text a model sends); always a :class:`~keepstone.tools.ToolResult`, whose
+        ``text`` goes back to the model and whose ``is_error`` marks a refusal. An
+        optional argument given as null counts as left out."""
+        tools = self._agent_tools(read_only)
+        try:
+            args = agent_tools.tool_arguments(name, arguments)
+        except InvalidRequest as exc:
+            return error_result(exc)
+        if name == MEMORY_SEARCH:
+            self._searching()
+        return tools.dispatch(name, args)
+
+    def _agent_tools(self, read_only: bool) -> MemoryTools:
+        return MemoryTools(self._open(), self._space, write=not read_only, who=self._who)
+
     # --- Life -----------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -450,6 +504,14 @@ class Memory:
         if self._closed:
             raise InvalidRequest("this Memory is closed; make another one to go on")
         return self._service
+
+    def _searching(self) -> SpaceService:
+        """The service, its document search built (and its model loaded) once, under a
+        lock, whichever thread searches first."""
+        service = self._open()
+        with self._search_lock:
+            service.document_search()
+        return service
 
 
 def _instant(as_of: object) -> datetime:
