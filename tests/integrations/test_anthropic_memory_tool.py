@@ -6,10 +6,6 @@ one made meanwhile. Every command goes through the SDK's own tool runner
 from __future__ import annotations
 
 import asyncio
-import importlib
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +15,13 @@ from anthropic.types.beta import BetaMemoryTool20250818ViewCommand
 
 from keepstone.integrations.anthropic import AsyncKeepstoneMemoryTool, KeepstoneMemoryTool
 from keepstone.sdk import AsyncMemory, Memory
-from tests.integrations.conftest import MemoryFactory, local_and_server
+from tests.integrations.conftest import (
+    MemoryFactory,
+    check_extra,
+    local_and_server,
+    refused_import,
+)
 from tests.integrations.recorded import Result, run, run_async
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _create(path: str, text: str = "x\n") -> dict[str, Any]:
@@ -270,20 +269,9 @@ def test_the_tools_take_a_memory_and_say_so_otherwise(tmp_path: Path) -> None:
 
 
 def test_without_the_sdk_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [n for n in sys.modules if n.split(".")[0] == "anthropic"]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "keepstone.integrations.anthropic")
-    with pytest.raises(ImportError, match=r"pip install 'keepstone\[anthropic\]'"):
-        importlib.import_module("keepstone.integrations.anthropic")
+    refused = refused_import(monkeypatch, "anthropic", "keepstone.integrations.anthropic")
+    assert "pip install 'keepstone[anthropic]'" in str(refused)
 
 
 def test_the_core_install_pulls_none_of_the_sdk() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert not [d for d in project["dependencies"] if d.startswith("anthropic")]
-    assert project["optional-dependencies"]["anthropic"] == ["anthropic>=0.84"]
-    probe = (
-        "import sys, keepstone, keepstone.sdk, keepstone.cli.main, keepstone.integrations\n"
-        "from keepstone import Memory\n"
-        "assert not [m for m in sys.modules if m.split('.')[0] == 'anthropic'], 'loaded'\n"
-    )
-    subprocess.run([sys.executable, "-c", probe], check=True)
+    check_extra("anthropic", ["anthropic>=0.84"], "anthropic")

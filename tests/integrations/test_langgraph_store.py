@@ -7,13 +7,9 @@ run over a real ``keepstone serve``."""
 from __future__ import annotations
 
 import asyncio
-import importlib
-import subprocess
-import sys
 import time
 import tomllib
 from datetime import UTC
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -43,9 +39,8 @@ from keepstone.integrations.langgraph_items import (
 )
 from keepstone.paths import validate_doc_path
 from keepstone.sdk import AsyncMemory, Memory
-from tests.integrations.conftest import MemoryFactory
+from tests.integrations.conftest import ROOT, MemoryFactory, check_extra, refused_import
 
-ROOT = Path(__file__).resolve().parents[2]
 local = pytest.mark.parametrize("memory_factory", ["local"], indirect=True)
 
 
@@ -393,26 +388,14 @@ def test_a_segment_no_key_spells_is_no_item(segment: str) -> None:
 
 
 def test_without_langgraph_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [n for n in sys.modules if n.split(".")[0] == "langgraph"]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
-    monkeypatch.setitem(sys.modules, "langgraph", None)
-    monkeypatch.delitem(sys.modules, "keepstone.integrations.langgraph")
-    with pytest.raises(ImportError, match=r"pip install 'keepstone\[langgraph\]'"):
-        importlib.import_module("keepstone.integrations.langgraph")
+    refused = refused_import(monkeypatch, "langgraph", "keepstone.integrations.langgraph")
+    assert "pip install 'keepstone[langgraph]'" in str(refused)
 
 
 def test_the_core_install_pulls_none_of_langgraph() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert not [d for d in project["dependencies"] if d.startswith("langgraph")]
-    assert project["optional-dependencies"]["langgraph"] == ["langgraph-checkpoint>=2.1"]
-    assert "langgraph" in project["optional-dependencies"]["dev"][0]
-    probe = (
-        "import sys, keepstone, keepstone.sdk, keepstone.cli.main, keepstone.integrations\n"
-        "import keepstone.integrations.langgraph_items\n"
-        "from keepstone import Memory\n"
-        "assert not [m for m in sys.modules if m.split('.')[0] == 'langgraph'], 'loaded'\n"
-    )
-    subprocess.run([sys.executable, "-c", probe], check=True)
+    check_extra("langgraph", ["langgraph-checkpoint>=2.1"], "langgraph")
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "langgraph" in dev["optional-dependencies"]["dev"][0]  # so CI runs these tests
 
 
 # --- On a server --------------------------------------------------------------------------
