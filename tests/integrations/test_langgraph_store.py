@@ -351,6 +351,9 @@ def test_labels_and_keys_outside_the_path_alphabet_round_trip(store: KeepstoneSt
     )
     assert item_path(("a/b",), "100%") == "a%2Fb/100%25.md"
     assert item_path(("x",), "") == "x/%.md"
+    # Directories no LangGraph label spells: empty, with '.' or NUL, a stray or lower-case escape.
+    for path in ["%/k.md", "a.b/k.md", "a%00/k.md", "100%/k.md", "a%2f/k.md", "k.md"]:
+        assert item_of_path(path) is None, path
 
 
 @settings(max_examples=300, deadline=None)
@@ -365,7 +368,11 @@ def test_a_segment_spelling_round_trips_and_is_a_valid_path(text: str) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    namespace=st.lists(st.text(min_size=1).filter(lambda s: "." not in s), min_size=1, max_size=4),
+    namespace=st.lists(
+        st.text(min_size=1).filter(lambda s: "." not in s and "\x00" not in s),
+        min_size=1,
+        max_size=4,
+    ),
     key=st.text(),
 )
 def test_an_item_path_round_trips(namespace: list[str], key: str) -> None:

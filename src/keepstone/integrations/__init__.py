@@ -2,8 +2,9 @@
 one framework's own interface (docs/integrations/).
 
 Each module needs its framework's package, an optional extra of ours
-(``pip install 'keepstone[anthropic]'``, ``keepstone[langgraph]``); importing the module without it raises one
-:class:`ImportError` that names the extra. Nothing here is imported by the rest of Keepstone,
-so the core install pulls none of them. The modules sit above :mod:`keepstone.sdk`, like a
-face, and call only :class:`~keepstone.Memory` / :class:`~keepstone.AsyncMemory`.
+(``pip install 'keepstone[anthropic]'``, ``keepstone[langgraph]``); importing the module
+without it raises one :class:`ImportError` that names the extra. Nothing here is imported
+by the rest of Keepstone, so the core install pulls none of them. The modules sit above
+:mod:`keepstone.sdk`, like a face, and call only :class:`~keepstone.Memory` /
+:class:`~keepstone.AsyncMemory`.
 """

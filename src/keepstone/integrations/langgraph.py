@@ -227,7 +227,7 @@ class KeepstoneStore(BaseStore):
             named[0]
             for info in self.memory.list(_listed_dir(conditions))
             if (named := item_of_path(info.path)) is not None
-            and all(_holds(c, named[0]) for c in conditions)
+            and all(_meets(c, named[0]) for c in conditions)
         }
         if op.max_depth is not None:
             namespaces = {ns[: op.max_depth] for ns in namespaces}
@@ -279,7 +279,7 @@ def _listed_dir(conditions: Iterable[MatchCondition]) -> str:
     return ""
 
 
-def _holds(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+def _meets(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     """Whether ``namespace`` meets a prefix or suffix condition ("*" matches any label)."""
     pattern = tuple(condition.path)
     if len(namespace) < len(pattern):

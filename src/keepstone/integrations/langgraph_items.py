@@ -111,8 +111,10 @@ def item_of_path(path: str) -> tuple[tuple[str, ...], str] | None:
         return None
     key = decode_segment(name[: -len(DOC_SUFFIX)])
     labels = [decode_segment(d) for d in dirs]
-    if key is None or any(label is None or "." in label for label in labels):
-        return None
+    if key is None or not all(
+        label and "." not in label and "\x00" not in label for label in labels
+    ):
+        return None  # LangGraph's labels: not empty, without '.' or NUL
     return tuple(label for label in labels if label is not None), key
 
 
