@@ -144,12 +144,11 @@ class KeepstoneStore(BaseStore):
     def _item(
         self, namespace: tuple[str, ...], key: str, doc: Document, value: dict[str, Any]
     ) -> Item:
-        created = self._created_at(doc)
         return Item(
             value=value,
             key=key,
             namespace=namespace,
-            created_at=created,
+            created_at=self._created_at(doc),
             updated_at=doc.updated_at,
         )
 
@@ -170,27 +169,24 @@ class KeepstoneStore(BaseStore):
     # --- Search -----------------------------------------------------------------------------
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        found: list[SearchItem] = []
         if op.offset < 0 or op.limit < 0:
             raise ValueError("search takes a limit and an offset of 0 or more")
-        if op.limit == 0:
-            return found
         wanted = op.offset + op.limit
-        for path, score in self._candidates(op):
+        matched: list[tuple[tuple[str, ...], str, Document, dict[str, Any], float | None]] = []
+        for path, score in self._candidates(op) if op.limit else ():
             named = item_of_path(path)
             doc = None if named is None else self._read(path)
             value = None if doc is None else parse_value(doc.content)
             if named is None or doc is None or value is None:
                 continue  # not an item, or deleted meanwhile
-            if op.filter and not passes(value, op.filter):
-                continue
-            item = self._item(*named, doc, value)
-            found.append(
-                SearchItem(item.namespace, item.key, value, item.created_at, item.updated_at, score)
-            )
-            if len(found) == wanted:
-                break
-        return found[op.offset :]
+            if not op.filter or passes(value, op.filter):
+                matched.append((*named, doc, value, score))
+                if len(matched) == wanted:
+                    break
+        return [  # the history lookup of created_at only for the items returned
+            SearchItem(ns, key, value, self._created_at(doc), doc.updated_at, score)
+            for ns, key, doc, value, score in matched[op.offset :]
+        ]
 
     def _candidates(self, op: SearchOp) -> Iterator[tuple[str, float | None]]:
         """The paths that may hold the search's items, in the order they rank: the query's
