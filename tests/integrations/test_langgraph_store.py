@@ -1,8 +1,8 @@
 """KeepstoneStore against LangGraph's BaseStore contract: the behaviours LangGraph's own store
 tests check (put/get/delete, nested namespaces, the namespace rules, list_namespaces with
 prefix/suffix/max_depth/limit/offset, search with filter/query/limit/offset, batch order,
-the async twins), on a local memory; the space's refusals; the label and key spelling; one
-run over a real ``keepstone serve``."""
+the async twins), on Memory.local and on a Memory over the SQL store; the space's
+refusals; the label and key spelling; one run over a real ``keepstone serve``."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ from keepstone.paths import validate_doc_path
 from keepstone.sdk import AsyncMemory, Memory
 from tests.integrations.conftest import ROOT, MemoryFactory, check_extra, refused_import
 
-local = pytest.mark.parametrize("memory_factory", ["local"], indirect=True)
+#: Memory.local (the filesystem store, its index in SQLite) and a Memory over the SQL store
+#: on SQLite, in process (tests/sdk/conftest.py's "sqlite").
+local = pytest.mark.parametrize("memory_factory", ["local", "sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -298,7 +300,7 @@ def test_the_async_twins(store: KeepstoneStore) -> None:
 # --- Refusals -----------------------------------------------------------------------------
 
 
-@local
+@pytest.mark.parametrize("memory_factory", ["local"], indirect=True)  # a quota of the tree
 def test_the_spaces_refusals_are_raised_and_nothing_is_stored(
     memory_factory: MemoryFactory,
 ) -> None:
