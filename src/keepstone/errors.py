@@ -208,6 +208,8 @@ class InsufficientStorage(StoreUnavailable):
     still, to a caller that handles ``StoreUnavailable``; the message names the disk."""
 
     status = 507
+
+
 def retry_after(exc: KeepstoneError) -> dict[str, str]:
     """The ``Retry-After`` header of a ``429`` in whole seconds, at least 1 (every face's
     429 carries it); no header for any other error."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +16,14 @@ from tests.sdk.conftest import MemoryFactory, memory_factory, server
 
 __all__ = [
     "MemoryFactory",
-    "import_without",
+    "check_extra",
     "local_and_server",
     "memory_factory",
-    "not_loaded_by_the_core",
+    "refused_import",
     "server",
 ]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Run the test on a local memory and on one on a real server ("slow", over a socket). The
 #: integrations adapt the synchronous Memory; their async twins wrap it themselves.
@@ -28,21 +32,27 @@ local_and_server = pytest.mark.parametrize(
 )
 
 
-def import_without(mp: pytest.MonkeyPatch, package: str, module: str) -> None:
-    """Import ``module`` afresh as if ``package`` (a top-level name) were not installed."""
+def refused_import(mp: pytest.MonkeyPatch, package: str, module: str) -> ImportError:
+    """The ImportError that importing ``module`` raises when ``package`` is not installed."""
     for name in [n for n in sys.modules if n.split(".")[0] == package]:
-        mp.setitem(sys.modules, name, None)
-    mp.delitem(sys.modules, module)
-    importlib.import_module(module)
+        mp.setitem(sys.modules, name, None)  # as if not installed
+    mp.setitem(sys.modules, package, None)
+    mp.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ImportError) as refused:
+        importlib.import_module(module)
+    return refused.value
 
 
-def not_loaded_by_the_core(*packages: str) -> None:
-    """Fail unless importing Keepstone's faces, in a fresh interpreter, loads none of
-    ``packages`` (top-level names)."""
+def check_extra(extra: str, requirements: list[str], package: str) -> None:
+    """The core install pulls none of ``package``: no dependency of the core names it, the
+    extra ``extra`` is ``requirements``, and importing the core and every face loads none
+    of it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert not [d for d in project["dependencies"] if d.startswith(package)]
+    assert project["optional-dependencies"][extra] == requirements
     probe = (
         "import sys, keepstone, keepstone.sdk, keepstone.cli.main, keepstone.integrations\n"
         "from keepstone import Memory\n"
-        f"loaded = [m for m in sys.modules if m.split('.')[0] in {packages!r}]\n"
-        "assert not loaded, loaded\n"
+        f"assert not [m for m in sys.modules if m.split('.')[0] == {package!r}], 'loaded'\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
