@@ -170,7 +170,7 @@ def _remove_member(w: World) -> Req:
 def _api_key_body(w: World) -> dict[str, Any]:
     user = w.scratch_user()
     w.identity.add_team_member(w.team_id, user, "member")
-    return {"user_id": user, "team_id": w.team_id}
+    return {"user_id": user, "team_id": w.team_id, "name": "k"}
 
 
 def _revoke_key(w: World) -> Req:

@@ -409,13 +409,13 @@ def test_admin_refusals(client: TestClient, world: World) -> None:
     assert r.status_code == 409
     r = client.post(
         "/api/admin/api-keys",
-        json={"user_id": world.users["org_admin"], "team_id": world.team_id},
+        json={"user_id": world.users["org_admin"], "team_id": world.team_id, "name": "k"},
         headers=admin_headers(),
     )
     assert r.status_code == 201  # an org admin acts in every team of its org
     r = client.post(
         "/api/admin/api-keys",
-        json={"user_id": world.users["super_admin"], "team_id": world.team_id},
+        json={"user_id": world.users["super_admin"], "team_id": world.team_id, "name": "k"},
         headers=admin_headers(),
     )
     assert r.status_code == 400 and r.json()["error"]["field"] == "team_id"

@@ -63,7 +63,7 @@ def teams(app: FastAPI, client: TestClient) -> list[Team]:
             )
             r = client.post(
                 "/api/admin/api-keys",
-                json={"user_id": user_id, "team_id": team_id},
+                json={"user_id": user_id, "team_id": team_id, "name": label},
                 headers=admin_headers(),
             )
             key = str(r.json()["key"])
@@ -228,7 +228,9 @@ def test_user_spaces_are_per_user(app: FastAPI, teams: list[Team], client: TestC
     uid = _post(client, "/api/admin/users", {"email": email, "password": PASSWORD})
     _post(client, f"/api/admin/teams/{me.team_id}/members", {"user_id": uid, "role": "member"})
     r = client.post(
-        "/api/admin/api-keys", json={"user_id": uid, "team_id": me.team_id}, headers=admin_headers()
+        "/api/admin/api-keys",
+        json={"user_id": uid, "team_id": me.team_id, "name": "k"},
+        headers=admin_headers(),
     )
     h = {"Authorization": f"Bearer {r.json()['key']}"}
     r = client.get("/api/memory/docs", params={"name": "shared", "visibility": "user"}, headers=h)

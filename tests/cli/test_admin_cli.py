@@ -48,7 +48,9 @@ def test_list_keys_revoke_key_and_no_secret(admin: Any) -> None:
     team = admin("create-team", "--org", org, "--name", "core")["id"]
     user = admin("create-user", "--email", "ann@example.com", "--password", "hunter2hunter2")["id"]
     admin("add-member", "--team", team, "--user", user, "--role", "member")
-    made = [admin("create-api-key", "--user", user, "--team", team) for _ in range(2)]
+    made = [
+        admin("create-api-key", "--user", user, "--team", team, "--name", "k") for _ in range(2)
+    ]
     listed = admin("list-keys", "--user", user)
     assert sorted(k["id"] for k in listed["api_keys"]) == sorted(k["id"] for k in made)
     text = json.dumps(listed) + json.dumps(admin("list-users"))
