@@ -136,12 +136,14 @@ def use_reset_link(identity: IdentityService, token: str, password: str) -> str:
     return user_id
 
 
-def team_name(identity: IdentityService, team_id: str) -> str:
+def team_of(identity: IdentityService, team_id: str) -> tuple[str, str]:
+    """The team's ``(name, org_id)``; NotFound when there is no such team."""
+    query = sa.select(t.teams.c.name, t.teams.c.org_id).where(t.teams.c.id == team_id)
     with read_transaction(identity.engine) as conn:
-        name = conn.execute(sa.select(t.teams.c.name).where(t.teams.c.id == team_id)).scalar()
-    if name is None:
+        row = conn.execute(query).first()
+    if row is None:
         raise NotFound(f"no team with id {team_id!r}")
-    return str(name)
+    return str(row[0]), str(row[1])
 
 
 def delete_team(identity: IdentityService, team_id: str, confirm: str) -> str:

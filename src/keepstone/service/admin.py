@@ -57,6 +57,13 @@ class OrgView:
 
 
 @dataclass(frozen=True, slots=True)
+class TeamView:
+    id: str
+    name: str
+    org_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class OrgQuotaResult:
     """The org after a quota change, and which of its teams' counters took the ceiling."""
 
@@ -368,7 +375,7 @@ class AdminService:
         refused from then on), then the data once more for what a member wrote meanwhile.
         """
         identity = self._authorized(who)
-        name = lifecycle.team_name(identity, team_id)
+        name, _ = lifecycle.team_of(identity, team_id)
         if confirm.strip() != name:
             raise InvalidRequest(
                 f"confirm must be the team's name, {name!r}, typed exactly", field="confirm"
@@ -432,8 +439,17 @@ class AdminService:
     def team_members(self, who: Principal, team_id: str) -> tuple[MemberEntry, ...]:
         """Every member of the team by email (``404`` for an unknown team)."""
         identity = self._reader(who)
-        lifecycle.team_name(identity, team_id)
+        lifecycle.team_of(identity, team_id)
         return listing.team_members(identity.engine, team_id)
+
+    def org(self, who: Principal, org_id: str) -> OrgView:
+        """One org (``404`` when there is none)."""
+        return OrgView(**self._reader(who).get_org(org_id))
+
+    def team(self, who: Principal, team_id: str) -> TeamView:
+        """One team (``404`` when there is none)."""
+        name, org_id = lifecycle.team_of(self._reader(who), team_id)
+        return TeamView(team_id, name, org_id)
 
     def list_users(
         self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
