@@ -75,6 +75,7 @@ def test_members_added_role_changed_and_removed(people: Callable[[], Tab]) -> No
     page.locator("#user-name").fill(XSS)
     page.get_by_role("button", name="Create user").click()
     expect(page.get_by_role("cell", name=XSS, exact=True)).to_be_visible()
+    shot(page, "admin")
     _to_team(page, "Acme", "core")
     page.get_by_label("User", exact=True).select_option(label=email)
     page.get_by_label("Role", exact=True).select_option("viewer")

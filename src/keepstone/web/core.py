@@ -91,7 +91,8 @@ def page(
     context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
     context.setdefault("who", getattr(request.state, "principal", None))
     # The team of the page's path (/t/{team_id}/...), which its links stay in.
-    context.setdefault("team_id", request.path_params.get("team_id", ""))
+    in_team = request.url.path.startswith("/t/")  # (/admin/teams/{team_id} is no team page)
+    context.setdefault("team_id", request.path_params.get("team_id", "") if in_team else "")
     # The main navigation's team: the page's, else the last one visited (a page of no
     # team, such as the administration, keeps the navigation; the links check membership).
     remembered = request.cookies.get(LAST_TEAM_COOKIE, "")
