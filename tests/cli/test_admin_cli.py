@@ -4,31 +4,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
-
-import pytest
-
-from tests.cli_runner import run_cli
-
-
-@pytest.fixture
-def admin(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Any:
-    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KEEPSTONE_ARGON2_TIME_COST", "1")
-    monkeypatch.setenv("KEEPSTONE_ARGON2_MEMORY_KIB", "1024")
-    monkeypatch.delenv("KEEPSTONE_DATABASE_URL", raising=False)
-
-    def run(*argv: str, ok: bool = True) -> Any:
-        code, out, err = run_cli(capsys, "admin", *argv)
-        if ok:
-            assert code == 0, err
-            return json.loads(out)
-        return code, out, err
-
-    return run
 
 
 def test_list_orgs_pages_with_the_cursor_and_all(admin: Any) -> None:
