@@ -47,6 +47,7 @@ def _index(request: Request, cursors: dict[str, str]) -> Render:
         users = service.list_users(who, limit=PAGE, cursor=cursors.get("users") or None)
         keys = service.list_api_keys(who, limit=PAGE, cursor=cursors.get("keys") or None)
         disabled = service.disabled_users(who, [u.id for u in users.items])
+        team_names = {t: service.team(who, t).name for t in {k.team_id for k in keys.items}}
         return page(
             request,
             "admin.html",
@@ -55,6 +56,7 @@ def _index(request: Request, cursors: dict[str, str]) -> Render:
             users=users,
             keys=keys,
             disabled=disabled,
+            team_names=team_names,
             errors=errors,
             next_link=lambda name, cursor: url("/admin", **{**cursors, name: cursor}),
         )
