@@ -151,6 +151,9 @@ def test_disabled_user_loses_sessions_and_keys(client: TestClient, world: World)
     client.cookies.clear()
     _refused(client.get("/api/memory/docs", params=SPACE, headers=key), 401, "unauthenticated")
     _refused(client.post("/api/admin/users/user_nope/disable", headers=A), 404, "not_found")
+    me = world.headers("super_admin")
+    url = f"/api/admin/users/{world.users['super_admin']}/disable"
+    _refused(client.post(url, headers=me), 409, "conflict", "yourself")
 
 
 def test_password_reset_link_single_use_and_expiring(client: TestClient, world: World) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from keepstone.errors import InvalidRequest, KeepstoneError, NotFound
+from keepstone.errors import Conflict, InvalidRequest, KeepstoneError, NotFound
 from keepstone.identity import lifecycle, listing
 
 # Re-exported: the faces page through these and may not import keepstone.identity.
@@ -334,8 +334,12 @@ class AdminService:
     # --- users: disabling, password resets ----------------------------------------------------
 
     def disable_user(self, who: Principal, user_id: str) -> None:
-        """The user can no longer sign in: their sessions end and their keys are revoked."""
-        lifecycle.disable_user(self._authorized(who), user_id)
+        """The user can no longer sign in: their sessions end and their keys are revoked.
+        Not oneself (``409``): an admin who did would be locked out mid-way."""
+        identity = self._authorized(who)
+        if who.user_id == user_id:
+            raise Conflict("you cannot disable yourself; ask another admin", field="user_id")
+        lifecycle.disable_user(identity, user_id)
         self._audit(who, "user_disable", f"user {user_id}")
 
     def enable_user(self, who: Principal, user_id: str) -> None:
