@@ -102,8 +102,15 @@ def page(
     html = env.get_template(template).render(request=request, **context)
     response = HTMLResponse(html, status_code=http_status)
     if context["team_id"] and http_status < 400 and context["team_id"] != remembered:
+        settings = getattr(request.app.state, "settings", None)
+        secure = bool(settings is not None and settings.cookie_secure)
         response.set_cookie(
-            LAST_TEAM_COOKIE, context["team_id"], httponly=True, samesite="lax", path="/"
+            LAST_TEAM_COOKIE,
+            context["team_id"],
+            httponly=True,
+            samesite="lax",
+            secure=secure,
+            path="/",
         )
     return response
 
