@@ -35,6 +35,13 @@ UNITS = {"MiB": 1 << 20, "GiB": 1 << 30}
 Render = Callable[[Principal, dict[str, str], int], Response]
 
 
+def shown_once(request: Request, template: str, **context: object) -> Response:
+    """A page showing a secret once (a new key, a reset link): never cached."""
+    response = page(request, template, **context)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def admin_of(request: Request) -> AdminService:
     service: AdminService = request.app.state.admin
     return service
@@ -318,9 +325,7 @@ async def reset_password(request: Request) -> Response:
         message, status = exc.message, exc.status
         return await off_loop(lambda: _index(request, {})(who, {"users": message}, status))
     address = str(request.base_url).rstrip("/") + f"/reset/{link.token}"
-    response = page(request, "admin_reset_link.html", link=link, address=address)
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return shown_once(request, "admin_reset_link.html", link=link, address=address)
 
 
 @router.post("/admin/instance")
@@ -346,17 +351,14 @@ async def create_key(request: Request) -> Response:
     except KeepstoneError as exc:
         message, status = exc.message, exc.status
         return await off_loop(lambda: _team(request, team_id)(who, {"key": message}, status))
-    back = f"/admin/teams/{team_id}"
-    response = page(
+    return shown_once(
         request,
         "key_created.html",
         created=created,
         name=name.strip(),
-        back=back,
+        back=f"/admin/teams/{team_id}",
         back_label="Back to the team",
     )
-    response.headers["Cache-Control"] = "no-store"
-    return response
 
 
 @router.post("/admin/api-keys/revoke")

@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from keepstone.errors import CsrfRequired, KeepstoneError, Unauthenticated
 from keepstone.principal import Principal
 from keepstone.service.own_keys import OwnKeys
-from keepstone.web.admin import admin_of
+from keepstone.web.admin import admin_of, shown_once
 from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop
 
@@ -62,7 +62,7 @@ async def create_key(request: Request) -> Response:
     except KeepstoneError as exc:
         message, status = exc.message, exc.status
         return await off_loop(lambda: _keys_page(request, who, error=message, status=status))
-    response = page(
+    return shown_once(
         request,
         "key_created.html",
         created=created,
@@ -70,8 +70,6 @@ async def create_key(request: Request) -> Response:
         back="/keys",
         back_label="Back to your API keys",
     )
-    response.headers["Cache-Control"] = "no-store"
-    return response
 
 
 @router.post("/keys/revoke")
@@ -95,8 +93,7 @@ async def revoke_key(request: Request) -> Response:
 def reset_form(request: Request, token: str) -> Response:
     """The form that sets a new password through a live link (404 page otherwise)."""
     email = admin_of(request).reset_link_email(token)
-    response = page(request, "reset.html", email=email, token=token, error="", who=None)
-    response.headers["Cache-Control"] = "no-store"
+    response = shown_once(request, "reset.html", email=email, token=token, error="", who=None)
     response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
