@@ -140,6 +140,9 @@ def test_disabled_user_loses_sessions_and_keys(client: TestClient, world: World)
     for h in (session, key):
         _ok(client.get("/api/memory/docs", params=SPACE, headers=h))
     _ok(client.post(f"/api/admin/users/{user_id}/disable", headers=A), 204)
+    users = _ok(client.get("/api/admin/users", params={"limit": 200}, headers=A))["users"]
+    assert {u["id"]: u["disabled"] for u in users}[user_id] is True
+    assert {u["id"]: u["disabled"] for u in users}[world.users["member"]] is False
     for h in (session, key):
         _refused(client.get("/api/memory/docs", params=SPACE, headers=h), 401, "unauthenticated")
     login = {"email": email, "password": PASSWORD}

@@ -70,13 +70,6 @@ def enable_user(identity: IdentityService, user_id: str) -> None:
         conn.execute(t.disabled_users.delete().where(t.disabled_users.c.user_id == user_id))
 
 
-def disabled_ids(identity: IdentityService, user_ids: list[str]) -> frozenset[str]:
-    """Which of ``user_ids`` are disabled."""
-    query = sa.select(t.disabled_users.c.user_id).where(t.disabled_users.c.user_id.in_(user_ids))
-    with read_transaction(identity.engine) as conn:
-        return frozenset(str(r[0]) for r in conn.execute(query))
-
-
 def new_reset_link(identity: IdentityService, user_id: str) -> ResetLink:
     """A fresh reset token for the user; their earlier unused tokens stop working."""
     token, now = new_token(), utcnow()

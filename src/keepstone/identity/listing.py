@@ -67,6 +67,8 @@ class UserEntry(Jsonable):
     #: Whether the user has a password (can sign in); never the hash itself.
     has_password: bool
     created_at: datetime
+    #: Whether an admin disabled the user (no sign-in, no key).
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +206,9 @@ def list_users(
     u = t.users.c
     # The hash never leaves the database: only whether there is one.
     has_password = sa.type_coerce(u.password_hash.is_not(None), sa.Boolean)
-    columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at)
+    off = t.disabled_users.c
+    disabled = sa.type_coerce(sa.exists().where(off.user_id == u.id), sa.Boolean)
+    columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at, disabled)
     return _page(engine, t.users, UserEntry, columns, limit=limit, cursor=cursor)
 
 

@@ -347,10 +347,6 @@ class AdminService:
         lifecycle.enable_user(self._authorized(who), user_id)
         self._audit(who, "user_enable", f"user {user_id}")
 
-    def disabled_users(self, who: Principal, user_ids: Sequence[str]) -> frozenset[str]:
-        """Which of ``user_ids`` are disabled (a list page marks them)."""
-        return lifecycle.disabled_ids(self._reader(who), list(user_ids))
-
     def reset_password(self, who: Principal, user_id: str) -> ResetLink:
         """A one-time password-reset token for the user (its link is shown to the admin,
         works once, within :data:`RESET_TTL`); earlier ones stop working."""

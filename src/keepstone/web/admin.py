@@ -53,7 +53,6 @@ def _index(request: Request, cursors: dict[str, str]) -> Render:
         orgs = service.list_orgs(who, limit=PAGE, cursor=cursors.get("orgs") or None)
         users = service.list_users(who, limit=PAGE, cursor=cursors.get("users") or None)
         keys = service.list_api_keys(who, limit=PAGE, cursor=cursors.get("keys") or None)
-        disabled = service.disabled_users(who, [u.id for u in users.items])
         team_names = {t: service.team(who, t).name for t in {k.team_id for k in keys.items}}
         return page(
             request,
@@ -62,7 +61,6 @@ def _index(request: Request, cursors: dict[str, str]) -> Render:
             orgs=orgs,
             users=users,
             keys=keys,
-            disabled=disabled,
             team_names=team_names,
             errors=errors,
             next_link=lambda name, cursor: url("/admin", **{**cursors, name: cursor}),

@@ -223,6 +223,7 @@ class UserEntryOut(BaseModel):
     super_admin: bool
     has_password: bool
     created_at: str
+    disabled: bool
 
 
 class UsersOut(BaseModel):
