@@ -177,7 +177,9 @@ def seed(base: str) -> str:
         team = admin.post("/api/admin/teams", json={"org_id": org, "name": "t"}).json()["id"]
         user = admin.post("/api/admin/users", json={"email": "bench@example.com"}).json()["id"]
         admin.post(f"/api/admin/teams/{team}/members", json={"user_id": user, "role": "member"})
-        made = admin.post("/api/admin/api-keys", json={"user_id": user, "team_id": team})
+        made = admin.post(
+            "/api/admin/api-keys", json={"user_id": user, "team_id": team, "name": "bench"}
+        )
         key = str(made.json()["key"])
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
         for i in range(100):

@@ -105,7 +105,9 @@ def member_key(base: str) -> str:
         admin.patch(f"/api/admin/orgs/{org}", json={"memory_quota_bytes": 2**31}).raise_for_status()
         user = make("/api/admin/users", {"email": "fresh@bench.test"})["id"]
         make(f"/api/admin/teams/{team}/members", {"user_id": user, "role": "member"})
-        return str(make("/api/admin/api-keys", {"user_id": user, "team_id": team})["key"])
+        return str(
+            make("/api/admin/api-keys", {"user_id": user, "team_id": team, "name": "bench"})["key"]
+        )
 
 
 def backlog_of(database: str) -> int:

@@ -138,7 +138,9 @@ def through_pg_server(data: bytes, where: Path, postgres: str) -> float:
             team = a.post("/api/admin/teams", json={"org_id": org, "name": "t"}).json()["id"]
             user = a.post("/api/admin/users", json={"email": "bench@example.com"}).json()["id"]
             a.post(f"/api/admin/teams/{team}/members", json={"user_id": user, "role": "member"})
-            key = a.post("/api/admin/api-keys", json={"user_id": user, "team_id": team})
+            key = a.post(
+                "/api/admin/api-keys", json={"user_id": user, "team_id": team, "name": "bench"}
+            )
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
         env["KEEPSTONE_HOME"] = str(where / "client")
         cmd = [sys.executable, "-m", "keepstone.cli.main", "memory", "import", "--quiet"]

@@ -169,7 +169,7 @@ def _api_key(http: httpx.Client) -> str:
     org = post("/api/admin/orgs", {"name": "bench", "plan": "pro_plus"})["id"]
     team = post("/api/admin/teams", {"org_id": org, "name": "bench"})["id"]
     post(f"/api/admin/teams/{team}/members", {"user_id": user, "role": "member"})
-    return post("/api/admin/api-keys", {"user_id": user, "team_id": team})["key"]
+    return post("/api/admin/api-keys", {"user_id": user, "team_id": team, "name": "bench"})["key"]
 
 
 def api_figures(url: str, home: str, count: int) -> dict[str, str]:

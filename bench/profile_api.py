@@ -175,7 +175,9 @@ def seed(admin: TestClient) -> tuple[str, str]:
     ).json()["id"]
     admin.post(f"/api/admin/teams/{team}/members", json={"user_id": user, "role": "member"})
     key = str(
-        admin.post("/api/admin/api-keys", json={"user_id": user, "team_id": team}).json()["key"]
+        admin.post(
+            "/api/admin/api-keys", json={"user_id": user, "team_id": team, "name": "bench"}
+        ).json()["key"]
     )
     admin.put(
         "/api/memory/doc",

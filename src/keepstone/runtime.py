@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from keepstone.service.audit import AuditService
     from keepstone.service.indexer import Backlog as Backlog
     from keepstone.service.indexer import Indexer, ReindexReport
+    from keepstone.service.own_keys import OwnKeys
     from keepstone.service.record_search import RecordSearch
     from keepstone.service.records import RecordService
     from keepstone.service.search import DocumentSearch
@@ -74,6 +75,8 @@ class Runtime:
     records: RecordService
     admin: AdminService
     audit: AuditService
+    #: A signed-in member's own API keys.
+    own_keys: OwnKeys
 
     #: Whether :meth:`close` disposes of ``engine`` (it does when open_runtime made it).
     owns_engine: bool = False
@@ -149,9 +152,11 @@ def open_runtime(
     """
     from keepstone.db import pgvector
     from keepstone.records.ratelimit import rate_limiter
+    from keepstone.records.sql import SqlRecordStore
     from keepstone.service.access import Access, Credentials
     from keepstone.service.admin import AdminService
     from keepstone.service.audit import AuditService
+    from keepstone.service.own_keys import OwnKeys
     from keepstone.service.records import build_record_service
     from keepstone.service.spaces import SpaceService
     from keepstone.store.sql import SqlStore
@@ -185,8 +190,9 @@ def open_runtime(
         records=build_record_service(
             engine, identity, limiter, lambda: record_search(config, embedder), vectors=vectors
         ),
-        admin=AdminService(identity, store),
+        admin=AdminService(identity, store, (SqlRecordStore(engine, vectors),)),
         audit=AuditService(store),
+        own_keys=OwnKeys(identity, store),
         owns_engine=owns_engine,
         embedder=embedder,
     )

@@ -181,7 +181,7 @@ def _remove_member(w: World) -> Req:
 def _api_key_body(w: World) -> dict[str, Any]:
     user = w.scratch_user()
     w.identity.add_team_member(w.team_id, user, "member")
-    return {"user_id": user, "team_id": w.team_id}
+    return {"user_id": user, "team_id": w.team_id, "name": "k"}
 
 
 def _revoke_key(w: World) -> Req:
@@ -189,6 +189,34 @@ def _revoke_key(w: World) -> Req:
     w.identity.add_team_member(w.team_id, user, "member")
     key_id, _ = w.identity.create_api_key(user, w.team_id)
     return Req("DELETE", f"/api/admin/api-keys/{key_id}")
+
+
+def _member_role(w: World) -> Req:
+    user = w.scratch_user()
+    w.identity.add_team_member(w.team_id, user, "viewer")
+    return Req("PATCH", f"/api/admin/teams/{w.team_id}/members/{user}", json={"role": "member"})
+
+
+def _delete_team(w: World) -> Req:
+    name = unique("doomed")
+    team = w.identity.create_team(w.org_id, name)
+    return Req("DELETE", f"/api/admin/teams/{team}", params={"confirm": name})
+
+
+def _on_user(action: str) -> Callable[[World], Req]:
+    return lambda w: Req("POST", f"/api/admin/users/{w.scratch_user()}/{action}")
+
+
+def _own_key(w: World) -> Req:
+    """A key of the member's own: only the member may revoke it (another's is not found)."""
+    key_id, _ = w.identity.create_api_key(w.users["member"], w.team_id, "own")
+    return Req("DELETE", f"/api/me/api-keys/{key_id}")
+
+
+#: A member's own keys: a browser session only (an API key or a token is refused).
+OWN_KEYS = policy(
+    OK, none=UNAUTH, admin_token=FORBIDDEN, api_key=FORBIDDEN, service_token=FORBIDDEN
+)
 
 
 def _login(w: World) -> Req:
@@ -382,6 +410,40 @@ ROWS: list[Row] = [
     Row("GET", "/api/admin/orgs", get("/api/admin/orgs", limit="5"), ADMIN_ONLY),
     Row("GET", "/api/admin/users", get("/api/admin/users", limit="5"), ADMIN_ONLY),
     Row("GET", "/api/admin/api-keys", get("/api/admin/api-keys", limit="5"), ADMIN_ONLY),
+    Row("GET", "/api/admin/teams", get("/api/admin/teams", limit="5"), ADMIN_ONLY),
+    Row(
+        "GET",
+        "/api/admin/teams/{id}/members",
+        lambda w: Req("GET", f"/api/admin/teams/{w.team_id}/members"),
+        ADMIN_ONLY,
+    ),
+    Row("PATCH", "/api/admin/teams/{id}/members/{user_id}", _member_role, ADMIN_ONLY),
+    Row("DELETE", "/api/admin/teams/{id}", _delete_team, ADMIN_ONLY),
+    Row(
+        "DELETE",
+        "/api/admin/orgs/{id}",
+        lambda w: Req("DELETE", f"/api/admin/orgs/{w.identity.create_org(unique('o'))}"),
+        ADMIN_ONLY,
+    ),
+    Row("POST", "/api/admin/users/{id}/disable", _on_user("disable"), ADMIN_ONLY),
+    Row("POST", "/api/admin/users/{id}/enable", _on_user("enable"), ADMIN_ONLY),
+    Row("POST", "/api/admin/users/{id}/password-reset", _on_user("password-reset"), ADMIN_ONLY),
+    Row(
+        "POST",
+        "/api/me/api-keys",
+        lambda w: Req("POST", "/api/me/api-keys", json={"team_id": w.team_id, "name": "k"}),
+        {**OWN_KEYS, "super_admin": (404, "team_not_found"), "session_no_csrf": CSRF},
+    ),
+    Row("GET", "/api/me/api-keys", get("/api/me/api-keys", limit="5"), OWN_KEYS),
+    Row(
+        "DELETE",
+        "/api/me/api-keys/{id}",
+        _own_key,
+        {
+            **policy((404, "not_found"), none=UNAUTH, session_no_csrf=CSRF, member=OK),
+            **dict.fromkeys(("admin_token", "api_key", "service_token"), FORBIDDEN),
+        },
+    ),
 ]
 
 

@@ -63,7 +63,7 @@ def teams(app: FastAPI, client: TestClient) -> list[Team]:
             )
             r = client.post(
                 "/api/admin/api-keys",
-                json={"user_id": user_id, "team_id": team_id},
+                json={"user_id": user_id, "team_id": team_id, "name": label},
                 headers=admin_headers(),
             )
             key = str(r.json()["key"])
@@ -228,7 +228,9 @@ def test_user_spaces_are_per_user(app: FastAPI, teams: list[Team], client: TestC
     uid = _post(client, "/api/admin/users", {"email": email, "password": PASSWORD})
     _post(client, f"/api/admin/teams/{me.team_id}/members", {"user_id": uid, "role": "member"})
     r = client.post(
-        "/api/admin/api-keys", json={"user_id": uid, "team_id": me.team_id}, headers=admin_headers()
+        "/api/admin/api-keys",
+        json={"user_id": uid, "team_id": me.team_id, "name": "k"},
+        headers=admin_headers(),
     )
     h = {"Authorization": f"Bearer {r.json()['key']}"}
     r = client.get("/api/memory/docs", params={"name": "shared", "visibility": "user"}, headers=h)
@@ -311,3 +313,60 @@ def test_every_route_naming_another_team_or_org_is_refused(
                 body = {"query": "secret", "text": "x", "enabled": True, "name": "x"}
                 r = client.request(method, url, json=body, headers=headers)
                 assert r.status_code in (403, 404), (method, url, r.status_code, r.text)
+
+
+def test_own_keys_and_admin_lists_of_another_team_show_nothing(
+    teams: list[Team], client: TestClient
+) -> None:
+    """A member's own-key routes reach only their own keys and teams; a team's admin (here
+    an org admin of the first org) gets nothing of another team from the admin routes."""
+    key_ids = {}
+    for team in teams:
+        r = client.get(
+            "/api/admin/api-keys", params={"user_id": team.user_id}, headers=admin_headers()
+        )
+        key_ids[team.label] = [k["id"] for k in r.json()["api_keys"]]
+    admin_email = "iso-org-admin@example.com"
+    admin_id = _post(client, "/api/admin/users", {"email": admin_email, "password": PASSWORD})
+    _post(
+        client, f"/api/admin/orgs/{teams[0].org_id}/members", {"user_id": admin_id, "role": "admin"}
+    )
+    login = client.post("/api/auth/login", json={"email": admin_email, "password": PASSWORD})
+    org_admin = {
+        "Cookie": f"keepstone_session={login.cookies['keepstone_session']}",
+        "X-CSRF-Token": str(login.json()["csrf_token"]),
+        "X-Keepstone-Team": teams[0].team_id,
+    }
+    client.cookies.clear()
+    for me in teams:
+        session = session_headers(me)
+        listed = client.get("/api/me/api-keys", headers=session).json()["api_keys"]
+        assert {k["user_id"] for k in listed} == {me.user_id}
+        for other in teams:
+            if other is me:
+                continue
+            for key_id in key_ids[other.label]:
+                r = client.delete(f"/api/me/api-keys/{key_id}", headers=session)
+                assert r.status_code == 404, r.text
+            body = {"team_id": other.team_id, "name": "stolen"}
+            r = client.post("/api/me/api-keys", json=body, headers=session)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "team_not_found"
+            for h in (session, org_admin):
+                for method, url in (
+                    ("GET", f"/api/admin/teams?org_id={other.org_id}"),
+                    ("GET", f"/api/admin/teams/{other.team_id}/members"),
+                    ("PATCH", f"/api/admin/teams/{other.team_id}/members/{other.user_id}"),
+                    ("DELETE", f"/api/admin/teams/{other.team_id}?confirm={other.label}"),
+                    ("POST", f"/api/admin/users/{other.user_id}/disable"),
+                    ("POST", f"/api/admin/users/{other.user_id}/password-reset"),
+                    ("DELETE", f"/api/admin/orgs/{other.org_id}"),
+                ):
+                    r = client.request(method, url, json={"role": "admin"}, headers=h)
+                    assert r.status_code == 403, (method, url, r.text)
+    for team in teams:  # nothing was revoked or changed
+        r = client.get(
+            "/api/memory/docs",
+            params={"name": "shared", "visibility": "org"},
+            headers=key_headers(team),
+        )
+        assert r.status_code == 200, r.text

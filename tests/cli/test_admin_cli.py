@@ -4,31 +4,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
-
-import pytest
-
-from tests.cli_runner import run_cli
-
-
-@pytest.fixture
-def admin(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Any:
-    monkeypatch.setenv("KEEPSTONE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KEEPSTONE_ARGON2_TIME_COST", "1")
-    monkeypatch.setenv("KEEPSTONE_ARGON2_MEMORY_KIB", "1024")
-    monkeypatch.delenv("KEEPSTONE_DATABASE_URL", raising=False)
-
-    def run(*argv: str, ok: bool = True) -> Any:
-        code, out, err = run_cli(capsys, "admin", *argv)
-        if ok:
-            assert code == 0, err
-            return json.loads(out)
-        return code, out, err
-
-    return run
 
 
 def test_list_orgs_pages_with_the_cursor_and_all(admin: Any) -> None:
@@ -48,7 +24,9 @@ def test_list_keys_revoke_key_and_no_secret(admin: Any) -> None:
     team = admin("create-team", "--org", org, "--name", "core")["id"]
     user = admin("create-user", "--email", "ann@example.com", "--password", "hunter2hunter2")["id"]
     admin("add-member", "--team", team, "--user", user, "--role", "member")
-    made = [admin("create-api-key", "--user", user, "--team", team) for _ in range(2)]
+    made = [
+        admin("create-api-key", "--user", user, "--team", team, "--name", "k") for _ in range(2)
+    ]
     listed = admin("list-keys", "--user", user)
     assert sorted(k["id"] for k in listed["api_keys"]) == sorted(k["id"] for k in made)
     text = json.dumps(listed) + json.dumps(admin("list-users"))

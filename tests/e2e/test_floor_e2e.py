@@ -108,7 +108,7 @@ def _people(c: httpx.Client) -> tuple[str, str]:
     _ok(c.post(f"/api/admin/orgs/{org['id']}/members", json=owner, headers=admin))
     member = {"user_id": ids["member"][0], "role": "member"}
     _ok(c.post(f"/api/admin/teams/{team}/members", json=member, headers=admin))
-    minted = {"user_id": ids["member"][0], "team_id": team}
+    minted = {"user_id": ids["member"][0], "team_id": team, "name": "floor"}
     key = str(_ok(c.post("/api/admin/api-keys", json=minted, headers=admin))["key"])
     login = _ok(c.post("/api/auth/login", json={"email": ids["owner"][1], "password": PASSWORD}))
     csrf = {"X-CSRF-Token": str(login["csrf_token"]), "X-Keepstone-Team": team}

@@ -71,7 +71,9 @@ def world(server: str) -> World:  # noqa: F811 - the imported fixture
     for user, team in (("ann", "a"), ("amy", "a"), ("bob", "b")):
         user_id = str(make("/api/admin/users", {"email": f"{user}@search.test"})["id"])
         make(f"/api/admin/teams/{teams[team]}/members", {"user_id": user_id, "role": "member"})
-        key = make("/api/admin/api-keys", {"user_id": user_id, "team_id": teams[team]})["key"]
+        key = make(
+            "/api/admin/api-keys", {"user_id": user_id, "team_id": teams[team], "name": "e2e"}
+        )["key"]
         callers[user] = Caller(str(key), user_id)
 
     space_of: dict[str, str] = {}

@@ -85,7 +85,9 @@ def test_serve_end_to_end(server: str, database: str, env: dict[str, str]) -> No
     make(f"/api/admin/teams/{team_a}/members", {"user_id": root, "role": "member"})
 
     def key(user_id: str, team: str) -> str:
-        r = admin.post("/api/admin/api-keys", json={"user_id": user_id, "team_id": team})
+        r = admin.post(
+            "/api/admin/api-keys", json={"user_id": user_id, "team_id": team, "name": "e2e"}
+        )
         assert r.status_code == 201
         return str(r.json()["key"])
 

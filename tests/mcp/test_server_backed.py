@@ -75,7 +75,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             post(f"/api/admin/orgs/{org}/members", {"user_id": ids["owner"][0], "role": "owner"})
             member = {"user_id": ids["member"][0], "role": "member"}
             post(f"/api/admin/teams/{team}/members", member)
-            minted = post("/api/admin/api-keys", {"user_id": ids["member"][0], "team_id": team})
+            minted = post(
+                "/api/admin/api-keys",
+                {"user_id": ids["member"][0], "team_id": team, "name": "mcp"},
+            )
             key = str(minted["key"])
             login = _ok(
                 c.post("/api/auth/login", json={"email": ids["owner"][1], "password": PASSWORD})

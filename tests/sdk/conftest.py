@@ -67,7 +67,11 @@ class Server:
             assert r.status_code == 200 and r.json()["teams_updated"] == [team], r.text
         user = self.make("/api/admin/users", {"email": f"user-{n}@sdk.test"})["id"]
         self.make(f"/api/admin/teams/{team}/members", {"user_id": user, "role": "member"})
-        return str(self.make("/api/admin/api-keys", {"user_id": user, "team_id": team})["key"])
+        return str(
+            self.make("/api/admin/api-keys", {"user_id": user, "team_id": team, "name": "sdk"})[
+                "key"
+            ]
+        )
 
 
 @pytest.fixture(scope="session")

@@ -182,7 +182,7 @@ def test_results_are_dataclasses(world: World) -> None:
     org = world.admin.update_org(ADMIN_TOKEN, world.org_id)
     assert (org.id, org.name, org.plan) == (world.org_id, "Acme", "pro_plus")
     user = _member(world)
-    created = world.admin.create_api_key(ADMIN_TOKEN, user, world.team_id)
+    created = world.admin.create_api_key(ADMIN_TOKEN, user, world.team_id, "k")
     assert isinstance(created, CreatedKey) and created.key.startswith("keepstone_")
     assert created.key not in repr(created)  # shown once, never in a log line
 

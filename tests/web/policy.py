@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from keepstone.principal import CredentialKind, Principal
 from tests.api.world import PASSWORD, SEED_PATH, SPACE, World, tarball, unique
+
+#: The admin token's principal, for a row's set-up that needs an admin use-case.
+ADMIN = Principal(kind=CredentialKind.ADMIN_TOKEN)
 
 OK = "ok"
 SIGN_IN = "sign-in"
@@ -151,6 +155,29 @@ def _revoke(w: World) -> UiReq:
     return UiReq("POST", "/admin/api-keys/revoke", data={"key_id": key_id})
 
 
+def _member_of_team(w: World) -> dict[str, str]:
+    user = w.scratch_user()
+    w.identity.add_team_member(w.team_id, user, "member")
+    return {"team_id": w.team_id, "user_id": user}
+
+
+def _doomed_team(w: World) -> dict[str, str]:
+    name = unique("doomed")
+    return {"team_id": w.identity.create_team(w.org_id, name), "confirm": name}
+
+
+def _own_key(w: World) -> UiReq:
+    """A key of the member's own: only the member may revoke it (another's is 404)."""
+    key_id, _ = w.identity.create_api_key(w.users["member"], w.team_id, "own")
+    return UiReq("POST", "/keys/revoke", data={"key_id": key_id})
+
+
+def _reset(w: World, method: str) -> UiReq:
+    token = w.app.state.admin.reset_password(ADMIN, w.scratch_user()).token
+    data = {"password": "brand new pw", "again": "brand new pw"} if method == "POST" else {}
+    return UiReq(method, f"/reset/{token}", data=data)
+
+
 def _signin(w: World) -> UiReq:
     return UiReq("POST", "/signin", data={"email": w.emails["login"], "password": PASSWORD})
 
@@ -225,11 +252,74 @@ ROWS: list[UiRow] = [
     UiRow(
         "POST",
         "/admin/instance",
-        _admin_post("/admin/instance", lambda _w: {"quota_bytes": str(1 << 30)}),
+        _admin_post("/admin/instance", lambda _w: {"quota": "1", "quota_unit": "GiB"}),
         ADMIN_WRITE,
     ),
     UiRow("POST", "/admin/api-keys", _admin_post("/admin/api-keys", _key_body), ADMIN_WRITE),
     UiRow("POST", "/admin/api-keys/revoke", _revoke, ADMIN_WRITE),
+    UiRow(
+        "GET", "/admin/orgs/{org_id}", lambda w: UiReq("GET", f"/admin/orgs/{w.org_id}"), ADMIN_READ
+    ),
+    UiRow(
+        "GET",
+        "/admin/teams/{team_id}",
+        lambda w: UiReq("GET", f"/admin/teams/{w.team_id}"),
+        ADMIN_READ,
+    ),
+    UiRow(
+        "POST",
+        "/admin/orgs/delete",
+        _admin_post("/admin/orgs/delete", lambda w: {"org_id": w.identity.create_org(unique("o"))}),
+        ADMIN_WRITE,
+    ),
+    UiRow(
+        "POST", "/admin/teams/delete", _admin_post("/admin/teams/delete", _doomed_team), ADMIN_WRITE
+    ),
+    UiRow(
+        "POST",
+        "/admin/members/role",
+        _admin_post("/admin/members/role", lambda w: {**_member_of_team(w), "role": "viewer"}),
+        ADMIN_WRITE,
+    ),
+    UiRow(
+        "POST",
+        "/admin/members/remove",
+        _admin_post("/admin/members/remove", _member_of_team),
+        ADMIN_WRITE,
+    ),
+    UiRow(
+        "POST",
+        "/admin/users/disable",
+        _admin_post("/admin/users/disable", lambda w: {"user_id": w.scratch_user()}),
+        ADMIN_WRITE,
+    ),
+    UiRow(
+        "POST",
+        "/admin/users/enable",
+        _admin_post("/admin/users/enable", lambda w: {"user_id": w.scratch_user()}),
+        ADMIN_WRITE,
+    ),
+    UiRow(
+        "POST",
+        "/admin/users/reset",
+        _admin_post("/admin/users/reset", lambda w: {"user_id": w.scratch_user()}),
+        ADMIN_WRITE,
+    ),
+    UiRow("GET", "/keys", public("/keys"), SIGNED_IN),
+    UiRow(
+        "POST",
+        "/keys",
+        _admin_post("/keys", lambda w: {"team_id": w.team_id, "name": unique("k")}),
+        {**SIGNED_IN_POST, "super_admin": 404, "outsider": 404},
+    ),
+    UiRow(
+        "POST",
+        "/keys/revoke",
+        _own_key,
+        ui_policy(404, none=SIGN_IN, api_key=SIGN_IN, no_csrf=403, member=OK),
+    ),
+    UiRow("GET", "/reset/{token}", lambda w: _reset(w, "GET"), PUBLIC),
+    UiRow("POST", "/reset/{token}", lambda w: _reset(w, "POST"), PUBLIC),
 ]
 
 

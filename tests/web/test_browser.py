@@ -453,29 +453,6 @@ def test_search_filters_by_front_matter_tags_and_says_what_waits_for_a_vector(
     shot(page, "search-filters")
 
 
-def test_super_admin_creates_and_revokes_an_api_key(people: Callable[[], Tab]) -> None:
-    tab = people()
-    site = tab.site
-    page = tab.sign_in("super")
-    page.goto(f"{site.base}/admin")
-    assert_labelled(page)
-    page.locator("#key-user").fill(site.users["member"])
-    page.locator("#key-team").fill(site.team_id)
-    page.locator("#key-name").fill("ui-key")
-    page.get_by_role("button", name="Create key").click()
-    key = page.get_by_label(re.compile("Key for user")).input_value()
-    assert key.startswith("keepstone_"), key
-    shot(page, "api-key-created")
-    api = httpx.get(f"{site.base}/api/memory/spaces", headers={"Authorization": f"Bearer {key}"})
-    assert api.status_code == 200, api.text
-    page.get_by_role("link", name="Back to administration").click()
-    page.get_by_role("button", name="Revoke key ui-key").click()
-    assert page.get_by_role("button", name="Revoke key ui-key").count() == 0
-    shot(page, "admin")
-    api = httpx.get(f"{site.base}/api/memory/spaces", headers={"Authorization": f"Bearer {key}"})
-    assert api.status_code == 401, api.text
-
-
 HOSTILE = """# Hostile
 
 <script>alert(1)</script>

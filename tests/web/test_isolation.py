@@ -16,11 +16,13 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
+from keepstone.principal import CredentialKind, Principal
 from keepstone.spaces import SpaceRef
 from tests.api.world import World
 from tests.web.conftest import add_outsider
 from tests.web.policy import ROWS, UiRow
 
+ADMIN = Principal(kind=CredentialKind.ADMIN_TOKEN)
 MARK = f"teamA-secret-{uuid.uuid4().hex[:8]}"
 SPACES = [
     {"name": "policy", "visibility": "project", "project": "p1"},
@@ -140,3 +142,44 @@ def test_the_team_itself_sees_its_marked_pages(
     r = client.get(f"/t/{t}/search", params={"q": MARK}, headers=headers)
     client.cookies.clear()
     assert r.text.count(MARK) >= 2, r.text[-800:]
+
+
+def test_keys_and_admin_pages_show_the_outsider_nothing_of_team_a(
+    world: World, client: TestClient, marked: str
+) -> None:
+    """ "Your API keys" lists the outsider's own keys only, refuses minting one for team A
+    or revoking one of team A's; the administration pages of team A are 403 to the outsider
+    and to team A's own admins, and show none of its members or keys."""
+    key_name = f"key-{MARK}"
+    key_id, _ = world.identity.create_api_key(world.users["member"], world.team_id, key_name)
+    status, body = _ask(client, world, "GET", "/keys")
+    assert status == 200 and key_name not in body and world.team_id not in body
+    status, body = _ask(
+        client, world, "POST", "/keys", data={"team_id": world.team_id, "name": "stolen"}
+    )
+    assert status == 404 and "stolen" not in body
+    status, body = _ask(client, world, "POST", "/keys/revoke", data={"key_id": key_id})
+    assert status == 404
+    live = world.app.state.admin.list_api_keys(ADMIN, user_id=world.users["member"], limit=200)
+    assert [k.revoked for k in live.items if k.id == key_id] == [False]
+    team_a = [f"/admin/teams/{world.team_id}", f"/admin/orgs/{world.org_id}", "/admin"]
+    for url in team_a:
+        status, body = _ask(client, world, "GET", url)
+        assert status == 403 and key_name not in body and world.emails["member"] not in body
+    cookie, csrf = world.sessions["admin"]  # team A's own admin is no platform admin
+    for url in team_a:
+        r = client.get(
+            url, headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
+        )
+        client.cookies.clear()
+        assert r.status_code == 403 and key_name not in r.text, url
+    for action, data in (
+        ("/admin/teams/delete", {"team_id": world.team_id, "confirm": "core"}),
+        ("/admin/members/remove", {"team_id": world.team_id, "user_id": world.users["member"]}),
+        ("/admin/users/disable", {"user_id": world.users["member"]}),
+    ):
+        status, _ = _ask(client, world, "POST", action, data=data)
+        assert status == 403, action
+    assert world.emails["member"] in {
+        m.email for m in world.app.state.admin.team_members(ADMIN, world.team_id)
+    }

@@ -343,11 +343,12 @@ def test_admin_lists_teams_a_page_at_a_time(world: World, client: TestClient) ->
     with pytest.raises(Forbidden):
         admin.list_teams(member)
     cookie, csrf = world.sessions["super_admin"]
-    r = client.get(
-        "/admin", headers={"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
-    )
+    h = {"Cookie": f"keepstone_session={cookie}; keepstone_csrf={csrf}"}
+    r = client.get("/admin", headers=h)
+    assert r.status_code == 200 and f'href="/admin/orgs/{world.org_id}"' in r.text
+    r = client.get(f"/admin/orgs/{world.org_id}", headers=h)  # the org's page lists its teams
     client.cookies.clear()
-    assert r.status_code == 200 and f"<code>{world.team_id}</code>" in r.text
+    assert r.status_code == 200 and f'href="/admin/teams/{world.team_id}"' in r.text
 
 
 def test_a_local_mode_server_says_the_ui_needs_users(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from keepstone.api.middleware import (
     QueryTextMiddleware,
     RequestContextMiddleware,
 )
-from keepstone.api.routes import admin, auth, edit, history, ops, orgs, records, search, spaces
+from keepstone.api.routes import admin, auth, edit, history, me, ops, orgs, records, search, spaces
 from keepstone.api.throttle import LoginThrottle
 from keepstone.config import Config
 from keepstone.runtime import Runtime, open_runtime
@@ -38,7 +38,7 @@ from keepstone.runtime import Runtime, open_runtime
 #: Most requested first: FastAPI tries a request's path against each router's routes in this
 #: order (twice: to pick the router, then the route), and no two routers' paths overlap,
 #: so the order changes what a request costs, not where it goes (docs/performance.md).
-ROUTER_MODULES = (spaces, search, records, history, edit, ops, auth, orgs, admin)
+ROUTER_MODULES = (spaces, search, records, history, edit, ops, auth, orgs, admin, me)
 
 
 def create_app(
@@ -119,6 +119,7 @@ def _put_state(app: FastAPI, runtime: Runtime) -> None:
     app.state.records = runtime.records
     app.state.admin = runtime.admin
     app.state.audit = runtime.audit
+    app.state.own_keys = runtime.own_keys
     app.state.metrics = Metrics()
     app.state.login_throttle = LoginThrottle(config.login_failures_per_minute, 60.0)
     app.state.view = app_state(app.state)

@@ -172,6 +172,57 @@ def _op_list_keys(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     return _paged("api_keys", a, fetch)
 
 
+def _op_list_teams(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    def fetch(cursor: str | None) -> Page[Any]:
+        return admin.list_teams(OPERATOR, limit=a.limit, cursor=cursor, org_id=a.org)
+
+    return _paged("teams", a, fetch)
+
+
+def _op_list_members(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    return {"members": [m.as_json() for m in admin.team_members(OPERATOR, a.team)]}
+
+
+def _op_set_role(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.set_team_role(OPERATOR, a.team, a.user, a.role)
+    return {"team_id": a.team, "user_id": a.user, "role": a.role}
+
+
+def _op_remove_member(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.remove_team_member(OPERATOR, a.team, a.user)
+    return {"team_id": a.team, "user_id": a.user, "removed": True}
+
+
+def _op_disable_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.disable_user(OPERATOR, a.user)
+    return {"user_id": a.user, "disabled": True}
+
+
+def _op_enable_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.enable_user(OPERATOR, a.user)
+    return {"user_id": a.user, "disabled": False}
+
+
+def _op_reset_password(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    link = admin.reset_password(OPERATOR, a.user)
+    return {
+        "user_id": a.user,
+        "token": link.token,
+        "path": f"/reset/{link.token}",
+        "expires_at": link.expires_at.isoformat(),
+    }
+
+
+def _op_delete_team(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.delete_team(OPERATOR, a.id, a.confirm)
+    return {"id": a.id, "deleted": True}
+
+
+def _op_delete_org(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+    admin.delete_org(OPERATOR, a.id)
+    return {"id": a.id, "deleted": True}
+
+
 def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     admin.revoke_api_key(OPERATOR, a.id)
     return {"id": a.id, "revoked": True}
@@ -192,6 +243,7 @@ class _Verb:
 
 _PLANS = "free|pro|pro_plus|enterprise"
 _USER = arg("--user", required=True, help="user id")
+_TEAM = arg("--team", required=True, help="team id")
 
 
 def _listing(what: str, op: _Op, *filters: AddArgs) -> _Verb:
@@ -254,7 +306,7 @@ _VERBS: dict[str, _Verb] = {
         (
             _USER,
             arg("--team", required=True, help="team id the key acts in"),
-            arg("--name", default=""),
+            arg("--name", required=True, help="what the key is for (shown in lists and history)"),
         ),
     ),
     "set-quota": _Verb(
@@ -292,6 +344,48 @@ _VERBS: dict[str, _Verb] = {
         _op_list_keys,
         arg("--user", default=None, help="only this user's keys (user id)"),
         arg("--team", default=None, help="only this team's keys (team id)"),
+    ),
+    "list-teams": _listing(
+        "teams", _op_list_teams, arg("--org", default=None, help="only this org's teams (org id)")
+    ),
+    "list-members": _Verb(
+        "list a team's members (email, role, projects)",
+        _op_list_members,
+        (_TEAM,),
+    ),
+    "set-role": _Verb(
+        "change a team member's role (their project limit stays)",
+        _op_set_role,
+        (_TEAM, _USER, arg("--role", required=True, help="viewer|config_editor|member|admin")),
+    ),
+    "remove-member": _Verb(
+        "remove a user from a team (their next request there is refused)",
+        _op_remove_member,
+        (_TEAM, _USER),
+    ),
+    "disable-user": _Verb(
+        "disable a user: no sign-in, sessions ended, keys revoked",
+        _op_disable_user,
+        (_USER,),
+    ),
+    "enable-user": _Verb("let a disabled user sign in again", _op_enable_user, (_USER,)),
+    "reset-password": _Verb(
+        "make a one-time password-reset link (24 hours, single use)",
+        _op_reset_password,
+        (_USER,),
+    ),
+    "delete-team": _Verb(
+        "delete a team with its spaces, records, keys and memberships",
+        _op_delete_team,
+        (
+            arg("--id", required=True, help="team id"),
+            arg("--confirm", required=True, help="the team's name, typed exactly"),
+        ),
+    ),
+    "delete-org": _Verb(
+        "delete an org that has no team left",
+        _op_delete_org,
+        (arg("--id", required=True, help="org id"),),
     ),
     "revoke-key": _Verb(
         "revoke an API key (its next request is refused)",

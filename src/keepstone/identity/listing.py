@@ -49,6 +49,16 @@ class TeamEntry(Jsonable):
 
 
 @dataclass(frozen=True, slots=True)
+class MemberEntry(Jsonable):
+    """A team membership: ``projects`` None when it is not limited to some projects."""
+
+    user_id: str
+    email: str
+    role: str
+    projects: list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
 class UserEntry(Jsonable):
     id: str
     email: str
@@ -57,6 +67,8 @@ class UserEntry(Jsonable):
     #: Whether the user has a password (can sign in); never the hash itself.
     has_password: bool
     created_at: datetime
+    #: Whether an admin disabled the user (no sign-in, no key).
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +165,39 @@ def list_orgs(
 
 
 def list_teams(
-    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+    engine: Engine,
+    *,
+    limit: int = DEFAULT_PAGE,
+    cursor: str | None = None,
+    org_id: str | None = None,
 ) -> Page[TeamEntry]:
+    """A page of the teams, only ``org_id``'s when given."""
     c = t.teams.c
     columns = (c.id, c.name, c.org_id, c.created_at)
-    return _page(engine, t.teams, TeamEntry, columns, limit=limit, cursor=cursor)
+    where = [] if org_id is None else [c.org_id == org_id]
+    return _page(engine, t.teams, TeamEntry, columns, limit=limit, cursor=cursor, where=where)
+
+
+def team_members(engine: Engine, team_id: str) -> tuple[MemberEntry, ...]:
+    """Every member of the team, by email, with its role and project limit (a team's
+    members are few: the list is whole)."""
+    m, u, p = t.team_members.c, t.users.c, t.team_member_projects.c
+    query = (
+        sa.select(m.user_id, u.email, m.role, m.projects_limited)
+        .join(t.users, u.id == m.user_id)
+        .where(m.team_id == team_id)
+        .order_by(u.email)
+    )
+    limits = sa.select(p.user_id, p.project_id).where(p.team_id == team_id)
+    with read_transaction(engine) as conn:
+        rows = conn.execute(query).all()
+        projects: dict[str, list[str]] = {}
+        for user_id, project_id in conn.execute(limits.order_by(p.project_id)):
+            projects.setdefault(str(user_id), []).append(str(project_id))
+    return tuple(
+        MemberEntry(str(r[0]), str(r[1]), str(r[2]), projects.get(str(r[0]), []) if r[3] else None)
+        for r in rows
+    )
 
 
 def list_users(
@@ -166,7 +206,9 @@ def list_users(
     u = t.users.c
     # The hash never leaves the database: only whether there is one.
     has_password = sa.type_coerce(u.password_hash.is_not(None), sa.Boolean)
-    columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at)
+    off = t.disabled_users.c
+    disabled = sa.type_coerce(sa.exists().where(off.user_id == u.id), sa.Boolean)
+    columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at, disabled)
     return _page(engine, t.users, UserEntry, columns, limit=limit, cursor=cursor)
 
 
@@ -185,5 +227,13 @@ def list_api_keys(
     if team_id is not None:
         where.append(k.team_id == team_id)
     # Never key_hash: the columns are named one by one.
-    columns = (k.id, k.name, k.user_id, k.team_id, k.created_at, k.revoked_at)
+    columns = (k.id, key_label(), k.user_id, k.team_id, k.created_at, k.revoked_at)
     return _page(engine, t.api_keys, ApiKeyEntry, columns, limit=limit, cursor=cursor, where=where)
+
+
+def key_label() -> sa.ColumnElement[str]:
+    """A key's name, or ``key of <email>`` for a key made before names were required
+    (read so, never stored: the label follows its user's email)."""
+    k = t.api_keys.c
+    email = sa.select(t.users.c.email).where(t.users.c.id == k.user_id).scalar_subquery()
+    return sa.case((k.name == "", sa.literal("key of ") + email), else_=k.name).label("name")

@@ -160,3 +160,36 @@ def _create_v2(conn: Connection) -> None:
 
 
 MIGRATIONS.append(Migration("identity", 2, "server secrets (key-hash secret)", _create_v2))
+
+
+# --- v3: disabled users, password-reset links --------------------------------------------------
+#
+# A disabled user cannot sign in (their sessions were ended and keys revoked when disabled);
+# kept as a table of its own so the users table stays as v1 created it. A password-reset
+# link's token is stored only as its keyed hash, like a session's; it is single use.
+
+metadata_v3 = sa.MetaData()
+
+disabled_users = sa.Table(
+    "disabled_users",
+    metadata_v3,
+    id_key("user_id"),
+    timestamp("disabled_at"),
+)
+
+password_resets = sa.Table(
+    "password_resets",
+    metadata_v3,
+    sa.Column("token_hash", sa.String(128), primary_key=True),
+    sa.Column("user_id", sa.String(64), nullable=False, index=True),
+    timestamp("created_at"),
+    timestamp("expires_at"),
+    timestamp("used_at", nullable=True),
+)
+
+
+def _create_v3(conn: Connection) -> None:
+    metadata_v3.create_all(conn, checkfirst=True)
+
+
+MIGRATIONS.append(Migration("identity", 3, "disabled users, password-reset links", _create_v3))

@@ -26,6 +26,7 @@ from keepstone.identity.standing import (
     SESSION_FOR_TOKEN,
     TEAMS_AS_MEMBER,
     TEAMS_AS_ORG_ADMIN,
+    is_disabled,
     standing_from_row,
     standing_in_team,
 )
@@ -135,11 +136,7 @@ class IdentityService:
         email = clean_email(email)
         if "@" not in email or len(email) > 320 or any(c.isspace() for c in email):
             raise InvalidRequest(f"email {email!r} is not an email address", field="email")
-        if password is not None and len(password) < MIN_PASSWORD_CHARS:
-            raise InvalidRequest(
-                f"password must be at least {MIN_PASSWORD_CHARS} characters", field="password"
-            )
-        pw_hash = self._passwords.hash(password) if password is not None else None
+        pw_hash = self.password_hash(password) if password is not None else None
         user_id = new_id("user")
         with write_transaction(self.engine) as conn:
             try:
@@ -158,6 +155,14 @@ class IdentityService:
                     f"a user with email {email!r} already exists", field="email"
                 ) from exc
         return user_id
+
+    def password_hash(self, password: str) -> str:
+        """The argon2 hash of a new password (refused when too short)."""
+        if len(password) < MIN_PASSWORD_CHARS:
+            raise InvalidRequest(
+                f"password must be at least {MIN_PASSWORD_CHARS} characters", field="password"
+            )
+        return self._passwords.hash(password)
 
     def create_org(self, name: str, plan: str = "free") -> str:
         org_id = new_id("org")
@@ -329,6 +334,8 @@ class IdentityService:
         with write_transaction(self.engine) as conn:
             _found(conn, t.users, user_id, "user")
             _found(conn, t.teams, team_id, "team")
+            if is_disabled(conn, user_id):
+                raise Conflict(f"user {user_id!r} is disabled", field="user_id")
             standing = standing_in_team(conn, user_id, team_id)
             if standing is None or standing.team_role is None:
                 raise InvalidRequest(
@@ -348,12 +355,15 @@ class IdentityService:
             )
         return key_id, key
 
-    def revoke_api_key(self, key_id: str) -> None:
+    def revoke_api_key(self, key_id: str, *, user_id: str | None = None) -> None:
+        """Revoke a live key (only ``user_id``'s when given: another's is not found)."""
+        k = t.api_keys.c
+        mine = [] if user_id is None else [k.user_id == user_id]
         with write_transaction(self.engine) as conn:
             clean_ids(id=key_id)
             done = conn.execute(
                 t.api_keys.update()
-                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+                .where(k.id == key_id, k.revoked_at.is_(None), *mine)
                 .values(revoked_at=utcnow())
             ).rowcount
             if not done:
@@ -428,6 +438,9 @@ class IdentityService:
             raise wrong from None
         if row is None or not stored:  # no one's hash: no password may open it
             raise wrong
+        with read_transaction(self.engine) as conn:
+            if is_disabled(conn, row["id"]):  # checked after the hash: the same time
+                raise wrong
         token, csrf = new_token(), new_token()
         now = utcnow()
         with write_transaction(self.engine) as conn:

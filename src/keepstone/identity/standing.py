@@ -147,3 +147,9 @@ def standing_in_team(conn: Connection, user_id: str, team_id: str) -> Standing |
     """The user's standing in ``team_id``; None when there is no such team."""
     row = conn.execute(ROLE_IN_TEAM, {"u": user_id, "t": team_id}).first()
     return None if row is None else standing_from_row(conn, row, user_id, team_id)
+
+
+def is_disabled(conn: Connection, user_id: str) -> bool:
+    """Whether an admin disabled the user (who then cannot sign in)."""
+    query = sa.select(t.disabled_users.c.user_id).where(t.disabled_users.c.user_id == user_id)
+    return conn.execute(query).first() is not None

@@ -347,6 +347,15 @@ class SqlRecordStore(RecordIndex, RecordStore):
     def reading(self) -> AbstractContextManager[RecordReader]:
         return self._open(write=False)
 
+    def drop_team(self, team_id: str) -> int:
+        """Delete every record of the team, its search counters and its setting, in one
+        transaction; returns how many records went."""
+        with write_transaction(self.engine) as conn:
+            gone = int(conn.execute(R.delete().where(R.c.team_id == team_id)).rowcount)
+            for table in (record_search_versions, record_settings):
+                conn.execute(table.delete().where(table.c.team_id == team_id))
+        return gone
+
     def writing(self) -> AbstractContextManager[RecordWriter]:
         return self._open(write=True)
 

@@ -21,15 +21,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from keepstone.errors import InvalidRequest, KeepstoneError, NotFound
-from keepstone.identity import listing
+from keepstone.errors import Conflict, InvalidRequest, KeepstoneError, NotFound
+from keepstone.identity import lifecycle, listing
 
 # Re-exported: the faces page through these and may not import keepstone.identity.
+from keepstone.identity.lifecycle import RESET_TTL as RESET_TTL
+from keepstone.identity.lifecycle import ResetLink as ResetLink
 from keepstone.identity.listing import DEFAULT_PAGE as DEFAULT_PAGE
 from keepstone.identity.listing import MAX_PAGE as MAX_PAGE
 from keepstone.identity.listing import ApiKeyEntry as ApiKeyEntry
+from keepstone.identity.listing import MemberEntry as MemberEntry
 from keepstone.identity.listing import OrgEntry as OrgEntry
 from keepstone.identity.listing import Page as Page
 from keepstone.identity.listing import TeamEntry as TeamEntry
@@ -52,6 +55,13 @@ class OrgView:
     name: str
     plan: str
     memory_quota_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamView:
+    id: str
+    name: str
+    org_id: str
 
 
 Applied = TypeVar("Applied")
@@ -100,6 +110,23 @@ class CreatedKey:
     key: str = field(repr=False)
 
 
+class TeamData(Protocol):
+    """A component that keeps rows of a team's and can delete them all (documents,
+    records), asked when the team is deleted."""
+
+    def drop_team(self, team_id: str) -> int: ...
+
+
+def required_key_name(name: str) -> str:
+    """A new key's name: required, so every key is told apart in lists and history."""
+    if not name.strip():
+        raise InvalidRequest(
+            "name must not be blank: name the key after where it is used (e.g. 'laptop CLI')",
+            field="name",
+        )
+    return name
+
+
 def _team_ceiling(quota_bytes: int | None) -> int:
     """An org's quota as its teams' counters hold it: None is SPEC §4's default."""
     return DEFAULT_TEAM_AGGREGATE_QUOTA if quota_bytes is None else int(quota_bytes)
@@ -124,10 +151,20 @@ def _on_each_team(
 
 
 class AdminService:
-    def __init__(self, identity: IdentityService | None, store: SqlStore) -> None:
+    """``team_data``: the components besides the document store that keep a team's rows
+    (the records); deleting a team deletes its rows in each."""
+
+    def __init__(
+        self, identity: IdentityService | None, store: SqlStore, team_data: Sequence[TeamData] = ()
+    ) -> None:
         self._identity = identity
         self._store = store
+        self._team_data: tuple[TeamData, ...] = (store, *team_data)
         self._access = Access(identity)
+
+    def _audit(self, who: Principal, action: str, subject: str) -> None:
+        """The audit row of an administration action, once it is done."""
+        self._store.record_audit(f"admin.{action}", who.actor, subject)
 
     def _identity_store(self) -> IdentityService:
         if self._identity is None:
@@ -149,14 +186,21 @@ class AdminService:
         super_admin: bool = False,
     ) -> str:
         """Create a user; return its id. ``password`` None: the user cannot sign in."""
-        return self._authorized(who).create_user(email, password, name, super_admin)
+        user_id = self._authorized(who).create_user(email, password, name, super_admin)
+        self._audit(who, "user_create", f"user {user_id} {email.strip().lower()}")
+        return user_id
 
     def create_org(self, who: Principal, name: str, plan: str = "free") -> str:
-        return self._authorized(who).create_org(name, plan)
+        org_id = self._authorized(who).create_org(name, plan)
+        self._audit(who, "org_create", f"org {org_id} {name.strip()}")
+        return org_id
 
     def update_org(self, who: Principal, org_id: str, *, plan: str | None = None) -> OrgView:
         """Change the org's plan (None leaves it); return the org."""
-        return OrgView(**self._authorized(who).update_org(org_id, plan=plan))
+        org = OrgView(**self._authorized(who).update_org(org_id, plan=plan))
+        if plan is not None:
+            self._audit(who, "org_plan", f"org {org_id} plan {org.plan}")
+        return org
 
     def set_org_quota(
         self, who: Principal, org_id: str, quota_bytes: int | None, *, plan: str | None = None
@@ -175,6 +219,7 @@ class AdminService:
             lambda team_id: self._store.set_team_quota(team_id, ceiling),
             "team quota not updated",
         )
+        self._audit(who, "org_quota", f"org {org_id} quota {quota_bytes} plan {org['plan']}")
         return OrgFanOut(OrgView(**org), updated, failed)
 
     def set_org_history_limits(
@@ -209,6 +254,7 @@ class AdminService:
         updated, failed = _on_each_team(
             identity.org_team_ids(org_id), apply, "history limits not updated"
         )
+        self._audit(who, "org_history", f"org {org_id} {limits}")
         return OrgFanOut(applied, updated, failed)
 
     def prune_history(self) -> int:
@@ -221,10 +267,13 @@ class AdminService:
     def add_org_member(self, who: Principal, org_id: str, user_id: str, role: str) -> None:
         """Add the user to the org as ``role`` (owner|admin|member), or change their role."""
         self._authorized(who).add_org_member(org_id, user_id, role)
+        self._audit(who, "org_member", f"org {org_id} user {user_id} role {role}")
 
     def create_team(self, who: Principal, org_id: str, name: str) -> str:
         """Create a team in the org; return its id. Its counter starts at the default."""
-        return self._authorized(who).create_team(org_id, name)
+        team_id = self._authorized(who).create_team(org_id, name)
+        self._audit(who, "team_create", f"team {team_id} {name.strip()} in org {org_id}")
+        return team_id
 
     def add_team_member(
         self,
@@ -237,33 +286,112 @@ class AdminService:
         """Add (or update) a membership; ``projects`` limits it to those team projects."""
         limited = None if projects is None else list(projects)
         self._authorized(who).add_team_member(team_id, user_id, role, limited)
+        self._audit(who, "team_member", f"team {team_id} user {user_id} role {role}")
+
+    def set_team_role(self, who: Principal, team_id: str, user_id: str, role: str) -> None:
+        """Change a member's role, keeping their project limit; 404 for a non-member."""
+        current = {m.user_id: m for m in self.team_members(who, team_id)}.get(user_id)
+        if current is None:
+            raise NotFound(f"user {user_id!r} is not a member of team {team_id!r}")
+        self._authorized(who).add_team_member(team_id, user_id, role, current.projects)
+        self._audit(who, "team_role", f"team {team_id} user {user_id} role {role}")
 
     def remove_team_member(self, who: Principal, team_id: str, user_id: str) -> None:
         """End a membership; the user's very next request in the team is refused."""
         self._authorized(who).remove_team_member(team_id, user_id)
+        self._audit(who, "team_member_remove", f"team {team_id} user {user_id}")
 
     def create_project(self, who: Principal, team_id: str, name: str) -> str:
         """A new project of the team; a name holding a credential is refused (spaces are
         named after their project, and names are shown to the whole team)."""
         check_names_free_of_secrets({"name": name})
-        return self._authorized(who).create_project(team_id, name)
+        project_id = self._authorized(who).create_project(team_id, name)
+        self._audit(who, "project_create", f"project {project_id} in team {team_id}")
+        return project_id
 
     def create_repo(self, who: Principal, project_id: str, name: str) -> str:
         check_names_free_of_secrets({"name": name})
-        return self._authorized(who).create_repo(project_id, name)
+        repo_id = self._authorized(who).create_repo(project_id, name)
+        self._audit(who, "repo_create", f"repo {repo_id} in project {project_id}")
+        return repo_id
+
+    # --- users: disabling, password resets ----------------------------------------------------
+
+    def disable_user(self, who: Principal, user_id: str) -> None:
+        """The user can no longer sign in: their sessions end and their keys are revoked.
+        Not oneself (``409``): an admin who did would be locked out mid-way."""
+        identity = self._authorized(who)
+        if who.user_id == user_id:
+            raise Conflict("you cannot disable yourself; ask another admin", field="user_id")
+        lifecycle.disable_user(identity, user_id)
+        self._audit(who, "user_disable", f"user {user_id}")
+
+    def enable_user(self, who: Principal, user_id: str) -> None:
+        """A disabled user may sign in again (their revoked keys stay revoked)."""
+        lifecycle.enable_user(self._authorized(who), user_id)
+        self._audit(who, "user_enable", f"user {user_id}")
+
+    def reset_password(self, who: Principal, user_id: str) -> ResetLink:
+        """A one-time password-reset token for the user (its link is shown to the admin,
+        works once, within :data:`RESET_TTL`); earlier ones stop working."""
+        link = lifecycle.new_reset_link(self._authorized(who), user_id)
+        self._audit(who, "password_reset_link", f"user {user_id}")
+        return link
+
+    def reset_link_email(self, token: str) -> str:
+        """The email of a live reset link's user; 404 when it is unknown, used or expired.
+        The token is the credential: whoever holds it may see this."""
+        return lifecycle.reset_link_email(self._identity_store(), token)
+
+    def use_reset_link(self, token: str, password: str) -> None:
+        """Set a new password through a live reset link, which is then spent."""
+        user_id = lifecycle.use_reset_link(self._identity_store(), token, password)
+        self._store.record_audit("admin.password_reset", f"user:{user_id}", f"user {user_id}")
+
+    # --- deleting ------------------------------------------------------------------------------
+
+    def delete_team(self, who: Principal, team_id: str, confirm: str) -> None:
+        """Delete the team once ``confirm`` is its name: its spaces, documents and their
+        history, records, keys, memberships, projects and repositories.
+
+        The data goes first while the team still exists (so a failure can be retried by
+        id), then the identity rows in one transaction (every credential of the team is
+        refused from then on), then the data once more for what a member wrote meanwhile.
+        """
+        identity = self._authorized(who)
+        name, _ = lifecycle.team_of(identity, team_id)
+        if confirm.strip() != name:
+            raise InvalidRequest(
+                f"confirm must be the team's name, {name!r}, typed exactly", field="confirm"
+            )
+        for data in self._team_data:
+            data.drop_team(team_id)
+        lifecycle.delete_team(identity, team_id, confirm)
+        for data in self._team_data:
+            data.drop_team(team_id)
+        self._audit(who, "team_delete", f"team {team_id} {name}")
+
+    def delete_org(self, who: Principal, org_id: str) -> None:
+        """Delete an org that has no team left (``409 conflict`` otherwise)."""
+        name = lifecycle.delete_org(self._authorized(who), org_id)
+        self._audit(who, "org_delete", f"org {org_id} {name}")
 
     # --- API keys --------------------------------------------------------------------------
 
     def create_api_key(
         self, who: Principal, user_id: str, team_id: str, name: str = ""
     ) -> CreatedKey:
-        """Mint a key for ``user_id`` acting in ``team_id`` (the user must act there)."""
-        key_id, key = self._authorized(who).create_api_key(user_id, team_id, name)
+        """Mint a key for ``user_id`` acting in ``team_id`` (the user must act there);
+        ``name`` is required."""
+        identity = self._authorized(who)
+        key_id, key = identity.create_api_key(user_id, team_id, required_key_name(name))
+        self._audit(who, "key_create", f"key {key_id} of user {user_id} in team {team_id}")
         return CreatedKey(id=key_id, key=key)
 
     def revoke_api_key(self, who: Principal, key_id: str) -> None:
         """Revoke a live key; ``404 not_found`` when there is none with that id."""
         self._authorized(who).revoke_api_key(key_id)
+        self._audit(who, "key_revoke", f"key {key_id}")
 
     # --- lists (paged by an opaque cursor; keepstone.identity.listing) ------------------------
 
@@ -278,10 +406,34 @@ class AdminService:
         return listing.list_orgs(self._reader(who).engine, limit=limit, cursor=cursor)
 
     def list_teams(
-        self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+        self,
+        who: Principal,
+        *,
+        limit: int = DEFAULT_PAGE,
+        cursor: str | None = None,
+        org_id: str | None = None,
     ) -> Page[TeamEntry]:
-        """A page of the instance's teams, by id (the web UI's administration page)."""
-        return listing.list_teams(self._reader(who).engine, limit=limit, cursor=cursor)
+        """A page of the instance's teams by id, only ``org_id``'s when given (``404`` for
+        an unknown org)."""
+        identity = self._reader(who)
+        if org_id is not None:
+            identity.get_org(org_id)
+        return listing.list_teams(identity.engine, limit=limit, cursor=cursor, org_id=org_id)
+
+    def team_members(self, who: Principal, team_id: str) -> tuple[MemberEntry, ...]:
+        """Every member of the team by email (``404`` for an unknown team)."""
+        identity = self._reader(who)
+        lifecycle.team_of(identity, team_id)
+        return listing.team_members(identity.engine, team_id)
+
+    def org(self, who: Principal, org_id: str) -> OrgView:
+        """One org (``404`` when there is none)."""
+        return OrgView(**self._reader(who).get_org(org_id))
+
+    def team(self, who: Principal, team_id: str) -> TeamView:
+        """One team (``404`` when there is none)."""
+        name, org_id = lifecycle.team_of(self._reader(who), team_id)
+        return TeamView(team_id, name, org_id)
 
     def list_users(
         self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
@@ -311,6 +463,7 @@ class AdminService:
         """Re-cap the tenant-less counter that global writes answer to (SPEC §4)."""
         require_platform_authority(who, mutating=True)
         self._store.set_instance_quota(quota_bytes)
+        self._audit(who, "instance_quota", f"instance quota {quota_bytes}")
 
     def org_usage(self, who: Principal, org_id: str) -> OrgUsage:
         """Bytes used by each team of the org, for the org's members (SPEC §5)."""

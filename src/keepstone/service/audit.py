@@ -1,7 +1,10 @@
-"""The platform audit log (SPEC §5 "Global"): every global mutation, newest first.
+"""The platform audit log (SPEC §5 "Global"): every global mutation and every
+administration action, newest first.
 
-The store writes each row in the mutation's own transaction; this reads them back for
-the admin API and the CLI.
+The store writes a global mutation's row in the mutation's own transaction, and an
+administration action's (``admin.*``, what it acted on in ``path``) once the action is
+done (:meth:`keepstone.service.admin.AdminService`); this reads them back for the admin
+API and the CLI.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from keepstone.store.sql import SqlStore
 
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
-    """One row: ``memory.global_write|global_delete|global_import`` by ``actor``."""
+    """One row: ``memory.global_write|global_delete|global_import`` or ``admin.<action>``
+    (``key.create|key.revoke`` for a member's own keys) by ``actor``."""
 
     id: str
     at: datetime

@@ -26,6 +26,7 @@ background indexer embeds chunks later (:meth:`SqlStore.claim_pending_chunks`).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -70,7 +71,9 @@ from keepstone.store.sql_index import (
 from keepstone.store.sql_mutations import DocumentMutations
 from keepstone.store.sql_schema import (
     MIGRATIONS,
+    TENANT_TABLES,
     audit_events,
+    memory_documents,
 )
 from keepstone.store.sql_statements import C, S, Statements
 from keepstone.store.sql_write import ChangeStatements
@@ -289,6 +292,33 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
                 .limit(limit)
             ).mappings()
             return [{**r, "at": utc(r["at"])} for r in rows]
+
+    def record_audit(self, action: str, actor: str, subject: str) -> None:
+        """Write one audit row for an administration action (``subject``: what it acted
+        on, in words), in a transaction of its own, after the action committed."""
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                audit_events.insert().values(
+                    id="evt_" + uuid.uuid4().hex,
+                    at=utcnow(),
+                    action=action[:64],
+                    actor=actor[:128],
+                    space_id="",
+                    path=subject[:1024],
+                )
+            )
+
+    def drop_team(self, team_id: str) -> int:
+        """Delete every document, version, chunk and counter of the team (its tenant), in
+        one transaction; returns how many documents went. The global spaces and the audit
+        log are the platform's and stay."""
+        tenant = validate_segment("tenant", team_id)
+        with write_transaction(self.engine) as conn:
+            gone = 0
+            for table in TENANT_TABLES:
+                done = conn.execute(table.delete().where(table.c.tenant_id == tenant)).rowcount
+                gone += done if table is memory_documents else 0
+        return gone
 
     def _set_quota(self, tenant: str, quota_bytes: int) -> None:
         with write_transaction(self.engine) as conn:

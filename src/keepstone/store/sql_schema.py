@@ -468,3 +468,14 @@ MIGRATIONS.append(
         _v7_pending_per_space,
     )
 )
+
+
+#: Every table that holds a team's rows under ``tenant_id``: what deleting a team deletes
+#: (a table added later that carries a tenant's rows belongs here too).
+TENANT_TABLES = (
+    memory_chunks,
+    memory_document_versions,
+    memory_documents,
+    memory_space_usage,
+    memory_tenant_usage,
+)

@@ -1,30 +1,46 @@
-"""Administration for super-admins: orgs, teams, users, API keys, quotas, plans, audit.
+"""Administration for super-admins: orgs → teams → members, users, API keys, quotas, plans,
+audit.
 
 Over :class:`~keepstone.service.admin.AdminService` and
 :class:`~keepstone.service.audit.AuditService`, which refuse anyone without platform
-authority (``403``), so these pages decide nothing themselves. A new API key is shown
-once, on the page that answers its creation, and never again.
+authority (``403``), so these pages decide nothing themselves. Things are picked from
+lists (links, ``<select>``s), never typed as ids; every page works without JavaScript.
+A new API key and a password-reset link are shown once, on the page that answers their
+creation, and never again. Quotas are entered in MiB or GiB (the API takes bytes).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from decimal import Decimal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData
 
-from keepstone.errors import CsrfRequired, KeepstoneError, Unauthenticated
+from keepstone.errors import CsrfRequired, InvalidRequest, KeepstoneError, Unauthenticated
 from keepstone.principal import Principal
-from keepstone.service.admin import AdminService
+from keepstone.service.admin import MAX_PAGE, AdminService
 from keepstone.service.audit import AuditService
-from keepstone.text import parse_int
 from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop
 
 router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 PAGE = 20
+ROLES = ("viewer", "config_editor", "member", "admin")
+#: The units a quota is entered in.
+UNITS = {"MiB": 1 << 20, "GiB": 1 << 30}
+
+Render = Callable[[Principal, dict[str, str], int], Response]
+
+
+def shown_once(request: Request, template: str, **context: object) -> Response:
+    """A page showing a secret once (a new key, a reset link): never cached."""
+    response = page(request, template, **context)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def admin_of(request: Request) -> AdminService:
@@ -32,65 +48,130 @@ def admin_of(request: Request) -> AdminService:
     return service
 
 
-def _admin_page(
-    request: Request,
-    who: Principal,
-    *,
-    cursors: dict[str, str] | None = None,
-    errors: dict[str, str] | None = None,
-    status: int = 200,
-) -> Response:
-    service = admin_of(request)
-    cursors = cursors or {}
-    orgs = service.list_orgs(who, limit=PAGE, cursor=cursors.get("orgs") or None)
-    teams = service.list_teams(who, limit=PAGE, cursor=cursors.get("teams") or None)
-    users = service.list_users(who, limit=PAGE, cursor=cursors.get("users") or None)
-    keys = service.list_api_keys(who, limit=PAGE, cursor=cursors.get("keys") or None)
-    return page(
-        request,
-        "admin.html",
-        status,
-        orgs=orgs,
-        teams=teams,
-        users=users,
-        keys=keys,
-        cursors=cursors,
-        errors=errors or {},
-        next_link=lambda name, cursor: url("/admin", **{**cursors, name: cursor}),
-    )
+def _index(request: Request, cursors: dict[str, str]) -> Render:
+    def render(who: Principal, errors: dict[str, str], status: int) -> Response:
+        service = admin_of(request)
+        orgs = service.list_orgs(who, limit=PAGE, cursor=cursors.get("orgs") or None)
+        users = service.list_users(who, limit=PAGE, cursor=cursors.get("users") or None)
+        keys = service.list_api_keys(who, limit=PAGE, cursor=cursors.get("keys") or None)
+        team_names = {t: service.team(who, t).name for t in {k.team_id for k in keys.items}}
+        return page(
+            request,
+            "admin.html",
+            status,
+            orgs=orgs,
+            users=users,
+            keys=keys,
+            team_names=team_names,
+            errors=errors,
+            next_link=lambda name, cursor: url("/admin", **{**cursors, name: cursor}),
+        )
+
+    return render
+
+
+def _org(request: Request, org_id: str, cursor: str = "") -> Render:
+    def render(who: Principal, errors: dict[str, str], status: int) -> Response:
+        service = admin_of(request)
+        org = service.org(who, org_id)
+        teams = service.list_teams(who, limit=PAGE, cursor=cursor or None, org_id=org_id)
+        return page(
+            request,
+            "admin_org.html",
+            status,
+            org=org,
+            teams=teams,
+            errors=errors,
+            units=UNITS,
+            next_link=lambda c: url(f"/admin/orgs/{org_id}", cursor=c),
+        )
+
+    return render
+
+
+def _team(request: Request, team_id: str) -> Render:
+    def render(who: Principal, errors: dict[str, str], status: int) -> Response:
+        service = admin_of(request)
+        team = service.team(who, team_id)
+        members = service.team_members(who, team_id)
+        keys = service.list_api_keys(who, limit=MAX_PAGE, team_id=team_id)
+        users = service.list_users(who, limit=MAX_PAGE)
+        ids = {m.user_id for m in members}
+        return page(
+            request,
+            "admin_team.html",
+            status,
+            team=team,
+            members=members,
+            keys=keys,
+            users=[u for u in users.items if u.id not in ids],
+            roles=ROLES,
+            errors=errors,
+        )
+
+    return render
 
 
 @router.get("/admin")
-def admin(
-    request: Request, orgs: str = "", teams: str = "", users: str = "", keys: str = ""
-) -> Response:
-    """The instance's orgs, teams, users and API keys, a page each, and the forms that
-    change them."""
+def admin(request: Request, orgs: str = "", users: str = "", keys: str = "") -> Response:
+    """The instance's orgs (each a link to its teams), users and API keys, a page each,
+    and the forms that change them."""
     who = signed_in(request)
-    cursors = {"orgs": orgs, "teams": teams, "users": users, "keys": keys}
-    return _admin_page(request, who, cursors=cursors)
+    return _index(request, {"orgs": orgs, "users": users, "keys": keys})(who, {}, 200)
+
+
+@router.get("/admin/orgs/{org_id}")
+def org_page(request: Request, org_id: str, cursor: str = "") -> Response:
+    """An org: its teams (each a link to its members), plan and quota, deleting it."""
+    who = signed_in(request)
+    return _org(request, org_id, cursor)(who, {}, 200)
+
+
+@router.get("/admin/teams/{team_id}")
+def team_page(request: Request, team_id: str) -> Response:
+    """A team: its members and their roles, its keys, deleting it."""
+    who = signed_in(request)
+    return _team(request, team_id)(who, {}, 200)
 
 
 @router.get("/admin/audit")
 def audit(request: Request) -> Response:
-    """The audit log of global writes, newest first (the last 200)."""
+    """The audit log (global writes, administration), newest first (the last 200)."""
     who = signed_in(request)
     service: AuditService = request.app.state.audit
     return page(request, "audit.html", events=service.newest_first(who, limit=200))
 
 
-def _int(form: FormData, name: str, *, optional: bool = False) -> int | None:
+_AMOUNT = re.compile(r"[0-9]{1,16}(?:\.[0-9]{1,6})?")
+
+
+def quota_bytes(form: FormData, name: str, *, optional: bool = False) -> int | None:
+    """A quota entered as an amount (``name``) and a unit (``<name>_unit``: MiB or GiB)."""
     raw = text(form, name).strip()
     if not raw and optional:
         return None
-    return parse_int(name, raw, what="a whole number of bytes")
+    unit = UNITS.get(text(form, f"{name}_unit", "GiB"))
+    if unit is None:
+        raise InvalidRequest(f"{name}_unit must be one of: {', '.join(UNITS)}", field=name)
+    if not _AMOUNT.fullmatch(raw):  # ASCII digits only, as every number (keepstone.text)
+        raise InvalidRequest(
+            f"{name} must be a number of MiB or GiB, such as 512 or 1.5", field=name
+        )
+    amount = Decimal(raw)
+    if amount > 2**40:
+        raise InvalidRequest(f"{name} must be a number from 0 up, such as 512 or 1.5", field=name)
+    return int(amount * unit)
 
 
 async def _act(
-    request: Request, form_name: str, act: Callable[[Principal, FormData], str | None]
+    request: Request,
+    form_name: str,
+    act: Callable[[Principal, FormData], str | None],
+    back: Callable[[FormData], Render],
 ) -> Response:
-    """Run ``act`` for a POSTed admin form; a refusal re-renders the page with the message
-    next to that form. ``act`` may answer a page to go to."""
+    """Run ``act`` for a POSTed admin form, then go to the page it answers (or back to
+    the form's page); a refusal re-renders the form's page (``back``) with the message
+    next to that form."""
     who, form = await posted(request)
     try:
         went = await off_loop(lambda: act(who, form))
@@ -98,48 +179,108 @@ async def _act(
         raise
     except KeepstoneError as exc:
         message, status = exc.message, exc.status
-        return await off_loop(
-            lambda: _admin_page(request, who, errors={form_name: message}, status=status)
-        )
+        render = back(form)
+        return await off_loop(lambda: render(who, {form_name: message}, status))
     return see_other(went or "/admin")
+
+
+def _to_index(request: Request) -> Callable[[FormData], Render]:
+    return lambda _form: _index(request, {})
+
+
+def _to_org(request: Request) -> Callable[[FormData], Render]:
+    return lambda form: _org(request, text(form, "org_id"))
+
+
+def _to_team(request: Request) -> Callable[[FormData], Render]:
+    return lambda form: _team(request, text(form, "team_id"))
 
 
 @router.post("/admin/orgs")
 async def create_org(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).create_org(who, text(form, "name"), text(form, "plan", "free"))
+    def act(who: Principal, form: FormData) -> str:
+        org_id = admin_of(request).create_org(who, text(form, "name"), text(form, "plan", "free"))
+        return f"/admin/orgs/{org_id}"
 
-    return await _act(request, "org", act)
+    return await _act(request, "org", act, _to_index(request))
 
 
 @router.post("/admin/orgs/plan")
 async def org_plan(request: Request) -> Response:
     """An org's plan and memory quota (blank quota: the default)."""
 
-    def act(who: Principal, form: FormData) -> None:
-        quota = _int(form, "quota_bytes", optional=True)
-        plan = text(form, "plan") or None
-        admin_of(request).set_org_quota(who, text(form, "org_id"), quota, plan=plan)
+    def act(who: Principal, form: FormData) -> str:
+        quota = quota_bytes(form, "quota", optional=True)
+        org_id = text(form, "org_id")
+        admin_of(request).set_org_quota(who, org_id, quota, plan=text(form, "plan") or None)
+        return f"/admin/orgs/{org_id}"
 
-    return await _act(request, "plan", act)
+    return await _act(request, "plan", act, _to_org(request))
+
+
+@router.post("/admin/orgs/delete")
+async def delete_org(request: Request) -> Response:
+    def act(who: Principal, form: FormData) -> None:
+        admin_of(request).delete_org(who, text(form, "org_id"))
+
+    return await _act(request, "delete-org", act, _to_org(request))
 
 
 @router.post("/admin/teams")
 async def create_team(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).create_team(who, text(form, "org_id"), text(form, "name"))
+    def act(who: Principal, form: FormData) -> str:
+        team_id = admin_of(request).create_team(who, text(form, "org_id"), text(form, "name"))
+        return f"/admin/teams/{team_id}"
 
-    return await _act(request, "team", act)
+    return await _act(request, "team", act, _to_org(request))
+
+
+@router.post("/admin/teams/delete")
+async def delete_team(request: Request) -> Response:
+    """Delete a team once its name is typed; back to its org."""
+
+    def act(who: Principal, form: FormData) -> str:
+        service, team_id = admin_of(request), text(form, "team_id")
+        org_id = service.team(who, team_id).org_id
+        service.delete_team(who, team_id, text(form, "confirm"))
+        return f"/admin/orgs/{org_id}"
+
+    return await _act(request, "delete-team", act, _to_team(request))
+
+
+def _to_team_page(form: FormData) -> str:
+    return f"/admin/teams/{text(form, 'team_id')}"
 
 
 @router.post("/admin/members")
 async def add_member(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
+    def act(who: Principal, form: FormData) -> str:
         admin_of(request).add_team_member(
             who, text(form, "team_id"), text(form, "user_id"), text(form, "role", "member")
         )
+        return _to_team_page(form)
 
-    return await _act(request, "member", act)
+    return await _act(request, "member", act, _to_team(request))
+
+
+@router.post("/admin/members/role")
+async def member_role(request: Request) -> Response:
+    def act(who: Principal, form: FormData) -> str:
+        admin_of(request).set_team_role(
+            who, text(form, "team_id"), text(form, "user_id"), text(form, "role")
+        )
+        return _to_team_page(form)
+
+    return await _act(request, "members", act, _to_team(request))
+
+
+@router.post("/admin/members/remove")
+async def remove_member(request: Request) -> Response:
+    def act(who: Principal, form: FormData) -> str:
+        admin_of(request).remove_team_member(who, text(form, "team_id"), text(form, "user_id"))
+        return _to_team_page(form)
+
+    return await _act(request, "members", act, _to_team(request))
 
 
 @router.post("/admin/users")
@@ -153,17 +294,49 @@ async def create_user(request: Request) -> Response:
             super_admin=text(form, "super_admin") == "on",
         )
 
-    return await _act(request, "user", act)
+    return await _act(request, "user", act, _to_index(request))
+
+
+@router.post("/admin/users/disable")
+async def disable_user(request: Request) -> Response:
+    def act(who: Principal, form: FormData) -> None:
+        admin_of(request).disable_user(who, text(form, "user_id"))
+
+    return await _act(request, "users", act, _to_index(request))
+
+
+@router.post("/admin/users/enable")
+async def enable_user(request: Request) -> Response:
+    def act(who: Principal, form: FormData) -> None:
+        admin_of(request).enable_user(who, text(form, "user_id"))
+
+    return await _act(request, "users", act, _to_index(request))
+
+
+@router.post("/admin/users/reset")
+async def reset_password(request: Request) -> Response:
+    """Make a one-time password-reset link and show it, once, on the page this answers."""
+    who, form = await posted(request)
+    service, user_id = admin_of(request), text(form, "user_id")
+    try:
+        link = await off_loop(lambda: service.reset_password(who, user_id))
+    except (Unauthenticated, CsrfRequired):
+        raise
+    except KeepstoneError as exc:
+        message, status = exc.message, exc.status
+        return await off_loop(lambda: _index(request, {})(who, {"users": message}, status))
+    address = str(request.base_url).rstrip("/") + f"/reset/{link.token}"
+    return shown_once(request, "admin_reset_link.html", link=link, address=address)
 
 
 @router.post("/admin/instance")
 async def instance_quota(request: Request) -> Response:
     def act(who: Principal, form: FormData) -> None:
-        quota = _int(form, "quota_bytes")
+        quota = quota_bytes(form, "quota")
         assert quota is not None
         admin_of(request).set_instance_quota(who, quota)
 
-    return await _act(request, "instance", act)
+    return await _act(request, "instance", act, _to_index(request))
 
 
 @router.post("/admin/api-keys")
@@ -178,17 +351,22 @@ async def create_key(request: Request) -> Response:
         raise
     except KeepstoneError as exc:
         message, status = exc.message, exc.status
-        return await off_loop(
-            lambda: _admin_page(request, who, errors={"key": message}, status=status)
-        )
-    response = page(request, "key_created.html", created=created, user_id=user_id, team_id=team_id)
-    response.headers["Cache-Control"] = "no-store"
-    return response
+        return await off_loop(lambda: _team(request, team_id)(who, {"key": message}, status))
+    return shown_once(
+        request,
+        "key_created.html",
+        created=created,
+        name=name.strip(),
+        back=f"/admin/teams/{team_id}",
+        back_label="Back to the team",
+    )
 
 
 @router.post("/admin/api-keys/revoke")
 async def revoke_key(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
+    def act(who: Principal, form: FormData) -> str | None:
         admin_of(request).revoke_api_key(who, text(form, "key_id"))
+        team_id = text(form, "team_id")
+        return f"/admin/teams/{team_id}" if team_id else None
 
-    return await _act(request, "revoke", act)
+    return await _act(request, "revoke", act, _to_index(request))

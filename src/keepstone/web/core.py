@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +51,9 @@ SESSION_COOKIE = "keepstone_session"
 #: The session's CSRF token, for the server to compare with each form's hidden field.
 CSRF_COOKIE = "keepstone_csrf"
 CSRF_FIELD = "csrf"
+#: The team of the last team page shown, which the main navigation of other pages uses.
+LAST_TEAM_COOKIE = "keepstone_team"
+_TEAM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -93,9 +97,28 @@ def page(
     context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
     context.setdefault("who", getattr(request.state, "principal", None))
     # The team of the page's path (/t/{team_id}/...), which its links stay in.
-    context.setdefault("team_id", request.path_params.get("team_id", ""))
+    in_team = request.url.path.startswith("/t/")  # (/admin/teams/{team_id} is no team page)
+    context.setdefault("team_id", request.path_params.get("team_id", "") if in_team else "")
+    # The main navigation's team: the page's, else the last one visited (a page of no
+    # team, such as the administration, keeps the navigation; the links check membership).
+    remembered = request.cookies.get(LAST_TEAM_COOKIE, "")
+    context.setdefault(
+        "nav_team", context["team_id"] or (remembered if _TEAM_ID.fullmatch(remembered) else "")
+    )
     html = env.get_template(template).render(request=request, **context)
-    return HTMLResponse(html, status_code=http_status)
+    response = HTMLResponse(html, status_code=http_status)
+    if context["team_id"] and http_status < 400 and context["team_id"] != remembered:
+        settings = getattr(request.app.state, "settings", None)
+        secure = bool(settings is not None and settings.cookie_secure)
+        response.set_cookie(
+            LAST_TEAM_COOKIE,
+            context["team_id"],
+            httponly=True,
+            samesite="lax",
+            secure=secure,
+            path="/",
+        )
+    return response
 
 
 def url(base: str, /, **query: str | None) -> str:

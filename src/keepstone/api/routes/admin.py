@@ -114,7 +114,12 @@ class NameIn(_Body):
 class ApiKeyIn(_Body):
     user_id: Id
     team_id: Id
-    name: Short = ""
+    # Required (blank is refused by the use-case, naming ``name``).
+    name: Short
+
+
+class RoleIn(_Body):
+    role: str
 
 
 class InstanceIn(_Body):
@@ -128,6 +133,39 @@ class IdOut(BaseModel):
 class KeyOut(BaseModel):
     id: str
     key: str
+    name: str
+
+
+class ResetOut(BaseModel):
+    user_id: str
+    token: str
+    #: Where the token's page is, on this server (shown to the admin to pass on).
+    path: str
+    expires_at: str
+
+
+class TeamEntryOut(BaseModel):
+    id: str
+    org_id: str
+    name: str
+    created_at: str
+
+
+class TeamsOut(BaseModel):
+    teams: list[TeamEntryOut]
+    next_cursor: str | None
+
+
+class TeamMemberOut(BaseModel):
+    user_id: str
+    email: str
+    role: str
+    #: The projects the membership is limited to; null: every project of the team.
+    projects: list[str] | None
+
+
+class TeamMembersOut(BaseModel):
+    members: list[TeamMemberOut]
 
 
 class OrgOut(BaseModel):
@@ -185,6 +223,7 @@ class UserEntryOut(BaseModel):
     super_admin: bool
     has_password: bool
     created_at: str
+    disabled: bool
 
 
 class UsersOut(BaseModel):
@@ -243,6 +282,98 @@ def list_users(
     who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
     return _page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
+
+
+@router.get(
+    "/teams",
+    response_model=TeamsOut,
+    responses=ERRORS,
+    summary="List teams, paged; only one org's with org_id",
+)
+def list_teams(
+    who: Principal,
+    admin: Admin,
+    limit: Limit = DEFAULT_PAGE,
+    cursor: Cursor = None,
+    org_id: Annotated[str | None, Query(max_length=64, description="Only this org's.")] = None,
+) -> dict[str, Any]:
+    return _page_out("teams", admin.list_teams(who, limit=limit, cursor=cursor, org_id=org_id))
+
+
+@router.get(
+    "/teams/{id}/members",
+    response_model=TeamMembersOut,
+    responses=ERRORS,
+    summary="A team's members by email, with role and project limit",
+)
+def team_members(id: str, who: Principal, admin: Admin) -> dict[str, Any]:
+    return {"members": [m.as_json() for m in admin.team_members(who, id)]}
+
+
+@router.patch("/teams/{id}/members/{user_id}", response_model=MemberOut, responses=ERRORS)
+def set_team_role(
+    id: str, user_id: str, body: RoleIn, who: Principal, admin: Admin
+) -> dict[str, Any]:
+    admin.set_team_role(who, id, user_id, body.role)
+    return {"user_id": user_id, "role": body.role}
+
+
+@router.delete(
+    "/teams/{id}",
+    status_code=204,
+    response_class=Response,
+    responses=ERRORS,
+    summary="Delete a team and everything it holds; confirm= its name",
+)
+def delete_team(
+    id: str,
+    who: Principal,
+    admin: Admin,
+    confirm: Annotated[str, Query(max_length=256, description="The team's name, typed.")] = "",
+) -> Response:
+    admin.delete_team(who, id, confirm)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/orgs/{id}",
+    status_code=204,
+    response_class=Response,
+    responses=ERRORS,
+    summary="Delete an org that has no team (409 otherwise)",
+)
+def delete_org(id: str, who: Principal, admin: Admin) -> Response:
+    admin.delete_org(who, id)
+    return Response(status_code=204)
+
+
+@router.post("/users/{id}/disable", status_code=204, response_class=Response, responses=ERRORS)
+def disable_user(id: str, who: Principal, admin: Admin) -> Response:
+    admin.disable_user(who, id)
+    return Response(status_code=204)
+
+
+@router.post("/users/{id}/enable", status_code=204, response_class=Response, responses=ERRORS)
+def enable_user(id: str, who: Principal, admin: Admin) -> Response:
+    admin.enable_user(who, id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/users/{id}/password-reset",
+    status_code=201,
+    response_model=ResetOut,
+    responses=ERRORS,
+    summary="A one-time password-reset link for the user (single use, expiring)",
+)
+def password_reset(id: str, who: Principal, admin: Admin) -> dict[str, Any]:
+    link = admin.reset_password(who, id)
+    return {
+        "user_id": id,
+        "token": link.token,
+        "path": f"/reset/{link.token}",
+        "expires_at": link.expires_at.isoformat(),
+    }
 
 
 @router.get(
@@ -330,7 +461,7 @@ def create_repo(id: str, body: NameIn, who: Principal, admin: Admin) -> dict[str
 @router.post("/api-keys", status_code=201, response_model=KeyOut, responses=ERRORS)
 def create_api_key(body: ApiKeyIn, who: Principal, admin: Admin) -> dict[str, Any]:
     created = admin.create_api_key(who, body.user_id, body.team_id, body.name)
-    return {"id": created.id, "key": created.key}
+    return {"id": created.id, "key": created.key, "name": body.name.strip()}
 
 
 @router.delete("/api-keys/{id}", status_code=204, response_class=Response, responses=ERRORS)
