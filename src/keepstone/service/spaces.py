@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.document_pages import page_ask
 from keepstone.documents import (
     Document,
     DocumentInfo,
@@ -36,6 +37,7 @@ from keepstone.documents import (
     unified_diff,
 )
 from keepstone.errors import Forbidden, InvalidRequest
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix
 from keepstone.principal import CredentialKind, Principal
 
@@ -189,6 +191,24 @@ class SpaceService:
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """The documents under directory prefix ``dir`` ('' = all), sorted by path."""
         return self.store.list(ref, validate_dir_prefix(dir))
+
+    def list_page(
+        self,
+        ref: SpaceRef,
+        dir: str = "",
+        *,
+        limit: int,
+        cursor: str | None = None,
+        sort: str | None = None,
+        at: datetime | None = None,
+    ) -> Page[DocumentInfo]:
+        """Up to ``limit`` documents under ``dir``, by path or (``sort="updated"``) by last
+        change, newest first; the page after the one whose ``next_cursor`` is ``cursor``
+        (docs/api.md, "Listing documents"). ``at``: as the space was at that instant."""
+        ask = page_ask(limit, cursor, sort, validate_dir_prefix(dir))
+        if at is not None:
+            return ask.of(self.store.list_as_of(ref, at, ask.dir))
+        return self.store.list_page(ref, ask)
 
     def usage(self, ref: SpaceRef) -> Usage:
         """Bytes used against the space's sub-cap and its team (or instance) aggregate."""

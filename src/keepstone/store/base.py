@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import BinaryIO
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.document_pages import PageAsk
 from keepstone.documents import (
     Document,
     DocumentInfo,
@@ -50,6 +51,7 @@ from keepstone.documents import (
     version_as_of,
 )
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits, check_document_size
 from keepstone.secrets import check_no_secrets
@@ -182,6 +184,11 @@ class MemoryStore(ABC):
     @abstractmethod
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """Documents under directory prefix ``dir`` ('' = all), sorted by path."""
+
+    def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
+        """The page ``ask`` of the documents under ``ask.dir``, in its order. This one
+        pages the whole listing; a store that can read one page alone does."""
+        return ask.of(self.list(ref, ask.dir))
 
     @abstractmethod
     def usage(self, ref: SpaceRef) -> Usage:

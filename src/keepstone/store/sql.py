@@ -44,7 +44,9 @@ from keepstone.db import (
     validate_schema_name,
     write_transaction,
 )
+from keepstone.document_pages import PageAsk
 from keepstone.errors import InvalidRequest, NotFound, StoreUnavailable
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, validate_segment
@@ -196,12 +198,24 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         addr = self._address(ref)
         prefix = validate_dir_prefix(dir)
-        with read_statements(self.engine) as conn:
-            if prefix:
-                rows = conn.execute(self._sql.list_dir, {**addr, **self._dir_range(prefix)})
-            else:
-                rows = conn.execute(self._sql.list_all, addr)
-            return [DocumentInfo(r.path, r.size_bytes, utc(r.updated_at), r.etag) for r in rows]
+        if prefix:
+            rows = self._sql.list_dir.all(self.engine, {**addr, **self._dir_range(prefix)})
+        else:
+            rows = self._sql.list_all.all(self.engine, addr)
+        return _infos(rows)
+
+    def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
+        params: dict[str, Any] = {**self._address(ref), "n": ask.limit + 1}
+        prefix = validate_dir_prefix(ask.dir)
+        if prefix:
+            params.update(self._dir_range(prefix))
+        after = ask.after_path is not None
+        if after:
+            params["after_path"] = ask.after_path
+            if ask.sort == "updated":
+                params["after_updated"] = ask.after_updated
+        rows = self._sql.list_pages[bool(prefix), ask.sort, after].all(self.engine, params)
+        return ask.page(_infos(rows))
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
         """Stream documents in path order, a bounded batch at a time.
@@ -308,3 +322,8 @@ def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:
 
 
 __all__ = ["NO_TENANT", "ChunkClaim", "ChunkRow", "PendingChunk", "SqlStore"]
+
+
+def _infos(rows: Sequence[Any]) -> list[DocumentInfo]:
+    """What a listing says of each document of ``rows`` (path, size, change, etag)."""
+    return [DocumentInfo(r.path, r.size_bytes, utc(r.updated_at), r.etag) for r in rows]

@@ -55,6 +55,34 @@ def _one_doc(table: sa.Table) -> tuple[sa.ColumnElement[bool], ...]:
     return (*_space_of(table), table.c.path == bp("p"))
 
 
+def _list_pages(
+    listing: sa.Select[Any], in_dir: tuple[sa.ColumnElement[bool], ...]
+) -> dict[tuple[bool, str, bool], PointRead]:
+    """A page of a listing (``:n`` rows), by whether it is of a directory (``:lo``,
+    ``:hi``), its order (``path``; ``updated``: newest first, then by path) and whether it
+    follows a page (after ``:after_path``, and ``:after_updated`` in the order by change)."""
+    by_path = (D.c.path > bp("after_path"),)
+    by_change = (
+        sa.or_(
+            D.c.updated_at < bp("after_updated", type_=D.c.updated_at.type),
+            sa.and_(
+                D.c.updated_at == bp("after_updated", type_=D.c.updated_at.type),
+                D.c.path > bp("after_path"),
+            ),
+        ),
+    )
+    orders = {"path": (D.c.path,), "updated": (D.c.updated_at.desc(), D.c.path)}
+    follows = {"path": by_path, "updated": by_change}
+    pages = {}
+    for of_dir in (False, True):
+        for sort, order in orders.items():
+            for after in (False, True):
+                where = (*(in_dir if of_dir else ()), *(follows[sort] if after else ()))
+                stmt = listing.where(*where).order_by(*order).limit(bp("n"))
+                pages[of_dir, sort, after] = PointRead(stmt)
+    return pages
+
+
 class Statements:
     """Every statement the store runs, built once per dialect so compilation is cached:
     the documents', the document index's, the counters'."""
@@ -97,8 +125,12 @@ class Statements:
             )
             .returning(D.c.version)
         )
-        self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
-        self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
+        listing = sa.select(*meta_cols).where(*doc_where)
+        #: A whole listing, off the pool as a point read: a listing of a space's documents
+        #: is one statement, and a ``Connection``'s overhead was most of its cost.
+        self.list_all = PointRead(listing.order_by(D.c.path))
+        self.list_dir = PointRead(listing.where(*in_dir).order_by(D.c.path))
+        self.list_pages = _list_pages(listing, in_dir)
         #: The listing's page (a page shorter than this is the last).
         self.meta_page = ITER_META_PAGE
         page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(self.meta_page)

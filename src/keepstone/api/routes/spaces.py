@@ -34,6 +34,7 @@ from keepstone.api.streams import AsyncBodyReader, iter_export
 from keepstone.documents import WriteResult, parse_import_strategy
 from keepstone.errors import InvalidDocument, InvalidRequest, UnknownParameter
 from keepstone.jsonbody import parse_json_body
+from keepstone.paging import MAX_PAGE
 from keepstone.principal import Principal as Who
 from keepstone.service.access import authorize_space_mutation, space_ref
 from keepstone.spaces import ALLOWED_VISIBILITIES, SpaceRef
@@ -83,6 +84,8 @@ class DocumentInfoOut(BaseModel):
 
 class DocsOut(BaseModel):
     documents: list[DocumentInfoOut]
+    #: Only with ``limit``: the cursor of the next page, null on the last.
+    next_cursor: str | None = None
 
 
 class DocOut(DocumentInfoOut):
@@ -260,7 +263,7 @@ async def usage(caller: Caller, space: Space) -> dict[str, Any]:
     "/api/memory/docs",
     response_model=DocsOut,
     responses=error_responses(*AUTH_ERRORS, 422),
-    summary="List the documents of a space (as of an instant with as_of), sorted by path",
+    summary="List the documents of a space (as of an instant with as_of), whole or a page",
 )
 async def list_docs(
     caller: Caller,
@@ -269,17 +272,42 @@ async def list_docs(
         str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
     ] = "",
     as_of: AsOfParam = None,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_PAGE,
+            description=f"Page the listing: at most this many (1-{MAX_PAGE}), and the answer "
+            "adds next_cursor. Without it the listing is whole.",
+        ),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=1024, description="The next_cursor of the previous page (with limit)."),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        Query(description="A page's order (with limit): path (default) or updated (newest first)."),
+    ] = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
-        ref = space.ref(who, "dir", "as_of")
+        ref = space.ref(who, "dir", "as_of", "limit", "cursor", "sort")
         spaces = caller.state.spaces
-        if as_of is None:
-            docs = spaces.list(ref, dir)
-        else:
-            docs = spaces.list_as_of(ref, parse_as_of(as_of), dir)
-        # A JSONResponse skips re-validating every item against DocsOut (which still
-        # documents the answer): on a large listing that validation was most of the work.
-        return FastJSONResponse({"documents": [d.as_json() for d in docs]})
+        at = None if as_of is None else parse_as_of(as_of)
+        if limit is not None:
+            page = spaces.list_page(ref, dir, limit=limit, cursor=cursor, sort=sort, at=at)
+            return FastJSONResponse({"documents": page.items, "next_cursor": page.next_cursor})
+        if cursor is not None or sort is not None:
+            raise InvalidRequest(
+                "cursor and sort page a listing: send limit with them, or neither for the "
+                "whole listing",
+                field="cursor" if cursor is not None else "sort",
+            )
+        docs = spaces.list(ref, dir) if at is None else spaces.list_as_of(ref, at, dir)
+        # Rendered by orjson straight from the dataclasses (whose fields are the wire
+        # names), and not re-validated against DocsOut (which still documents the answer):
+        # on a large listing building and checking a dict per document was most of the work.
+        return FastJSONResponse({"documents": docs})
 
     return await caller.run(run)
 
