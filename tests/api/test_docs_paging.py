@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from keepstone.db import write_transaction
+from keepstone.store.sql_schema import memory_documents
 from tests.api.world import SPACE, World, unique
 
 
@@ -131,3 +134,26 @@ def test_as_of_pages_too(client: TestClient, world: World) -> None:
     world.store.write(world.team_ref(**space), "d/new.md", "# after the instant\n")
     pages = _pages(client, world, **space, dir="d", limit=2, as_of=now)
     assert [d["path"] for p in pages for d in p] == [f"d/{i:03}.md" for i in range(5)]
+
+
+def test_the_rendered_listing_is_the_wire_form_of_every_document(
+    client: TestClient, world: World
+) -> None:
+    # The database renders a whole listing; a page is rendered from the documents. Both
+    # must say the same of a time on a whole second, and of a path JSON must escape.
+    space = {**SPACE, "name": unique("wire")}
+    ref = world.team_ref(**space)
+    for path in ('q/"quoted" <b>.md', "q/naïve café.md", "q/plain.md"):
+        world.store.write(ref, path, "# x\n")
+    engine = world.store.engine  # type: ignore[attr-defined]
+    with write_transaction(engine) as conn:
+        conn.execute(
+            sa.update(memory_documents)
+            .where(memory_documents.c.path == "q/plain.md")
+            .values(updated_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+        )
+    whole = _whole(client, world, **space, dir="q")
+    paged = [d for p in _pages(client, world, **space, dir="q", limit=2) for d in p]
+    assert whole == paged and len(whole) == 3
+    assert whole[2]["updated_at"] == "2026-01-02T03:04:05+00:00"
+    assert {d["path"] for d in whole} == {'q/"quoted" <b>.md', "q/naïve café.md", "q/plain.md"}

@@ -20,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
+import orjson
+
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import page_ask
 from keepstone.documents import (
@@ -54,7 +56,7 @@ from keepstone.service.access import (
 )
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
-from keepstone.store.base import MemoryStore, Progress, check_precondition
+from keepstone.store.base import ListsAsJson, MemoryStore, Progress, check_precondition
 from keepstone.store.index import search_capability
 from keepstone.wire import Jsonable
 
@@ -191,6 +193,14 @@ class SpaceService:
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """The documents under directory prefix ``dir`` ('' = all), sorted by path."""
         return self.store.list(ref, validate_dir_prefix(dir))
+
+    def list_json(self, ref: SpaceRef, dir: str = "") -> bytes:
+        """The listing :meth:`list` answers, as the JSON array of the documents' wire
+        form: rendered by the store when it can (:class:`ListsAsJson`)."""
+        prefix = validate_dir_prefix(dir)
+        if isinstance(self.store, ListsAsJson):
+            return self.store.list_json(ref, prefix).encode()
+        return orjson.dumps([info.as_json() for info in self.store.list(ref, prefix)])
 
     def list_page(
         self,

@@ -33,7 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import PageAsk
@@ -136,6 +136,15 @@ SpaceRefs = list[SpaceRef]
 
 
 # --- The interface -------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ListsAsJson(Protocol):
+    """A store that renders a whole listing itself, as the JSON array of the documents'
+    wire form (what :meth:`~keepstone.documents.DocumentInfo.as_json` gives, in path
+    order): a large listing then costs no object per document."""
+
+    def list_json(self, ref: SpaceRef, dir: str = "") -> str: ...
 
 
 class MemoryStore(ABC):

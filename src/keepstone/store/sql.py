@@ -204,6 +204,15 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
             rows = self._sql.list_all.all(self.engine, addr)
         return _infos(rows)
 
+    def list_json(self, ref: SpaceRef, dir: str = "") -> str:
+        addr = self._address(ref)
+        prefix = validate_dir_prefix(dir)
+        if prefix:
+            row = self._sql.list_json_dir.first(self.engine, {**addr, **self._dir_range(prefix)})
+        else:
+            row = self._sql.list_json_all.first(self.engine, addr)
+        return str(row.documents)
+
     def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
         params: dict[str, Any] = {**self._address(ref), "n": ask.limit + 1}
         prefix = validate_dir_prefix(ask.dir)

@@ -83,12 +83,45 @@ def _list_pages(
     return pages
 
 
+def _wire_time(dialect: str, at: Any) -> sa.ColumnElement[str]:
+    """The stored time ``at`` as ``datetime.isoformat`` writes an aware UTC one (the wire
+    form): ``YYYY-MM-DDTHH:MM:SS``, ``.ffffff`` unless zero, ``+00:00``."""
+    if dialect == "postgresql":
+        utc = sa.func.timezone("UTC", at)
+        whole = sa.func.to_char(utc, 'YYYY-MM-DD"T"HH24:MI:SS', type_=sa.Text)
+        micro = sa.func.to_char(utc, ".US", type_=sa.Text)
+        exact = sa.extract("microseconds", at) % 1000000 == 0
+    else:  # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC)
+        whole = sa.func.substr(at, 1, 10, type_=sa.Text) + "T" + sa.func.substr(at, 12, 8)
+        micro = sa.func.substr(at, 20, type_=sa.Text)
+        exact = sa.or_(micro == "", micro == ".000000")
+    return whole + sa.case((exact, ""), else_=micro) + "+00:00"
+
+
+def _as_json_array(dialect: str, listing: sa.Select[Any]) -> PointRead:
+    """``listing`` (path, size, time, etag; in path order) read as one JSON array of the
+    documents' wire form, built by the database: one value to fetch, where a row per
+    document cost more than the rest of the request."""
+    rows = listing.subquery()
+    c = rows.c
+    fields = ("path", c.path, "size_bytes", c.size_bytes, "updated_at")
+    tail = (_wire_time(dialect, c.updated_at), "etag", c.etag)
+    if dialect == "postgresql":
+        item = sa.func.json_build_object(*fields, *tail)
+        array = sa.cast(sa.func.json_agg(pg_dialect.aggregate_order_by(item, c.path)), sa.Text)
+        return PointRead(sa.select(sa.func.coalesce(array, "[]").label("documents")))
+    # SQLite aggregates the rows in the order the subquery gives them.
+    item = sa.func.json_object(*fields, *tail)
+    return PointRead(sa.select(sa.func.json_group_array(item).label("documents")))
+
+
 class Statements:
     """Every statement the store runs, built once per dialect so compilation is cached:
     the documents', the document index's, the counters'."""
 
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         self._documents()
+        self._listings_as_json(dialect)
         self._chunks(vec)
         self._pending()
         self._unindexed()
@@ -141,6 +174,14 @@ class Statements:
             .where(*doc_where, D.c.path.in_(sa.bindparam("paths", expanding=True)))
             .order_by(D.c.path)
         )
+
+    def _listings_as_json(self, dialect: str) -> None:
+        """A whole listing as the JSON array of its documents (:func:`_as_json_array`)."""
+        listing = sa.select(D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
+        listing = listing.where(*_space_of(D)).order_by(D.c.path)
+        in_dir = (D.c.path >= bp("lo"), D.c.path < bp("hi"))
+        self.list_json_all = _as_json_array(dialect, listing)
+        self.list_json_dir = _as_json_array(dialect, listing.where(*in_dir))
 
     def _chunks(self, vec: pgvector.Pgvector | None) -> None:
         """The document index: a document's chunks, and the chunks to embed."""
