@@ -211,7 +211,7 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
             row = self._sql.list_json_dir.first(self.engine, {**addr, **self._dir_range(prefix)})
         else:
             row = self._sql.list_json_all.first(self.engine, addr)
-        return str(row.documents)
+        return "[]" if row is None else str(row.documents)  # an aggregate has a row
 
     def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
         params: dict[str, Any] = {**self._address(ref), "n": ask.limit + 1}

@@ -86,6 +86,7 @@ def _list_pages(
 def _wire_time(dialect: str, at: Any) -> sa.ColumnElement[str]:
     """The stored time ``at`` as ``datetime.isoformat`` writes an aware UTC one (the wire
     form): ``YYYY-MM-DDTHH:MM:SS``, ``.ffffff`` unless zero, ``+00:00``."""
+    whole: sa.ColumnElement[str]
     if dialect == "postgresql":
         utc = sa.func.timezone("UTC", at)
         whole = sa.func.to_char(utc, 'YYYY-MM-DD"T"HH24:MI:SS', type_=sa.Text)

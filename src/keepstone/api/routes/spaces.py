@@ -294,13 +294,13 @@ _LIST_PARAMETERS = query_parameters(
     summary="List the documents of a space (as of an instant with as_of), whole or a page",
     openapi_extra={"parameters": _by_hand(_LIST_PARAMETERS)},
 )
-async def list_docs(request: Request) -> JSONResponse:
+async def list_docs(request: Request) -> Response:
     caller, space = caller_of(request), space_of(request)
     query = request.query_params
     dir, as_of = query.get("dir", ""), query_value(query, "as_of")
     limit, cursor, sort = (query_value(query, name) for name in ("limit", "cursor", "sort"))
 
-    def run(who: Who) -> JSONResponse:
+    def run(who: Who) -> Response:
         ref = space.ref(who, "dir", "as_of", "limit", "cursor", "sort")
         spaces = caller.state.spaces
         at = None if as_of is None else parse_as_of(as_of)
