@@ -211,14 +211,20 @@ class SpaceService:
         cursor: str | None = None,
         sort: str | None = None,
         at: datetime | None = None,
+        match: str = "",
     ) -> Page[DocumentInfo]:
         """Up to ``limit`` documents under ``dir``, by path or (``sort="updated"``) by last
         change, newest first; the page after the one whose ``next_cursor`` is ``cursor``
-        (docs/api.md, "Listing documents"). ``at``: as the space was at that instant."""
+        (docs/api.md, "Listing documents"). ``at``: as the space was at that instant.
+        ``match``: only the documents whose path holds it, case aside (the UI's filter)."""
         ask = page_ask(limit, cursor, sort, validate_dir_prefix(dir))
-        if at is not None:
-            return ask.of(self.store.list_as_of(ref, at, ask.dir))
-        return self.store.list_page(ref, ask)
+        if at is None and not match:
+            return self.store.list_page(ref, ask)
+        infos = (
+            self.store.list(ref, ask.dir) if at is None else self.store.list_as_of(ref, at, ask.dir)
+        )
+        needle = match.casefold()
+        return ask.of([info for info in infos if needle in info.path.casefold()])
 
     def usage(self, ref: SpaceRef) -> Usage:
         """Bytes used against the space's sub-cap and its team (or instance) aggregate."""
