@@ -111,3 +111,24 @@ def test_a_save_a_rename_and_a_delete_say_they_were_done(client: TestClient, wor
     # A crafted value says nothing: the notices are fixed text.
     _, body, _ = get_page(client, f"/t/{t}/space", headers, **space, saved="<b>owned</b>")
     assert 'class="saved"' not in body and "owned" not in body
+
+
+def test_search_hits_are_grouped_by_space_with_a_score_bar_and_their_signals(
+    client: TestClient, world: World
+) -> None:
+    word = unique("heron").replace("-", "")
+    one, two = {**SPACE, "name": unique("sa")}, {**SPACE, "name": unique("sb")}
+    world.store.write(world.team_ref(**one), "a.md", f"# {word}\n\n{word} {word} by the lake.\n")
+    world.store.write(world.team_ref(**one), "b.md", f"# Birds\n\nA {word} once.\n")
+    world.store.write(world.team_ref(**two), "c.md", f"# {word} notes\n")
+    headers = member_headers(world)[0]
+    status, body, got = get_page(client, f"/t/{world.team_id}/search", headers, q=word)
+    assert status == 200, body[-300:]
+    assert_safe_page(got, body)
+    groups = re.findall(r'<h3 class="space-hits">([^<]+)</h3>', body)
+    assert len(groups) == 2 and len(set(groups)) == 2
+    shares = [
+        float(v) for v in re.findall(r'<meter class="score" min="0" max="1" value="([^"]+)"', body)
+    ]
+    assert len(shares) == 3 and max(shares) == 1.0 and all(0 < s <= 1 for s in shares)
+    assert '<span class="signal">keyword</span>' in body
