@@ -6,14 +6,13 @@ screenshots docs/ui.md shows (dark: ``prefers-color-scheme`` emulated over CDP).
 
 from __future__ import annotations
 
-import io
-import tarfile
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.api.world import tarball
 from tests.web.test_browser import (
     PASSWORD,
     Site,
@@ -45,17 +44,11 @@ def _member_key(site: Site) -> dict[str, str]:
 
 
 def _import_big(site: Site, space: dict[str, str]) -> None:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        for i in range(BIG):
-            data = f"# {i}\n".encode()
-            info = tarfile.TarInfo(f"folder-{i % 4}/note-{i:04}.md")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    archive = tarball({f"folder-{i % 4}/note-{i:04}.md": f"# {i}\n" for i in range(BIG)})
     r = httpx.post(
         f"{site.base}/api/memory/import",
         params=space,
-        content=out.getvalue(),
+        content=archive,
         headers={**_member_key(site), "Content-Type": "application/gzip"},
         timeout=120,
     )
