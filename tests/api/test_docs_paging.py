@@ -12,7 +12,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from keepstone.api.routes.spaces import INLINE_LISTING
 from keepstone.db import write_transaction
+from keepstone.paging import MAX_PAGE
 from keepstone.store.sql_schema import memory_documents
 from tests.api.world import SPACE, World, unique
 
@@ -157,3 +159,13 @@ def test_the_rendered_listing_is_the_wire_form_of_every_document(
     assert whole == paged and len(whole) == 3
     assert whole[2]["updated_at"] == "2026-01-02T03:04:05+00:00"
     assert {d["path"] for d in whole} == {'q/"quoted" <b>.md', "q/naïve café.md", "q/plain.md"}
+
+
+def test_a_listing_longer_than_the_inline_bound_is_whole(client: TestClient, world: World) -> None:
+    # On SQLite a listing of up to INLINE_LISTING documents is read on the event loop; a
+    # longer one is read again, whole, in a worker thread.
+    space = _space(world, INLINE_LISTING + 1)  # coprime with 7: every path differs
+    whole = _whole(client, world, **space)
+    assert len(whole) == INLINE_LISTING + 2
+    assert whole == [d for p in _pages(client, world, **space, limit=MAX_PAGE) for d in p]
+    assert len(_whole(client, world, **space, dir="d")) == INLINE_LISTING + 1

@@ -194,13 +194,20 @@ class SpaceService:
         """The documents under directory prefix ``dir`` ('' = all), sorted by path."""
         return self.store.list(ref, validate_dir_prefix(dir))
 
-    def list_json(self, ref: SpaceRef, dir: str = "") -> bytes:
+    def list_json(
+        self, ref: SpaceRef, dir: str = "", *, at_most: int | None = None
+    ) -> bytes | None:
         """The listing :meth:`list` answers, as the JSON array of the documents' wire
-        form: rendered by the store when it can (:class:`ListsAsJson`)."""
+        form: rendered by the store when it can (:class:`ListsAsJson`). With ``at_most``,
+        None when the listing holds more documents than that (read no further)."""
         prefix = validate_dir_prefix(dir)
         if isinstance(self.store, ListsAsJson):
-            return self.store.list_json(ref, prefix).encode()
-        return orjson.dumps([info.as_json() for info in self.store.list(ref, prefix)])
+            text = self.store.list_json(ref, prefix, at_most)
+            return None if text is None else text.encode()
+        infos = self.store.list(ref, prefix)
+        if at_most is not None and len(infos) > at_most:
+            return None
+        return orjson.dumps([info.as_json() for info in infos])
 
     def list_page(
         self,

@@ -142,9 +142,10 @@ SpaceRefs = list[SpaceRef]
 class ListsAsJson(Protocol):
     """A store that renders a whole listing itself, as the JSON array of the documents'
     wire form (what :meth:`~keepstone.documents.DocumentInfo.as_json` gives, in path
-    order): a large listing then costs no object per document."""
+    order): a large listing then costs no object per document. With ``at_most``, None
+    when the listing holds more documents than that."""
 
-    def list_json(self, ref: SpaceRef, dir: str = "") -> str: ...
+    def list_json(self, ref: SpaceRef, dir: str = "", at_most: int | None = None) -> str | None: ...
 
 
 class MemoryStore(ABC):

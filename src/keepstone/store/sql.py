@@ -204,14 +204,18 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
             rows = self._sql.list_all.all(self.engine, addr)
         return _infos(rows)
 
-    def list_json(self, ref: SpaceRef, dir: str = "") -> str:
-        addr = self._address(ref)
+    def list_json(self, ref: SpaceRef, dir: str = "", at_most: int | None = None) -> str | None:
+        params: dict[str, Any] = self._address(ref)
         prefix = validate_dir_prefix(dir)
         if prefix:
-            row = self._sql.list_json_dir.first(self.engine, {**addr, **self._dir_range(prefix)})
-        else:
-            row = self._sql.list_json_all.first(self.engine, addr)
-        return "[]" if row is None else str(row.documents)  # an aggregate has a row
+            params.update(self._dir_range(prefix))
+        whole = -1 if self.engine.dialect.name == "sqlite" else None  # no LIMIT
+        params["n"] = whole if at_most is None else at_most + 1
+        read = self._sql.list_json_dir if prefix else self._sql.list_json_all
+        row = read.first(self.engine, params)
+        if row is None:  # an aggregate always has its row
+            return "[]"
+        return None if at_most is not None and row.count > at_most else str(row.documents)
 
     def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
         params: dict[str, Any] = {**self._address(ref), "n": ask.limit + 1}

@@ -100,20 +100,23 @@ def _wire_time(dialect: str, at: Any) -> sa.ColumnElement[str]:
 
 
 def _as_json_array(dialect: str, listing: sa.Select[Any]) -> PointRead:
-    """``listing`` (path, size, time, etag; in path order) read as one JSON array of the
-    documents' wire form, built by the database: one value to fetch, where a row per
+    """``listing`` (path, size, time, etag; in path order), its first ``:n`` rows (SQLite:
+    -1, PostgreSQL: null, for all), read as one JSON array of the documents' wire form
+    built by the database, and how many it holds: one value to fetch, where a row per
     document cost more than the rest of the request."""
-    rows = listing.subquery()
+    rows = listing.limit(bp("n")).subquery()
     c = rows.c
     fields = ("path", c.path, "size_bytes", c.size_bytes, "updated_at")
     tail = (_wire_time(dialect, c.updated_at), "etag", c.etag)
+    documents: sa.ColumnElement[Any]
     if dialect == "postgresql":
         item = sa.func.json_build_object(*fields, *tail)
         array = sa.cast(sa.func.json_agg(pg_dialect.aggregate_order_by(item, c.path)), sa.Text)
-        return PointRead(sa.select(sa.func.coalesce(array, "[]").label("documents")))
-    # SQLite aggregates the rows in the order the subquery gives them.
-    item = sa.func.json_object(*fields, *tail)
-    return PointRead(sa.select(sa.func.json_group_array(item).label("documents")))
+        documents = sa.func.coalesce(array, "[]")
+    else:  # SQLite aggregates the rows in the order the subquery gives them.
+        documents = sa.func.json_group_array(sa.func.json_object(*fields, *tail))
+    count: sa.ColumnElement[Any] = sa.func.count()
+    return PointRead(sa.select(documents.label("documents"), count.label("count")))
 
 
 class Statements:
