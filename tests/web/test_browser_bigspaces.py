@@ -110,6 +110,13 @@ def test_a_space_of_2000_documents_pages_sorts_filters_and_collapses_without_scr
         expect(docs.locator("a")).to_have_text("folder-2/note-1234.md")
         expect(docs).to_contain_text("B · changed")
         expect(page.locator("meter.doc")).to_have_count(0)
+        # Scripts off, a document opens, and a search is a plain form too.
+        docs.locator("a").first.click()
+        expect(page.locator("article h1")).to_have_text("1234")
+        page.goto(f"{site.base}/t/{site.team_id}/search?name=big&project=web")
+        page.get_by_label("Search space big").fill("1234")
+        page.get_by_role("button", name="Search", exact=True).click()
+        expect(page.get_by_role("region", name="Documents")).to_contain_text("note-1234.md")
         page.goto(f"{site.base}/t/{site.team_id}/space?name=big&project=web")
         _dark(page)
         shot(page, "space-big-dark")
