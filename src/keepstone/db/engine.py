@@ -269,7 +269,10 @@ def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statemen
     the connection at a rollback. A driver error is raised as SQLAlchemy's (``what`` names
     the statement, never its parameters), which :func:`translated_errors` translates."""
     dbapi: Any = engine.dialect.loaded_dbapi
-    pooled = engine.raw_connection()
+    try:
+        pooled = engine.raw_connection()
+    except dbapi.Error as exc:  # no connection to be had: said as a Connection would say it
+        raise as_sqlalchemy(exc, what, engine.dialect) from exc
     try:
         driver: Any = pooled.driver_connection
         postgres = engine.dialect.name == "postgresql"
