@@ -77,7 +77,9 @@ def instrument(engine: Any, counts: Counts) -> None:
     anyio.to_thread.run_sync = counted  # type: ignore[assignment]
 
 
-def scope(method: str, query: dict[str, str], key: str, body: bytes) -> dict[str, Any]:
+def scope(
+    method: str, query: dict[str, str], key: str, body: bytes, path: str = "/api/memory/doc"
+) -> dict[str, Any]:
     """An ASGI scope; ``key`` is an API key, or ``cookie:VALUE`` for a browser session."""
     credential = (
         (b"cookie", f"keepstone_session={key[7:]}".encode())
@@ -96,8 +98,8 @@ def scope(method: str, query: dict[str, str], key: str, body: bytes) -> dict[str
         "http_version": "1.1",
         "method": method,
         "scheme": "http",
-        "path": "/api/memory/doc",
-        "raw_path": b"/api/memory/doc",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": urlencode(query).encode(),
         "root_path": "",
         "headers": headers,
@@ -166,7 +168,7 @@ def main() -> None:
 
 
 def seed(admin: TestClient) -> tuple[str, str]:
-    """A team, a member's API key and browser session, and the document the GET reads;
+    """A team, a member's API key and browser session, and 100 documents;
     the key and ``cookie:SESSION``."""
     org = admin.post("/api/admin/orgs", json={"name": "bench"}).json()["id"]
     team = admin.post("/api/admin/teams", json={"org_id": org, "name": "t"}).json()["id"]
@@ -179,12 +181,13 @@ def seed(admin: TestClient) -> tuple[str, str]:
             "/api/admin/api-keys", json={"user_id": user, "team_id": team, "name": "bench"}
         ).json()["key"]
     )
-    admin.put(
-        "/api/memory/doc",
-        params={**SPACE, "path": "docs/042.md"},
-        json={"content": "# doc\n" + "x" * 1000},
-        headers={"Authorization": f"Bearer {key}"},
-    ).raise_for_status()
+    for i in range(100):  # the listing reads all of them; the GET reads docs/042.md
+        admin.put(
+            "/api/memory/doc",
+            params={**SPACE, "path": f"docs/{i:03}.md"},
+            json={"content": f"# doc {i}\n" + "x" * 1000},
+            headers={"Authorization": f"Bearer {key}"},
+        ).raise_for_status()
     login = admin.post("/api/auth/login", json={"email": "b@example.com", "password": PASSWORD})
     login.raise_for_status()
     session = str(login.cookies["keepstone_session"])
@@ -206,8 +209,16 @@ async def measure(
     def get_session(_i: int) -> tuple[dict[str, Any], bytes]:
         return scope("GET", {**SPACE, "path": "docs/042.md"}, session, b""), b""
 
+    def get_docs(_i: int) -> tuple[dict[str, Any], bytes]:
+        return scope("GET", {**SPACE, "dir": "docs"}, key, b"", "/api/memory/docs"), b""
+
     n = args.requests
-    kinds = (("GET doc", get), ("PUT doc 1 KB", put), ("GET, session", get_session))
+    kinds = (
+        ("GET doc", get),
+        ("PUT doc 1 KB", put),
+        ("GET, session", get_session),
+        ("GET docs (100)", get_docs),
+    )
     for label, make in kinds:
         await run(app, make, 50)  # warm up: pools, caches, statement compilation
         before = (counts.transactions, counts.statements, counts.hops, counts.pooled)
@@ -234,7 +245,7 @@ async def measure(
         hops = (counts.hops - before[2]) / n
         pooled = (counts.pooled - before[3]) / n
         print(
-            f"{label:14} wall {mean * 1e3:6.3f} ms  CPU {cpu * 1e3:6.3f} ms/request  "
+            f"{label:15} wall {mean * 1e3:6.3f} ms  CPU {cpu * 1e3:6.3f} ms/request  "
             f"transactions {tx:.2f}  statements {st:.2f}  pooled {pooled:.2f}  "
             f"thread hops {hops:.2f}"
         )

@@ -36,6 +36,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_search_quality.py": [[]],
     "bench_levers.py": [["--splits", "2", "--skip-context"]],
     "bench_api.py": [[]],
+    "bench_ui_listing.py": [["--requests", "3"]],
     "bench_export_rss.py": [["--size", "32"]],
     "bench_pg_plans.py": [["--documents", "1000", "--searches", "20"]],
     "bench_pg_vs_sqlite.py": [

@@ -72,6 +72,28 @@ def test_list_is_sorted_and_takes_a_directory(memory: Any) -> None:
     assert sizes == {p: len(c.encode()) for p, c in NOTES.items()}
 
 
+def test_list_pages_with_limit_and_stays_a_list_without(memory: Any) -> None:
+    _fill(memory)
+    whole = memory.list()
+    assert isinstance(whole, list) and whole.next_cursor is None
+    pages, cursor = [], None
+    while True:
+        page = memory.list(limit=2, cursor=cursor)
+        assert len(page) <= 2
+        pages.append(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert [d for p in pages for d in p] == whole
+    newest = memory.list(limit=1, sort="updated")
+    last_change = max(d.updated_at for d in whole)
+    assert [d.path for d in newest] == [min(d.path for d in whole if d.updated_at == last_change)]
+    with pytest.raises(InvalidRequest):
+        memory.list(limit=2, cursor="not-a-cursor")
+    with pytest.raises(InvalidRequest):
+        memory.list(limit=2, sort="size")
+
+
 def test_delete_removes_and_a_missing_document_is_not_found(memory: Any) -> None:
     memory.write("a.md", "a")
     memory.delete("a.md")

@@ -138,6 +138,8 @@ def test_tenantless_team_ref_is_refused_before_any_io(tmp_path: Path) -> None:
             assert info.value.details["field"] == "tenant"
         with pytest.raises(StoreUnavailable):
             store.list(project())
+        with pytest.raises(StoreUnavailable):  # a listing is a read off the pool too
+            store.list_json(project())
         store.close()
 
 

@@ -335,10 +335,10 @@ class _CompiledRead:
 
 
 class PointRead:
-    """One ``SELECT`` of every request's path (a credential's row, a document), compiled
-    once per dialect and run by :func:`on_pooled`: the statement's text, its parameters
-    bound and its columns processed by the column types as SQLAlchemy would (a SQLite
-    timestamp is parsed, a boolean made one), its row answered as a named tuple.
+    """One ``SELECT`` of every request's path (a credential's row, a document, a listing),
+    compiled once per dialect and run by :func:`on_pooled`: the statement's text, its
+    parameters bound and its columns processed by the column types as SQLAlchemy would (a
+    SQLite timestamp is parsed, a boolean made one), each row answered as a named tuple.
 
     One statement is one snapshot on either engine. Not for statements that take lists
     (``IN`` expanded at execution) or that need a transaction."""
@@ -349,24 +349,42 @@ class PointRead:
 
     def first(self, engine: Engine, params: dict[str, Any]) -> Any | None:
         """The statement's first row for ``params`` (by bind name), or None."""
+        c, rows = self._run(engine, params, lambda cursor: [cursor.fetchone()])
+        row = rows[0]
+        if row is None:
+            return None
+        return c.row(*(v if f is None else f(v) for f, v in zip(c.results, row, strict=True)))
+
+    def all(self, engine: Engine, params: dict[str, Any]) -> list[Any]:
+        """Every row of the statement for ``params``: for a bounded read (a listing of a
+        space's documents), which then costs none of a ``Connection``'s overhead."""
+        c, rows = self._run(engine, params, lambda cursor: cursor.fetchall())
+        results, make = c.results, c.row
+        if not any(results):
+            return [make(*row) for row in rows]
+        return [
+            make(*(v if f is None else f(v) for f, v in zip(results, row, strict=True)))
+            for row in rows
+        ]
+
+    def _run(
+        self, engine: Engine, params: dict[str, Any], fetch: Callable[[Any], list[Any]]
+    ) -> tuple[_CompiledRead, list[Any]]:
         c = self._compiled.get(engine.dialect.name) or self._compile(engine.dialect)
         given = {**c.fixed, **params}
         bound = {k: (c.binds[k](v) if k in c.binds else v) for k, v in given.items()}
         args: Any = bound if c.order is None else [bound[k] for k in c.order]
 
-        def fetch(driver: Any) -> Any:
+        def run(driver: Any) -> list[Any]:
             cursor = driver.cursor()
             try:
                 cursor.execute(c.sql, args)
-                return cursor.fetchone()
+                return fetch(cursor)
             finally:
                 cursor.close()
 
         with translated_errors():
-            row = on_pooled(engine, fetch, what="point read")
-        if row is None:
-            return None
-        return c.row(*(v if f is None else f(v) for f, v in zip(c.results, row, strict=True)))
+            return c, on_pooled(engine, run, what="point read")
 
     def _compile(self, dialect: Dialect) -> _CompiledRead:
         from collections import namedtuple

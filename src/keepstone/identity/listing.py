@@ -9,22 +9,20 @@ shows is chosen column by column: never a password hash, a key or a key's hash.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from keepstone.db import read_transaction, utc
-from keepstone.errors import InvalidRequest
 from keepstone.identity import schema as t
 from keepstone.paging import DEFAULT_PAGE as DEFAULT_PAGE
 from keepstone.paging import MAX_PAGE as MAX_PAGE
+from keepstone.paging import Page as Page
+from keepstone.paging import bad_cursor, check_limit, decode_cursor, encode_cursor
 from keepstone.wire import Jsonable
 
 T = TypeVar("T")
@@ -90,41 +88,10 @@ class ApiKeyEntry(Jsonable):
         return {**Jsonable.as_json(self), "revoked": self.revoked}
 
 
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    """One page of a list; ``next_cursor`` None when it is the last."""
-
-    items: tuple[T, ...]
-    next_cursor: str | None
-
-
-def check_limit(limit: int) -> int:
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidRequest(f"limit must be 1-{MAX_PAGE} (default {DEFAULT_PAGE})", field="limit")
-    return limit
-
-
-def _encode_cursor(kind: str, last_id: str) -> str:
-    raw = json.dumps({"list": kind, "after": last_id}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def _decode_cursor(kind: str, cursor: str) -> str:
-    bad = InvalidRequest(
-        f"cursor is not one this list of {kind} gave; pass the next_cursor of the previous "
-        "page, or leave it out to start from the first page",
-        field="cursor",
-    )
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        body = json.loads(raw)
-    except (binascii.Error, ValueError):
-        raise bad from None
-    if not isinstance(body, dict) or body.get("list") != kind:
-        raise bad
-    after = body.get("after")
+    after = decode_cursor(kind, cursor)
     if not isinstance(after, str) or not 0 < len(after) <= 64:
-        raise bad
+        raise bad_cursor(kind)
     return after
 
 
@@ -148,7 +115,7 @@ def _page(
         rows = conn.execute(query).all()
     items = tuple(entry(*map(_aware, row)) for row in rows[:limit])
     more = len(rows) > limit
-    return Page(items, _encode_cursor(kind, rows[limit - 1].id) if more else None)
+    return Page(items, encode_cursor(kind, rows[limit - 1].id) if more else None)
 
 
 def _aware(value: object) -> object:

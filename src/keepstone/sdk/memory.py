@@ -31,6 +31,7 @@ from typing import IO, Any, BinaryIO, Literal, overload
 import keepstone.sdk.tools as agent_tools
 from keepstone import runtime
 from keepstone.config import Config
+from keepstone.document_pages import Listing
 from keepstone.documents import (
     Document,
     DocumentInfo,
@@ -265,12 +266,29 @@ class Memory:
         """Remove the document at ``path``; ``NotFound`` when there is none."""
         self._open().delete(self._who, self._space, path, if_match=if_match)
 
-    def list(self, dir: str = "", *, as_of: datetime | None = None) -> Infos:
+    def list(
+        self,
+        dir: str = "",
+        *,
+        as_of: datetime | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        sort: str | None = None,
+    ) -> Listing:
         """The documents under directory prefix ``dir`` ('' = all), sorted by path; with
-        ``as_of``, as the space held them at that instant."""
-        if as_of is not None:
-            return self._open().list_as_of(self._space, _instant(as_of), dir)
-        return self._open().list(self._space, dir)
+        ``as_of``, as the space held them at that instant. With ``limit``, one page of at
+        most that many (``sort="updated"``: newest change first), the one after the page
+        whose ``next_cursor`` is ``cursor``; the answer is a list either way, and its
+        ``next_cursor`` is the next page's (None when whole, or on the last page)."""
+        service, at = self._open(), None if as_of is None else _instant(as_of)
+        if limit is not None:
+            page = service.list_page(self._space, dir, limit=limit, cursor=cursor, sort=sort, at=at)
+            return Listing(page.items, page.next_cursor)
+        if cursor is not None or sort is not None:
+            raise InvalidRequest("cursor and sort page a listing: pass limit with them")
+        if at is not None:
+            return Listing(service.list_as_of(self._space, at, dir))
+        return Listing(service.list(self._space, dir))
 
     # --- History (docs/history.md) -------------------------------------------------------------
 

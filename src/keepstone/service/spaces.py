@@ -20,7 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
+import orjson
+
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.document_pages import page_ask
 from keepstone.documents import (
     Document,
     DocumentInfo,
@@ -35,6 +38,7 @@ from keepstone.documents import (
     unified_diff,
 )
 from keepstone.errors import Forbidden, InvalidRequest
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix
 from keepstone.principal import CredentialKind, Principal
 
@@ -51,7 +55,7 @@ from keepstone.service.access import (
 )
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
-from keepstone.store.base import MemoryStore, Progress
+from keepstone.store.base import ListsAsJson, MemoryStore, Progress
 from keepstone.store.index import search_capability
 from keepstone.wire import Jsonable
 
@@ -188,6 +192,45 @@ class SpaceService:
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """The documents under directory prefix ``dir`` ('' = all), sorted by path."""
         return self.store.list(ref, validate_dir_prefix(dir))
+
+    def list_json(
+        self, ref: SpaceRef, dir: str = "", *, at_most: int | None = None
+    ) -> bytes | None:
+        """The listing :meth:`list` answers, as the JSON array of the documents' wire
+        form: rendered by the store when it can (:class:`ListsAsJson`). With ``at_most``,
+        None when the listing holds more documents than that (read no further)."""
+        prefix = validate_dir_prefix(dir)
+        if isinstance(self.store, ListsAsJson):
+            text = self.store.list_json(ref, prefix, at_most)
+            return None if text is None else text.encode()
+        infos = self.store.list(ref, prefix)
+        if at_most is not None and len(infos) > at_most:
+            return None
+        return orjson.dumps([info.as_json() for info in infos])
+
+    def list_page(
+        self,
+        ref: SpaceRef,
+        dir: str = "",
+        *,
+        limit: int,
+        cursor: str | None = None,
+        sort: str | None = None,
+        at: datetime | None = None,
+        match: str = "",
+    ) -> Page[DocumentInfo]:
+        """Up to ``limit`` documents under ``dir``, by path or (``sort="updated"``) by last
+        change, newest first; the page after the one whose ``next_cursor`` is ``cursor``
+        (docs/api.md, "Listing documents"). ``at``: as the space was at that instant.
+        ``match``: only the documents whose path holds it, case aside (the UI's filter)."""
+        ask = page_ask(limit, cursor, sort, validate_dir_prefix(dir))
+        if at is None and not match:
+            return self.store.list_page(ref, ask)
+        infos = (
+            self.store.list(ref, ask.dir) if at is None else self.store.list_as_of(ref, at, ask.dir)
+        )
+        needle = match.casefold()
+        return ask.of([info for info in infos if needle in info.path.casefold()])
 
     def usage(self, ref: SpaceRef) -> Usage:
         """Bytes used against the space's sub-cap and its team (or instance) aggregate."""

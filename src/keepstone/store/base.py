@@ -33,9 +33,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.document_pages import PageAsk
 from keepstone.documents import (
     Document,
     DocumentInfo,
@@ -52,6 +53,7 @@ from keepstone.documents import (
     version_as_of,
 )
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits, check_document_size
 from keepstone.secrets import check_names_free_of_secrets, check_no_secrets
@@ -139,6 +141,16 @@ SpaceRefs = list[SpaceRef]
 # --- The interface -------------------------------------------------------------------------
 
 
+@runtime_checkable
+class ListsAsJson(Protocol):
+    """A store that renders a whole listing itself, as the JSON array of the documents'
+    wire form (what :meth:`~keepstone.documents.DocumentInfo.as_json` gives, in path
+    order): a large listing then costs no object per document. With ``at_most``, None
+    when the listing holds more documents than that."""
+
+    def list_json(self, ref: SpaceRef, dir: str = "", at_most: int | None = None) -> str | None: ...
+
+
 class MemoryStore(ABC):
     """A store of Markdown documents in spaces, with quotas.
 
@@ -185,6 +197,11 @@ class MemoryStore(ABC):
     @abstractmethod
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         """Documents under directory prefix ``dir`` ('' = all), sorted by path."""
+
+    def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
+        """The page ``ask`` of the documents under ``ask.dir``, in its order. This one
+        pages the whole listing; a store that can read one page alone does."""
+        return ask.of(self.list(ref, ask.dir))
 
     @abstractmethod
     def usage(self, ref: SpaceRef) -> Usage:

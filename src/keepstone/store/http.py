@@ -21,6 +21,7 @@ import httpx
 
 from keepstone import errors
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
+from keepstone.document_pages import PageAsk
 from keepstone.documents import (
     Edit,
     PlatformGrant,
@@ -29,6 +30,7 @@ from keepstone.documents import (
     VersionInfo,
     parse_import_strategy,
 )
+from keepstone.paging import Page
 from keepstone.search.found import Found
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import (
@@ -218,6 +220,13 @@ class HttpMemoryStore(MemoryStore):
         params = self._params(ref, dir=dir) if dir else self._params(ref)
         body = self._request("GET", "/api/memory/docs", params=params).json()
         return [_info(d) for d in body["documents"]]
+
+    def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
+        """The server's page: the cursor is the server's, passed on as it was given."""
+        given = {"dir": ask.dir, "limit": str(ask.limit), "sort": ask.sort, "cursor": ask.cursor}
+        params = self._params(ref, **{k: v for k, v in given.items() if v})
+        body = self._request("GET", "/api/memory/docs", params=params).json()
+        return Page(tuple(_info(d) for d in body["documents"]), body.get("next_cursor"))
 
     def search(
         self,

@@ -47,7 +47,9 @@ from keepstone.db import (
     validate_schema_name,
     write_transaction,
 )
+from keepstone.document_pages import PageAsk
 from keepstone.errors import InvalidRequest, StoreUnavailable, no_document
+from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, validate_segment
@@ -207,12 +209,37 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         addr = self._address(ref)
         prefix = validate_dir_prefix(dir)
-        with read_statements(self.engine) as conn:
-            if prefix:
-                rows = conn.execute(self._sql.list_dir, {**addr, **self._dir_range(prefix)})
-            else:
-                rows = conn.execute(self._sql.list_all, addr)
-            return [DocumentInfo(r.path, r.size_bytes, utc(r.updated_at), r.etag) for r in rows]
+        if prefix:
+            rows = self._sql.list_dir.all(self.engine, {**addr, **self._dir_range(prefix)})
+        else:
+            rows = self._sql.list_all.all(self.engine, addr)
+        return _infos(rows)
+
+    def list_json(self, ref: SpaceRef, dir: str = "", at_most: int | None = None) -> str | None:
+        params: dict[str, Any] = self._address(ref)
+        prefix = validate_dir_prefix(dir)
+        if prefix:
+            params.update(self._dir_range(prefix))
+        whole = -1 if self.engine.dialect.name == "sqlite" else None  # no LIMIT
+        params["n"] = whole if at_most is None else at_most + 1
+        read = self._sql.list_json_dir if prefix else self._sql.list_json_all
+        row = read.first(self.engine, params)
+        if row is None:  # an aggregate always has its row
+            return "[]"
+        return None if at_most is not None and row.count > at_most else str(row.documents)
+
+    def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
+        params: dict[str, Any] = {**self._address(ref), "n": ask.limit + 1}
+        prefix = validate_dir_prefix(ask.dir)
+        if prefix:
+            params.update(self._dir_range(prefix))
+        after = ask.after_path is not None
+        if after:
+            params["after_path"] = ask.after_path
+            if ask.sort == "updated":
+                params["after_updated"] = ask.after_updated
+        rows = self._sql.list_pages[bool(prefix), ask.sort, after].all(self.engine, params)
+        return ask.page(_infos(rows))
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
         """Stream documents in path order, a bounded batch at a time.
@@ -346,3 +373,8 @@ def _batches(items: Sequence[tuple[str, int]]) -> Iterator[list[str]]:
 
 
 __all__ = ["NO_TENANT", "ChunkClaim", "ChunkRow", "PendingChunk", "SqlStore"]
+
+
+def _infos(rows: Sequence[Any]) -> list[DocumentInfo]:
+    """What a listing says of each document of ``rows`` (path, size, change, etag)."""
+    return [DocumentInfo(r.path, r.size_bytes, utc(r.updated_at), r.etag) for r in rows]

@@ -55,12 +55,77 @@ def _one_doc(table: sa.Table) -> tuple[sa.ColumnElement[bool], ...]:
     return (*_space_of(table), table.c.path == bp("p"))
 
 
+def _list_pages(
+    listing: sa.Select[Any], in_dir: tuple[sa.ColumnElement[bool], ...]
+) -> dict[tuple[bool, str, bool], PointRead]:
+    """A page of a listing (``:n`` rows), by whether it is of a directory (``:lo``,
+    ``:hi``), its order (``path``; ``updated``: newest first, then by path) and whether it
+    follows a page (after ``:after_path``, and ``:after_updated`` in the order by change)."""
+    by_path = (D.c.path > bp("after_path"),)
+    by_change = (
+        sa.or_(
+            D.c.updated_at < bp("after_updated", type_=D.c.updated_at.type),
+            sa.and_(
+                D.c.updated_at == bp("after_updated", type_=D.c.updated_at.type),
+                D.c.path > bp("after_path"),
+            ),
+        ),
+    )
+    orders = {"path": (D.c.path,), "updated": (D.c.updated_at.desc(), D.c.path)}
+    follows = {"path": by_path, "updated": by_change}
+    pages = {}
+    for of_dir in (False, True):
+        for sort, order in orders.items():
+            for after in (False, True):
+                where = (*(in_dir if of_dir else ()), *(follows[sort] if after else ()))
+                stmt = listing.where(*where).order_by(*order).limit(bp("n"))
+                pages[of_dir, sort, after] = PointRead(stmt)
+    return pages
+
+
+def _wire_time(dialect: str, at: Any) -> sa.ColumnElement[str]:
+    """The stored time ``at`` as ``datetime.isoformat`` writes an aware UTC one (the wire
+    form): ``YYYY-MM-DDTHH:MM:SS``, ``.ffffff`` unless zero, ``+00:00``."""
+    whole: sa.ColumnElement[str]
+    if dialect == "postgresql":
+        utc = sa.func.timezone("UTC", at)
+        whole = sa.func.to_char(utc, 'YYYY-MM-DD"T"HH24:MI:SS', type_=sa.Text)
+        micro = sa.func.to_char(utc, ".US", type_=sa.Text)
+        exact = sa.extract("microseconds", at) % 1000000 == 0
+    else:  # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC)
+        whole = sa.func.substr(at, 1, 10, type_=sa.Text) + "T" + sa.func.substr(at, 12, 8)
+        micro = sa.func.substr(at, 20, type_=sa.Text)
+        exact = sa.or_(micro == "", micro == ".000000")
+    return whole + sa.case((exact, ""), else_=micro) + "+00:00"
+
+
+def _as_json_array(dialect: str, listing: sa.Select[Any]) -> PointRead:
+    """``listing`` (path, size, time, etag; in path order), its first ``:n`` rows (SQLite:
+    -1, PostgreSQL: null, for all), read as one JSON array of the documents' wire form
+    built by the database, and how many it holds: one value to fetch, where a row per
+    document cost more than the rest of the request."""
+    rows = listing.limit(bp("n")).subquery()
+    c = rows.c
+    fields = ("path", c.path, "size_bytes", c.size_bytes, "updated_at")
+    tail = (_wire_time(dialect, c.updated_at), "etag", c.etag)
+    documents: sa.ColumnElement[Any]
+    if dialect == "postgresql":
+        item = sa.func.json_build_object(*fields, *tail)
+        array = sa.cast(sa.func.json_agg(pg_dialect.aggregate_order_by(item, c.path)), sa.Text)
+        documents = sa.func.coalesce(array, "[]")
+    else:  # SQLite aggregates the rows in the order the subquery gives them.
+        documents = sa.func.json_group_array(sa.func.json_object(*fields, *tail))
+    count: sa.ColumnElement[Any] = sa.func.count()
+    return PointRead(sa.select(documents.label("documents"), count.label("count")))
+
+
 class Statements:
     """Every statement the store runs, built once per dialect so compilation is cached:
     the documents', the document index's, the counters'."""
 
     def __init__(self, dialect: str, vec: pgvector.Pgvector | None = None) -> None:
         self._documents()
+        self._listings_as_json(dialect)
         self._chunks(vec)
         self._pending()
         self._unindexed()
@@ -97,8 +162,12 @@ class Statements:
             )
             .returning(D.c.version)
         )
-        self.list_all = sa.select(*meta_cols).where(*doc_where).order_by(D.c.path)
-        self.list_dir = sa.select(*meta_cols).where(*doc_where, *in_dir).order_by(D.c.path)
+        listing = sa.select(*meta_cols).where(*doc_where)
+        #: A whole listing, off the pool as a point read: a listing of a space's documents
+        #: is one statement, and a ``Connection``'s overhead was most of its cost.
+        self.list_all = PointRead(listing.order_by(D.c.path))
+        self.list_dir = PointRead(listing.where(*in_dir).order_by(D.c.path))
+        self.list_pages = _list_pages(listing, in_dir)
         #: The listing's page (a page shorter than this is the last).
         self.meta_page = ITER_META_PAGE
         page = sa.select(D.c.path, D.c.size_bytes).order_by(D.c.path).limit(self.meta_page)
@@ -109,6 +178,14 @@ class Statements:
             .where(*doc_where, D.c.path.in_(sa.bindparam("paths", expanding=True)))
             .order_by(D.c.path)
         )
+
+    def _listings_as_json(self, dialect: str) -> None:
+        """A whole listing as the JSON array of its documents (:func:`_as_json_array`)."""
+        listing = sa.select(D.c.path, D.c.size_bytes, D.c.updated_at, D.c.etag)
+        listing = listing.where(*_space_of(D)).order_by(D.c.path)
+        in_dir = (D.c.path >= bp("lo"), D.c.path < bp("hi"))
+        self.list_json_all = _as_json_array(dialect, listing)
+        self.list_json_dir = _as_json_array(dialect, listing.where(*in_dir))
 
     def _chunks(self, vec: pgvector.Pgvector | None) -> None:
         """The document index: a document's chunks, and the chunks to embed."""

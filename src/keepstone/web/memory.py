@@ -39,7 +39,7 @@ def search(
     date picker's day: ``until`` takes the whole day) and front-matter ``tags``."""
     who = signed_in(request, team_id)
     space = space_fields(request.query_params)
-    shown: dict[str, Any] = {"docs": [], "records": [], "pending": 0}
+    shown: dict[str, Any] = {"docs": [], "doc_groups": [], "records": [], "pending": 0}
     shown |= {"doc_error": None, "record_error": None, "record_hint": None}
     try:
         filters = filters_of({"since": since, "until": _whole_day(until), "tags": tags})
@@ -84,12 +84,12 @@ def _search_docs(
             hits = service.search(who, ref, q, limit=20, filters=filters)
             for hit in hits:
                 docs.append({"hit": hit, "space": ref.id, "link": _doc(team_id, space, hit)})
-            return {"docs": docs, "pending": hits.pending}
+            return {"docs": docs, "doc_groups": by_space(docs), "pending": hits.pending}
         found = service.search_readable(who, q, limit=20, filters=filters)
         for row in found:
             link = _doc(team_id, label_fields(row.space), row.hit)
             docs.append({"hit": row.hit, "space": row.space.id, "link": link})
-        return {"docs": docs, "pending": found.pending}
+        return {"docs": docs, "doc_groups": by_space(docs), "pending": found.pending}
     except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
@@ -112,6 +112,17 @@ def _search_records(
     if answer.state.value == "off":
         return {"record_error": "team memory is off for this team, so no record is searched"}
     return {"records": list(answer.hits), "record_hint": answer.hint}
+
+
+def by_space(docs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The hits grouped by space, the spaces in the order of their best hit and the hits of
+    each best first; each row gains ``share``, its score over the best hit's (the bar)."""
+    best = max((float(row["hit"].score) for row in docs), default=0.0)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in docs:
+        row["share"] = float(row["hit"].score) / best if best > 0 else 0.0
+        groups.setdefault(str(row["space"]), []).append(row)
+    return list(groups.items())
 
 
 def _doc(team_id: str, fields: dict[str, str], hit: Any) -> str:

@@ -47,7 +47,14 @@ from keepstone.web.core import (
     url,
 )
 from keepstone.web.markdown import render
-from keepstone.web.spaces import fields_of, label_fields, ref_of, space_fields, tree
+from keepstone.web.spaces import (
+    SAVED_NOTICES,
+    fields_of,
+    label_fields,
+    listing,
+    ref_of,
+    space_fields,
+)
 
 router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
@@ -203,26 +210,28 @@ def spaces_page(request: Request, team_id: str) -> Response:
 
 @router.get("/t/{team_id}/space")
 def space_page(request: Request, team_id: str) -> Response:
-    """A space's documents as a tree, and its usage against its sub-cap and the team's."""
+    """A page of a space's documents (:func:`keepstone.web.spaces.listing`), and its usage
+    against its sub-cap and the team's."""
     who, ref = asked_space(request, team_id)
     service = spaces_of(request)
-    documents = service.list(ref)
     return page(
         request,
         "space.html",
         space=fields_of(ref),
         space_id=ref.id,
-        root=tree(documents),
-        count=len(documents),
+        **listing(service, ref, request.query_params),
         usage=service.usage(ref),
         max_document=request.app.state.settings.limits().max_document,
     )
 
 
 @router.get("/t/{team_id}/doc")
-def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> Response:
+def doc_page(
+    request: Request, team_id: str, path: str, restored: str = "", saved: str = ""
+) -> Response:
     """One document, its Markdown rendered and sanitised (with a notice after a restore,
-    which redirects here with ``restored=<version>``)."""
+    which redirects here with ``restored=<version>``, and after a save or a rename, with
+    ``saved=saved|renamed``)."""
     who, ref = asked_space(request, team_id)
     doc = spaces_of(request).read(ref, path)
     return page(
@@ -233,6 +242,7 @@ def doc_page(request: Request, team_id: str, path: str, restored: str = "") -> R
         doc=doc,
         html=render(doc.content),
         restored=int(restored) if is_whole_number(restored) else None,
+        saved=SAVED_NOTICES.get(saved),
     )
 
 
@@ -291,7 +301,7 @@ async def edit_save(request: Request, team_id: str) -> Response:
             request, "edit.html", exc.status, space=space, path=path, content=content,
             etag=etag, new=not etag, error=exc.message,
         )  # fmt: skip
-    return see_other(url(f"/t/{team_id}/doc", **space, path=path))
+    return see_other(url(f"/t/{team_id}/doc", **space, path=path, saved="saved"))
 
 
 async def _conflict(
@@ -342,7 +352,7 @@ async def rename(request: Request, team_id: str) -> Response:
             request, "rename.html", exc.status, space=space, path=path,
             to=to, error=exc.message,
         )  # fmt: skip
-    return see_other(url(f"/t/{team_id}/doc", **space, path=to))
+    return see_other(url(f"/t/{team_id}/doc", **space, path=to, saved="renamed"))
 
 
 @router.get("/t/{team_id}/delete")
@@ -361,7 +371,7 @@ async def delete(request: Request, team_id: str) -> Response:
     service = spaces_of(request)
     ref = ref_of(who, space)
     await off_loop(lambda: service.delete(who, ref, path, if_match=etag or None))
-    return see_other(url(f"/t/{team_id}/space", **space))
+    return see_other(url(f"/t/{team_id}/space", **space, saved="deleted"))
 
 
 # --- export and import ------------------------------------------------------------------------

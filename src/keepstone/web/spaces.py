@@ -14,9 +14,21 @@ from typing import Any
 from keepstone.documents import DocumentInfo
 from keepstone.principal import Principal
 from keepstone.service.access import space_ref
+from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
 
 SPACE_FIELDS = ("name", "visibility", "project", "bot")
+#: Documents on one page of a space's listing: a space of any size opens as fast as this.
+LISTING_PAGE = 100
+#: What a page says after the change that redirected to it (``saved=<key>``): fixed text,
+#: so a crafted link cannot make a page say anything else.
+SAVED_NOTICES = {
+    "saved": "Saved.",
+    "renamed": "Renamed: this is the document at its new path.",
+    "deleted": "The document was deleted.",
+}
+#: The orders a space's listing is shown in, and how the UI names them.
+LISTING_ORDERS = {"path": "Name", "updated": "Last change"}
 
 
 def space_fields(source: Mapping[str, Any]) -> dict[str, str]:
@@ -83,3 +95,23 @@ def tree(documents: list[DocumentInfo]) -> Folder:
             node = node.folders.setdefault(part, Folder(part))
         node.documents.append(doc)
     return root
+
+
+def listing(service: SpaceService, ref: SpaceRef, query: Mapping[str, str]) -> dict[str, Any]:
+    """One page of a space's listing as the space page shows it: by name as a tree of
+    folders, or by last change as a flat list; narrowed to the paths holding the ``q``
+    filter; the page after ``cursor`` (a bad sort or cursor is the 400 the API answers)."""
+    sort = query.get("sort") or "path"
+    match = (query.get("q") or "").strip()
+    cursor = query.get("cursor") or None
+    page = service.list_page(ref, limit=LISTING_PAGE, cursor=cursor, sort=sort, match=match)
+    return {
+        "saved": SAVED_NOTICES.get(query.get("saved", "")),
+        "sort": sort,
+        "orders": LISTING_ORDERS,
+        "match": match,
+        "cursor": cursor,
+        "next_cursor": page.next_cursor,
+        "documents": page.items,
+        "root": tree(list(page.items)) if sort == "path" else None,
+    }

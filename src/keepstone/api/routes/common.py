@@ -82,6 +82,17 @@ def parse_as_of(raw: str, field: str = "as_of") -> datetime:
 _MAX_VERSION = 2**31 - 1
 
 
+def parse_limit(raw: str) -> int:
+    """A page's size as sent: a whole number (its range is the listing's to check)."""
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise InvalidRequest(
+            f"limit must be a whole number, not {raw!r}; leave it out for the whole listing",
+            field="limit",
+        ) from None
+
+
 def parse_version(raw: str, field: str = "version") -> int:
     """A version number: a whole number from 1."""
     if not raw.strip():

@@ -24,6 +24,7 @@ from keepstone.api.routes.common import (
     HandReadRoute,
     error_responses,
     parse_as_of,
+    parse_limit,
     parse_version,
     query_parameters,
     query_value,
@@ -34,6 +35,7 @@ from keepstone.api.streams import AsyncBodyReader, iter_export
 from keepstone.documents import WriteResult, parse_import_strategy
 from keepstone.errors import InvalidDocument, InvalidRequest, UnknownParameter
 from keepstone.jsonbody import parse_json_body
+from keepstone.paging import MAX_PAGE
 from keepstone.principal import Principal as Who
 from keepstone.service.access import authorize_space_mutation, space_ref
 from keepstone.spaces import ALLOWED_VISIBILITIES, SpaceRef
@@ -83,6 +85,8 @@ class DocumentInfoOut(BaseModel):
 
 class DocsOut(BaseModel):
     documents: list[DocumentInfoOut]
+    #: Only with ``limit``: the cursor of the next page, null on the last.
+    next_cursor: str | None = None
 
 
 class DocOut(DocumentInfoOut):
@@ -256,32 +260,83 @@ async def usage(caller: Caller, space: Space) -> dict[str, Any]:
     return await caller.read(lambda who: caller.state.spaces.usage(space.ref(who)).as_json())
 
 
+DirParam = Annotated[
+    str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
+]
+LimitParam = Annotated[
+    str | None,
+    Query(
+        description=f"Page the listing: at most this many (1-{MAX_PAGE}), and the answer adds "
+        "next_cursor. Without it the listing is whole.",
+        json_schema_extra={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    ),
+]
+CursorParam = Annotated[
+    str | None, Query(description="The next_cursor of the previous page (with limit).")
+]
+SortParam = Annotated[
+    str | None,
+    Query(description="A page's order (with limit): path (default), or updated (newest first)."),
+]
+#: The most documents a listing may hold to be read on the event loop (SQLite): about as
+#: long a read as a document's; a larger listing is read again in a worker thread.
+INLINE_LISTING = 200
+_LIST_PARAMETERS = query_parameters(
+    dir=(DirParam, ""),
+    as_of=(AsOfParam, None),
+    limit=(LimitParam, None),
+    cursor=(CursorParam, None),
+    sort=(SortParam, None),
+)
+
+
 @router.get(
     "/api/memory/docs",
     response_model=DocsOut,
     responses=error_responses(*AUTH_ERRORS, 422),
-    summary="List the documents of a space (as of an instant with as_of), sorted by path",
+    summary="List the documents of a space (as of an instant with as_of), whole or a page",
+    openapi_extra={"parameters": by_hand(_LIST_PARAMETERS)},
 )
-async def list_docs(
-    caller: Caller,
-    space: Space,
-    dir: Annotated[
-        str, Query(description="A canonical directory prefix, e.g. notes (no trailing slash).")
-    ] = "",
-    as_of: AsOfParam = None,
-) -> JSONResponse:
-    def run(who: Who) -> JSONResponse:
-        ref = space.ref(who, "dir", "as_of")
-        spaces = caller.state.spaces
-        if as_of is None:
-            docs = spaces.list(ref, dir)
-        else:
-            docs = spaces.list_as_of(ref, parse_as_of(as_of), dir)
-        # A JSONResponse skips re-validating every item against DocsOut (which still
-        # documents the answer): on a large listing that validation was most of the work.
-        return FastJSONResponse({"documents": [d.as_json() for d in docs]})
+async def list_docs(request: Request) -> Response:
+    caller, space = caller_of(request), space_of(request)
+    query = request.query_params
+    dir, as_of = query.get("dir", ""), query_value(query, "as_of")
+    limit, cursor, sort = (query_value(query, name) for name in ("limit", "cursor", "sort"))
 
-    return await caller.run(run)
+    def run(who: Who, at_most: int | None = None) -> Response | None:
+        ref = space.ref(who, "dir", "as_of", "limit", "cursor", "sort")
+        spaces = caller.state.spaces
+        at = None if as_of is None else parse_as_of(as_of)
+        if limit is not None:
+            page = spaces.list_page(
+                ref, dir, limit=parse_limit(limit), cursor=cursor, sort=sort, at=at
+            )
+            return FastJSONResponse({"documents": page.items, "next_cursor": page.next_cursor})
+        if cursor is not None or sort is not None:
+            raise InvalidRequest(
+                "cursor and sort page a listing: send limit with them, or neither for the "
+                "whole listing",
+                field="cursor" if cursor is not None else "sort",
+            )
+        if at is not None:
+            return FastJSONResponse({"documents": spaces.list_as_of(ref, at, dir)})
+        # The array as the store renders it, not re-validated against DocsOut (which still
+        # documents the answer): on a large listing an object per document, built and
+        # checked, was most of the work.
+        docs = spaces.list_json(ref, dir, at_most=at_most)
+        if docs is None:
+            return None
+        return Response(b'{"documents":' + docs + b"}", media_type="application/json")
+
+    if caller.state.inline_reads and limit is None and as_of is None:
+        # A small space's whole listing is as short a read as a document's: on SQLite it
+        # runs on the loop (as a point read does), and a larger one in a worker thread.
+        small = await caller.read(lambda who: run(who, INLINE_LISTING))
+        if small is not None:
+            return small
+    whole = await caller.run(run)
+    assert whole is not None  # without at_most a listing always answers
+    return whole
 
 
 ETAG_HEADER = {"ETag": {"description": "The document's etag, quoted", "schema": {"type": "string"}}}
