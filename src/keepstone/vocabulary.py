@@ -2,14 +2,10 @@
 over REST and as an MCP tool, its parameters and what it answers (docs/vocabulary.md).
 
 The agent tools (:mod:`keepstone.tools.schemas`), the CLI's verb help and ``keepstone mcp
---help`` are built from this table, and ``tests/unit/test_vocabulary.py`` holds every face
-against it (the CLI parser, the tools' dispatcher, ``Memory``, the OpenAPI document). A
-parameter or result field has one name on every face (the REST contract's); where the
-contract itself fixes another spelling for one face, :attr:`Param.spelled` says so, and
-that is the only way a face may differ.
-
-Adding an operation is adding one :class:`Operation` to :data:`OPERATIONS`: the tool, the
-help and the test follow.
+--help`` are built from this table; ``tests/unit/test_vocabulary.py`` holds every face to it.
+A parameter or result field has one name on every face (the REST contract's) unless the
+contract fixes another for one face (:attr:`Param.spelled`). Adding an operation is adding
+one :class:`Operation` to :data:`OPERATIONS`: the tool, the help and the test follow.
 """
 
 from __future__ import annotations
@@ -111,6 +107,13 @@ def _p(type_: str, description: str, **extra: Any) -> dict[str, Any]:
 
 
 _NOT_CLI = ALL_FACES - {Face.CLI}
+#: A listing pages (opt-in) where a caller holds a cursor: Python and REST.
+_PAGED = frozenset({Face.PYTHON, Face.REST})
+_PAGING = (
+    ("limit", "integer", "A page of at most this many documents (1-200); omit for all."),
+    ("cursor", "string", "The next_cursor of the page before (with limit)."),
+    ("sort", "string", "path (default) or updated (newest change first), with limit."),
+)
 _NOT_MCP = ALL_FACES - {Face.MCP}
 
 PATH = Param("path", _p("string", "Document path, e.g. 'MEMORY.md' or 'topics/deploy.md'."), True)
@@ -248,12 +251,16 @@ WRITE = Operation(
 LIST = Operation(
     "list",
     "list the space's documents",
-    (Param("dir", _p("string", "Optional directory prefix, e.g. 'topics'. Omit for all.")), AS_OF),
+    (
+        Param("dir", _p("string", "Optional directory prefix, e.g. 'topics'. Omit for all.")),
+        AS_OF,
+        *(Param(n, _p(t, d), faces=_PAGED) for n, t, d in _PAGING),
+    ),
     cli="ls",
     python="list",
     rest=("GET", "/api/memory/docs"),
     mcp="memory_list",
-    result=("documents",),
+    result=("documents", "next_cursor"),
     item=LISTED,
     guide=(
         "List the documents in your persistent memory space, with their sizes and last "

@@ -118,13 +118,13 @@ def test_each_tool_runs_on_keyword_arguments_and_answers_text(
     assert tool["memory_delete"](path="topics/deploy.md") == "deleted topics/deploy.md"
     assert memory.list() == []
     result = tool["memory_read"].run({"path": "topics/deploy.md"})
-    assert result == ToolResult(
+    assert (result.is_error, result.code, result.data) == (
         True,
-        "not_found: no document at 'topics/deploy.md' in this memory space; call memory_list "
-        "to see what exists",
-        code="not_found",
-        data={"path": "topics/deploy.md"},
+        "not_found",
+        {"path": "topics/deploy.md"},
     )
+    assert result.text.startswith("not_found: no document at 'topics/deploy.md' in space ")
+    assert result.text.endswith("; call memory_list to see what exists")
 
 
 @sync_kinds

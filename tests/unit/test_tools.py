@@ -122,7 +122,7 @@ def test_write_read_list_round_trip(tools: MemoryTools) -> None:
 
 def test_empty_list_says_so(tools: MemoryTools) -> None:
     res = tools.dispatch("memory_list", None)
-    assert not res.is_error and res.data == {"documents": []}
+    assert not res.is_error and res.data == {"documents": [], "next_cursor": None}
     assert "no documents" in res.text
 
 
@@ -530,7 +530,7 @@ def test_move_and_delete(tools: MemoryTools) -> None:
     assert again.is_error and again.code == "not_found" and "memory_list" in again.text
     lost = tools.dispatch("memory_move", {"path": "MEMORY.md", "to": "b.md"})
     assert lost.is_error and lost.code == "not_found"
-    assert tools.dispatch("memory_list", {}).data == {"documents": []}
+    assert tools.dispatch("memory_list", {}).data == {"documents": [], "next_cursor": None}
 
 
 # --- memory_history and the as-of view (issue 14) -------------------------------------------

@@ -20,7 +20,6 @@ from tests.web import test_browser as shared
 from tests.web.test_browser import PASSWORD, Tab, assert_labelled, expect, shot
 
 # The shared module's fixtures, bound here so this module gets a server of its own.
-browser = shared.browser
 database = shared.database
 people = shared.people
 site = shared.site

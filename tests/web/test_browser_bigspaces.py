@@ -17,7 +17,6 @@ from tests.web.test_browser import (
     PASSWORD,
     Site,
     Tab,
-    browser,
     database,
     expect,
     people,
@@ -25,7 +24,7 @@ from tests.web.test_browser import (
     site,
 )
 
-__all__ = ["browser", "database", "people", "site"]  # the fixtures this module uses
+__all__ = ["database", "people", "site"]  # the fixtures this module uses
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

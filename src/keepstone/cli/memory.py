@@ -118,7 +118,7 @@ def _ls(args: argparse.Namespace) -> int:
     with _open(args) as (service, ref, _):
         docs = service.list(ref, args.dir) if at is None else service.list_as_of(ref, at, args.dir)
         if args.json:
-            print(json.dumps({"documents": [d.as_json() for d in docs]}))
+            print(json.dumps({"documents": [d.as_json() for d in docs], "next_cursor": None}))
             return 0
         for d in docs:
             when = d.updated_at.strftime("%Y-%m-%d %H:%M")

@@ -321,7 +321,7 @@ class MemoryTools:
             text = "\n".join(
                 f"{r['path']}\t{r['size_bytes']} bytes\tupdated {r['updated_at']}" for r in rows
             )
-        return ToolResult(False, text, data={"documents": rows})
+        return ToolResult(False, text, data={"documents": rows, "next_cursor": None})
 
     def _history(self, args: dict[str, Any]) -> ToolResult:
         _only(args, MEMORY_HISTORY, {"path", "version"})

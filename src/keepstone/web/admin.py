@@ -155,7 +155,7 @@ def quota_bytes(form: FormData, name: str, *, optional: bool = False) -> int | N
         raise InvalidRequest(f"{name}_unit must be one of: {', '.join(UNITS)}", field=name)
     if not _AMOUNT.fullmatch(raw):  # ASCII digits only, as every number (keepstone.text)
         raise InvalidRequest(
-            f"{name} must be a number of MiB or GiB, such as 512 or 1.5", field=name
+            f"{name} must be a number from 0 up of MiB or GiB, such as 512 or 1.5", field=name
         )
     amount = Decimal(raw)
     if amount > 2**40:

@@ -1,9 +1,8 @@
 """Knowledge-space routes (SPEC §5): thin — resolve the space, check the rung, call the service.
 
-The space is named by query parameters only: ``name``, ``visibility`` (default
-``project``), ``project``, ``bot``. The tenant (the active team) and the user come
-from the credential; a request naming ``tenant``, ``team`` or ``user`` — or any
-parameter the route does not take — is refused ``400 unknown_parameter``.
+The space is named by query parameters only: ``name``, ``visibility`` (default ``project``),
+``project``, ``bot``; the tenant (the active team) and the user come from the credential. Any
+parameter the route does not take (``tenant``, ``team``, ``user``…) is ``400 unknown_parameter``.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ class DocumentInfoOut(BaseModel):
 
 class DocsOut(BaseModel):
     documents: list[DocumentInfoOut]
-    #: Only with ``limit``: the cursor of the next page, null on the last.
+    #: The next page's cursor with ``limit``; null on the last page and for a whole listing.
     next_cursor: str | None = None
 
 
@@ -319,14 +318,16 @@ async def list_docs(request: Request) -> Response:
                 field="cursor" if cursor is not None else "sort",
             )
         if at is not None:
-            return FastJSONResponse({"documents": spaces.list_as_of(ref, at, dir)})
-        # The array as the store renders it, not re-validated against DocsOut (which still
-        # documents the answer): on a large listing an object per document, built and
-        # checked, was most of the work.
+            whole = spaces.list_as_of(ref, at, dir)
+            return FastJSONResponse({"documents": whole, "next_cursor": None})
+        # The array as the store renders it, not re-validated against DocsOut (which documents
+        # it): on a large listing an object per document, built and checked, was most of it.
         docs = spaces.list_json(ref, dir, at_most=at_most)
         if docs is None:
             return None
-        return Response(b'{"documents":' + docs + b"}", media_type="application/json")
+        return Response(
+            b'{"documents":' + docs + b',"next_cursor":null}', media_type="application/json"
+        )
 
     if caller.state.inline_reads and limit is None and as_of is None:
         # A small space's whole listing is as short a read as a document's: on SQLite it
