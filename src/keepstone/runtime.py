@@ -148,6 +148,7 @@ def open_runtime(
     re-caps them in the database, and ``KEEPSTONE_MEMORY_*`` are the filesystem store's).
     """
     from keepstone.db import pgvector
+    from keepstone.identity.names import ActorNames
     from keepstone.records.ratelimit import rate_limiter
     from keepstone.service.access import Access, Credentials
     from keepstone.service.admin import AdminService
@@ -181,6 +182,7 @@ def open_runtime(
             store,
             lambda: document_search(config, store, embedder=embedder),
             export_gzip_level=config.export_gzip_level,
+            names=None if identity is None else ActorNames(engine),
         ),
         records=build_record_service(
             engine, identity, limiter, lambda: record_search(config, embedder), vectors=vectors

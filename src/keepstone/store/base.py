@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import BinaryIO
 
+from keepstone.activity import ChangePage, changing
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import (
     Document,
@@ -304,7 +305,8 @@ class MemoryStore(ABC):
                 f"the document is already at {src!r}; give the new path to move it to",
                 path=src,
             )
-        return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
+        with changing(action="move"):
+            return self._move(ref, CheckedMove(src, dst, if_match, overwrite, grant))
 
     def versions(self, ref: SpaceRef, path: str) -> Versions:
         """The document's versions newest first, live included; NotFound when
@@ -443,6 +445,22 @@ class MemoryStore(ABC):
             "this store keeps no search index of its own: a Keepstone server indexes its "
             "documents itself; drop --server to reindex the local store"
         )
+
+    def activity(
+        self,
+        refs: Sequence[SpaceRef],
+        *,
+        since: datetime | None,
+        kind: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> ChangePage:
+        """The changes of the spaces ``refs`` (of one team, or one global space; a client of
+        a server: [] for every space the server lets the caller read) at or after ``since``,
+        by actors of ``kind`` (None: any), newest first, ``limit`` after ``cursor``; each
+        change carries its raw actor (``Change.who``) for the service to name
+        (docs/history.md, "Activity")."""
+        raise _no_history()
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
         """Release connections, pools or locks."""

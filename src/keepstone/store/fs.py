@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from keepstone.activity import ChangePage
 from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
@@ -413,6 +414,18 @@ class FilesystemStore(MemoryStore):
     def _versions(self, ref: SpaceRef, path: str) -> Versions:
         ref = self._checked(ref)
         return self._history.versions(ref, path, settle=self._counters.load_locked)
+
+    def activity(
+        self,
+        refs: Sequence[SpaceRef],
+        *,
+        since: datetime | None,
+        kind: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> ChangePage:
+        ids = [self._checked(ref).id for ref in refs]
+        return self._history.activity(ids, since, kind, limit, cursor)
 
     def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         return self._history.read_version(self._checked(ref), path, version)

@@ -43,6 +43,8 @@ _ADDED_LATER = frozenset(
         "version",
         "actor",
         "chunked",
+        "action",
+        "actor_kind",
     }
 )
 
@@ -69,6 +71,14 @@ def _space_id() -> sa.Column[str]:
     return sa.Column("space_id", BinaryText, nullable=False)
 
 
+def _change_columns() -> tuple[sa.Column[str], ...]:
+    """A change's action and actor kind (v8), '' where written before they were recorded."""
+    return (
+        sa.Column("action", sa.String(16), nullable=False, server_default=""),
+        sa.Column("actor_kind", sa.String(16), nullable=False, server_default=""),
+    )
+
+
 memory_documents = sa.Table(
     "memory_documents",
     metadata,
@@ -87,6 +97,11 @@ memory_documents = sa.Table(
     # Every write of new content clears it in the write's own statement; the indexer sets
     # it in the transaction that inserts the chunks.
     sa.Column("chunked", sa.Boolean, nullable=False, server_default=sa.false()),
+    # v8: what the change made the live version (an activity.ACTIONS) and who made it
+    # (an activity.ACTOR_KINDS); '' on rows written before.
+    *_change_columns(),
+    sa.Index("ix_memory_documents_recent", "tenant_id", "updated_at"),
+    sa.Index("ix_memory_documents_space_recent", "tenant_id", "space_key", "updated_at"),
 )
 
 #: The documents whose chunks are not in ``memory_chunks`` yet: the condition a reconcile
@@ -249,8 +264,12 @@ memory_document_versions = sa.Table(
     timestamp("at"),
     sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False),
-    # The oldest versions of a team go first when its history is over quota or too old.
+    *_change_columns(),
+    # The oldest versions of a team go first when its history is over quota or too old (and
+    # the team's activity reads it newest first).
     sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
+    # v8: a space's activity, newest first.
+    sa.Index("ix_memory_document_versions_space_at", "tenant_id", "space_key", "at"),
 )
 
 _HISTORY_COLUMNS = {
@@ -466,5 +485,53 @@ MIGRATIONS.append(
         7,
         "ix_memory_chunks_space_model: pending counted per space",
         _v7_pending_per_space,
+    )
+)
+
+
+# --- v8: activity: each change's action and actor kind, read newest first --------------------
+#
+# Every change records what it did (``action``: write, delete, move, import, restore) and the
+# kind of who made it (``actor_kind``: user, api_key, service, agent_run, platform), on the
+# document row (the live version) and on each row of the table (copied with the version when
+# a change replaces it). Rows written before keep '' in both, which the feed reads as a
+# write or a deletion (by ``deleted``) by an ``unknown`` actor: adding a column with a constant
+# default rewrites no row (PostgreSQL 11+, SQLite), and nothing here reads statistics.
+#
+# The feed (docs/history.md, "Activity") reads both tables newest first, by team (the team's
+# ``at`` index of v4, and the documents' ``ix_memory_documents_recent``) or by space (the two
+# ``space`` indexes).
+
+
+def _v8_activity(conn: Connection) -> None:
+    for table in ("memory_documents", "memory_document_versions"):
+        have = {c["name"] for c in sa.inspect(conn).get_columns(table)}
+        for name in ("action", "actor_kind"):
+            if name not in have:
+                conn.exec_driver_sql(
+                    f"ALTER TABLE {table} ADD COLUMN {name} VARCHAR(16) NOT NULL DEFAULT ''"
+                )
+    for name, table, columns in (
+        ("ix_memory_documents_recent", "memory_documents", "tenant_id, updated_at"),
+        (
+            "ix_memory_documents_space_recent",
+            "memory_documents",
+            "tenant_id, space_key, updated_at",
+        ),
+        (
+            "ix_memory_document_versions_space_at",
+            "memory_document_versions",
+            "tenant_id, space_key, at",
+        ),
+    ):
+        conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({columns})")
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        8,
+        "activity: each change's action and actor kind, and indexes read newest first",
+        _v8_activity,
     )
 )
