@@ -25,7 +25,7 @@ from keepstone.api.deps import app_state
 from keepstone.api.indexer_process import IndexerProcess
 from keepstone.api.metrics import Metrics
 from keepstone.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from keepstone.api.routes import admin, auth, history, ops, orgs, records, search, spaces
+from keepstone.api.routes import activity, admin, auth, history, ops, orgs, records, search, spaces
 from keepstone.api.throttle import LoginThrottle
 from keepstone.config import Config
 from keepstone.runtime import Runtime, open_runtime
@@ -34,7 +34,7 @@ from keepstone.runtime import Runtime, open_runtime
 #: Most requested first: FastAPI tries a request's path against each router's routes in this
 #: order (twice: to pick the router, then the route), and no two routers' paths overlap,
 #: so the order changes what a request costs, not where it goes (docs/performance.md).
-ROUTER_MODULES = (spaces, search, records, history, ops, auth, orgs, admin)
+ROUTER_MODULES = (spaces, search, records, history, activity, ops, auth, orgs, admin)
 
 
 def create_app(
