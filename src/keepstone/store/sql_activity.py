@@ -60,7 +60,22 @@ def _side(
             sa.tuple_(at, table.c.space_key, table.c.path, table.c.version)
             < sa.tuple_(bound, sa.literal(key), sa.literal(path), sa.literal(version)),
         ]
-    order = [c.desc() for c in cols if c.name != "space_id"]
+    # The size of the version before (None: not kept), a lookup by the primary key per row.
+    p = V.alias("before")
+    before = (
+        sa.select(sa.case((p.c.deleted, 0), else_=p.c.size_bytes))
+        .where(
+            p.c.tenant_id == table.c.tenant_id,
+            p.c.space_key == table.c.space_key,
+            p.c.path == table.c.path,
+            p.c.version == table.c.version - 1,
+        )
+        .scalar_subquery()
+    )
+    # The order of the table's index (a document row is the only one of its path).
+    order = [at.desc(), table.c.space_key.desc(), table.c.path.desc()]
+    if table is V:
+        order.append(table.c.version.desc())
     return (
         sa.select(
             *cols,
@@ -69,6 +84,7 @@ def _side(
             table.c.actor,
             deleted.label("deleted"),
             table.c.size_bytes,
+            before.label("before"),
         )
         .where(*where)
         .order_by(*order)
@@ -103,41 +119,23 @@ def read_activity(
     sides = []
     for table, at in ((V, V.c.at), (D, D.c.updated_at)):
         where = [table.c.tenant_id == tenant]
-        where.append(
-            table.c.space_key == keys[0] if len(keys) == 1 else table.c.space_key.in_(keys)
-        )
+        if len(keys) == 1:  # the space's own index, newest first
+            where.append(table.c.space_key == keys[0])
+        else:
+            # The team's index, newest first, the spaces checked on its rows: the key as an
+            # expression no index answers, so the planner never prefers one that would fix
+            # the spaces and sort all they hold.
+            where.append((table.c.space_key + "").in_(keys))
         if since is not None:
             where.append(at >= since)
         if kind is not None:
             where.append(_kind_is(table, kind))
-        if table is V:
-            # A large live version's packed row: the document's side reads that version.
-            where.append(
-                ~sa.exists().where(
-                    D.c.tenant_id == V.c.tenant_id,
-                    D.c.space_key == V.c.space_key,
-                    D.c.path == V.c.path,
-                    D.c.version == V.c.version,
-                )
-            )
         sides.append(_side(table, at, where, position, limit + 1))
-    merged = sa.union_all(*(sa.select(side) for side in sides)).subquery()
-    query = (
-        sa.select(merged)
-        .order_by(
-            merged.c.at.desc(),
-            merged.c.space_key.desc(),
-            merged.c.path.desc(),
-            merged.c.version.desc(),
-        )
-        .limit(limit + 1)
-    )
     with read_transaction(engine) as conn:
-        rows = conn.execute(query).all()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        before = _previous_sizes(conn, tenant, rows)
-    changes = tuple(_change(row, before) for row in rows)
+        rows, cut = _merged([conn.execute(sa.select(side)).all() for side in sides], limit + 1)
+    more = cut or len(rows) > limit
+    rows = rows[:limit]
+    changes = tuple(_change(row) for row in rows)
     last = rows[-1] if more else None
     next_cursor = (
         None
@@ -147,31 +145,34 @@ def read_activity(
     return ChangePage(changes, next_cursor)
 
 
+def _key(row: Any) -> tuple[datetime, str, str, int]:
+    return (_at(row), row.space_key, row.path, int(row.version))
+
+
+def _merged(sides: list[Sequence[Any]], full: int) -> tuple[list[Any], bool]:
+    """Each table's rows (newest first, at most ``full`` each) as one list newest first,
+    without a large live version's packed row in the table, which repeats its document's
+    (the same key); and whether a side was cut at ``full`` (more follow). Only rows no older
+    than the oldest row of a cut side are known complete: a page may hold fewer changes
+    than asked when a repeat fell in it, and its cursor goes on from its last."""
+    rows = sorted((row for side in sides for row in side), key=_key, reverse=True)
+    cut = [_key(side[-1]) for side in sides if len(side) >= full]
+    oldest = max(cut) if cut else None
+    out: list[Any] = []
+    for row in rows:
+        key = _key(row)
+        if oldest is not None and key < oldest:
+            break
+        if not out or _key(out[-1]) != key:
+            out.append(row)
+    return out, bool(cut)
+
+
 def _at(row: Any) -> datetime:
     return utc(row.at if isinstance(row.at, datetime) else datetime.fromisoformat(row.at))
 
 
-def _previous_sizes(conn: Any, tenant: str, rows: Sequence[Any]) -> dict[tuple[str, str, int], int]:
-    """The size of the version before each row's that the table still keeps (0 for a
-    deletion marker), by (space key, path, version)."""
-    wanted = [
-        sa.and_(V.c.space_key == r.space_key, V.c.path == r.path, V.c.version == r.version - 1)
-        for r in rows
-        if int(r.version) > 1
-    ]
-    if not wanted:
-        return {}
-    found = conn.execute(
-        sa.select(V.c.space_key, V.c.path, V.c.version, V.c.size_bytes, V.c.deleted).where(
-            V.c.tenant_id == tenant, sa.or_(*wanted)
-        )
-    )
-    return {
-        (r.space_key, r.path, int(r.version)): 0 if r.deleted else int(r.size_bytes) for r in found
-    }
-
-
-def _change(row: Any, before: dict[tuple[str, str, int], int]) -> Change:
+def _change(row: Any) -> Change:
     deleted = bool(row.deleted)
     action = action_of(row.action, deleted)
     version = int(row.version)
@@ -182,8 +183,7 @@ def _change(row: Any, before: dict[tuple[str, str, int], int]) -> Change:
     elif version == 1:
         delta = size
     else:
-        prior = before.get((row.space_key, row.path, version - 1))
-        delta = None if prior is None else size - prior
+        delta = None if row.before is None else size - int(row.before)
     return Change(
         at=_at(row),
         space_id=row.space_id,

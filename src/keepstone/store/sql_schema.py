@@ -71,6 +71,15 @@ def _space_id() -> sa.Column[str]:
     return sa.Column("space_id", BinaryText, nullable=False)
 
 
+def _recent_indexes(table: str, at: str, *tail: str) -> tuple[sa.Index, ...]:
+    """v8: a team's changes and a space's, newest first, in the activity feed's whole order
+    (time, space, path[, version]), so a page reads its own rows and sorts nothing."""
+    return (
+        sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail),
+        sa.Index(f"ix_{table}_space_recent", "tenant_id", "space_key", at, "path", *tail),
+    )
+
+
 def _change_columns() -> tuple[sa.Column[str], ...]:
     """A change's action and actor kind (v8), '' where written before they were recorded."""
     return (
@@ -100,8 +109,7 @@ memory_documents = sa.Table(
     # v8: what the change made the live version (an activity.ACTIONS) and who made it
     # (an activity.ACTOR_KINDS); '' on rows written before.
     *_change_columns(),
-    sa.Index("ix_memory_documents_recent", "tenant_id", "updated_at"),
-    sa.Index("ix_memory_documents_space_recent", "tenant_id", "space_key", "updated_at"),
+    *_recent_indexes("memory_documents", "updated_at"),
 )
 
 #: The documents whose chunks are not in ``memory_chunks`` yet: the condition a reconcile
@@ -265,11 +273,9 @@ memory_document_versions = sa.Table(
     sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False),
     *_change_columns(),
-    # The oldest versions of a team go first when its history is over quota or too old (and
-    # the team's activity reads it newest first).
-    sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
-    # v8: a space's activity, newest first.
-    sa.Index("ix_memory_document_versions_space_at", "tenant_id", "space_key", "at"),
+    # The oldest versions of a team go first when its history is over quota or too old (v8:
+    # the team's index by time is the activity's, below; it was (tenant_id, at) before).
+    *_recent_indexes("memory_document_versions", "at", "version"),
 )
 
 _HISTORY_COLUMNS = {
@@ -498,9 +504,9 @@ MIGRATIONS.append(
 # write or a deletion (by ``deleted``) by an ``unknown`` actor: adding a column with a constant
 # default rewrites no row (PostgreSQL 11+, SQLite), and nothing here reads statistics.
 #
-# The feed (docs/history.md, "Activity") reads both tables newest first, by team (the team's
-# ``at`` index of v4, and the documents' ``ix_memory_documents_recent``) or by space (the two
-# ``space`` indexes).
+# The feed (docs/history.md, "Activity") reads both tables newest first, by team or by space,
+# along indexes in its whole sort order (``*_recent``, ``*_space_recent``); the versions' index
+# by team and time replaces v4's ``(tenant_id, at)``, which the retention jobs read, as a prefix.
 
 
 def _v8_activity(conn: Connection) -> None:
@@ -511,20 +517,12 @@ def _v8_activity(conn: Connection) -> None:
                 conn.exec_driver_sql(
                     f"ALTER TABLE {table} ADD COLUMN {name} VARCHAR(16) NOT NULL DEFAULT ''"
                 )
-    for name, table, columns in (
-        ("ix_memory_documents_recent", "memory_documents", "tenant_id, updated_at"),
-        (
-            "ix_memory_documents_space_recent",
-            "memory_documents",
-            "tenant_id, space_key, updated_at",
-        ),
-        (
-            "ix_memory_document_versions_space_at",
-            "memory_document_versions",
-            "tenant_id, space_key, at",
-        ),
-    ):
-        conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({columns})")
+    for table in (memory_documents, memory_document_versions):
+        for index in table.indexes:
+            if index.name and index.name.endswith("recent"):
+                index.create(conn, checkfirst=True)
+    # The team's versions by time: the feed's index above leads with the same columns.
+    conn.exec_driver_sql("DROP INDEX IF EXISTS ix_memory_document_versions_at")
 
 
 MIGRATIONS.append(
