@@ -517,8 +517,8 @@ def _v8_activity(conn: Connection) -> None:
                 conn.exec_driver_sql(
                     f"ALTER TABLE {table} ADD COLUMN {name} VARCHAR(16) NOT NULL DEFAULT ''"
                 )
-    for table in (memory_documents, memory_document_versions):
-        for index in table.indexes:
+    for changed in (memory_documents, memory_document_versions):
+        for index in changed.indexes:
             if index.name and index.name.endswith("recent"):
                 index.create(conn, checkfirst=True)
     # The team's versions by time: the feed's index above leads with the same columns.
