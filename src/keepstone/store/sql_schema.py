@@ -289,7 +289,13 @@ _HISTORY_COLUMNS = {
 def _v4_document_history(conn: Connection) -> None:
     from keepstone.store.version_pack import pack_version
 
-    memory_document_versions.create(conn, checkfirst=True)
+    # The table as it stood at v4 (v8 adds its change columns and indexes).
+    v4 = sa.MetaData()
+    later = {"action", "actor_kind"}
+    columns = [c._copy() for c in memory_document_versions.columns if c.name not in later]
+    old = sa.Table(memory_document_versions.name, v4, *columns)
+    sa.Index("ix_memory_document_versions_at", old.c.tenant_id, old.c.at)
+    v4.create_all(conn, checkfirst=True)
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_tenant_usage")}
     for name, ddl in _HISTORY_COLUMNS.items():
         if name not in have:
