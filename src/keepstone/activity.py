@@ -29,6 +29,10 @@ ACTIONS = ("write", "delete", "move", "import", "restore")
 ACTOR_KINDS = ("user", "api_key", "service", "agent_run", "platform", "unknown")
 #: The kind of a change whose maker is not known.
 UNKNOWN = "unknown"
+#: The kind of ``keepstone run``'s changes, and the request header by which a client of a
+#: server says a change is one (a key's holder saying so; it decides nothing).
+AGENT_RUN = "agent_run"
+AGENT_RUN_HEADER = "X-Keepstone-Agent-Run"
 
 #: A feed page's size unless the caller asks, and the most it may ask for.
 DEFAULT_LIMIT = 50

@@ -79,6 +79,7 @@ class AsyncMemory:
     versions = _in_thread(Memory.versions)
     diff = _in_thread(Memory.diff)
     restore = _in_thread(Memory.restore)
+    recent = _in_thread(Memory.recent)
     search = _in_thread(Memory.search)
     usage = _in_thread(Memory.usage)
 

@@ -12,7 +12,7 @@ The server stamps the tenant and user from the token, so ``ref.tenant`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
@@ -20,6 +20,14 @@ from typing import Any, BinaryIO
 import httpx
 
 from keepstone import errors
+from keepstone.activity import (
+    AGENT_RUN,
+    AGENT_RUN_HEADER,
+    Actor,
+    Change,
+    ChangePage,
+    current_kind,
+)
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import Rejected, VersionInfo, parse_import_strategy
 from keepstone.search.found import Found
@@ -138,6 +146,10 @@ class HttpMemoryStore(MemoryStore):
         return params
 
     def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        if method != "GET" and current_kind() == AGENT_RUN:
+            # ``keepstone run --server`` folding an agent's files back: the server records
+            # the change as the agent run's (its key still decides what it may do).
+            kwargs["headers"] = {**kwargs.get("headers", {}), AGENT_RUN_HEADER: "1"}
         try:
             response = self._client.request(method, url, **kwargs)
         except httpx.HTTPError as exc:
@@ -236,6 +248,40 @@ class HttpMemoryStore(MemoryStore):
         may read, with their usage, as the server renders them."""
         body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
         return body
+
+    def activity(
+        self,
+        refs: Sequence[SpaceRef],
+        *,
+        since: datetime | None,
+        kind: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> ChangePage:
+        """``GET /api/memory/activity``: the server decides what the caller sees and names
+        each actor (``refs`` []: every space of the team the server lets it read)."""
+        params = self._params(refs[0]) if refs else {}
+        params["limit"] = str(limit)
+        if since is not None:
+            params["since"] = _aware(since).isoformat()
+        if kind is not None:
+            params["actor_kind"] = kind
+        if cursor is not None:
+            params["cursor"] = cursor
+        body = self._request("GET", "/api/memory/activity", params=params).json()
+        changes = tuple(
+            Change(
+                at=datetime.fromisoformat(c["at"]),
+                space_id=str(c["space_id"]),
+                path=str(c["path"]),
+                action=str(c["action"]),
+                actor=Actor(str(c["actor"]["kind"]), str(c["actor"]["name"])),
+                size_delta=None if c["size_delta"] is None else int(c["size_delta"]),
+                version=int(c["version"]),
+            )
+            for c in body["changes"]
+        )
+        return ChangePage(changes, body.get("next_cursor"))
 
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()

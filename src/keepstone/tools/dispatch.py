@@ -38,6 +38,7 @@ from keepstone.service.access import console_principal
 from keepstone.service.filters import FILTER_PARAMS, filters_of, search_answer
 from keepstone.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
 from keepstone.spaces import SpaceRef, Visibility, project_key
+from keepstone.tools.recent import recent_answer
 from keepstone.tools.schemas import (
     MEMORY_DELETE,
     MEMORY_EDIT,
@@ -45,6 +46,7 @@ from keepstone.tools.schemas import (
     MEMORY_LIST,
     MEMORY_MOVE,
     MEMORY_READ,
+    MEMORY_RECENT,
     MEMORY_SEARCH,
     MEMORY_WRITE,
     MUTATING_TOOLS,
@@ -291,6 +293,7 @@ class MemoryTools:
             MEMORY_LIST: self._list,
             MEMORY_WRITE: self._write,
             MEMORY_HISTORY: self._history,
+            MEMORY_RECENT: self._recent,
             MEMORY_SEARCH: self._search,
             MEMORY_EDIT: self._edit,
             MEMORY_DELETE: self._delete,
@@ -350,6 +353,10 @@ class MemoryTools:
         data = {"path": doc.path, "version": version, "size_bytes": doc.size_bytes}
         data["etag"] = doc.etag
         text = f"{HISTORY_NOTICE}\nversion {version} of {doc.path}:\n{fenced(doc.content)}"
+        return ToolResult(False, text, data=data)
+
+    def _recent(self, args: dict[str, Any]) -> ToolResult:
+        text, data = recent_answer(self.service, self.who, self.ref, args)
         return ToolResult(False, text, data=data)
 
     def _write_refused(self, name: str) -> ToolResult:

@@ -17,6 +17,7 @@ MEMORY_EDIT = "memory_edit"
 MEMORY_DELETE = "memory_delete"
 MEMORY_MOVE = "memory_move"
 MEMORY_HISTORY = "memory_history"
+MEMORY_RECENT = "memory_recent"
 
 TOOL_NAMES: tuple[str, ...] = (
     MEMORY_READ,
@@ -27,6 +28,7 @@ TOOL_NAMES: tuple[str, ...] = (
     MEMORY_DELETE,
     MEMORY_MOVE,
     MEMORY_HISTORY,
+    MEMORY_RECENT,
 )
 
 #: The tools that change the space: withheld from a read-only run and on a global space.
@@ -333,6 +335,41 @@ SPECS: dict[str, ToolSpec] = {
                 },
             },
             "path",
+        ),
+    ),
+    MEMORY_RECENT: ToolSpec(
+        name=MEMORY_RECENT,
+        description=(
+            "See what changed in your persistent memory space lately, newest first: each "
+            "write, delete, move, import or restore, with its path, version, who made it "
+            "(a person, an API key, an agent run) and how many bytes it added or removed. "
+            "Ask what changed since your last run with since. A page holds limit changes; "
+            "call again with the cursor the answer gives for older ones."
+        ),
+        input_schema=_arguments(
+            {
+                "since": {
+                    "type": "string",
+                    "description": "Optional ISO 8601 instant, e.g. '2026-11-30T14:00:00Z': "
+                    "only changes made at or after it.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 100,
+                    "description": "How many changes, 1-100 (default 50).",
+                },
+                "actor_kind": {
+                    "type": "string",
+                    "enum": ["user", "api_key", "service", "agent_run", "platform", "unknown"],
+                    "description": "Optional: only changes made by this kind of actor.",
+                },
+                "cursor": {
+                    "type": "string",
+                    "description": "Optional: the cursor an earlier answer gave, for the "
+                    "changes older than its page.",
+                },
+            },
         ),
     ),
 }
