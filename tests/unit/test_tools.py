@@ -73,6 +73,7 @@ def test_anthropic_and_openai_formats_carry_the_same_schema() -> None:
         "memory_delete": ["path"],
         "memory_move": ["path", "new_path"],
         "memory_history": ["path"],
+        "memory_recent": [],
     }
 
 
@@ -93,9 +94,16 @@ def test_offered_tools_follow_the_configuration(store: FilesystemStore) -> None:
         "memory_list",
         "memory_search",
         "memory_history",
+        "memory_recent",
     )
     glob = MemoryTools(svc, SpaceRef.build("global", "catalogue"))
-    assert glob.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert glob.names == (
+        "memory_read",
+        "memory_list",
+        "memory_search",
+        "memory_history",
+        "memory_recent",
+    )
     assert glob.notices == [WRITE_REFUSED_GLOBAL]
     assert "<workspace_memory_write_refused>" in glob.context_text()
     assert [t["function"]["name"] for t in glob.openai_tools()] == list(glob.names)
@@ -271,14 +279,20 @@ def test_global_block_reads_and_lists_but_never_writes(store: FilesystemStore) -
     )
     assert config.memory is not None
     tools = MemoryTools.from_block(config.memory, SpaceService(store), ref)
-    assert tools.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert tools.names == (
+        "memory_read",
+        "memory_list",
+        "memory_search",
+        "memory_history",
+        "memory_recent",
+    )
     assert tools.dispatch("memory_read", {"path": "catalogue.md"}).text == "shared"
     assert [d["path"] for d in tools.dispatch("memory_list", {}).data["documents"]] == [
         "catalogue.md"
     ]
     # Even as a caller with platform authority a run's tool does not write global.
     granted = MemoryTools.from_block(config.memory, SpaceService(store), ref, who=LOCAL_PRINCIPAL)
-    assert granted.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert granted.names == tools.names
     for t in (tools, granted):
         res = t.dispatch("memory_write", {"path": "catalogue.md", "content": "defaced"})
         assert res.is_error and res.text == WRITE_REFUSED_GLOBAL

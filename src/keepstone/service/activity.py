@@ -99,15 +99,20 @@ def read_recent(
 
 def named(page: ChangePage, names: ActorNaming | None) -> ChangePage:
     """``page`` with each change's actor named for a person (see the module doc)."""
-    raw = [c.who for c in page.changes if c.who]
-    users, keys = _ids(raw)
+    found = name_actors([c.who for c in page.changes if c.who], names)
+    return ChangePage(tuple(_with_name(c, found) for c in page.changes), page.next_cursor)
+
+
+def name_actors(actors: Iterable[str], names: ActorNaming | None) -> dict[str, str]:
+    """Each of the raw ``actors`` as a person reads it (see the module doc), the users and
+    keys they name read in one query each."""
+    wanted = set(actors)
+    users, keys = _ids(wanted)
     known_users: dict[str, str] = {}
     known_keys: dict[str, tuple[str, str]] = {}
     if names is not None and (users or keys):
         known_users, known_keys = names.actor_names(users, keys)
-    return ChangePage(
-        tuple(_with_name(c, known_users, known_keys) for c in page.changes), page.next_cursor
-    )
+    return {actor: actor_name(actor, known_users, known_keys) for actor in wanted}
 
 
 def _parts(actor: str) -> tuple[str, str]:
@@ -147,8 +152,7 @@ def actor_name(actor: str, users: dict[str, str], keys: dict[str, tuple[str, str
     return "unknown"
 
 
-def _with_name(change: Change, users: dict[str, str], keys: dict[str, tuple[str, str]]) -> Change:
+def _with_name(change: Change, found: dict[str, str]) -> Change:
     if not change.who:
         return change  # named already (a server's feed), or never had a raw actor
-    name = actor_name(change.who, users, keys)
-    return replace(change, actor=Actor(change.actor.kind, name), who="")
+    return replace(change, actor=Actor(change.actor.kind, found[change.who]), who="")

@@ -51,7 +51,7 @@ from keepstone.service.access import (
     reading_team,
     require_user,
 )
-from keepstone.service.activity import ActorNaming, read_recent
+from keepstone.service.activity import ActorNaming, name_actors, read_recent
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
 from keepstone.store.base import MemoryStore, Progress, check_precondition
@@ -406,6 +406,11 @@ class SpaceService:
             limit=limit,
             cursor=cursor,
         )
+
+    def actor_names(self, actors: Sequence[str]) -> dict[str, str]:
+        """How a person reads each of the history's raw ``actors`` (``user:<id> key:<id>``):
+        an email, a key's label, never an id (docs/history.md, "Activity")."""
+        return name_actors(actors, self.names)
 
     def reindex(
         self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None

@@ -210,11 +210,11 @@ class MemoryTools:
     @property
     def names(self) -> tuple[str, ...]:
         """The tools offered, in the order of :data:`SPECS` (read, write, list, search, edit,
-        delete, move, history); the ones that change the space only where writing is
-        enabled, and no search of a space seen as of a past moment."""
+        delete, move, history, recent); the ones that change the space only where writing is
+        enabled, and no search or recent changes of a space seen as of a past moment."""
         withheld = set() if self.write_enabled else set(MUTATING_TOOLS)
         if self.as_of is not None:
-            withheld.add(MEMORY_SEARCH)
+            withheld |= {MEMORY_SEARCH, MEMORY_RECENT}  # both would tell what came after
         return tuple(name for name in SPECS if name not in withheld)
 
     @property

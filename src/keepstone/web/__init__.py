@@ -10,11 +10,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from keepstone.web import admin, history, memory, pages
+from keepstone.web import activity, admin, history, memory, pages
 from keepstone.web.core import STATIC, STATIC_PATH, SecurityHeadersMiddleware, install_error_pages
 
 #: Route modules of the UI, each exposing ``router``.
-ROUTER_MODULES = (pages, history, memory, admin)
+ROUTER_MODULES = (pages, history, activity, memory, admin)
 
 
 def install(app: FastAPI) -> None:
