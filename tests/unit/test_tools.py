@@ -645,3 +645,25 @@ def test_as_of_reads_the_past_and_withholds_changes_and_search(
         res = past.dispatch(name, args)
         assert res.is_error and res.code == "write_refused" and "as it was at" in res.text
     assert svc.read(REF, "MEMORY.md").content == "now\n"
+
+
+# --- memory_recent -------------------------------------------------------------------------------
+
+
+def test_memory_recent_tells_what_changed_since_a_moment(store: FilesystemStore) -> None:
+    tools = MemoryTools(SpaceService(store), REF)
+    tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index\n"})
+    first = tools.dispatch("memory_recent", {})
+    assert not first.is_error and first.data["changes"][0]["action"] == "write"
+    since = first.data["changes"][0]["at"]
+    tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index\n\nmore\n"})
+    tools.dispatch("memory_delete", {"path": "MEMORY.md"})
+    got = tools.dispatch("memory_recent", {"since": since, "limit": 2})
+    lines = got.text.splitlines()
+    assert " delete MEMORY.md (version 3) by " in lines[0] and "-14 bytes" in lines[0]
+    assert " write MEMORY.md (version 2) by " in lines[1] and "+6 bytes" in lines[1]
+    assert lines[2].startswith("more: call memory_recent with cursor=")
+    rest = tools.dispatch("memory_recent", {"cursor": got.data["next_cursor"]})
+    assert [c["version"] for c in rest.data["changes"]] == [1]
+    bad = tools.dispatch("memory_recent", {"since": "soon"})
+    assert bad.is_error and "since" in bad.text

@@ -156,6 +156,15 @@ class SpaceListingStore(Protocol):
 
 
 @runtime_checkable
+class RestoringStore(Protocol):
+    """A store whose server restores a version itself (and records it as a restore)."""
+
+    def restore_version(
+        self, ref: SpaceRef, path: str, version: int, if_match: str | None
+    ) -> WriteResult: ...
+
+
+@runtime_checkable
 class ReadableSearchingStore(Protocol):
     """A store whose server searches every space the caller may read itself."""
 
@@ -379,7 +388,10 @@ class SpaceService:
         """Make ``version`` of the document current again: a new write of its content, as
         ``who``, checked like any write (authority, quota, secrets; audited for global);
         ``create_only`` brings back a deleted document only while its path stays free."""
-        old = self.store.read_version(ref, path, version)
+        store = self.store
+        if isinstance(store, RestoringStore) and not create_only:
+            return store.restore_version(ref, path, version, if_match)  # the server's own
+        old = store.read_version(ref, path, version)
         with changing(action="restore"):
             return self.write(
                 who, ref, old.path, old.content, if_match=if_match, create_only=create_only

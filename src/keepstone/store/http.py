@@ -283,6 +283,16 @@ class HttpMemoryStore(MemoryStore):
         )
         return ChangePage(changes, body.get("next_cursor"))
 
+    def restore_version(
+        self, ref: SpaceRef, path: str, version: int, if_match: str | None
+    ) -> WriteResult:
+        """``POST /api/memory/doc/restore``: the server restores (and records a restore)."""
+        params = self._params(ref, path=path, version=str(version))
+        response = self._request(
+            "POST", "/api/memory/doc/restore", params=params, headers=_if_match(if_match)
+        )
+        return _write_result(response.json())
+
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
         return Usage(
