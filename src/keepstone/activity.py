@@ -136,15 +136,13 @@ class ChangePage:
 
 @dataclass(frozen=True, slots=True)
 class FeedQuery:
-    """What a store is asked for: the changes of ``spaces`` (space ids; None: every space of
-    ``tenant``) at or after ``since``, of actor kind ``kind``, after ``cursor``."""
+    """What a store's feed is asked for: the changes made at or after ``since`` (None: any
+    time), by actors of ``kind`` (None: any), ``limit`` of them after ``cursor``."""
 
-    tenant: str
-    spaces: tuple[str, ...] | None
     since: datetime | None
     kind: str | None
     limit: int
-    cursor: tuple[Any, ...] | None
+    cursor: str | None
 
 
 def encode_cursor(at: datetime, *key: str | int) -> str:

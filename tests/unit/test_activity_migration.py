@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from keepstone.activity import changing
+from keepstone.activity import FeedQuery, changing
 from keepstone.db import upgrade, write_transaction
 from keepstone.documents import acting_as
 from keepstone.schema import upgrade_all
@@ -69,7 +69,7 @@ def test_sql_rows_written_before_read_as_writes_and_deletions_by_unknown(
     store = SqlStore.open(old_database, pgvector_mode="off")
     try:
         upgrade_all(store.engine)  # idempotent: v8 ran in open
-        page = store.activity([REF], since=None, kind=None, limit=10, cursor=None)
+        page = store.activity([REF], FeedQuery(None, None, 10, None))
         got = [(c.path, c.version, c.action, c.actor.kind, c.size_delta) for c in page.changes]
         assert got == [
             ("b.md", 2, "delete", "unknown", -3),
@@ -77,11 +77,11 @@ def test_sql_rows_written_before_read_as_writes_and_deletions_by_unknown(
             ("b.md", 1, "write", "unknown", 3),
             ("a.md", 1, "write", "unknown", 5),
         ]
-        unknown = store.activity([REF], since=None, kind="unknown", limit=10, cursor=None)
+        unknown = store.activity([REF], FeedQuery(None, "unknown", 10, None))
         assert len(unknown.changes) == 4
         with acting_as("user:u2"), changing(kind="api_key"):
             store.write(REF, "a.md", "hello again, world")
-        newest = store.activity([REF], since=None, kind=None, limit=1, cursor=None).changes[0]
+        newest = store.activity([REF], FeedQuery(None, None, 1, None)).changes[0]
         assert (newest.path, newest.version, newest.action, newest.actor.kind) == (
             "a.md",
             3,
@@ -89,7 +89,7 @@ def test_sql_rows_written_before_read_as_writes_and_deletions_by_unknown(
             "api_key",
         )
         # The version it replaced keeps what it was: written before, by an unknown actor.
-        second = store.activity([REF], since=None, kind="unknown", limit=2, cursor=None)
+        second = store.activity([REF], FeedQuery(None, "unknown", 2, None))
         assert [(c.path, c.version) for c in second.changes] == [("b.md", 2), ("a.md", 2)]
     finally:
         store.close()
@@ -114,7 +114,7 @@ def test_an_old_filesystem_history_file_gains_the_columns(tmp_path: Path) -> Non
     try:
         with acting_as("local-cli"), changing(kind="agent_run"):
             reopened.write(ref, "a.md", "hello, world")
-        page = reopened.activity([ref], since=None, kind=None, limit=10, cursor=None)
+        page = reopened.activity([ref], FeedQuery(None, None, 10, None))
         got = [(c.version, c.action, c.actor.kind, c.size_delta) for c in page.changes]
         assert got == [(2, "write", "agent_run", 7), (1, "write", "unknown", 5)]
     finally:

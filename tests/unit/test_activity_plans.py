@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from keepstone.activity import FeedQuery
 from keepstone.db import write_transaction
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.sql import SqlStore
@@ -78,12 +79,12 @@ def _reads(store: SqlStore) -> list[tuple[str, Any]]:
     """The feed's statements: a space's first page and its next, the team's with filters."""
 
     def work() -> None:
-        page = store.activity(REFS[:1], since=None, kind=None, limit=50, cursor=None)
+        page = store.activity(REFS[:1], FeedQuery(None, None, 50, None))
         assert len(page.changes) == 50 and page.next_cursor
-        store.activity(REFS[:1], since=None, kind=None, limit=50, cursor=page.next_cursor)
-        team = store.activity(REFS, since=None, kind=None, limit=20, cursor=None)
+        store.activity(REFS[:1], FeedQuery(None, None, 50, page.next_cursor))
+        team = store.activity(REFS, FeedQuery(None, None, 20, None))
         assert len(team.changes) == 20
-        keyed = store.activity(REFS, since=None, kind="api_key", limit=20, cursor=None)
+        keyed = store.activity(REFS, FeedQuery(None, "api_key", 20, None))
         assert {c.actor.kind for c in keyed.changes} == {"api_key"}
 
     return _statements(store.engine, work)

@@ -20,6 +20,7 @@ from keepstone.activity import (
     Actor,
     Change,
     ChangePage,
+    FeedQuery,
     check_kind,
     check_limit,
 )
@@ -93,7 +94,7 @@ def read_recent(
         )
         if not refs:
             return ChangePage((), None)
-    page = store.activity(refs, since=start, kind=kind, limit=limit, cursor=cursor)
+    page = store.activity(refs, FeedQuery(start, kind, limit, cursor))
     return named(page, names)
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import BinaryIO
 
-from keepstone.activity import ChangePage, changing
+from keepstone.activity import ChangePage, FeedQuery, changing
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.documents import (
     Document,
@@ -446,18 +446,10 @@ class MemoryStore(ABC):
             "documents itself; drop --server to reindex the local store"
         )
 
-    def activity(
-        self,
-        refs: Sequence[SpaceRef],
-        *,
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> ChangePage:
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
         """The changes of the spaces ``refs`` (of one team, or one global space; a client of
-        a server: [] for every space the server lets the caller read) at or after ``since``,
-        by actors of ``kind`` (None: any), newest first, ``limit`` after ``cursor``; each
+        a server: [] for every space the server lets the caller read) that ``query`` asks
+        for, newest first; each
         change carries its raw actor (``Change.who``) for the service to name
         (docs/history.md, "Activity")."""
         raise _no_history()

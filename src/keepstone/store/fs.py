@@ -35,7 +35,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from keepstone.activity import ChangePage
+from keepstone.activity import ChangePage, FeedQuery
 from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
@@ -415,17 +415,9 @@ class FilesystemStore(MemoryStore):
         ref = self._checked(ref)
         return self._history.versions(ref, path, settle=self._counters.load_locked)
 
-    def activity(
-        self,
-        refs: Sequence[SpaceRef],
-        *,
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> ChangePage:
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
         ids = [self._checked(ref).id for ref in refs]
-        return self._history.activity(ids, since, kind, limit, cursor)
+        return self._history.activity(ids, query)
 
     def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         return self._history.read_version(self._checked(ref), path, version)

@@ -41,6 +41,7 @@ from keepstone.activity import (
     Actor,
     Change,
     ChangePage,
+    FeedQuery,
     action_of,
     decode_cursor,
     encode_cursor,
@@ -208,15 +209,11 @@ class HistoryDb(SqliteSidecar):
 
     @staticmethod
     def activity(
-        conn: sqlite3.Connection,
-        space_ids: Sequence[str],
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
+        conn: sqlite3.Connection, space_ids: Sequence[str], query: FeedQuery
     ) -> ChangePage:
         """The changes of ``space_ids``, newest first (:meth:`MemoryStore.activity`), along
         ``versions_by_time``; the cursor is the last one's (time, space, path, version)."""
+        since, kind, limit, cursor = query.since, query.kind, query.limit, query.cursor
         where = [f"space_id IN ({', '.join('?' * len(space_ids))})"]
         args: list[object] = list(space_ids)
         if since is not None:

@@ -53,7 +53,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
-from keepstone.activity import ChangePage, current_action, current_kind
+from keepstone.activity import ChangePage, FeedQuery, current_action, current_kind
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag, current_actor
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef
@@ -251,21 +251,14 @@ class TreeHistory:
                     self.record(conn, [self.observed(ref, path, live)])
             return self._db.versions(conn, ref.id, path)
 
-    def activity(
-        self,
-        space_ids: Sequence[str],
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> ChangePage:
+    def activity(self, space_ids: Sequence[str], query: FeedQuery) -> ChangePage:
         """The changes of ``space_ids``, newest first (hand edits of files not yet seen
         through the store are recorded when their path's history or the tree is read)."""
         conn = self._reader()
         if conn is None or not space_ids:
             return ChangePage((), None)
         with history_errors():
-            return self._db.activity(conn, space_ids, since, kind, limit, cursor)
+            return self._db.activity(conn, space_ids, query)
 
     def read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         conn = self._reader()

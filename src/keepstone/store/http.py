@@ -26,6 +26,7 @@ from keepstone.activity import (
     Actor,
     Change,
     ChangePage,
+    FeedQuery,
     current_kind,
 )
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
@@ -249,25 +250,17 @@ class HttpMemoryStore(MemoryStore):
         body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
         return body
 
-    def activity(
-        self,
-        refs: Sequence[SpaceRef],
-        *,
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> ChangePage:
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
         """``GET /api/memory/activity``: the server decides what the caller sees and names
         each actor (``refs`` []: every space of the team the server lets it read)."""
         params = self._params(refs[0]) if refs else {}
-        params["limit"] = str(limit)
-        if since is not None:
-            params["since"] = _aware(since).isoformat()
-        if kind is not None:
-            params["actor_kind"] = kind
-        if cursor is not None:
-            params["cursor"] = cursor
+        params["limit"] = str(query.limit)
+        if query.since is not None:
+            params["since"] = _aware(query.since).isoformat()
+        if query.kind is not None:
+            params["actor_kind"] = query.kind
+        if query.cursor is not None:
+            params["cursor"] = query.cursor
         body = self._request("GET", "/api/memory/activity", params=params).json()
         changes = tuple(
             Change(

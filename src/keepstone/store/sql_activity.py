@@ -28,6 +28,7 @@ from keepstone.activity import (
     Actor,
     Change,
     ChangePage,
+    FeedQuery,
     action_of,
     decode_cursor,
     encode_cursor,
@@ -100,20 +101,13 @@ def _kind_is(table: sa.Table, kind: str) -> sa.ColumnElement[bool]:
     return table.c.actor_kind == kind
 
 
-def read_activity(
-    engine: Engine,
-    refs: Sequence[SpaceRef],
-    *,
-    since: datetime | None,
-    kind: str | None,
-    limit: int,
-    cursor: str | None,
-) -> ChangePage:
-    """The changes of the spaces ``refs`` (all of one team, or one global space) at or after
-    ``since``, by actors of ``kind`` (None: any), newest first, after ``cursor``."""
+def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
+    """The changes of the spaces ``refs`` (all of one team, or one global space) that
+    ``query`` asks for, newest first."""
     if not refs:
         return ChangePage((), None)
-    position = None if cursor is None else decode_cursor(cursor, 4)
+    since, kind, limit = query.since, query.kind, query.limit
+    position = None if query.cursor is None else decode_cursor(query.cursor, 4)
     tenant = refs[0].tenant or _NO_TENANT
     keys = sorted({space_key(ref.id) for ref in refs})
     sides = []
@@ -201,14 +195,6 @@ class DocumentActivity:
 
     engine: Engine
 
-    def activity(
-        self,
-        refs: Sequence[SpaceRef],
-        *,
-        since: datetime | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> ChangePage:
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
         """See :meth:`keepstone.store.base.MemoryStore.activity`."""
-        return read_activity(self.engine, refs, since=since, kind=kind, limit=limit, cursor=cursor)
+        return read_activity(self.engine, refs, query)
