@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from keepstone.activity import changing
 from keepstone.documents import acting_as
-from tests.api.world import SPACE, World, unique
+from tests.api.world import SPACE, World, tarball, unique
 
 
 def space() -> dict[str, str]:
@@ -182,3 +182,16 @@ def test_the_limit_keeps_the_newest(client: TestClient, world: World) -> None:
     assert body["next_cursor"]
     rest = feed(client, h, **q, limit=2, cursor=body["next_cursor"])
     assert [c["path"] for c in rest["changes"]] == ["n0.md"] and rest["next_cursor"] is None
+
+
+def test_an_import_s_documents_are_imports(client: TestClient, world: World) -> None:
+    q = space()
+    h = world.headers("api_key")
+    archive = tarball({"a.md": "alpha", "b/c.md": "gamma"})
+    r = client.post("/api/memory/import", params=q, content=archive, headers=h)
+    assert r.status_code == 200, r.text
+    changes = feed(client, h, **q)["changes"]
+    assert sorted((c["path"], c["action"], c["actor"]["kind"]) for c in changes) == [
+        ("a.md", "import", "api_key"),
+        ("b/c.md", "import", "api_key"),
+    ]
