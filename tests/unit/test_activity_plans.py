@@ -130,8 +130,8 @@ def test_postgres_reads_the_feed_newest_first_by_index_without_statistics(
         # A space's page newest first off its index: no sort of what the space holds. (Over
         # several spaces, a planner that knows nothing takes their filter for a rare one and
         # may sort the team's rows: docs/history.md, "Activity".)
-        if " IN (" not in statement:
-            assert not any(n[0] == "Sort" for n in nodes), (statement[-300:], nodes)
+        sorts = [n for n in nodes if n[0] == "Sort"]
+        assert not sorts, (statement[-300:], nodes)
     recent = {f"ix_{t}_{w}recent" for t in BIG for w in ("", "space_")}
     assert recent <= indexes
 
@@ -148,6 +148,7 @@ def test_sqlite_reads_the_feed_newest_first_by_index(tmp_path: Path) -> None:
             assert not any(t in d for d in full for t in BIG), details
             # Newest first off the feed's indexes: no sort of what a space or a team holds.
             assert "_recent" in " ".join(details), details
-            assert not any("TEMP B-TREE" in d for d in details), details
+            if "UNION ALL" not in statement:  # several spaces: SQLite merges their pages
+                assert not any("TEMP B-TREE" in d for d in details), details
     finally:
         store.close()

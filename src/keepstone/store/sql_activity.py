@@ -3,9 +3,9 @@ one team, newest first, read from the history.
 
 Every change made a version: the live one is its document row (``updated_at``, ``actor``,
 ``action``, ``actor_kind``), a replaced one or a deletion marker a row of the table of
-versions. The feed reads both newest first along an index that leads with the team (and
-the space, when one space is asked for: v8's indexes), each side cut at the page's size
-before they are merged, so a page costs its size whatever the history holds. A large live
+versions. The feed reads both newest first along v8's index of each space (team, space,
+time, ...), each space's part cut at the page's size before they are merged, so a page costs
+a page per space at most, whatever the history holds and whatever the planner knows. A large live
 version's packed row in the table is the document's version again, read from the
 document's side only.
 
@@ -113,18 +113,23 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
     sides = []
     for table, at in ((V, V.c.at), (D, D.c.updated_at)):
         where = [table.c.tenant_id == tenant]
-        if len(keys) == 1:  # the space's own index, newest first
-            where.append(table.c.space_key == keys[0])
-        else:
-            # The team's index, newest first, the spaces checked on its rows: the key as an
-            # expression no index answers, so the planner never prefers one that would fix
-            # the spaces and sort all they hold.
-            where.append((table.c.space_key + "").in_(keys))
         if since is not None:
             where.append(at >= since)
         if kind is not None:
             where.append(_kind_is(table, kind))
-        sides.append(_side(table, at, where, position, limit + 1))
+        # Each space newest first along its own index, a page's worth, merged: a page costs
+        # a page per space at most, whatever the planner knows.
+        spaces = [
+            _side(table, at, [*where, table.c.space_key == k], position, limit + 1) for k in keys
+        ]
+        if len(spaces) == 1:
+            sides.append(spaces[0])
+            continue
+        every = sa.union_all(*(sa.select(one) for one in spaces)).subquery()
+        order = [every.c.at.desc(), every.c.space_key.desc(), every.c.path.desc()]
+        sides.append(
+            sa.select(every).order_by(*order, every.c.version.desc()).limit(limit + 1).subquery()
+        )
     with read_transaction(engine) as conn:
         rows, cut = _merged([conn.execute(sa.select(side)).all() for side in sides], limit + 1)
     more = cut or len(rows) > limit
