@@ -71,13 +71,15 @@ def _space_id() -> sa.Column[str]:
     return sa.Column("space_id", BinaryText, nullable=False)
 
 
-def _recent_indexes(table: str, at: str, *tail: str) -> tuple[sa.Index, ...]:
-    """v8: a team's changes and a space's, newest first, in the activity feed's whole order
-    (time, space, path[, version]), so a page reads its own rows and sorts nothing."""
-    return (
-        sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail),
-        sa.Index(f"ix_{table}_space_recent", "tenant_id", "space_key", at, "path", *tail),
-    )
+def _recent_indexes(table: str, at: str, *tail: str, team: bool = False) -> tuple[sa.Index, ...]:
+    """v8: a space's changes newest first, in the activity feed's whole order (time, path[,
+    version]), so a page reads its own rows and sorts nothing (a team's feed merges its
+    spaces' pages); ``team``: the team's too, in the same order (the versions' retention
+    reads it by time)."""
+    space = sa.Index(f"ix_{table}_space_recent", "tenant_id", "space_key", at, "path", *tail)
+    if not team:
+        return (space,)
+    return (sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail), space)
 
 
 def _change_columns() -> tuple[sa.Column[str], ...]:
@@ -275,7 +277,7 @@ memory_document_versions = sa.Table(
     *_change_columns(),
     # The oldest versions of a team go first when its history is over quota or too old (v8:
     # the team's index by time is the activity's, below; it was (tenant_id, at) before).
-    *_recent_indexes("memory_document_versions", "at", "version"),
+    *_recent_indexes("memory_document_versions", "at", "version", team=True),
 )
 
 _HISTORY_COLUMNS = {
@@ -510,9 +512,10 @@ MIGRATIONS.append(
 # write or a deletion (by ``deleted``) by an ``unknown`` actor: adding a column with a constant
 # default rewrites no row (PostgreSQL 11+, SQLite), and nothing here reads statistics.
 #
-# The feed (docs/history.md, "Activity") reads both tables newest first, by team or by space,
-# along indexes in its whole sort order (``*_recent``, ``*_space_recent``); the versions' index
-# by team and time replaces v4's ``(tenant_id, at)``, which the retention jobs read, as a prefix.
+# The feed (docs/history.md, "Activity") reads both tables newest first, each space along an
+# index in the feed's whole order (``*_space_recent``), a team's feed merging its spaces'
+# pages; the versions' index by team and time in that order (``*_recent``) replaces v4's
+# ``(tenant_id, at)``, which the retention jobs read, as its prefix.
 
 
 def _v8_activity(conn: Connection) -> None:
