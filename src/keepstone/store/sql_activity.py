@@ -3,11 +3,11 @@ one team, newest first, read from the history.
 
 Every change made a version: the live one is its document row (``updated_at``, ``actor``,
 ``action``, ``actor_kind``), a replaced one or a deletion marker a row of the table of
-versions. The feed reads both newest first along v8's index of each space (team, space,
-time, ...), each space's part cut at the page's size before they are merged, so a page costs
-a page per space at most, whatever the history holds and whatever the planner knows. A large live
-version's packed row in the table is the document's version again, read from the
-document's side only.
+versions. The feed reads both newest first along v8's index of each space (space, time,
+path, ...), each space's part cut at the page's size before they are merged, so a page costs
+a page per space (docs/history.md, "Activity", says what a planner without statistics may
+do). A large live version's packed row in the table repeats the document's version: the
+feed shows it once.
 
 The cursor is the last change's sort key (time, space key, path, version): a change made
 meanwhile sorts before it, and a version replaced meanwhile keeps its key in the table, so
@@ -39,7 +39,6 @@ from keepstone.store.sql_schema import memory_document_versions, memory_document
 
 V = memory_document_versions
 D = memory_documents
-_NO_TENANT = ""
 
 
 def _side(
@@ -94,6 +93,13 @@ def _side(
     )
 
 
+def _one_space(table: sa.Table, ref: SpaceRef) -> list[sa.ColumnElement[bool]]:
+    """The rows of the space ``ref``: by its key, which leads its feed index (and names its
+    team: no condition on the team, which would make the primary key look as good to a
+    planner without statistics), and its full id, as every statement of the store compares."""
+    return [table.c.space_key == space_key(ref.id), table.c.space_id == ref.id]
+
+
 def _kind_is(table: sa.Table, kind: str) -> sa.ColumnElement[bool]:
     # Rows recorded before kinds were hold '': their maker is unknown.
     if kind == UNKNOWN:
@@ -108,11 +114,10 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
         return ChangePage((), None)
     since, kind, limit = query.since, query.kind, query.limit
     position = None if query.cursor is None else decode_cursor(query.cursor, 4)
-    tenant = refs[0].tenant or _NO_TENANT
-    keys = sorted({space_key(ref.id) for ref in refs})
+    by_key = {space_key(ref.id): ref for ref in sorted(refs, key=lambda r: r.id)}
     sides = []
     for table, at in ((V, V.c.at), (D, D.c.updated_at)):
-        where = [table.c.tenant_id == tenant]
+        where = []
         if since is not None:
             where.append(at >= since)
         if kind is not None:
@@ -120,7 +125,8 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
         # Each space newest first along its own index, a page's worth, merged: a page costs
         # a page per space at most, whatever the planner knows.
         spaces = [
-            _side(table, at, [*where, table.c.space_key == k], position, limit + 1) for k in keys
+            _side(table, at, [*where, *_one_space(table, ref)], position, limit + 1)
+            for ref in by_key.values()
         ]
         if len(spaces) == 1:
             sides.append(spaces[0])

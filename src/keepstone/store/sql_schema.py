@@ -76,7 +76,10 @@ def _recent_indexes(table: str, at: str, *tail: str, team: bool = False) -> tupl
     version]), so a page reads its own rows and sorts nothing (a team's feed merges its
     spaces' pages); ``team``: the team's too, in the same order (the versions' retention
     reads it by time)."""
-    space = sa.Index(f"ix_{table}_space_recent", "tenant_id", "space_key", at, "path", *tail)
+    # Led by the space's key alone (it names the team too): with no statistics the planner
+    # weighs an index by the leading columns a statement fixes, and a lookup of one version
+    # by its primary key (team, space, path, version) must find no other index as good.
+    space = sa.Index(f"ix_{table}_space_recent", "space_key", at, "path", *tail)
     if not team:
         return (space,)
     return (sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail), space)
