@@ -99,6 +99,8 @@ class Principal:
     team_choice_needed: bool = False
     #: The API key acting ('' for any other credential): named in the history's actor.
     key_id: str = ""
+    #: ``keepstone run`` folding an agent's files back: its changes are the agent run's.
+    agent_run: bool = False
 
     @property
     def platform_authority(self) -> bool:
@@ -129,6 +131,20 @@ class Principal:
         if self.kind is CredentialKind.REMOTE:
             return "remote"
         return f"user:{self.user_id}"
+
+    @property
+    def actor_kind(self) -> str:
+        """The kind of maker the history records for this caller's changes
+        (:data:`keepstone.activity.ACTOR_KINDS`)."""
+        if self.agent_run:
+            return "agent_run"
+        if self.key_id or self.kind is CredentialKind.API_KEY:
+            return "api_key"
+        if self.kind is CredentialKind.SERVICE_TOKEN:
+            return "service"
+        if self.kind is CredentialKind.ADMIN_TOKEN:
+            return "platform"
+        return "user"
 
     @property
     def change_actor(self) -> str:

@@ -144,13 +144,11 @@ def open_runtime(
     migrate: bool = True,
     limits: Limits | None = None,
 ) -> Runtime:
-    """The runtime of ``config``, over ``engine`` when given (it stays the caller's).
-
-    Every pending migration is applied first unless ``migrate`` is False. ``limits``
-    are what new team and instance counters start at (default: SPEC §4's; the admin API
-    re-caps them in the database, and ``KEEPSTONE_MEMORY_*`` are the filesystem store's).
-    """
+    """The runtime of ``config``, over ``engine`` when given (it stays the caller's), migrated
+    first unless ``migrate`` is False. ``limits``: what new team and instance counters start
+    at (SPEC §4's by default; the admin API re-caps them in the database)."""
     from keepstone.db import pgvector
+    from keepstone.identity.names import ActorNames
     from keepstone.records.ratelimit import rate_limiter
     from keepstone.records.sql import SqlRecordStore
     from keepstone.service.access import Access, Credentials
@@ -186,6 +184,7 @@ def open_runtime(
             store,
             lambda: document_search(config, store, embedder=embedder),
             export_gzip_level=config.export_gzip_level,
+            names=None if identity is None else ActorNames(engine),
         ),
         records=build_record_service(
             engine, identity, limiter, lambda: record_search(config, embedder), vectors=vectors

@@ -11,100 +11,12 @@ one :class:`Operation` to :data:`OPERATIONS`: the tool, the help and the test fo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
 
-
-class Face(StrEnum):
-    """Where an operation is offered."""
-
-    CLI = "cli"
-    PYTHON = "python"
-    REST = "rest"
-    MCP = "mcp"
-
-
-ALL_FACES = frozenset(Face)
-
-
-@dataclass(frozen=True, slots=True)
-class Param:
-    """One parameter: its name, its JSON schema (with the description every face shows),
-    whether it is required, the faces that take it, and a face's own spelling where the
-    contract fixes one (REST's ``q`` for a search's ``query``)."""
-
-    name: str
-    schema: Mapping[str, Any]
-    required: bool = False
-    faces: frozenset[Face] = ALL_FACES
-    spelled: Mapping[Face, str] = field(default_factory=dict)
-
-    def on(self, face: Face) -> str | None:
-        """The parameter's name on ``face``, None when that face does not take it."""
-        if face not in self.faces:
-            return None
-        return self.spelled.get(face, self.name)
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """One operation and its name on each face (None: not offered there).
-
-    ``cli`` is the verb under ``keepstone memory``, ``python`` the :class:`keepstone.Memory`
-    method, ``rest`` ``(METHOD, path)``, ``mcp`` the tool. ``summary`` is the one line of
-    the CLI's help; ``guide``, the tool description a model reads (on the one operation
-    that carries a tool's description when several share it). ``result`` names the fields
-    of the answer (REST's body, Python's result, the tool's data, ``--json``).
-    ``item`` names the fields of each listed item where the answer is a listing;
-    ``result_spelled`` a face's own spelling of one, where the contract fixes it.
-    ``deprecated`` maps an old MCP argument name to its name now (still accepted).
-    """
-
-    name: str
-    summary: str
-    params: tuple[Param, ...] = ()
-    cli: str | None = None
-    python: str | None = None
-    rest: tuple[str, str] | None = None
-    mcp: str | None = None
-    result: tuple[str, ...] = ()
-    item: tuple[str, ...] = ()
-    result_spelled: Mapping[Face, Mapping[str, str]] = field(default_factory=dict)
-    guide: str = ""
-    mutates: bool = False
-    idempotent: bool = True
-    deprecated: Mapping[str, str] = field(default_factory=dict)
-
-    def on(self, face: Face) -> str | None:
-        """The operation's name on ``face`` (a REST route as ``METHOD path``)."""
-        if face is Face.REST:
-            return None if self.rest is None else " ".join(self.rest)
-        return {Face.CLI: self.cli, Face.PYTHON: self.python, Face.MCP: self.mcp}[face]
-
-    def params_on(self, face: Face) -> dict[str, Param]:
-        """The parameters ``face`` takes, by their name there."""
-        out: dict[str, Param] = {}
-        for param in self.params:
-            name = param.on(face)
-            if name is not None:
-                out[name] = param
-        return out
-
-    def result_on(self, face: Face) -> tuple[str, ...]:
-        """The answer's field names on ``face``."""
-        spelled = self.result_spelled.get(face, {})
-        return tuple(spelled.get(name, name) for name in self.result)
-
-    def item_on(self, face: Face) -> tuple[str, ...]:
-        """The field names of each item of a listing's answer on ``face``."""
-        spelled = self.result_spelled.get(face, {})
-        return tuple(spelled.get(name, name) for name in self.item)
-
-
-def _p(type_: str, description: str, **extra: Any) -> dict[str, Any]:
-    return {"type": type_, "description": description, **extra}
-
+from keepstone.vocabulary_model import ALL_FACES as ALL_FACES
+from keepstone.vocabulary_model import Face as Face
+from keepstone.vocabulary_model import Operation as Operation
+from keepstone.vocabulary_model import Param as Param
+from keepstone.vocabulary_model import prop as _p
 
 _NOT_CLI = ALL_FACES - {Face.CLI}
 #: A listing pages (opt-in) where a caller holds a cursor: Python and REST.
@@ -512,6 +424,38 @@ SPACES = Operation(
     result=("spaces", "truncated"),
     item=("space", "used_bytes", "quota_bytes"),
 )
+RECENT = Operation(
+    "recent",
+    "what changed in the space lately, newest first",
+    (
+        Param("since", _p("string", "Optional ISO 8601 instant: only changes at or after it.")),
+        Param(
+            "limit", _p("integer", "How many changes, 1-100 (default 50).", minimum=1, maximum=100)
+        ),
+        Param(
+            "actor_kind",
+            _p(
+                "string",
+                "Optional: only changes made by this kind of actor.",
+                enum=["user", "api_key", "service", "agent_run", "platform", "unknown"],
+            ),
+        ),
+        Param("cursor", _p("string", "Optional: an earlier answer's cursor, for older changes.")),
+    ),
+    cli="recent",
+    python="recent",
+    rest=("GET", "/api/memory/activity"),
+    mcp="memory_recent",
+    result=("changes", "next_cursor"),
+    item=("at", "space_id", "path", "action", "actor", "size_delta", "version"),
+    guide=(
+        "See what changed in your persistent memory space lately, newest first: each "
+        "write, delete, move, import or restore, with its path, version, who made it "
+        "(a person, an API key, an agent run) and how many bytes it added or removed. "
+        "Ask what changed since your last run with since. A page holds limit changes; "
+        "call again with the cursor the answer gives for older ones."
+    ),
+)
 EXPORT = Operation(
     "export",
     "write the space as a .tar.gz (stdout when --out is omitted)",
@@ -553,6 +497,7 @@ OPERATIONS: tuple[Operation, ...] = (
     SHOW,
     DIFF,
     RESTORE,
+    RECENT,
     USAGE,
     SPACES,
     EXPORT,

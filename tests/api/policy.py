@@ -253,6 +253,16 @@ ROWS: list[Row] = [
     # Every credential with a reading standing lists what it may read (the admin token
     # and a super-admin: global spaces); refusals as for a readable search.
     Row("GET", "/api/memory/spaces", get("/api/memory/spaces"), READ_GLOBAL),
+    # The team's feed (a credential of no team: an empty one); a space's as its reads.
+    Row("GET", "/api/memory/activity", get("/api/memory/activity"), READ_GLOBAL),
+    Row("GET", "/api/memory/activity", get("/api/memory/activity", **SPACE), READ_TEAM, "space"),
+    Row(
+        "GET",
+        "/api/memory/activity",
+        get("/api/memory/activity", **GLOBAL_SPACE),
+        READ_GLOBAL,
+        "global",
+    ),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **SPACE), READ_TEAM),
     Row("GET", "/api/memory/docs", get("/api/memory/docs", **GLOBAL_SPACE), READ_GLOBAL, "global"),
     Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC), READ_TEAM),

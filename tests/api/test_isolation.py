@@ -116,6 +116,7 @@ def _view(client: TestClient, headers: dict[str, str], space: dict[str, str]) ->
     versions = client.get(
         "/api/memory/doc/versions", params={**space, "path": "notes/doc.md"}, headers=headers
     )
+    activity = client.get("/api/memory/activity", params=space, headers=headers)
     usage_body = usage.json()
     usage_body.pop("team_used_bytes", None)  # the caller's own team total
     usage_body.pop("history_used_bytes", None)  # so is its history's
@@ -124,6 +125,7 @@ def _view(client: TestClient, headers: dict[str, str], space: dict[str, str]) ->
         "docs": (docs.status_code, docs.json()),
         "doc": (doc.status_code, doc.json()),
         "versions": (versions.status_code, versions.json()),
+        "activity": (activity.status_code, activity.json()),
     }
     # The space's own name shows in its id and messages; everything else must be equal.
     normalized: dict[str, Any] = json.loads(json.dumps(view).replace(space["name"], "<name>"))
@@ -150,6 +152,24 @@ def test_shared_names_resolve_to_own_team(
         assert [d["path"] for d in view["docs"][1]["documents"]] == ["notes/doc.md"]
         assert view["doc"][1]["content"] == f"secret of {team.label}"
         assert view["export"][1] == {"notes/doc.md": f"secret of {team.label}".encode()}
+
+
+@pytest.mark.parametrize("cred", CREDS)
+def test_the_team_s_activity_holds_its_own_changes_alone(
+    teams: list[Team], client: TestClient, cred: str
+) -> None:
+    for team in teams:
+        r = client.get("/api/memory/activity", params={"limit": 100}, headers=_headers(team, cred))
+        assert r.status_code == 200, r.text
+        changes = r.json()["changes"]
+        assert changes, "the team's own writes are in its feed"
+        # Its own spaces (the team id in each space id), written by its own key.
+        foreign = [t.team_id for t in teams if t is not team]
+        assert all(f":{team.team_id}:" in c["space_id"] for c in changes)
+        assert not any(f":{other}:" in c["space_id"] for c in changes for other in foreign)
+        assert {c["actor"]["kind"] for c in changes} == {"api_key"}
+        # Named for a person (the key's label, or "key of <email>"), never by an id.
+        assert all(team.user_id not in json.dumps(c["actor"]) for c in changes)
 
 
 @pytest.mark.parametrize("vis", list(VISIBILITIES))

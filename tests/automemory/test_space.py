@@ -181,3 +181,21 @@ def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     bad.write_text("auto_memory: perhaps\n")
     assert main(["run", "--config", str(bad), "--", "true"]) == 1
     assert "C131" in capsys.readouterr().err
+
+
+def test_what_a_run_folds_back_is_the_agent_run_s_in_the_feed(tmp_path: Path) -> None:
+    svc = SpaceService(FilesystemStore(tmp_path / "spaces"))
+    ref = auto_memory_ref("b", tmp_path, tenant="local")
+    svc.write(ME, ref, "MEMORY.md", "v1")
+    svc.write(ME, ref, "old.md", "o")
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    snap = materialise(svc, ref, directory)
+    (directory / "MEMORY.md").write_text("v1, and what the run learnt")
+    (directory / "old.md").unlink()
+    report = fold_back(svc, ref, directory, snap, deadline=time.monotonic() + 60, warn=print)
+    assert report.ok
+    changes = svc.recent(ME, ref).changes
+    got = [(c.path, c.action, c.actor.kind) for c in changes]
+    assert got[:2] == [("MEMORY.md", "write", "agent_run"), ("old.md", "delete", "agent_run")]
+    assert got[2:] == [("old.md", "write", "user"), ("MEMORY.md", "write", "user")]

@@ -239,3 +239,46 @@ def test_the_verbs_are_registered() -> None:
 
     args = build_parser().parse_args(["memory", "restore", "a.md", "--version", "2", "--bot", "b"])
     assert (args.verb, args.path, args.version, args.if_match) == ("restore", "a.md", 2, None)
+
+
+# --- keepstone memory recent -----------------------------------------------------------------
+
+
+def test_recent_lists_the_space_s_changes_newest_first(
+    three: list[datetime], clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every space of the team: the space's id on each line.
+    code, out, err = run_memory(capsys, "recent", "--all", "--limit", "1")
+    assert code == 0 and ":b1:" in out.split()[3], (out, err)
+    clock.tick()
+    assert run_memory(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
+    code, out, err = run_memory(capsys, "recent", "--bot", "b1")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert [line.split()[2] for line in lines] == ["delete", "write", "write", "write"]
+    assert lines[0].split()[4:6] == ["v4", "-14"] and lines[0].endswith("local console")
+    assert lines[3].split()[4:6] == ["v1", "+4"]
+    # Since an instant, and as JSON, a page at a time.
+    code, out, _ = run_memory(capsys, "recent", "--bot", "b1", "--since", three[2].isoformat())
+    assert len(out.splitlines()) == 2
+    code, out, err = run_memory(capsys, "recent", "--bot", "b1", "--limit", "3", "--json")
+    body = json.loads(out)
+    assert [c["version"] for c in body["changes"]] == [4, 3, 2] and body["next_cursor"]
+    assert body["changes"][0]["actor"] == {"kind": "user", "name": "local console"}
+    code, out, _ = run_memory(
+        capsys, "recent", "--bot", "b1", "--json", "--cursor", body["next_cursor"]
+    )
+    assert [c["version"] for c in json.loads(out)["changes"]] == [1]
+
+
+def test_recent_refuses_bad_flags_naming_them(
+    three: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_memory(capsys, "recent", "--bot", "b1", "--limit", "0")
+    assert code == 1 and "limit must be" in err
+    code, _, err = run_memory(capsys, "recent", "--bot", "b1", "--since", "yesterday")
+    assert code == 2 and "--since" in err
+    code, _, err = run_memory(capsys, "recent", "--bot", "b1", "--actor-kind", "robot")
+    assert code == 2 and "--actor-kind" in err
+    code, _, err = run_memory(capsys, "recent", "--bot", "b1", "--cursor", "nope")
+    assert code == 1 and "cursor" in err

@@ -112,6 +112,7 @@ async def assert_write_withheld(session: ClientSession, *, notice: bool) -> str:
         "memory_list",
         "memory_search",
         "memory_history",
+        "memory_recent",
     ]
     for name, args in (
         ("memory_edit", {"path": "MEMORY.md", "insert_line": 0, "text": "x"}),

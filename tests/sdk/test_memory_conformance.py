@@ -543,3 +543,33 @@ def test_a_missing_history_reads_the_same_everywhere(memory_factory: MemoryFacto
         memory.read("a.md", version=7)
     assert info.value.message.startswith("'a.md' has no version 7 with content in space v1:")
     assert ":project::" not in info.value.message  # the space's team is named
+
+
+@history
+def test_recent_says_what_changed_since_a_moment(memory_factory: MemoryFactory) -> None:
+    memory = memory_factory(project="web")
+    memory.write("MEMORY.md", "one\n")
+    first = memory.recent().changes[0]
+    memory.write("MEMORY.md", "one\ntwo\n")
+    memory.move("MEMORY.md", "notes.md")
+    memory.restore("MEMORY.md", 1)  # the path the move left, back as it first was
+    page = memory.recent(since=first.at)
+    got = [(c.path, c.action, c.version, c.size_delta) for c in page.changes]
+    assert got == [
+        ("MEMORY.md", "restore", 4, 4),
+        ("notes.md", "move", 1, 0),
+        ("MEMORY.md", "move", 3, 0),
+        ("MEMORY.md", "write", 2, 4),
+        ("MEMORY.md", "write", 1, 4),
+    ]
+    assert all(c.space_id.endswith(":default") and c.actor.name for c in page.changes)
+    assert "user:" not in " ".join(c.actor.name for c in page.changes)
+    later = memory.recent(since=page.changes[0].at.isoformat(), limit=1)
+    assert [c.action for c in later.changes] == ["restore"] and later.next_cursor is None
+    two = memory.recent(limit=2)
+    rest = memory.recent(limit=10, cursor=two.next_cursor)
+    assert [c.version for c in two.changes + rest.changes] == [4, 1, 3, 2, 1]
+    with pytest.raises(InvalidRequest):
+        memory.recent(limit=0)
+    with pytest.raises(InvalidRequest):
+        memory.recent(actor_kind="robot")

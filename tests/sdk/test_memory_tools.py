@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from keepstone.sdk import AsyncMemory, Memory
-from keepstone.tools import MUTATING_TOOLS, SPECS, TOOL_NAMES, ToolResult
+from keepstone.tools import MUTATING_TOOLS, SPECS, TOOL_NAMES
 from tests.sdk.conftest import MemoryFactory
 
 #: The synchronous memories: local, and on a real server over a socket ("slow").

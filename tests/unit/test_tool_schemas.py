@@ -39,6 +39,7 @@ VALID: dict[str, list[dict[str, Any]]] = {
     "memory_delete": [{"path": "b.md"}],
     "memory_move": [{"path": "MEMORY.md", "to": "c.md", "overwrite": False}],
     "memory_history": [{"path": "MEMORY.md"}, {"path": "MEMORY.md", "version": 1}],
+    "memory_recent": [{}, {"since": "2026-01-01T00:00:00Z", "limit": 5, "actor_kind": "user"}],
 }
 INVALID: dict[str, list[dict[str, Any]]] = {
     "memory_read": [{}, {"path": 3}, {"path": "a.md", "mode": "raw"}],
@@ -53,6 +54,7 @@ INVALID: dict[str, list[dict[str, Any]]] = {
     "memory_delete": [{}, {"path": "a.md", "force": True}],
     "memory_move": [{"path": "a.md"}, {"path": "a.md", "to": "b.md", "overwrite": "yes"}],
     "memory_history": [{}, {"path": "a.md", "version": 0}, {"path": "a.md", "version": "2"}],
+    "memory_recent": [{"limit": 0}, {"limit": 101}, {"actor_kind": "robot"}, {"since": 3}],
 }
 
 

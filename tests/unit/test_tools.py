@@ -73,6 +73,7 @@ def test_anthropic_and_openai_formats_carry_the_same_schema() -> None:
         "memory_delete": ["path"],
         "memory_move": ["path", "to"],
         "memory_history": ["path"],
+        "memory_recent": [],
     }
 
 
@@ -93,9 +94,16 @@ def test_offered_tools_follow_the_configuration(store: FilesystemStore) -> None:
         "memory_list",
         "memory_search",
         "memory_history",
+        "memory_recent",
     )
     glob = MemoryTools(svc, SpaceRef.build("global", "catalogue"))
-    assert glob.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert glob.names == (
+        "memory_read",
+        "memory_list",
+        "memory_search",
+        "memory_history",
+        "memory_recent",
+    )
     assert glob.notices == [WRITE_REFUSED_GLOBAL]
     assert "<workspace_memory_write_refused>" in glob.context_text()
     assert [t["function"]["name"] for t in glob.openai_tools()] == list(glob.names)
@@ -271,14 +279,20 @@ def test_global_block_reads_and_lists_but_never_writes(store: FilesystemStore) -
     )
     assert config.memory is not None
     tools = MemoryTools.from_block(config.memory, SpaceService(store), ref)
-    assert tools.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert tools.names == (
+        "memory_read",
+        "memory_list",
+        "memory_search",
+        "memory_history",
+        "memory_recent",
+    )
     assert tools.dispatch("memory_read", {"path": "catalogue.md"}).text == "shared"
     assert [d["path"] for d in tools.dispatch("memory_list", {}).data["documents"]] == [
         "catalogue.md"
     ]
     # Even as a caller with platform authority a run's tool does not write global.
     granted = MemoryTools.from_block(config.memory, SpaceService(store), ref, who=LOCAL_PRINCIPAL)
-    assert granted.names == ("memory_read", "memory_list", "memory_search", "memory_history")
+    assert granted.names == tools.names
     for t in (tools, granted):
         res = t.dispatch("memory_write", {"path": "catalogue.md", "content": "defaced"})
         assert res.is_error and res.text == WRITE_REFUSED_GLOBAL
@@ -629,3 +643,25 @@ def test_as_of_reads_the_past_and_withholds_changes_and_search(
         res = past.dispatch(name, args)
         assert res.is_error and res.code == "write_refused" and "as it was at" in res.text
     assert svc.read(REF, "MEMORY.md").content == "now\n"
+
+
+# --- memory_recent -------------------------------------------------------------------------------
+
+
+def test_memory_recent_tells_what_changed_since_a_moment(store: FilesystemStore) -> None:
+    tools = MemoryTools(SpaceService(store), REF)
+    tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index\n"})
+    first = tools.dispatch("memory_recent", {})
+    assert not first.is_error and first.data["changes"][0]["action"] == "write"
+    since = first.data["changes"][0]["at"]
+    tools.dispatch("memory_write", {"path": "MEMORY.md", "content": "# Index\n\nmore\n"})
+    tools.dispatch("memory_delete", {"path": "MEMORY.md"})
+    got = tools.dispatch("memory_recent", {"since": since, "limit": 2})
+    lines = got.text.splitlines()
+    assert " delete MEMORY.md (version 3) by " in lines[0] and "-14 bytes" in lines[0]
+    assert " write MEMORY.md (version 2) by " in lines[1] and "+6 bytes" in lines[1]
+    assert lines[2].startswith("more: call memory_recent with cursor=")
+    rest = tools.dispatch("memory_recent", {"cursor": got.data["next_cursor"]})
+    assert [c["version"] for c in rest.data["changes"]] == [1]
+    bad = tools.dispatch("memory_recent", {"since": "soon"})
+    assert bad.is_error and "since" in bad.text

@@ -106,7 +106,9 @@ def test_memory_and_async_memory_take_the_tables_parameters(op: Operation) -> No
 
 
 def _fields(cls: Any) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
+    """A result's fields, less those it never sends (``wire_names`` maps them to None)."""
+    hidden = {k for k, v in getattr(cls, "wire_names", {}).items() if v is None}
+    return {f.name for f in dataclasses.fields(cls)} - hidden
 
 
 # A search answers the list of its hits itself (with ``pending`` and ``hint`` beside them):

@@ -207,6 +207,8 @@ ROWS: list[UiRow] = [
     UiRow("GET", "/t/{team_id}/version", team("/version", **DOC, version="1"), TEAM_READ),
     UiRow("GET", "/t/{team_id}/diff", team("/diff", **DOC, **{"from": "1", "to": "1"}), TEAM_READ),
     UiRow("POST", "/t/{team_id}/restore", _restore, TEAM_WRITE),
+    UiRow("GET", "/t/{team_id}/activity", team("/activity"), TEAM_READ),
+    UiRow("GET", "/t/{team_id}/activity", team("/activity", **SPACE), TEAM_READ, "one space"),
     UiRow("GET", "/t/{team_id}/export", team("/export", **SPACE), TEAM_READ),
     UiRow("GET", "/t/{team_id}/import", team("/import", **SPACE), TEAM_READ),
     UiRow("POST", "/t/{team_id}/import", _import, TEAM_WRITE),

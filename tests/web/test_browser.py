@@ -525,3 +525,53 @@ def test_history_diff_and_restore(people: Callable[[], Tab]) -> None:
     page.get_by_role("link", name="History").click()
     expect(page.locator("tbody tr")).to_have_count(3)
     assert "(live)" in page.locator("tr#v3").inner_text()
+
+
+def test_recent_changes_by_a_person_a_key_and_an_agent_run(people: Callable[[], Tab]) -> None:
+    """The feed after a person's write in the UI, an API key's over the API and an agent
+    run's (what ``keepstone run --server`` sends): who by name and kind, newest first,
+    filtered by kind, each linked to its diff."""
+    tab = people()
+    site = tab.site
+    page = tab.sign_in("member")
+    new_document(page, site, "activity/plan.md", "# Plan\n\nShip.\n")
+    with site.admin() as admin:
+        body = {"user_id": site.users["member"], "team_id": site.team_id, "name": "ci-bot"}
+        r = admin.post("/api/admin/api-keys", json=body)
+        assert r.status_code == 201, r.text
+        key = r.json()["key"]
+    query = {"name": "notes", "project": "web", "path": "activity/plan.md"}
+    with httpx.Client(base_url=site.base, headers={"Authorization": f"Bearer {key}"}) as api:
+        r = api.put("/api/memory/doc", params=query, json={"content": "# Plan\n\nShip today.\n"})
+        assert r.status_code == 200, r.text
+        agent = {"X-Keepstone-Agent-Run": "1"}
+        r = api.put(
+            "/api/memory/doc",
+            params=query,
+            json={"content": "# Plan\n\nShip today, tested.\n"},
+            headers=agent,
+        )
+        assert r.status_code == 200, r.text
+
+    page.goto(space_url(site, "/space"))
+    page.get_by_role("link", name="Recent changes").last.click()
+    assert "Recent changes in notes" in page.locator("h1").inner_text()
+    rows = page.locator("tbody tr")
+    expect(rows.first).to_contain_text("(agent run)")
+    texts = [rows.nth(i).inner_text() for i in range(3)]
+    assert "ci-bot" in texts[0] and "+8 B" in texts[0]
+    assert "ci-bot" in texts[1] and "(api key)" in texts[1] and "+6 B" in texts[1]
+    assert site.emails["member"] in texts[2] and "(user)" in texts[2]
+    assert all("activity/plan.md" in t for t in texts)
+    assert_labelled(page)
+    shot(page, "activity")
+
+    page.get_by_label("Made by").select_option("agent_run")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("tbody tr")).to_have_count(1)
+    page.locator("tbody tr").first.get_by_role("link").click()
+    expect(page.locator(".diff-add").filter(has_text="+Ship today, tested.")).to_have_count(1)
+
+    # The team's page, from the navigation: the same changes, each with its space.
+    page.get_by_role("link", name="Recent changes").first.click()
+    expect(page.locator("tbody tr").first).to_contain_text("notes/activity/plan.md")

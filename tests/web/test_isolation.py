@@ -99,6 +99,7 @@ def test_outsider_pages_in_its_own_team_show_nothing_of_team_a(
         f"/t/{own}/spaces",
         f"/t/{own}/search?q={MARK}",
         f"/t/{own}/memory",
+        f"/t/{own}/activity",
         "/teams",
         "/",
     ]
@@ -108,6 +109,7 @@ def test_outsider_pages_in_its_own_team_show_nothing_of_team_a(
             f"/t/{own}/space?{query}",
             f"/t/{own}/search?{query}&q={MARK}",
             f"/t/{own}/export?{query}",
+            f"/t/{own}/activity?{query}",
         ]
     for url in pages:
         status, body = _ask(client, world, "GET", url)

@@ -29,7 +29,19 @@ from keepstone.api.middleware import (
     QueryTextMiddleware,
     RequestContextMiddleware,
 )
-from keepstone.api.routes import admin, auth, edit, history, me, ops, orgs, records, search, spaces
+from keepstone.api.routes import (
+    activity,
+    admin,
+    auth,
+    edit,
+    history,
+    me,
+    ops,
+    orgs,
+    records,
+    search,
+    spaces,
+)
 from keepstone.api.throttle import LoginThrottle
 from keepstone.config import Config
 from keepstone.runtime import Runtime, open_runtime
@@ -38,7 +50,7 @@ from keepstone.runtime import Runtime, open_runtime
 #: Most requested first: FastAPI tries a request's path against each router's routes in this
 #: order (twice: to pick the router, then the route), and no two routers' paths overlap,
 #: so the order changes what a request costs, not where it goes (docs/performance.md).
-ROUTER_MODULES = (spaces, search, records, history, edit, ops, auth, orgs, admin, me)
+ROUTER_MODULES = (spaces, search, records, history, activity, edit, ops, auth, orgs, admin, me)
 
 
 def create_app(

@@ -28,13 +28,14 @@ Aliases:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio.to_thread
 from fastapi import Depends, Request
 
 from keepstone import principal as p
+from keepstone.activity import AGENT_RUN_HEADER
 from keepstone.errors import KeepstoneError
 from keepstone.service.access import Credentials, require_user
 from keepstone.service.spaces import SpaceService
@@ -97,6 +98,8 @@ def resolve_credential(request: Request) -> p.Principal:
         mutating=request.method not in _SAFE_METHODS,
         team_header=request.headers.get(TEAM_HEADER) or None,
     )
+    if request.headers.get(AGENT_RUN_HEADER) == "1":
+        principal = replace(principal, agent_run=True)  # recorded: it decides nothing
     request.state.principal = principal
     return principal
 

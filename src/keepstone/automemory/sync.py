@@ -21,7 +21,7 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -209,7 +209,10 @@ def fold_back(
     """
     report = SyncReport()
     found, present = _scan(Path(directory), report, warn)
-    actor = who if who is not None else console_principal(ref.user or "local")
+    # The run's changes are the agent run's in the history (docs/history.md, "Activity").
+    actor = replace(
+        who if who is not None else console_principal(ref.user or "local"), agent_run=True
+    )
     folding = _Folding(service, ref, actor, report, deadline, warn)
     for path in sorted(set(snapshot) - present):
         folding.delete(path, snapshot[path])

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from keepstone.activity import ACTOR_KINDS, DEFAULT_LIMIT
 from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args
 from keepstone.documents import VersionInfo
 from keepstone.vocabulary import cli_help
@@ -65,8 +66,8 @@ Verb = Callable[[str, str, Callable[[argparse.Namespace], int]], Any]
 
 
 def register_verbs(verbs: Any, verb: Verb) -> None:
-    """Add ``log``, ``show``, ``diff`` and ``restore`` with ``keepstone memory``'s ``verb``
-    (which adds the space and server flags)."""
+    """Add ``log``, ``show``, ``diff``, ``recent`` and ``restore`` with ``keepstone memory``'s
+    ``verb`` (which adds the space and server flags)."""
     del verbs  # the verbs are added through ``verb``, which knows the shared flags
     log = verb("log", cli_help("log"), _log)
     log.add_argument("path", metavar="PATH")
@@ -87,6 +88,18 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
         metavar="M",
         help="the newer version (default: the newest, i.e. the live document)",
     )
+
+    recent = verb("recent", cli_help("recent"), _recent)
+    recent.add_argument(
+        "--since", metavar="TIME", help="only changes at or after TIME (as --as-of takes it)"
+    )
+    recent.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help="1-100")
+    recent.add_argument("--actor-kind", choices=ACTOR_KINDS, help="only changes by this kind")
+    recent.add_argument("--cursor", help="go on after the page that printed this cursor")
+    recent.add_argument(
+        "--all", action="store_true", help="every space of the team you may read, not one"
+    )
+    recent.add_argument("--json", action="store_true", help="print the page as JSON")
 
     restore = verb("restore", cli_help("restore"), _restore)
     restore.add_argument("path", metavar="PATH")
@@ -111,6 +124,31 @@ def _log_line(v: VersionInfo, *, live: bool) -> str:
     what = "deleted" if v.deleted else human_bytes(v.size_bytes)
     mark = "  (live)" if live else ""
     return f"{v.version:>5}  {when}  {what:>10}  {v.actor}{mark}"
+
+
+def _recent(args: argparse.Namespace) -> int:
+    since = None if args.since is None else parse_time(args.since, flag="--since")
+    with open_spaces(args) as (service, who):
+        ref = None if args.all else space_ref_from_args(args, who.team_id)
+        page = service.recent(
+            who,
+            ref,
+            since=since,
+            actor_kind=args.actor_kind,
+            limit=args.limit,
+            cursor=args.cursor,
+        )
+        if args.json:
+            print(json.dumps(page.as_json()))
+            return 0
+        for c in page.changes:
+            when = c.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            delta = "" if c.size_delta is None else f"{c.size_delta:+d} B"
+            where = f"{c.space_id} {c.path}" if args.all else c.path
+            print(f"{when}  {c.action:<7}  {where}  v{c.version}  {delta:>9}  {c.actor.name}")
+        if page.next_cursor:
+            print(f"more: --cursor {page.next_cursor}", file=sys.stderr)
+        return 0
 
 
 def _show(args: argparse.Namespace) -> int:

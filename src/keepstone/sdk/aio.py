@@ -94,6 +94,7 @@ class AsyncMemory:
     versions = _in_thread(Memory.versions)
     diff = _in_thread(Memory.diff)
     restore = _in_thread(Memory.restore)
+    recent = _in_thread(Memory.recent)
     search = _in_thread(Memory.search)
     spaces = _in_thread(Memory.spaces)
     usage = _in_thread(Memory.usage)

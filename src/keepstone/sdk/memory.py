@@ -30,6 +30,7 @@ from typing import IO, Any, BinaryIO, Literal, overload
 
 import keepstone.sdk.tools as agent_tools
 from keepstone import runtime
+from keepstone.activity import DEFAULT_LIMIT, ChangePage
 from keepstone.config import Config
 from keepstone.document_pages import Listing
 from keepstone.documents import (
@@ -309,6 +310,22 @@ class Memory:
         """Make ``version`` of the document current again: a new write of its content,
         checked like any write (quota, secrets, ``if_match``)."""
         return self._open().restore(self._who, self._space, path, version, if_match=if_match)
+
+    def recent(
+        self,
+        since: datetime | str | None = None,
+        limit: int = DEFAULT_LIMIT,
+        *,
+        actor_kind: str | None = None,
+        cursor: str | None = None,
+    ) -> ChangePage:
+        """What changed in the space lately, newest first (docs/python.md, "Recent changes"):
+        the changes made at or after ``since`` (an instant or ISO 8601 text), ``limit``
+        (1-100) of them after ``cursor`` (the page before's ``next_cursor``), made by actors
+        of ``actor_kind`` (``user``, ``api_key``, ``agent_run``, ...) when given."""
+        return self._open().recent(
+            self._who, self._space, since=since, actor_kind=actor_kind, limit=limit, cursor=cursor
+        )
 
     @overload
     def search(

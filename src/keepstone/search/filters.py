@@ -106,6 +106,12 @@ def _instant(value: object, name: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+def parse_instant(value: object, name: str) -> datetime | None:
+    """``value`` (ISO 8601 text, a date or a datetime; naive is UTC) as an aware instant,
+    None when empty; 400 naming ``name`` otherwise."""
+    return _instant(value, name)
+
+
 def _tags(value: object) -> tuple[str, ...]:
     if value is None or value == "":
         return ()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
 import orjson
 
+from keepstone.activity import DEFAULT_LIMIT, ChangePage, changing
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import page_ask
 from keepstone.documents import (
@@ -53,6 +54,7 @@ from keepstone.service.access import (
     reading_team,
     require_user,
 )
+from keepstone.service.activity import ActorNaming, name_actors, read_recent
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import check_gzip_level
 from keepstone.store.base import ListsAsJson, MemoryStore, Progress
@@ -157,6 +159,15 @@ class SpaceListingStore(Protocol):
 
 
 @runtime_checkable
+class RestoringStore(Protocol):
+    """A store whose server restores a version itself (and records it as a restore)."""
+
+    def restore_version(
+        self, ref: SpaceRef, path: str, version: int, if_match: str | None
+    ) -> WriteResult: ...
+
+
+@runtime_checkable
 class ReadableSearchingStore(Protocol):
     """A store whose server searches every space the caller may read itself."""
 
@@ -177,9 +188,12 @@ class SpaceService:
         search: DocumentSearch | Callable[[], DocumentSearch] | None = None,
         *,
         export_gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
+        names: ActorNaming | None = None,
     ) -> None:
         search_capability(store)
         self.store = store
+        #: Who the history's actor ids are (the identity's users and keys; None: no ids).
+        self.names = names
         self._search = search
         #: ``KEEPSTONE_EXPORT_GZIP_LEVEL``, checked now: a bad level fails at start, not at
         #: the first export.
@@ -250,7 +264,7 @@ class SpaceService:
         ``create_only``, ``412 precondition_failed`` when the path holds a document (decided
         atomically with the write, where the store can)."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.change_actor):
+        with _acting(who):
             return self.store.write(
                 ref, path, content, if_match=if_match, if_none_match=create_only, grant=grant
             )
@@ -272,7 +286,7 @@ class SpaceService:
         ``InvalidEdit`` when the edit cannot apply (absent or ambiguous text, a line out of
         range)."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.change_actor):
+        with _acting(who):
             return self.store.edit(ref, path, edit, if_match=if_match, grant=grant)
 
     def move(
@@ -289,7 +303,7 @@ class SpaceService:
         (:meth:`MemoryStore.move`); ``409 already_exists`` when ``to`` is taken, unless
         ``overwrite``. The answer is the document at its new path."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.change_actor):
+        with _acting(who):
             return self.store.move(
                 ref, path, to, if_match=if_match, overwrite=overwrite, grant=grant
             )
@@ -299,7 +313,7 @@ class SpaceService:
     ) -> None:
         """Remove a document as ``who``; ``404 not_found`` when absent."""
         grant = authorize_space_mutation(who, ref)
-        with acting_as(who.change_actor):
+        with _acting(who):
             self.store.delete(ref, path, if_match=if_match, grant=grant)
 
     def export(self, ref: SpaceRef, sink: BinaryIO, *, progress: Progress | None = None) -> int:
@@ -350,7 +364,7 @@ class SpaceService:
         (``total``/``progress``: see :meth:`MemoryStore.import_archive`)."""
         how = parse_import_strategy(strategy)
         grant = authorize_space_mutation(who, ref, importing=True)
-        with acting_as(who.change_actor):
+        with _acting(who, action="import"):
             return self.store.import_archive(
                 ref, source, how, grant=grant, progress=progress, total=total
             )
@@ -413,10 +427,41 @@ class SpaceService:
         """Make ``version`` of the document current again: a new write of its content, as
         ``who``, checked like any write (authority, quota, secrets; audited for global);
         ``create_only`` brings back a deleted document only while its path stays free."""
-        old = self.store.read_version(ref, path, version)
-        return self.write(
-            who, ref, old.path, old.content, if_match=if_match, create_only=create_only
+        store = self.store
+        if isinstance(store, RestoringStore) and not create_only:
+            return store.restore_version(ref, path, version, if_match)  # the server's own
+        old = store.read_version(ref, path, version)
+        with changing(action="restore"):
+            return self.write(
+                who, ref, old.path, old.content, if_match=if_match, create_only=create_only
+            )
+
+    def recent(
+        self,
+        who: Principal,
+        ref: SpaceRef | None = None,
+        *,
+        since: datetime | str | None = None,
+        actor_kind: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> ChangePage:
+        """What changed lately, newest first: :func:`keepstone.service.activity.read_recent`."""
+        return read_recent(
+            self.store,
+            who,
+            ref,
+            self.names,
+            since=since,
+            actor_kind=actor_kind,
+            limit=limit,
+            cursor=cursor,
         )
+
+    def actor_names(self, actors: Sequence[str]) -> dict[str, str]:
+        """How a person reads each of the history's raw ``actors`` (``user:<id> key:<id>``):
+        an email, a key's label, never an id (docs/history.md, "Activity")."""
+        return name_actors(actors, self.names)
 
     def reindex(
         self, who: Principal, *, rebuild: bool = False, progress: Progress | None = None
@@ -537,6 +582,14 @@ class SpaceService:
     def iter_documents(self, ref: SpaceRef) -> Iterator[Document]:
         """Every document of the space with its content, streamed, sorted by path."""
         return self.store.iter_documents(ref)
+
+
+@contextlib.contextmanager
+def _acting(who: Principal, action: str | None = None) -> Iterator[None]:
+    """Record the changes made inside the block as ``who``'s (its actor and kind), with
+    ``action`` (None: the change's own, or as set around the block)."""
+    with acting_as(who.change_actor), changing(kind=who.actor_kind, action=action):
+        yield
 
 
 def _given(filters: SearchFilters | None) -> dict[str, SearchFilters]:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from keepstone.activity import ChangePage, FeedQuery, changing
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import PageAsk
 from keepstone.documents import (
@@ -362,10 +363,11 @@ class MemoryStore(ABC):
                 path=src,
             )
         checked = CheckedMove(src, dst, if_match, overwrite, grant)
-        if self.reserve is None:
-            return self._move(ref, checked)
-        self.reserve.ensure()
-        return self.reserve.refusing(lambda: self._move(ref, checked))
+        with changing(action="move"):
+            if self.reserve is None:
+                return self._move(ref, checked)
+            self.reserve.ensure()
+            return self.reserve.refusing(lambda: self._move(ref, checked))
 
     def versions(self, ref: SpaceRef, path: str) -> Versions:
         """The document's versions newest first, live included; NotFound when
@@ -504,6 +506,14 @@ class MemoryStore(ABC):
             "this store keeps no search index of its own: a Keepstone server indexes its "
             "documents itself; drop --server to reindex the local store"
         )
+
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
+        """The changes of the spaces ``refs`` (of one team, or one global space; a client of
+        a server: [] for every space the server lets the caller read) that ``query`` asks
+        for, newest first; each
+        change carries its raw actor (``Change.who``) for the service to name
+        (docs/history.md, "Activity")."""
+        raise _no_history()
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing
         """Release connections, pools or locks."""

@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from keepstone.activity import ChangePage, FeedQuery
 from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
@@ -442,6 +443,10 @@ class FilesystemStore(MemoryStore):
     def _versions(self, ref: SpaceRef, path: str) -> Versions:
         ref = self._checked(ref)
         return self._history.versions(ref, path, settle=self._counters.load_locked)
+
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
+        ids = [self._checked(ref).id for ref in refs]
+        return self._history.activity(ids, query)
 
     def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         return self._history.read_version(self._checked(ref), path, version)

@@ -36,6 +36,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+from keepstone.activity import (
+    UNKNOWN,
+    Actor,
+    Change,
+    ChangePage,
+    FeedQuery,
+    action_of,
+    decode_cursor,
+    encode_cursor,
+)
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag
 from keepstone.errors import InvalidDocument
 from keepstone.quota import HistoryLimits, Limits, clamp
@@ -58,11 +68,23 @@ CREATE TABLE IF NOT EXISTS versions (
     space_id TEXT NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,
     etag TEXT NOT NULL, size INTEGER NOT NULL, stored_bytes INTEGER NOT NULL,
     at_us INTEGER NOT NULL, actor TEXT NOT NULL, deleted INTEGER NOT NULL,
-    content BLOB
+    content BLOB, action TEXT NOT NULL DEFAULT '', actor_kind TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS versions_by_path
-    ON versions (space_id, path, version, at_us, deleted, size, etag, stored_bytes)
+    ON versions (space_id, path, version, at_us, deleted, size, etag, stored_bytes);
+CREATE INDEX IF NOT EXISTS versions_by_time ON versions (space_id, at_us)
 """
+
+
+def _add_change_columns(conn: sqlite3.Connection) -> None:
+    """A file written before changes recorded their action and actor kind gains both ('' on
+    its rows: a write or a deletion, by an unknown actor)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
+    if have:
+        for name in ("action", "actor_kind"):
+            if name not in have:
+                conn.execute(f"ALTER TABLE versions ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+
 
 #: The newest version of one path: (version, etag, deleted, at_us, stored_bytes).
 Newest = tuple[int, str, bool, int, int]
@@ -91,6 +113,10 @@ class Record:
     etag: str
     at_us: int
     actor: str
+    #: What the change did and who made it (docs/history.md, "Activity"); '' for a hand
+    #: edit found on disk: a write or a deletion by an unknown actor.
+    action: str = ""
+    kind: str = ""
 
 
 #: (content, stat) of a live file, as ``FileTree.read_file`` answers; None: absent.
@@ -125,7 +151,7 @@ class HistoryDb(SqliteSidecar):
         return f"moved it to {aside}"
 
     def _connect(self) -> sqlite3.Connection:
-        return self._connect_with(_SCHEMA)
+        return self._connect_with(_SCHEMA, _add_change_columns)
 
     def connection(self, *, create: bool) -> sqlite3.Connection | None:
         return self._conn(create=create)
@@ -180,6 +206,37 @@ class HistoryDb(SqliteSidecar):
             VersionInfo(int(v), str(etag), int(size), from_us(at), str(actor), bool(deleted))
             for v, etag, size, at, actor, deleted in rows
         ]
+
+    @staticmethod
+    def activity(
+        conn: sqlite3.Connection, space_ids: Sequence[str], query: FeedQuery
+    ) -> ChangePage:
+        """The changes of ``space_ids``, newest first (:meth:`MemoryStore.activity`), along
+        ``versions_by_time``; the cursor is the last one's (time, space, path, version)."""
+        since, kind, limit, cursor = query.since, query.kind, query.limit, query.cursor
+        where = [f"space_id IN ({', '.join('?' * len(space_ids))})"]
+        args: list[object] = list(space_ids)
+        if since is not None:
+            where.append("at_us >= ?")
+            args.append(to_us(since))
+        if kind is not None:
+            where.append("actor_kind IN (?, ?)" if kind == UNKNOWN else "actor_kind = ?")
+            args += ["", kind] if kind == UNKNOWN else [kind]
+        if cursor is not None:
+            at, space, path, version = decode_cursor(cursor, 4)
+            where.append("at_us <= ? AND (at_us, space_id, path, version) < (?, ?, ?, ?)")
+            args += [to_us(at), to_us(at), space, path, version]
+        rows = conn.execute(
+            "SELECT at_us, space_id, path, version, action, actor_kind, actor, deleted, size "
+            f"FROM versions WHERE {' AND '.join(where)} "
+            "ORDER BY at_us DESC, space_id DESC, path DESC, version DESC LIMIT ?",
+            (*args, limit + 1),
+        ).fetchall()
+        page = rows[:limit]
+        changes = tuple(_change(conn, *row) for row in page)
+        last = page[-1] if len(rows) > limit else None
+        after = None if last is None else encode_cursor(from_us(last[0]), *last[1:4])
+        return ChangePage(changes, after)
 
     @staticmethod
     def read(conn: sqlite3.Connection, space_id: str, path: str, version: int) -> Document | None:
@@ -382,7 +439,7 @@ def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
     packed = None if r.data is None else pack_version(r.data)
     conn.execute(
         "INSERT INTO versions (space_id, path, version, etag, size, stored_bytes, at_us, "
-        "actor, deleted, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "actor, deleted, content, action, actor_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             r.space_id,
             r.path,
@@ -394,9 +451,40 @@ def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
             r.actor[:256],
             r.data is None,
             packed,
+            r.action,
+            r.kind,
         ),
     )
     return 0 if packed is None else len(packed)
+
+
+def _change(
+    conn: sqlite3.Connection,
+    at_us: int,
+    space_id: str,
+    path: str,
+    version: int,
+    action: str,
+    kind: str,
+    actor: str,
+    deleted: int,
+    size: int,
+) -> Change:
+    """One row of the feed, its size delta from the version before it (None: not kept)."""
+    done = action_of(action, bool(deleted))
+    size = 0 if deleted else int(size)
+    delta: int | None = size
+    if done == "move":
+        delta = 0  # the tree holds the same bytes, at another path
+    elif version > 1:
+        prior = conn.execute(
+            "SELECT size, deleted FROM versions WHERE space_id = ? AND path = ? AND version = ?",
+            (space_id, path, version - 1),
+        ).fetchone()
+        delta = None if prior is None else size - (0 if prior[1] else int(prior[0]))
+    return Change(
+        from_us(at_us), space_id, path, done, Actor(kind or UNKNOWN, ""), delta, version, actor
+    )
 
 
 def history_errors() -> AbstractContextManager[None]:

@@ -53,6 +53,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
+from keepstone.activity import ChangePage, FeedQuery, current_action, current_kind
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag, current_actor
 from keepstone.quota import HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
@@ -143,7 +144,8 @@ class TreeHistory:
         self, ref: SpaceRef, path: str, data: bytes | None, etag: str, at_us: int
     ) -> Record:
         """The version a mutation through the store makes at ``at_us`` (its instant)."""
-        return Record(ref.id, path, data, etag, at_us, current_actor())
+        action, kind = current_action(deleted=data is None), current_kind()
+        return Record(ref.id, path, data, etag, at_us, current_actor(), action, kind)
 
     def observed(
         self, ref: SpaceRef, path: str, live: Live, etag: str | None = None, now_us: int = 0
@@ -248,6 +250,15 @@ class TreeHistory:
                     live = self._tree.read_file(comps, path)
                     self.record(conn, [self.observed(ref, path, live)])
             return self._db.versions(conn, ref.id, path)
+
+    def activity(self, space_ids: Sequence[str], query: FeedQuery) -> ChangePage:
+        """The changes of ``space_ids``, newest first (hand edits of files not yet seen
+        through the store are recorded when their path's history or the tree is read)."""
+        conn = self._reader()
+        if conn is None or not space_ids:
+            return ChangePage((), None)
+        with history_errors():
+            return self._db.activity(conn, space_ids, query)
 
     def read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
         conn = self._reader()

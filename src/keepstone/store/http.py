@@ -12,7 +12,7 @@ The server stamps the tenant and user from the token, so ``ref.tenant`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
@@ -20,6 +20,15 @@ from typing import Any, BinaryIO
 import httpx
 
 from keepstone import errors
+from keepstone.activity import (
+    AGENT_RUN,
+    AGENT_RUN_HEADER,
+    Actor,
+    Change,
+    ChangePage,
+    FeedQuery,
+    current_kind,
+)
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import PageAsk
 from keepstone.documents import (
@@ -147,6 +156,10 @@ class HttpMemoryStore(MemoryStore):
         return params
 
     def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        if method != "GET" and current_kind() == AGENT_RUN:
+            # ``keepstone run --server`` folding an agent's files back: the server records
+            # the change as the agent run's (its key still decides what it may do).
+            kwargs["headers"] = {**kwargs.get("headers", {}), AGENT_RUN_HEADER: "1"}
         try:
             response = self._client.request(method, url, **kwargs)
         except httpx.HTTPError as exc:
@@ -276,6 +289,42 @@ class HttpMemoryStore(MemoryStore):
         may read, with their usage, as the server renders them."""
         body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
         return body
+
+    def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
+        """``GET /api/memory/activity``: the server decides what the caller sees and names
+        each actor (``refs`` []: every space of the team the server lets it read)."""
+        params = self._params(refs[0]) if refs else {}
+        params["limit"] = str(query.limit)
+        if query.since is not None:
+            params["since"] = _aware(query.since).isoformat()
+        if query.kind is not None:
+            params["actor_kind"] = query.kind
+        if query.cursor is not None:
+            params["cursor"] = query.cursor
+        body = self._request("GET", "/api/memory/activity", params=params).json()
+        changes = tuple(
+            Change(
+                at=datetime.fromisoformat(c["at"]),
+                space_id=str(c["space_id"]),
+                path=str(c["path"]),
+                action=str(c["action"]),
+                actor=Actor(str(c["actor"]["kind"]), str(c["actor"]["name"])),
+                size_delta=None if c["size_delta"] is None else int(c["size_delta"]),
+                version=int(c["version"]),
+            )
+            for c in body["changes"]
+        )
+        return ChangePage(changes, body.get("next_cursor"))
+
+    def restore_version(
+        self, ref: SpaceRef, path: str, version: int, if_match: str | None
+    ) -> WriteResult:
+        """``POST /api/memory/doc/restore``: the server restores (and records a restore)."""
+        params = self._params(ref, path=path, version=str(version))
+        response = self._request(
+            "POST", "/api/memory/doc/restore", params=params, headers=_if_match(if_match)
+        )
+        return _write_result(response.json())
 
     def usage(self, ref: SpaceRef) -> Usage:
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()

@@ -63,6 +63,7 @@ from keepstone.store.base import (
     space_of_id,
 )
 from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve
+from keepstone.store.sql_activity import DocumentActivity
 from keepstone.store.sql_history import DocumentHistory, HistoryStatements
 from keepstone.store.sql_index import (
     NO_TENANT,
@@ -96,7 +97,7 @@ def _check_quota_value(quota_bytes: object) -> int:
     return quota_bytes
 
 
-class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, MemoryStore):
+class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, DocumentActivity, MemoryStore):
     """The :class:`MemoryStore` over SQLite or PostgreSQL.
 
     ``limits`` gives the document cap, the sub-caps per visibility, and the quotas a

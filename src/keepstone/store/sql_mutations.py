@@ -40,6 +40,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from keepstone.activity import current_action, current_kind
 from keepstone.db import translated_errors, utc, utcnow, write_transaction
 from keepstone.documents import PlatformGrant, WriteResult, current_actor
 from keepstone.errors import Conflict, QuotaExceeded, no_document
@@ -69,6 +70,18 @@ _WRITE_ATTEMPTS = 8
 def _actor() -> str:
     """Who is changing the document, cut to the width of the ``actor`` columns (256)."""
     return current_actor()[:ACTOR_WIDTH]
+
+
+def _who() -> dict[str, str]:
+    """Who is changing the document and what the change does (docs/history.md, "Activity"):
+    the parameters of the actor, its kind, and the action of a new version and of a
+    deletion marker."""
+    return {
+        "actor": _actor(),
+        "kind": current_kind(),
+        "action": current_action(),
+        "mark_action": current_action(deleted=True),
+    }
 
 
 class DocumentMutations:
@@ -148,7 +161,7 @@ class DocumentMutations:
             "content": w.content,
             "size": len(w.data),
             "etag": w.etag,
-            "actor": _actor(),
+            **_who(),
             # PostgreSQL: a large version is packed now, while its bytes are at hand, into
             # its row of the history (SQLite packs it when a change replaces it; SQL copies
             # a small one then), docs/history.md "Where".
@@ -282,7 +295,7 @@ class DocumentMutations:
             try:
                 moved = conn.execute(
                     self._sql.move_doc,
-                    {**key, "to": m.to, "now": now, "actor": _actor()},
+                    {**key, "to": m.to, "now": now, "actor": _actor(), "kind": current_kind()},
                 ).scalar_one()
             except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
                 # A writer created a document at m.to after the lock found none (PostgreSQL;
@@ -298,7 +311,8 @@ class DocumentMutations:
                     # replaced at the old path, from the content its lock read).
                     at, actor = self._time(now), _actor()
                     carried = {**key, "to": m.to, "moved": moved, "v": current.version}
-                    self._change_sql.carry(conn, {**carried, "at": at, "actor": actor})
+                    who = {"at": at, "actor": actor, "kind": current_kind()}
+                    self._change_sql.carry(conn, {**carried, **who})
                 self._trim_versions(conn, self._aggregate(ref)[0], target, int(moved), team)
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)
@@ -394,7 +408,7 @@ class DocumentMutations:
             **_kept(replaced),
             "mark": None if replaced is None else replaced.version + 1,
             "at": self._time(at),
-            "actor": _actor(),
+            **_who(),
         }
 
 

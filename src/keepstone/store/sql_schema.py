@@ -43,6 +43,8 @@ _ADDED_LATER = frozenset(
         "version",
         "actor",
         "chunked",
+        "action",
+        "actor_kind",
     }
 )
 
@@ -69,6 +71,28 @@ def _space_id() -> sa.Column[str]:
     return sa.Column("space_id", BinaryText, nullable=False)
 
 
+def _recent_indexes(table: str, at: str, *tail: str, team: bool = False) -> tuple[sa.Index, ...]:
+    """v8: a space's changes newest first, in the activity feed's whole order (time, path[,
+    version]), so a page reads its own rows and sorts nothing (a team's feed merges its
+    spaces' pages); ``team``: the team's too, in the same order (the versions' retention
+    reads it by time)."""
+    # Led by the space's key alone (it names the team too): with no statistics the planner
+    # weighs an index by the leading columns a statement fixes, and a lookup of one version
+    # by its primary key (team, space, path, version) must find no other index as good.
+    space = sa.Index(f"ix_{table}_space_recent", "space_key", at, "path", *tail)
+    if not team:
+        return (space,)
+    return (sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail), space)
+
+
+def _change_columns() -> tuple[sa.Column[str], ...]:
+    """A change's action and actor kind (v8), '' where written before they were recorded."""
+    return (
+        sa.Column("action", sa.String(16), nullable=False, server_default=""),
+        sa.Column("actor_kind", sa.String(16), nullable=False, server_default=""),
+    )
+
+
 memory_documents = sa.Table(
     "memory_documents",
     metadata,
@@ -87,6 +111,10 @@ memory_documents = sa.Table(
     # Every write of new content clears it in the write's own statement; the indexer sets
     # it in the transaction that inserts the chunks.
     sa.Column("chunked", sa.Boolean, nullable=False, server_default=sa.false()),
+    # v8: what the change made the live version (an activity.ACTIONS) and who made it
+    # (an activity.ACTOR_KINDS); '' on rows written before.
+    *_change_columns(),
+    *_recent_indexes("memory_documents", "updated_at"),
 )
 
 #: The documents whose chunks are not in ``memory_chunks`` yet: the condition a reconcile
@@ -249,8 +277,10 @@ memory_document_versions = sa.Table(
     timestamp("at"),
     sa.Column("actor", sa.String(ACTOR_WIDTH), nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False),
-    # The oldest versions of a team go first when its history is over quota or too old.
-    sa.Index("ix_memory_document_versions_at", "tenant_id", "at"),
+    *_change_columns(),
+    # The oldest versions of a team go first when its history is over quota or too old (v8:
+    # the team's index by time is the activity's, below; it was (tenant_id, at) before).
+    *_recent_indexes("memory_document_versions", "at", "version", team=True),
 )
 
 _HISTORY_COLUMNS = {
@@ -264,7 +294,13 @@ _HISTORY_COLUMNS = {
 def _v4_document_history(conn: Connection) -> None:
     from keepstone.store.version_pack import pack_version
 
-    memory_document_versions.create(conn, checkfirst=True)
+    # The table as it stood at v4 (v8 adds its change columns and indexes).
+    v4 = sa.MetaData()
+    later = {"action", "actor_kind"}
+    columns = [c._copy() for c in memory_document_versions.columns if c.name not in later]
+    old = sa.Table(memory_document_versions.name, v4, *columns)
+    sa.Index("ix_memory_document_versions_at", old.c.tenant_id, old.c.at)
+    v4.create_all(conn, checkfirst=True)
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_tenant_usage")}
     for name, ddl in _HISTORY_COLUMNS.items():
         if name not in have:
@@ -466,6 +502,47 @@ MIGRATIONS.append(
         7,
         "ix_memory_chunks_space_model: pending counted per space",
         _v7_pending_per_space,
+    )
+)
+
+
+# --- v8: activity: each change's action and actor kind, read newest first --------------------
+#
+# Every change records what it did (``action``: write, delete, move, import, restore) and the
+# kind of who made it (``actor_kind``: user, api_key, service, agent_run, platform), on the
+# document row (the live version) and on each row of the table (copied with the version when
+# a change replaces it). Rows written before keep '' in both, which the feed reads as a
+# write or a deletion (by ``deleted``) by an ``unknown`` actor: adding a column with a constant
+# default rewrites no row (PostgreSQL 11+, SQLite), and nothing here reads statistics.
+#
+# The feed (docs/history.md, "Activity") reads both tables newest first, each space along an
+# index in the feed's whole order (``*_space_recent``), a team's feed merging its spaces'
+# pages; the versions' index by team and time in that order (``*_recent``) replaces v4's
+# ``(tenant_id, at)``, which the retention jobs read, as its prefix.
+
+
+def _v8_activity(conn: Connection) -> None:
+    for table in ("memory_documents", "memory_document_versions"):
+        have = {c["name"] for c in sa.inspect(conn).get_columns(table)}
+        for name in ("action", "actor_kind"):
+            if name not in have:
+                conn.exec_driver_sql(
+                    f"ALTER TABLE {table} ADD COLUMN {name} VARCHAR(16) NOT NULL DEFAULT ''"
+                )
+    for changed in (memory_documents, memory_document_versions):
+        for index in changed.indexes:
+            if index.name and index.name.endswith("recent"):
+                index.create(conn, checkfirst=True)
+    # The team's versions by time: the feed's index above leads with the same columns.
+    conn.exec_driver_sql("DROP INDEX IF EXISTS ix_memory_document_versions_at")
+
+
+MIGRATIONS.append(
+    Migration(
+        COMPONENT,
+        8,
+        "activity: each change's action and actor kind, and indexes read newest first",
+        _v8_activity,
     )
 )
 

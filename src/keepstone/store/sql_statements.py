@@ -158,6 +158,8 @@ class Statements:
                 path=bp("to"),
                 updated_at=bp("now"),
                 actor=bp("actor"),
+                action="move",
+                actor_kind=bp("kind"),
                 version=target_versions.scalar_subquery(),
             )
             .returning(D.c.version)

@@ -88,14 +88,14 @@ RENUMBER = (
 LAST_AT = f"SELECT {_NEWEST_AT}"
 _VERSION_COLUMNS = (
     "INSERT INTO memory_document_versions (tenant_id, space_key, path, version, space_id, "
-    "etag, size_bytes, stored_bytes, content, at, actor, deleted) "
+    "etag, size_bytes, stored_bytes, content, at, actor, action, actor_kind, deleted) "
 )
 #: A moved large document's packed row, carried from the path it left (``:p``, its version
 #: ``:v``) to the path it now holds as version ``:moved`` (``:to``). None there (a large
 #: version kept before its packed row was): nothing, and SQL keeps it as it is once replaced.
 CARRY = (
     _VERSION_COLUMNS + "SELECT tenant_id, space_key, :to, :moved, space_id, etag, size_bytes, "
-    "stored_bytes, content, :at, :actor, false FROM memory_document_versions "
+    "stored_bytes, content, :at, :actor, 'move', :kind, false FROM memory_document_versions "
     f"WHERE {_ONE} AND version = :v"
 )
 
@@ -122,8 +122,9 @@ def lock_statement(postgres: bool, history: bool) -> str:
 #: ``doc``, an insert: the path's next version (a new document's time is ``{at}``).
 _INSERT = (
     "INSERT INTO memory_documents (tenant_id, space_key, path, space_id, visibility, "
-    "content, size_bytes, etag, updated_at, version, actor, chunked) "
-    "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {at}, " + _NEXT + ", :actor, false"
+    "content, size_bytes, etag, updated_at, version, actor, action, actor_kind, chunked) "
+    "SELECT :t, :k, :p, :sid, :vis, :content, :size, :etag, {at}, " + _NEXT + ", :actor, "
+    ":action, :kind, false"
     "{src} WHERE true{when} "
     "ON CONFLICT (tenant_id, space_key, path) DO NOTHING RETURNING version"
 )
@@ -142,6 +143,7 @@ _DOCS = {
         "update": (
             "UPDATE memory_documents SET content = :content, size_bytes = :size, etag = :etag, "
             "updated_at = :now, version = memory_documents.version + 1, actor = :actor, "
+            "action = :action, actor_kind = :kind, "
             # New content: not chunked until the indexer chunks it (its old chunks go in
             # the same change, ``gone``).
             "chunked = false"
@@ -183,7 +185,7 @@ _BOUND_DELTA = {"d": ":d", "fresh": ":fresh"}
 #: one as its text after a zero byte, as version_pack stores a small version (made in SQL).
 _KEEP = (
     _VERSION_COLUMNS + "SELECT tenant_id, space_key, path, version, space_id, etag, "
-    "size_bytes, {stored}, {packed}, updated_at, actor, false "
+    "size_bytes, {stored}, {packed}, updated_at, actor, action, actor_kind, false "
     "FROM memory_documents{src} WHERE " + _ONE + "{when}"
 )
 #: ``_KEEP`` as each dialect runs it.
@@ -204,11 +206,12 @@ _KEEPS = {
 #: ``live``: the packed row of a large new content, numbered as its document (``{version}``).
 _LIVE = (
     _VERSION_COLUMNS + "SELECT :t, :k, :p, {version}, :sid, :etag, :size, :live_stored, "
-    ":live_packed, :now, :actor, false{src} WHERE true"
+    ":live_packed, :now, :actor, :action, :kind, false{src} WHERE true"
 )
 #: ``mark``: a deletion marker: the path holds nothing from ``:at`` on.
 _MARK = (
-    _VERSION_COLUMNS + "SELECT :t, :k, :p, :mark, :sid, '', 0, 0, NULL, :at, :actor, true"
+    _VERSION_COLUMNS + "SELECT :t, :k, :p, :mark, :sid, '', 0, 0, NULL, :at, :actor, "
+    ":mark_action, :kind, true"
     "{src} WHERE true"
 )
 

@@ -38,14 +38,16 @@ from keepstone.service.access import console_principal
 from keepstone.service.filters import FILTER_PARAMS, filters_of, search_answer
 from keepstone.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
 from keepstone.spaces import SpaceRef, Visibility, project_key
+from keepstone.tools.args import current_names, only_args, optional_str, str_arg
+from keepstone.tools.recent import recent_answer
 from keepstone.tools.schemas import (
-    DEPRECATED_ARGUMENTS,
     MEMORY_DELETE,
     MEMORY_EDIT,
     MEMORY_HISTORY,
     MEMORY_LIST,
     MEMORY_MOVE,
     MEMORY_READ,
+    MEMORY_RECENT,
     MEMORY_SEARCH,
     MEMORY_WRITE,
     MUTATING_TOOLS,
@@ -209,11 +211,11 @@ class MemoryTools:
     @property
     def names(self) -> tuple[str, ...]:
         """The tools offered, in the order of :data:`SPECS` (read, write, list, search, edit,
-        delete, move, history); the ones that change the space only where writing is
-        enabled, and no search of a space seen as of a past moment."""
+        delete, move, history, recent); the ones that change the space only where writing is
+        enabled, and no search or recent changes of a space seen as of a past moment."""
         withheld = set() if self.write_enabled else set(MUTATING_TOOLS)
         if self.as_of is not None:
-            withheld.add(MEMORY_SEARCH)
+            withheld |= {MEMORY_SEARCH, MEMORY_RECENT}  # both would tell what came after
         return tuple(name for name in SPECS if name not in withheld)
 
     @property
@@ -268,7 +270,7 @@ class MemoryTools:
     def dispatch(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Run one tool call; always a :class:`ToolResult`, never an exception."""
         try:
-            args = _current_names(name, dict(arguments or {}))
+            args = current_names(name, dict(arguments or {}))
             handler = self._handlers().get(name)
             if handler is None:
                 return _error(
@@ -292,6 +294,7 @@ class MemoryTools:
             MEMORY_LIST: self._list,
             MEMORY_WRITE: self._write,
             MEMORY_HISTORY: self._history,
+            MEMORY_RECENT: self._recent,
             MEMORY_SEARCH: self._search,
             MEMORY_EDIT: self._edit,
             MEMORY_DELETE: self._delete,
@@ -299,8 +302,8 @@ class MemoryTools:
         }
 
     def _read(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_READ, {"path"})
-        path = _str_arg(args, "path")
+        only_args(args, MEMORY_READ, {"path"})
+        path = str_arg(args, "path")
         try:
             doc = self._read_doc(path)
         except NotFound as exc:
@@ -309,7 +312,7 @@ class MemoryTools:
         return ToolResult(False, doc.content, data=data)
 
     def _list(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_LIST, {"dir"})
+        only_args(args, MEMORY_LIST, {"dir"})
         directory = args.get("dir") or ""
         if not isinstance(directory, str):
             raise InvalidRequest("dir must be a string such as 'topics'")
@@ -324,8 +327,8 @@ class MemoryTools:
         return ToolResult(False, text, data={"documents": rows, "next_cursor": None})
 
     def _history(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_HISTORY, {"path", "version"})
-        path = _str_arg(args, "path")
+        only_args(args, MEMORY_HISTORY, {"path", "version"})
+        path = str_arg(args, "path")
         version = args.get("version")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise InvalidRequest("version must be a whole number from 1 (from the list)")
@@ -353,6 +356,10 @@ class MemoryTools:
         text = f"{HISTORY_NOTICE}\nversion {version} of {doc.path}:\n{fenced(doc.content)}"
         return ToolResult(False, text, data=data)
 
+    def _recent(self, args: dict[str, Any]) -> ToolResult:
+        text, data = recent_answer(self.service, self.who, self.ref, args)
+        return ToolResult(False, text, data=data)
+
     def _write_refused(self, name: str) -> ToolResult:
         if self.ref.is_global:
             return _error("write_refused", WRITE_REFUSED_GLOBAL)
@@ -367,23 +374,23 @@ class MemoryTools:
     def _write(self, args: dict[str, Any]) -> ToolResult:
         if not self.write_enabled:
             return self._write_refused(MEMORY_WRITE)
-        _only(args, MEMORY_WRITE, {"path", "content", "if_match"})
-        path = _str_arg(args, "path")
-        content = _str_arg(args, "content", "content must be a string: the whole Markdown body")
-        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        only_args(args, MEMORY_WRITE, {"path", "content", "if_match"})
+        path = str_arg(args, "path")
+        content = str_arg(args, "content", "content must be a string: the whole Markdown body")
+        if_match = optional_str(args, "if_match", "if_match must be a string etag")
         result = self.service.write(self.who, self.ref, path, content, if_match=if_match)
         verb = "created" if result.created else "replaced"
         text = f"{verb} {result.path} ({result.size_bytes} bytes, etag {result.etag})"
         return ToolResult(False, text, data=result.as_json())
 
     def _edit(self, args: dict[str, Any]) -> ToolResult:
-        _only(
+        only_args(
             args,
             MEMORY_EDIT,
             {"path", "old", "new", "insert_line", "text", "if_match"},
         )
-        path = _str_arg(args, "path")
-        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        path = str_arg(args, "path")
+        if_match = optional_str(args, "if_match", "if_match must be a string etag")
         edit = _edit_of(args)
         result = self.service.edit(self.who, self.ref, path, edit, if_match=if_match)
         how = (
@@ -393,9 +400,9 @@ class MemoryTools:
         return ToolResult(False, text, data=result.as_json())
 
     def _delete(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_DELETE, {"path", "if_match"})
-        path = _str_arg(args, "path")
-        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        only_args(args, MEMORY_DELETE, {"path", "if_match"})
+        path = str_arg(args, "path")
+        if_match = optional_str(args, "if_match", "if_match must be a string etag")
         try:
             self.service.delete(self.who, self.ref, path, if_match=if_match)
         except NotFound as exc:
@@ -403,13 +410,13 @@ class MemoryTools:
         return ToolResult(False, f"deleted {path}", data={"path": path, "deleted": True})
 
     def _move(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_MOVE, {"path", "to", "overwrite", "if_match"})
-        path = _str_arg(args, "path")
-        to = _str_arg(args, "to")
+        only_args(args, MEMORY_MOVE, {"path", "to", "overwrite", "if_match"})
+        path = str_arg(args, "path")
+        to = str_arg(args, "to")
         overwrite = args.get("overwrite", False)
         if not isinstance(overwrite, bool):
             raise InvalidRequest("overwrite must be true or false")
-        if_match = _optional_str(args, "if_match", "if_match must be a string etag")
+        if_match = optional_str(args, "if_match", "if_match must be a string etag")
         try:
             result = self.service.move(
                 self.who, self.ref, path, to, overwrite=overwrite, if_match=if_match
@@ -421,13 +428,11 @@ class MemoryTools:
         return ToolResult(False, text, data={**result.as_json(), "from": path})
 
     def _search(self, args: dict[str, Any]) -> ToolResult:
-        _only(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id", *FILTER_PARAMS})
-        query = _str_arg(args, "query")
+        only_args(args, MEMORY_SEARCH, {"query", "limit", "path_prefix", "repo_id", *FILTER_PARAMS})
+        query = str_arg(args, "query")
         filters = filters_of(args)
-        repo_id = _optional_str(args, "repo_id", "repo_id must be a string")
-        prefix = _optional_str(
-            args, "path_prefix", "path_prefix must be a string such as 'topics/'"
-        )
+        repo_id = optional_str(args, "repo_id", "repo_id must be a string")
+        prefix = optional_str(args, "path_prefix", "path_prefix must be a string such as 'topics/'")
         limit = args.get("limit")
         # The limit as given: the search owns its default, its range and its refusals.
         given: dict[str, Any] = {"path_prefix": prefix or "", "filters": filters}
@@ -550,50 +555,16 @@ def _edit_of(args: Mapping[str, Any]) -> Edit:
             "text (insert lines), not " + ("both" if replace else "neither")
         )
     if replace:
-        old = _str_arg(args, "old", "old is required: the exact text to replace")
-        new = _str_arg(args, "new", "new is required: the text to put in its place")
+        old = str_arg(args, "old", "old is required: the exact text to replace")
+        new = str_arg(args, "new", "new is required: the text to put in its place")
         return Replace(old, new)
     line = args.get("insert_line")
     if isinstance(line, bool) or not isinstance(line, int):
         raise InvalidRequest("insert_line is required: a whole number, 0 for the top")
-    text = _str_arg(args, "text", "text is required: the line(s) to insert")
+    text = str_arg(args, "text", "text is required: the line(s) to insert")
     return Insert(line, text)
 
 
 def _error(code: str, text: str, **data: Any) -> ToolResult:
     body = text if text.startswith("<") else f"{code}: {text}"
     return ToolResult(True, body, code=code, data=dict(data))
-
-
-def _current_names(tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with a tool's former argument names (``new_path``, ``old_str``, ...;
-    deprecated, docs/vocabulary.md) under their names now; both spellings at once is
-    refused, so neither is silently dropped."""
-    for old, new in DEPRECATED_ARGUMENTS.get(tool, {}).items():
-        if old in args:
-            if new in args:
-                raise InvalidRequest(f"{tool} takes {new}; drop {old} (its former name)")
-            args[new] = args.pop(old)
-    return args
-
-
-def _only(args: Mapping[str, Any], tool: str, allowed: set[str]) -> None:
-    extra = sorted(set(args) - allowed)
-    if extra:
-        raise InvalidRequest(
-            f"{tool} does not take {', '.join(extra)}; it takes {', '.join(sorted(allowed))}"
-        )
-
-
-def _str_arg(args: Mapping[str, Any], name: str, refusal: str = "") -> str:
-    value = args.get(name)
-    if not isinstance(value, str):
-        raise InvalidRequest(refusal or f"{name} is required and must be a string")
-    return value
-
-
-def _optional_str(args: Mapping[str, Any], name: str, refusal: str) -> str | None:
-    value = args.get(name)
-    if value is not None and not isinstance(value, str):
-        raise InvalidRequest(refusal)
-    return value

@@ -21,6 +21,7 @@ MEMORY_EDIT = "memory_edit"
 MEMORY_DELETE = "memory_delete"
 MEMORY_MOVE = "memory_move"
 MEMORY_HISTORY = "memory_history"
+MEMORY_RECENT = "memory_recent"
 
 #: The tools, in the vocabulary's order (:data:`keepstone.vocabulary.OPERATIONS`).
 TOOL_NAMES: tuple[str, ...] = tool_names()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from keepstone.web import admin, history, keys, memory, pages
+from keepstone.web import activity, admin, history, keys, memory, pages
 from keepstone.web.core import (
     STATIC,
     STATIC_PATH,
@@ -20,7 +20,7 @@ from keepstone.web.core import (
 )
 
 #: Route modules of the UI, each exposing ``router``.
-ROUTER_MODULES = (pages, history, memory, admin, keys)
+ROUTER_MODULES = (pages, history, activity, memory, admin, keys)
 
 __all__ = ["ROUTER_MODULES", "error_page_of_scope", "install"]
 

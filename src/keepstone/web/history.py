@@ -88,6 +88,7 @@ def _history_page(
         space=space,
         path=path,
         versions=versions,
+        names=spaces_of(request).actor_names([v.actor for v in versions]),
         live=live,
         diff_from=start,
         diff_to=to,

@@ -320,8 +320,7 @@ async def list_docs(request: Request) -> Response:
         if at is not None:
             whole = spaces.list_as_of(ref, at, dir)
             return FastJSONResponse({"documents": whole, "next_cursor": None})
-        # The array as the store renders it, not re-validated against DocsOut (which documents
-        # it): on a large listing an object per document, built and checked, was most of it.
+        # The store's rendering, not re-validated per document (most of a big listing's cost).
         docs = spaces.list_json(ref, dir, at_most=at_most)
         if docs is None:
             return None
