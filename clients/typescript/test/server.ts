@@ -126,7 +126,7 @@ async function mintKey(url: string, admin: string): Promise<string> {
     password: randomBytes(12).toString("hex"),
   });
   await post(`/api/admin/teams/${team.id}/members`, { user_id: user.id, role: "member" });
-  const key = await post("/api/admin/api-keys", { user_id: user.id, team_id: team.id });
+  const key = await post("/api/admin/api-keys", { user_id: user.id, team_id: team.id, name: "ts-client tests" });
   return String(key.key);
 }
 
