@@ -273,8 +273,7 @@ EDIT = Operation(
     ),
     cli="edit",
     python="edit",
-    # The REST route (POST /api/memory/doc/edit) answers a write too; it joins here with it.
-    rest=None,
+    rest=("POST", "/api/memory/doc/edit"),
     mcp="memory_edit",
     result=WRITTEN,
     guide=(
