@@ -26,6 +26,7 @@ of the space, with its history, quotas, secret refusal and search.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -67,6 +68,11 @@ __all__ = ["KeepstoneStore"]
 #: The most sections one query search ranks (Memory.search's ceiling): the items of a
 #: query search are found among them.
 SEARCH_DEPTH = 50
+
+
+class TtlNotSupported(NotImplementedError):
+    """A put with a TTL: refused as LangGraph's own stores refuse one they cannot keep
+    (``BaseStore.supports_ttl`` is False here), by the error type LangGraph's callers catch."""
 
 
 class KeepstoneStore(BaseStore):
@@ -129,13 +135,11 @@ class KeepstoneStore(BaseStore):
             raise InvalidNamespaceError("Namespace cannot be empty.")
         path = item_path(op.namespace, op.key)
         if op.value is None:
-            try:
+            with contextlib.suppress(NotFound):  # deleting what is not there is done
                 self.memory.delete(path)
-            except NotFound:
-                pass  # deleting what is not there is done
             return
         if op.ttl is not None:
-            raise NotImplementedError(
+            raise TtlNotSupported(
                 "TTL is not supported by KeepstoneStore (a space keeps a document until it "
                 "is deleted); put without ttl, or delete the item when it is stale"
             )
