@@ -58,7 +58,9 @@ def signed_in(client: TestClient) -> tuple[str, dict[str, str], dict[str, str]]:
     member = {"user_id": user, "role": "member"}
     client.post(f"/api/admin/teams/{team_id}/members", json=member, headers=admin)
     made = client.post(
-        "/api/admin/api-keys", json={"user_id": user, "team_id": team_id}, headers=admin
+        "/api/admin/api-keys",
+        json={"user_id": user, "team_id": team_id, "name": "bench"},
+        headers=admin,
     )
     key = {"Authorization": f"Bearer {made.json()['key']}"}
     login = client.post("/api/auth/login", json=body)

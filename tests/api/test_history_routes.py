@@ -474,7 +474,7 @@ def test_another_team_sees_no_history_of_the_same_path(
         r = client.request(method, url, params={**q, **extra}, headers=other)
         assert code(r) == (404, "not_found"), (method, url, extra)
     r = client.get("/api/memory/docs", params={**SPACE, "as_of": at}, headers=other)
-    assert r.status_code == 200 and r.json() == {"documents": []}
+    assert r.status_code == 200 and r.json() == {"documents": [], "next_cursor": None}
     # The restore refused above wrote nothing in the other team either.
     r = client.get("/api/memory/doc", params=q, headers=other)
     assert code(r) == (404, "not_found")

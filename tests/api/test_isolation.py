@@ -181,7 +181,7 @@ def test_foreign_space_looks_empty_and_stays_untouched(
         # Teams alternate between an API key and a browser session (both credential kinds).
         h = _headers(me, CREDS[i % 2])
         never = _view(client, h, {"name": "never-written", "visibility": vis, **qual})
-        assert never["doc"][0] == 404 and never["docs"][1] == {"documents": []}
+        assert never["doc"][0] == 404 and never["docs"][1] == {"documents": [], "next_cursor": None}
         for other in teams:
             if other is me:
                 continue
@@ -254,7 +254,7 @@ def test_user_spaces_are_per_user(app: FastAPI, teams: list[Team], client: TestC
     )
     h = {"Authorization": f"Bearer {r.json()['key']}"}
     r = client.get("/api/memory/docs", params={"name": "shared", "visibility": "user"}, headers=h)
-    assert r.json() == {"documents": []}
+    assert r.json() == {"documents": [], "next_cursor": None}
 
 
 def test_session_cannot_pick_a_foreign_team(teams: list[Team], client: TestClient) -> None:

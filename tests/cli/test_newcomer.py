@@ -187,7 +187,7 @@ def test_an_empty_listing_names_the_space_on_stderr(
     code, out, err = run_cli(capsys, "memory", "ls", "--visibility", "user", "--user", "ann")
     assert "user space 'default'" in err and "user ann" in err
     code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b1", "--json")
-    assert (code, json.loads(out), err) == (0, {"documents": []}, "")
+    assert (code, json.loads(out), err) == (0, {"documents": [], "next_cursor": None}, "")
 
 
 def test_a_search_without_hits_names_the_space(

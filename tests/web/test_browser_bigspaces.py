@@ -36,7 +36,8 @@ DARK_BG = "rgb(22, 24, 26)"
 def _member_key(site: Site) -> dict[str, str]:
     with site.admin() as admin:
         made = admin.post(
-            "/api/admin/api-keys", json={"user_id": site.users["member"], "team_id": site.team_id}
+            "/api/admin/api-keys",
+            json={"user_id": site.users["member"], "team_id": site.team_id, "name": "big space"},
         )
         assert made.status_code == 201, made.text
         return {"Authorization": f"Bearer {made.json()['key']}"}

@@ -56,6 +56,8 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
             kind = kept.get("type")
             kinds = list(kind) if isinstance(kind, list) else [kind]
             kept["type"] = [*kinds, "null"] if "null" not in kinds else kinds
+            if "enum" in kept and None not in kept["enum"]:
+                kept["enum"] = [*kept["enum"], None]  # an enum holds its null too
         properties[name] = kept
     return {
         "type": "object",
