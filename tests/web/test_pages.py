@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.world import PASSWORD, SPACE, World, unique
+from tests.api.world import PASSWORD, SPACE, World, admin_headers, unique
 from tests.web.pages import assert_safe_page, get_page, member_headers, post_form
 from tests.web.policy import ROWS, UiRow
 
@@ -391,3 +391,20 @@ def test_search_page_filters_by_tags_and_dates_and_names_a_bad_one(
     assert tagged not in none and plain not in none and "No document matches" in none
     bad = found(since="last tuesday")
     assert "since must be an ISO 8601 date" in bad and tagged not in bad
+
+
+def test_memory_on_under_a_plan_without_it_says_it_is_not_in_effect(
+    world: World, client: TestClient
+) -> None:
+    world.app.state.runtime.records.set_enabled_as_server(world.team_id, True)
+    plan = f"/api/admin/orgs/{world.org_id}"
+    assert client.patch(plan, json={"plan": "pro"}, headers=admin_headers()).status_code == 200
+    try:
+        status, body, _ = get_page(client, f"/t/{world.team_id}/memory", member_headers(world)[0])
+        assert status == 200
+        state = re.search(
+            r'<p>Team memory is <strong id="memory-state">on</strong>([^<]*)</p>', body
+        )
+        assert state is not None and "not in effect" in state.group(1), body
+    finally:
+        client.patch(plan, json={"plan": "pro_plus"}, headers=admin_headers())
