@@ -125,8 +125,10 @@ def test_search_hits_are_grouped_by_space_with_a_score_bar_and_their_signals(
     status, body, got = get_page(client, f"/t/{world.team_id}/search", headers, q=word)
     assert status == 200, body[-300:]
     assert_safe_page(got, body)
-    groups = re.findall(r'<h3 class="space-hits">([^<]+)</h3>', body)
-    assert len(groups) == 2 and len(set(groups)) == 2
+    # Each group by the space's name (its badges beside it), the internal id only on hover.
+    groups = re.findall(r'<h3 class="space-hits" title="([^"]+)">([^<]+) <span', body)
+    assert sorted(name for _, name in groups) == sorted([one["name"], two["name"]])
+    assert all(space_id.startswith("v1:project:") for space_id, _ in groups)
     shares = [
         float(v) for v in re.findall(r'<meter class="score" min="0" max="1" value="([^"]+)"', body)
     ]

@@ -18,6 +18,7 @@ from keepstone.errors import InvalidRequest, KeepstoneError
 from keepstone.principal import Principal
 from keepstone.service.filters import SearchFilters, empty_hint, filters_of
 from keepstone.service.records import RecordService
+from keepstone.spaces import SpaceRef
 from keepstone.web.core import WHOLE_REQUEST, UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop, spaces_of
 from keepstone.web.spaces import label_fields, ref_of, space_fields
@@ -83,12 +84,12 @@ def _search_docs(
             ref = ref_of(who, space)
             hits = service.search(who, ref, q, limit=20, filters=filters)
             for hit in hits:
-                docs.append({"hit": hit, "space": ref.id, "link": _doc(team_id, space, hit)})
+                docs.append({"hit": hit, "space": ref, "link": _doc(team_id, space, hit)})
             return {"docs": docs, "doc_groups": by_space(docs), "pending": hits.pending}
         found = service.search_readable(who, q, limit=20, filters=filters)
         for row in found:
             link = _doc(team_id, label_fields(row.space), row.hit)
-            docs.append({"hit": row.hit, "space": row.space.id, "link": link})
+            docs.append({"hit": row.hit, "space": row.space, "link": link})
         return {"docs": docs, "doc_groups": by_space(docs), "pending": found.pending}
     except WHOLE_REQUEST:
         raise
@@ -114,15 +115,16 @@ def _search_records(
     return {"records": list(answer.hits), "record_hint": answer.hint}
 
 
-def by_space(docs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The hits grouped by space, the spaces in the order of their best hit and the hits of
-    each best first; each row gains ``share``, its score over the best hit's (the bar)."""
+def by_space(docs: list[dict[str, Any]]) -> list[tuple[SpaceRef, list[dict[str, Any]]]]:
+    """The hits grouped by space (shown by its name, the id on hover), the spaces in the
+    order of their best hit and the hits of each best first; each row gains ``share``, its
+    score over the best hit's (the bar)."""
     best = max((float(row["hit"].score) for row in docs), default=0.0)
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, tuple[SpaceRef, list[dict[str, Any]]]] = {}
     for row in docs:
         row["share"] = float(row["hit"].score) / best if best > 0 else 0.0
-        groups.setdefault(str(row["space"]), []).append(row)
-    return list(groups.items())
+        groups.setdefault(row["space"].id, (row["space"], []))[1].append(row)
+    return list(groups.values())
 
 
 def _doc(team_id: str, fields: dict[str, str], hit: Any) -> str:
