@@ -23,6 +23,9 @@ from tests.api.log_scan import DOC_TEXT, everything_logged, leaks
 from tests.api.world import SEED_PATH, SPACE, World
 from tests.conftest import require_pgvector
 
+#: Long: handed out first under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 CREDENTIALS = ("api_key", "session", "admin_token")
 
 

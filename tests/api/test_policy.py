@@ -9,6 +9,9 @@ from fastapi.testclient import TestClient
 from tests.api.policy import OK, Row, all_rows, app_routes
 from tests.api.world import CREDENTIALS, World
 
+#: Long: handed out first under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 ROWS = all_rows()
 CASES = [(row, cred) for row in ROWS for cred in CREDENTIALS]
 

@@ -27,6 +27,9 @@ from tests.api.world import SPACE, build_world
 from tests.conformance.helpers import project_ref
 from tests.conftest import require_small_disk
 
+#: Long: handed out first under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 #: Each document: 20 KB of distinct words (so the search has something to find).
 BODY = " ".join(f"word{i}" for i in range(2500))
 #: A file standing in for what an operator deletes to free the disk.

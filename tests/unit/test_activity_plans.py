@@ -18,6 +18,9 @@ from keepstone.db import write_transaction
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.sql import SqlStore
 
+#: Long: handed out first under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 ROWS = 5_000
 TEAM = "team-a"
 REFS = [SpaceRef.build(Visibility.PROJECT, name, tenant=TEAM, project="p1") for name in ("a", "b")]

@@ -13,6 +13,9 @@ from tests.api.world import World
 from tests.web.conftest import add_outsider
 from tests.web.policy import OK, ROWS, SIGN_IN, UI_CREDENTIALS, UiRow, ui_routes
 
+#: Long: handed out first under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 CASES = [(row, cred) for row in ROWS for cred in UI_CREDENTIALS]
 
 
