@@ -4,7 +4,7 @@ is back.
 
 The cluster is this module's own (tests/pgvector_server.py), durable (fsync and synchronous
 commits on): it is stopped (fast and immediate shutdown) and started again here, so no
-other test's database goes away. Four writers keep writing through the outage; every write
+other test's database goes away. Eight writers keep writing through the outage; every write
 they were told succeeded is read back afterwards.
 """
 
@@ -25,6 +25,9 @@ from tests.conftest import require_pgvector
 
 #: Long: handed out first under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.slow
+
+#: Writers through the outage (the issue's fault suite: 8).
+WRITERS = 8
 
 CREDENTIALS = ("api_key", "session", "admin_token")
 
@@ -142,7 +145,7 @@ def _outage(world: World, server: pg.PgvectorServer, mode: signal.Signals) -> No
     seen: Counter[int] = Counter()
     kept: dict[str, str] = {}
     writers = [
-        threading.Thread(target=_writer, args=(world, stop, seen, kept, n)) for n in range(4)
+        threading.Thread(target=_writer, args=(world, stop, seen, kept, n)) for n in range(WRITERS)
     ]
     for t in writers:
         t.start()
