@@ -89,7 +89,7 @@ from keepstone.store.fs_layout import (
 )
 from keepstone.store.fs_tree import FileTree, Found, Replaced
 from keepstone.store.fs_versions import TreeHistory
-from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve, disk_full
+from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve
 
 log = logging.getLogger("keepstone.store")
 
@@ -361,8 +361,8 @@ class FilesystemStore(MemoryStore):
             try:
                 self.reserve.ensure()
                 self.reconcile(ref)
-            except StoreUnavailable:
-                if not disk_full(self.root):
+            except StoreUnavailable as exc:
+                if not self.reserve.says_full(exc):
                     raise
                 log.warning("disk full: searching %s without indexing it first", ref.id)
             versions[ref.id] = self.reserve.retrying(functools.partial(self.search_version, ref))

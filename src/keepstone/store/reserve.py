@@ -106,10 +106,15 @@ class DiskReserve:
         try:
             return op()
         except StoreUnavailable as exc:
-            full = isinstance(exc, InsufficientStorage) or disk_full(self.path.parent)
-            if not full or not self.release():
+            if not self.says_full(exc) or not self.release():
                 raise
         return op()
+
+    def says_full(self, exc: StoreUnavailable) -> bool:
+        """Whether ``exc`` means this disk is full: InsufficientStorage (a full log, or no
+        room to make the reserve again), or a store failure while the disk has no room
+        (SQLite reports a log it cannot grow as an I/O error)."""
+        return isinstance(exc, InsufficientStorage) or disk_full(self.path.parent)
 
     def refusing(self, op: Callable[[], T]) -> T:
         """``op()`` — a write — with a full disk's refusal naming this disk."""
