@@ -196,7 +196,7 @@ def test_an_import_records_each_write(tmp_path: Path, clock: Clock) -> None:
             ("new.md", "first"),
             ("new.md", "second"),
         ]:
-            write(store.check_write(REF, path, content, None, False, None))
+            write(store.check_write(REF, path, content))
     assert [v.version for v in store.versions(REF, "kept.md")] == [1]
     changed = store.versions(REF, "changed.md")
     assert [(v.version, v.actor) for v in changed] == [

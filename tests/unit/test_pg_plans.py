@@ -27,6 +27,7 @@ from keepstone.records import schema as rschema
 from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import Scope
 from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.base import WriteTerms
 from keepstone.store.sql import SqlStore
 
 pytestmark = pytest.mark.postgres
@@ -271,15 +272,16 @@ def test_a_bulk_import_and_its_reindex_analyze_the_tables_they_filled(
         return tuple(analyzed(store.engine, t) for t in tables)
 
     docs, chunks = counts()
+    create = WriteTerms(if_none_match=True)
     with store.import_writer(REF, None) as write:
         for i in range(BULK_ROWS):
-            write(store.check_write(REF, f"d{i}.md", f"# Doc {i}\n\ntext", None, True, None))
+            write(store.check_write(REF, f"d{i}.md", f"# Doc {i}\n\ntext", create))
     assert counts() == (docs + 1, chunks)  # the import filled the documents
     assert store.reindex() == BULK_ROWS
     assert counts() == (docs + 2, chunks + 1)  # the reindex marked them, and filled chunks
     # A change of fewer rows leaves the statistics to the autovacuum daemon.
     with store.import_writer(REF, None) as write:
-        write(store.check_write(REF, "one-more.md", "# One\n\nmore", None, True, None))
+        write(store.check_write(REF, "one-more.md", "# One\n\nmore", create))
     assert store.reindex() == 1
     assert counts() == (docs + 2, chunks + 1)
 

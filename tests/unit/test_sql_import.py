@@ -18,7 +18,7 @@ from keepstone.errors import PreconditionFailed, QuotaExceeded
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store import sql_import
-from keepstone.store.base import CheckedWrite, ImportStrategy, PlatformGrant
+from keepstone.store.base import CheckedWrite, ImportStrategy, PlatformGrant, WriteTerms
 from keepstone.store.sql import SqlStore
 from keepstone.store.sql_schema import memory_document_versions
 from tests.conformance.archives import regular, tar_gz
@@ -40,7 +40,7 @@ def _versions(store: SqlStore) -> int:
 
 def _checked(store: SqlStore, path: str, body: str, create_only: bool = True) -> CheckedWrite:
     """A member past the prelude, as the archive hands it to the writer."""
-    return store.check_write(REF, path, body, None, create_only, None)
+    return store.check_write(REF, path, body, WriteTerms(if_none_match=create_only))
 
 
 def test_a_refused_member_leaves_the_batch_going(

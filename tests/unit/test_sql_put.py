@@ -203,7 +203,7 @@ def test_a_concurrent_creator_hands_the_write_to_the_transaction_path(pg: Backen
     answers = spy(store)
     with write_transaction(store.engine) as conn:
         # Another writer has inserted the row and not committed yet.
-        store._write_in(conn, REF, store.check_write(REF, "a.md", "theirs", None, False, None))
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "theirs"))
         thread, got = in_thread(lambda: store.write(REF, "a.md", "mine!"))
         blocked_on_a_lock(store)
     thread.join()
@@ -221,7 +221,7 @@ def test_a_writer_that_committed_while_the_statement_waited_is_seen(pg: Backend)
     store.write(REF, "a.md", "v1")
     answers = spy(store)
     with write_transaction(store.engine) as conn:
-        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2 v2", None, False, None))
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2 v2"))
         thread, got = in_thread(lambda: store.write(REF, "a.md", "v3"))
         blocked_on_a_lock(store)
     thread.join()
@@ -247,7 +247,7 @@ def test_a_large_version_committed_while_a_writer_waited_is_kept_once(
     large = "a line of notes\n" * 400  # 6.4 KB
     store.write(REF, "a.md", large)
     with write_transaction(store.engine) as conn:
-        second = store.check_write(REF, "a.md", large + "v2", None, False, None)
+        second = store.check_write(REF, "a.md", large + "v2")
         store._write_in(conn, REF, second)
         thread, got = in_thread(lambda: store.write(REF, "a.md", "v3", grant=grant))
         blocked_on_a_lock(store)
@@ -469,7 +469,7 @@ def test_a_write_that_waited_for_the_lock_is_timed_after_the_version_it_replaces
         thread, got = in_thread(lambda: store.write(REF, "a.md", "v3", grant=PlatformGrant("t")))
         blocked_on_a_lock(store)
         clock.at(2)
-        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2", None, False, None))
+        store._write_in(conn, REF, store.check_write(REF, "a.md", "v2"))
     clock.at(3)
     thread.join()
     assert not isinstance(got[0], Exception), got

@@ -76,7 +76,7 @@ from keepstone.paths import DOC_SUFFIX, validate_doc_path
 from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
 from keepstone.secrets import mask
 from keepstone.spaces import SpaceRef
-from keepstone.store.prelude import ArchiveStore, CheckedWrite, ImportWriter, Progress
+from keepstone.store.prelude import ArchiveStore, CheckedWrite, ImportWriter, Progress, WriteTerms
 
 #: No import ever decompresses to more than this, whatever the quotas say.
 IMPORT_HARD_CEILING: Final = 2 * GiB
@@ -445,12 +445,12 @@ def _write_members(
     report = ImportReport()
     reader = _CountingReader(spool, lambda: IMPORT_HARD_CEILING)
 
-    create_only = strategy is not ImportStrategy.OVERWRITE
+    terms = WriteTerms(None, strategy is not ImportStrategy.OVERWRITE, grant)
 
     def check(path: str, text: str) -> CheckedWrite:
         # The prelude of every write (path, authority, encoding, size, secrets, etag), run
         # once per member: the writer takes its CheckedWrite and never runs it again.
-        return store.check_write(ref, path, text, None, create_only, grant)
+        return store.check_write(ref, path, text, terms)
 
     try:
         with store.import_writer(ref, grant) as write:

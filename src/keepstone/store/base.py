@@ -61,11 +61,15 @@ from keepstone.secrets import check_names_free_of_secrets, check_no_secrets
 from keepstone.spaces import SpaceRef
 from keepstone.store.archive import export_space, import_space
 from keepstone.store.prelude import (
+    UNCONDITIONAL,
     CheckedDelete,
+    CheckedEdit,
     CheckedMove,
     CheckedWrite,
+    ImportAsk,
     ImportWriter,
     Progress,
+    WriteTerms,
     authorize_space_write,
     check_move_target,
     check_precondition,
@@ -74,11 +78,13 @@ from keepstone.store.reserve import DiskReserve
 
 __all__ = [
     "CheckedDelete",
+    "CheckedEdit",
     "CheckedMove",
     "CheckedWrite",
     "ChunkRow",
     "Document",
     "DocumentInfo",
+    "ImportAsk",
     "ImportReport",
     "ImportStrategy",
     "ImportWriter",
@@ -88,6 +94,7 @@ __all__ = [
     "SpaceRefs",
     "Usage",
     "WriteResult",
+    "WriteTerms",
     "authorize_space_write",
     "check_move_target",
     "check_precondition",
@@ -267,7 +274,7 @@ class MemoryStore(ABC):
         PreconditionFailed when the document exists (create-only). ``grant``: the
         platform authority a ``global`` space needs (see the module's rules).
         """
-        checked = self.check_write(ref, path, content, if_match, if_none_match, grant)
+        checked = self.check_write(ref, path, content, WriteTerms(if_match, if_none_match, grant))
         if self.reserve is None:
             return self._write(ref, checked)
         return self.reserve.refusing(lambda: self._write(ref, checked))
@@ -286,23 +293,22 @@ class MemoryStore(ABC):
         the etag read, so a change made meanwhile by anyone is refused (PreconditionFailed),
         never overwritten; ``if_match`` further requires the document to still have that etag.
         A store in front of a server (the HTTP store) sends the edit itself instead, in one
-        request."""
-        doc = self.read(ref, path)
-        check_precondition(doc.path, doc.etag, if_match)
-        content = apply_edit(doc.content, edit, doc.path)
-        return self.write(ref, doc.path, content, if_match=doc.etag, grant=grant)
+        request (its :meth:`_edit`)."""
+        return self._edit(ref, CheckedEdit(validate_doc_path(path), edit, if_match, grant))
+
+    def _edit(self, ref: SpaceRef, e: CheckedEdit) -> WriteResult:
+        """Read, apply and write back the edit ``e`` (:meth:`edit`)."""
+        doc = self.read(ref, e.path)
+        check_precondition(doc.path, doc.etag, e.if_match)
+        content = apply_edit(doc.content, e.edit, doc.path)
+        return self.write(ref, doc.path, content, if_match=doc.etag, grant=e.grant)
 
     def check_write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        if_match: str | None,
-        if_none_match: bool,
-        grant: PlatformGrant | None,
+        self, ref: SpaceRef, path: str, content: str, terms: WriteTerms = UNCONDITIONAL
     ) -> CheckedWrite:
         """The prelude of :meth:`write`: path, authority, encoding, size and secrets (in
-        the content and in the names it is written under)."""
+        the content and in the names it is written under); ``terms`` ride along."""
+        if_match, if_none_match, grant = terms
         path = validate_doc_path(path)
         check_names_free_of_secrets({"path": path})
         check_names_free_of_secrets(
@@ -449,7 +455,11 @@ class MemoryStore(ABC):
         ``progress(1)`` is called per document (an adapter that streams a server's
         archive may not call it). ``gzip_level``: 0-9 (``KEEPSTONE_EXPORT_GZIP_LEVEL``; an
         adapter that streams a server's archive takes the server's)."""
-        return export_space(self, ref, sink, progress=progress, gzip_level=gzip_level)
+        return self._export(ref, sink, progress, gzip_level)
+
+    def _export(self, ref: SpaceRef, sink: BinaryIO, progress: Progress | None, level: int) -> int:
+        """The tarball of :meth:`export`, made here from :meth:`iter_documents`."""
+        return export_space(self, ref, sink, progress=progress, gzip_level=level)
 
     def import_archive(
         self,
@@ -464,8 +474,13 @@ class MemoryStore(ABC):
         """Merge a gzipped tarball into the space under ``strategy`` (see archive module);
         ``total(n)`` once with the member count before any write, then ``progress(1)`` per
         member handled (an adapter that streams to a server may call neither)."""
+        return self._import(ref, source, ImportAsk(strategy, grant, progress, total))
+
+    def _import(self, ref: SpaceRef, source: BinaryIO, ask: ImportAsk) -> ImportReport:
+        """The merge of :meth:`import_archive`, member by member through
+        :meth:`import_writer`."""
         return import_space(
-            self, ref, source, strategy, grant=grant, progress=progress, total=total
+            self, ref, source, ask.strategy, grant=ask.grant, progress=ask.progress, total=ask.total
         )
 
     @contextlib.contextmanager

@@ -29,11 +29,8 @@ from keepstone.activity import (
     FeedQuery,
     current_kind,
 )
-from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import PageAsk
 from keepstone.documents import (
-    Edit,
-    PlatformGrant,
     Rejected,
     Replace,
     VersionInfo,
@@ -44,12 +41,13 @@ from keepstone.search.found import Found
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import (
     CheckedDelete,
+    CheckedEdit,
     CheckedMove,
     CheckedWrite,
     Document,
     DocumentInfo,
+    ImportAsk,
     ImportReport,
-    ImportStrategy,
     MemoryStore,
     Progress,
     Usage,
@@ -191,27 +189,19 @@ class HttpMemoryStore(MemoryStore):
         ).json()
         return _write_result(body)
 
-    def edit(
-        self,
-        ref: SpaceRef,
-        path: str,
-        edit: Edit,
-        *,
-        if_match: str | None = None,
-        grant: PlatformGrant | None = None,
-    ) -> WriteResult:
+    def _edit(self, ref: SpaceRef, e: CheckedEdit) -> WriteResult:
         # One request, not a read and a write: the server applies the edit as every edit is
         # applied (conditional on the etag it read), and the document never travels here.
-        if isinstance(edit, Replace):
-            body: dict[str, Any] = {"old": edit.old, "new": edit.new}
+        if isinstance(e.edit, Replace):
+            body: dict[str, Any] = {"old": e.edit.old, "new": e.edit.new}
         else:
-            body = {"insert_line": edit.line, "text": edit.text}
+            body = {"insert_line": e.edit.line, "text": e.edit.text}
         response = self._request(
             "POST",
             "/api/memory/doc/edit",
-            params=self._params(ref, path=path),
+            params=self._params(ref, path=e.path),
             json=body,
-            headers=_if_match(if_match),
+            headers=_if_match(e.if_match),
         )
         return _write_result(response.json())
 
@@ -393,17 +383,10 @@ class HttpMemoryStore(MemoryStore):
 
     # --- streaming export / import -------------------------------------------------------
 
-    def export(
-        self,
-        ref: SpaceRef,
-        sink: BinaryIO,
-        *,
-        progress: Progress | None = None,
-        gzip_level: int = DEFAULT_EXPORT_GZIP_LEVEL,
-    ) -> int:
+    def _export(self, ref: SpaceRef, sink: BinaryIO, progress: Progress | None, level: int) -> int:
         """Stream the server's tarball into ``sink``; return the document count listed.
-        The server compresses at its own ``KEEPSTONE_EXPORT_GZIP_LEVEL``: ``gzip_level`` is
-        not sent."""
+        The server compresses at its own ``KEEPSTONE_EXPORT_GZIP_LEVEL``: ``level`` is not
+        sent; nor is ``progress`` called."""
         count = len(self.list(ref))
         try:
             with self._client.stream(
@@ -417,31 +400,22 @@ class HttpMemoryStore(MemoryStore):
             raise errors.StoreUnavailable(f"the export from the server failed: {exc}") from exc
         return count
 
-    def import_archive(
-        self,
-        ref: SpaceRef,
-        source: BinaryIO,
-        strategy: ImportStrategy = ImportStrategy.SKIP,
-        *,
-        progress: Progress | None = None,
-        total: Progress | None = None,
-        **_: Any,
-    ) -> ImportReport:
+    def _import(self, ref: SpaceRef, source: BinaryIO, ask: ImportAsk) -> ImportReport:
         """Send the archive to the server, which checks and imports it and answers with the
         report. ``total(n)``: the member count, read here from a file (not a pipe) before
         the upload; ``progress(n)``: every member at once, when the server's report comes
         (the server reports no member before the end). The server decides platform
         authority from the credential (so no ``grant``)."""
-        if total is not None:
+        if ask.total is not None:
             from keepstone.store.archive import count_members
 
             members = count_members(source)
             if members is not None:
-                total(members)
+                ask.total(members)
         body = self._request(
             "POST",
             "/api/memory/import",
-            params=self._params(ref, strategy=parse_import_strategy(strategy).value),
+            params=self._params(ref, strategy=parse_import_strategy(ask.strategy).value),
             content=iter(lambda: source.read(_CHUNK), b""),
             headers={"Content-Type": "application/gzip"},
         ).json()
@@ -451,8 +425,8 @@ class HttpMemoryStore(MemoryStore):
             renamed=dict(body["renamed"]),
             rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
         )
-        if progress is not None:
-            progress(
+        if ask.progress is not None:
+            ask.progress(
                 len(report.written)
                 + len(report.skipped)
                 + len(report.renamed)

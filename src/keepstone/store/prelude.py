@@ -4,7 +4,8 @@ needs of a store.
 
 :meth:`keepstone.store.base.MemoryStore.write` (and ``delete``, ``move``) runs the prelude
 once — path, authority, encoding, document cap, secrets — and hands an adapter a
-:class:`CheckedWrite` (:class:`CheckedDelete`, :class:`CheckedMove`). An import runs the
+:class:`CheckedWrite` (:class:`CheckedDelete`, :class:`CheckedMove`); ``edit`` hands it a
+:class:`CheckedEdit`, whose text is checked when it is written. An import runs the
 same prelude per member (:mod:`keepstone.store.archive`) and hands each
 :class:`CheckedWrite` to the adapter's :data:`ImportWriter`. ``base`` calls the archive
 functions and the archive calls a store (:class:`ArchiveStore`), so what both need lives
@@ -16,12 +17,33 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from keepstone.documents import Document, PlatformGrant, Usage, WriteResult
+from keepstone.documents import (
+    Document,
+    Edit,
+    ImportStrategy,
+    PlatformGrant,
+    Usage,
+    WriteResult,
+)
 from keepstone.errors import AlreadyExists, PlatformAuthorityRequired, PreconditionFailed
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef
+
+
+class WriteTerms(NamedTuple):
+    """What a write is conditional on, and the authority it comes with: ``if_match`` the
+    etag the document must have, ``if_none_match`` that there is none (create-only),
+    ``grant`` the platform authority a ``global`` space needs."""
+
+    if_match: str | None = None
+    if_none_match: bool = False
+    grant: PlatformGrant | None = None
+
+
+#: A write on no condition, without platform authority.
+UNCONDITIONAL = WriteTerms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +65,17 @@ class CheckedDelete:
     """A delete past the prelude: canonical ``path``, its condition and its authority."""
 
     path: str
+    if_match: str | None
+    grant: PlatformGrant | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedEdit:
+    """An edit past the prelude: canonical ``path``, the edit to apply, its condition and
+    its authority (checked with the edited text, when that is written)."""
+
+    path: str
+    edit: Edit
     if_match: str | None
     grant: PlatformGrant | None
 
@@ -70,6 +103,18 @@ ImportWriter = Callable[[CheckedWrite], WriteResult]
 Progress = Callable[[int], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ImportAsk:
+    """How an archive is merged into a space: ``strategy`` for a path that holds a
+    document already, the ``grant`` a global space needs, and a progress bar's callbacks
+    (``total(n)`` once with the member count, ``progress(1)`` per member handled)."""
+
+    strategy: ImportStrategy | str = ImportStrategy.SKIP
+    grant: PlatformGrant | None = None
+    progress: Progress | None = None
+    total: Progress | None = None
+
+
 class ArchiveStore(Protocol):
     """What an export and an import use of a store (:mod:`keepstone.store.archive`): the
     part of the :class:`~keepstone.store.base.MemoryStore` interface archives are built on;
@@ -85,13 +130,7 @@ class ArchiveStore(Protocol):
     def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None: ...
 
     def check_write(
-        self,
-        ref: SpaceRef,
-        path: str,
-        content: str,
-        if_match: str | None,
-        if_none_match: bool,
-        grant: PlatformGrant | None,
+        self, ref: SpaceRef, path: str, content: str, terms: WriteTerms = UNCONDITIONAL
     ) -> CheckedWrite: ...
 
     def import_writer(
