@@ -29,7 +29,7 @@ from keepstone.db import read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
 from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
 from keepstone.records.store import PendingRecord
-from keepstone.search.claim import EmbeddingClaim, claim_embeddings, write_embeddings
+from keepstone.search.claim import EmbeddingClaim, EmbeddingTable
 
 _TS = sa.DateTime(timezone=True)
 R = records
@@ -213,23 +213,14 @@ class RecordIndex:
         transaction when the block exits; a record deleted meanwhile stays deleted.
         Either way the teams' ``vectors_version`` is bumped, teams in key order.
         """
-        return self._claim(limit, model)
+        return self._embedding.claim(limit, model)
 
     def claim_fresh_records(
         self, limit: int, model: str, since: datetime
     ) -> AbstractContextManager[RecordClaim]:
         """:meth:`claim_pending_records` of the records saved at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        return self._claim(limit, model, since)
-
-    def _claim(
-        self, limit: int, model: str, since: datetime | None = None
-    ) -> AbstractContextManager[RecordClaim]:
-        def claim(conn: Connection, lock: bool) -> RecordClaim:
-            rows = _pending_rows(conn, limit, model, lock=lock, since=since)
-            return RecordClaim(rows, model, _pending_key)
-
-        return claim_embeddings(self.engine, claim, self._store_vectors, self.vectors, R.name)
+        return self._embedding.claim(limit, model, since)
 
     def store_record_embeddings(
         self, rows: Sequence[PendingRecord], blobs: Sequence[bytes], model: str
@@ -238,8 +229,13 @@ class RecordIndex:
         vector of ``rows[i]`` in one transaction, bumping the teams' ``vectors_version``;
         a record deleted, or embedded by ``model``, since it was read is left alone.
         Returns the number stored."""
-        return write_embeddings(
-            self.engine, rows, blobs, model, self._store_vectors, self.vectors, R.name
+        return self._embedding.write(rows, blobs, model)
+
+    @property
+    def _embedding(self) -> EmbeddingTable[PendingRecord]:
+        """The claim and vector plumbing of ``records``."""
+        return EmbeddingTable(
+            self.engine, _pending_rows, _pending_key, self._store_vectors, self.vectors, R.name
         )
 
     def _store_vectors(
@@ -269,7 +265,7 @@ def pending_params(limit: int, model: str, team: str = "") -> dict[str, object]:
 
 
 def _pending_rows(
-    conn: Connection, limit: int, model: str, *, lock: bool, since: datetime | None = None
+    conn: Connection, limit: int, model: str, lock: bool, since: datetime | None = None
 ) -> list[PendingRecord]:
     """Up to ``limit`` unexpired records to embed (``lock``: claimed ``FOR UPDATE SKIP
     LOCKED``): those never embedded first, newest first, then, while the batch has room,

@@ -4,15 +4,17 @@ A store's ``claim_pending_*`` (document chunks, team records) yields an
 :class:`EmbeddingClaim`: its ``rows`` are what to embed, and
 :meth:`~EmbeddingClaim.store_embeddings` hands back one vector blob per row, which the
 store writes when the claim's block exits normally (docs/search.md, "How search is
-wired"). The stores own the SQL that writes the vectors; :func:`claim_embeddings` and
-:func:`write_embeddings` are the transaction plumbing around it that every SQL index
-shares.
+wired"). The stores own the SQL that reads the rows to embed and writes their vectors;
+:class:`EmbeddingTable` (over :func:`claim_embeddings` and :func:`write_embeddings`) is the
+transaction plumbing around it that every SQL index shares.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -104,3 +106,40 @@ def _index(
     is there and it is missing (in a transaction of its own, see keepstone.db.pgvector)."""
     if vectors is not None and pairs:
         vectors.ensure_index(table, model, blob_values([pairs[0][1]])[0][1])
+
+
+#: ``pending(conn, limit, model, lock, since)``: a store's SQL reading up to ``limit`` rows to
+#: embed with ``model`` (``lock``: claimed ``FOR UPDATE SKIP LOCKED``; ``since``: only rows
+#: fresh since then, the indexer's fresh lane).
+PendingRows = Callable[[Connection, int, str, bool, datetime | None], list[R]]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingTable(Generic[R]):
+    """One SQL index's rows to embed: its ``pending`` read, the ``key`` that names a row,
+    its ``store`` of vectors, pgvector (``vectors``) where the database has it, and the
+    ``table`` whose HNSW index pgvector builds."""
+
+    engine: Engine
+    pending: PendingRows[R]
+    key: Callable[[R], Hashable]
+    store: StoreVectors
+    vectors: Pgvector | None
+    table: str
+
+    def claim(
+        self, limit: int, model: str, since: datetime | None = None
+    ) -> contextlib.AbstractContextManager[EmbeddingClaim[R]]:
+        """Up to ``limit`` rows to embed with ``model`` (only those fresh ``since`` then,
+        when given), claimed as :func:`claim_embeddings` claims them."""
+
+        def read(conn: Connection, lock: bool) -> EmbeddingClaim[R]:
+            return EmbeddingClaim(self.pending(conn, limit, model, lock, since), model, self.key)
+
+        return claim_embeddings(self.engine, read, self.store, self.vectors, self.table)
+
+    def write(self, rows: Sequence[R], blobs: Sequence[bytes], model: str) -> int:
+        """:func:`write_embeddings` of ``blobs[i]`` as the vector of ``rows[i]``."""
+        return write_embeddings(
+            self.engine, rows, blobs, model, self.store, self.vectors, self.table
+        )

@@ -34,7 +34,7 @@ from keepstone.db import (
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InsufficientStorage, InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
-from keepstone.search.claim import EmbeddingClaim, claim_embeddings, write_embeddings
+from keepstone.search.claim import EmbeddingClaim, EmbeddingTable
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
@@ -269,29 +269,27 @@ class DocumentIndex:
         transaction when the block exits; a chunk rewritten meanwhile keeps its new,
         unembedded text. Either way the spaces' ``search_version`` is bumped.
         """
-        return self._claim(limit, model)
+        return self._embedding.claim(limit, model)
 
     def claim_fresh_chunks(
         self, limit: int, model: str, since: datetime
     ) -> AbstractContextManager[ChunkClaim]:
         """:meth:`claim_pending_chunks` of the chunks chunked at ``since`` or later only:
         the indexer's fresh lane, claimed before each batch of the backlog."""
-        return self._claim(limit, model, since)
+        return self._embedding.claim(limit, model, since)
 
-    def _claim(
-        self, limit: int, model: str, since: datetime | None = None
-    ) -> AbstractContextManager[ChunkClaim]:
-        def claim(conn: Connection, lock: bool) -> ChunkClaim:
-            return ChunkClaim(self._pending_rows(conn, limit, model, lock=lock, since=since), model)
-
-        return claim_embeddings(self.engine, claim, self._store_embeddings, self._vec, C.name)
+    @property
+    def _embedding(self) -> EmbeddingTable[PendingChunk]:
+        """The claim and vector plumbing of ``memory_chunks``."""
+        return EmbeddingTable(
+            self.engine, self._pending_rows, _chunk_key, self._store_embeddings, self._vec, C.name
+        )
 
     def _pending_rows(
         self,
         conn: Connection,
         limit: int,
         model: str,
-        *,
         lock: bool,
         since: datetime | None = None,
     ) -> PendingChunks:
@@ -326,9 +324,7 @@ class DocumentIndex:
         """Store ``blobs[i]`` (a ``keepstone.db.vectors`` blob made by ``model``) as the
         vector of ``rows[i]`` in one transaction, bumping the spaces' versions; a chunk
         rewritten since it was read is left alone. Returns the number stored."""
-        return write_embeddings(
-            self.engine, rows, blobs, model, self._store_embeddings, self._vec, C.name
-        )
+        return self._embedding.write(rows, blobs, model)
 
     def _store_embeddings(
         self, conn: Connection, pairs: Sequence[tuple[PendingChunk, bytes]], model: str
@@ -474,12 +470,9 @@ class ChunkVectors:
         return [(str(n.key[0]), int(n.key[1]), n.cosine) for n in found]
 
 
-class ChunkClaim(EmbeddingClaim[PendingChunk]):
-    """Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors (the
-    claim shape every index shares, :class:`keepstone.search.claim.EmbeddingClaim`)."""
-
-    def __init__(self, rows: list[PendingChunk], model: str) -> None:
-        super().__init__(rows, model, _chunk_key)
+#: Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors (the claim
+#: shape every index shares).
+ChunkClaim = EmbeddingClaim[PendingChunk]
 
 
 def _chunk_key(r: PendingChunk) -> tuple[str, str, str, int]:
