@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 from keepstone.errors import InvalidRequest
 
@@ -30,6 +30,14 @@ class Page(Generic[T]):
 
     items: tuple[T, ...]
     next_cursor: str | None
+
+
+class PageAt(NamedTuple):
+    """Which page of a keyset-paged list a caller asks for: its size, and the cursor the
+    page before it gave (None: the first page)."""
+
+    limit: int = DEFAULT_PAGE
+    cursor: str | None = None
 
 
 def check_limit(limit: int, unless: str = f"default {DEFAULT_PAGE}") -> int:

@@ -22,6 +22,7 @@ from keepstone.identity import schema as t
 from keepstone.paging import DEFAULT_PAGE as DEFAULT_PAGE
 from keepstone.paging import MAX_PAGE as MAX_PAGE
 from keepstone.paging import Page as Page
+from keepstone.paging import PageAt as PageAt
 from keepstone.paging import bad_cursor, check_limit, decode_cursor, encode_cursor
 from keepstone.wire import Jsonable
 
@@ -100,14 +101,13 @@ def _page(
     table: sa.Table,
     entry: Callable[..., T],
     columns: Sequence[sa.ColumnElement[Any]],
-    *,
-    limit: int,
-    cursor: str | None,
+    at: PageAt,
     where: Sequence[sa.ColumnElement[bool]] = (),
 ) -> Page[T]:
-    """A page of ``table``'s rows by id, each made an ``entry`` of ``columns``' values (in
+    """The page ``at`` of ``table``'s rows by id, each made an ``entry`` of ``columns``' values (in
     the entry's field order; a time made timezone-aware UTC)."""
     kind = table.name  # the cursor names the list it belongs to
+    limit, cursor = at
     query = sa.select(*columns).where(*where).order_by(table.c.id).limit(check_limit(limit) + 1)
     if cursor:
         query = query.where(table.c.id > _decode_cursor(kind, cursor))
@@ -123,26 +123,18 @@ def _aware(value: object) -> object:
     return utc(value) if isinstance(value, datetime) else value
 
 
-def list_orgs(
-    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
-) -> Page[OrgEntry]:
+def list_orgs(engine: Engine, at: PageAt) -> Page[OrgEntry]:
     o = t.orgs.c
     columns = (o.id, o.name, o.plan, o.memory_quota_bytes, o.created_at)
-    return _page(engine, t.orgs, OrgEntry, columns, limit=limit, cursor=cursor)
+    return _page(engine, t.orgs, OrgEntry, columns, at)
 
 
-def list_teams(
-    engine: Engine,
-    *,
-    limit: int = DEFAULT_PAGE,
-    cursor: str | None = None,
-    org_id: str | None = None,
-) -> Page[TeamEntry]:
+def list_teams(engine: Engine, at: PageAt, org_id: str | None = None) -> Page[TeamEntry]:
     """A page of the teams, only ``org_id``'s when given."""
     c = t.teams.c
     columns = (c.id, c.name, c.org_id, c.created_at)
     where = [] if org_id is None else [c.org_id == org_id]
-    return _page(engine, t.teams, TeamEntry, columns, limit=limit, cursor=cursor, where=where)
+    return _page(engine, t.teams, TeamEntry, columns, at, where)
 
 
 def team_members(engine: Engine, team_id: str) -> tuple[MemberEntry, ...]:
@@ -167,25 +159,18 @@ def team_members(engine: Engine, team_id: str) -> tuple[MemberEntry, ...]:
     )
 
 
-def list_users(
-    engine: Engine, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
-) -> Page[UserEntry]:
+def list_users(engine: Engine, at: PageAt) -> Page[UserEntry]:
     u = t.users.c
     # The hash never leaves the database: only whether there is one.
     has_password = sa.type_coerce(u.password_hash.is_not(None), sa.Boolean)
     off = t.disabled_users.c
     disabled = sa.type_coerce(sa.exists().where(off.user_id == u.id), sa.Boolean)
     columns = (u.id, u.email, u.name, u.super_admin, has_password, u.created_at, disabled)
-    return _page(engine, t.users, UserEntry, columns, limit=limit, cursor=cursor)
+    return _page(engine, t.users, UserEntry, columns, at)
 
 
 def list_api_keys(
-    engine: Engine,
-    *,
-    limit: int = DEFAULT_PAGE,
-    cursor: str | None = None,
-    user_id: str | None = None,
-    team_id: str | None = None,
+    engine: Engine, at: PageAt, user_id: str | None = None, team_id: str | None = None
 ) -> Page[ApiKeyEntry]:
     k = t.api_keys.c
     where: list[sa.ColumnElement[bool]] = []
@@ -195,7 +180,7 @@ def list_api_keys(
         where.append(k.team_id == team_id)
     # Never key_hash: the columns are named one by one.
     columns = (k.id, key_label(), k.user_id, k.team_id, k.created_at, k.revoked_at)
-    return _page(engine, t.api_keys, ApiKeyEntry, columns, limit=limit, cursor=cursor, where=where)
+    return _page(engine, t.api_keys, ApiKeyEntry, columns, at, where)
 
 
 def key_label() -> sa.ColumnElement[str]:

@@ -35,6 +35,7 @@ from keepstone.identity.listing import ApiKeyEntry as ApiKeyEntry
 from keepstone.identity.listing import MemberEntry as MemberEntry
 from keepstone.identity.listing import OrgEntry as OrgEntry
 from keepstone.identity.listing import Page as Page
+from keepstone.identity.listing import PageAt
 from keepstone.identity.listing import TeamEntry as TeamEntry
 from keepstone.identity.listing import UserEntry as UserEntry
 from keepstone.identity.service import IdentityService
@@ -403,7 +404,7 @@ class AdminService:
         self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
     ) -> Page[OrgEntry]:
         """A page of the instance's orgs, by id."""
-        return listing.list_orgs(self._reader(who).engine, limit=limit, cursor=cursor)
+        return listing.list_orgs(self._reader(who).engine, PageAt(limit, cursor))
 
     def list_teams(
         self,
@@ -418,7 +419,7 @@ class AdminService:
         identity = self._reader(who)
         if org_id is not None:
             identity.get_org(org_id)
-        return listing.list_teams(identity.engine, limit=limit, cursor=cursor, org_id=org_id)
+        return listing.list_teams(identity.engine, PageAt(limit, cursor), org_id)
 
     def team_members(self, who: Principal, team_id: str) -> tuple[MemberEntry, ...]:
         """Every member of the team by email (``404`` for an unknown team)."""
@@ -439,7 +440,7 @@ class AdminService:
         self, who: Principal, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
     ) -> Page[UserEntry]:
         """A page of the instance's users, by id (never a password hash)."""
-        return listing.list_users(self._reader(who).engine, limit=limit, cursor=cursor)
+        return listing.list_users(self._reader(who).engine, PageAt(limit, cursor))
 
     def list_api_keys(
         self,
@@ -453,9 +454,7 @@ class AdminService:
         """A page of the API keys, revoked ones too, by id; only ``user_id``'s and/or
         ``team_id``'s when given (never a key nor its hash)."""
         engine = self._reader(who).engine
-        return listing.list_api_keys(
-            engine, limit=limit, cursor=cursor, user_id=user_id, team_id=team_id
-        )
+        return listing.list_api_keys(engine, PageAt(limit, cursor), user_id, team_id)
 
     # --- quotas and usage ------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ class OwnKeys:
     ) -> Page[ApiKeyEntry]:
         """A page of the caller's keys, revoked ones too (never a key nor its hash)."""
         identity, user_id = self._user(who, mutating=False)
-        return listing.list_api_keys(identity.engine, limit=limit, cursor=cursor, user_id=user_id)
+        return listing.list_api_keys(identity.engine, listing.PageAt(limit, cursor), user_id)
 
     def revoke(self, who: Principal, key_id: str) -> None:
         """Revoke one of the caller's live keys; another's is ``404 not_found``."""
