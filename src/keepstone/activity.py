@@ -2,7 +2,8 @@
 
 Plain values shared by every layer: what each change of the history records beside its
 actor (its :data:`ACTIONS` and the :data:`ACTOR_KINDS` of who made it), one change of the
-feed (:class:`Change`), a page of them, and the feed's opaque cursor. No I/O here.
+feed (:class:`Change`) and how a store's stored version reads as one (:class:`StoredChange`),
+a page of them, and the feed's opaque cursor. No I/O here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import binascii
 import contextlib
 import contextvars
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -121,6 +122,53 @@ class Change(Jsonable):
 
 
 @dataclass(frozen=True, slots=True)
+class StoredChange:
+    """A version as a store's feed reads it: ``action`` and ``kind`` as recorded ('' or
+    None on rows recorded before they were), ``who`` the raw actor, ``size`` its bytes
+    (none for a deletion), and ``before()`` the size of the version before it (0: a
+    deletion; None: no longer kept), asked only where the change's size delta needs it."""
+
+    at: datetime
+    space_id: str
+    path: str
+    version: int
+    action: str | None
+    kind: str | None
+    who: str
+    deleted: bool
+    size: int | None
+    before: Callable[[], int | None]
+
+    def change(self) -> Change:
+        """The change of the feed this version made."""
+        action = action_of(self.action, self.deleted)
+        size = 0 if self.deleted else int(self.size or 0)
+        delta: int | None
+        if action == "move":
+            delta = 0  # the space holds the same bytes, at another path
+        elif self.version == 1:
+            delta = size
+        else:
+            prior = self.before()
+            delta = None if prior is None else size - prior
+        return Change(
+            at=self.at,
+            space_id=self.space_id,
+            path=self.path,
+            action=action,
+            actor=Actor(self.kind or UNKNOWN, ""),
+            size_delta=delta,
+            version=self.version,
+            who=self.who,
+        )
+
+
+#: A position in the feed: the time of a change, then the rest of its sort key (a store's
+#: own: its space, path and version).
+Position = tuple[datetime, str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class ChangePage:
     """A page of the feed, newest first; ``next_cursor`` None on the last page."""
 
@@ -143,6 +191,20 @@ class FeedQuery:
     kind: str | None
     limit: int
     cursor: str | None
+
+    def position(self) -> Position | None:
+        """Where the cursor says the page starts (after it); None: at the newest change."""
+        if self.cursor is None:
+            return None
+        at, key, path, version = decode_cursor(self.cursor, 4)
+        return at, key, path, version
+
+
+def feed_page(stored: Iterable[StoredChange], last: Position | None) -> ChangePage:
+    """A page of the changes ``stored`` made; ``last``: the position of the last one when
+    more follow it (the next page's cursor names it)."""
+    changes = tuple(c.change() for c in stored)
+    return ChangePage(changes, None if last is None else encode_cursor(*last))
 
 
 def encode_cursor(at: datetime, *key: str | int) -> str:

@@ -36,16 +36,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from keepstone.activity import (
-    UNKNOWN,
-    Actor,
-    Change,
-    ChangePage,
-    FeedQuery,
-    action_of,
-    decode_cursor,
-    encode_cursor,
-)
+from keepstone.activity import UNKNOWN, ChangePage, FeedQuery, StoredChange, feed_page
 from keepstone.documents import Document, DocumentInfo, VersionInfo, content_etag
 from keepstone.errors import InvalidDocument
 from keepstone.quota import HistoryLimits, Limits, clamp
@@ -213,7 +204,7 @@ class HistoryDb(SqliteSidecar):
     ) -> ChangePage:
         """The changes of ``space_ids``, newest first (:meth:`MemoryStore.activity`), along
         ``versions_by_time``; the cursor is the last one's (time, space, path, version)."""
-        since, kind, limit, cursor = query.since, query.kind, query.limit, query.cursor
+        since, kind, limit, position = query.since, query.kind, query.limit, query.position()
         where = [f"space_id IN ({', '.join('?' * len(space_ids))})"]
         args: list[object] = list(space_ids)
         if since is not None:
@@ -222,8 +213,8 @@ class HistoryDb(SqliteSidecar):
         if kind is not None:
             where.append("actor_kind IN (?, ?)" if kind == UNKNOWN else "actor_kind = ?")
             args += ["", kind] if kind == UNKNOWN else [kind]
-        if cursor is not None:
-            at, space, path, version = decode_cursor(cursor, 4)
+        if position is not None:
+            at, space, path, version = position
             where.append("at_us <= ? AND (at_us, space_id, path, version) < (?, ?, ?, ?)")
             args += [to_us(at), to_us(at), space, path, version]
         rows = conn.execute(
@@ -233,10 +224,9 @@ class HistoryDb(SqliteSidecar):
             (*args, limit + 1),
         ).fetchall()
         page = rows[:limit]
-        changes = tuple(_change(conn, *row) for row in page)
         last = page[-1] if len(rows) > limit else None
-        after = None if last is None else encode_cursor(from_us(last[0]), *last[1:4])
-        return ChangePage(changes, after)
+        after = None if last is None else (from_us(last[0]), last[1], last[2], last[3])
+        return feed_page((_stored(conn, *row) for row in page), after)
 
     @staticmethod
     def read(conn: sqlite3.Connection, space_id: str, path: str, version: int) -> Document | None:
@@ -458,7 +448,7 @@ def _insert(conn: sqlite3.Connection, r: Record, version: int) -> int:
     return 0 if packed is None else len(packed)
 
 
-def _change(
+def _stored(
     conn: sqlite3.Connection,
     at_us: int,
     space_id: str,
@@ -469,22 +459,18 @@ def _change(
     actor: str,
     deleted: int,
     size: int,
-) -> Change:
-    """One row of the feed, its size delta from the version before it (None: not kept)."""
-    done = action_of(action, bool(deleted))
-    size = 0 if deleted else int(size)
-    delta: int | None = size
-    if done == "move":
-        delta = 0  # the tree holds the same bytes, at another path
-    elif version > 1:
+) -> StoredChange:
+    """One row of the feed; the size of the version before it read only when asked."""
+
+    def before() -> int | None:
         prior = conn.execute(
             "SELECT size, deleted FROM versions WHERE space_id = ? AND path = ? AND version = ?",
             (space_id, path, version - 1),
         ).fetchone()
-        delta = None if prior is None else size - (0 if prior[1] else int(prior[0]))
-    return Change(
-        from_us(at_us), space_id, path, done, Actor(kind or UNKNOWN, ""), delta, version, actor
-    )
+        return None if prior is None else (0 if prior[1] else int(prior[0]))
+
+    at, gone = from_us(at_us), bool(deleted)
+    return StoredChange(at, space_id, path, version, action, kind, actor, gone, size, before)
 
 
 def history_errors() -> AbstractContextManager[None]:

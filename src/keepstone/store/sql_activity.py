@@ -23,16 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from keepstone.activity import (
-    UNKNOWN,
-    Actor,
-    Change,
-    ChangePage,
-    FeedQuery,
-    action_of,
-    decode_cursor,
-    encode_cursor,
-)
+from keepstone.activity import UNKNOWN, ChangePage, FeedQuery, StoredChange, feed_page
 from keepstone.db import read_transaction, utc
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql_schema import memory_document_versions, memory_documents, space_key
@@ -113,7 +104,7 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
     if not refs:
         return ChangePage((), None)
     since, kind, limit = query.since, query.kind, query.limit
-    position = None if query.cursor is None else decode_cursor(query.cursor, 4)
+    position = query.position()
     by_key = {space_key(ref.id): ref for ref in sorted(refs, key=lambda r: r.id)}
     sides = []
     for table, at in ((V, V.c.at), (D, D.c.updated_at)):
@@ -140,14 +131,7 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
         rows, cut = _merged([conn.execute(sa.select(side)).all() for side in sides], limit + 1)
     more = cut or len(rows) > limit
     rows = rows[:limit]
-    changes = tuple(_change(row) for row in rows)
-    last = rows[-1] if more else None
-    next_cursor = (
-        None
-        if last is None
-        else encode_cursor(_at(last), last.space_key, last.path, int(last.version))
-    )
-    return ChangePage(changes, next_cursor)
+    return feed_page(map(_stored, rows), _key(rows[-1]) if more else None)
 
 
 def _key(row: Any) -> tuple[datetime, str, str, int]:
@@ -177,27 +161,21 @@ def _at(row: Any) -> datetime:
     return utc(row.at if isinstance(row.at, datetime) else datetime.fromisoformat(row.at))
 
 
-def _change(row: Any) -> Change:
-    deleted = bool(row.deleted)
-    action = action_of(row.action, deleted)
-    version = int(row.version)
-    size = 0 if deleted else int(row.size_bytes)
-    delta: int | None
-    if action == "move":
-        delta = 0  # the space holds the same bytes, at another path
-    elif version == 1:
-        delta = size
-    else:
-        delta = None if row.before is None else size - int(row.before)
-    return Change(
-        at=_at(row),
-        space_id=row.space_id,
-        path=row.path,
-        action=action,
-        actor=Actor(row.actor_kind or UNKNOWN, ""),
-        size_delta=delta,
-        version=version,
-        who=row.actor,
+def _stored(row: Any) -> StoredChange:
+    def before() -> int | None:
+        return None if row.before is None else int(row.before)
+
+    return StoredChange(
+        _at(row),
+        row.space_id,
+        row.path,
+        int(row.version),
+        row.action,
+        row.actor_kind,
+        row.actor,
+        bool(row.deleted),
+        row.size_bytes,
+        before,
     )
 
 
