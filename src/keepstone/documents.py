@@ -243,6 +243,11 @@ class Usage(Jsonable):
     ``history_*`` counts apart from the live bytes, team-wide like ``team_*``:
     the stored bytes of the versions that are no longer current, and the cap they are held
     to (0 and 0 for a store that keeps no history).
+
+    ``index_bytes`` is what the space's search index holds for it: each chunk's heading,
+    context, text, analysed terms and vector, as last indexed (0 before a first search or
+    reindex). It counts against no quota: a write is never refused for the index's size
+    (docs/operations.md, "Stored bytes").
     """
 
     space_id: str
@@ -252,6 +257,17 @@ class Usage(Jsonable):
     team_quota_bytes: int
     history_used_bytes: int = 0
     history_quota_bytes: int = 0
+    index_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBytes(Jsonable):
+    """What a whole store holds, every team and global space together: the documents'
+    bytes (the sum of every space's ``used_bytes``) and the search index's (the sum of
+    every space's ``index_bytes``): the operator's figures (``keepstone doctor``)."""
+
+    document_bytes: int
+    index_bytes: int
 
 
 class ImportStrategy(StrEnum):

@@ -412,6 +412,7 @@ USAGE = Operation(
         "team_quota_bytes",
         "history_used_bytes",
         "history_quota_bytes",
+        "index_bytes",
     ),
 )
 SPACES = Operation(

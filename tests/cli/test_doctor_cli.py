@@ -91,6 +91,7 @@ def test_one_line_per_check_and_a_current_database_is_ok(
         "database",
         "model",
         "backlog",
+        "stored",
         "redis",
         "history",
         "local usage",
@@ -100,6 +101,7 @@ def test_one_line_per_check_and_a_current_database_is_ok(
         "ok",
         "warn",
         "warn",
+        "ok",
         "ok",
         "ok",
         "ok",
@@ -133,6 +135,30 @@ def test_the_backlog_check_counts_what_waits_for_a_vector(
     assert checks["backlog"]["detail"] == (
         "waiting for a vector of all-MiniLM-L6-v2: database: 0 chunks, 0 records; "
         "local store: 1 chunks"
+    )
+
+
+def test_the_stored_check_sums_documents_and_index(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(capsys, "db", "upgrade")[0] == 0
+    _, checks = doctor(capsys)
+    assert checks["stored"] == {
+        "name": "stored",
+        "status": "ok",
+        "detail": "database: documents 0 B, index 0 B",
+    }
+    source = home.parent / "a.md"
+    source.write_text("# A\n\nalpha beta gamma", encoding="utf-8")
+    put = ("memory", "put", "notes/a.md", "--bot", "b1", "--file", str(source))
+    assert run_cli(capsys, *put)[0] == 0
+    assert du(capsys)["index_bytes"] == 0  # not indexed before a search
+    assert run_cli(capsys, "memory", "search", "alpha", "--bot", "b1")[0] == 0
+    used, index = (du(capsys)[key] for key in ("used_bytes", "index_bytes"))
+    assert (used, index > len("alpha beta gamma")) == (21, True)
+    _, checks = doctor(capsys)
+    assert checks["stored"]["detail"] == (
+        f"database: documents 0 B, index 0 B; local store: documents {used} B, index {index} B"
     )
 
 

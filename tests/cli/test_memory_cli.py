@@ -59,8 +59,10 @@ def test_put_ls_cat_du_rm(
     assert usage["used_bytes"] == len("# Notes\nfrom stdin\n") + len("deploy steps")
     assert usage["quota_bytes"] == 256 * 1024 * 1024
     assert usage["space_id"] == bot_ref(Path.cwd()).id
+    assert usage["index_bytes"] == 0  # never searched: the sidecar index is not made yet
     code, out, _ = run_memory(capsys, "du", "--bot", "b1")
     assert code == 0 and "of 256.0 MiB" in out
+    assert "index  0 B  (search index of this space, no cap)" in out.splitlines()
 
     assert run_memory(capsys, "rm", "MEMORY.md", "--bot", "b1")[0] == 0
     code, out, err = run_memory(capsys, "cat", "MEMORY.md", "--bot", "b1")

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from keepstone import schema
 from keepstone.db import applied_versions, make_engine, upgrade
 from keepstone.store import sql_schema
+from keepstone.store.index import chunk_bytes
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 
@@ -261,3 +262,38 @@ def test_documents_v6_marks_the_documents_that_have_chunks(blank_engine: Engine)
     assert marked == {"chunked.md": True, "written-since.md": False, "blank.md": False}
     assert "ix_memory_documents_unchunked" in documents
     assert "ix_memory_chunks_unembedded" in chunks
+
+
+def test_documents_v9_counts_the_bytes_of_chunks_written_before(blank_engine: Engine) -> None:
+    """A database at documents v8, its chunks without ``stored_bytes``: v9 adds the column,
+    counts each existing row as a new one is counted (UTF-8 text, and the vector blob), and
+    the index that sums a space's."""
+    v8 = sql_schema.MIGRATIONS[:8]
+    assert upgrade(blank_engine, v8) == v8
+    columns = "tenant_id, space_key, path, space_id, seq, visibility, heading, context"
+    rows = [
+        (0, "Café", "Menu", "crème brûlée", "creme brulee", b"\x01\x02\x03\x04"),
+        (1, "", "", "x", "x", None),
+    ]
+    with blank_engine.begin() as conn:
+        # As v3 made the table before v9 existed (v3 builds today's table on a blank one).
+        conn.exec_driver_sql("DROP INDEX ix_memory_chunks_space_bytes")
+        conn.exec_driver_sql("ALTER TABLE memory_chunks DROP COLUMN stored_bytes")
+        for seq, heading, context, text, terms, blob in rows:
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO memory_chunks ({columns}, start_offset, end_offset, text, "
+                    "terms, embedding, updated_at) VALUES ('t', 'k', 'a.md', 's', :n, "
+                    "'project', :h, :c, 0, 1, :x, :terms, :blob, CURRENT_TIMESTAMP)"
+                ),
+                {"n": seq, "h": heading, "c": context, "x": text, "terms": terms, "blob": blob},
+            )
+
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == sql_schema.MIGRATIONS[8:]
+    c = sql_schema.memory_chunks
+    with blank_engine.connect() as conn:
+        counted = dict(conn.execute(sa.select(c.c.seq, c.c.stored_bytes)).all())
+        chunks = {i["name"] for i in sa.inspect(conn).get_indexes("memory_chunks")}
+    assert counted == {seq: chunk_bytes(*row) for seq, *row in rows}
+    assert counted[0] == 5 + 4 + 15 + 12 + 4  # UTF-8 bytes, not characters
+    assert "ix_memory_chunks_space_bytes" in chunks

@@ -134,3 +134,17 @@ def test_search_hits_are_grouped_by_space_with_a_score_bar_and_their_signals(
     ]
     assert len(shares) == 3 and max(shares) == 1.0 and all(0 < s <= 1 for s in shares)
     assert '<span class="signal">keyword</span>' in body
+
+
+def test_the_page_says_what_the_search_index_holds(client: TestClient, world: World) -> None:
+    space = {**SPACE, "name": unique("indexed")}
+    ref = world.team_ref(**space)
+    world.store.write(ref, "notes/a.md", "# A\n\nThe quokka rollback.\n")
+    headers = member_headers(world)[0]
+    url = f"/t/{world.team_id}/space"
+    body = get_page(client, url, headers, **space)[1]
+    assert '<span id="index-bytes">0 B</span>, counted against no quota' in body
+    world.store.reconcile(ref)  # what a search does first
+    index = world.store.usage(ref).index_bytes
+    body = get_page(client, url, headers, **space)[1]
+    assert 0 < index < 1024 and f'<span id="index-bytes">{index} B</span>' in body

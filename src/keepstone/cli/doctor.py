@@ -8,7 +8,8 @@ The checks: Python and Keepstone; ``$KEEPSTONE_HOME`` (exists, writable, not wor
 the database (opens, migrations current); the embedding model (loads); Redis when
 ``KEEPSTONE_REDIS_URL`` is set; the local store's history, which records hand edits of the
 tree as versions; and the local store's usage counters, recounted from the files (hand
-edits bypass them), old and new totals shown when they differed.
+edits bypass them), old and new totals shown when they differed. ``stored`` sums what the
+database and the local store hold, every team together: documents and search index.
 Nothing is created: a missing ``$KEEPSTONE_HOME`` or default database is a warning.
 """
 
@@ -32,7 +33,8 @@ from keepstone.errors import KeepstoneError
 from keepstone.service.access import LOCAL_TEAM
 
 if TYPE_CHECKING:
-    from keepstone.runtime import MemoryStore
+    from keepstone.documents import StoredBytes
+    from keepstone.runtime import MemoryStore, Runtime
 
 T = TypeVar("T")
 
@@ -187,22 +189,52 @@ def _backlog(config: Config) -> Check:
     model = runtime.configured_model_id(config)
     if model is None:
         return Check("backlog", OK, "KEEPSTONE_EMBEDDER=none: nothing is embedded")
-    said: list[str] = []
-    if _database(config).status == OK:
-        try:
-            rt = runtime.open_runtime(config, migrate=False)
-            try:
-                found = rt.backlog()
-            finally:
-                rt.close()
-            said.append(f"database: {found.chunks} chunks, {found.records} records")
-        except KeepstoneError as exc:
-            said.append(f"database: not counted ({exc.message})")
+
+    def count(rt: Runtime) -> str:
+        found = rt.backlog()
+        return f"{found.chunks} chunks, {found.records} records"
+
+    said = _in_database(config, count)
     local = _on_local_store(config, "backlog", "cannot count", lambda s: backlog(s, None, model))
     if not isinstance(local, Check):
         said.append(f"local store: {local.chunks} chunks")
     waiting = "; ".join(said) or "nothing to count yet"
     return Check("backlog", OK, f"waiting for a vector of {model}: {waiting}")
+
+
+def _stored(config: Config) -> Check:
+    """What the database and the local store hold, every team and space together: the
+    documents' bytes and their search index's (which counts against no quota). Never a
+    failure: the figures are for the operator."""
+    from keepstone.service.doctor import stored_totals
+
+    def said_of(found: StoredBytes | None) -> str:
+        if found is None:
+            return "not counted by this store"
+        return (
+            f"documents {human_bytes(found.document_bytes)}, index {human_bytes(found.index_bytes)}"
+        )
+
+    said = _in_database(config, lambda rt: said_of(stored_totals(rt.store)))
+    local = _on_local_store(config, "stored", "cannot count", stored_totals)
+    if not isinstance(local, Check):
+        said.append(f"local store: {said_of(local)}")
+    return Check("stored", OK, "; ".join(said) or "nothing stored yet")
+
+
+def _in_database(config: Config, act: Callable[[Runtime], str]) -> list[str]:
+    """``database: <what act says of it>`` when the database exists and is migrated,
+    ``database: not counted (why)`` when it does not answer; nothing when it is not there."""
+    if _database(config).status != OK:
+        return []
+    try:
+        rt = runtime.open_runtime(config, migrate=False)
+        try:
+            return [f"database: {act(rt)}"]
+        finally:
+            rt.close()
+    except KeepstoneError as exc:
+        return [f"database: not counted ({exc.message})"]
 
 
 def _on_local_store(
@@ -253,6 +285,7 @@ CHECKS: tuple[Callable[[Config], Check], ...] = (
     _database,
     _model,
     _backlog,
+    _stored,
     _redis,
     _local_history,  # before the recount, which records hand edits too (uncounted)
     _local_usage,

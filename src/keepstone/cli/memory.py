@@ -104,6 +104,7 @@ def _du(args: argparse.Namespace) -> int:
             print(f"history {history}  (replaced versions, all spaces)")
         else:
             print("history not kept by this store")
+        print(f"index  {human_bytes(usage.index_bytes)}  (search index of this space, no cap)")
         return 0
 
 

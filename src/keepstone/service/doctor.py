@@ -1,5 +1,5 @@
 """The probes of ``keepstone doctor`` that reach into a component: a database's migrations, the
-local store's usage counters, a Redis. Each answers plainly or raises a
+local store's usage counters, what a store holds in all, a Redis. Each answers plainly or raises a
 :class:`~keepstone.errors.KeepstoneError` saying what is wrong; ``keepstone.cli.doctor`` turns the
 answers into ok / warn / FAIL lines.
 """
@@ -15,8 +15,9 @@ from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.records.ratelimit import redis_client, redis_errors
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
-from keepstone.store.base import MemoryStore
+from keepstone.store.base import MemoryStore, StoredBytes
 from keepstone.store.hand_edits import HandEditedStore
+from keepstone.store.index import StoredTotals
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +100,9 @@ def ping_redis(url: str) -> None:
         raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
     finally:
         client.close()
+
+
+def stored_totals(store: object) -> StoredBytes | None:
+    """The document and search-index bytes of every space of ``store``, when it can sum
+    them (:class:`~keepstone.store.index.StoredTotals`); None when it cannot."""
+    return store.stored_totals() if isinstance(store, StoredTotals) else None

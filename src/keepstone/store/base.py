@@ -45,6 +45,7 @@ from keepstone.documents import (
     ImportReport,
     ImportStrategy,
     PlatformGrant,
+    StoredBytes,
     Usage,
     VersionInfo,
     WriteResult,
@@ -92,6 +93,7 @@ __all__ = [
     "PlatformGrant",
     "Progress",
     "SpaceRefs",
+    "StoredBytes",
     "Usage",
     "WriteResult",
     "WriteTerms",
@@ -180,6 +182,9 @@ class MemoryStore(ABC):
     * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
       :class:`~keepstone.documents.PlatformGrant` itself. A client of a server lacks it:
       the server decides from the caller's credential (and audits).
+    * ``"stored_totals"`` — sums what it holds across every team and global space
+      (:class:`keepstone.store.index.StoredTotals`). A client of a server lacks it: it sees
+      only its caller's spaces.
     """
 
     capabilities: frozenset[str] = frozenset()

@@ -62,6 +62,7 @@ from keepstone.store.base import (
     PlatformGrant,
     Progress,
     SpaceRefs,
+    StoredBytes,
     Usage,
     WriteResult,
     check_move_target,
@@ -120,7 +121,14 @@ class FilesystemStore(MemoryStore):
     """
 
     capabilities = frozenset(
-        {"tree_aggregate", "multiprocess", "tenant_addressing", "platform_grants", "history"}
+        {
+            "tree_aggregate",
+            "multiprocess",
+            "tenant_addressing",
+            "platform_grants",
+            "history",
+            "stored_totals",
+        }
     )
     limits: Limits
     reserve: DiskReserve
@@ -275,6 +283,8 @@ class FilesystemStore(MemoryStore):
         ref = self._checked(ref)
         state = self._counters.peek()
         history_used, history_quota = self.history_usage(ref.tenant)
+        with _index_errors():
+            index_bytes = self._index.index_bytes(ref.id)
         return Usage(
             space_id=ref.id,
             used_bytes=state.spaces.get(ref.id, 0),
@@ -283,7 +293,13 @@ class FilesystemStore(MemoryStore):
             team_quota_bytes=self.limits.team_quota,
             history_used_bytes=history_used,
             history_quota_bytes=history_quota,
+            index_bytes=index_bytes,
         )
+
+    def stored_totals(self) -> StoredBytes:
+        """The tree's document bytes (its counter) and its index's bytes, every space's."""
+        with _index_errors():
+            return StoredBytes(self._counters.peek().tree, self._index.index_bytes())
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
         # Validate now, not at the first next(): a bad ref fails at the call.

@@ -5,8 +5,10 @@ document, its space (the ref's fields, so a space's rows can be selected), its p
 the ``size`` and ``mtime_ns`` it had when indexed, its content etag, and its chunks
 (:func:`keepstone.search.chunking.chunk_markdown`: sequence number, heading trail, the
 context trail the chunk's text does not show, text, analysed terms, a vector blob NULL
-until embedded and the model that made it), plus one version counter per space that
-moves whenever the space's searchable rows change.
+until embedded, the model that made it and the bytes the row holds for search,
+:func:`~keepstone.store.index.chunk_bytes`, summed per space from an index of their
+own), plus one version counter per space that moves whenever the space's searchable rows
+change.
 
 The index is *derived data*. The files are the truth; the index follows them, and only
 through a reconcile:
@@ -53,11 +55,12 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow
 from keepstone.store.fs_files import connect_wal, made_already, open_sidecar
 from keepstone.store.fs_layout import INDEX_FILE
+from keepstone.store.index import chunk_bytes
 
 log = logging.getLogger("keepstone.store")
 
 #: Bumped when the schema or what a chunk row holds changes: an older sidecar is rebuilt.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 #: Files re-chunked per reconcile transaction.
 _BATCH = 64
 
@@ -77,9 +80,10 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS chunks (
     space_id TEXT NOT NULL, path TEXT NOT NULL, seq INTEGER NOT NULL,
     heading TEXT NOT NULL, context TEXT NOT NULL, text TEXT NOT NULL, terms TEXT NOT NULL,
-    embedding BLOB, model TEXT,
+    embedding BLOB, model TEXT, stored_bytes INTEGER NOT NULL,
     PRIMARY KEY (space_id, path, seq)
 );
+CREATE INDEX IF NOT EXISTS chunks_space_bytes ON chunks (space_id, stored_bytes);
 """
 
 #: A file whose mtime is this close to when its row was written may have been edited
@@ -89,8 +93,8 @@ RACY_NS = 100_000_000
 
 #: (size, mtime_ns, etag, indexed_ns) of an indexed document.
 Indexed = tuple[int, int, str, int]
-#: (seq, heading, context, text, terms) of one chunk to insert.
-_NewChunk = tuple[int, str, str, str, str]
+#: (seq, heading, context, text, terms, stored_bytes) of one chunk to insert.
+_NewChunk = tuple[int, str, str, str, str, int]
 #: What a reconcile reads of one file: (content, size, mtime_ns), or None when gone.
 ReadFile = Callable[[str], tuple[bytes, int, int] | None]
 
@@ -122,7 +126,9 @@ def chunk_document(content: str) -> list[_NewChunk]:
     rows: list[_NewChunk] = []
     for seq, chunk in enumerate(chunk_markdown(content)):
         context = TRAIL_SEPARATOR.join(chunk.context)
-        rows.append((seq, chunk.heading, context, chunk.text, " ".join(analyze(chunk.search_text))))
+        terms = " ".join(analyze(chunk.search_text))
+        size = chunk_bytes(chunk.heading, context, chunk.text, terms)
+        rows.append((seq, chunk.heading, context, chunk.text, terms, size))
     return rows
 
 
@@ -392,8 +398,8 @@ class FsIndex(SqliteSidecar):
             return 0  # same content (touched or rewritten): chunks and vectors stand
         conn.execute("DELETE FROM chunks WHERE space_id = ? AND path = ?", (ref.id, path))
         conn.executemany(
-            "INSERT INTO chunks (space_id, path, seq, heading, context, text, terms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO chunks (space_id, path, seq, heading, context, text, terms, "
+            "stored_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(ref.id, path, *chunk) for chunk in chunk_document(content)],
         )
         _bump(conn, ref)
@@ -430,6 +436,19 @@ class FsIndex(SqliteSidecar):
             return 0
         row = conn.execute("SELECT version FROM spaces WHERE space_id = ?", (ref.id,)).fetchone()
         return int(row[0]) if row else 0
+
+    def index_bytes(self, space_id: str | None = None) -> int:
+        """The bytes the chunks of the space ``space_id`` hold (None: of every space),
+        summed from ``chunks_space_bytes`` alone; 0 before the sidecar is made."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return 0
+        if space_id is None:
+            got = conn.execute("SELECT coalesce(sum(stored_bytes), 0) FROM chunks")
+        else:
+            query = "SELECT coalesce(sum(stored_bytes), 0) FROM chunks WHERE space_id = ?"
+            got = conn.execute(query, (space_id,))
+        return int(got.fetchone()[0])
 
     # --- Embedding ----------------------------------------------------------------------------
 
@@ -490,11 +509,12 @@ class FsIndex(SqliteSidecar):
         with write_transaction(conn):
             for chunk, blob in zip(rows, blobs, strict=True):
                 n = conn.execute(
-                    "UPDATE chunks SET embedding = ?, model = ? "
+                    "UPDATE chunks SET embedding = ?, model = ?, "
+                    "stored_bytes = stored_bytes - coalesce(length(embedding), 0) + ? "
                     "WHERE space_id = ? AND path = ? AND seq = ? AND EXISTS ("
                     " SELECT 1 FROM documents d WHERE d.space_id = chunks.space_id"
                     " AND d.path = chunks.path AND d.etag = ?)",
-                    (blob, model, chunk.space_id, chunk.path, chunk.seq, chunk.etag),
+                    (blob, model, len(blob), chunk.space_id, chunk.path, chunk.seq, chunk.etag),
                 ).rowcount
                 if n:
                     stored += n

@@ -327,6 +327,8 @@ class HttpMemoryStore(MemoryStore):
             # A server from before document history does not send them.
             history_used_bytes=int(body.get("history_used_bytes", 0)),
             history_quota_bytes=int(body.get("history_quota_bytes", 0)),
+            # Nor one from before index bytes were reported.
+            index_bytes=int(body.get("index_bytes", 0)),
         )
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:

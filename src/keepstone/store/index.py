@@ -31,6 +31,11 @@ with ``isinstance`` (they are runtime-checkable):
 * :class:`ChunkBackfill`: the index can chunk the unindexed documents of every space in
   one sweep (the SQL store: the background indexer runs it on every pass). An index
   without it chunks a space when it reconciles it.
+* :class:`StoredTotals`: the store can say what it holds in all, every team together:
+  documents and index (the operator's figures, ``keepstone doctor``). The stores that keep an
+  index keep each chunk's :func:`chunk_bytes` on its row, under an index of the database
+  led by the space, so a space's ``index_bytes`` (``Usage``) and the total are sums of that
+  column read from the index alone, never of the chunks' text.
 
 The rules every index keeps:
 
@@ -52,6 +57,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from keepstone.documents import StoredBytes
 from keepstone.errors import InvalidRequest
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
@@ -192,6 +198,22 @@ class ChunkBackfill(Protocol):
         ...
 
 
+def chunk_bytes(*parts: str | bytes | None) -> int:
+    """The bytes a chunk row holds for search: its heading, context, text and analysed
+    terms in UTF-8, and its vector blob (None: none yet). What ``index_bytes`` sums."""
+    return sum(len(p.encode("utf-8") if isinstance(p, str) else p) for p in parts if p)
+
+
+@runtime_checkable
+class StoredTotals(Protocol):
+    """A store that can sum what it holds across every team and global space."""
+
+    def stored_totals(self) -> StoredBytes:
+        """Document and index bytes of every space (each a sum of the figures the
+        spaces' ``usage`` reports)."""
+        ...
+
+
 @runtime_checkable
 class PendingCount(Protocol):
     """An index that counts the chunks of some spaces still waiting for a vector, from
@@ -271,7 +293,9 @@ __all__ = [
     "RemoteHitLike",
     "SearchIndex",
     "SearchingStore",
+    "StoredTotals",
     "VectorIndexed",
+    "chunk_bytes",
     "pending_of",
     "search_capability",
     "vector_index_of",

@@ -59,6 +59,7 @@ from keepstone.store.base import (
     DocumentInfo,
     MemoryStore,
     SpaceRefs,
+    StoredBytes,
     Usage,
     space_of_id,
 )
@@ -115,6 +116,7 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, DocumentActivi
             "tenant_addressing",
             "platform_grants",
             "history",
+            "stored_totals",
         }
     )
     limits: Limits
@@ -279,9 +281,18 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, DocumentActivi
             used = conn.execute(self._sql.space_used, addr).scalar()
             team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
             history = self._history_usage_in(conn, aggregate, default)
+            index = conn.execute(self._sql.index_used, addr).scalar_one()
         team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
         subcap = self.limits.subcap(ref.visibility)
-        return Usage(ref.id, used or 0, subcap, team_used, team_quota, *history)
+        return Usage(ref.id, used or 0, subcap, team_used, team_quota, *history, int(index))
+
+    def stored_totals(self) -> StoredBytes:
+        """Document and index bytes of every team and global space (the usage rows' and
+        the chunks' byte counts summed: :class:`keepstone.store.index.StoredTotals`)."""
+        with read_statements(self.engine) as conn:
+            documents = conn.execute(self._sql.all_used).scalar_one()
+            index = conn.execute(self._sql.all_index_used).scalar_one()
+        return StoredBytes(int(documents), int(index))
 
     def list_spaces(self, tenant: str) -> SpaceRefs:
         """The spaces of ``tenant`` and the global spaces holding bytes: one row per space

@@ -38,6 +38,7 @@ from keepstone.search.claim import EmbeddingClaim, EmbeddingTable
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
+from keepstone.store.index import chunk_bytes
 from keepstone.store.reserve import DiskReserve
 from keepstone.store.sql_schema import (
     UNCHUNKED,
@@ -89,6 +90,8 @@ def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     content and time, as SqlStore._write binds them)."""
     rows = []
     for seq, chunk in enumerate(chunk_markdown(doc["content"])):
+        context = TRAIL_SEPARATOR.join(chunk.context)
+        terms = " ".join(analyze(chunk.search_text))
         rows.append(
             {
                 "tenant_id": doc["t"],
@@ -98,14 +101,15 @@ def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "space_id": doc["sid"],
                 "visibility": doc["vis"],
                 "heading": chunk.heading,
-                "context": TRAIL_SEPARATOR.join(chunk.context),
+                "context": context,
                 "start_offset": chunk.start,
                 "end_offset": chunk.end,
                 "text": chunk.text,
-                "terms": " ".join(analyze(chunk.search_text)),
+                "terms": terms,
                 "embedding": None,
                 "model": None,
                 "updated_at": doc["now"],
+                "stored_bytes": chunk_bytes(chunk.heading, context, chunk.text, terms),
             }
         )
     return rows
@@ -343,6 +347,7 @@ class DocumentIndex:
                 "was_text": row.text,
                 "was_context": row.context,
                 "blob": blob,
+                "blob_bytes": len(blob),
                 "by_model": model,
                 **({"vec": vecs[i][0]} if vecs is not None else {}),
             }

@@ -222,9 +222,13 @@ memory_chunks = sa.Table(
     sa.Column("embedding", sa.LargeBinary, nullable=True),
     sa.Column("model", sa.String(64), nullable=True),
     timestamp("updated_at"),
+    # v9: the bytes the row holds for search (keepstone.store.index.chunk_bytes).
+    sa.Column("stored_bytes", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_memory_chunks_model", "model"),
     # v7: a space's chunks by model, so a search counts what its space has pending.
     sa.Index("ix_memory_chunks_space_model", "tenant_id", "space_key", "model"),
+    # v9: a space's index bytes summed from this index alone.
+    sa.Index("ix_memory_chunks_space_bytes", "tenant_id", "space_key", "stored_bytes"),
 )
 
 #: The chunks never embedded: what the indexer embeds first, and the predicate of the partial
@@ -544,6 +548,41 @@ MIGRATIONS.append(
         "activity: each change's action and actor kind, and indexes read newest first",
         _v8_activity,
     )
+)
+
+
+# --- v9: the index's bytes, per chunk ----------------------------------------------------------
+#
+# ``keepstone memory du`` reports what a space's search index holds (``index_bytes``), and
+# ``keepstone doctor`` the total of every space. Each chunk row keeps its own byte count
+# (heading, context, text and terms in UTF-8, and the vector blob), set where the row is
+# inserted and where its vector is stored; an index led by the space ends with it, so a
+# space's sum reads that index alone, not the chunks' text. Rows written before are
+# counted here once.
+
+
+def _v9_index_bytes(conn: Connection) -> None:
+    have = {c["name"] for c in sa.inspect(conn).get_columns("memory_chunks")}
+    if "stored_bytes" not in have:
+        conn.exec_driver_sql(
+            "ALTER TABLE memory_chunks ADD COLUMN stored_bytes BIGINT NOT NULL DEFAULT 0"
+        )
+    if conn.dialect.name == "postgresql":
+        size = "octet_length({})".format
+    else:  # SQLite's length() of text counts characters; of a blob, bytes.
+        size = "length(CAST({} AS BLOB))".format
+    parts = " + ".join(size(c) for c in ("heading", "context", "text", "terms"))
+    conn.exec_driver_sql(
+        f"UPDATE memory_chunks SET stored_bytes = {parts} + coalesce(length(embedding), 0)"
+    )
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_bytes "
+        "ON memory_chunks (tenant_id, space_key, stored_bytes)"
+    )
+
+
+MIGRATIONS.append(
+    Migration(COMPONENT, 9, "memory_chunks.stored_bytes: index bytes per space", _v9_index_bytes)
 )
 
 

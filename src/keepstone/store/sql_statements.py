@@ -216,8 +216,24 @@ class Statements:
                 into.c.text == bp("was_text"),
                 into.c.context == bp("was_context"),
             )
-            .values(embedding=bp("blob"), model=bp("by_model"), **vector)
+            .values(
+                embedding=bp("blob"),
+                model=bp("by_model"),
+                # The row's bytes with this vector in place of the one it had, if any.
+                stored_bytes=into.c.stored_bytes
+                - sa.func.coalesce(sa.func.length(into.c.embedding), 0)
+                + bp("blob_bytes", sa.BigInteger),
+                **vector,
+            )
         )
+        #: The bytes a space's chunks hold, summed along ix_memory_chunks_space_bytes alone
+        #: (the space key is the hash of the full id, so it names one space).
+        self.index_used = sa.select(sa.func.coalesce(sa.func.sum(C.c.stored_bytes), 0)).where(
+            C.c.tenant_id == bp("t"), C.c.space_key == bp("k")
+        )
+        #: Every space's, and every space's document bytes (the operator's totals).
+        self.all_index_used = sa.select(sa.func.coalesce(sa.func.sum(C.c.stored_bytes), 0))
+        self.all_used = sa.select(sa.func.coalesce(sa.func.sum(S.c.used_bytes), 0))
 
     def _pending(self) -> None:
         """The indexer's scan: the chunks with no vector of the configured model, newest

@@ -1217,6 +1217,11 @@ export interface components {
             history_used_bytes: number;
             /** History Quota Bytes */
             history_quota_bytes: number;
+            /**
+             * Index Bytes
+             * @description Bytes the space's search index holds (chunk text, terms, vectors); counted against no quota.
+             */
+            index_bytes: number;
         };
         /** UserEntryOut */
         UserEntryOut: {

@@ -227,3 +227,13 @@ class HandReadRoute(APIRoute):
                 p for p in extra if (p["name"], p["in"]) not in have
             ]
             self.openapi_extra = openapi_extra
+
+
+def etag_of_if_match(raw: str | None) -> str | None:
+    """The etag of an If-Match header: quoted or bare, a weak ``W/`` prefix ignored."""
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw.startswith("W/"):
+        raw = raw[2:]
+    return raw.strip('"')

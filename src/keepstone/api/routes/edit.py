@@ -19,6 +19,7 @@ from keepstone.api.routes.common import (
     AUTH_ERRORS,
     HandReadRoute,
     error_responses,
+    etag_of_if_match,
     required_query,
 )
 from keepstone.api.routes.spaces import (
@@ -26,7 +27,6 @@ from keepstone.api.routes.spaces import (
     ETAG_HEADER,
     WriteOut,
     by_hand,
-    etag_of_if_match,
     space_of,
     written,
 )

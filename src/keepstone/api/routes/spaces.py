@@ -13,7 +13,7 @@ from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from keepstone.api.deps import Caller, caller_of
 from keepstone.api.responses import FastJSONResponse
@@ -22,6 +22,7 @@ from keepstone.api.routes.common import (
     AUTH_ERRORS,
     HandReadRoute,
     error_responses,
+    etag_of_if_match,
     parse_as_of,
     parse_limit,
     parse_version,
@@ -107,6 +108,10 @@ class UsageOut(BaseModel):
     team_quota_bytes: int
     history_used_bytes: int
     history_quota_bytes: int
+    index_bytes: int = Field(
+        description="Bytes the space's search index holds (chunk text, terms, vectors); "
+        "counted against no quota."
+    )
 
 
 class RejectedOut(BaseModel):
@@ -183,16 +188,6 @@ Space = Annotated[SpaceQuery, Depends(space_query)]
 
 
 _IF_MATCH_DOC = "Only if the document's etag is still this one (else 412)."
-
-
-def etag_of_if_match(raw: str | None) -> str | None:
-    """The etag of an If-Match header: quoted or bare, a weak ``W/`` prefix ignored."""
-    if raw is None:
-        return None
-    raw = raw.strip()
-    if raw.startswith("W/"):
-        raw = raw[2:]
-    return raw.strip('"')
 
 
 async def _if_match(
