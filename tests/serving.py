@@ -4,7 +4,9 @@ wait until it answers over HTTP.
 :func:`keepstone_serve` runs ``keepstone serve --port P ...`` and yields once ``/readyz``
 answers 200; :func:`running_server` does the same for any command line (``keepstone mcp
 --http``, the installed wheel's ``keepstone``); :func:`started_server` starts without
-waiting, for tests that start several servers together and then wait for each.
+waiting, for tests that start several servers together and then wait for each;
+:func:`redis_server` starts a ``redis-server`` of the test's own, for tests that kill or
+stop it.
 
 A server that exits or never answers fails the test with the tail of its log. On leaving
 the ``with`` the process gets SIGTERM (or the ``stop_signal`` given), then SIGKILL if it
@@ -205,6 +207,36 @@ def keepstone_serve(
         stop_signal=stop_signal,
     ) as server:
         yield server
+
+
+@contextlib.contextmanager
+def redis_server(port: int, where: Path) -> Iterator[ServerProcess]:
+    """A ``redis-server`` of the test's own on ``port`` (never the machine's), without
+    persistence, run from ``where`` (its log ``redis.log`` there), answering PING; one a
+    test stopped with SIGSTOP is continued first, so that it hears the stop."""
+    import os
+
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+    argv += ["--save", "", "--appendonly", "no"]
+    with started_server(argv, port=port, env=os.environ, log=where / "redis.log", cwd=where) as r:
+        r.wait_until(lambda: _pings(port), "PING")
+        try:
+            yield r
+        finally:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGCONT)
+
+
+def _pings(port: int) -> bool:
+    import redis
+
+    client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def worker_processes(pid: int) -> list[psutil.Process]:

@@ -13,6 +13,7 @@ by flags or by code. Derived values are methods: :meth:`Config.limits`.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -50,18 +51,25 @@ def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> in
     return number
 
 
-def _whole_or_default(least: int, what: str) -> Callable[[object, ValidationInfo], object]:
-    """A validator of a whole number from ``least`` (the field's default when blank);
-    ``what`` ends its refusal."""
+def _or_default(
+    parse: Callable[[str, ValidationInfo], object],
+) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a variable's text read by ``parse`` (the field's default when blank)."""
 
     def check(value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str):
             return value
         if value.strip() == "":
             return _field(info).default
-        return _whole_number(value, info, least, what)
+        return parse(value, info)
 
     return check
+
+
+def _whole_or_default(least: int, what: str) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a whole number from ``least`` (the field's default when blank);
+    ``what`` ends its refusal."""
+    return _or_default(lambda value, info: _whole_number(value, info, least, what))
 
 
 def _one_of(default: str, *choices: str) -> Callable[[object, ValidationInfo], object]:
@@ -94,6 +102,24 @@ def _seconds(value: object, info: ValidationInfo) -> object:
         return float(value) if value.strip() else _field(info).default
     except ValueError:
         return _field(info).default
+
+
+def _positive_seconds(value: str, info: ValidationInfo) -> float:
+    # Strict, unlike the purge interval: a typo here would leave requests waiting forever
+    # (0, negative) or silently at another bound.
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not a timeout; set a number of "
+            "seconds above 0, or unset it for the default"
+        )
+    return seconds
+
+
+_timeout = _or_default(_positive_seconds)
 
 
 def _byte_count(value: object, info: ValidationInfo) -> object:
@@ -199,6 +225,11 @@ class Config(BaseModel):
         None, validation_alias="KEEPSTONE_REDIS_URL"
     )
     redis_prefix: str = Field("keepstone:", validation_alias="KEEPSTONE_REDIS_PREFIX")
+    #: Seconds a call to that Redis (connecting, then each answer) may take before the
+    #: search it serves answers 503: a hung Redis never holds a request longer.
+    redis_timeout: Annotated[float, BeforeValidator(_timeout)] = Field(
+        5.0, gt=0, validation_alias="KEEPSTONE_REDIS_TIMEOUT"
+    )
     #: Seconds between purges of expired records; 0 turns purging off.
     records_purge_interval: Annotated[float, BeforeValidator(_seconds)] = Field(
         3600.0, validation_alias="KEEPSTONE_RECORDS_PURGE_INTERVAL"

@@ -117,6 +117,19 @@ class Runtime:
         with read_transaction(self.engine) as conn:
             conn.execute(sa.text("SELECT 1"))
 
+    def redis_state(self) -> str | None:
+        """``ok`` or ``unreachable``: whether the Redis of the records search limit answers a
+        PING (``/readyz``); None without ``KEEPSTONE_REDIS_URL`` (the limit is in-process)."""
+        from keepstone.errors import StoreUnavailable
+
+        if not self.config.redis_url:
+            return None
+        try:
+            self.limiter.ping()
+        except StoreUnavailable:
+            return "unreachable"
+        return "ok"
+
     def backlog(self) -> Backlog:
         """What waits for a vector of the configured model, chunks and team records
         (``/metrics``, ``/readyz``, ``keepstone doctor``): two counts, the model not loaded."""
@@ -168,7 +181,9 @@ def open_runtime(
     # pgvector where the database has it (KEEPSTONE_PGVECTOR): one setup, every store's.
     vectors = pgvector.setup(engine, config.pgvector, min_vectors=config.hnsw_min_vectors)
     store = SqlStore(engine, limits or Limits(), vectors=vectors)
-    limiter = rate_limiter(config.redis_url, prefix=config.redis_prefix)
+    limiter = rate_limiter(
+        config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout
+    )
     embedder = SharedEmbedder(config)
     return Runtime(
         config=config,

@@ -26,6 +26,7 @@ from keepstone.identity.service import IdentityService
 from keepstone.principal import CredentialKind, Principal
 from keepstone.records import schema as rschema
 from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter
+from keepstone.schema import upgrade_all
 from keepstone.service.access import Access
 from keepstone.service.records import RecordService, build_record_service
 from tests.conftest import create_postgres_database, drop_postgres_database
@@ -260,3 +261,36 @@ def set_plan(engine: Engine, org_id: str, plan: str) -> None:
 @pytest.fixture
 def world(engine: Engine) -> World:
     return make_world(engine)
+
+
+def listed_records(url: str, team: str, key: str) -> dict[str, str]:
+    """Every record of ``team`` on the server at ``url`` as the member with API ``key``
+    lists them, page by page: id -> the listed (fenced) text."""
+    import httpx
+
+    stored: dict[str, str] = {}
+    token: str | None = None
+    with httpx.Client(base_url=url, timeout=30) as http:
+        while True:
+            r = http.get(
+                f"/api/teams/{team}/memory",
+                params={"next_token": token} if token else None,
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert r.status_code == 200, r.text
+            page = r.json()
+            stored |= {rec["id"]: rec["text"] for rec in page["records"]}
+            token = page["next_token"]
+            if token is None:
+                return stored
+
+
+def world_with_key(database: str) -> tuple[World, str]:
+    """A :func:`make_world` in the database at ``database`` (migrated first), for a server
+    to be started on it, and an API key of its member; the engine is disposed of."""
+    engine = make_engine(database)
+    upgrade_all(engine)
+    world = make_world(engine)
+    key = identity_of(engine).create_api_key(world.member, world.team_id)[1]
+    engine.dispose()
+    return world, key

@@ -18,13 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from keepstone.db import make_engine
-from keepstone.identity.keys import load_key_hasher
-from keepstone.identity.service import IdentityService
-from keepstone.schema import upgrade_all
 from tests.cli_runner import keepstone_env
 from tests.conftest import fresh_database
-from tests.records.conftest import make_world
+from tests.records.conftest import listed_records, world_with_key
 from tests.serving import ServerProcess, keepstone_serve
 
 pytestmark = pytest.mark.slow
@@ -68,13 +64,7 @@ def _serve(
 def test_no_acknowledged_record_is_lost_to_sigkill(
     database: str, workers: int, tmp_path: Path
 ) -> None:
-    engine = make_engine(database)
-    upgrade_all(engine)
-    world = make_world(engine)
-    key = IdentityService(engine, load_key_hasher(engine, None)).create_api_key(
-        world.member, world.team_id
-    )[1]
-    engine.dispose()
+    world, key = world_with_key(database)
     log = tmp_path / "serve.log"
     acknowledged: dict[str, str] = {}  # record id -> the text saved
     lock = threading.Lock()
@@ -115,21 +105,7 @@ def test_no_acknowledged_record_is_lost_to_sigkill(
                 os.killpg(server.pid, signal.SIGKILL)
 
     with _serve(database, tmp_path / "home", log) as server:
-        stored: dict[str, str] = {}
-        token: str | None = None
-        with httpx.Client(base_url=server.url, timeout=30) as http:
-            while True:
-                r = http.get(
-                    f"/api/teams/{world.team_id}/memory",
-                    params={"next_token": token} if token else None,
-                    headers={"Authorization": f"Bearer {key}"},
-                )
-                assert r.status_code == 200, r.text
-                page = r.json()
-                stored |= {rec["id"]: rec["text"] for rec in page["records"]}
-                token = page["next_token"]
-                if token is None:
-                    break
+        stored = listed_records(server.url, world.team_id, key)
     lost = set(acknowledged) - set(stored)
     assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged records lost"
     # Listed texts are fenced for display; the saved text is inside the fence.

@@ -4,15 +4,21 @@ processes sharing one Redis (SPEC §6)."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from keepstone.errors import RateLimited
+from keepstone.errors import RateLimited, StoreUnavailable
 from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from tests.serving import free_port, redis_server
 
 
 class FakeClock:
@@ -165,3 +171,52 @@ def test_make_rate_limiter_picks_backend(redis_url: str) -> None:
     limiter = make_rate_limiter({"KEEPSTONE_REDIS_URL": redis_url})
     assert isinstance(limiter, RedisRateLimiter)
     limiter.close()
+
+
+def test_the_redis_timeout_is_read_and_checked() -> None:
+    from keepstone.config import Config
+    from keepstone.errors import InvalidRequest
+
+    assert Config.from_env({}).redis_timeout == 5.0
+    assert Config.from_env({"KEEPSTONE_REDIS_TIMEOUT": " 0.5 "}).redis_timeout == 0.5
+    assert Config.from_env({"KEEPSTONE_REDIS_TIMEOUT": ""}).redis_timeout == 5.0
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(InvalidRequest, match="KEEPSTONE_REDIS_TIMEOUT=.*seconds above 0"):
+            Config.from_env({"KEEPSTONE_REDIS_TIMEOUT": bad})
+
+
+def test_a_redis_that_never_answers_is_given_up_on() -> None:
+    """A socket that takes connections and never answers (as a hung Redis's does): the
+    search is refused as unavailable instead of waiting forever, and so is the ping."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # never accepted: the kernel completes the connections, nobody reads
+        url = f"redis://127.0.0.1:{hung.getsockname()[1]}/0"
+        limiter = RedisRateLimiter(url, timeout=0.2)
+        with pytest.raises(StoreUnavailable, match=r"rate limiter \(Redis\)"):
+            limiter.acquire("t")
+        with pytest.raises(StoreUnavailable, match="Redis does not answer"):
+            limiter.ping()
+        limiter.close()
+    LocalRateLimiter().ping()  # nothing to reach
+
+
+def test_a_call_given_up_on_holds_no_slot_once_redis_runs_it(tmp_path: Path) -> None:
+    """A Redis stopped (SIGSTOP) past the client's timeout runs the call given up on when
+    it continues (the call waited in its socket); the next acquisition of the team frees
+    the slot that call took. On a Redis of the test's own."""
+    port = free_port()
+    with redis_server(port, tmp_path) as server, redis.Redis(port=port) as admin:
+        limiter = _redis(f"redis://127.0.0.1:{port}/0", rate=1000, timeout=0.2)
+        flight = f"{limiter.prefix}records:{{t}}:inflight"
+        limiter.acquire("t")()  # the script is loaded: the late call is one EVALSHA
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                limiter.acquire("t")
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        server.wait_until(lambda: admin.zcard(flight) == 1, "the late call")  # nobody frees
+        limiter.acquire("t")()
+        assert admin.zcard(flight) == 0
+        limiter.close()

@@ -75,9 +75,10 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
     if isinstance(exc, InsufficientStorage):  # one line per refusal, not a traceback
         log.warning("request refused: %s: %s", exc.code, exc.message)
     elif isinstance(exc, StoreUnavailable):
-        # An outage fails every request alike: one line each, naming the driver's reason,
-        # rather than a traceback each.
-        log.error("request failed: %s (%s)", exc.code, _root_cause(exc))
+        # An outage fails every request alike: one line each, saying what is away (the
+        # database, the rate limiter's Redis) and the driver's reason, rather than a
+        # traceback each.
+        log.error("request failed: %s: %s (%s)", exc.code, exc.message, _root_cause(exc))
     elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response

@@ -171,7 +171,7 @@ def _redis(config: Config) -> Check:
 
     shown = config.redis_url.split("@", 1)[-1]  # never print a password
     try:
-        ping_redis(config.redis_url)
+        ping_redis(config.redis_url, config.redis_timeout)
     except KeepstoneError as exc:
         return Check(
             "redis",

@@ -8,7 +8,11 @@ Two implementations of one small interface:
   (a sorted set of admission times), so no second ever admits more than 5 across a
   window boundary. In-flight searches are members of a sorted set scored by a
   deadline: a replica that dies mid-search leaves a member that expires after
-  ``in_flight_ttl`` seconds instead of wedging the team.
+  ``in_flight_ttl`` seconds instead of wedging the team. A call this replica gave up on
+  (Redis hung past the timeout) may still run once Redis resumes, and nobody would
+  release the slot it took: the replica's next acquisition for that team cancels it —
+  frees the slot if the call ran, and leaves a mark that makes it take nothing if it
+  runs later.
 * :class:`LocalRateLimiter` — the same rules in process memory, for a single server.
 
 A refused acquisition takes nothing: it neither counts toward the rate nor holds a
@@ -17,13 +21,12 @@ slot. :func:`rate_limiter` picks one for a Redis URL or none.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -37,6 +40,14 @@ if TYPE_CHECKING:
 SEARCHES_PER_SECOND = 5
 MAX_IN_FLIGHT = 10
 IN_FLIGHT_TTL_SECONDS = 60.0
+#: How long a cancelled call stays marked (see the module docstring). One that a Redis
+#: hung even longer runs afterwards holds its slot until the slot's own deadline, as a dead
+#: replica's does; a Redis hung that long has usually been restarted, which forgets it.
+CANCELLED_TTL_SECONDS = 600.0
+#: The calls given up on that a replica keeps per team until Redis answers again, so that a
+#: long outage does not grow them without bound; past it the oldest are dropped (each held
+#: slot, again, only until its deadline).
+MAX_CANCELLED = 1024
 
 
 def _refusal(retry_after: float, why: str) -> RateLimited:
@@ -53,6 +64,11 @@ class RateLimiter(Protocol):
     def acquire(self, team_id: str) -> Callable[[], None]:
         """Take a rate slot and an in-flight slot; return the function that frees
         the in-flight slot (call it exactly once, when the search is over)."""
+        ...
+
+    def ping(self) -> None:
+        """Reach the limit's shared backend once (readiness); StoreUnavailable when it does
+        not answer. Nothing to reach for a limit kept in process memory."""
         ...
 
 
@@ -113,9 +129,13 @@ class LocalRateLimiter:
 
         return release
 
+    def ping(self) -> None:
+        """Always reachable: the limit is this process's memory."""
 
-# KEYS: rate log, in-flight set. ARGV: rate, window ms, max in flight, ttl ms, token.
-# Returns {1, 0} when admitted, {0, retry_ms, reason} when refused.
+
+# KEYS: rate log, in-flight set, cancelled tokens.
+# ARGV: rate, window ms, max in flight, ttl ms, cancel ttl ms, token, then the tokens of calls
+# this replica gave up on. Returns {1, 0} when admitted, {0, retry_ms, reason} when refused.
 _ACQUIRE_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -123,6 +143,18 @@ local rate = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local max_in_flight = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
+local cancel_ttl = tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+for i = 7, #ARGV do
+  redis.call('ZREM', KEYS[2], ARGV[i])
+  redis.call('ZADD', KEYS[3], now + cancel_ttl, ARGV[i])
+end
+if #ARGV >= 7 then
+  redis.call('PEXPIRE', KEYS[3], cancel_ttl)
+end
+if redis.call('ZSCORE', KEYS[3], ARGV[6]) then
+  return {0, 0, 'cancelled'}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) >= max_in_flight then
   return {0, 1000, 'in_flight'}
@@ -132,24 +164,32 @@ if redis.call('ZCARD', KEYS[1]) >= rate then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(oldest[2]) + window - now, 'rate'}
 end
-redis.call('ZADD', KEYS[1], now, ARGV[5])
+redis.call('ZADD', KEYS[1], now, ARGV[6])
 redis.call('PEXPIRE', KEYS[1], window * 2)
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[5])
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ttl * 2)
 return {1, 0, ''}
 """
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A client of the Redis at ``url``, each call given up after 5 s; InvalidRequest
-    without the redis extra, ValueError for a URL that is no Redis URL."""
+#: The default of ``KEEPSTONE_REDIS_TIMEOUT``: how long a Redis call may take.
+REDIS_TIMEOUT_SECONDS = 5.0
+#: The bound of a readiness ping: a probe must answer fast even while Redis hangs, and
+#: a Redis that answers at all answers a PING far sooner.
+PING_TIMEOUT_SECONDS = 0.5
+
+
+def redis_client(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> redis.Redis:
+    """A client of the Redis at ``url`` whose connecting and each answer is given up after
+    ``timeout`` seconds (redis-py's default is to wait forever); InvalidRequest without the
+    redis extra, ValueError for a URL that is no Redis URL."""
     try:
         import redis
     except ImportError:
         raise InvalidRequest(
             "KEEPSTONE_REDIS_URL needs the redis extra: pip install 'keepstone[redis]'"
         ) from None
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def redis_errors() -> tuple[type[Exception], ...]:
@@ -171,29 +211,49 @@ class RedisRateLimiter:
         window: float = 1.0,
         max_in_flight: int = MAX_IN_FLIGHT,
         in_flight_ttl: float = IN_FLIGHT_TTL_SECONDS,
+        timeout: float = REDIS_TIMEOUT_SECONDS,
+        cancelled_ttl: float = CANCELLED_TTL_SECONDS,
     ) -> None:
-        self._redis = redis_client(url)
+        self._redis = redis_client(url, timeout)
+        self._pinger = redis_client(url, min(timeout, PING_TIMEOUT_SECONDS))
         self._errors = redis_errors()
         self._script: Any = self._redis.register_script(_ACQUIRE_LUA)
         self.prefix = prefix
         self.rate = rate
         self.max_in_flight = max_in_flight
-        # The script's ARGV but the token: rate, window ms, max in flight, ttl ms.
-        self._argv = [rate, int(window * 1000), max_in_flight, int(in_flight_ttl * 1000)]
+        # The script's ARGV before the tokens: rate, window ms, max in flight, ttl ms,
+        # cancel ttl ms.
+        self._argv = [
+            rate,
+            int(window * 1000),
+            max_in_flight,
+            int(in_flight_ttl * 1000),
+            int(cancelled_ttl * 1000),
+        ]
+        # Per team, the tokens of calls given up on, for the team's next acquisition.
+        self._given_up: dict[str, deque[str]] = {}
+        self._lock = threading.Lock()
 
-    def _keys(self, team_id: str) -> tuple[str, str]:
-        # The hash tag keeps a team's two keys in one slot of a Redis Cluster.
+    def _keys(self, team_id: str) -> list[str]:
+        # The hash tag keeps a team's keys in one slot of a Redis Cluster.
         base = f"{self.prefix}records:{{{team_id}}}"
-        return f"{base}:rate", f"{base}:inflight"
+        return [f"{base}:rate", f"{base}:inflight", f"{base}:cancelled"]
+
+    def _give_up(self, team_id: str, tokens: Iterable[str]) -> None:
+        """Keep ``tokens`` (calls that got no answer) for the team's next acquisition."""
+        with self._lock:
+            self._given_up.setdefault(team_id, deque(maxlen=MAX_CANCELLED)).extend(tokens)
 
     def acquire(self, team_id: str) -> Callable[[], None]:
-        rate_key, flight_key = self._keys(team_id)
+        keys = self._keys(team_id)
         token = uuid.uuid4().hex
+        with self._lock:
+            cancel = list(self._given_up.pop(team_id, ()))
         try:
-            result = cast(
-                list[Any], self._script(keys=[rate_key, flight_key], args=[*self._argv, token])
-            )
+            result = cast(list[Any], self._script(keys=keys, args=[*self._argv, token, *cancel]))
         except self._errors as exc:
+            # Each may yet run on a Redis that hung: the next call cancels them.
+            self._give_up(team_id, [*cancel, token])
             raise StoreUnavailable(
                 "the search rate limiter (Redis) cannot be reached; try again shortly"
             ) from exc
@@ -208,23 +268,39 @@ class RedisRateLimiter:
             if done.is_set():
                 return
             done.set()
-            # If Redis is unreachable, the member's deadline frees the slot anyway.
-            with contextlib.suppress(*self._errors):
-                self._redis.zrem(flight_key, token)
+            # If Redis does not answer, the team's next acquisition here frees the slot (or
+            # the member's deadline does, if there is none).
+            try:
+                self._redis.zrem(keys[1], token)
+            except self._errors:
+                self._give_up(team_id, [token])
 
         return release
 
+    def ping(self) -> None:
+        """One PING, given up after at most :data:`PING_TIMEOUT_SECONDS`."""
+        try:
+            self._pinger.ping()
+        except self._errors as exc:
+            raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
+
     def close(self) -> None:
         self._redis.close()
+        self._pinger.close()
 
 
-def rate_limiter(redis_url: str | None, *, prefix: str = "keepstone:") -> RateLimiter:
-    """Redis at ``redis_url`` (keys under ``prefix``) when given, in-process otherwise."""
-    return RedisRateLimiter(redis_url, prefix=prefix) if redis_url else LocalRateLimiter()
+def rate_limiter(
+    redis_url: str | None, *, prefix: str = "keepstone:", timeout: float = REDIS_TIMEOUT_SECONDS
+) -> RateLimiter:
+    """Redis at ``redis_url`` (keys under ``prefix``, each call given up after ``timeout``
+    seconds) when given, in-process otherwise."""
+    if redis_url:
+        return RedisRateLimiter(redis_url, prefix=prefix, timeout=timeout)
+    return LocalRateLimiter()
 
 
 def make_rate_limiter(env: Mapping[str, str] | None = None) -> RateLimiter:
     """The limiter of ``KEEPSTONE_REDIS_URL`` / ``KEEPSTONE_REDIS_PREFIX`` in ``env`` (default:
     the process environment), read through :class:`~keepstone.config.Config`."""
     config = Config.from_env(env)
-    return rate_limiter(config.redis_url, prefix=config.redis_prefix)
+    return rate_limiter(config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout)

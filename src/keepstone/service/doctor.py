@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from keepstone.db import applied_versions
 from keepstone.errors import InvalidRequest, StoreUnavailable
-from keepstone.records.ratelimit import redis_client, redis_errors
+from keepstone.records.ratelimit import REDIS_TIMEOUT_SECONDS, redis_client, redis_errors
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore, StoredBytes
@@ -88,10 +88,11 @@ def record_hand_edits(store: MemoryStore) -> int:
     return store.reconcile_history()
 
 
-def ping_redis(url: str) -> None:
-    """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer."""
+def ping_redis(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> None:
+    """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer
+    within ``timeout`` seconds."""
     try:
-        client = redis_client(url)
+        client = redis_client(url, timeout)
     except ValueError as exc:  # not a redis:// URL
         raise InvalidRequest(f"KEEPSTONE_REDIS_URL is not a Redis URL: {exc}") from exc
     try:

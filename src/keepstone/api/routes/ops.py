@@ -27,6 +27,10 @@ class BacklogOut(BaseModel):
 
 class ReadyOut(StatusOut):
     backlog: BacklogOut
+    redis: str | None = Field(
+        description="The records search limit's Redis: `ok`, or `unreachable` (record searches "
+        "answer 503 meanwhile; nothing else needs it); null without KEEPSTONE_REDIS_URL."
+    )
 
 
 @router.get("/healthz", response_model=StatusOut, summary="The process is alive")
@@ -43,7 +47,13 @@ def healthz() -> dict[str, Any]:
 def readyz(state: State) -> dict[str, Any]:
     state.runtime.ping()  # StoreUnavailable → 503
     # A backlog does not make the server unready: search answers, by keyword for the rest.
-    return {"status": "ready", "backlog": state.runtime.backlog().as_json()}
+    # Nor does a Redis away: every replica shares it, so taking this one out of rotation
+    # would stop documents and records too, for record searches no replica can serve.
+    return {
+        "status": "ready",
+        "backlog": state.runtime.backlog().as_json(),
+        "redis": state.runtime.redis_state(),
+    }
 
 
 @router.get(
