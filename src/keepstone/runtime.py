@@ -142,10 +142,7 @@ class Runtime:
 
     def close(self) -> None:
         """Release the limiter's connections, and the engine if this runtime made it."""
-        from keepstone.records.ratelimit import RedisRateLimiter
-
-        if isinstance(self.limiter, RedisRateLimiter):
-            self.limiter.close()
+        self.limiter.close()
         if self.owns_engine:
             self.engine.dispose()
 

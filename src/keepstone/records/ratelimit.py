@@ -71,6 +71,10 @@ class RateLimiter(Protocol):
         not answer. Nothing to reach for a limit kept in process memory."""
         ...
 
+    def close(self) -> None:
+        """Release the backend's connections (nothing to release for one in memory)."""
+        ...
+
 
 @contextmanager
 def admitted(limiter: RateLimiter, team_id: str) -> Iterator[None]:
@@ -131,6 +135,9 @@ class LocalRateLimiter:
 
     def ping(self) -> None:
         """Always reachable: the limit is this process's memory."""
+
+    def close(self) -> None:
+        """Nothing to release: the limit is this process's memory."""
 
 
 # KEYS: rate log, in-flight set, cancelled tokens.
