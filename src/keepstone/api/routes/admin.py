@@ -7,7 +7,7 @@ itself who may call it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from keepstone.api.deps import Principal
 from keepstone.api.routes.common import AUTH_ERRORS, WholeNumber, error_responses
+from keepstone.principal import Principal as Who
 from keepstone.service.access import require_platform_authority
 from keepstone.service.admin import (
     DEFAULT_PAGE,
@@ -335,28 +336,41 @@ def delete_team(
     return Response(status_code=204)
 
 
-@router.delete(
-    "/orgs/{id}",
-    status_code=204,
-    response_class=Response,
-    responses=ERRORS,
-    summary="Delete an org that has no team (409 otherwise)",
+def _no_content(act: Callable[[AdminService, Who, str], None]) -> Callable[..., Response]:
+    """A route that does ``act`` to the id in its path and answers ``204``."""
+
+    def endpoint(id: str, who: Principal, admin: Admin) -> Response:
+        act(admin, who, id)
+        return Response(status_code=204)
+
+    return endpoint
+
+
+#: The routes that do one thing to the id in their path and answer ``204``: the method,
+#: the path, the use-case (its name is the route's) and, where its name says too little,
+#: a summary.
+_NO_CONTENT: tuple[tuple[str, str, Callable[[AdminService, Who, str], None], str], ...] = (
+    (
+        "DELETE",
+        "/orgs/{id}",
+        AdminService.delete_org,
+        "Delete an org that has no team (409 otherwise)",
+    ),
+    ("POST", "/users/{id}/disable", AdminService.disable_user, ""),
+    ("POST", "/users/{id}/enable", AdminService.enable_user, ""),
+    ("DELETE", "/api-keys/{id}", AdminService.revoke_api_key, ""),
 )
-def delete_org(id: str, who: Principal, admin: Admin) -> Response:
-    admin.delete_org(who, id)
-    return Response(status_code=204)
-
-
-@router.post("/users/{id}/disable", status_code=204, response_class=Response, responses=ERRORS)
-def disable_user(id: str, who: Principal, admin: Admin) -> Response:
-    admin.disable_user(who, id)
-    return Response(status_code=204)
-
-
-@router.post("/users/{id}/enable", status_code=204, response_class=Response, responses=ERRORS)
-def enable_user(id: str, who: Principal, admin: Admin) -> Response:
-    admin.enable_user(who, id)
-    return Response(status_code=204)
+for _method, _path, _act, _summary in _NO_CONTENT:
+    router.add_api_route(
+        _path,
+        _no_content(_act),
+        methods=[_method],
+        name=_act.__name__,
+        status_code=204,
+        response_class=Response,
+        responses=ERRORS,
+        summary=_summary or None,
+    )
 
 
 @router.post(
@@ -462,12 +476,6 @@ def create_repo(id: str, body: NameIn, who: Principal, admin: Admin) -> dict[str
 def create_api_key(body: ApiKeyIn, who: Principal, admin: Admin) -> dict[str, Any]:
     created = admin.create_api_key(who, body.user_id, body.team_id, body.name)
     return {"id": created.id, "key": created.key, "name": body.name.strip()}
-
-
-@router.delete("/api-keys/{id}", status_code=204, response_class=Response, responses=ERRORS)
-def revoke_api_key(id: str, who: Principal, admin: Admin) -> Response:
-    admin.revoke_api_key(who, id)
-    return Response(status_code=204)
 
 
 @router.patch("/instance", response_model=InstanceOut, responses=ERRORS)
