@@ -12,9 +12,9 @@ creation, and never again. Quotas are entered in MiB or GiB (the API takes bytes
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from decimal import Decimal
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -236,14 +236,6 @@ async def org_plan(request: Request) -> Response:
     return await _act(request, "plan", act, _to_org(request))
 
 
-@router.post("/admin/orgs/delete")
-async def delete_org(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).delete_org(who, text(form, "org_id"))
-
-    return await _act(request, "delete-org", act, _to_org(request))
-
-
 @router.post("/admin/teams")
 async def create_team(request: Request) -> Response:
     def act(who: Principal, form: FormData) -> str:
@@ -281,26 +273,6 @@ async def add_member(request: Request) -> Response:
     return await _act(request, "member", act, _to_team(request))
 
 
-@router.post("/admin/members/role")
-async def member_role(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> str:
-        admin_of(request).set_team_role(
-            who, text(form, "team_id"), text(form, "user_id"), text(form, "role")
-        )
-        return _to_team_page(form)
-
-    return await _act(request, "members", act, _to_team(request))
-
-
-@router.post("/admin/members/remove")
-async def remove_member(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> str:
-        admin_of(request).remove_team_member(who, text(form, "team_id"), text(form, "user_id"))
-        return _to_team_page(form)
-
-    return await _act(request, "members", act, _to_team(request))
-
-
 @router.post("/admin/users")
 async def create_user(request: Request) -> Response:
     def act(who: Principal, form: FormData) -> None:
@@ -313,22 +285,6 @@ async def create_user(request: Request) -> Response:
         )
 
     return await _act(request, "user", act, _to_index(request))
-
-
-@router.post("/admin/users/disable")
-async def disable_user(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).disable_user(who, text(form, "user_id"))
-
-    return await _act(request, "users", act, _to_index(request))
-
-
-@router.post("/admin/users/enable")
-async def enable_user(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).enable_user(who, text(form, "user_id"))
-
-    return await _act(request, "users", act, _to_index(request))
 
 
 @router.post("/admin/users/reset")
@@ -385,3 +341,66 @@ async def revoke_key(request: Request) -> Response:
         return f"/admin/teams/{team_id}" if team_id else None
 
     return await _act(request, "revoke", act, _to_index(request))
+
+
+def _one_call(
+    form_name: str,
+    use_case: Callable[..., None],
+    fields: tuple[str, ...],
+    back: Callable[[Request], Callable[[FormData], Render]],
+    then: Callable[[FormData], str] | None,
+) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    """The route of a form that calls ``use_case`` with the fields it posts, then goes to
+    ``then``'s page (None: the admin page); a refusal re-renders ``back``'s page."""
+
+    async def endpoint(request: Request) -> Response:
+        def act(who: Principal, form: FormData) -> str | None:
+            use_case(admin_of(request), who, *(text(form, name) for name in fields))
+            return None if then is None else then(form)
+
+        return await _act(request, form_name, act, back(request))
+
+    return endpoint
+
+
+#: The forms that call one use-case with the fields they post: the path, the form's name
+#: (where a refusal shows), the use-case (its name is the route's) and those fields, the page
+#: a refusal re-renders, and where the form goes after (None: the admin page).
+_ONE_CALL_FORMS: tuple[
+    tuple[
+        str,
+        str,
+        Callable[..., None],
+        tuple[str, ...],
+        Callable[[Request], Callable[[FormData], Render]],
+        Callable[[FormData], str] | None,
+    ],
+    ...,
+] = (
+    ("/admin/orgs/delete", "delete-org", AdminService.delete_org, ("org_id",), _to_org, None),
+    ("/admin/users/disable", "users", AdminService.disable_user, ("user_id",), _to_index, None),
+    ("/admin/users/enable", "users", AdminService.enable_user, ("user_id",), _to_index, None),
+    (
+        "/admin/members/role",
+        "members",
+        AdminService.set_team_role,
+        ("team_id", "user_id", "role"),
+        _to_team,
+        _to_team_page,
+    ),
+    (
+        "/admin/members/remove",
+        "members",
+        AdminService.remove_team_member,
+        ("team_id", "user_id"),
+        _to_team,
+        _to_team_page,
+    ),
+)
+for _path, _form_name, _use_case, _fields, _back, _then in _ONE_CALL_FORMS:
+    router.add_api_route(
+        _path,
+        _one_call(_form_name, _use_case, _fields, _back, _then),
+        methods=["POST"],
+        name=_use_case.__name__,
+    )
