@@ -12,9 +12,10 @@ creation, and never again. Quotas are entered in MiB or GiB (the API takes bytes
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -343,44 +344,32 @@ async def revoke_key(request: Request) -> Response:
     return await _act(request, "revoke", act, _to_index(request))
 
 
-def _one_call(
-    form_name: str,
-    use_case: Callable[..., None],
-    fields: tuple[str, ...],
-    back: Callable[[Request], Callable[[FormData], Render]],
-    then: Callable[[FormData], str] | None,
-) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-    """The route of a form that calls ``use_case`` with the fields it posts, then goes to
-    ``then``'s page (None: the admin page); a refusal re-renders ``back``'s page."""
+@dataclass(frozen=True)
+class _OneCall:
+    """A form that calls one use-case with the fields it posts, in that order, then goes
+    to ``then``'s page (None: the admin page); a refusal re-renders ``back``'s page next to
+    the form (``form_name``). The use-case's name is the route's."""
 
-    async def endpoint(request: Request) -> Response:
+    path: str
+    form_name: str
+    use_case: Callable[..., None]
+    fields: tuple[str, ...]
+    back: Callable[[Request], Callable[[FormData], Render]]
+    then: Callable[[FormData], str] | None = None
+
+    async def endpoint(self, request: Request) -> Response:
         def act(who: Principal, form: FormData) -> str | None:
-            use_case(admin_of(request), who, *(text(form, name) for name in fields))
-            return None if then is None else then(form)
+            self.use_case(admin_of(request), who, *(text(form, name) for name in self.fields))
+            return None if self.then is None else self.then(form)
 
-        return await _act(request, form_name, act, back(request))
-
-    return endpoint
+        return await _act(request, self.form_name, act, self.back(request))
 
 
-#: The forms that call one use-case with the fields they post: the path, the form's name
-#: (where a refusal shows), the use-case (its name is the route's) and those fields, the page
-#: a refusal re-renders, and where the form goes after (None: the admin page).
-_ONE_CALL_FORMS: tuple[
-    tuple[
-        str,
-        str,
-        Callable[..., None],
-        tuple[str, ...],
-        Callable[[Request], Callable[[FormData], Render]],
-        Callable[[FormData], str] | None,
-    ],
-    ...,
-] = (
-    ("/admin/orgs/delete", "delete-org", AdminService.delete_org, ("org_id",), _to_org, None),
-    ("/admin/users/disable", "users", AdminService.disable_user, ("user_id",), _to_index, None),
-    ("/admin/users/enable", "users", AdminService.enable_user, ("user_id",), _to_index, None),
-    (
+_ONE_CALL_FORMS = (
+    _OneCall("/admin/orgs/delete", "delete-org", AdminService.delete_org, ("org_id",), _to_org),
+    _OneCall("/admin/users/disable", "users", AdminService.disable_user, ("user_id",), _to_index),
+    _OneCall("/admin/users/enable", "users", AdminService.enable_user, ("user_id",), _to_index),
+    _OneCall(
         "/admin/members/role",
         "members",
         AdminService.set_team_role,
@@ -388,7 +377,7 @@ _ONE_CALL_FORMS: tuple[
         _to_team,
         _to_team_page,
     ),
-    (
+    _OneCall(
         "/admin/members/remove",
         "members",
         AdminService.remove_team_member,
@@ -397,10 +386,5 @@ _ONE_CALL_FORMS: tuple[
         _to_team_page,
     ),
 )
-for _path, _form_name, _use_case, _fields, _back, _then in _ONE_CALL_FORMS:
-    router.add_api_route(
-        _path,
-        _one_call(_form_name, _use_case, _fields, _back, _then),
-        methods=["POST"],
-        name=_use_case.__name__,
-    )
+for _form in _ONE_CALL_FORMS:
+    router.add_api_route(_form.path, _form.endpoint, methods=["POST"], name=_form.use_case.__name__)
