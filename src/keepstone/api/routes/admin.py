@@ -256,7 +256,8 @@ Cursor = Annotated[
 ]
 
 
-def _page_out(key: str, page: Page[Any]) -> dict[str, Any]:
+def page_out(key: str, page: Page[Any]) -> dict[str, Any]:
+    """A page of a listing as the API answers it: its items under ``key``, and the cursor."""
     return {key: [item.as_json() for item in page.items], "next_cursor": page.next_cursor}
 
 
@@ -275,14 +276,14 @@ def create_user(body: UserIn, who: Principal, admin: Admin) -> dict[str, Any]:
 def list_orgs(
     who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
-    return _page_out("orgs", admin.list_orgs(who, limit=limit, cursor=cursor))
+    return page_out("orgs", admin.list_orgs(who, limit=limit, cursor=cursor))
 
 
 @router.get("/users", response_model=UsersOut, responses=ERRORS, summary="List users, paged")
 def list_users(
     who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
-    return _page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
+    return page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
 
 
 @router.get(
@@ -298,7 +299,7 @@ def list_teams(
     cursor: Cursor = None,
     org_id: Annotated[str | None, Query(max_length=64, description="Only this org's.")] = None,
 ) -> dict[str, Any]:
-    return _page_out("teams", admin.list_teams(who, limit=limit, cursor=cursor, org_id=org_id))
+    return page_out("teams", admin.list_teams(who, limit=limit, cursor=cursor, org_id=org_id))
 
 
 @router.get(
@@ -405,7 +406,7 @@ def list_api_keys(
     team_id: Annotated[str | None, Query(max_length=64, description="Only this team's.")] = None,
 ) -> dict[str, Any]:
     page = admin.list_api_keys(who, limit=limit, cursor=cursor, user_id=user_id, team_id=team_id)
-    return _page_out("api_keys", page)
+    return page_out("api_keys", page)
 
 
 @router.post("/orgs", status_code=201, response_model=IdOut, responses=ERRORS)
