@@ -193,16 +193,6 @@ def _op_remove_member(admin: AdminService, a: argparse.Namespace) -> dict[str, A
     return {"team_id": a.team, "user_id": a.user, "removed": True}
 
 
-def _op_disable_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
-    admin.disable_user(OPERATOR, a.user)
-    return {"user_id": a.user, "disabled": True}
-
-
-def _op_enable_user(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
-    admin.enable_user(OPERATOR, a.user)
-    return {"user_id": a.user, "disabled": False}
-
-
 def _op_reset_password(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
     link = admin.reset_password(OPERATOR, a.user)
     return {
@@ -218,17 +208,29 @@ def _op_delete_team(admin: AdminService, a: argparse.Namespace) -> dict[str, Any
     return {"id": a.id, "deleted": True}
 
 
-def _op_delete_org(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
-    admin.delete_org(OPERATOR, a.id)
-    return {"id": a.id, "deleted": True}
-
-
-def _op_revoke_key(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
-    admin.revoke_api_key(OPERATOR, a.id)
-    return {"id": a.id, "revoked": True}
-
-
 _Op = Callable[["AdminService", argparse.Namespace], dict[str, Any]]
+
+
+def _on_one(flag: str, key: str, act: Callable[[AdminService, str], None], **answer: bool) -> _Op:
+    """The verb that does ``act`` to what ``--<flag>`` names and answers with that id (as
+    ``key``) and ``answer``."""
+
+    def op(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
+        named: str = getattr(a, flag)
+        act(admin, named)
+        return {key: named, **answer}
+
+    return op
+
+
+_disable_user = _on_one(
+    "user", "user_id", lambda s, user: s.disable_user(OPERATOR, user), disabled=True
+)
+_enable_user = _on_one(
+    "user", "user_id", lambda s, user: s.enable_user(OPERATOR, user), disabled=False
+)
+_delete_org = _on_one("id", "id", lambda s, org: s.delete_org(OPERATOR, org), deleted=True)
+_revoke_key = _on_one("id", "id", lambda s, key: s.revoke_api_key(OPERATOR, key), revoked=True)
 
 
 @dataclass(frozen=True)
@@ -365,10 +367,10 @@ _VERBS: dict[str, _Verb] = {
     ),
     "disable-user": _Verb(
         "disable a user: no sign-in, sessions ended, keys revoked",
-        _op_disable_user,
+        _disable_user,
         (_USER,),
     ),
-    "enable-user": _Verb("let a disabled user sign in again", _op_enable_user, (_USER,)),
+    "enable-user": _Verb("let a disabled user sign in again", _enable_user, (_USER,)),
     "reset-password": _Verb(
         "make a one-time password-reset link (24 hours, single use)",
         _op_reset_password,
@@ -384,12 +386,12 @@ _VERBS: dict[str, _Verb] = {
     ),
     "delete-org": _Verb(
         "delete an org that has no team left",
-        _op_delete_org,
+        _delete_org,
         (arg("--id", required=True, help="org id"),),
     ),
     "revoke-key": _Verb(
         "revoke an API key (its next request is refused)",
-        _op_revoke_key,
+        _revoke_key,
         (arg("--id", required=True, help="the key's id (keepstone admin list-keys)"),),
     ),
 }

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData
 
 from keepstone.errors import CsrfRequired, InvalidRequest, KeepstoneError, Unauthenticated
-from keepstone.principal import Principal
-from keepstone.service.admin import MAX_PAGE, AdminService
+from keepstone.principal import Plan, Principal
+from keepstone.service.admin import MAX_PAGE, AdminService, CreatedKey, ResetLink
 from keepstone.service.audit import AuditService
 from keepstone.web.core import UiRoute, page, posted, see_other, signed_in, text, url
 from keepstone.web.pages import off_loop
@@ -30,10 +32,12 @@ router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 PAGE = 20
 ROLES = ("viewer", "config_editor", "member", "admin")
+PLANS = tuple(plan.value for plan in Plan)
 #: The units a quota is entered in.
 UNITS = {"MiB": 1 << 20, "GiB": 1 << 30}
 
 Render = Callable[[Principal, dict[str, str], int], Response]
+T = TypeVar("T")
 
 
 def shown_once(request: Request, template: str, **context: object) -> Response:
@@ -63,6 +67,7 @@ def _index(request: Request, cursors: dict[str, str]) -> Render:
             users=users,
             keys=keys,
             team_names=team_names,
+            plans=PLANS,
             errors=errors,
             next_link=lambda name, cursor: url("/admin", **{**cursors, name: cursor}),
         )
@@ -81,6 +86,7 @@ def _org(request: Request, org_id: str, cursor: str = "") -> Render:
             status,
             org=org,
             teams=teams,
+            plans=PLANS,
             errors=errors,
             units=UNITS,
             next_link=lambda c: url(f"/admin/orgs/{org_id}", cursor=c),
@@ -163,6 +169,27 @@ def quota_bytes(form: FormData, name: str, *, optional: bool = False) -> int | N
     return int(amount * unit)
 
 
+async def _attempt(
+    request: Request,
+    form_name: str,
+    act: Callable[[Principal, FormData], T],
+    back: Callable[[FormData], Render],
+    answer: Callable[[FormData, T], Response],
+) -> Response:
+    """Run ``act`` for a POSTed admin form and ``answer`` with what it made; a refusal
+    re-renders the form's page (``back``) with the message next to that form."""
+    who, form = await posted(request)
+    try:
+        made = await off_loop(lambda: act(who, form))
+    except (Unauthenticated, CsrfRequired):
+        raise
+    except KeepstoneError as exc:
+        message, status = exc.message, exc.status
+        render = back(form)
+        return await off_loop(lambda: render(who, {form_name: message}, status))
+    return answer(form, made)
+
+
 async def _act(
     request: Request,
     form_name: str,
@@ -170,18 +197,10 @@ async def _act(
     back: Callable[[FormData], Render],
 ) -> Response:
     """Run ``act`` for a POSTed admin form, then go to the page it answers (or back to
-    the form's page); a refusal re-renders the form's page (``back``) with the message
-    next to that form."""
-    who, form = await posted(request)
-    try:
-        went = await off_loop(lambda: act(who, form))
-    except (Unauthenticated, CsrfRequired):
-        raise
-    except KeepstoneError as exc:
-        message, status = exc.message, exc.status
-        render = back(form)
-        return await off_loop(lambda: render(who, {form_name: message}, status))
-    return see_other(went or "/admin")
+    the admin page); a refusal re-renders the form's page as :func:`_attempt` does."""
+    return await _attempt(
+        request, form_name, act, back, lambda _form, went: see_other(went or "/admin")
+    )
 
 
 def _to_index(request: Request) -> Callable[[FormData], Render]:
@@ -216,14 +235,6 @@ async def org_plan(request: Request) -> Response:
         return f"/admin/orgs/{org_id}"
 
     return await _act(request, "plan", act, _to_org(request))
-
-
-@router.post("/admin/orgs/delete")
-async def delete_org(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).delete_org(who, text(form, "org_id"))
-
-    return await _act(request, "delete-org", act, _to_org(request))
 
 
 @router.post("/admin/teams")
@@ -263,26 +274,6 @@ async def add_member(request: Request) -> Response:
     return await _act(request, "member", act, _to_team(request))
 
 
-@router.post("/admin/members/role")
-async def member_role(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> str:
-        admin_of(request).set_team_role(
-            who, text(form, "team_id"), text(form, "user_id"), text(form, "role")
-        )
-        return _to_team_page(form)
-
-    return await _act(request, "members", act, _to_team(request))
-
-
-@router.post("/admin/members/remove")
-async def remove_member(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> str:
-        admin_of(request).remove_team_member(who, text(form, "team_id"), text(form, "user_id"))
-        return _to_team_page(form)
-
-    return await _act(request, "members", act, _to_team(request))
-
-
 @router.post("/admin/users")
 async def create_user(request: Request) -> Response:
     def act(who: Principal, form: FormData) -> None:
@@ -297,36 +288,18 @@ async def create_user(request: Request) -> Response:
     return await _act(request, "user", act, _to_index(request))
 
 
-@router.post("/admin/users/disable")
-async def disable_user(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).disable_user(who, text(form, "user_id"))
-
-    return await _act(request, "users", act, _to_index(request))
-
-
-@router.post("/admin/users/enable")
-async def enable_user(request: Request) -> Response:
-    def act(who: Principal, form: FormData) -> None:
-        admin_of(request).enable_user(who, text(form, "user_id"))
-
-    return await _act(request, "users", act, _to_index(request))
-
-
 @router.post("/admin/users/reset")
 async def reset_password(request: Request) -> Response:
     """Make a one-time password-reset link and show it, once, on the page this answers."""
-    who, form = await posted(request)
-    service, user_id = admin_of(request), text(form, "user_id")
-    try:
-        link = await off_loop(lambda: service.reset_password(who, user_id))
-    except (Unauthenticated, CsrfRequired):
-        raise
-    except KeepstoneError as exc:
-        message, status = exc.message, exc.status
-        return await off_loop(lambda: _index(request, {})(who, {"users": message}, status))
-    address = str(request.base_url).rstrip("/") + f"/reset/{link.token}"
-    return shown_once(request, "admin_reset_link.html", link=link, address=address)
+
+    def act(who: Principal, form: FormData) -> ResetLink:
+        return admin_of(request).reset_password(who, text(form, "user_id"))
+
+    def answer(_form: FormData, link: ResetLink) -> Response:
+        address = str(request.base_url).rstrip("/") + f"/reset/{link.token}"
+        return shown_once(request, "admin_reset_link.html", link=link, address=address)
+
+    return await _attempt(request, "users", act, _to_index(request), answer)
 
 
 @router.post("/admin/instance")
@@ -342,24 +315,23 @@ async def instance_quota(request: Request) -> Response:
 @router.post("/admin/api-keys")
 async def create_key(request: Request) -> Response:
     """Mint a key and show it, once, on the page this POST answers."""
-    who, form = await posted(request)
-    service = admin_of(request)
-    user_id, team_id, name = text(form, "user_id"), text(form, "team_id"), text(form, "name")
-    try:
-        created = await off_loop(lambda: service.create_api_key(who, user_id, team_id, name))
-    except (Unauthenticated, CsrfRequired):
-        raise
-    except KeepstoneError as exc:
-        message, status = exc.message, exc.status
-        return await off_loop(lambda: _team(request, team_id)(who, {"key": message}, status))
-    return shown_once(
-        request,
-        "key_created.html",
-        created=created,
-        name=name.strip(),
-        back=f"/admin/teams/{team_id}",
-        back_label="Back to the team",
-    )
+
+    def act(who: Principal, form: FormData) -> CreatedKey:
+        return admin_of(request).create_api_key(
+            who, text(form, "user_id"), text(form, "team_id"), text(form, "name")
+        )
+
+    def answer(form: FormData, created: CreatedKey) -> Response:
+        return shown_once(
+            request,
+            "key_created.html",
+            created=created,
+            name=text(form, "name").strip(),
+            back=_to_team_page(form),
+            back_label="Back to the team",
+        )
+
+    return await _attempt(request, "key", act, _to_team(request), answer)
 
 
 @router.post("/admin/api-keys/revoke")
@@ -370,3 +342,49 @@ async def revoke_key(request: Request) -> Response:
         return f"/admin/teams/{team_id}" if team_id else None
 
     return await _act(request, "revoke", act, _to_index(request))
+
+
+@dataclass(frozen=True)
+class _OneCall:
+    """A form that calls one use-case with the fields it posts, in that order, then goes
+    to ``then``'s page (None: the admin page); a refusal re-renders ``back``'s page next to
+    the form (``form_name``). The use-case's name is the route's."""
+
+    path: str
+    form_name: str
+    use_case: Callable[..., None]
+    fields: tuple[str, ...]
+    back: Callable[[Request], Callable[[FormData], Render]]
+    then: Callable[[FormData], str] | None = None
+
+    async def endpoint(self, request: Request) -> Response:
+        def act(who: Principal, form: FormData) -> str | None:
+            self.use_case(admin_of(request), who, *(text(form, name) for name in self.fields))
+            return None if self.then is None else self.then(form)
+
+        return await _act(request, self.form_name, act, self.back(request))
+
+
+_ONE_CALL_FORMS = (
+    _OneCall("/admin/orgs/delete", "delete-org", AdminService.delete_org, ("org_id",), _to_org),
+    _OneCall("/admin/users/disable", "users", AdminService.disable_user, ("user_id",), _to_index),
+    _OneCall("/admin/users/enable", "users", AdminService.enable_user, ("user_id",), _to_index),
+    _OneCall(
+        "/admin/members/role",
+        "members",
+        AdminService.set_team_role,
+        ("team_id", "user_id", "role"),
+        _to_team,
+        _to_team_page,
+    ),
+    _OneCall(
+        "/admin/members/remove",
+        "members",
+        AdminService.remove_team_member,
+        ("team_id", "user_id"),
+        _to_team,
+        _to_team_page,
+    ),
+)
+for _form in _ONE_CALL_FORMS:
+    router.add_api_route(_form.path, _form.endpoint, methods=["POST"], name=_form.use_case.__name__)

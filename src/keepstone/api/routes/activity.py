@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -18,17 +18,9 @@ from keepstone.activity import ACTOR_KINDS, DEFAULT_LIMIT, MAX_LIMIT
 from keepstone.api.deps import Caller
 from keepstone.api.responses import FastJSONResponse
 from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses
-from keepstone.api.routes.spaces import (
-    SEGMENT_SCHEMA,
-    SPACE_PARAMS,
-    BotParam,
-    ProjectParam,
-    VisibilityParam,
-    check_params,
-)
+from keepstone.api.routes.maybe_space import MaybeSpace, maybe_space
 from keepstone.errors import InvalidSpaceRef
 from keepstone.principal import Principal as Who
-from keepstone.service.access import space_ref
 
 router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
 
@@ -63,19 +55,14 @@ class ActivityOut(BaseModel):
     "newest first",
 )
 async def activity(
-    request: Request,
     caller: Caller,
-    name: Annotated[
-        str | None,
-        Query(
-            description="The space's name; leave the space's parameters out for every space "
-            "of your team you may read.",
-            json_schema_extra=SEGMENT_SCHEMA,
+    space: Annotated[
+        MaybeSpace,
+        maybe_space(
+            "The space's name; leave the space's parameters out for every space of your team "
+            "you may read."
         ),
-    ] = None,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    ],
     since: Annotated[
         str | None, Query(description="ISO 8601: only changes made at or after this.")
     ] = None,
@@ -98,12 +85,11 @@ async def activity(
     ] = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
-        sent = tuple(request.query_params)
-        check_params(sent, (*SPACE_PARAMS, *_FEED_PARAMS))
+        space.check(*_FEED_PARAMS)
         ref = None
-        if name is not None:
-            ref = space_ref(who, name, visibility, project=project, bot=bot)
-        elif named := [key for key in SPACE_PARAMS if key in sent]:
+        if space.name is not None:
+            ref = space.ref(who)
+        elif named := space.sent_without_name():
             raise InvalidSpaceRef(
                 f"{named[0]} names a space only with its name: send name=..., or leave "
                 f"{', '.join(named)} out for every space you may read",

@@ -7,7 +7,7 @@ itself who may call it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from keepstone.api.deps import Principal
 from keepstone.api.routes.common import AUTH_ERRORS, WholeNumber, error_responses
+from keepstone.principal import Principal as Who
 from keepstone.service.access import require_platform_authority
 from keepstone.service.admin import (
     DEFAULT_PAGE,
@@ -255,7 +256,8 @@ Cursor = Annotated[
 ]
 
 
-def _page_out(key: str, page: Page[Any]) -> dict[str, Any]:
+def page_out(key: str, page: Page[Any]) -> dict[str, Any]:
+    """A page of a listing as the API answers it: its items under ``key``, and the cursor."""
     return {key: [item.as_json() for item in page.items], "next_cursor": page.next_cursor}
 
 
@@ -274,14 +276,14 @@ def create_user(body: UserIn, who: Principal, admin: Admin) -> dict[str, Any]:
 def list_orgs(
     who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
-    return _page_out("orgs", admin.list_orgs(who, limit=limit, cursor=cursor))
+    return page_out("orgs", admin.list_orgs(who, limit=limit, cursor=cursor))
 
 
 @router.get("/users", response_model=UsersOut, responses=ERRORS, summary="List users, paged")
 def list_users(
     who: Principal, admin: Admin, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
-    return _page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
+    return page_out("users", admin.list_users(who, limit=limit, cursor=cursor))
 
 
 @router.get(
@@ -297,7 +299,7 @@ def list_teams(
     cursor: Cursor = None,
     org_id: Annotated[str | None, Query(max_length=64, description="Only this org's.")] = None,
 ) -> dict[str, Any]:
-    return _page_out("teams", admin.list_teams(who, limit=limit, cursor=cursor, org_id=org_id))
+    return page_out("teams", admin.list_teams(who, limit=limit, cursor=cursor, org_id=org_id))
 
 
 @router.get(
@@ -335,28 +337,41 @@ def delete_team(
     return Response(status_code=204)
 
 
-@router.delete(
-    "/orgs/{id}",
-    status_code=204,
-    response_class=Response,
-    responses=ERRORS,
-    summary="Delete an org that has no team (409 otherwise)",
+def _no_content(act: Callable[[AdminService, Who, str], None]) -> Callable[..., Response]:
+    """A route that does ``act`` to the id in its path and answers ``204``."""
+
+    def endpoint(id: str, who: Principal, admin: Admin) -> Response:
+        act(admin, who, id)
+        return Response(status_code=204)
+
+    return endpoint
+
+
+#: The routes that do one thing to the id in their path and answer ``204``: the method,
+#: the path, the use-case (its name is the route's) and, where its name says too little,
+#: a summary.
+_NO_CONTENT: tuple[tuple[str, str, Callable[[AdminService, Who, str], None], str], ...] = (
+    (
+        "DELETE",
+        "/orgs/{id}",
+        AdminService.delete_org,
+        "Delete an org that has no team (409 otherwise)",
+    ),
+    ("POST", "/users/{id}/disable", AdminService.disable_user, ""),
+    ("POST", "/users/{id}/enable", AdminService.enable_user, ""),
+    ("DELETE", "/api-keys/{id}", AdminService.revoke_api_key, ""),
 )
-def delete_org(id: str, who: Principal, admin: Admin) -> Response:
-    admin.delete_org(who, id)
-    return Response(status_code=204)
-
-
-@router.post("/users/{id}/disable", status_code=204, response_class=Response, responses=ERRORS)
-def disable_user(id: str, who: Principal, admin: Admin) -> Response:
-    admin.disable_user(who, id)
-    return Response(status_code=204)
-
-
-@router.post("/users/{id}/enable", status_code=204, response_class=Response, responses=ERRORS)
-def enable_user(id: str, who: Principal, admin: Admin) -> Response:
-    admin.enable_user(who, id)
-    return Response(status_code=204)
+for _method, _path, _act, _summary in _NO_CONTENT:
+    router.add_api_route(
+        _path,
+        _no_content(_act),
+        methods=[_method],
+        name=_act.__name__,
+        status_code=204,
+        response_class=Response,
+        responses=ERRORS,
+        summary=_summary or None,
+    )
 
 
 @router.post(
@@ -391,7 +406,7 @@ def list_api_keys(
     team_id: Annotated[str | None, Query(max_length=64, description="Only this team's.")] = None,
 ) -> dict[str, Any]:
     page = admin.list_api_keys(who, limit=limit, cursor=cursor, user_id=user_id, team_id=team_id)
-    return _page_out("api_keys", page)
+    return page_out("api_keys", page)
 
 
 @router.post("/orgs", status_code=201, response_model=IdOut, responses=ERRORS)
@@ -462,12 +477,6 @@ def create_repo(id: str, body: NameIn, who: Principal, admin: Admin) -> dict[str
 def create_api_key(body: ApiKeyIn, who: Principal, admin: Admin) -> dict[str, Any]:
     created = admin.create_api_key(who, body.user_id, body.team_id, body.name)
     return {"id": created.id, "key": created.key, "name": body.name.strip()}
-
-
-@router.delete("/api-keys/{id}", status_code=204, response_class=Response, responses=ERRORS)
-def revoke_api_key(id: str, who: Principal, admin: Admin) -> Response:
-    admin.revoke_api_key(who, id)
-    return Response(status_code=204)
 
 
 @router.patch("/instance", response_model=InstanceOut, responses=ERRORS)

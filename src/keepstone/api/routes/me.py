@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict
 
 from keepstone.api.deps import Principal
-from keepstone.api.routes.admin import ApiKeysOut, Cursor, Id, KeyOut, Limit, Short
+from keepstone.api.routes.admin import ApiKeysOut, Cursor, Id, KeyOut, Limit, Short, page_out
 from keepstone.api.routes.common import AUTH_ERRORS, error_responses
 from keepstone.service.admin import DEFAULT_PAGE
 from keepstone.service.own_keys import OwnKeys
@@ -59,8 +59,7 @@ def create_key(body: OwnKeyIn, who: Principal, keys: Keys) -> dict[str, Any]:
 def list_keys(
     who: Principal, keys: Keys, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None
 ) -> dict[str, Any]:
-    page = keys.list(who, limit=limit, cursor=cursor)
-    return {"api_keys": [k.as_json() for k in page.items], "next_cursor": page.next_cursor}
+    return page_out("api_keys", keys.list(who, limit=limit, cursor=cursor))
 
 
 @router.delete(

@@ -19,17 +19,9 @@ from pydantic import BaseModel, Field
 from keepstone.api.deps import Caller
 from keepstone.api.responses import FastJSONResponse
 from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_responses
-from keepstone.api.routes.spaces import (
-    SEGMENT_SCHEMA,
-    SPACE_PARAMS,
-    BotParam,
-    ProjectParam,
-    VisibilityParam,
-    check_params,
-)
+from keepstone.api.routes.maybe_space import MaybeSpace, maybe_space
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, UnknownParameter
 from keepstone.principal import Principal as Who
-from keepstone.service.access import space_ref
 from keepstone.service.filters import FILTER_PARAMS, search_answer, search_filters
 from keepstone.spaces import SpaceRef
 from keepstone.text import is_whole_number
@@ -137,18 +129,8 @@ RecencyParam = Annotated[
     summary="Search a space's documents (or every space you may read) by keyword and meaning",
 )
 async def search_docs(
-    request: Request,
     caller: Caller,
-    name: Annotated[
-        str | None,
-        Query(
-            description="The space's name (required unless scope=readable).",
-            json_schema_extra=SEGMENT_SCHEMA,
-        ),
-    ] = None,
-    visibility: VisibilityParam = "project",
-    project: ProjectParam = None,
-    bot: BotParam = None,
+    space: Annotated[MaybeSpace, maybe_space("The space's name (required unless scope=readable).")],
     q: Annotated[str | None, Query(description="The search query (required).")] = None,
     limit: Annotated[
         str | None,
@@ -175,9 +157,8 @@ async def search_docs(
     recency_days: RecencyParam = None,
 ) -> JSONResponse:
     def run(who: Who) -> JSONResponse:
-        sent = tuple(request.query_params)
-        check_params(sent, (*SPACE_PARAMS, *_SEARCH_PARAMS))
-        ref = _searched(who, sent, scope, name, visibility, project, bot)
+        space.check(*_SEARCH_PARAMS)
+        ref = _searched(who, space, scope)
         # The query and the limit as sent: the search owns their default, range and refusals.
         filters = search_filters(
             since=since, until=until, min_score=min_score, tags=tags, recency_days=recency_days
@@ -197,32 +178,24 @@ async def search_docs(
     return await caller.run(run)
 
 
-def _searched(
-    who: Who,
-    sent: tuple[str, ...],
-    scope: str | None,
-    name: str | None,
-    visibility: str,
-    project: str | None,
-    bot: str | None,
-) -> SpaceRef | None:
+def _searched(who: Who, space: MaybeSpace, scope: str | None) -> SpaceRef | None:
     """The space a search names, or None for ``scope=readable`` (every space the caller
     may read), which names none."""
     if scope is None:
-        if name is None:
+        if space.name is None:
             raise InvalidSpaceRef(
                 "query parameter 'name' is required; name the space, e.g. ?name=notes, or "
                 "send scope=readable to search every space you may read",
                 field="name",
             )
-        return space_ref(who, name, visibility, project=project, bot=bot)
+        return space.ref(who)
     if scope != READABLE:
         raise InvalidRequest(
             f"unknown scope {scope!r}; use scope=readable (every space you may read) or leave "
             "it out to search the space named",
             field="scope",
         )
-    if named := [key for key in SPACE_PARAMS if key in sent]:
+    if named := space.sent_without_name():
         raise InvalidRequest(
             f"scope=readable searches every space you may read, so it takes no "
             f"{', '.join(named)}: leave those out, or leave scope out to search one space",
