@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from keepstone import schema
-from keepstone.db import applied_versions, make_engine, upgrade
+from keepstone.db import Steps, applied_versions, make_engine, upgrade
 from keepstone.store import sql_schema
 from keepstone.store.index import chunk_bytes
 from tests.conftest import create_postgres_database, drop_postgres_database
@@ -47,6 +47,20 @@ def test_documents_migrations_are_ordered_and_numbered() -> None:
     assert all(m.description for m in sql_schema.MIGRATIONS)
     assert "keepstone.store.sql_schema" in schema.COMPONENT_MODULES
     assert set(sql_schema.MIGRATIONS) <= set(schema.all_migrations())
+
+
+def test_a_step_registered_out_of_order_is_refused_where_it_is_defined() -> None:
+    steps = Steps("example")
+
+    @steps.add(1, "first")
+    def first(conn: sa.Connection) -> None: ...
+
+    with pytest.raises(ValueError, match="example migration 1 follows 1"):
+
+        @steps.add(1, "again")
+        def again(conn: sa.Connection) -> None: ...
+
+    assert [(m.component, m.version, m.up) for m in steps] == [("example", 1, first)]
 
 
 def test_upgrade_all_from_blank_then_no_op(blank_engine: Engine) -> None:

@@ -45,12 +45,13 @@ from keepstone.db.engine import (
     validate_schema_name,
     write_transaction,
 )
-from keepstone.db.migrations import Migration, applied_versions, upgrade
+from keepstone.db.migrations import Migration, Steps, applied_versions, upgrade
 from keepstone.db.statistics import refresh_statistics
 
 __all__ = [
     "DISK_FULL_MESSAGE",
     "Migration",
+    "Steps",
     "PointRead",
     "SqliteWriters",
     "WalSync",

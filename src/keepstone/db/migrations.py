@@ -35,6 +35,28 @@ class Migration:
     up: Callable[[Connection], None]
 
 
+class Steps(list[Migration]):
+    """A component's ordered migrations, each registered where its function is defined:
+    ``@steps.add(4, "what it makes")`` above ``def _v4_…(conn)``."""
+
+    def __init__(self, component: str) -> None:
+        super().__init__()
+        self.component = component
+
+    def add(
+        self, version: int, description: str
+    ) -> Callable[[Callable[[Connection], None]], Callable[[Connection], None]]:
+        """Register the decorated function as step ``version``; steps come in order."""
+
+        def register(up: Callable[[Connection], None]) -> Callable[[Connection], None]:
+            if self and self[-1].version >= version:
+                raise ValueError(f"{self.component} migration {version} follows {self[-1].version}")
+            self.append(Migration(self.component, version, description, up))
+            return up
+
+        return register
+
+
 def upgrade(engine: Engine, migrations: Sequence[Migration]) -> list[Migration]:
     """Apply every migration not yet recorded, in order; return those applied.
 

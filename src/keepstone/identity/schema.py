@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from keepstone.db import Migration
+from keepstone.db import Steps
 from keepstone.db.columns import id_key, timestamp
 
 metadata = sa.MetaData()
@@ -126,15 +126,14 @@ sessions = sa.Table(
 )
 
 
+MIGRATIONS = Steps("identity")
+
+
+@MIGRATIONS.add(1, "orgs, teams, users, memberships, credentials, audit")
 def _create_v1(conn: Connection) -> None:
     metadata.create_all(conn)
     # v1 also created the platform audit log (audit_events); the document store owns
     # that table now, and its own migration 2 creates it where it is missing.
-
-
-MIGRATIONS = [
-    Migration("identity", 1, "orgs, teams, users, memberships, credentials, audit", _create_v1),
-]
 
 
 # --- v2: server secrets ---------------------------------------------------------------------
@@ -155,11 +154,9 @@ server_secrets = sa.Table(
 )
 
 
+@MIGRATIONS.add(2, "server secrets (key-hash secret)")
 def _create_v2(conn: Connection) -> None:
     server_secrets.create(conn, checkfirst=True)
-
-
-MIGRATIONS.append(Migration("identity", 2, "server secrets (key-hash secret)", _create_v2))
 
 
 # --- v3: disabled users, password-reset links --------------------------------------------------
@@ -188,8 +185,6 @@ password_resets = sa.Table(
 )
 
 
+@MIGRATIONS.add(3, "disabled users, password-reset links")
 def _create_v3(conn: Connection) -> None:
     metadata_v3.create_all(conn, checkfirst=True)
-
-
-MIGRATIONS.append(Migration("identity", 3, "disabled users, password-reset links", _create_v3))

@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from keepstone.db import Migration
+from keepstone.db import Steps
 from keepstone.db.columns import TS as TS
 from keepstone.db.columns import id_key, partial_index, timestamp
 from keepstone.search.text import analyze
@@ -146,6 +146,10 @@ def _run_ddl(conn: Connection, sqlite: list[str], postgres: list[str]) -> None:
         conn.exec_driver_sql(statement)
 
 
+MIGRATIONS = Steps("records")
+
+
+@MIGRATIONS.add(1, "records, full-text index, per-team settings")
 def _create_v1(conn: Connection) -> None:
     _run_ddl(conn, _SQLITE_DDL, _POSTGRES_DDL)
     record_settings.create(conn)
@@ -173,6 +177,7 @@ _V2_POSTGRES = [
 ]
 
 
+@MIGRATIONS.add(2, "records ranked in the process: vectors, search versions, no full-text index")
 def _create_v2(conn: Connection) -> None:
     _run_ddl(conn, _V2_SQLITE, _V2_POSTGRES)
     # The indexer's pending query ("no vector, or another model's") reads ``model``; a
@@ -232,17 +237,6 @@ unembedded_records = partial_index(
 )
 
 
+@MIGRATIONS.add(3, "ix_records_unembedded: the records to embed, in order")
 def _create_v3(conn: Connection) -> None:
     unembedded_records.create(conn, checkfirst=True)
-
-
-MIGRATIONS = [
-    Migration("records", 1, "records, full-text index, per-team settings", _create_v1),
-    Migration(
-        "records",
-        2,
-        "records ranked in the process: vectors, search versions, no full-text index",
-        _create_v2,
-    ),
-    Migration("records", 3, "ix_records_unembedded: the records to embed, in order", _create_v3),
-]

@@ -22,7 +22,7 @@ import hashlib
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from keepstone.db import Migration
+from keepstone.db import Steps
 from keepstone.db.columns import id_key, partial_index, timestamp
 
 #: The width of a document change's ``actor`` column (who made it).
@@ -148,6 +148,10 @@ memory_tenant_usage = sa.Table(
 )
 
 
+MIGRATIONS = Steps(COMPONENT)
+
+
+@MIGRATIONS.add(1, "memory_documents, memory_space_usage and memory_tenant_usage")
 def _v1_create_tables(conn: Connection) -> None:
     # Create the tables as they stood at version 1; later migrations alter them.
     v1 = sa.MetaData()
@@ -155,16 +159,6 @@ def _v1_create_tables(conn: Connection) -> None:
         columns = [c._copy() for c in table.columns if c.name not in _ADDED_LATER]
         sa.Table(table.name, v1, *columns)
     v1.create_all(conn, checkfirst=True)
-
-
-MIGRATIONS: list[Migration] = [
-    Migration(
-        COMPONENT,
-        1,
-        "memory_documents, memory_space_usage and memory_tenant_usage",
-        _v1_create_tables,
-    ),
-]
 
 
 # --- v2: the platform audit log -------------------------------------------------------------
@@ -185,13 +179,9 @@ audit_events = sa.Table(
 )
 
 
+@MIGRATIONS.add(2, "audit_events (the platform audit log)")
 def _v2_audit_events(conn: Connection) -> None:
     audit_events.create(conn, checkfirst=True)
-
-
-MIGRATIONS.append(
-    Migration(COMPONENT, 2, "audit_events (the platform audit log)", _v2_audit_events)
-)
 
 
 # --- v3: the document index ------------------------------------------------------------------
@@ -236,6 +226,7 @@ memory_chunks = sa.Table(
 UNEMBEDDED = memory_chunks.c.model.is_(None)
 
 
+@MIGRATIONS.add(3, "memory_chunks (the document index) and memory_space_usage.search_version")
 def _v3_document_index(conn: Connection) -> None:
     memory_chunks.create(conn, checkfirst=True)
     columns = {c["name"] for c in sa.inspect(conn).get_columns("memory_space_usage")}
@@ -243,16 +234,6 @@ def _v3_document_index(conn: Connection) -> None:
         conn.exec_driver_sql(
             "ALTER TABLE memory_space_usage ADD COLUMN search_version BIGINT NOT NULL DEFAULT 0"
         )
-
-
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        3,
-        "memory_chunks (the document index) and memory_space_usage.search_version",
-        _v3_document_index,
-    )
-)
 
 
 # --- v4: document history ---------------------------------------------------------------------
@@ -295,6 +276,7 @@ _HISTORY_COLUMNS = {
 }
 
 
+@MIGRATIONS.add(4, "memory_document_versions (document history) and the teams' history counters")
 def _v4_document_history(conn: Connection) -> None:
     from keepstone.store.version_pack import pack_version
 
@@ -354,16 +336,6 @@ def _v4_document_history(conn: Connection) -> None:
         conn.execute(v.insert(), batch)
 
 
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        4,
-        "memory_document_versions (document history) and the teams' history counters",
-        _v4_document_history,
-    )
-)
-
-
 # --- v5: the live version on the document row -------------------------------------------------
 #
 # Until v5 the table of versions held every version, the live one included, so every document
@@ -383,6 +355,7 @@ MIGRATIONS.append(
 # live documents go. The history counter counted only replaced versions: it stays as it is.
 
 
+@MIGRATIONS.add(5, "the live version on the document row: memory_documents.version and actor")
 def _v5_live_version_on_document(conn: Connection) -> None:
     from keepstone.store.version_pack import COMPRESS_FROM
 
@@ -414,16 +387,6 @@ def _v5_live_version_on_document(conn: Connection) -> None:
     )
 
 
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        5,
-        "the live version on the document row: memory_documents.version and actor",
-        _v5_live_version_on_document,
-    )
-)
-
-
 # --- v6: the documents to chunk and the chunks to embed, by partial indexes ----------------------
 #
 # Every search asks first whether its space has documents without chunks (reconcile). Asked as
@@ -452,6 +415,11 @@ unembedded_chunks = partial_index(
 )
 
 
+@MIGRATIONS.add(
+    6,
+    "memory_documents.chunked and partial indexes of the documents to chunk and the "
+    "chunks to embed",
+)
 def _v6_index_driven_plans(conn: Connection) -> None:
     postgres = conn.dialect.name == "postgresql"
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_documents")}
@@ -473,17 +441,6 @@ def _v6_index_driven_plans(conn: Connection) -> None:
     unembedded_chunks.create(conn, checkfirst=True)
 
 
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        6,
-        "memory_documents.chunked and partial indexes of the documents to chunk and the "
-        "chunks to embed",
-        _v6_index_driven_plans,
-    )
-)
-
-
 # --- v7: pending chunks counted per space ----------------------------------------------------
 #
 # Every search answer says how many chunks of the searched spaces wait for a vector of the
@@ -493,21 +450,12 @@ MIGRATIONS.append(
 # embedded, backwards.)
 
 
+@MIGRATIONS.add(7, "ix_memory_chunks_space_model: pending counted per space")
 def _v7_pending_per_space(conn: Connection) -> None:
     conn.exec_driver_sql(
         "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_model "
         "ON memory_chunks (tenant_id, space_key, model)"
     )
-
-
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        7,
-        "ix_memory_chunks_space_model: pending counted per space",
-        _v7_pending_per_space,
-    )
-)
 
 
 # --- v8: activity: each change's action and actor kind, read newest first --------------------
@@ -525,6 +473,7 @@ MIGRATIONS.append(
 # ``(tenant_id, at)``, which the retention jobs read, as its prefix.
 
 
+@MIGRATIONS.add(8, "activity: each change's action and actor kind, and indexes read newest first")
 def _v8_activity(conn: Connection) -> None:
     for table in ("memory_documents", "memory_document_versions"):
         have = {c["name"] for c in sa.inspect(conn).get_columns(table)}
@@ -541,16 +490,6 @@ def _v8_activity(conn: Connection) -> None:
     conn.exec_driver_sql("DROP INDEX IF EXISTS ix_memory_document_versions_at")
 
 
-MIGRATIONS.append(
-    Migration(
-        COMPONENT,
-        8,
-        "activity: each change's action and actor kind, and indexes read newest first",
-        _v8_activity,
-    )
-)
-
-
 # --- v9: the index's bytes, per chunk ----------------------------------------------------------
 #
 # ``keepstone memory du`` reports what a space's search index holds (``index_bytes``), and
@@ -561,6 +500,7 @@ MIGRATIONS.append(
 # counted here once.
 
 
+@MIGRATIONS.add(9, "memory_chunks.stored_bytes: index bytes per space")
 def _v9_index_bytes(conn: Connection) -> None:
     have = {c["name"] for c in sa.inspect(conn).get_columns("memory_chunks")}
     if "stored_bytes" not in have:
@@ -579,11 +519,6 @@ def _v9_index_bytes(conn: Connection) -> None:
         "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_bytes "
         "ON memory_chunks (tenant_id, space_key, stored_bytes)"
     )
-
-
-MIGRATIONS.append(
-    Migration(COMPONENT, 9, "memory_chunks.stored_bytes: index bytes per space", _v9_index_bytes)
-)
 
 
 #: Every table that holds a team's rows under ``tenant_id``: what deleting a team deletes
