@@ -94,6 +94,8 @@ def test_query_parameters_refuse_control_characters(world: World) -> None:
     _refused(
         c.get(f"/api/memory/doc?{Q}&path={SEED_PATH}&x%00=1", headers=h), 400, "invalid_request"
     )
+    r = c.get(f"/api/memory/doc?{Q}&path={SEED_PATH}&=%00", headers=h)
+    _refused(r, 400, "invalid_request", "the query parameter with no name")
     # A path and a space name keep the domain's own codes.
     _refused(c.get(f"/api/memory/doc?{Q}&path=a%00.md", headers=h), 422, "invalid_path")
     r = c.get(f"/api/memory/doc?name=n%00&project={SPACE['project']}&path=a.md", headers=h)
@@ -212,6 +214,15 @@ def test_ids_in_paths_and_headers_with_nul_are_not_found_or_refused(world: World
     _refused(c.delete("/api/admin/api-keys/k%00", headers=admin), 400, "invalid_request", "id")
     r = c.delete(f"/api/admin/teams/{team}/members/u%00", headers=admin)
     _refused(r, 400, "invalid_request", "user_id")
+    _refused(
+        c.get("/api/admin/teams/t%00/members", headers=admin), 400, "invalid_request", "team_id"
+    )
+    r = c.delete("/api/admin/teams/t%00?confirm=core", headers=admin)
+    _refused(r, 400, "invalid_request", "team_id")
+    _refused(c.delete("/api/admin/orgs/o%00", headers=admin), 400, "invalid_request", "org_id")
+    for action in ("disable", "enable", "password-reset"):
+        r = c.post(f"/api/admin/users/u%00/{action}", headers=admin)
+        _refused(r, 400, "invalid_request", "user_id")
     _refused(c.get("/api/orgs/o%00/usage", headers=h), 404, "not_found")
     r = c.get("/api/memory/spaces", headers={**h, "X-Keepstone-Team": "t\x00"})
     _refused(r, 404, "team_not_found")

@@ -216,7 +216,7 @@ def refusal_of_query(path: str, query: bytes) -> InvalidRequest | None:
         try:
             clean_text("query parameter name", key)
             if key not in domain:
-                clean_text(key, value)
+                clean_text(key or "the query parameter with no name", value)
         except InvalidRequest as exc:
             return exc
     return None

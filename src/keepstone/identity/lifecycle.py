@@ -20,6 +20,7 @@ from keepstone.errors import Conflict, InvalidRequest, NotFound
 from keepstone.identity import schema as t
 from keepstone.identity.keys import new_token
 from keepstone.identity.standing import is_disabled
+from keepstone.identity.validation import clean_ids
 
 if TYPE_CHECKING:
     from keepstone.identity.service import IdentityService
@@ -39,6 +40,7 @@ class ResetLink:
 
 
 def _user(conn: Connection, user_id: str) -> dict[str, object]:
+    clean_ids(user_id=user_id)
     row = conn.execute(sa.select(t.users).where(t.users.c.id == user_id)).mappings().first()
     if row is None:
         raise NotFound(f"no user with id {user_id!r}")
@@ -131,6 +133,7 @@ def use_reset_link(identity: IdentityService, token: str, password: str) -> str:
 
 def team_of(identity: IdentityService, team_id: str) -> tuple[str, str]:
     """The team's ``(name, org_id)``; NotFound when there is no such team."""
+    clean_ids(team_id=team_id)
     query = sa.select(t.teams.c.name, t.teams.c.org_id).where(t.teams.c.id == team_id)
     with read_transaction(identity.engine) as conn:
         row = conn.execute(query).first()
@@ -142,6 +145,7 @@ def team_of(identity: IdentityService, team_id: str) -> tuple[str, str]:
 def delete_team(identity: IdentityService, team_id: str, confirm: str) -> str:
     """Delete the team's identity rows (keys, memberships, projects, repositories, the
     team) in one transaction, once ``confirm`` is its name; returns the name."""
+    clean_ids(team_id=team_id)
     with write_transaction(identity.engine) as conn:
         name = conn.execute(sa.select(t.teams.c.name).where(t.teams.c.id == team_id)).scalar()
         if name is None:
@@ -158,6 +162,7 @@ def delete_team(identity: IdentityService, team_id: str, confirm: str) -> str:
 
 def delete_org(identity: IdentityService, org_id: str) -> str:
     """Delete an org that has no team (409 naming how many it has); returns its name."""
+    clean_ids(org_id=org_id)
     with write_transaction(identity.engine) as conn:
         name = conn.execute(sa.select(t.orgs.c.name).where(t.orgs.c.id == org_id)).scalar()
         if name is None:
