@@ -129,8 +129,8 @@ def _port(value: object, info: ValidationInfo) -> object:
 DEFAULT_EXPORT_GZIP_LEVEL = 1
 
 
-#: ``KEEPSTONE_KEEP_ALIVE_SECONDS`` unset: above the 60 s upstream idle time of nginx's
-#: ``keepalive_timeout`` and of common cloud load balancers, as well as the few seconds
+#: ``KEEPSTONE_KEEP_ALIVE_SECONDS`` unset: above the 60 s idle time of nginx's upstream
+#: ``keepalive_timeout`` and of AWS's load balancers, and far above the few seconds
 #: Keepstone's own clients keep a connection idle (:data:`keepstone.http_client.IDLE_SECONDS`).
 DEFAULT_KEEP_ALIVE_SECONDS = 75
 
