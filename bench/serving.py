@@ -36,12 +36,18 @@ def free_port() -> int:
 
 @contextmanager
 def serve(
-    database: str, home: Path, *, pin: bool = False, workers: int = 1, **env_extra: str
+    database: str,
+    home: Path,
+    *,
+    pin: bool = False,
+    workers: int = 1,
+    flags: tuple[str, ...] = (),
+    **env_extra: str,
 ) -> Iterator[Served]:
     """``keepstone serve`` on ``database`` with ``KEEPSTONE_HOME=home`` and ``env_extra`` (every
     other ``KEEPSTONE_*`` of this process dropped), ready when this yields; its output goes
     to ``home/serve-PORT.log``. ``pin``: on CPU 1 only (``taskset``); ``workers``:
-    ``--workers N``."""
+    ``--workers N``; ``flags``: more of its flags (``--local``)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPSTONE_")}
     env.update(KEEPSTONE_HOME=str(home), **env_extra)
@@ -52,7 +58,8 @@ def serve(
             (["taskset", "-c", "1"] if pin else [])
             + [sys.executable, "-m", "keepstone.cli.main", "serve"]
             + ["--port", str(port), "--database", database]
-            + (["--workers", str(workers)] if workers > 1 else []),
+            + (["--workers", str(workers)] if workers > 1 else [])
+            + list(flags),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

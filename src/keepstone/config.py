@@ -155,6 +155,12 @@ def _port(value: object, info: ValidationInfo) -> object:
 DEFAULT_EXPORT_GZIP_LEVEL = 1
 
 
+#: ``KEEPSTONE_KEEP_ALIVE_SECONDS`` unset: above the 60 s idle time of nginx's upstream
+#: ``keepalive_timeout`` and of AWS's load balancers, and far above the few seconds
+#: Keepstone's own clients keep a connection idle (:data:`keepstone.http_client.IDLE_SECONDS`).
+DEFAULT_KEEP_ALIVE_SECONDS = 75
+
+
 def _gzip_level(value: object, info: ValidationInfo) -> object:
     if not isinstance(value, str):
         return value
@@ -233,6 +239,12 @@ class Config(BaseModel):
     #: Seconds between purges of expired records; 0 turns purging off.
     records_purge_interval: Annotated[float, BeforeValidator(_seconds)] = Field(
         3600.0, validation_alias="KEEPSTONE_RECORDS_PURGE_INTERVAL"
+    )
+    #: Seconds ``keepstone serve`` keeps an idle keep-alive connection open; longer than
+    #: any client's (or proxy's) own idle time, so the client closes first and never sends
+    #: a request on a connection the server is closing (docs/deploy.md, "Keep-alive").
+    keep_alive_seconds: _PositiveInt = Field(
+        DEFAULT_KEEP_ALIVE_SECONDS, validation_alias="KEEPSTONE_KEEP_ALIVE_SECONDS"
     )
     #: Single-tenant mode (``keepstone serve --local``): no authentication.
     local: bool = False

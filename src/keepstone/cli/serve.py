@@ -12,7 +12,7 @@ import tempfile
 from typing import Any
 
 from keepstone.cli.common import UsageError, add_database_arg, cli_command
-from keepstone.config import Config
+from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, Config
 from keepstone.errors import Conflict, InvalidRequest
 
 
@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         if args.workers == 1:
             app = create_app(config, indexer=True)
             print(_banner(args, config), file=sys.stderr)
-            uvicorn.Server(server_config(app)).run(sockets=[sock])
+            uvicorn.Server(server_config(app, keep_alive=config.keep_alive_seconds)).run(
+                sockets=[sock]
+            )
             return 0
         _serve_workers(config, sock, args)
     return 0
@@ -82,17 +84,32 @@ def run(args: argparse.Namespace) -> int:
 MAX_WORKERS = 64
 
 
-def server_config(app: Any, workers: int = 1) -> Any:
+def server_config(
+    app: Any, workers: int = 1, *, keep_alive: int = DEFAULT_KEEP_ALIVE_SECONDS
+) -> Any:
     """uvicorn's settings for ``keepstone serve`` (the benchmark's floor is served with the same).
 
     ``loop``/``http`` are uvicorn's "auto": uvloop and httptools, which the
     ``uvicorn[standard]`` dependency installs (asyncio and h11 only if they are missing).
     Our own access log carries the request id; uvicorn's would duplicate it.
+
+    ``keep_alive``: seconds an idle connection stays open (``KEEPSTONE_KEEP_ALIVE_SECONDS``),
+    and said in every answer's ``Keep-Alive: timeout=N`` so that a client which reads it
+    (Node's fetch, Firefox) drops an idle connection before the server does. A server that
+    closes first races the client's next request on that connection, which then gets no
+    answer at all (docs/deploy.md, "Keep-alive").
     """
     import uvicorn
 
     return uvicorn.Config(
-        app, access_log=False, log_level="warning", loop="auto", http="auto", workers=workers
+        app,
+        access_log=False,
+        log_level="warning",
+        loop="auto",
+        http="auto",
+        workers=workers,
+        timeout_keep_alive=keep_alive,
+        headers=[("Keep-Alive", f"timeout={keep_alive}")],
     )
 
 
@@ -121,7 +138,7 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
         indexer.start()
         print(_banner(args, config), file=sys.stderr)
         app = WorkerApp(config, purge_lock=lock_path)
-        serve_balanced(server_config(app, args.workers), sock)
+        serve_balanced(server_config(app, args.workers, keep_alive=config.keep_alive_seconds), sock)
     finally:
         indexer.stop()
         with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from keepstone import errors
+from keepstone import errors, http_client
 from keepstone.activity import (
     AGENT_RUN,
     AGENT_RUN_HEADER,
@@ -134,8 +134,13 @@ class HttpMemoryStore(MemoryStore):
             headers["Authorization"] = f"Bearer {token}"
         if team:
             headers["X-Keepstone-Team"] = team
+        # Idle connections dropped before the server's keep-alive ends, and a request whose
+        # reused connection the server closed under it sent again when that is safe.
         self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            transport=http_client.transport(transport),
         )
 
     def close(self) -> None:

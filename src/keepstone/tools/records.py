@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from keepstone import http_client
 from keepstone.errors import StoreUnavailable, error_from_wire
 
 
@@ -30,7 +31,9 @@ class HttpRecordsSearcher:
         self.base_url = base_url.rstrip("/")
         self._team = team or None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = client or httpx.Client(timeout=timeout, headers=headers)
+        self._client = client or httpx.Client(
+            timeout=timeout, headers=headers, transport=http_client.transport()
+        )
 
     def team(self) -> str:
         if self._team is None:
@@ -58,7 +61,13 @@ class HttpRecordsSearcher:
             body["repo_id"] = repo_id
         if limit is not None:
             body["limit"] = limit
-        return self._request("POST", f"/api/teams/{self.team()}/memory/search", json=body)
+        # A read sent as POST: safe to send again if its connection broke unanswered.
+        return self._request(
+            "POST",
+            f"/api/teams/{self.team()}/memory/search",
+            json=body,
+            extensions={http_client.REPEATABLE: True},
+        )
 
     def close(self) -> None:
         self._client.close()

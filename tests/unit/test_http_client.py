@@ -1,0 +1,125 @@
+"""Keepstone's own clients of a server and the keep-alive race (:mod:`keepstone.http_client`).
+
+A request sent on a reused connection at the moment the server closes it for idleness
+meets the close: the connection is reset or closed with no answer. Here the transport
+under the client plays that server deterministically (the first request of a kind breaks
+with httpx's own exceptions for it); ``tests/e2e/test_serve_keepalive.py`` makes a real
+``keepstone serve --workers 2`` close the connection under the request.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from keepstone import http_client
+from keepstone.cli.serve import server_config
+from keepstone.config import Config
+from keepstone.documents import Replace
+from keepstone.errors import InvalidRequest, StoreUnavailable
+from keepstone.http_client import IDLE_SECONDS
+from keepstone.spaces import SpaceRef
+from keepstone.store.http import HttpMemoryStore
+from keepstone.tools.records import HttpRecordsSearcher
+
+REF = SpaceRef("private", "notes")
+WRITTEN = {"path": "a.md", "size_bytes": 2, "etag": "e1", "created": True}
+
+#: What a request on a connection the server closed under it raises, by how it broke.
+BREAKS: dict[str, Callable[[httpx.Request], Exception]] = {
+    "closed": lambda r: httpx.RemoteProtocolError(
+        "Server disconnected without sending a response.", request=r
+    ),
+    "reset": lambda r: httpx.ReadError("[Errno 104] Connection reset by peer", request=r),
+    "write": lambda r: httpx.WriteError("[Errno 32] Broken pipe", request=r),
+}
+
+
+class RacingServer:
+    """A server that closes the connection under the first ``breaks`` requests, then
+    answers ``answer``; ``seen`` holds every request it was sent."""
+
+    def __init__(self, answer: object, breaks: int = 1, how: str = "closed") -> None:
+        self.answer = answer
+        self.breaks = breaks
+        self.how = how
+        self.seen: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.seen.append(f"{request.method} {request.url.path}")
+        if len(self.seen) <= self.breaks:
+            raise BREAKS[self.how](request)
+        return httpx.Response(200, json=self.answer)
+
+    def store(self) -> HttpMemoryStore:
+        return HttpMemoryStore("http://keepstone.test", "k", transport=httpx.MockTransport(self))
+
+
+@pytest.mark.parametrize("how", sorted(BREAKS))
+def test_a_read_whose_connection_broke_unanswered_is_sent_again(how: str) -> None:
+    server = RacingServer({"documents": []}, how=how)
+    assert server.store().list(REF) == []
+    assert server.seen == ["GET /api/memory/docs"] * 2
+
+
+def test_a_write_is_sent_again_with_its_whole_body() -> None:
+    """PUT is idempotent: the document sent twice is the document written once."""
+    bodies: list[bytes] = []
+    server = RacingServer(WRITTEN)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.read())
+        return server(request)
+
+    store = HttpMemoryStore("http://keepstone.test", "k", transport=httpx.MockTransport(handler))
+    assert store.write(REF, "a.md", "hi").etag == "e1"
+    assert bodies == [b"hi", b"hi"]
+
+
+def test_a_post_is_never_sent_twice() -> None:
+    """An edit (POST): the client cannot know the server did not apply the first one."""
+    server = RacingServer(WRITTEN)
+    with pytest.raises(StoreUnavailable):
+        server.store().edit(REF, "a.md", Replace("a", "b"))
+    assert server.seen == ["POST /api/memory/doc/edit"]
+
+
+def test_an_import_is_never_sent_twice() -> None:
+    """POST, and its archive streamed: spent by the first try."""
+    server = RacingServer({"written": [], "skipped": [], "renamed": {}, "rejected": []})
+    with pytest.raises(StoreUnavailable):
+        server.store().import_archive(REF, io.BytesIO(b"\x1f\x8b not read"))
+    assert server.seen == ["POST /api/memory/import"]
+
+
+def test_a_second_break_is_the_callers() -> None:
+    """Once only: a server that drops every request is unavailable, not raced."""
+    server = RacingServer({"documents": []}, breaks=2)
+    with pytest.raises(StoreUnavailable):
+        server.store().list(REF)
+    assert len(server.seen) == 2
+
+
+def test_a_records_search_is_a_read_sent_as_post_and_sent_again() -> None:
+    server = RacingServer({"results": []})
+    client = httpx.Client(transport=http_client.transport(httpx.MockTransport(server)))
+    searcher = HttpRecordsSearcher("http://keepstone.test", "k", team="t1", client=client)
+    assert searcher.search("deploy", None, 5) == {"results": []}
+    assert server.seen == ["POST /api/teams/t1/memory/search"] * 2
+
+
+def test_the_server_keeps_an_idle_connection_longer_than_our_clients_do() -> None:
+    """Then our clients close an idle connection first, and never send on one the server
+    is closing; the server says how long in every answer."""
+    config = Config()
+    assert config.keep_alive_seconds > IDLE_SECONDS
+    served = server_config(object(), keep_alive=config.keep_alive_seconds)
+    assert served.timeout_keep_alive == config.keep_alive_seconds
+    assert ("Keep-Alive", f"timeout={config.keep_alive_seconds}") in served.headers
+    assert Config.from_env({"KEEPSTONE_KEEP_ALIVE_SECONDS": "9"}).keep_alive_seconds == 9
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_KEEP_ALIVE_SECONDS"):
+        Config.from_env({"KEEPSTONE_KEEP_ALIVE_SECONDS": "0"})
