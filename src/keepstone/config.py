@@ -161,6 +161,14 @@ DEFAULT_EXPORT_GZIP_LEVEL = 1
 DEFAULT_KEEP_ALIVE_SECONDS = 75
 
 
+#: ``KEEPSTONE_WORKER_HEALTHCHECK_SECONDS`` unset: how long ``keepstone serve --workers N``'s
+#: supervisor waits for a worker to answer its health check before it kills the worker and
+#: starts another. uvicorn's own 5 s kills a worker that is only slow (a loaded machine, a
+#: long import holding the interpreter, a worker still starting), dropping every connection
+#: it holds without an answer; a hung worker is still replaced, later.
+DEFAULT_WORKER_HEALTHCHECK_SECONDS = 30
+
+
 def _gzip_level(value: object, info: ValidationInfo) -> object:
     if not isinstance(value, str):
         return value
@@ -245,6 +253,11 @@ class Config(BaseModel):
     #: a request on a connection the server is closing (docs/deploy.md, "Keep-alive").
     keep_alive_seconds: _PositiveInt = Field(
         DEFAULT_KEEP_ALIVE_SECONDS, validation_alias="KEEPSTONE_KEEP_ALIVE_SECONDS"
+    )
+    #: Seconds a ``--workers N`` worker may miss the supervisor's health check before it is
+    #: replaced (docs/deploy.md, "Workers").
+    worker_healthcheck_seconds: _PositiveInt = Field(
+        DEFAULT_WORKER_HEALTHCHECK_SECONDS, validation_alias="KEEPSTONE_WORKER_HEALTHCHECK_SECONDS"
     )
     #: Single-tenant mode (``keepstone serve --local``): no authentication.
     local: bool = False

@@ -4,8 +4,9 @@ End to end: four keep-alive connections opened at once to two workers fall 2 and
 every one of ten trials. Before the balancing, a worker's event loop accepted every
 connection waiting when it woke, and 30 such trials fell 3+1 twelve times and 4+0 now
 and then. A connection is told to its worker by the worker's end of it, as
-``test_serve_workers`` tells scrapes apart. A worker killed with SIGKILL is replaced, and
-the replacement takes its share.
+``test_serve_workers`` tells scrapes apart. A worker killed with SIGKILL is replaced, the
+replacement takes its share, and the supervisor warns; a worker that stalls past uvicorn's
+own 5 s health check is waited for, not killed.
 
 In process: a dead worker's slot frees itself and stops counting; a worker holding more
 connections than a live sibling steps back, but accepts once the bound has passed, and
@@ -15,8 +16,10 @@ does not step back for a dead one; two accept loops on one socket share connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -32,6 +35,8 @@ from tests.serving import ServerProcess
 
 #: Fresh sets of connections, each asserted to fall 2+2.
 TRIALS = 10
+#: Longer than uvicorn's default health check (5 s), well under the server's (30 s).
+STALL_SECONDS = 7
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +67,27 @@ def test_a_replaced_worker_takes_its_share(served: ServerProcess) -> None:
     workers = serving_workers(served, gone=victim.pid)
     splits = [_split(workers, trial(workers, served.port)) for _ in range(TRIALS // 2)]
     assert splits == ["2+2"] * (TRIALS // 2), splits
+    # The supervisor says so at the server's log level (uvicorn logs it only at INFO).
+    assert f"worker {victim.pid} died (exit code -9)" in served.log_text()
+
+
+@pytest.mark.slow
+def test_a_worker_that_stalls_past_uvicorns_five_seconds_is_not_killed(
+    served: ServerProcess,
+) -> None:
+    """A worker that answers nothing for a while (a loaded machine, a long call holding
+    the interpreter) is waited for: uvicorn's own 5 s health check killed it, and every
+    connection it held closed with no answer and no warning."""
+    stalled = serving_workers(served)[0]
+    stalled.suspend()
+    try:
+        time.sleep(STALL_SECONDS)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            stalled.resume()  # gone if the supervisor killed it
+    assert stalled.is_running() and stalled.status() != psutil.STATUS_ZOMBIE
+    assert stalled.pid in {w.pid for w in serving_workers(served)}
+    assert f"worker {stalled.pid}" not in served.log_text()
 
 
 def _split(workers: list[psutil.Process], holders: list[int]) -> str:

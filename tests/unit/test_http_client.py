@@ -123,3 +123,15 @@ def test_the_server_keeps_an_idle_connection_longer_than_our_clients_do() -> Non
     assert Config.from_env({"KEEPSTONE_KEEP_ALIVE_SECONDS": "9"}).keep_alive_seconds == 9
     with pytest.raises(InvalidRequest, match="KEEPSTONE_KEEP_ALIVE_SECONDS"):
         Config.from_env({"KEEPSTONE_KEEP_ALIVE_SECONDS": "0"})
+
+
+def test_the_supervisor_waits_longer_than_uvicorns_health_check_before_replacing_a_worker() -> None:
+    """uvicorn's 5 s kills a worker that is only slow, with the connections it holds."""
+    config = Config()
+    assert config.worker_healthcheck_seconds > 5
+    served = server_config(object(), 2, healthcheck=config.worker_healthcheck_seconds)
+    assert served.timeout_worker_healthcheck == config.worker_healthcheck_seconds
+    env = {"KEEPSTONE_WORKER_HEALTHCHECK_SECONDS": "12"}
+    assert Config.from_env(env).worker_healthcheck_seconds == 12
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_WORKER_HEALTHCHECK_SECONDS"):
+        Config.from_env({"KEEPSTONE_WORKER_HEALTHCHECK_SECONDS": "0"})

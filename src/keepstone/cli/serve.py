@@ -12,7 +12,7 @@ import tempfile
 from typing import Any
 
 from keepstone.cli.common import UsageError, add_database_arg, cli_command
-from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, Config
+from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_WORKER_HEALTHCHECK_SECONDS, Config
 from keepstone.errors import Conflict, InvalidRequest
 
 
@@ -85,7 +85,11 @@ MAX_WORKERS = 64
 
 
 def server_config(
-    app: Any, workers: int = 1, *, keep_alive: int = DEFAULT_KEEP_ALIVE_SECONDS
+    app: Any,
+    workers: int = 1,
+    *,
+    keep_alive: int = DEFAULT_KEEP_ALIVE_SECONDS,
+    healthcheck: int = DEFAULT_WORKER_HEALTHCHECK_SECONDS,
 ) -> Any:
     """uvicorn's settings for ``keepstone serve`` (the benchmark's floor is served with the same).
 
@@ -98,6 +102,9 @@ def server_config(
     (Node's fetch, Firefox) drops an idle connection before the server does. A server that
     closes first races the client's next request on that connection, which then gets no
     answer at all (docs/deploy.md, "Keep-alive").
+
+    ``healthcheck``: seconds a worker of ``--workers N`` may leave the supervisor's health
+    check unanswered before it is killed and replaced (``KEEPSTONE_WORKER_HEALTHCHECK_SECONDS``).
     """
     import uvicorn
 
@@ -109,6 +116,7 @@ def server_config(
         http="auto",
         workers=workers,
         timeout_keep_alive=keep_alive,
+        timeout_worker_healthcheck=healthcheck,
         headers=[("Keep-Alive", f"timeout={keep_alive}")],
     )
 
@@ -138,7 +146,13 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
         indexer.start()
         print(_banner(args, config), file=sys.stderr)
         app = WorkerApp(config, purge_lock=lock_path)
-        serve_balanced(server_config(app, args.workers, keep_alive=config.keep_alive_seconds), sock)
+        uvicorn_config = server_config(
+            app,
+            args.workers,
+            keep_alive=config.keep_alive_seconds,
+            healthcheck=config.worker_healthcheck_seconds,
+        )
+        serve_balanced(uvicorn_config, sock)
     finally:
         indexer.stop()
         with contextlib.suppress(OSError):

@@ -441,6 +441,27 @@ class BalancedMultiprocess(multiprocess.Multiprocess):
         finally:
             multiprocess.Process = original  # type: ignore[misc]
 
+    def keep_subprocess_alive(self) -> None:
+        """uvicorn's check (a worker that died, or missed its health check, is killed and
+        replaced), saying so as a warning: every connection the worker held was closed
+        without an answer, and uvicorn logs the replacement only at INFO."""
+        before = [(worker, worker.process.is_alive()) for worker in self.processes]
+        super().keep_subprocess_alive()
+        for (old, was_alive), new in zip(before, self.processes, strict=True):
+            if old is not new:
+                how = (
+                    f"left the health check unanswered for {self.config.timeout_worker_healthcheck}"
+                    " s and was killed"
+                    if was_alive
+                    else f"died (exit code {old.process.exitcode})"
+                )
+                logger.warning(
+                    "worker %s %s; the connections it held were closed; worker %s replaces it",
+                    old.pid,
+                    how,
+                    new.pid,
+                )
+
 
 def serve_balanced(config: uvicorn.Config, sock: socket.socket) -> None:
     """Run ``config.workers`` balanced workers on the listening socket ``sock`` until
