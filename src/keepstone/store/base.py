@@ -189,6 +189,11 @@ class MemoryStore(ABC):
 
     capabilities: frozenset[str] = frozenset()
 
+    #: What every store that keeps its documents itself (not a client of a server) declares.
+    KEEPS_ITS_OWN: frozenset[str] = frozenset(
+        {"multiprocess", "tenant_addressing", "platform_grants", "history", "stored_totals"}
+    )
+
     @abstractmethod
     def read(self, ref: SpaceRef, path: str) -> Document:
         """The document at ``path``; :class:`~keepstone.errors.NotFound` when absent."""

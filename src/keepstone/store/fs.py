@@ -120,16 +120,7 @@ class FilesystemStore(MemoryStore):
     Every version of every document is kept beside the tree (:mod:`keepstone.store.fs_versions`).
     """
 
-    capabilities = frozenset(
-        {
-            "tree_aggregate",
-            "multiprocess",
-            "tenant_addressing",
-            "platform_grants",
-            "history",
-            "stored_totals",
-        }
-    )
+    capabilities = MemoryStore.KEEPS_ITS_OWN | {"tree_aggregate"}
     limits: Limits
     reserve: DiskReserve
 

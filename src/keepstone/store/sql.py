@@ -108,17 +108,7 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, DocumentActivi
     (and, on PostgreSQL, many replicas) over one database.
     """
 
-    capabilities = frozenset(
-        {
-            "private",
-            "team_aggregate",
-            "multiprocess",
-            "tenant_addressing",
-            "platform_grants",
-            "history",
-            "stored_totals",
-        }
-    )
+    capabilities = MemoryStore.KEEPS_ITS_OWN | {"private", "team_aggregate"}
     limits: Limits
     #: Whether changes append versions (the history benchmark turns it off to measure the
     #: cost of history; the store itself always keeps it).
