@@ -28,6 +28,11 @@ def indexed_bytes(store: MemoryStore, ref: SpaceRef) -> int:
     return store.usage(ref).index_bytes
 
 
+def _reads_its_own_index(store: MemoryStore) -> bool:
+    """A client of a server is told the index's bytes in the server's one answer."""
+    return MemoryStore.KEEPS_ITS_OWN <= store.capabilities
+
+
 def test_index_bytes_follow_the_indexed_text(store: MemoryStore) -> None:
     ref = ref_for(Visibility.PROJECT)
     assert store.usage(ref).index_bytes == 0
@@ -40,6 +45,9 @@ def test_index_bytes_follow_the_indexed_text(store: MemoryStore) -> None:
     assert two - one > len(LONG)
     store.delete(ref, "home/garden.md")
     assert indexed_bytes(store, ref) == one
+    documents_only = store.usage(ref, index=False)  # a listing of many spaces asks so
+    assert documents_only.index_bytes == 0 or not _reads_its_own_index(store)
+    assert documents_only.used_bytes == store.usage(ref).used_bytes == len(SHORT)
     store.delete(ref, "ops/runbook.md")
     assert indexed_bytes(store, ref) == 0
 

@@ -559,7 +559,7 @@ class SpaceService:
         )
         spaces = []
         for ref in refs[:MAX_READABLE_SPACES]:
-            usage = store.usage(ref)
+            usage = store.usage(ref, index=False)
             spaces.append(SpaceUsage(SpaceLabel.of(ref), usage.used_bytes, usage.quota_bytes))
         return SpaceList(tuple(spaces), len(refs) > MAX_READABLE_SPACES)
 

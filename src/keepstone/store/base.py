@@ -222,8 +222,10 @@ class MemoryStore(ABC):
         return ask.of(self.list(ref, ask.dir))
 
     @abstractmethod
-    def usage(self, ref: SpaceRef) -> Usage:
-        """Bytes used and quotas for the space (an unknown space uses 0 bytes)."""
+    def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
+        """Bytes used and quotas for the space (an unknown space uses 0 bytes); with
+        ``index=False`` its ``index_bytes`` stays 0 and the index is not read (a listing
+        of many spaces shows only their documents' bytes)."""
 
     @abstractmethod
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:

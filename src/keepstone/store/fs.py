@@ -270,12 +270,14 @@ class FilesystemStore(MemoryStore):
         out.sort(key=lambda info: info.path)
         return out
 
-    def usage(self, ref: SpaceRef) -> Usage:
+    def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
         ref = self._checked(ref)
         state = self._counters.peek()
         history_used, history_quota = self.history_usage(ref.tenant)
-        with _index_errors():
-            index_bytes = self._index.index_bytes(ref.id)
+        index_bytes = 0
+        if index:
+            with _index_errors():
+                index_bytes = self._index.index_bytes(ref.id)
         return Usage(
             space_id=ref.id,
             used_bytes=state.spaces.get(ref.id, 0),

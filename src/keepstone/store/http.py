@@ -321,7 +321,8 @@ class HttpMemoryStore(MemoryStore):
         )
         return _write_result(response.json())
 
-    def usage(self, ref: SpaceRef) -> Usage:
+    def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
+        # The server's answer carries the index's bytes either way.
         body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
         return Usage(
             space_id=body["space_id"],

@@ -264,17 +264,17 @@ class SqlStore(DocumentMutations, DocumentIndex, DocumentHistory, DocumentActivi
                 return
             after = meta[-1].path
 
-    def usage(self, ref: SpaceRef) -> Usage:
+    def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
         addr = self._address(ref)
         aggregate, default = self._aggregate(ref)
         with read_statements(self.engine) as conn:
             used = conn.execute(self._sql.space_used, addr).scalar()
             team = conn.execute(self._sql.tenant_used, {"t": aggregate}).first()
             history = self._history_usage_in(conn, aggregate, default)
-            index = conn.execute(self._sql.index_used, addr).scalar_one()
+            index_bytes = conn.execute(self._sql.index_used, addr).scalar_one() if index else 0
         team_used, team_quota = (team.used_bytes, team.quota_bytes) if team else (0, default)
         subcap = self.limits.subcap(ref.visibility)
-        return Usage(ref.id, used or 0, subcap, team_used, team_quota, *history, int(index))
+        return Usage(ref.id, used or 0, subcap, team_used, team_quota, *history, int(index_bytes))
 
     def stored_totals(self) -> StoredBytes:
         """Document and index bytes of every team and global space (the usage rows' and
