@@ -56,8 +56,12 @@ typecheck: dev
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# The suite writes bytecode even where PYTHONDONTWRITEBYTECODE is set (as some CI images set
+# it): it starts many Python processes (servers, their workers, the CLI, spawned
+# children) that import keepstone, and each would compile the package afresh; pytest would
+# rewrite every test module's asserts again in each worker.
 unit: dev
-	$(BIN)/pytest -q $(XDIST)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q $(XDIST)
 
 test: lint typecheck unit
 

@@ -1,5 +1,5 @@
 """The wheel, as a user gets it: built with ``python -m build``, installed into a fresh venv
-outside the source tree (a venv with no pip, as a ``uvx`` environment may be), and run from
+outside the source tree (a venv with no pip, as a ``uvx`` environment is), and run from
 there. This catches what a source checkout hides: templates, CSS, migrations and the typed
 marker missing from the wheel, metadata a package index would show wrong, a command that
 only works beside the sources. The README's MCP line is run too: ``uvx --from <wheel>
@@ -53,14 +53,21 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     where = tmp_path_factory.mktemp("wheel")
     dist = where / "dist"
-    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=where)
+    # Nothing of the source tree on the path: a keepstone found there would count as
+    # installed already, and the wheel would not go in.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # build's isolated environments made by uv rather than pip: the same backend and the
+    # same wheel, without a pip run per environment.
+    build = [sys.executable, "-m", "build", "--installer", "uv", "--outdir", str(dist)]
+    _run([*build, str(ROOT)], cwd=where, env=env)
     (wheel,) = dist.glob("keepstone-*.whl")
     (sdist,) = dist.glob("keepstone-*.tar.gz")
     venv = where / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=where)
-    # The dev venv's pip installs into the new one: no pip is left inside it.
+    # The dev venv's uv installs into the new one, as `uvx` fills its own environments: no
+    # pip and no uv are left inside it.
     python = str(venv / "bin" / "python")
-    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", str(wheel)], where)
+    _run([str(DEV_BIN / "uv"), "pip", "install", "-q", "--python", python, str(wheel)], where, env)
     return Installed(wheel, sdist, venv)
 
 
@@ -77,6 +84,7 @@ def user(tmp_path: Path, installed: Installed) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KEEPSTONE_", "PIP_"))}
     env.update(KEEPSTONE_HOME=str(tmp_path / "home"), PATH=str(installed.bin))
     env.pop("UV", None)
+    env.pop("PYTHONPATH", None)
     return env
 
 
