@@ -570,6 +570,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/api-keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke Api Key */
+        delete: operations["revoke_api_key_api_admin_api_keys__id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/users/{id}/password-reset": {
         parameters: {
             query?: never;
@@ -651,23 +668,6 @@ export interface paths {
         /** Create Repo */
         post: operations["create_repo_api_admin_projects__id__repos_post"];
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/api/admin/api-keys/{id}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        /** Revoke Api Key */
-        delete: operations["revoke_api_key_api_admin_api_keys__id__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1041,6 +1041,11 @@ export interface components {
             /** Status */
             status: string;
             backlog: components["schemas"]["BacklogOut"];
+            /**
+             * Redis
+             * @description The records search limit's Redis: `ok`, or `unreachable` (record searches answer 503 meanwhile; nothing else needs it); null without KEEPSTONE_REDIS_URL.
+             */
+            redis: string | null;
         };
         /** RejectedOut */
         RejectedOut: {
@@ -2696,14 +2701,6 @@ export interface operations {
     search_docs_api_memory_search_get: {
         parameters: {
             query?: {
-                /** @description The space's name (required unless scope=readable). */
-                name?: string | null;
-                /** @description The space's visibility (default project). */
-                visibility?: "private" | "bot" | "project" | "cross_project" | "user" | "org" | "global";
-                /** @description Project key (visibilities bot, project). */
-                project?: string | null;
-                /** @description Bot id (visibility bot). */
-                bot?: string | null;
                 /** @description The search query (required). */
                 q?: string | null;
                 /** @description How many hits, 1-50 (default 10). */
@@ -2722,6 +2719,14 @@ export interface operations {
                 tags?: string | null;
                 /** @description A recency prior's half-life in days (off unless given): newer documents rank higher. */
                 recency_days?: number | string | null;
+                /** @description The space's name (required unless scope=readable). */
+                name?: string | null;
+                /** @description The space's visibility (default project). */
+                visibility?: "private" | "bot" | "project" | "cross_project" | "user" | "org" | "global";
+                /** @description Project key (visibilities bot, project). */
+                project?: string | null;
+                /** @description Bot id (visibility bot). */
+                bot?: string | null;
             };
             header?: never;
             path?: never;
@@ -4187,14 +4192,6 @@ export interface operations {
     activity_api_memory_activity_get: {
         parameters: {
             query?: {
-                /** @description The space's name; leave the space's parameters out for every space of your team you may read. */
-                name?: string | null;
-                /** @description The space's visibility (default project). */
-                visibility?: "private" | "bot" | "project" | "cross_project" | "user" | "org" | "global";
-                /** @description Project key (visibilities bot, project). */
-                project?: string | null;
-                /** @description Bot id (visibility bot). */
-                bot?: string | null;
                 /** @description ISO 8601: only changes made at or after this. */
                 since?: string | null;
                 /** @description Only changes made by this kind of actor. */
@@ -4203,6 +4200,14 @@ export interface operations {
                 limit?: number | string | null;
                 /** @description The next_cursor of the page before (opaque). */
                 cursor?: string | null;
+                /** @description The space's name; leave the space's parameters out for every space of your team you may read. */
+                name?: string | null;
+                /** @description The space's visibility (default project). */
+                visibility?: "private" | "bot" | "project" | "cross_project" | "user" | "org" | "global";
+                /** @description Project key (visibilities bot, project). */
+                project?: string | null;
+                /** @description Bot id (visibility bot). */
+                bot?: string | null;
             };
             header?: never;
             path?: never;
@@ -7115,6 +7120,138 @@ export interface operations {
             };
         };
     };
+    revoke_api_key_api_admin_api_keys__id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad request (invalid_request, invalid_space_ref, unknown_parameter, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Not signed in (unauthenticated) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Not allowed (forbidden, member_role_required, platform_authority_required, csrf_required) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Not found (not_found, team_not_found, ...) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Rate limited (rate_limited); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description Internal error (a bug) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+            /** @description The store cannot be reached (store_unavailable) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            code: string;
+                            message: string;
+                        };
+                    };
+                };
+            };
+        };
+    };
     password_reset_api_admin_users__id__password_reset_post: {
         parameters: {
             query?: never;
@@ -7940,138 +8077,6 @@ export interface operations {
             };
             /** @description Too large (quota_exceeded, document_too_large, import_too_large, body_too_large) */
             413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Rate limited (rate_limited); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Internal error (a bug) */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description The store cannot be reached (store_unavailable) */
-            503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
-    };
-    revoke_api_key_api_admin_api_keys__id__delete: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Bad request (invalid_request, invalid_space_ref, unknown_parameter, ...) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Not signed in (unauthenticated) */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Not allowed (forbidden, member_role_required, platform_authority_required, csrf_required) */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Not found (not_found, team_not_found, ...) */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: {
-                            code: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-            /** @description Conflict */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
