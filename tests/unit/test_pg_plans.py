@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from keepstone.db import upgrade, utcnow, write_transaction
+from keepstone.db import on_pooled, upgrade, utcnow, write_transaction
 from keepstone.db.statistics import BULK_ROWS
 from keepstone.records import schema as rschema
 from keepstone.records.sql import SqlRecordStore
@@ -301,3 +302,50 @@ def test_a_bulk_load_of_records_analyzes_them(fresh_store: SqlStore) -> None:
     assert analyzed(engine, "records") == before
     records.loaded(BULK_ROWS)
     assert analyzed(engine, "records") == before + 1
+
+
+def test_a_prepared_write_planned_on_small_tables_reads_only_primary_keys_as_they_grow(
+    fresh_store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write is one prepared statement; PostgreSQL keeps the generic plan it made after
+    the first few runs, on tables of a few rows, for the connection's life. Every index led
+    by the space alone (the feed's by time, a space's chunks by model or by bytes) is
+    partial on a condition only a space-wide reader states, so that plan cannot read a
+    whole space for one document: it looks documents, versions and chunks up by their
+    primary keys however large the space has grown."""
+    store = fresh_store
+    sent: list[Any] = []
+    send = psycopg.RawCursor.execute
+
+    def recording(cursor: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        sent.append((str(query), params))
+        return send(cursor, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.RawCursor, "execute", recording)
+    for i in range(300):  # creates, then replacements (a replacement drops the chunks)
+        store.write(REF, f"grow/{i:04d}.md", f"# Doc {i}\n\ntext {i}")
+    for i in range(10):
+        store.write(REF, f"grow/{i:04d}.md", f"# Doc {i}\n\nnew text {i}")
+    query, params = next((q, p) for q, p in reversed(sent) if q.startswith("WITH pre"))
+    literal = ", ".join("NULL" if v is None else sql_literal(v) for v in params)
+
+    def cached_plan(driver: Any) -> list[str]:
+        (name,) = driver.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement = %s AND generic_plans > 0",
+            (query,),
+        ).fetchone()
+        driver.execute("BEGIN")  # the plan's writes are rolled back
+        try:
+            rows = driver.execute(f"EXPLAIN EXECUTE {name}({literal})").fetchall()
+        finally:
+            driver.execute("ROLLBACK")
+        return [row[0] for row in rows]
+
+    plan = on_pooled(store.engine, cached_plan)
+    scans = [line.split(" using ")[1].split()[0] for line in plan if " using " in line]
+    assert scans and all(index.endswith("_pkey") for index in scans), plan
+
+
+def sql_literal(value: Any) -> str:
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return "'" + text.replace("'", "''") + "'"

@@ -108,7 +108,8 @@ def read_activity(engine: Engine, refs: Sequence[SpaceRef], query: FeedQuery) ->
     by_key = {space_key(ref.id): ref for ref in sorted(refs, key=lambda r: r.id)}
     sides = []
     for table, at in ((V, V.c.at), (D, D.c.updated_at)):
-        where = []
+        # Along the partial index by time, whose condition only a reader by time states.
+        where: list[sa.ColumnElement[bool]] = [at.isnot(None)]
         if since is not None:
             where.append(at >= since)
         if kind is not None:

@@ -223,7 +223,7 @@ class DocumentHistory:
         while freed < over:
             rows = conn.execute(
                 sa.select(V.c.space_key, V.c.path, V.c.version, V.c.stored_bytes)
-                .where(V.c.tenant_id == tenant, _replaced())
+                .where(V.c.tenant_id == tenant, V.c.at.isnot(None), _replaced())
                 .order_by(V.c.at, V.c.version)
                 .limit(_PRUNE_BATCH)
             ).all()
@@ -260,7 +260,10 @@ class DocumentHistory:
             cutoff = now - timedelta(days=days)
             # Kept while it was the version current at the cutoff.
             replaced_before = sa.and_(
-                V.c.tenant_id == team.tenant_id, V.c.at < cutoff, _replaced(by=cutoff)
+                V.c.tenant_id == team.tenant_id,
+                V.c.at.isnot(None),
+                V.c.at < cutoff,
+                _replaced(by=cutoff),
             )
             # A pass lost to a power loss is made again by the next one.
             with write_transaction(self.engine, durable=False) as conn:

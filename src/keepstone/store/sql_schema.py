@@ -76,13 +76,23 @@ def _recent_indexes(table: str, at: str, *tail: str, team: bool = False) -> tupl
     version]), so a page reads its own rows and sorts nothing (a team's feed merges its
     spaces' pages); ``team``: the team's too, in the same order (the versions' retention
     reads it by time)."""
-    # Led by the space's key alone (it names the team too): with no statistics the planner
-    # weighs an index by the leading columns a statement fixes, and a lookup of one version
-    # by its primary key (team, space, path, version) must find no other index as good.
-    space = sa.Index(f"ix_{table}_space_recent", "space_key", at, "path", *tail)
+    # Partial (v10) on a condition every row meets but only a reader by time states (``at``
+    # IS NOT NULL, or any comparison of ``at``): a lookup of one document or version by its
+    # key cannot take them. Taken whole, the planner of a prepared write, planning while the
+    # tables were small, found them as cheap as the primary key and kept a plan that read
+    # a whole space's rows for one document as the space grew.
+    where = sa.text(f"{at} IS NOT NULL")
+    space = _by_time(f"ix_{table}_space_recent", ("space_key", at, "path", *tail), where)
     if not team:
         return (space,)
-    return (sa.Index(f"ix_{table}_recent", "tenant_id", at, "space_key", "path", *tail), space)
+    return (
+        _by_time(f"ix_{table}_recent", ("tenant_id", at, "space_key", "path", *tail), where),
+        space,
+    )
+
+
+def _by_time(name: str, columns: tuple[str, ...], where: sa.TextClause) -> sa.Index:
+    return sa.Index(name, *columns, postgresql_where=where, sqlite_where=where)
 
 
 def _change_columns() -> tuple[sa.Column[str], ...]:
@@ -195,6 +205,12 @@ def _v2_audit_events(conn: Connection) -> None:
 # space, so it serves "every chunk of a space"; the ``model`` index serves the indexer's
 # "not yet embedded by this model" scan.
 
+#: What a reader of a whole space's chunks states (its pending count, its index bytes): true
+#: of every chunk, the condition of the partial indexes led by the space alone (v10). A
+#: lookup of one document's chunks does not state it, so cannot take them (see
+#: _recent_indexes: the same trap for documents and versions).
+SPACE_WIDE = sa.text("seq >= 0")
+
 memory_chunks = sa.Table(
     "memory_chunks",
     metadata,
@@ -216,9 +232,23 @@ memory_chunks = sa.Table(
     sa.Column("stored_bytes", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_memory_chunks_model", "model"),
     # v7: a space's chunks by model, so a search counts what its space has pending.
-    sa.Index("ix_memory_chunks_space_model", "tenant_id", "space_key", "model"),
+    sa.Index(
+        "ix_memory_chunks_space_model",
+        "tenant_id",
+        "space_key",
+        "model",
+        postgresql_where=SPACE_WIDE,
+        sqlite_where=SPACE_WIDE,
+    ),
     # v9: a space's index bytes summed from this index alone.
-    sa.Index("ix_memory_chunks_space_bytes", "tenant_id", "space_key", "stored_bytes"),
+    sa.Index(
+        "ix_memory_chunks_space_bytes",
+        "tenant_id",
+        "space_key",
+        "stored_bytes",
+        postgresql_where=SPACE_WIDE,
+        sqlite_where=SPACE_WIDE,
+    ),
 )
 
 #: The chunks never embedded: what the indexer embeds first, and the predicate of the partial
@@ -428,9 +458,11 @@ def _v6_index_driven_plans(conn: Connection) -> None:
         conn.exec_driver_sql(
             f"ALTER TABLE memory_documents ADD COLUMN chunked BOOLEAN NOT NULL DEFAULT {false}"
         )
-    if postgres:
+    if postgres and _holds_rows(conn, "memory_documents"):
         # The marking below joins every document with its chunks: with statistics, not
-        # as a nested loop over tables the planner believes empty.
+        # as a nested loop over tables the planner believes empty. Not on empty tables:
+        # statistics saying "empty" would stay until the next ANALYZE, and a prepared write
+        # planned on them reads by the wrong index as the tables grow.
         conn.exec_driver_sql("ANALYZE memory_documents, memory_chunks")
     d, c = memory_documents, memory_chunks
     has_chunks = sa.exists().where(
@@ -519,6 +551,28 @@ def _v9_index_bytes(conn: Connection) -> None:
         "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_bytes "
         "ON memory_chunks (tenant_id, space_key, stored_bytes)"
     )
+
+
+def _holds_rows(conn: Connection, table: str) -> bool:
+    return conn.exec_driver_sql(f"SELECT 1 FROM {table} LIMIT 1").first() is not None
+
+
+# --- v10: indexes by time that no lookup by key can take -------------------------------------
+#
+# The activity feed's indexes (v8) and the chunks' indexes led by the space (v7, v9) become
+# partial, on a condition every row meets (``at``/``updated_at`` IS NOT NULL, ``seq >= 0``)
+# that only the statements reading them by time or over a whole space state. Whole, they
+# were as cheap as the primary key to the planner of a prepared write planning on small
+# tables, and the plan it kept read a whole space's rows for one document as it grew.
+
+
+@MIGRATIONS.add(10, "indexes by time and space-wide ones partial: no lookup by key takes them")
+def _v10_partial_by_time(conn: Connection) -> None:
+    for table in (memory_documents, memory_document_versions, memory_chunks):
+        for index in table.indexes:
+            if index.name and index.name.endswith(("recent", "space_bytes", "space_model")):
+                conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index.name}")
+                index.create(conn)
 
 
 #: Every table that holds a team's rows under ``tenant_id``: what deleting a team deletes

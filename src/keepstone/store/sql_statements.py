@@ -13,6 +13,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from keepstone.db import PointRead, pgvector
 from keepstone.store.sql_schema import (
+    SPACE_WIDE,
     UNCHUNKED,
     UNEMBEDDED,
     memory_chunks,
@@ -73,11 +74,14 @@ def _list_pages(
     )
     orders = {"path": (D.c.path,), "updated": (D.c.updated_at.desc(), D.c.path)}
     follows = {"path": by_path, "updated": by_change}
+    # By change: along the partial index by time, whose condition only a reader states.
+    by_time = {"path": (), "updated": (D.c.updated_at.isnot(None),)}
     pages = {}
     for of_dir in (False, True):
         for sort, order in orders.items():
             for after in (False, True):
-                where = (*(in_dir if of_dir else ()), *(follows[sort] if after else ()))
+                follow = follows[sort] if after else ()
+                where = (*(in_dir if of_dir else ()), *by_time[sort], *follow)
                 stmt = listing.where(*where).order_by(*order).limit(bp("n"))
                 pages[of_dir, sort, after] = PointRead(stmt)
     return pages
@@ -229,10 +233,12 @@ class Statements:
         #: The bytes a space's chunks hold, summed along ix_memory_chunks_space_bytes alone
         #: (the space key is the hash of the full id, so it names one space).
         self.index_used = sa.select(sa.func.coalesce(sa.func.sum(C.c.stored_bytes), 0)).where(
-            C.c.tenant_id == bp("t"), C.c.space_key == bp("k")
+            C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), SPACE_WIDE
         )
         #: Every space's, and every space's document bytes (the operator's totals).
-        self.all_index_used = sa.select(sa.func.coalesce(sa.func.sum(C.c.stored_bytes), 0))
+        self.all_index_used = sa.select(sa.func.coalesce(sa.func.sum(C.c.stored_bytes), 0)).where(
+            SPACE_WIDE
+        )
         self.all_used = sa.select(sa.func.coalesce(sa.func.sum(S.c.used_bytes), 0))
 
     def _pending(self) -> None:
@@ -272,7 +278,7 @@ class Statements:
         #: What one space has pending: three ranges of ix_memory_chunks_space_model summed,
         #: not one OR that a planner may answer by reading every chunk of the space.
         def in_space(model_is: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
-            where = (C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), model_is)
+            where = (C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), SPACE_WIDE, model_is)
             return sa.select(sa.func.count()).select_from(C).where(*where).scalar_subquery()
 
         self.pending_in_space = sa.select(
