@@ -135,3 +135,17 @@ def test_the_supervisor_waits_longer_than_uvicorns_health_check_before_replacing
     assert Config.from_env(env).worker_healthcheck_seconds == 12
     with pytest.raises(InvalidRequest, match="KEEPSTONE_WORKER_HEALTHCHECK_SECONDS"):
         Config.from_env({"KEEPSTONE_WORKER_HEALTHCHECK_SECONDS": "0"})
+
+
+def test_a_serving_process_takes_its_built_app_out_of_the_collectors_view() -> None:
+    """A full collection walking the app's long-lived objects ran on a request's time."""
+    import gc
+
+    from keepstone.api.app import settle_heap
+
+    gc.unfreeze()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import IO
@@ -200,4 +201,14 @@ class WorkerApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._app is None:
             self._app = self._build()
+            settle_heap()
         await self._app(scope, receive, send)
+
+
+def settle_heap() -> None:
+    """Take what a serving process holds once its app is built (modules, the app, the
+    vocabulary's tables, the compiled patterns) out of the cyclic collector's view: it lives
+    as long as the process, and a full collection walking it ran on some request's time —
+    the slowest answers' (docs/performance.md, "The request path")."""
+    gc.collect()
+    gc.freeze()

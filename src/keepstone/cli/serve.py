@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from keepstone.api import logs
-    from keepstone.api.app import create_app
+    from keepstone.api.app import create_app, settle_heap
 
     config = Config.from_env(database_url=args.database, local=args.local)
     args.host = config.host if args.host is None else args.host
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     with _bind(args.host, args.port) as sock:
         if args.workers == 1:
             app = create_app(config, indexer=True)
+            settle_heap()
             print(_banner(args, config), file=sys.stderr)
             uvicorn.Server(server_config(app, keep_alive=config.keep_alive_seconds)).run(
                 sockets=[sock]
