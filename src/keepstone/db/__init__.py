@@ -21,6 +21,7 @@ their own modules, so that what needs only a transaction does not load them.
 from keepstone.db.durability import (
     SqliteWriters,
     WalSync,
+    enter_wal,
     made_durable,
     sqlite_writers,
     syncs_deferred,
@@ -59,6 +60,7 @@ __all__ = [
     "as_sqlalchemy",
     "claim_rows",
     "driver_cursor",
+    "enter_wal",
     "is_disk_full",
     "made_durable",
     "make_engine",

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from keepstone.db.durability import made_durable, sqlite_writers
+from keepstone.db.durability import enter_wal, made_durable, sqlite_writers
 from keepstone.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 
 T = TypeVar("T")
@@ -166,23 +166,28 @@ def _missing_database(context: sa.engine.ExceptionContext) -> BaseException | No
     return StoreUnavailable(f'database "{found[1]}" does not exist; create it with: {command}')
 
 
+#: How long a SQLite connection waits for another's lock (seconds).
+_BUSY_SECONDS = 60.0
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
         dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
         try:
-            cur.execute("PRAGMA journal_mode=WAL")
+            enter_wal(dbapi_conn, _BUSY_SECONDS)
+        except sqlite3.OperationalError:
+            raise
         except sqlite3.DatabaseError as exc:  # the first read of the file's header
-            cur.close()
             raise InvalidRequest(
                 f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
             ) from None
         # A commit writes the WAL without syncing it; a durable write then syncs it once,
         # outside the writers' turn, shared with its concurrent writers (WalSync).
+        cur = dbapi_conn.cursor()
         cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute(f"PRAGMA busy_timeout={_BUSY_SECONDS * 1000:.0f}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

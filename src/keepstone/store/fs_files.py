@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from keepstone.db import enter_wal
 from keepstone.errors import InsufficientStorage, InvalidPath, StoreUnavailable
 from keepstone.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX
 
@@ -182,7 +183,7 @@ def connect_wal(path: Path) -> sqlite3.Connection:
         path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
     )
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        enter_wal(conn, BUSY_TIMEOUT)
         # A transaction lost to a power cut (never to a killed process: WAL) is repaired
         # from the files: the index re-reads them, the history records them again.
         conn.execute("PRAGMA synchronous=NORMAL")
