@@ -246,9 +246,10 @@ class SpaceService:
         needle = match.casefold()
         return ask.of([info for info in infos if needle in info.path.casefold()])
 
-    def usage(self, ref: SpaceRef) -> Usage:
-        """Bytes used against the space's sub-cap and its team (or instance) aggregate."""
-        return self.store.usage(ref)
+    def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
+        """Bytes used against the space's sub-cap and its team (or instance) aggregate
+        (``index=False``: without summing its search index's bytes)."""
+        return self.store.usage(ref, index=index)
 
     def write(
         self,

@@ -533,7 +533,7 @@ async def export_space(caller: Caller, space: Space, as_of: AsOfParam = None) ->
         ref = space.ref(who, "as_of")
         at = None if as_of is None else parse_as_of(as_of)
         # Touch the store first, so an unreachable database is a clean 503, not a cut stream.
-        caller.state.spaces.usage(ref)
+        caller.state.spaces.usage(ref, index=False)
         return ref, at
 
     # One hop: the credential, the parameters and the store's check in one thread; the
