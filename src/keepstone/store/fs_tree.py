@@ -16,7 +16,7 @@ import fcntl
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from keepstone.errors import Conflict
@@ -39,38 +39,44 @@ from keepstone.store.fs_layout import (
 
 class Replaced:
     """A document file just replaced (:meth:`FileTree.replace_file_undoably`): :meth:`undo`
-    puts back what was there (or removes a new one), :meth:`keep` drops the old file."""
+    puts back what was there (or removes a new one), :meth:`keep` drops the old file. It
+    holds its directory open until one of them is called (exactly one always is)."""
 
     def __init__(
-        self, tree: FileTree, space: Components, doc: Components, path: str, aside: str | None
+        self,
+        tree: FileTree,
+        dfd: int,
+        space: Components,
+        doc: Components,
+        path: str,
+        aside: str | None,
     ) -> None:
-        self._tree, self._space, self._doc, self._path, self._aside = tree, space, doc, path, aside
+        self._tree, self._dfd, self._aside = tree, dfd, aside
+        self._space, self._doc, self._path = space, doc, path
 
     def keep(self) -> None:
-        aside = self._aside
-        if aside is not None:
-            self._in_dir(lambda dfd: os.unlink(aside, dir_fd=dfd))
+        """Drop the old file's link. Not synced: the new file is durable already, and a
+        link a crash brings back is a stale temporary file, removed as any other."""
+        try:
+            if self._aside is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._aside, dir_fd=self._dfd)
+        finally:
+            os.close(self._dfd)
 
     def undo(self) -> None:
-        aside, name = self._aside, self._doc[-1]
-        if aside is not None:
-            self._in_dir(lambda dfd: os.replace(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd))
-            return
-        self._in_dir(lambda dfd: os.unlink(name, dir_fd=dfd))
-        self._tree.tidy_dirs(self._space, self._space + self._doc, self._path)
-
-    def _in_dir(self, act: Callable[[int], None]) -> None:
-        """``act(dfd)`` in the document's directory, then synced; a file gone meanwhile is
-        no error."""
-        dfd = self._tree.open_dirs(self._space + self._doc[:-1], self._path)
-        if dfd is None:
-            return
+        aside, name, dfd = self._aside, self._doc[-1], self._dfd
         try:
             with contextlib.suppress(FileNotFoundError):
-                act(dfd)
+                if aside is not None:
+                    os.replace(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                else:
+                    os.unlink(name, dir_fd=dfd)
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        if aside is None:
+            self._tree.tidy_dirs(self._space, self._space + self._doc, self._path)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -149,22 +155,24 @@ class FileTree:
         (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
         dfd = self.open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
-        aside = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        name = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        aside: str | None = name
         try:
             try:
-                os.link(doc[-1], aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-                had = True
+                os.link(doc[-1], name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
-                had = False
+                aside = None  # a new document: undone by removing it
             try:
                 atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
             except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(aside, dir_fd=dfd)
+                if aside is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(aside, dir_fd=dfd)
                 raise
-        finally:
+        except BaseException:
             os.close(dfd)
-        return Replaced(self, space, doc, path, aside if had else None)
+            raise
+        return Replaced(self, dfd, space, doc, path, aside)
 
     def rename_file(
         self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
