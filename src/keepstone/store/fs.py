@@ -122,6 +122,8 @@ class FilesystemStore(MemoryStore):
 
     capabilities = MemoryStore.KEEPS_ITS_OWN | {"tree_aggregate"}
     limits: Limits
+    #: Whether changes append versions (as on SqlStore: off only to measure history's cost).
+    keeps_history = True
     reserve: DiskReserve
 
     def __init__(
@@ -137,7 +139,7 @@ class FilesystemStore(MemoryStore):
         self._etags: dict[tuple[int, ...], str] = {}
         self._tree = FileTree(self.root)
         self._index = FsIndex(self.root)
-        self._history = TreeHistory(self._tree, self.limits, self._now)
+        self._history = TreeHistory(self._tree, self.limits, self._now, self.keeps_history)
         self._counters = Counters(self._tree, self._history, self.limits)
         #: What "now" is for a new version (a test gives the store a clock of its own).
         self.clock: Callable[[], datetime] = _utcnow

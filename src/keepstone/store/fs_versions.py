@@ -87,8 +87,11 @@ class TreeHistory:
     clock of its own). The methods named ``..._locked`` run under the tree's lock, which
     the caller holds; the others take it when they must."""
 
-    def __init__(self, tree: FileTree, limits: Limits, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, tree: FileTree, limits: Limits, clock: Callable[[], datetime], keep: bool = True
+    ) -> None:
         self._tree = tree
+        self._keep = keep
         self._db = HistoryDb(tree.root)
         self._limits = limits
         self._clock = clock
@@ -167,8 +170,10 @@ class TreeHistory:
         records: Sequence[Record | Observed],
         known: Known | None = None,
     ) -> None:
-        """Append ``records`` (see :meth:`~keepstone.store.fs_history.HistoryDb.append`)."""
-        self._db.append(conn, records, self._limits, known)
+        """Append ``records`` (see :meth:`~keepstone.store.fs_history.HistoryDb.append`);
+        nothing when the store keeps no history."""
+        if self._keep:
+            self._db.append(conn, records, self._limits, known)
 
     def reconcile_locked(self) -> int:
         """Record every difference between the files and their history as a hand edit
