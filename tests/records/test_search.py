@@ -3,7 +3,12 @@ the same on SQLite and PostgreSQL, one team's records never reaching another's s
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from keepstone.db import read_transaction
 from keepstone.principal import CredentialKind
@@ -87,3 +92,47 @@ def test_warm_caches_never_cross_teams_or_projects(world: World) -> None:
     assert sorted(i for h in answer.hits for i in (h.id, *h.also_in)) == sorted(
         [a.id, b.id, bare.id]
     )
+
+
+def _ids_read(world: World, ids: set[str]) -> Iterator[list[str]]:
+    """The ids of ``ids`` bound into the statements run meanwhile (the records read)."""
+    read: list[str] = []
+
+    def bound(_conn: Any, _cursor: Any, _sql: str, params: Any, *_rest: Any) -> None:
+        values = params.values() if isinstance(params, dict) else params
+        read.extend(v for v in values if isinstance(v, str) and v in ids)
+
+    event.listen(world.engine, "before_cursor_execute", bound)
+    try:
+        yield read
+    finally:
+        event.remove(world.engine, "before_cursor_execute", bound)
+
+
+def test_a_search_with_its_texts_seen_folds_as_the_first_and_reads_less(world: World) -> None:
+    save, t = world.records.save_as_server, world.team_id
+    one = save(t, "alpha beta")
+    again = save(t, "Alpha, BETA!")  # the same text: folded into the better hit
+    longer = save(t, "alpha beta gamma delta")
+    longer_again = save(t, "alpha  beta gamma delta.")
+    ids = {one.id, again.id, longer.id, longer_again.id}
+    who = world.principal(world.member)
+
+    def answer() -> list[tuple[str, tuple[str, ...]]]:
+        hits = world.records.search(who, t, "alpha beta", limit=2).hits
+        return [(h.id, h.also_in) for h in hits]
+
+    with contextlib.contextmanager(_ids_read)(world, ids) as cold:
+        first = answer()
+    with contextlib.contextmanager(_ids_read)(world, ids) as warm:
+        second = answer()
+    assert [sorted([hit, *also]) for hit, also in first] == [
+        sorted([one.id, again.id]),
+        sorted([longer.id, longer_again.id]),
+    ]
+    assert second == first
+    # First every ranked record is read for its text; then only the first two ranked
+    # (what a search of limit 2 may return) and the one moved up past the folded one:
+    # the other duplicate's text is known.
+    assert sorted(cold) == sorted(ids)
+    assert sorted(warm) == sorted([one.id, again.id, first[1][0]])

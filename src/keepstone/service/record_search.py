@@ -21,7 +21,7 @@ every cache is keyed by it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +59,8 @@ log = logging.getLogger("keepstone.records")
 
 #: Teams whose rows and BM25 index are kept in memory (the most recently searched).
 BM25_CACHE_TEAMS = 1024
+#: Records whose near-duplicate key is remembered (about 150 bytes each).
+DUPLICATE_KEYS = 100_000
 #: The first element of a team's key in the shared vector cache (documents' keys are
 #: (space id, model) pairs, so the two never meet).
 VECTOR_SCOPE = "records"
@@ -146,6 +148,7 @@ class RecordSearch:
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self._rows: ScopeCache[_TeamRows] = ScopeCache(max_teams)
+        self._keys: dict[str, str] = {}
         # The query is embedded on a thread of its own while the search reads the team's
         # rows and ranks by keyword (numpy and the tokenizer release the GIL): a hybrid
         # search then costs about the longer of the two, not their sum.
@@ -217,8 +220,42 @@ class RecordSearch:
             for h, score in scored
             if floor.qualifies(score, h.keyword, h.meaning, hybrid=dense is not None)
         ][: 2 * limit]
-        found = tx.records_by_id(team, [rows.ids[h.key] for h, _ in kept])
-        return _folded(kept, rows, found, limit)
+        return self._folded(tx, team, kept, [rows.ids[h.key] for h, _ in kept], limit)
+
+    def _folded(
+        self,
+        tx: RecordReader,
+        team: str,
+        kept: list[tuple[FusedHit[int], float]],
+        ids: list[str],
+        limit: int,
+    ) -> list[RankedRecord]:
+        """The first ``limit`` of ``kept`` (the hits of the records ``ids``) as ranked
+        records, each record whose text repeats a better one's listed in that one's
+        ``also_in`` instead of returned. Read: the records that may be returned, and
+        those whose text was never seen (a record's text never changes, so its key is
+        remembered)."""
+        keys = self._keys
+        head = set(ids[:limit])
+        found = tx.records_by_id(team, [i for i in ids if i in head or i not in keys])
+        for record in found.values():
+            if record.id not in keys:
+                _remember(keys, record.id, duplicate_key(record.text))
+        # A record ranked but not read (gone since) is no hit, nor another's duplicate.
+        folded = _fold([keys.get(i) if i in found or i not in head else None for i in ids], limit)
+        missing = [ids[p] for p, _ in folded if ids[p] not in found]
+        if missing:  # moved up past a folded duplicate, its text known already
+            found.update(tx.records_by_id(team, missing))
+        return [
+            RankedRecord(
+                found[ids[p]],
+                round(kept[p][1], 6),
+                kept[p][0].matched,
+                tuple(ids[a] for a in also),
+            )
+            for p, also in folded
+            if ids[p] in found
+        ]
 
     def _dense(
         self,
@@ -309,29 +346,28 @@ def _weighted(
     return sorted(weighted, key=lambda pair: -pair[1])
 
 
-def _folded(
-    kept: list[tuple[FusedHit[int], float]],
-    rows: _TeamRows,
-    found: Mapping[str, Record],
-    limit: int,
-) -> list[RankedRecord]:
-    """The first ``limit`` hits as ranked records, each record whose text repeats a
-    better one's listed in that one's ``also_in`` instead of returned."""
+def _fold(keys: Sequence[str | None], limit: int) -> list[tuple[int, list[int]]]:
+    """The positions of the first ``limit`` distinct ``keys`` (None: no hit), each with
+    the positions of the later hits of its key."""
     best: dict[str, int] = {}
-    out: list[tuple[Record, float, tuple[str, ...], list[str]]] = []
-    for h, score in kept:
-        record = found.get(rows.ids[h.key])
-        if record is None:
+    out: list[tuple[int, list[int]]] = []
+    for p, key in enumerate(keys):
+        if key is None:
             continue
-        same = duplicate_key(record.text)
-        if same in best:
-            out[best[same]][3].append(record.id)
+        if key in best:
+            out[best[key]][1].append(p)
             continue
         if len(out) >= limit:
             continue
-        best[same] = len(out)
-        out.append((record, score, h.matched, []))
-    return [
-        RankedRecord(record, round(score, 6), matched, tuple(also))
-        for record, score, matched, also in out
-    ]
+        best[key] = len(out)
+        out.append((p, []))
+    return out
+
+
+def _remember(keys: dict[str, str], record_id: str, key: str) -> None:
+    """Remember the near-duplicate ``key`` of a record, ``keys`` holding at most
+    :data:`DUPLICATE_KEYS` (then forgotten all at once: a bound, not a policy). One dict
+    operation each, safe across the threads searching at once."""
+    if len(keys) >= DUPLICATE_KEYS:
+        keys.clear()
+    keys[record_id] = key
