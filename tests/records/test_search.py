@@ -4,6 +4,7 @@ the same on SQLite and PostgreSQL, one team's records never reaching another's s
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,8 +100,11 @@ def _ids_read(world: World, ids: set[str]) -> Iterator[list[str]]:
     read: list[str] = []
 
     def bound(_conn: Any, _cursor: Any, _sql: str, params: Any, *_rest: Any) -> None:
-        values = params.values() if isinstance(params, dict) else params
-        read.extend(v for v in values if isinstance(v, str) and v in ids)
+        for value in params.values() if isinstance(params, dict) else params:
+            if isinstance(value, str) and value.startswith("["):
+                value = json.loads(value)  # SQLite: a list of ids as one JSON parameter
+            listed = value if isinstance(value, list) else [value]
+            read.extend(v for v in listed if isinstance(v, str) and v in ids)
 
     event.listen(world.engine, "before_cursor_execute", bound)
     try:

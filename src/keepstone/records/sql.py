@@ -19,12 +19,14 @@ identity's but tables in the same database.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.db import read_statements, refresh_statistics, write_transaction
@@ -100,9 +102,22 @@ _VECTORS = (
     )
     .order_by(R.c.vector_version, R.c.id)
 )
-_BY_ID = sa.select(R.c.id, R.c.repo_id, R.c.text, R.c.created_at, R.c.expires_at).where(
-    R.c.team_id == sa.bindparam("team"), R.c.id.in_(sa.bindparam("ids", expanding=True))
-)
+_RECORD_COLUMNS = (R.c.id, R.c.repo_id, R.c.text, R.c.created_at, R.c.expires_at)
+#: A team's records by id, the ids one parameter (a fixed statement, prepared once by the
+#: driver; an expanding IN list was rewritten for every number of ids): a PostgreSQL
+#: array, a JSON array on SQLite.
+_BY_ID = {
+    "postgresql": sa.select(*_RECORD_COLUMNS).where(
+        R.c.team_id == sa.bindparam("team"),
+        R.c.id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))),
+    ),
+    "sqlite": sa.select(*_RECORD_COLUMNS).where(
+        R.c.team_id == sa.bindparam("team"),
+        R.c.id.in_(
+            sa.select(sa.column("value")).select_from(sa.func.json_each(sa.bindparam("ids")))
+        ),
+    ),
+}
 
 
 def _visibility_clause(project_ids: frozenset[str] | None, params: dict[str, object]) -> str:
@@ -234,7 +249,9 @@ class _SqlReader(RecordReader):
     def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
         if not ids:
             return {}
-        rows = self._conn.execute(_BY_ID, {"team": team_id, "ids": list(ids)})
+        postgres = self._conn.dialect.name == "postgresql"
+        listed = list(ids) if postgres else json.dumps(list(ids))
+        rows = self._conn.execute(_BY_ID[self._conn.dialect.name], {"team": team_id, "ids": listed})
         return {str(row.id): _record(team_id, row) for row in rows}
 
     def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:
