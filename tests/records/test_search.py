@@ -95,6 +95,7 @@ def test_warm_caches_never_cross_teams_or_projects(world: World) -> None:
     )
 
 
+@contextlib.contextmanager
 def _ids_read(world: World, ids: set[str]) -> Iterator[list[str]]:
     """The ids of ``ids`` bound into the statements run meanwhile (the records read)."""
     read: list[str] = []
@@ -126,9 +127,9 @@ def test_a_search_with_its_texts_seen_folds_as_the_first_and_reads_less(world: W
         hits = world.records.search(who, t, "alpha beta", limit=2).hits
         return [(h.id, h.also_in) for h in hits]
 
-    with contextlib.contextmanager(_ids_read)(world, ids) as cold:
+    with _ids_read(world, ids) as cold:
         first = answer()
-    with contextlib.contextmanager(_ids_read)(world, ids) as warm:
+    with _ids_read(world, ids) as warm:
         second = answer()
     assert [sorted([hit, *also]) for hit, also in first] == [
         sorted([one.id, again.id]),

@@ -249,9 +249,9 @@ class _SqlReader(RecordReader):
     def records_by_id(self, team_id: str, ids: Sequence[str]) -> dict[str, Record]:
         if not ids:
             return {}
-        postgres = self._conn.dialect.name == "postgresql"
-        listed = list(ids) if postgres else json.dumps(list(ids))
-        rows = self._conn.execute(_BY_ID[self._conn.dialect.name], {"team": team_id, "ids": listed})
+        dialect = self._conn.dialect.name
+        listed = list(ids) if dialect == "postgresql" else json.dumps(list(ids))
+        rows = self._conn.execute(_BY_ID[dialect], {"team": team_id, "ids": listed})
         return {str(row.id): _record(team_id, row) for row in rows}
 
     def page(self, scope: Scope, after: PagePosition | None, limit: int) -> list[Record]:

@@ -237,12 +237,14 @@ class RecordSearch:
         remembered)."""
         keys = self._keys
         head = set(ids[:limit])
-        found = tx.records_by_id(team, [i for i in ids if i in head or i not in keys])
+        asked = [i for i in ids if i in head or i not in keys]
+        found = tx.records_by_id(team, asked)
         for record in found.values():
             if record.id not in keys:
                 _remember(keys, record.id, duplicate_key(record.text))
-        # A record ranked but not read (gone since) is no hit, nor another's duplicate.
-        folded = _fold([keys.get(i) if i in found or i not in head else None for i in ids], limit)
+        # A record asked for and not found (gone since) is no hit, nor another's duplicate.
+        gone = set(asked).difference(found)
+        folded = _fold([None if i in gone else keys.get(i) for i in ids], limit)
         missing = [ids[p] for p, _ in folded if ids[p] not in found]
         if missing:  # moved up past a folded duplicate, its text known already
             found.update(tx.records_by_id(team, missing))

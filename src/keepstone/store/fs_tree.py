@@ -158,21 +158,19 @@ class FileTree:
         name = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
         aside: str | None = name
         try:
-            try:
-                os.link(doc[-1], name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                aside = None  # a new document: undone by removing it
-            try:
-                atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
-            except BaseException:
-                if aside is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(aside, dir_fd=dfd)
-                raise
+            os.link(doc[-1], name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            aside = None  # a new document: undone by removing it
         except BaseException:
             os.close(dfd)
             raise
-        return Replaced(self, dfd, space, doc, path, aside)
+        replaced = Replaced(self, dfd, space, doc, path, aside)
+        try:
+            atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
+        except BaseException:
+            replaced.keep()  # nothing was replaced: the old file's extra link goes
+            raise
+        return replaced
 
     def rename_file(
         self, space: Components, src: Components, dst: Components, to: str, mtime_ns: int
