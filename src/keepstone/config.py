@@ -160,6 +160,9 @@ DEFAULT_EXPORT_GZIP_LEVEL = 1
 #: Keepstone's own clients keep a connection idle (:data:`keepstone.http_client.IDLE_SECONDS`).
 DEFAULT_KEEP_ALIVE_SECONDS = 75
 
+#: ``KEEPSTONE_REDIS_TIMEOUT`` unset: how long a Redis call may take (seconds).
+DEFAULT_REDIS_TIMEOUT_SECONDS = 5.0
+
 
 #: ``KEEPSTONE_WORKER_HEALTHCHECK_SECONDS`` unset: how long ``keepstone serve --workers N``'s
 #: supervisor waits for a worker to answer its health check before it kills the worker and
@@ -242,7 +245,7 @@ class Config(BaseModel):
     #: Seconds a call to that Redis (connecting, then each answer) may take before the
     #: search it serves answers 503: a hung Redis never holds a request longer.
     redis_timeout: Annotated[float, BeforeValidator(_timeout)] = Field(
-        5.0, gt=0, validation_alias="KEEPSTONE_REDIS_TIMEOUT"
+        DEFAULT_REDIS_TIMEOUT_SECONDS, gt=0, validation_alias="KEEPSTONE_REDIS_TIMEOUT"
     )
     #: Seconds between purges of expired records; 0 turns purging off.
     records_purge_interval: Annotated[float, BeforeValidator(_seconds)] = Field(

@@ -20,7 +20,7 @@ from keepstone.errors import Conflict, InvalidRequest, NotFound
 from keepstone.identity import schema as t
 from keepstone.identity.keys import new_token
 from keepstone.identity.standing import is_disabled
-from keepstone.identity.validation import clean_ids
+from keepstone.identity.validation import row_by_id
 
 if TYPE_CHECKING:
     from keepstone.identity.service import IdentityService
@@ -39,14 +39,6 @@ class ResetLink:
     expires_at: datetime
 
 
-def _user(conn: Connection, user_id: str) -> dict[str, object]:
-    clean_ids(user_id=user_id)
-    row = conn.execute(sa.select(t.users).where(t.users.c.id == user_id)).mappings().first()
-    if row is None:
-        raise NotFound(f"no user with id {user_id!r}")
-    return dict(row)
-
-
 def _end_sessions_and_keys(conn: Connection, user_id: str) -> None:
     conn.execute(t.sessions.delete().where(t.sessions.c.user_id == user_id))
     conn.execute(
@@ -60,7 +52,7 @@ def disable_user(identity: IdentityService, user_id: str) -> None:
     """The user can no longer sign in; their sessions end and their live keys are revoked,
     in one transaction (a re-enabled user starts with no key)."""
     with write_transaction(identity.engine) as conn:
-        _user(conn, user_id)
+        row_by_id(conn, t.users, user_id, "user")
         if not is_disabled(conn, user_id):
             conn.execute(t.disabled_users.insert().values(user_id=user_id, disabled_at=utcnow()))
         _end_sessions_and_keys(conn, user_id)
@@ -68,7 +60,7 @@ def disable_user(identity: IdentityService, user_id: str) -> None:
 
 def enable_user(identity: IdentityService, user_id: str) -> None:
     with write_transaction(identity.engine) as conn:
-        _user(conn, user_id)
+        row_by_id(conn, t.users, user_id, "user")
         conn.execute(t.disabled_users.delete().where(t.disabled_users.c.user_id == user_id))
 
 
@@ -76,7 +68,7 @@ def new_reset_link(identity: IdentityService, user_id: str) -> ResetLink:
     """A fresh reset token for the user; their earlier unused tokens stop working."""
     token, now = new_token(), utcnow()
     with write_transaction(identity.engine) as conn:
-        _user(conn, user_id)
+        row_by_id(conn, t.users, user_id, "user")
         if is_disabled(conn, user_id):
             raise Conflict(f"user {user_id!r} is disabled; enable them first", field="user_id")
         resets = t.password_resets
@@ -109,7 +101,7 @@ def _live_reset(conn: Connection, identity: IdentityService, token: str) -> str:
 def reset_link_email(identity: IdentityService, token: str) -> str:
     """The email of a live reset token's user (what its page shows)."""
     with read_transaction(identity.engine) as conn:
-        return str(_user(conn, _live_reset(conn, identity, token))["email"])
+        return str(row_by_id(conn, t.users, _live_reset(conn, identity, token), "user")["email"])
 
 
 def use_reset_link(identity: IdentityService, token: str, password: str) -> str:
@@ -133,23 +125,16 @@ def use_reset_link(identity: IdentityService, token: str, password: str) -> str:
 
 def team_of(identity: IdentityService, team_id: str) -> tuple[str, str]:
     """The team's ``(name, org_id)``; NotFound when there is no such team."""
-    clean_ids(team_id=team_id)
-    query = sa.select(t.teams.c.name, t.teams.c.org_id).where(t.teams.c.id == team_id)
     with read_transaction(identity.engine) as conn:
-        row = conn.execute(query).first()
-    if row is None:
-        raise NotFound(f"no team with id {team_id!r}")
-    return str(row[0]), str(row[1])
+        row = row_by_id(conn, t.teams, team_id, "team")
+    return str(row["name"]), str(row["org_id"])
 
 
 def delete_team(identity: IdentityService, team_id: str, confirm: str) -> str:
     """Delete the team's identity rows (keys, memberships, projects, repositories, the
     team) in one transaction, once ``confirm`` is its name; returns the name."""
-    clean_ids(team_id=team_id)
     with write_transaction(identity.engine) as conn:
-        name = conn.execute(sa.select(t.teams.c.name).where(t.teams.c.id == team_id)).scalar()
-        if name is None:
-            raise NotFound(f"no team with id {team_id!r}")
+        name = row_by_id(conn, t.teams, team_id, "team")["name"]
         if confirm.strip() != name:
             raise InvalidRequest(
                 f"confirm must be the team's name, {name!r}, typed exactly", field="confirm"
@@ -162,11 +147,8 @@ def delete_team(identity: IdentityService, team_id: str, confirm: str) -> str:
 
 def delete_org(identity: IdentityService, org_id: str) -> str:
     """Delete an org that has no team (409 naming how many it has); returns its name."""
-    clean_ids(org_id=org_id)
     with write_transaction(identity.engine) as conn:
-        name = conn.execute(sa.select(t.orgs.c.name).where(t.orgs.c.id == org_id)).scalar()
-        if name is None:
-            raise NotFound(f"no org with id {org_id!r}")
+        name = row_by_id(conn, t.orgs, org_id, "org")["name"]
         teams = conn.execute(
             sa.select(sa.func.count()).select_from(t.teams).where(t.teams.c.org_id == org_id)
         ).scalar_one()

@@ -37,6 +37,7 @@ from keepstone.identity.validation import (
     parse_org_role,
     parse_plan,
     parse_team_role,
+    row_by_id,
 )
 from keepstone.principal import CredentialKind, Principal, Standing, TeamRole
 from keepstone.text import control_in
@@ -70,16 +71,6 @@ def _in_team(conn: Connection, base: Principal, team_id: str) -> Principal:
     if standing is None or standing.team_role is None:
         raise TeamNotFound(f"no team {team_id!r} for this credential")
     return _with_standing(base, team_id, standing)
-
-
-def _found(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
-    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent (an id
-    holding a control character is refused first, naming ``<what>_id``)."""
-    clean_ids(**{f"{what}_id": row_id})
-    row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
-    if row is None:
-        raise NotFound(f"no {what} with id {row_id!r}")
-    return dict(row)
 
 
 def _added_meanwhile(user_id: str, where: str) -> Conflict:
@@ -183,7 +174,7 @@ class IdentityService:
             return self._org(conn, org_id)
 
     def _org(self, conn: Connection, org_id: str) -> dict[str, Any]:
-        org = _found(conn, t.orgs, org_id, "org")
+        org = row_by_id(conn, t.orgs, org_id, "org")
         return {k: org[k] for k in ("id", "name", "plan", "memory_quota_bytes")}
 
     def update_org(
@@ -223,7 +214,7 @@ class IdentityService:
         org_role = parse_org_role(role)
         with write_transaction(self.engine) as conn:
             self._org(conn, org_id)
-            _found(conn, t.users, user_id, "user")
+            row_by_id(conn, t.users, user_id, "user")
             conn.execute(t.org_members.delete().filter_by(org_id=org_id, user_id=user_id))
             try:
                 conn.execute(
@@ -251,8 +242,8 @@ class IdentityService:
         """Add (or update) a membership; ``projects`` limits it to those of the team's projects."""
         team_role = parse_team_role(role)
         with write_transaction(self.engine) as conn:
-            _found(conn, t.teams, team_id, "team")
-            _found(conn, t.users, user_id, "user")
+            row_by_id(conn, t.teams, team_id, "team")
+            row_by_id(conn, t.users, user_id, "user")
             if projects is not None:
                 known = {
                     str(r[0])
@@ -289,14 +280,14 @@ class IdentityService:
     def remove_team_member(self, team_id: str, user_id: str) -> None:
         clean_ids(user_id=user_id)
         with write_transaction(self.engine) as conn:
-            _found(conn, t.teams, team_id, "team")
+            row_by_id(conn, t.teams, team_id, "team")
             if not _drop_membership(conn, team_id, user_id):
                 raise NotFound(f"user {user_id!r} is not a member of team {team_id!r}")
 
     def create_project(self, team_id: str, name: str) -> str:
         project_id = new_id("proj")
         with write_transaction(self.engine) as conn:
-            _found(conn, t.teams, team_id, "team")
+            row_by_id(conn, t.teams, team_id, "team")
             conn.execute(
                 t.projects.insert().values(
                     team_id=team_id,
@@ -310,7 +301,7 @@ class IdentityService:
     def create_repo(self, project_id: str, name: str) -> str:
         repo_id = new_id("repo")
         with write_transaction(self.engine) as conn:
-            project = _found(conn, t.projects, project_id, "project")
+            project = row_by_id(conn, t.projects, project_id, "project")
             conn.execute(
                 t.repos.insert().values(
                     team_id=project["team_id"],
@@ -332,8 +323,8 @@ class IdentityService:
         key = new_api_key()
         key_id = new_id("key")
         with write_transaction(self.engine) as conn:
-            _found(conn, t.users, user_id, "user")
-            _found(conn, t.teams, team_id, "team")
+            row_by_id(conn, t.users, user_id, "user")
+            row_by_id(conn, t.teams, team_id, "team")
             if is_disabled(conn, user_id):
                 raise Conflict(f"user {user_id!r} is disabled", field="user_id")
             standing = standing_in_team(conn, user_id, team_id)

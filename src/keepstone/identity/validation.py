@@ -4,9 +4,12 @@ and what it takes; no name, email or id may hold a control character (:mod:`keep
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from keepstone.errors import InvalidRequest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from keepstone.errors import InvalidRequest, NotFound
 from keepstone.principal import OrgRole, Plan, TeamRole
 from keepstone.text import clean_text
 
@@ -53,3 +56,13 @@ def clean_ids(**ids: str) -> None:
     """Refuse an id holding a control character, naming its field (``user_id=...``)."""
     for field, value in ids.items():
         clean_text(field, value)
+
+
+def row_by_id(conn: Connection, table: sa.Table, row_id: str, what: str) -> dict[str, Any]:
+    """The row of ``table`` with id ``row_id``; NotFound naming ``what`` when absent (an id
+    holding a control character is refused first, naming ``<what>_id``)."""
+    clean_ids(**{f"{what}_id": row_id})
+    row = conn.execute(sa.select(table).where(table.c.id == row_id)).mappings().first()
+    if row is None:
+        raise NotFound(f"no {what} with id {row_id!r}")
+    return dict(row)

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from keepstone.config import Config
+from keepstone.config import DEFAULT_REDIS_TIMEOUT_SECONDS, Config
 from keepstone.errors import InvalidRequest, RateLimited, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -180,10 +180,18 @@ return {1, 0, ''}
 
 
 #: The default of ``KEEPSTONE_REDIS_TIMEOUT``: how long a Redis call may take.
-REDIS_TIMEOUT_SECONDS = 5.0
+REDIS_TIMEOUT_SECONDS = DEFAULT_REDIS_TIMEOUT_SECONDS
 #: The bound of a readiness ping: a probe must answer fast even while Redis hangs, and
 #: a Redis that answers at all answers a PING far sooner.
 PING_TIMEOUT_SECONDS = 0.5
+
+
+def ping(client: redis.Redis) -> None:
+    """One PING on ``client``; :class:`StoreUnavailable` when Redis does not answer."""
+    try:
+        client.ping()
+    except redis_errors() as exc:
+        raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
 
 
 def redis_client(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> redis.Redis:
@@ -286,10 +294,7 @@ class RedisRateLimiter:
 
     def ping(self) -> None:
         """One PING, given up after at most :data:`PING_TIMEOUT_SECONDS`."""
-        try:
-            self._pinger.ping()
-        except self._errors as exc:
-            raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
+        ping(self._pinger)
 
     def close(self) -> None:
         self._redis.close()

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from keepstone.db import applied_versions
-from keepstone.errors import InvalidRequest, StoreUnavailable
-from keepstone.records.ratelimit import REDIS_TIMEOUT_SECONDS, redis_client, redis_errors
+from keepstone.errors import InvalidRequest
+from keepstone.records.ratelimit import REDIS_TIMEOUT_SECONDS, ping, redis_client
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore, StoredBytes
@@ -69,10 +69,10 @@ def recount_local_store(store: MemoryStore, tenant: str) -> Recount:
     if not isinstance(store, HandEditedStore):
         raise InvalidRequest("only the local filesystem store keeps counters to recount")
     spaces = store.list_spaces(tenant)
-    before = {ref.id: store.usage(ref).used_bytes for ref in spaces}
-    tree_before = store.usage(_PROBE).team_used_bytes
+    before = {ref.id: store.usage(ref, index=False).used_bytes for ref in spaces}
+    tree_before = store.usage(_PROBE, index=False).team_used_bytes
     tree_after = store.recount()
-    after = {ref.id: store.usage(ref).used_bytes for ref in store.list_spaces(tenant)}
+    after = {ref.id: store.usage(ref, index=False).used_bytes for ref in store.list_spaces(tenant)}
     changed = sum(
         1 for key in before.keys() | after.keys() if before.get(key, 0) != after.get(key, 0)
     )
@@ -96,9 +96,7 @@ def ping_redis(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> None:
     except ValueError as exc:  # not a redis:// URL
         raise InvalidRequest(f"KEEPSTONE_REDIS_URL is not a Redis URL: {exc}") from exc
     try:
-        client.ping()
-    except redis_errors() as exc:
-        raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
+        ping(client)
     finally:
         client.close()
 

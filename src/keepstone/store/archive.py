@@ -237,7 +237,7 @@ def import_space(
 
 def _content_bound(store: ArchiveStore, ref: SpaceRef) -> int:
     """What the space could possibly hold: min(sub-cap (0 = none), aggregate, ceiling)."""
-    usage = store.usage(ref)
+    usage = store.usage(ref, index=False)
     bound = min(IMPORT_HARD_CEILING, max(usage.team_quota_bytes, 0))
     if usage.quota_bytes > 0:
         bound = min(bound, usage.quota_bytes)

@@ -547,10 +547,7 @@ def _v9_index_bytes(conn: Connection) -> None:
     conn.exec_driver_sql(
         f"UPDATE memory_chunks SET stored_bytes = {parts} + coalesce(length(embedding), 0)"
     )
-    conn.exec_driver_sql(
-        "CREATE INDEX IF NOT EXISTS ix_memory_chunks_space_bytes "
-        "ON memory_chunks (tenant_id, space_key, stored_bytes)"
-    )
+    # Its index (ix_memory_chunks_space_bytes) is made once, partial, by v10.
 
 
 def _holds_rows(conn: Connection, table: str) -> bool:
@@ -559,11 +556,11 @@ def _holds_rows(conn: Connection, table: str) -> bool:
 
 # --- v10: indexes by time that no lookup by key can take -------------------------------------
 #
-# The activity feed's indexes (v8) and the chunks' indexes led by the space (v7, v9) become
-# partial, on a condition every row meets (``at``/``updated_at`` IS NOT NULL, ``seq >= 0``)
-# that only the statements reading them by time or over a whole space state. Whole, they
-# were as cheap as the primary key to the planner of a prepared write planning on small
-# tables, and the plan it kept read a whole space's rows for one document as it grew.
+# The activity feed's indexes (v8) and the chunks' indexes led by the space (v7, and the one
+# by bytes for v9's column) become partial, on a condition every row meets (``at``/``updated_at``
+# IS NOT NULL, ``seq >= 0``) that only the statements reading them by time or over a whole space
+# state. Whole, they were as cheap as the primary key to the planner of a prepared write planning
+# on small tables, and the plan it kept read a whole space's rows for one document as it grew.
 
 
 @MIGRATIONS.add(10, "indexes by time and space-wide ones partial: no lookup by key takes them")

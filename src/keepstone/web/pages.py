@@ -195,7 +195,7 @@ def spaces_page(request: Request, team_id: str) -> Response:
         fields = label_fields(item.space)
         rows.append({"item": item, "link": url(f"/t/{team_id}/space", **fields)})
         if team_usage is None and item.space.visibility != "global":
-            usage = service.usage(ref_of(who, fields))
+            usage = service.usage(ref_of(who, fields), index=False)
             team_usage = (usage.team_used_bytes, usage.team_quota_bytes)
     return page(
         request,
