@@ -32,6 +32,7 @@ BENCH = Path(__file__).resolve().parent
 QUICK: dict[str, list[list[str]]] = {
     "bench_secrets.py": [[]],
     "bench_store.py": [["--small-count", "300", "--large-count", "50"]],
+    "bench_write_cost.py": [["--docs", "300", "--rounds", "2"]],
     "bench_records.py": [["--sizes", "10000"]],
     "bench_search_quality.py": [[]],
     "bench_levers.py": [["--splits", "2", "--skip-context"]],

@@ -1,0 +1,140 @@
+"""What one 1 KB document write costs the SQL stores in CPU, in process (no HTTP, no
+threads), and the share of it that the time-ordered indexes take: the activity feed's
+(a space's documents and versions newest first) and the indexer's backlog (documents not
+yet chunked). Each of those indexes is one more B-tree entry that every write replaces.
+
+Per round, two fresh stores of each engine: one as the product makes it, one with those
+indexes dropped (the same schema and statements otherwise); each writes ``--docs``
+documents (creates) and then writes them all again (overwrites, which keep a version
+each), the two variants taking turns so both meet the same moments of a noisy machine.
+CPU time (``time.process_time``) leaves the disk's fsync waits out; wall time keeps them.
+
+    .venv/bin/python bench/bench_write_cost.py                  # about a minute
+    .venv/bin/python bench/bench_write_cost.py --docs 2000 --rounds 5 --adapters sqlite
+
+PostgreSQL runs in a throw-away schema when ``KEEPSTONE_TEST_POSTGRES_URL`` is set (its CPU
+figure is the client's: the server's work shows in wall time only). Prints figures;
+asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sqlalchemy import text
+
+from bench_store import BENCH_LIMITS, _drop_schema, body
+from keepstone.spaces import SpaceRef
+from keepstone.store.sql import SqlStore
+
+#: The indexes every write keeps ordered by time, beside the primary keys.
+TIME_INDEXES = (
+    "ix_memory_documents_space_recent",
+    "ix_memory_document_versions_space_recent",
+    "ix_memory_documents_unchunked",
+)
+VARIANTS = ("as made", "without them")
+
+
+def drop_time_indexes(store: Any) -> None:
+    """Drop :data:`TIME_INDEXES`; refuse to measure a schema that no longer has them."""
+    with store.engine.begin() as conn:
+        for name in TIME_INDEXES:
+            conn.execute(text(f"DROP INDEX {name}"))
+
+
+@contextlib.contextmanager
+def opened(engine: str, tmp: str, variant: str) -> Iterator[Any]:
+    """A fresh store of ``engine``, its time indexes dropped for the second variant."""
+    schema = ""
+    if engine == "sqlite":
+        store = SqlStore.open(f"sqlite:///{tmp}/{uuid.uuid4().hex}.db", BENCH_LIMITS)
+    else:
+        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        store = SqlStore.open(
+            os.environ["KEEPSTONE_TEST_POSTGRES_URL"], BENCH_LIMITS, schema=schema
+        )
+    try:
+        if variant != VARIANTS[0]:
+            drop_time_indexes(store)
+        yield store
+    finally:
+        store.close()
+        if schema:
+            _drop_schema(os.environ["KEEPSTONE_TEST_POSTGRES_URL"], schema)
+
+
+def per_write(store: Any, texts: list[str], first: int, count: int) -> tuple[float, float]:
+    """CPU and wall microseconds per write of ``d/<i>.md`` (i below ``count``) with
+    ``texts[first + i]``, in one space."""
+    ref = SpaceRef.build("project", "cost", tenant="bench", project="bench")
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(count):
+        store.write(ref, f"d/{i}.md", texts[first + i])
+    return (
+        (time.process_time() - cpu) / count * 1e6,
+        (time.perf_counter() - wall) / count * 1e6,
+    )
+
+
+def one_round(engine: str, tmp: str, docs: int, first: int) -> dict[str, list[float]]:
+    """Both variants once, ``first`` of them first; figures keyed by variant and phase."""
+    out: dict[str, list[float]] = {}
+    order = VARIANTS[first:] + VARIANTS[:first]
+    for variant in order:
+        with opened(engine, tmp, variant) as store:
+            texts = [body(1024, i) for i in range(2 * docs)]
+            per_write(store, texts, 0, 20)  # warm the connection and the statements
+            create = per_write(store, texts, 20, docs - 20)
+            again = per_write(store, texts, docs, docs)
+        out[f"{variant} create"] = list(create)
+        out[f"{variant} overwrite"] = list(again)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=1000, help="documents per round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--adapters", default="sqlite,postgres")
+    args = parser.parse_args(argv)
+    engines = [a for a in args.adapters.split(",") if a == "sqlite"]
+    if "postgres" in args.adapters and os.environ.get("KEEPSTONE_TEST_POSTGRES_URL"):
+        engines.append("postgres")
+    print(f"{args.docs} x 1 KB creates, then as many overwrites; {args.rounds} rounds; medians")
+    print(f"time indexes: {', '.join(TIME_INDEXES)}\n")
+    header = (
+        f"{'engine':<9} {'phase':<10} {'variant':<13} {'CPU µs/write':>13} {'wall µs/write':>14}"
+    )
+    print(header)
+    print("-" * len(header))
+    with tempfile.TemporaryDirectory(prefix="keepstone-bench-") as tmp:
+        for engine in engines:
+            rounds = [one_round(engine, tmp, args.docs, n % 2) for n in range(args.rounds)]
+            for phase in ("create", "overwrite"):
+                cpu: dict[str, float] = {}
+                for variant in VARIANTS:
+                    key = f"{variant} {phase}"
+                    cpu[variant] = statistics.median(r[key][0] for r in rounds)
+                    wall = statistics.median(r[key][1] for r in rounds)
+                    row = f"{engine:<9} {phase:<10} {variant:<13}"
+                    print(f"{row} {cpu[variant]:>13.0f} {wall:>14.0f}")
+                share = 1 - cpu[VARIANTS[1]] / cpu[VARIANTS[0]]
+                print(f"{engine:<9} {phase:<10} {'their share':<13} {share:>12.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
