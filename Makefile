@@ -52,8 +52,10 @@ typecheck: dev
 # The suite runs on TEST_WORKERS processes (pytest-xdist; `make unit TEST_WORKERS=0` runs it in
 # one). --dist loadfile keeps each test module on one process, so a module's fixtures (its
 # server, its databases) are made once; the modules go out in collection order, where
-# tests/conftest.py puts the slow ones first.
-TEST_WORKERS ?= 2
+# tests/conftest.py puts the slow ones first. Three processes on two cores: a quarter of each
+# process's time is spent waiting (on the servers and browsers its tests start, the disk's
+# syncs, PostgreSQL), and a third process runs meanwhile.
+TEST_WORKERS ?= 3
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The suite writes bytecode even where PYTHONDONTWRITEBYTECODE is set (as some CI images set
