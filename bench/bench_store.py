@@ -81,10 +81,10 @@ def adapters(tmp: str, only: list[str]) -> Iterator[list[tuple[str, MemoryStore]
         for _, store in opened:
             store.close()
         if schema:
-            _drop_schema(pg_url, schema)
+            drop_schema(pg_url, schema)
 
 
-def _drop_schema(url: str, schema: str) -> None:
+def drop_schema(url: str, schema: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sqlalchemy import text
 
-from bench_store import BENCH_LIMITS, _drop_schema, body
+from bench_store import BENCH_LIMITS, body, drop_schema
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql import SqlStore
 
@@ -73,7 +73,7 @@ def opened(engine: str, tmp: str, variant: str) -> Iterator[Any]:
     finally:
         store.close()
         if schema:
-            _drop_schema(os.environ["KEEPSTONE_TEST_POSTGRES_URL"], schema)
+            drop_schema(os.environ["KEEPSTONE_TEST_POSTGRES_URL"], schema)
 
 
 def per_write(store: Any, texts: list[str], first: int, count: int) -> tuple[float, float]:
