@@ -177,7 +177,7 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_conn.isolation_level = None
         try:
             enter_wal(dbapi_conn, _BUSY_SECONDS)
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError:  # a lock held past the wait: the file is sound
             raise
         except sqlite3.DatabaseError as exc:  # the first read of the file's header
             raise InvalidRequest(

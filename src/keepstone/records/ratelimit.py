@@ -179,8 +179,6 @@ return {1, 0, ''}
 """
 
 
-#: The default of ``KEEPSTONE_REDIS_TIMEOUT``: how long a Redis call may take.
-REDIS_TIMEOUT_SECONDS = DEFAULT_REDIS_TIMEOUT_SECONDS
 #: The bound of a readiness ping: a probe must answer fast even while Redis hangs, and
 #: a Redis that answers at all answers a PING far sooner.
 PING_TIMEOUT_SECONDS = 0.5
@@ -194,7 +192,7 @@ def ping(client: redis.Redis) -> None:
         raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
 
 
-def redis_client(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> redis.Redis:
+def redis_client(url: str, timeout: float = DEFAULT_REDIS_TIMEOUT_SECONDS) -> redis.Redis:
     """A client of the Redis at ``url`` whose connecting and each answer is given up after
     ``timeout`` seconds (redis-py's default is to wait forever); InvalidRequest without the
     redis extra, ValueError for a URL that is no Redis URL."""
@@ -226,7 +224,7 @@ class RedisRateLimiter:
         window: float = 1.0,
         max_in_flight: int = MAX_IN_FLIGHT,
         in_flight_ttl: float = IN_FLIGHT_TTL_SECONDS,
-        timeout: float = REDIS_TIMEOUT_SECONDS,
+        timeout: float = DEFAULT_REDIS_TIMEOUT_SECONDS,
         cancelled_ttl: float = CANCELLED_TTL_SECONDS,
     ) -> None:
         self._redis = redis_client(url, timeout)
@@ -302,7 +300,10 @@ class RedisRateLimiter:
 
 
 def rate_limiter(
-    redis_url: str | None, *, prefix: str = "keepstone:", timeout: float = REDIS_TIMEOUT_SECONDS
+    redis_url: str | None,
+    *,
+    prefix: str = "keepstone:",
+    timeout: float = DEFAULT_REDIS_TIMEOUT_SECONDS,
 ) -> RateLimiter:
     """Redis at ``redis_url`` (keys under ``prefix``, each call given up after ``timeout``
     seconds) when given, in-process otherwise."""

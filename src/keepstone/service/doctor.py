@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
+from keepstone.config import DEFAULT_REDIS_TIMEOUT_SECONDS
 from keepstone.db import applied_versions
 from keepstone.errors import InvalidRequest
-from keepstone.records.ratelimit import REDIS_TIMEOUT_SECONDS, ping, redis_client
+from keepstone.records.ratelimit import ping, redis_client
 from keepstone.schema import all_migrations
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore, StoredBytes
@@ -88,7 +89,7 @@ def record_hand_edits(store: MemoryStore) -> int:
     return store.reconcile_history()
 
 
-def ping_redis(url: str, timeout: float = REDIS_TIMEOUT_SECONDS) -> None:
+def ping_redis(url: str, timeout: float = DEFAULT_REDIS_TIMEOUT_SECONDS) -> None:
     """One PING to the Redis at ``url``; :class:`StoreUnavailable` when it does not answer
     within ``timeout`` seconds."""
     try:
