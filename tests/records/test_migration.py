@@ -1,10 +1,11 @@
-"""Records migration 2 on a database made at migration 1 with records in it: the full-text
-index goes, every record's terms are rewritten, the teams get their search versions, and
-the records are searchable (and pending for the indexer) at once."""
+"""Records migrations 2 to 4 on a database made at migration 1 with records in it: the
+full-text index goes, every record's terms are rewritten and its near-duplicate key
+written, the teams get their search versions, and the records are searchable (and pending
+for the indexer) at once, their repeated texts folded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from keepstone.db import make_engine, read_transaction, upgrade, write_transacti
 from keepstone.identity import schema as ids
 from keepstone.records import schema as rschema
 from keepstone.records.sql import SqlRecordStore
+from keepstone.search.floor import duplicate_key
 from keepstone.search.text import analyze
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.records.conftest import make_world
@@ -42,16 +44,19 @@ def v1_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine
             drop_postgres_database(url)
 
 
-def _insert_v1(engine: Engine, team: str, count: int) -> list[str]:
+def _insert_v1(
+    engine: Engine, team: str, count: int, texts: Sequence[str] = (), first: int = 0
+) -> list[str]:
     """Records as migration 1 stored them: team-prefixed tokens in ``terms`` (the FTS5
-    triggers / the generated tsvector index them)."""
+    triggers / the generated tsvector index them). ``texts``: theirs, in place of TEXTS
+    numbered; ``first``: the number of the first record's id."""
     now = datetime.now(UTC)
     rows = [
         {
             "team_id": team,
-            "id": f"rec_{team}_{i:04d}",
+            "id": f"rec_{team}_{first + i:04d}",
             "repo_id": None,
-            "text": TEXTS[i % len(TEXTS)] + f" #{i}",
+            "text": texts[i] if texts else TEXTS[i % len(TEXTS)] + f" #{i}",
             "terms": "t0123456789aold tokens",
             "created_at": now + timedelta(microseconds=i),
             "expires_at": now + timedelta(days=365),
@@ -76,8 +81,16 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     world = make_world(engine)  # memory on: migration 1's settings table
     count = rschema.REWRITE_BATCH + 7  # more than one batch of the rewrite
     made = _insert_v1(engine, world.team_id, count)
+    twins = _insert_v1(
+        engine, world.team_id, 2, ["Rotated the vault keys", "rotated the VAULT keys."], count
+    )
+    count += 2
     applied = upgrade(engine, [*ids.MIGRATIONS, *rschema.MIGRATIONS])
-    assert [(m.component, m.version) for m in applied] == [("records", 2), ("records", 3)]
+    assert [(m.component, m.version) for m in applied] == [
+        ("records", 2),
+        ("records", 3),
+        ("records", 4),
+    ]
 
     inspector = sa.inspect(engine)
     columns = {c["name"] for c in inspector.get_columns("records")}
@@ -86,9 +99,11 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     indexes = {i["name"] for i in inspector.get_indexes("records")}
     assert {"ix_records_model", "ix_records_team_vectors", "ix_records_unembedded"} <= indexes
     with read_transaction(engine) as conn:
-        rows = conn.execute(sa.select(rschema.records.c.text, rschema.records.c.terms)).all()
+        r = rschema.records.c
+        rows = conn.execute(sa.select(r.text, r.terms, r.dup_key)).all()
         assert len(rows) == count
-        assert all(terms == " ".join(analyze(text)) for text, terms in rows)
+        assert all(terms == " ".join(analyze(text)) for text, terms, _ in rows)
+        assert all(key == duplicate_key(text) for text, _, key in rows)
         if engine.dialect.name == "sqlite":
             triggers = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='trigger'")
             assert not [t for (t,) in triggers if t.startswith("records_")]
@@ -103,3 +118,6 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     found = records.search(world.principal(world.member), world.team_id, "deployed payment")
     assert len(found.hits) == 10 and all("Deploying" in h.text for h in found.hits)
     assert records.search(world.principal(world.member), world.team_id, "登录").hits
+    # Records of one text stored before migration 4 fold as those saved after it do.
+    [hit] = records.search(world.principal(world.member), world.team_id, "vault keys").hits
+    assert sorted([hit.id, *hit.also_in]) == sorted(twins)

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from keepstone.db import read_transaction
+from keepstone.db import read_transaction, write_transaction
 from keepstone.principal import CredentialKind
 from keepstone.records.schema import records
 from keepstone.search.text import analyze
@@ -114,7 +114,7 @@ def _ids_read(world: World, ids: set[str]) -> Iterator[list[str]]:
         event.remove(world.engine, "before_cursor_execute", bound)
 
 
-def test_a_search_with_its_texts_seen_folds_as_the_first_and_reads_less(world: World) -> None:
+def test_a_search_folds_by_the_stored_keys_and_reads_only_what_it_returns(world: World) -> None:
     save, t = world.records.save_as_server, world.team_id
     one = save(t, "alpha beta")
     again = save(t, "Alpha, BETA!")  # the same text: folded into the better hit
@@ -136,8 +136,15 @@ def test_a_search_with_its_texts_seen_folds_as_the_first_and_reads_less(world: W
         sorted([longer.id, longer_again.id]),
     ]
     assert second == first
-    # First every ranked record is read for its text; then only the first two ranked
-    # (what a search of limit 2 may return) and the one moved up past the folded one:
-    # the other duplicate's text is known.
-    assert sorted(cold) == sorted(ids)
-    assert sorted(warm) == sorted([one.id, again.id, first[1][0]])
+    # The keys come with the team's rows: only the two records returned are read, the
+    # first search as every later one.
+    assert sorted(cold) == sorted(warm) == sorted(hit for hit, _ in first)
+
+
+def test_a_record_stored_without_a_key_folds_with_nothing(world: World) -> None:
+    save, t = world.records.save_as_server, world.team_id
+    one, again = save(t, "alpha beta"), save(t, "alpha beta.")
+    with write_transaction(world.engine) as conn:  # as a row written around the product
+        conn.execute(sa.update(records).where(records.c.id == again.id).values(dup_key=None))
+    hits = world.records.search(world.principal(world.member), t, "alpha beta").hits
+    assert sorted((h.id, h.also_in) for h in hits) == sorted([(one.id, ()), (again.id, ())])

@@ -6,13 +6,17 @@ answers an empty list."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keepstone.embed import MODEL_ID
 from keepstone.errors import InvalidRequest
@@ -134,6 +138,20 @@ def test_front_matter_tags_in_its_usual_spellings() -> None:
 def test_near_duplicates_share_a_key() -> None:
     assert duplicate_key("Rotated the  vault keys.") == duplicate_key("rotated the vault keys")
     assert duplicate_key("rotated the vault keys") != duplicate_key("rotated the vault key")
+    # An ASCII text and a text with other characters take two paths to the same key.
+    assert duplicate_key("Rotated\u00a0the vault—keys") == duplicate_key("rotated the vault keys")
+    assert duplicate_key("Café_1 done") == duplicate_key("café_1, DONE.")
+    assert duplicate_key("cafe done") != duplicate_key("café done")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127)) | st.text())
+def test_the_duplicate_key_is_a_digest_of_the_casefolded_words(text: str) -> None:
+    words = " ".join(re.findall(r"\w+", text.casefold()))
+    digest = hashlib.blake2b(words.encode(), digest_size=8).digest()
+    key = duplicate_key(text)
+    assert key == (int.from_bytes(digest, "big", signed=True) or 1)
+    assert key != 0 and -(2**63) <= key < 2**63  # a BIGINT, never "no key"
 
 
 # --- on the labelled sets ----------------------------------------------------------------

@@ -8,8 +8,8 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from keepstone.search.bm25 import BM25Index
-from keepstone.search.fusion import ALPHA, KEYWORD, MEANING
-from keepstone.search.hybrid import ExactDense, IndexedDense, complete, rank
+from keepstone.search.fusion import ALPHA, KEYWORD, MEANING, weighted_sum
+from keepstone.search.hybrid import ExactDense, IndexedDense, complete, keyword_top, rank
 from tests.search.labelled import (
     bm25_rankings,
     dense_rankings,
@@ -111,3 +111,16 @@ def test_an_index_scores_the_keys_it_is_asked_for() -> None:
     assert side.similarity([0, 1, 2]) == [0.5, None, 0.5]
     assert asked == [["a", "b", "c"]]
     assert IndexedDense(lambda k: [], {"a": 0}).similarity([0]) == [None]
+
+
+def test_a_keyword_only_ranking_is_the_fusion_of_the_keyword_side_alone() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        index, _vectors = _corpus(int(rng.integers(1, 300)), rng)
+        terms = [f"w{i}" for i in rng.choice(40, size=int(rng.integers(1, 5)), replace=False)]
+        allowed = rng.random(len(index)) < 0.8 if rng.random() < 0.5 else None
+        k = int(rng.integers(1, 60))
+        keyword = keyword_top(index, terms, allowed, k)
+        fused = weighted_sum(keyword, [], alpha=0.0, normalisation="fixed")
+        assert rank(index, terms, allowed=allowed, k=k) == fused
+        assert all(hit.matched == (KEYWORD,) for hit in fused)

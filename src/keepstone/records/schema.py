@@ -9,6 +9,9 @@
   configured model changed); ``vector_version`` is the team's ``vectors_version`` of the
   batch that stored it, so a cached matrix is extended by the newer rows alone. The
   ``model`` index serves the indexer's "not yet embedded by this model" scan.
+  ``dup_key`` is the text's near-duplicate key (:func:`keepstone.search.floor.duplicate_key`,
+  written with the record), read with the ranking rows: a search folds records of one
+  text without reading the texts of the candidates it does not return.
 * ``record_search_versions`` — per team, two counters every replica reads in one query:
   ``terms_version`` moves with every insert, delete and purge of the team's records (in
   the same transaction), ``vectors_version`` with every batch of vectors stored. A cached
@@ -22,12 +25,14 @@
 
 Migration 1 built a full-text index per dialect (FTS5 with triggers; a ``tsvector``
 column with a GIN index) over team-prefixed tokens; migration 2 drops it, since ranking
-moved into the process, and rewrites every record's ``terms``.
+moved into the process, and rewrites every record's ``terms``; migration 4 writes the
+``dup_key`` of every record stored before it.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,6 +41,7 @@ from sqlalchemy.engine import Connection
 from keepstone.db import Steps
 from keepstone.db.columns import TS as TS
 from keepstone.db.columns import id_key, partial_index, timestamp
+from keepstone.search.floor import duplicate_key
 from keepstone.search.text import analyze
 
 metadata = sa.MetaData()
@@ -53,6 +59,9 @@ records = sa.Table(
     sa.Column("embedding", sa.LargeBinary, nullable=True),
     sa.Column("model", sa.String(128), nullable=True),
     sa.Column("vector_version", sa.BigInteger, nullable=True),
+    # v4: :func:`~keepstone.search.floor.duplicate_key` of ``text`` (NULL only in a row
+    # written around the product: it folds with nothing).
+    sa.Column("dup_key", sa.BigInteger, nullable=True),
 )
 
 record_search_versions = sa.Table(
@@ -188,7 +197,7 @@ def _create_v2(conn: Connection) -> None:
         "CREATE INDEX ix_records_team_vectors ON records (team_id, model, vector_version)"
     )
     record_search_versions.create(conn)
-    _rewrite_terms(conn)
+    _rewrite(conn, records.c.terms, lambda text: " ".join(analyze(text)))
     teams = sa.select(records.c.team_id).distinct()
     conn.execute(
         sa.insert(record_search_versions).from_select(
@@ -198,14 +207,14 @@ def _create_v2(conn: Connection) -> None:
     )
 
 
-def _rewrite_terms(conn: Connection) -> None:
-    """Every record's ``terms`` as :func:`~keepstone.search.text.analyze` makes them, a
-    batch of :data:`REWRITE_BATCH` at a time (in key order, so memory stays bounded)."""
+def _rewrite(conn: Connection, column: sa.Column[Any], of_text: Callable[[str], Any]) -> None:
+    """Every record's ``column`` set to ``of_text`` of its text, a batch of
+    :data:`REWRITE_BATCH` at a time (in key order, so memory stays bounded)."""
     key = sa.tuple_(records.c.team_id, records.c.id)
     update = (
         records.update()
         .where(records.c.team_id == sa.bindparam("k_team"), records.c.id == sa.bindparam("k_id"))
-        .values(terms=sa.bindparam("new_terms"))
+        .values({column.name: sa.bindparam("new_value")})
     )
     after: tuple[str, str] | None = None
     while True:
@@ -218,8 +227,7 @@ def _rewrite_terms(conn: Connection) -> None:
         if not rows:
             return
         params: list[dict[str, Any]] = [
-            {"k_team": r.team_id, "k_id": r.id, "new_terms": " ".join(analyze(r.text))}
-            for r in rows
+            {"k_team": r.team_id, "k_id": r.id, "new_value": of_text(r.text)} for r in rows
         ]
         conn.execute(update, params)
         after = (rows[-1].team_id, rows[-1].id)
@@ -240,3 +248,17 @@ unembedded_records = partial_index(
 @MIGRATIONS.add(3, "ix_records_unembedded: the records to embed, in order")
 def _create_v3(conn: Connection) -> None:
     unembedded_records.create(conn, checkfirst=True)
+
+
+# v4: each record's near-duplicate key, stored with it. A search folds records of one text
+# into the best hit and lists the others in its ``also_in``, which takes the keys of every
+# candidate it ranks (twice the page): read from the team's cached rows, not computed
+# from texts read for the candidates the page does not return. A record's text never
+# changes, so its key is written once, with the record; this step writes the keys of
+# the records stored before it.
+
+
+@MIGRATIONS.add(4, "records.dup_key: each record's near-duplicate key, stored")
+def _create_v4(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE records ADD COLUMN dup_key BIGINT")
+    _rewrite(conn, records.c.dup_key, duplicate_key)

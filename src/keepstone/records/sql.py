@@ -2,7 +2,8 @@
 
 Tables and indexes are :mod:`keepstone.records.schema`'s. The store finds and stores; it
 never ranks. A record's ``terms`` are :func:`keepstone.search.text.analyze` of its text,
-written with it, so it is keyword-searchable as soon as its save commits; ranking reads
+and its ``dup_key`` :func:`keepstone.search.floor.duplicate_key` of it, written with it,
+so it is keyword-searchable as soon as its save commits; ranking reads
 a team's rows (:meth:`RecordReader.ranking_rows`) and vectors into the process
 (:mod:`keepstone.service.record_search`), the same way on both dialects. Every insert,
 delete and purge bumps the team's ``terms_version`` in its own transaction.
@@ -58,6 +59,7 @@ from keepstone.records.store import (
     StoredVector,
     utc,
 )
+from keepstone.search.floor import duplicate_key
 from keepstone.search.text import analyze
 
 _TS = sa.DateTime(timezone=True)
@@ -88,7 +90,7 @@ _STATE = sa.select(
     S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset
 ).select_from(_team.outerjoin(S, S.c.team_id == _team.c.id).outerjoin(V, V.c.team_id == _team.c.id))
 _RANKING_ROWS = (
-    sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at)
+    sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at, R.c.dup_key)
     .where(R.c.team_id == sa.bindparam("team"))
     .order_by(R.c.created_at, R.c.id)
 )
@@ -186,6 +188,7 @@ class _SqlReader(RecordReader):
                 str(r.terms),
                 utc(r.created_at),
                 utc(r.expires_at),
+                r.dup_key,
             )
             for r in self._conn.execute(_RANKING_ROWS, {"team": team_id})
         ]
@@ -282,6 +285,7 @@ class _SqlWriter(_SqlReader, RecordWriter):
                 "repo_id": r.repo_id,
                 "text": r.text,
                 "terms": " ".join(analyze(r.text)),
+                "dup_key": duplicate_key(r.text),
                 "created_at": utc(r.created_at),
                 "expires_at": utc(r.expires_at),
             }

@@ -91,13 +91,15 @@ class SearchState:
 @dataclass(frozen=True, slots=True)
 class RankingRow:
     """What ranking needs of a record (never its text): its analysed terms, space-joined,
-    and what the expiry, repository and visibility masks read."""
+    what the expiry, repository and visibility masks read, and its text's near-duplicate
+    key (:func:`~keepstone.search.floor.duplicate_key`; None: stored without one)."""
 
     id: str
     repo_id: str | None
     terms: str
     created_at: datetime
     expires_at: datetime
+    dup_key: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,10 @@ THRESHOLDS_FILE = Path(__file__).with_name("floor.json")
 MIN_SCORE_RANGE = (-1.0, 1.0)
 
 _WORDS = re.compile(r"\w+")
+#: ASCII bytes as :data:`_WORDS` sees them: a word character kept, any other a space.
+_ASCII_WORDS = bytes(c if chr(c).isalnum() or c == ord("_") else 32 for c in range(128)).ljust(
+    256, b" "
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +126,18 @@ def check_min_score(value: object) -> float | None:
     return number
 
 
-def duplicate_key(text: str) -> str:
-    """What near-duplicate texts share: a digest of their words, casefolded."""
-    words = " ".join(_WORDS.findall(text.casefold()))
-    return hashlib.blake2b(words.encode(), digest_size=12).hexdigest()
+def duplicate_key(text: str) -> int:
+    """What near-duplicate texts share: a 64-bit digest of their words (runs of ``\\w``),
+    casefolded; never 0 (a record stored without a key reads as 0: it folds with
+    nothing). Records store theirs (``records.dup_key``), so changing this function
+    needs a migration that rewrites them. An ASCII text takes a byte-table path to the
+    same words (the regex is ~3× slower; documents' hits compute theirs per search)."""
+    if text.isascii():
+        words = b" ".join(text.encode().lower().translate(_ASCII_WORDS).split())
+    else:
+        words = " ".join(_WORDS.findall(text.casefold())).encode()
+    digest = hashlib.blake2b(words, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True) or 1
 
 
 def empty_hint(*, filtered: bool) -> str:

@@ -31,11 +31,13 @@ import numpy.typing as npt
 from keepstone.db.vectors import Float32Array, IndexArray, QuantizedMatrix
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry
-from keepstone.search.fusion import ALPHA, FusedHit, weighted_sum
+from keepstone.search.fusion import ALPHA, KEYWORD, FusedHit, weighted_sum
 from keepstone.search.vectors import Matrix, scores, top_k
 
 #: Candidates taken from each side before fusing.
 CANDIDATES = 50
+#: What a hit ranked by keyword alone matched.
+_KEYWORD_ONLY = (KEYWORD,)
 
 BoolArray = npt.NDArray[np.bool_]
 T = TypeVar("T")
@@ -157,8 +159,10 @@ def rank(
     keyword = keyword_top(index, terms, allowed, k)
     nearest = dense.top(allowed, k) if dense is not None else []
     if dense is None or not nearest:
-        # No vector to compare (no embedder, nothing embedded yet): keyword scores as such.
-        return weighted_sum(keyword, [], alpha=0.0, normalisation="fixed")
+        # No vector to compare (no embedder, nothing embedded yet): keyword scores as such,
+        # in the keyword order — what ``weighted_sum`` with no dense side and ``alpha`` 0
+        # makes of them, without its tables (the hot path of a keyword-only search).
+        return [FusedHit(row, score, score, None, _KEYWORD_ONLY) for row, score in keyword]
     keyword, nearest = complete(index, terms, keyword, nearest, dense)
     return weighted_sum(keyword, nearest, alpha=ALPHA, normalisation="fixed")
 

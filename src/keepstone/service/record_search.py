@@ -37,7 +37,7 @@ from keepstone.records.store import StoredVector as StoredVector
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.filters import NO_FILTERS, SearchFilters
-from keepstone.search.floor import duplicate_key, floor_for
+from keepstone.search.floor import floor_for
 from keepstone.search.fusion import FusedHit
 from keepstone.search.hybrid import (
     CANDIDATES,
@@ -59,8 +59,6 @@ log = logging.getLogger("keepstone.records")
 
 #: Teams whose rows and BM25 index are kept in memory (the most recently searched).
 BM25_CACHE_TEAMS = 1024
-#: Records whose near-duplicate key is remembered (about 150 bytes each).
-DUPLICATE_KEYS = 100_000
 #: The first element of a team's key in the shared vector cache (documents' keys are
 #: (space id, model) pairs, so the two never meet).
 VECTOR_SCOPE = "records"
@@ -93,6 +91,8 @@ class _TeamRows:
     row_map: RowMap
     #: Each record's row number by its id.
     position: dict[Hashable, int]
+    #: Each row's near-duplicate key (0: stored without one, folds with nothing).
+    dup_keys: npt.NDArray[np.int64]
 
     def allowed(
         self, scope: Scope, visible: frozenset[str] | None, filters: SearchFilters = NO_FILTERS
@@ -125,7 +125,10 @@ def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
     ids = [r.id for r in rows]
     position: dict[Hashable, int] = {record_id: i for i, record_id in enumerate(ids)}
     index = BM25Index([r.terms.split() for r in rows])
-    return _TeamRows(ids, index, codes, repos, expires, created, RowMap(position), position)
+    dup_keys = np.fromiter((r.dup_key or 0 for r in rows), np.int64, len(rows))
+    return _TeamRows(
+        ids, index, codes, repos, expires, created, RowMap(position), position, dup_keys
+    )
 
 
 def _entry(vectors: Sequence[StoredVector], dim: int) -> Entry:
@@ -148,7 +151,6 @@ class RecordSearch:
         self.embedder = embedder
         self.cache = cache if cache is not None else VectorCache()
         self._rows: ScopeCache[_TeamRows] = ScopeCache(max_teams)
-        self._keys: dict[str, str] = {}
         # The query is embedded on a thread of its own while the search reads the team's
         # rows and ranks by keyword (numpy and the tokenizer release the GIL): a hybrid
         # search then costs about the longer of the two, not their sum.
@@ -220,44 +222,7 @@ class RecordSearch:
             for h, score in scored
             if floor.qualifies(score, h.keyword, h.meaning, hybrid=dense is not None)
         ][: 2 * limit]
-        return self._folded(tx, team, kept, [rows.ids[h.key] for h, _ in kept], limit)
-
-    def _folded(
-        self,
-        tx: RecordReader,
-        team: str,
-        kept: list[tuple[FusedHit[int], float]],
-        ids: list[str],
-        limit: int,
-    ) -> list[RankedRecord]:
-        """The first ``limit`` of ``kept`` (the hits of the records ``ids``) as ranked
-        records, each record whose text repeats a better one's listed in that one's
-        ``also_in`` instead of returned. Read: the records that may be returned, and
-        those whose text was never seen (a record's text never changes, so its key is
-        remembered)."""
-        keys = self._keys
-        head = set(ids[:limit])
-        asked = [i for i in ids if i in head or i not in keys]
-        found = tx.records_by_id(team, asked)
-        for record in found.values():
-            if record.id not in keys:
-                _remember(keys, record.id, duplicate_key(record.text))
-        # A record asked for and not found (gone since) is no hit, nor another's duplicate.
-        gone = set(asked).difference(found)
-        folded = _fold([None if i in gone else keys.get(i) for i in ids], limit)
-        missing = [ids[p] for p, _ in folded if ids[p] not in found]
-        if missing:  # moved up past a folded duplicate, its text known already
-            found.update(tx.records_by_id(team, missing))
-        return [
-            RankedRecord(
-                found[ids[p]],
-                round(kept[p][1], 6),
-                kept[p][0].matched,
-                tuple(ids[a] for a in also),
-            )
-            for p, also in folded
-            if ids[p] in found
-        ]
+        return _folded(tx, team, kept, rows, limit)
 
     def _dense(
         self,
@@ -348,10 +313,47 @@ def _weighted(
     return sorted(weighted, key=lambda pair: -pair[1])
 
 
-def _fold(keys: Sequence[str | None], limit: int) -> list[tuple[int, list[int]]]:
+def _folded(
+    tx: RecordReader,
+    team: str,
+    kept: list[tuple[FusedHit[int], float]],
+    rows: _TeamRows,
+    limit: int,
+) -> list[RankedRecord]:
+    """The first ``limit`` of ``kept`` as ranked records, each record whose text repeats
+    a better one's (by the keys of the team's cached rows) listed in that one's
+    ``also_in`` instead of returned. Reads the records returned alone; one gone since the
+    rows were cached is no hit, nor another's duplicate, and the fold is made again
+    without it."""
+    ids = [rows.ids[h.key] for h, _ in kept]
+    stored = rows.dup_keys[[h.key for h, _ in kept]].tolist()
+    keys: list[Hashable | None] = [k or ("no key", i) for k, i in zip(stored, ids, strict=True)]
+    found: dict[str, Record] = {}
+    while True:
+        folded = _fold(keys, limit)
+        wanted = [ids[p] for p, _ in folded if ids[p] not in found]
+        if not wanted:
+            break
+        found.update(tx.records_by_id(team, wanted))
+        gone = set(wanted).difference(found)
+        if not gone:
+            break
+        keys = [None if i in gone else k for i, k in zip(ids, keys, strict=True)]
+    return [
+        RankedRecord(
+            found[ids[p]],
+            round(kept[p][1], 6),
+            kept[p][0].matched,
+            tuple(ids[a] for a in also),
+        )
+        for p, also in folded
+    ]
+
+
+def _fold(keys: Sequence[Hashable | None], limit: int) -> list[tuple[int, list[int]]]:
     """The positions of the first ``limit`` distinct ``keys`` (None: no hit), each with
     the positions of the later hits of its key."""
-    best: dict[str, int] = {}
+    best: dict[Hashable, int] = {}
     out: list[tuple[int, list[int]]] = []
     for p, key in enumerate(keys):
         if key is None:
@@ -364,12 +366,3 @@ def _fold(keys: Sequence[str | None], limit: int) -> list[tuple[int, list[int]]]
         best[key] = len(out)
         out.append((p, []))
     return out
-
-
-def _remember(keys: dict[str, str], record_id: str, key: str) -> None:
-    """Remember the near-duplicate ``key`` of a record, ``keys`` holding at most
-    :data:`DUPLICATE_KEYS` (then forgotten all at once: a bound, not a policy). One dict
-    operation each, safe across the threads searching at once."""
-    if len(keys) >= DUPLICATE_KEYS:
-        keys.clear()
-    keys[record_id] = key

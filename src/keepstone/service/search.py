@@ -452,7 +452,7 @@ def _sections(
     found.sort(key=lambda f: -f.score)  # stable: each space's order kept on ties
     seen: set[tuple[str, str, str]] = set()
     kept: list[_Found] = []
-    also: dict[str, list[tuple[str, str]]] = {}
+    also: dict[int, list[tuple[str, str]]] = {}
     for f in found:
         key = (f.space_id, f.row.path, f.row.heading)
         if key in seen:
