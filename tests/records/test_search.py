@@ -148,3 +148,18 @@ def test_a_record_stored_without_a_key_folds_with_nothing(world: World) -> None:
         conn.execute(sa.update(records).where(records.c.id == again.id).values(dup_key=None))
     hits = world.records.search(world.principal(world.member), t, "alpha beta").hits
     assert sorted((h.id, h.also_in) for h in hits) == sorted([(one.id, ()), (again.id, ())])
+
+
+def test_a_hit_deleted_after_its_rows_were_cached_gives_way_to_its_duplicate(
+    world: World,
+) -> None:
+    save, t = world.records.save_as_server, world.team_id
+    one, again = save(t, "alpha beta"), save(t, "alpha beta.")
+    who = world.principal(world.member)
+    [hit] = world.records.search(who, t, "alpha beta").hits
+    assert (hit.id, hit.also_in) == (one.id, (again.id,))
+    # Deleted as a delete racing the next search would be: the team's rows stay cached.
+    with write_transaction(world.engine) as conn:
+        conn.execute(sa.delete(records).where(records.c.id == one.id))
+    [hit] = world.records.search(who, t, "alpha beta").hits
+    assert (hit.id, hit.also_in) == (again.id, ())

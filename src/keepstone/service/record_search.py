@@ -322,9 +322,9 @@ def _folded(
 ) -> list[RankedRecord]:
     """The first ``limit`` of ``kept`` as ranked records, each record whose text repeats
     a better one's (by the keys of the team's cached rows) listed in that one's
-    ``also_in`` instead of returned. Reads the records returned alone; one gone since the
-    rows were cached is no hit, nor another's duplicate, and the fold is made again
-    without it."""
+    ``also_in`` instead of returned. Reads the records returned alone: one of them gone
+    since the rows were cached (a delete racing the search) is no hit, and the fold is
+    made again without it, its next duplicate standing in."""
     ids = [rows.ids[h.key] for h, _ in kept]
     stored = rows.dup_keys[[h.key for h, _ in kept]].tolist()
     keys: list[Hashable | None] = [k or ("no key", i) for k, i in zip(stored, ids, strict=True)]
