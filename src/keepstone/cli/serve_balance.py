@@ -34,6 +34,7 @@ import fcntl
 import logging
 import mmap
 import os
+import pickle
 import select
 import shutil
 import socket
@@ -41,6 +42,7 @@ import ssl
 import struct
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 
 import uvicorn
@@ -64,6 +66,8 @@ ACCEPT_PAUSE = 1.0
 
 #: The value of a slot no worker holds.
 ABSENT = -1
+#: Seconds between the supervisor's looks at a worker it awaits the health check of.
+PING_SLICE = 0.25
 #: One slot: a native signed 64-bit count. Aligned 8-byte stores are whole on the
 #: platforms Keepstone runs on; a torn read could at worst delay one accept by MAX_DEFER.
 _SLOT = struct.Struct("q")
@@ -409,6 +413,7 @@ class BalancedProcess(multiprocess.Process):
         self, config: uvicorn.Config, sockets: list[socket.socket], slots_directory: str
     ) -> None:
         self.slots_directory = slots_directory  # pickled with the process's target
+        self.hung = False
         super().__init__(config, sockets)
 
     @property
@@ -416,6 +421,27 @@ class BalancedProcess(multiprocess.Process):
         if self._server is None:
             self._server = BalancedServer(self.config, self.slots_directory)
         return self._server
+
+    def ping(self, timeout: float = 5) -> bool:
+        """uvicorn's health check (one ping, its answer awaited up to ``timeout``), awaited
+        in slices of :data:`PING_SLICE` so that a worker dying meanwhile is seen at once:
+        uvicorn's single wait runs out the whole timeout for it (the supervisor's end of
+        the pipe stays open), its replacement that much later. ``hung``: the last check
+        ran out on a live worker."""
+        self.hung = False
+        deadline = time.monotonic() + timeout
+        try:
+            self.parent_conn.send(b"ping")
+            while not self.parent_conn.poll(max(0.0, min(PING_SLICE, deadline - time.monotonic()))):
+                if not self.process.is_alive():
+                    return False  # died while asked: no answer is coming
+                if time.monotonic() >= deadline:
+                    self.hung = True
+                    return False
+            self.parent_conn.recv()
+            return True
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return False
 
 
 class BalancedMultiprocess(multiprocess.Multiprocess):
@@ -445,14 +471,14 @@ class BalancedMultiprocess(multiprocess.Multiprocess):
         """uvicorn's check (a worker that died, or missed its health check, is killed and
         replaced), saying so as a warning: every connection the worker held was closed
         without an answer, and uvicorn logs the replacement only at INFO."""
-        before = [(worker, worker.process.is_alive()) for worker in self.processes]
+        before = list(self.processes)
         super().keep_subprocess_alive()
-        for (old, was_alive), new in zip(before, self.processes, strict=True):
+        for old, new in zip(before, self.processes, strict=True):
             if old is not new:
                 how = (
                     f"left the health check unanswered for {self.config.timeout_worker_healthcheck}"
                     " s and was killed"
-                    if was_alive
+                    if getattr(old, "hung", False)
                     else f"died (exit code {old.process.exitcode})"
                 )
                 logger.warning(
