@@ -24,6 +24,7 @@ from keepstone.quota import HistoryLimits, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.fs import FilesystemStore, space_components
 from keepstone.store.fs_history import BEFORE_HISTORY, HAND_EDIT, HISTORY_FILE, HistoryDb
+from keepstone.store.fs_tree import FileTree
 
 REF = SpaceRef.build("org", "notes", tenant="acme")
 OTHER = SpaceRef.build("org", "other", tenant="acme")
@@ -423,7 +424,7 @@ def test_a_failure_before_the_file_operation_records_nothing(
     def broken(*_args: object) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(FilesystemStore, "_replace_file", broken)
+    monkeypatch.setattr(FileTree, "replace_file_undoably", broken)
     with pytest.raises(StoreUnavailable):
         store.write(REF, "a.md", "two")
     monkeypatch.undo()
@@ -434,7 +435,9 @@ def test_a_failure_before_the_file_operation_records_nothing(
 def hang_in(step: str, root: str, marker: str, op: str) -> None:
     """Child process: perform ``op`` and stop forever inside ``step`` (the parent kills it)."""
     store = FilesystemStore(root)
-    owner: type = HistoryDb if step == "append" else FilesystemStore
+    owner: type = {"append": HistoryDb, "replace_file_undoably": FileTree}.get(
+        step, FilesystemStore
+    )
     original: Callable[..., None] = getattr(owner, step)
 
     def hang(*args: object, **kwargs: object) -> None:
@@ -472,7 +475,7 @@ def kill_inside(tmp_path: Path, step: str, op: str) -> None:
     ("op", "step"),
     [
         ("write", "append"),  # between the file operation and the history insert
-        ("write", "_replace_file"),  # just after the file operation, inside change()
+        ("write", "replace_file_undoably"),  # just after the file operation, inside change()
         ("delete", "append"),
         ("delete", "_remove_file"),
         ("move", "append"),

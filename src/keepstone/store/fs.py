@@ -88,7 +88,7 @@ from keepstone.store.fs_layout import (
     encode_segment,
     space_components,
 )
-from keepstone.store.fs_tree import FileTree, Found, Replaced
+from keepstone.store.fs_tree import FileTree, Found
 from keepstone.store.fs_versions import TreeHistory
 from keepstone.store.reserve import DEFAULT_RESERVE_BYTES, DiskReserve
 
@@ -184,7 +184,10 @@ class FilesystemStore(MemoryStore):
                 # The search index is not touched: the next reconcile (before any search)
                 # finds the new file by its size and mtime. Unrecorded, the write did not
                 # happen (a full disk refuses it there): the file is then as it was.
-                replaced = self._replace_file(space, doc, path, data, mtime_ns)
+                old = self._held_for_undo(existing)
+                replaced = self._tree.replace_file_undoably(
+                    space, doc, path, data, mtime_ns, old, self.reserve.release
+                )
                 try:
                     history.record(conn, records, known)
                 except BaseException:
@@ -400,8 +403,7 @@ class FilesystemStore(MemoryStore):
 
     def pending_chunks(self, limit: int, model: str) -> Pending:
         """Up to ``limit`` chunks, across every space, to embed with ``model`` (no vector,
-        or another model's), as last reconciled: local commands embed these before they
-        search."""
+        or another model's), as last reconciled: local commands embed these to search."""
         with _index_errors():
             return self._index.pending(limit, model)
 
@@ -483,8 +485,7 @@ class FilesystemStore(MemoryStore):
 
     def prune_history(self, tenant: str | None = None) -> int:
         """Drop replaced versions older than ``history_days`` (never a path's newest
-        version); the tree is one aggregate, so ``tenant`` is not used. Returns how many
-        were dropped."""
+        version); the tree is one aggregate, so ``tenant`` is not used. Returns the count."""
         return self._history.prune()
 
     def set_history_limits(
@@ -496,10 +497,10 @@ class FilesystemStore(MemoryStore):
 
     # --- The file operation of each mutation (done before its history insert) -----------
 
-    def _replace_file(
-        self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
-    ) -> Replaced:
-        return self._tree.replace_file_undoably(space, doc, path, data, mtime_ns)
+    def _held_for_undo(self, old: Found | None) -> Found | None:
+        """``old`` when a quarter of the reserve holds it (an undo then writes it again from
+        memory), else None (the tree links the old file aside)."""
+        return old if old is not None and len(old[0]) <= self.reserve.size // 4 else None
 
     def _remove_file(self, space: Components, doc: Components, path: str) -> None:
         self._tree.remove_file(space, doc, path)

@@ -16,7 +16,8 @@ import fcntl
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from keepstone.errors import Conflict
@@ -37,46 +38,62 @@ from keepstone.store.fs_layout import (
 )
 
 
+@dataclass(slots=True)
 class Replaced:
     """A document file just replaced (:meth:`FileTree.replace_file_undoably`): :meth:`undo`
     puts back what was there (or removes a new one), :meth:`keep` drops the old file. It
-    holds its directory open until one of them is called (exactly one always is)."""
+    holds its directory open until one of them is called (exactly one always is).
 
-    def __init__(
-        self,
-        tree: FileTree,
-        dfd: int,
-        space: Components,
-        doc: Components,
-        path: str,
-        aside: str | None,
-    ) -> None:
-        self._tree, self._dfd, self._aside = tree, dfd, aside
-        self._space, self._doc, self._path = space, doc, path
+    What was there comes back by one of two ways: an old file linked aside (``aside``) is
+    renamed back, needing no room; an old file held in memory (``old``) is written again,
+    in room that ``make_room`` gives when the disk is full."""
+
+    tree: FileTree
+    dfd: int
+    space: Components
+    doc: Components
+    path: str
+    aside: str | None
+    old: Found | None = None
+    make_room: Callable[[], bool] = lambda: False
 
     def keep(self) -> None:
         """Drop the old file's link. Not synced: the new file is durable already, and a
         link a crash brings back is a stale temporary file, removed as any other."""
         try:
-            if self._aside is not None:
+            if self.aside is not None:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._aside, dir_fd=self._dfd)
+                    os.unlink(self.aside, dir_fd=self.dfd)
         finally:
-            os.close(self._dfd)
+            os.close(self.dfd)
 
     def undo(self) -> None:
-        aside, name, dfd = self._aside, self._doc[-1], self._dfd
+        aside, name, dfd = self.aside, self.doc[-1], self.dfd
         try:
-            with contextlib.suppress(FileNotFoundError):
-                if aside is not None:
-                    os.replace(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                else:
-                    os.unlink(name, dir_fd=dfd)
-            os.fsync(dfd)
+            if self.old is not None:
+                self._write_old(name, dfd, self.old)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    if aside is not None:
+                        os.replace(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    else:
+                        os.unlink(name, dir_fd=dfd)
+                os.fsync(dfd)
         finally:
             os.close(dfd)
-        if aside is None:
-            self._tree.tidy_dirs(self._space, self._space + self._doc, self._path)
+        if aside is None and self.old is None:
+            self.tree.tidy_dirs(self.space, self.space + self.doc, self.path)
+
+    def _write_old(self, name: str, dfd: int, old: Found) -> None:
+        """The old file written again, with its time; on a full disk once more in the room
+        ``make_room`` gives back."""
+        data, st = old
+        try:
+            atomic_write(dfd, name, data, mtime_ns=st.st_mtime_ns)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self.make_room():
+                raise
+            atomic_write(dfd, name, data, mtime_ns=st.st_mtime_ns)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -147,24 +164,35 @@ class FileTree:
             os.close(dfd)
 
     def replace_file_undoably(
-        self, space: Components, doc: Components, path: str, data: bytes, mtime_ns: int | None
+        self,
+        space: Components,
+        doc: Components,
+        path: str,
+        data: bytes,
+        mtime_ns: int | None,
+        old: Found | None = None,
+        make_room: Callable[[], bool] = lambda: False,
     ) -> Replaced:
-        """:meth:`replace_file`, for a change that is recorded next: the old file is linked
-        aside first, so :meth:`Replaced.undo` puts it back by a rename (no room needed on a
-        full disk). A link a crash leaves is a stale temporary file
+        """:meth:`replace_file`, for a change that is recorded next. Given ``old`` (the file
+        there, read under the lock), :meth:`Replaced.undo` writes it again from memory, in
+        room ``make_room`` gives on a full disk: the replace costs what a plain one does.
+        Without it the old file is linked aside first, so the undo renames it back (no room
+        needed), at the cost of unlinking it after the change: for a file too large to hold
+        room for. A link a crash leaves is a stale temporary file
         (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
         dfd = self.open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
         name = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
-        aside: str | None = name
+        aside: str | None = None if old is not None else name
         try:
-            os.link(doc[-1], name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            if aside is not None:
+                os.link(doc[-1], aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             aside = None  # a new document: undone by removing it
         except BaseException:
             os.close(dfd)
             raise
-        replaced = Replaced(self, dfd, space, doc, path, aside)
+        replaced = Replaced(self, dfd, space, doc, path, aside, old, make_room)
         try:
             atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
         except BaseException:
