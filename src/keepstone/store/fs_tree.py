@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from keepstone.db import is_disk_full
 from keepstone.errors import Conflict
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.fs_files import atomic_write
@@ -54,8 +55,8 @@ class Replaced:
     doc: Components
     path: str
     aside: str | None
-    old: Found | None = None
-    make_room: Callable[[], bool] = lambda: False
+    old: Found | None
+    make_room: Callable[[], bool]
 
     def keep(self) -> None:
         """Drop the old file's link. Not synced: the new file is durable already, and a
@@ -91,7 +92,7 @@ class Replaced:
         try:
             atomic_write(dfd, name, data, mtime_ns=st.st_mtime_ns)
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self.make_room():
+            if not is_disk_full(exc) or not self.make_room():
                 raise
             atomic_write(dfd, name, data, mtime_ns=st.st_mtime_ns)
 
@@ -170,8 +171,8 @@ class FileTree:
         path: str,
         data: bytes,
         mtime_ns: int | None,
-        old: Found | None = None,
-        make_room: Callable[[], bool] = lambda: False,
+        old: Found | None,
+        make_room: Callable[[], bool],
     ) -> Replaced:
         """:meth:`replace_file`, for a change that is recorded next. Given ``old`` (the file
         there, read under the lock), :meth:`Replaced.undo` writes it again from memory, in
@@ -182,16 +183,16 @@ class FileTree:
         (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
         dfd = self.open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
-        name = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
-        aside: str | None = None if old is not None else name
-        try:
-            if aside is not None:
+        aside: str | None = None
+        if old is None:
+            aside = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+            try:
                 os.link(doc[-1], aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            aside = None  # a new document: undone by removing it
-        except BaseException:
-            os.close(dfd)
-            raise
+            except FileNotFoundError:
+                aside = None  # a new document: undone by removing it
+            except BaseException:
+                os.close(dfd)
+                raise
         replaced = Replaced(self, dfd, space, doc, path, aside, old, make_room)
         try:
             atomic_write(dfd, doc[-1], data, mtime_ns=mtime_ns)
