@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 
 from keepstone import secrets
-from keepstone.secret_matching import anchored, findings, keyword_positions
+from keepstone.secret_matching import anchored, discord_bot_tokens, findings, keyword_positions
 from keepstone.secret_shapes import DETECTORS
 
 
@@ -44,5 +44,5 @@ def raw_reference(text: str) -> list[tuple[int, int, int, str]]:
     if "PRIVATE KEY" in text:
         found.extend((s, e, -1, "private_key") for s, e in secrets._private_keys(text))
     late = len(DETECTORS)
-    found.extend((s, e, late, "discord_bot_token") for s, e in secrets._discord_bot_tokens(text))
+    found.extend((s, e, late, "discord_bot_token") for s, e in discord_bot_tokens(text))
     return found

@@ -6,8 +6,9 @@ search for them all); this module then runs each triggered
 :class:`~keepstone.secret_shapes.Detector` only there — :func:`at_prefixes` for a detector
 whose every match starts with a prefix, :func:`anchored` for one anchored on keywords —
 with the same matches as its pattern searching the whole text, and :func:`findings` keeps
-the matches that are credentials (word-bounded, checked, not filler). Only
-:mod:`keepstone.secrets` should import it.
+the matches that are credentials (word-bounded, checked, not filler). The Discord bot
+token, which has no literal to trigger it, is :func:`discord_bot_tokens`. Only
+:mod:`keepstone.secrets` (and its tests' reference engine) should import it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from keepstone.secret_shapes import FILLER, Detector
+from keepstone.secret_shapes import FILLER, Detector, b64url_decode
 
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -113,3 +114,30 @@ def findings(
         if not det.filler_ok and _is_filler(text[start:end]):
             continue
         yield start, end, priority, det.kind_of(m)
+
+
+# A Discord bot token is base64(bot user id) "." 6 characters "." 27-38 characters. The
+# search anchors on the literal dot of the ".xxxxxx." middle (a pattern that started with
+# the first part's character class would be tried at every letter of the text) and then
+# walks back over the first part, at most 28 characters.
+_DISCORD_TAIL = re.compile(r"\.[A-Za-z0-9_-]{6}+\.[A-Za-z0-9_-]{27,38}+(?![A-Za-z0-9_-])")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def discord_bot_tokens(text: str) -> list[tuple[int, int]]:
+    """Spans of Discord bot tokens in ``text``: a shape with no literal for the engine to
+    search for, so it is run on every text, and confirmed by decoding its first part."""
+    spans: list[tuple[int, int]] = []
+    for m in _DISCORD_TAIL.finditer(text):
+        dot = m.start()
+        i = dot
+        while i > 0 and dot - i <= 28 and text[i - 1] in _TOKEN_CHARS:
+            i -= 1
+        first = text[i:dot]
+        if not 24 <= len(first) <= 28 or first[0] not in "MNO":
+            continue
+        raw = b64url_decode(first)
+        # The first part decodes to the bot's numeric user id (a snowflake).
+        if raw is not None and raw.isdigit() and 15 <= len(raw) <= 21:
+            spans.append((i, m.end()))
+    return spans

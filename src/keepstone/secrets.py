@@ -30,9 +30,9 @@ input can make a pattern backtrack more than a constant amount per position
 inputs; ``bench/bench_secrets.py`` prints the throughput of both engines).
 
 The table of shapes is :mod:`keepstone.secret_shapes`; this module is the engine that runs
-it, plus the two shapes a single pattern cannot express (private key blocks and Discord
-bot tokens). Running one detector where it is triggered, and confirming its matches, is
-:mod:`keepstone.secret_matching`.
+it, plus private key blocks, a shape a single pattern cannot express. Running one
+detector where it is triggered, and confirming its matches, is
+:mod:`keepstone.secret_matching`, with the other such shape, the Discord bot token.
 """
 
 from __future__ import annotations
@@ -43,9 +43,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from keepstone.errors import SecretDetected
-from keepstone.secret_matching import anchored, at_prefixes, findings, keyword_positions
+from keepstone.secret_matching import (
+    anchored,
+    at_prefixes,
+    discord_bot_tokens,
+    findings,
+    keyword_positions,
+)
 from keepstone.secret_shapes import DETECTORS as _DETECTORS
-from keepstone.secret_shapes import b64url_decode, rx
+from keepstone.secret_shapes import rx
 
 __all__ = ["KINDS", "Finding", "check_no_secrets", "mask", "scan"]
 
@@ -64,31 +70,6 @@ class Finding:
     line: int
     start: int
     end: int
-
-
-# A Discord bot token is base64(bot user id) "." 6 characters "." 27-38 characters. The
-# search anchors on the literal dot of the ".xxxxxx." middle (a pattern that started with
-# the first part's character class would be tried at every letter of the text) and then
-# walks back over the first part, at most 28 characters.
-_DISCORD_TAIL = re.compile(r"\.[A-Za-z0-9_-]{6}+\.[A-Za-z0-9_-]{27,38}+(?![A-Za-z0-9_-])")
-_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-
-
-def _discord_bot_tokens(text: str) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
-    for m in _DISCORD_TAIL.finditer(text):
-        dot = m.start()
-        i = dot
-        while i > 0 and dot - i <= 28 and text[i - 1] in _TOKEN_CHARS:
-            i -= 1
-        first = text[i:dot]
-        if not 24 <= len(first) <= 28 or first[0] not in "MNO":
-            continue
-        raw = b64url_decode(first)
-        # The first part decodes to the bot's numeric user id (a snowflake).
-        if raw is not None and raw.isdigit() and 15 <= len(raw) <= 21:
-            spans.append((i, m.end()))
-    return spans
 
 
 KINDS: frozenset[str] = frozenset(
@@ -454,14 +435,21 @@ def _hopping(group: _Group, text: str) -> Iterator[re.Match[str]]:
             pos = text.find(anchor, m.end())  # no match is empty: m.end() > pos
 
 
+# Below this many characters (names, paths) a text is first searched once for any literal,
+# which most hold none of; a longer text that does would pay that search twice.
+_SHORT_BELOW = 256
+
+
 def _raw(text: str) -> list[tuple[int, int, int, str]]:
     """Every match of every detector as ``(start, end, priority, kind)``, overlaps included,
     in detector order (``mask`` relies on that order when one value has two kinds)."""
-    found: list[tuple[int, int, int, str]] = []
-    if not text:
-        return found
-    exact, dense = _find(text, _EXACT_GROUPS, _EXACT_ONE_PASS, _EXACT_OWNERS)
     folded_text = text.lower() if _FOLDED_OWNERS else text
+    if len(text) < _SHORT_BELOW and not (
+        _EXACT_ONE_PASS.pattern.search(text) or _FOLDED_ONE_PASS.pattern.search(folded_text)
+    ):  # Most names and paths: no detector is triggered, only the Discord shape can match.
+        return _discord(text)
+    found: list[tuple[int, int, int, str]] = []
+    exact, dense = _find(text, _EXACT_GROUPS, _EXACT_ONE_PASS, _EXACT_OWNERS)
     # A few characters change length when lower-cased; then positions in the lower-cased
     # text do not carry over, and those detectors search the whole text instead (correct,
     # just slower) when one of their keywords occurs at all.
@@ -498,9 +486,12 @@ def _raw(text: str) -> list[tuple[int, int, int, str]]:
         found.extend(findings(det, priority, text, matches))
     if _PEM in exact or _PEM in dense:
         found.extend((s, e, -1, "private_key") for s, e in _private_keys(text))
-    late = len(_DETECTORS)
-    found.extend((s, e, late, "discord_bot_token") for s, e in _discord_bot_tokens(text))
-    return found
+    return found + _discord(text)
+
+
+def _discord(text: str) -> list[tuple[int, int, int, str]]:
+    """:func:`_raw`'s rows of Discord bot tokens, after every detector's."""
+    return [(s, e, len(_DETECTORS), "discord_bot_token") for s, e in discord_bot_tokens(text)]
 
 
 def scan(text: str) -> list[Finding]:

@@ -832,14 +832,16 @@ def test_large_texts_find_every_trigger_the_regex_search_finds(
 @given(
     st.lists(st.tuples(_MIXED, _STRETCH, st.integers(0, 300)), min_size=1, max_size=10),
     st.integers(-64, 64),
+    st.sampled_from([secrets._ONE_PASS_BELOW, secrets._SHORT_BELOW]),
 )
-def test_texts_either_side_of_one_pass_find_what_the_reference_finds(
-    parts: list[tuple[str, str, int]], shift: int
+def test_texts_either_side_of_a_length_threshold_find_what_the_reference_finds(
+    parts: list[tuple[str, str, int]], shift: int, threshold: int
 ) -> None:
     # Below _ONE_PASS_BELOW the triggers are found by one joined pattern, from it up by a
-    # pattern per group: texts cut around that length take either way.
+    # pattern per group; below _SHORT_BELOW a text without any trigger returns early:
+    # texts cut around either length take either way.
     text = "".join(piece + stretch * (n // len(stretch)) for piece, stretch, n in parts)
-    size = secrets._ONE_PASS_BELOW + shift
+    size = threshold + shift
     text = (text * (size // max(1, len(text)) + 1))[:size]
     _same_as_reference(text)
     _same_as_reference(text[: len(text) // 3])
