@@ -3,7 +3,8 @@
 The file is replaced before its version is recorded; when the record fails (a full disk
 refuses it there), the write is undone. A small old file is written again from the bytes
 read under the lock, in room the disk reserve gives back when the disk is full; one larger
-than a quarter of the reserve was linked aside first and is renamed back.
+than a quarter of the reserve was linked aside first and is renamed back; a new document is
+removed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from keepstone.errors import StoreUnavailable
+from keepstone.errors import NotFound, StoreUnavailable
 from keepstone.spaces import SpaceRef
 from keepstone.store import fs_tree
 from keepstone.store.fs import FilesystemStore, space_components
@@ -95,4 +96,43 @@ def test_the_old_file_is_written_again_in_the_room_the_reserve_gives(
     assert reserve.exists()
     store.delete(REF, "b.md")
     _assert_as_before(store, tmp_path, old, before)
+    store.close()
+
+
+def test_an_unrecorded_create_leaves_no_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FilesystemStore(tmp_path / "spaces", reserve_bytes=4096)
+    store.write(REF, "kept.md", "another document")
+    _refuse_records(monkeypatch)
+    with pytest.raises(StoreUnavailable):
+        store.write(REF, "a/new.md", "a first text that is never recorded")
+    monkeypatch.undo()
+    assert [i.path for i in store.list(REF)] == ["kept.md"]
+    with pytest.raises(NotFound):
+        store.versions(REF, "a/new.md")
+    assert store.usage(REF).used_bytes == len("another document")
+    assert _space_files(tmp_path) == ["kept.md"]  # nor its directory, nor a temporary file
+    store.close()
+
+
+def test_only_an_old_file_too_large_to_hold_is_linked_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A link aside costs an unlink after every change: a create (nothing to keep) and an
+    # old file up to a quarter of the reserve (held in memory) make none.
+    store = FilesystemStore(tmp_path / "spaces", reserve_bytes=64)
+    real_link, linked = os.link, []
+
+    def counting(src: str, dst: str, **kwargs: Any) -> None:
+        linked.append(src)
+        real_link(src, dst, **kwargs)
+
+    monkeypatch.setattr(fs_tree.os, "link", counting)
+    store.write(REF, "a/doc.md", "sixteen bytes!!!")  # a create
+    store.write(REF, "a/doc.md", "a text of more than sixteen bytes")  # over 16: held
+    assert linked == []
+    store.write(REF, "a/doc.md", "short")  # over 33 bytes: linked aside
+    assert linked == ["doc.md"]
+    assert _space_files(tmp_path) == ["a/doc.md"]  # the link is gone after the change
     store.close()

@@ -184,9 +184,17 @@ class FilesystemStore(MemoryStore):
                 # The search index is not touched: the next reconcile (before any search)
                 # finds the new file by its size and mtime. Unrecorded, the write did not
                 # happen (a full disk refuses it there): the file is then as it was.
-                old = self._held_for_undo(existing)
+                # An old file up to a quarter of the reserve is held for the undo, which
+                # writes it again on a full disk in the room the reserve gives back.
                 replaced = self._tree.replace_file_undoably(
-                    space, doc, path, data, mtime_ns, old, self.reserve.release
+                    space,
+                    doc,
+                    path,
+                    data,
+                    mtime_ns,
+                    existing,
+                    self.reserve.size // 4,
+                    self.reserve.release,
                 )
                 try:
                     history.record(conn, records, known)
@@ -496,11 +504,6 @@ class FilesystemStore(MemoryStore):
         self._history.set_limits(limits)
 
     # --- The file operation of each mutation (done before its history insert) -----------
-
-    def _held_for_undo(self, old: Found | None) -> Found | None:
-        """``old`` when a quarter of the reserve holds it (an undo then writes it again from
-        memory), else None (the tree links the old file aside)."""
-        return old if old is not None and len(old[0]) <= self.reserve.size // 4 else None
 
     def _remove_file(self, space: Components, doc: Components, path: str) -> None:
         self._tree.remove_file(space, doc, path)

@@ -172,24 +172,25 @@ class FileTree:
         data: bytes,
         mtime_ns: int | None,
         old: Found | None,
+        hold_up_to: int,
         make_room: Callable[[], bool],
     ) -> Replaced:
-        """:meth:`replace_file`, for a change that is recorded next. Given ``old`` (the file
-        there, read under the lock), :meth:`Replaced.undo` writes it again from memory, in
-        room ``make_room`` gives on a full disk: the replace costs what a plain one does.
-        Without it the old file is linked aside first, so the undo renames it back (no room
-        needed), at the cost of unlinking it after the change: for a file too large to hold
-        room for. A link a crash leaves is a stale temporary file
-        (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
+        """:meth:`replace_file`, for a change that is recorded next. ``old`` is the file
+        there, read under the lock (None: a new document, which the undo removes). Of up to
+        ``hold_up_to`` bytes, :meth:`Replaced.undo` writes it again from memory, in room
+        ``make_room`` gives on a full disk: the replace costs what a plain one does. A
+        larger one is linked aside first, so the undo renames it back (no room needed), at
+        the cost of unlinking it after the change. A link a crash leaves is a stale
+        temporary file (:func:`~keepstone.store.fs_files.remove_stale_temps`)."""
         dfd = self.open_dirs(space + doc[:-1], path, create=True)
         assert dfd is not None  # create=True always yields a directory
         aside: str | None = None
-        if old is None:
-            aside = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        if old is not None and len(old[0]) > hold_up_to:
+            old, aside = None, f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
             try:
                 os.link(doc[-1], aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
-                aside = None  # a new document: undone by removing it
+                aside = None  # removed by hand since it was read: the undo removes the new one
             except BaseException:
                 os.close(dfd)
                 raise
