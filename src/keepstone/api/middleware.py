@@ -201,14 +201,19 @@ _DOMAIN_CHECKED = frozenset(
     {"name", "project", "visibility", "bot", "path", "dir", "to", "path_prefix"}
 )
 _MEMORY_PREFIXES = ("/api/memory", "/t/")
-_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f%]")
+# What can decode to a control character (keepstone.text.CONTROL): a raw one (bytes are
+# read as latin-1, so 0x80-0x9f too), or its percent-encoding in UTF-8 (%00-%1F, %7F,
+# %C2%80-%C2%9F). A percent-encoded '/' or letter is not, so most queries are not parsed.
+_CONTROL_BYTES = re.compile(
+    rb"[\x00-\x1f\x7f-\x9f]|%(?:[01][0-9A-Fa-f]|7[Ff]|[Cc]2%[89][0-9A-Fa-f])"
+)
 
 
 def refusal_of_query(path: str, query: bytes) -> InvalidRequest | None:
     """``400 invalid_request`` naming the first query parameter (name or value) holding a
     control character, else None. A parameter a space's or path's own check reads is left
     to it (on the memory routes and pages)."""
-    if not _CONTROL_BYTES.search(query):  # nothing percent-encoded, no raw control byte
+    if not _CONTROL_BYTES.search(query):  # no control character, raw or encoded
         return None
     domain = _DOMAIN_CHECKED if path.startswith(_MEMORY_PREFIXES) else frozenset()
     text = query.decode("latin-1")
