@@ -26,7 +26,14 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from keepstone.db import WalSync, durability, make_engine, wal_sync, write_transaction
+from keepstone.db import (
+    WalSync,
+    begins_immediate,
+    durability,
+    make_engine,
+    wal_sync,
+    write_transaction,
+)
 from keepstone.errors import StoreUnavailable
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, Visibility
@@ -50,15 +57,24 @@ class Events:
         monkeypatch.setattr(durability, "_datasync", datasync)
 
     def during(self, engine: Engine, call: Callable[[], Any]) -> list[str]:
+        writing: set[int] = set()
+
+        def on_begin(conn: Connection) -> None:
+            if begins_immediate(conn):
+                writing.add(id(conn))
+
         def on_commit(conn: Connection) -> None:
-            if conn.get_execution_options().get("sqlite_begin") == "IMMEDIATE":
-                self.seen.append("commit")  # a read's commit writes nothing
+            if id(conn) in writing:  # a read's commit writes nothing
+                writing.discard(id(conn))
+                self.seen.append("commit")
 
         self.seen = []
+        event.listen(engine, "begin", on_begin)
         event.listen(engine, "commit", on_commit)
         try:
             call()
         finally:
+            event.remove(engine, "begin", on_begin)
             event.remove(engine, "commit", on_commit)
         seen, self.seen = self.seen, []
         return seen

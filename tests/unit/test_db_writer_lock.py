@@ -196,3 +196,91 @@ def test_a_begin_the_database_refuses_is_store_unavailable(tmp_path: Path) -> No
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar() == 0
     engine.dispose()
+
+
+def test_the_writers_of_a_process_share_one_connection_out_of_the_pool(tmp_path: Path) -> None:
+    """A write transaction takes the turn's connection, kept open between writes; it begins
+    IMMEDIATE (holding the write lock before its first statement), and the pool neither
+    counts it nor hands it to a reader."""
+    import sqlite3
+
+    path = tmp_path / "d.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        with write_transaction(engine) as first:
+            outsider = sqlite3.connect(path, timeout=0, isolation_level=None)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                outsider.execute("BEGIN IMMEDIATE")
+            outsider.close()
+            first.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        with write_transaction(engine) as second:
+            second.execute(sa.text("INSERT INTO t VALUES (1)"))
+        assert second is first
+        turn = sqlite_writers(engine)
+        assert turn.try_enter()  # the turn an event loop takes for a write it runs itself
+        try:
+            with write_transaction(engine) as inside:
+                inside.execute(sa.text("INSERT INTO t VALUES (2)"))
+        finally:
+            turn.__exit__()
+        assert inside is first
+        assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        with engine.connect() as reader:
+            assert reader.connection.dbapi_connection is not first.connection.dbapi_connection
+            assert reader.execute(sa.text("SELECT count(*) FROM t")).scalar() == 2
+    finally:
+        engine.dispose()
+
+
+def test_disposing_the_engine_closes_the_shared_connection(tmp_path: Path) -> None:
+    """The database's last connection closes with the engine (SQLite checkpoints and removes
+    the WAL then); a write after it opens another."""
+    path = tmp_path / "e.db"
+    engine = make_engine(f"sqlite:///{path}")
+    with write_transaction(engine) as first:
+        first.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    assert (tmp_path / "e.db-wal").exists()
+    engine.dispose()
+    assert first.closed
+    assert not (tmp_path / "e.db-wal").exists()
+    with write_transaction(engine) as again:
+        again.execute(sa.text("INSERT INTO t VALUES (1)"))
+    assert again is not first
+    engine.dispose()
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar() == 1
+    engine.dispose()
+
+
+def test_an_engine_never_disposed_is_collected_with_its_shared_connection(
+    tmp_path: Path,
+) -> None:
+    """The map that finds a database's turn by engine does not keep the engine (the turn's
+    connection holds the pool, whose listeners hold the engine); nor does collecting it
+    warn (the connection is out of the pool: no finalizer)."""
+    import gc
+    import weakref
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'f.db'}")
+    with write_transaction(engine) as conn:
+        conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    gone = weakref.ref(engine)
+    del engine, conn
+    gc.collect()
+    assert gone() is None
+    assert not (tmp_path / "f.db-wal").exists()  # its connections closed
+
+
+def test_an_invalidated_shared_connection_is_replaced(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'g.db'}")
+    try:
+        with pytest.raises(RuntimeError), write_transaction(engine) as first:
+            first.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+            first.invalidate()
+            raise RuntimeError("the write failed")
+        with write_transaction(engine) as second:
+            second.execute(sa.text("CREATE TABLE t (x INTEGER)"))  # the first rolled back
+        assert second is not first
+        assert not sqlite_writers(engine).held_elsewhere()
+    finally:
+        engine.dispose()

@@ -532,21 +532,33 @@ def _driver_statements(store: SqlStore, work: Callable[[], object]) -> list[str]
     Sync), transaction control left out."""
     seen: list[str] = []
     traces: list[tuple[object, tempfile._TemporaryFileWrapper[bytes]]] = []
+    tracing: list[sqlite3.Connection] = []
 
-    def on_checkout(dbapi_conn: object, _record: object, _proxy: object) -> None:
+    def traced(dbapi_conn: object) -> None:
         if isinstance(dbapi_conn, sqlite3.Connection):
             dbapi_conn.set_trace_callback(seen.append)
-        else:
+            tracing.append(dbapi_conn)
+        elif all(pgconn is not dbapi_conn.pgconn for pgconn, _ in traces):  # type: ignore[attr-defined]
             trace = tempfile.TemporaryFile()
             pgconn = dbapi_conn.pgconn  # type: ignore[attr-defined]
             pgconn.trace(trace.fileno())
             traces.append((pgconn, trace))
 
+    def on_checkout(dbapi_conn: object, _record: object, _proxy: object) -> None:
+        traced(dbapi_conn)
+
+    def on_begin(conn: sa.Connection) -> None:  # SQLite's writers keep a connection open
+        traced(conn.connection.dbapi_connection)
+
     sa.event.listen(store.engine, "checkout", on_checkout)
+    sa.event.listen(store.engine, "begin", on_begin)
     try:
         work()
     finally:
         sa.event.remove(store.engine, "checkout", on_checkout)
+        sa.event.remove(store.engine, "begin", on_begin)
+        for dbapi_conn in tracing:
+            dbapi_conn.set_trace_callback(None)
     for pgconn, trace in traces:
         pgconn.untrace()  # type: ignore[attr-defined]
         trace.seek(0)

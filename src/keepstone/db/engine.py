@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from keepstone.db.durability import enter_wal, made_durable, sqlite_writers
+from keepstone.db.durability import SqliteWriters, enter_wal, made_durable, sqlite_writers
 from keepstone.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 
 T = TypeVar("T")
@@ -171,6 +171,11 @@ _BUSY_SECONDS = 60.0
 
 
 def _configure_sqlite(engine: Engine) -> None:
+    # The pool keeps the listener, and the writers' turn keeps a pooled connection
+    # (SqliteWriters.shared_connection) in a map keyed weakly by the engine: a listener
+    # holding the engine would keep it, and its files, open for good.
+    database = engine.url.database
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
@@ -181,7 +186,7 @@ def _configure_sqlite(engine: Engine) -> None:
             raise
         except sqlite3.DatabaseError as exc:  # the first read of the file's header
             raise InvalidRequest(
-                f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
+                f"{database} is not a SQLite database ({exc}); choose another --database"
             ) from None
         # A commit writes the WAL without syncing it; a durable write then syncs it once,
         # outside the writers' turn, shared with its concurrent writers (WalSync).
@@ -193,14 +198,38 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         # Sent on the driver itself: SQLAlchemy's execution of this one statement through
         # exec_driver_sql is a share of every document write (docs/performance.md).
-        begin = f"BEGIN {mode}"
+        begin = "BEGIN IMMEDIATE" if begins_immediate(conn) else "BEGIN DEFERRED"
         try:
-            conn.connection.driver_connection.execute(begin)  # type: ignore[union-attr]
+            conn.connection.dbapi_connection.execute(begin)  # type: ignore[union-attr]
         except sqlite3.Error as exc:
             raise as_sqlalchemy(exc, begin, conn.dialect) from exc
+
+
+#: Set on a connection's record (``Connection.info``) for the one ``begin()`` of
+#: :func:`begin_immediate`; SQLAlchemy's per-connection execution options would do the
+#: same, but branching a Connection for them costs a third of an empty write transaction.
+_IMMEDIATE = "keepstone.begin_immediate"
+
+
+def begins_immediate(conn: Connection) -> bool:
+    """In a ``begin`` listener of a SQLite engine: whether the transaction ``conn`` begins
+    is :func:`begin_immediate`'s (a write's)."""
+    return bool(conn.info.get(_IMMEDIATE))
+
+
+def begin_immediate(conn: Connection) -> sa.RootTransaction:
+    """``conn.begin()``, sent as ``BEGIN IMMEDIATE`` on SQLite: the transaction takes the
+    database's write lock now, not at its first write (a deferred one that read first
+    could not take it then without failing). A plain ``begin()`` on PostgreSQL."""
+    if conn.dialect.name != "sqlite":
+        return conn.begin()
+    conn.info[_IMMEDIATE] = True
+    try:
+        return conn.begin()
+    finally:
+        del conn.info[_IMMEDIATE]
 
 
 @contextlib.contextmanager
@@ -221,15 +250,39 @@ def write_transaction(engine: Engine, *, durable: bool = True) -> Iterator[Conne
     """
     with translated_errors():
         if engine.dialect.name == "sqlite":
-            with sqlite_writers(engine), engine.connect() as conn:
-                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                with conn.begin():
+            with sqlite_writers(engine) as turn, _in_turn(engine, turn) as conn:
+                with begin_immediate(conn):
                     yield conn
             if durable:
                 made_durable(engine)
         else:
             with engine.begin() as conn:
                 yield conn
+
+
+@contextlib.contextmanager
+def _in_turn(engine: Engine, turn: SqliteWriters) -> Iterator[Connection]:
+    """A connection for a write transaction in the writers' turn of ``engine``'s SQLite
+    database: the turn's shared one (left open for the next writer), else one from the
+    pool."""
+    shared = turn.shared_connection(lambda: _out_of_pool(engine))
+    if shared is None:
+        with engine.connect() as conn:
+            yield conn
+        return
+    try:
+        yield shared
+    finally:
+        turn.after_shared_use()
+
+
+def _out_of_pool(engine: Engine) -> Connection:
+    """A connection of ``engine`` that its pool neither counts nor hands out again, and that
+    ``close`` closes: it has no finalizer either, which would warn when an engine never
+    disposed is collected with it."""
+    conn = engine.connect()
+    conn.detach()
+    return conn
 
 
 @contextlib.contextmanager
@@ -277,7 +330,7 @@ def driver_cursor(conn: Connection, what: str) -> Iterator[Any]:
     as they are, without SQLAlchemy's per-statement work; closed after, and a driver
     error raised as SQLAlchemy's (:func:`as_sqlalchemy`)."""
     dbapi: Any = conn.dialect.loaded_dbapi
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         yield cursor
     except dbapi.Error as exc:
@@ -306,7 +359,7 @@ def on_pooled(engine: Engine, work: Callable[[Any], T], *, what: str = "statemen
     except dbapi.Error as exc:
         raise as_sqlalchemy(exc, "connect", engine.dialect, invalidated=True) from exc
     try:
-        driver: Any = pooled.driver_connection
+        driver: Any = pooled.dbapi_connection
         postgres = engine.dialect.name == "postgresql"
         if postgres:
             driver.autocommit = True

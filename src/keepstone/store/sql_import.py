@@ -59,7 +59,13 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RootTransaction
 
-from keepstone.db import made_durable, refresh_statistics, sqlite_writers, translated_errors
+from keepstone.db import (
+    begin_immediate,
+    made_durable,
+    refresh_statistics,
+    sqlite_writers,
+    translated_errors,
+)
 from keepstone.db.statistics import BULK_ROWS
 from keepstone.documents import WriteResult
 from keepstone.store.prelude import CheckedWrite, ImportWriter
@@ -159,9 +165,7 @@ class _Batch:
             turn.enter_context(sqlite_writers(self.engine))
         conn = self.engine.connect()
         try:
-            if not self.postgres:
-                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            self.tx = conn.begin()
+            self.tx = begin_immediate(conn)
             if self.postgres:
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
         except BaseException:

@@ -313,7 +313,7 @@ class ChangeStatements:
         from psycopg import RawCursor  # PostgreSQL only
 
         sql, args = self._put_statement(record, params)
-        driver: Any = conn.connection.driver_connection
+        driver: Any = conn.connection.dbapi_connection
         error = conn.dialect.loaded_dbapi.Error
         failed: Exception | None = None
         try:
