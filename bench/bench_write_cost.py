@@ -15,7 +15,8 @@ CPU time (``time.process_time``) leaves the disk's fsync waits out; wall time ke
 PostgreSQL runs in a throw-away schema when ``KEEPSTONE_TEST_POSTGRES_URL`` is set (its CPU
 figure is the client's: the server's work shows in wall time only), and the share of the
 document rows' updates it made in place is printed for each variant ("HOT upd.": a HOT
-update writes no index entry). Prints figures;
+update writes no index entry). "empty tx": the CPU of an empty write transaction, what
+every write pays before its statements. Prints figures;
 asserts nothing.
 """
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sqlalchemy import text
 
 from bench_store import BENCH_LIMITS, body, drop_schema
+from keepstone.db import write_transaction
 from keepstone.spaces import SpaceRef
 from keepstone.store.sql import SqlStore
 
@@ -112,6 +114,18 @@ def per_write(store: Any, texts: list[str], first: int, count: int) -> tuple[flo
     )
 
 
+def empty_transaction(store: Any, count: int = 5000) -> float:
+    """CPU microseconds of an empty write transaction (not synced): what every write pays
+    before its statements (on SQLite the writers' turn and their shared connection)."""
+    with write_transaction(store.engine, durable=False):
+        pass
+    cpu = time.process_time()
+    for _ in range(count):
+        with write_transaction(store.engine, durable=False):
+            pass
+    return (time.process_time() - cpu) / count * 1e6
+
+
 def one_round(engine: str, tmp: str, docs: int, first: int) -> dict[str, list[float]]:
     """Both variants once, ``first`` of them first; figures keyed by variant and phase."""
     out: dict[str, list[float]] = {}
@@ -123,6 +137,7 @@ def one_round(engine: str, tmp: str, docs: int, first: int) -> dict[str, list[fl
             per_write(store, texts, 0, 20)  # warm the connection and the statements
             create = per_write(store, texts, 20, docs - 20)
             again = per_write(store, texts, docs, docs)
+            out[f"{variant} empty"] = [empty_transaction(store)]
         out[f"{variant} create"] = list(create)
         out[f"{variant} overwrite"] = list(again)
         out[f"{variant} hot"] = hot
@@ -158,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{row} {cpu[variant]:>13.0f} {wall:>14.0f}")
                 share = 1 - cpu[VARIANTS[1]] / cpu[VARIANTS[0]]
                 print(f"{engine:<9} {phase:<10} {'their share':<13} {share:>12.0%}")
+            empty = statistics.median(r[f"{VARIANTS[0]} empty"][0] for r in rounds)
+            print(f"{engine:<9} {'empty tx':<10} {VARIANTS[0]:<13} {empty:>13.1f}")
             if engine == "postgres":
                 # Indexing updated_at makes every overwrite of a document row write an
                 # entry in each of its indexes, where an update in place wrote none.
