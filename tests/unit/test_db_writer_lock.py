@@ -284,3 +284,32 @@ def test_an_invalidated_shared_connection_is_replaced(tmp_path: Path) -> None:
         assert not sqlite_writers(engine).held_elsewhere()
     finally:
         engine.dispose()
+
+
+def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> None:
+    """A child forked while the parent's turn keeps a connection opens another (SQLite's
+    connections do not cross a fork) and leaves the parent's alone: the parent writes on
+    after it, on the same connection."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'h.db'}")
+    try:
+        with write_transaction(engine) as first:
+            first.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        parents = id(first)
+        del first  # the turn alone holds it now
+
+        def child() -> None:
+            with write_transaction(engine) as conn:
+                conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+            os._exit(0 if id(conn) != parents else 3)
+
+        forked = multiprocessing.get_context("fork").Process(target=child)
+        forked.start()
+        forked.join(30)
+        assert forked.exitcode == 0
+        with write_transaction(engine) as again:
+            again.execute(sa.text("INSERT INTO t VALUES (2)"))
+        assert id(again) == parents
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar() == 2
+    finally:
+        engine.dispose()

@@ -94,6 +94,9 @@ class SqliteWriters:
         self._shared: Connection | None = None  # used only in the turn
         self._shared_driver: Any = None  # its sqlite3.Connection
         self._shared_in_use = False
+        # A parent's shared connection, in a forked child: closing SQLite's connection in
+        # the child could checkpoint or remove the parent's WAL, so it is only kept.
+        self._inherited: list[tuple[Connection, Any]] = []
         self._shared_pid = 0
 
     def __enter__(self) -> SqliteWriters:
@@ -162,6 +165,8 @@ class SqliteWriters:
         if self._shared_in_use or self._lock_path is None:
             return None
         if self._shared is None or self._shared_pid != os.getpid():
+            if self._shared is not None:  # a forked child's: kept, neither used nor closed
+                self._inherited.append((self._shared, self._shared_driver))
             shared = connect()
             self._shared, self._shared_pid = shared, os.getpid()
             self._shared_driver = shared.connection.dbapi_connection

@@ -171,11 +171,6 @@ _BUSY_SECONDS = 60.0
 
 
 def _configure_sqlite(engine: Engine) -> None:
-    # The pool keeps the listener, and the writers' turn keeps a pooled connection
-    # (SqliteWriters.shared_connection) in a map keyed weakly by the engine: a listener
-    # holding the engine would keep it, and its files, open for good.
-    database = engine.url.database
-
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours to send.
@@ -186,7 +181,7 @@ def _configure_sqlite(engine: Engine) -> None:
             raise
         except sqlite3.DatabaseError as exc:  # the first read of the file's header
             raise InvalidRequest(
-                f"{database} is not a SQLite database ({exc}); choose another --database"
+                f"{engine.url.database} is not a SQLite database ({exc}); choose another --database"
             ) from None
         # A commit writes the WAL without syncing it; a durable write then syncs it once,
         # outside the writers' turn, shared with its concurrent writers (WalSync).
@@ -207,9 +202,8 @@ def _configure_sqlite(engine: Engine) -> None:
             raise as_sqlalchemy(exc, begin, conn.dialect) from exc
 
 
-#: Set on a connection's record (``Connection.info``) for the one ``begin()`` of
-#: :func:`begin_immediate`; SQLAlchemy's per-connection execution options would do the
-#: same, but branching a Connection for them costs a third of an empty write transaction.
+#: Set in ``Connection.info`` for the one ``begin()`` of :func:`begin_immediate`: an
+#: execution option would do the same, at the cost of a copy of the Connection a write.
 _IMMEDIATE = "keepstone.begin_immediate"
 
 
