@@ -80,10 +80,11 @@ class SqliteWriters:
     instead of deadlocking.
 
     The turn also keeps the connection its writers share (:meth:`shared_connection`):
-    only one of the process's writers holds the turn at a time, so the outermost
-    transaction of each can take the same connection, kept open, instead of checking one
-    out of the pool and back in and wrapping it anew, which cost an empty write
-    transaction more CPU than its ``BEGIN`` and ``COMMIT`` together.
+    only one of the process's writers holds the turn at a time, so each of their
+    transactions (but one nested in another of its thread) can take the same connection,
+    kept open, instead of checking one out of the pool and back in and wrapping it anew,
+    which cost an empty write transaction more CPU than its ``BEGIN`` and ``COMMIT``
+    together.
     """
 
     def __init__(self, lock_path: str | None) -> None:
@@ -164,9 +165,9 @@ class SqliteWriters:
         different database."""
         if self._shared_in_use or self._lock_path is None:
             return None
-        if self._shared is None or self._shared_pid != os.getpid():
-            if self._shared is not None:  # a forked child's: kept, neither used nor closed
-                self._inherited.append((self._shared, self._shared_driver))
+        if self._shared is not None and self._shared_pid != os.getpid():
+            self._close_shared()  # a forked child's: set aside, not closed
+        if self._shared is None:
             shared = connect()
             self._shared, self._shared_pid = shared, os.getpid()
             self._shared_driver = shared.connection.dbapi_connection
@@ -195,13 +196,17 @@ class SqliteWriters:
     def _close_shared(self) -> None:
         shared, driver = self._shared, self._shared_driver
         self._shared = self._shared_driver = None
-        if shared is not None and self._shared_pid == os.getpid():
-            if not (shared.closed or shared.invalidated):
-                shared.close()  # detached: closed, with the pool's close event
-            # An invalidated one let go of its driver connection without closing it (there
-            # is no pool record to close it), which would keep its transaction, and the
-            # database's write lock, until collected: closing rolls it back now.
-            driver.close()
+        if shared is None:
+            return
+        if self._shared_pid != os.getpid():  # a forked child's: kept, never closed here
+            self._inherited.append((shared, driver))
+            return
+        if not (shared.closed or shared.invalidated):
+            shared.close()  # detached: closed, with the pool's close event
+        # An invalidated one let go of its driver connection without closing it (there is
+        # no pool record to close it), which would keep its transaction, and the
+        # database's write lock, until collected: closing rolls it back now.
+        driver.close()
 
     def held_elsewhere(self) -> bool:
         """Whether another thread of this process holds the turn (for tests)."""
