@@ -15,9 +15,11 @@ CPU time (``time.process_time``) leaves the disk's fsync waits out; wall time ke
 PostgreSQL runs in a throw-away schema when ``KEEPSTONE_TEST_POSTGRES_URL`` is set (its CPU
 figure is the client's: the server's work shows in wall time only), and the share of the
 document rows' updates it made in place is printed for each variant ("HOT upd.": a HOT
-update writes no index entry). "empty tx": the CPU of an empty write transaction, what
-every write pays before its statements. Prints figures;
-asserts nothing.
+update writes no index entry); "HOT chunked" is the same share in a small store whose
+documents were chunked between their creation and their overwrite (as a space that was
+searched), as made, without the feed's index of documents alone, and without all three.
+"empty tx": the CPU of an empty write transaction, what every write pays before its
+statements. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -50,19 +52,23 @@ TIME_INDEXES = (
     "ix_memory_documents_unchunked",
 )
 VARIANTS = ("as made", "without them")
+#: What each probe of HOT updates after chunking drops (the feed's index of documents
+#: alone, then all three).
+CHUNKED_VARIANTS = {"as made": (), "no feed idx": TIME_INDEXES[:1], "without them": TIME_INDEXES}
 
 
-def drop_time_indexes(store: Any) -> None:
-    """Drop :data:`TIME_INDEXES`; refuse to measure a schema that no longer has them."""
+def drop_indexes(store: Any, names: tuple[str, ...]) -> None:
+    """Drop ``names``; refuse to measure a schema that no longer has them."""
     with store.engine.begin() as conn:
-        for name in TIME_INDEXES:
+        for name in names:
             conn.execute(text(f"DROP INDEX {name}"))
 
 
-def hot_share(url: str, schema: str) -> float:
-    """The share of the document rows' updates in ``schema`` that PostgreSQL made in place
-    (HOT: no index entry written), read once the store's connections have closed (a
-    backend reports its counts as it exits; the wait is for that)."""
+def updates(url: str, schema: str, past: int = 0) -> tuple[int, int]:
+    """How many document-row updates ``schema`` has seen, and how many of them PostgreSQL
+    made in place (HOT: no index entry written), once more than ``past``: read after the
+    store's connections have closed (a backend reports its counts as it exits; the wait is
+    for that)."""
     import psycopg
 
     for _ in range(50):
@@ -73,15 +79,21 @@ def hot_share(url: str, schema: str) -> float:
                 " WHERE schemaname = %s AND relname = 'memory_documents'",
                 (schema,),
             ).fetchone()
-        if row is not None and row[0]:
-            return row[1] / row[0]
-    return float("nan")
+        if row is not None and row[0] > past:
+            return int(row[0]), int(row[1])
+    return past, 0
+
+
+def hot_share(url: str, schema: str) -> float:
+    """The share of :func:`updates` made in place (NaN: none reported)."""
+    upd, hot = updates(url, schema)
+    return hot / upd if upd else float("nan")
 
 
 @contextlib.contextmanager
-def opened(engine: str, tmp: str, variant: str, hot: list[float]) -> Iterator[Any]:
-    """A fresh store of ``engine``, its time indexes dropped for the second variant; on
-    PostgreSQL its :func:`hot_share` appended to ``hot`` once closed."""
+def opened(engine: str, tmp: str, dropped: tuple[str, ...], hot: list[float]) -> Iterator[Any]:
+    """A fresh store of ``engine`` without the indexes ``dropped``; on PostgreSQL its
+    :func:`hot_share` appended to ``hot`` once closed."""
     schema = ""
     if engine == "sqlite":
         store = SqlStore.open(f"sqlite:///{tmp}/{uuid.uuid4().hex}.db", BENCH_LIMITS)
@@ -91,8 +103,7 @@ def opened(engine: str, tmp: str, variant: str, hot: list[float]) -> Iterator[An
             os.environ["KEEPSTONE_TEST_POSTGRES_URL"], BENCH_LIMITS, schema=schema
         )
     try:
-        if variant != VARIANTS[0]:
-            drop_time_indexes(store)
+        drop_indexes(store, dropped)
         yield store
     finally:
         store.close()
@@ -132,7 +143,8 @@ def one_round(engine: str, tmp: str, docs: int, first: int) -> dict[str, list[fl
     order = VARIANTS[first:] + VARIANTS[:first]
     for variant in order:
         hot: list[float] = []
-        with opened(engine, tmp, variant, hot) as store:
+        dropped = () if variant == VARIANTS[0] else TIME_INDEXES
+        with opened(engine, tmp, dropped, hot) as store:
             texts = [body(1024, i) for i in range(2 * docs)]
             per_write(store, texts, 0, 20)  # warm the connection and the statements
             create = per_write(store, texts, 20, docs - 20)
@@ -143,6 +155,36 @@ def one_round(engine: str, tmp: str, docs: int, first: int) -> dict[str, list[fl
         out[f"{variant} overwrite"] = list(again)
         out[f"{variant} hot"] = hot
     return out
+
+
+def hot_once_chunked(dropped: tuple[str, ...], docs: int = 300) -> float:
+    """The share of overwrites made in place in a PostgreSQL store without the indexes
+    ``dropped`` whose documents were chunked (as the first search of a space does) between
+    their creation and their overwrite, the store's usual state: each overwrite changes the
+    indexer's ``chunked`` flag back, and its backlog's index is partial on that flag, so
+    that index alone keeps the update from being HOT."""
+    url = os.environ["KEEPSTONE_TEST_POSTGRES_URL"]
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    ref = SpaceRef.build("project", "cost", tenant="bench", project="bench")
+    try:
+        before = (0, 0)
+        for seed in (0, docs):  # creates and chunking, then overwrites: a store each
+            store = SqlStore.open(url, BENCH_LIMITS, schema=schema)
+            try:
+                if not seed:
+                    drop_indexes(store, dropped)
+                for i in range(docs):
+                    store.write(ref, f"d/{i}.md", body(1024, seed + i))
+                if not seed:
+                    store.reconcile(ref)
+            finally:
+                store.close()
+            if not seed:
+                before = updates(url, schema)
+        after = updates(url, schema, before[0])
+        return (after[1] - before[1]) / max(1, after[0] - before[0])
+    finally:
+        drop_schema(url, schema)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.docs} x 1 KB creates, then as many overwrites; {args.rounds} rounds; medians")
     print(f"time indexes: {', '.join(TIME_INDEXES)}\n")
     header = (
-        f"{'engine':<9} {'phase':<10} {'variant':<13} {'CPU µs/write':>13} {'wall µs/write':>14}"
+        f"{'engine':<9} {'phase':<12} {'variant':<13} {'CPU µs/write':>13} {'wall µs/write':>14}"
     )
     print(header)
     print("-" * len(header))
@@ -170,18 +212,21 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{variant} {phase}"
                     cpu[variant] = statistics.median(r[key][0] for r in rounds)
                     wall = statistics.median(r[key][1] for r in rounds)
-                    row = f"{engine:<9} {phase:<10} {variant:<13}"
+                    row = f"{engine:<9} {phase:<12} {variant:<13}"
                     print(f"{row} {cpu[variant]:>13.0f} {wall:>14.0f}")
                 share = 1 - cpu[VARIANTS[1]] / cpu[VARIANTS[0]]
-                print(f"{engine:<9} {phase:<10} {'their share':<13} {share:>12.0%}")
+                print(f"{engine:<9} {phase:<12} {'their share':<13} {share:>12.0%}")
             empty = statistics.median(r[f"{VARIANTS[0]} empty"][0] for r in rounds)
-            print(f"{engine:<9} {'empty tx':<10} {VARIANTS[0]:<13} {empty:>13.1f}")
+            print(f"{engine:<9} {'empty tx':<12} {VARIANTS[0]:<13} {empty:>13.1f}")
             if engine == "postgres":
                 # Indexing updated_at makes every overwrite of a document row write an
                 # entry in each of its indexes, where an update in place wrote none.
                 for variant in VARIANTS:
                     hot = statistics.median(r[f"{variant} hot"][0] for r in rounds)
-                    print(f"{engine:<9} {'HOT upd.':<10} {variant:<13} {hot:>13.0%}")
+                    print(f"{engine:<9} {'HOT upd.':<12} {variant:<13} {hot:>13.0%}")
+                for variant, dropped in CHUNKED_VARIANTS.items():
+                    hot = hot_once_chunked(dropped)
+                    print(f"{engine:<9} {'HOT chunked':<12} {variant:<13} {hot:>13.0%}")
     return 0
 
 
