@@ -1,0 +1,97 @@
+"""Where the test suite's CPU goes: runs a command (by default pytest as ``make unit`` runs
+it) while sampling every process of the machine from ``/proc``, then prints the command's
+wall time, how busy the machine's cores were meanwhile, and the CPU seconds and number of
+processes by process name (pytest-xdist's workers and the Python children the tests spawn
+are ``python3``; ``keepstone`` is every ``keepstone serve`` and its workers).
+
+    .venv/bin/python bench/profile_suite.py                      # the whole suite, ~8 min
+    .venv/bin/python bench/profile_suite.py -- .venv/bin/pytest -q tests/web/test_browser.py
+
+Samples five times a second, so a process's last fraction of a second and processes that
+live less than that are undercounted. Linux only. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = [
+    str(ROOT / ".venv" / "bin" / "pytest"),
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-n",
+    "3",
+    "--dist",
+    "loadfile",
+    "--no-loadscope-reorder",
+]
+TICK = os.sysconf("SC_CLK_TCK")
+
+#: (pid, start time) → (name, CPU ticks so far): a pid reused by a later process is another key.
+Seen = dict[tuple[str, str], tuple[str, int]]
+
+
+def sample(seen: Seen) -> None:
+    """Every live process's name and user + system ticks, into ``seen``."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seen[(pid, fields[19])] = (name, int(fields[11]) + int(fields[12]))
+
+
+def busy_ticks() -> int:
+    """The machine's ticks spent on anything but idling and waiting for the disk."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return user + nice + system + irq + softirq + steal
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--top", type=int, default=12, help="process names listed")
+    parser.add_argument("command", nargs="*", help="the command to run (after --)")
+    args = parser.parse_args(argv)
+    before: Seen = {}
+    sample(before)
+    seen: Seen = dict(before)
+    busy, start = busy_ticks(), time.perf_counter()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    child = subprocess.Popen(args.command or DEFAULT, cwd=ROOT, env=env)
+    while child.poll() is None:
+        sample(seen)
+        time.sleep(0.2)
+    sample(seen)
+    wall, busy = time.perf_counter() - start, busy_ticks() - busy
+    cpu: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for key, (name, ticks) in seen.items():
+        spent = ticks - before[key][1] if key in before else ticks
+        if spent > 0 or key not in before:
+            cpu[name] += spent
+            count[name] += key not in before
+    cores = os.cpu_count() or 1
+    print(f"\nexit {child.returncode}; wall {wall:.0f} s; {cores} cores busy {busy / TICK:.0f} s")
+    print(f"({busy / TICK / (wall * cores):.0%} of what they could give)\n")
+    print(f"{'CPU s':>8} {'new processes':>14}  name")
+    for name, ticks in cpu.most_common(args.top):
+        print(f"{ticks / TICK:>8.1f} {count[name]:>14}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
