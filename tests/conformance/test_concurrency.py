@@ -8,7 +8,6 @@ and no counter was ever seen above its quota.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import ref_for
 from tests.conformance.workers import observer_process, writer_process
+from tests.processes import child_context
 
 PROCESSES = 4
 THREADS = 16
@@ -45,7 +45,7 @@ def test_concurrent_writers_keep_every_counter_exact(
     refs = [project, project, glob]  # two thirds of the writes go to the capped space
     stop, ready = tmp_path / "stop", tmp_path / "ready"
 
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     with ProcessPoolExecutor(max_workers=PROCESSES + 1, mp_context=ctx) as pool:
         observer = pool.submit(observer_process, spec, [project, glob], str(stop), str(ready))
         deadline = time.monotonic() + 120

@@ -10,7 +10,6 @@ store acknowledged them, and every conditional write right after the version it 
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
 
@@ -21,6 +20,7 @@ from keepstone.quota import Limits
 from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import StoreSpec, project_ref
+from tests.processes import child_context
 
 pytestmark = pytest.mark.requires("history")
 
@@ -129,7 +129,7 @@ def test_processes_on_one_document_keep_every_version_in_commit_order(
     seed = store.write(REF, PATH, "# seed\n")
     processes = 4
     per = WRITERS // processes
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     with ProcessPoolExecutor(max_workers=processes, mp_context=ctx) as pool:
         futures = [
             pool.submit(writer_threads, spec, None, p * per, per, WRITES) for p in range(processes)

@@ -9,7 +9,6 @@ document ends in a deletion marker, and every version with content reads back wh
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
@@ -25,6 +24,7 @@ from keepstone.spaces import Visibility
 from keepstone.store.base import MemoryStore
 from tests.conformance.conftest import StoreFactory
 from tests.conformance.helpers import StoreSpec, project_ref
+from tests.processes import child_context
 
 pytestmark = pytest.mark.requires("history", "multiprocess")
 
@@ -112,7 +112,7 @@ def test_kill_9_mid_write_keeps_versions_and_documents_together(
     spec = store_factory.spec(LIMITS)
     store = store_factory.open(spec)
     rng = random.Random(14)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     seen = 0
     for round_ in range(ROUNDS):
         ready = tmp_path / f"ready-{round_}"

@@ -1,4 +1,4 @@
-"""Code the concurrency test runs in child processes (``spawn``: importable, picklable)."""
+"""Code the concurrency test runs in child processes (`tests.processes`: importable, picklable)."""
 
 from __future__ import annotations
 

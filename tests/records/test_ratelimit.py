@@ -3,7 +3,6 @@ processes sharing one Redis (SPEC §6)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import socket
@@ -18,6 +17,7 @@ import redis
 
 from keepstone.errors import RateLimited, StoreUnavailable
 from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from tests.processes import child_context
 from tests.serving import free_port, redis_server
 
 
@@ -130,7 +130,7 @@ def _acquire_in_child(
 
 
 def _two_processes(url: str, rate: int, count: int) -> list[tuple[int, int]]:
-    ctx = mp.get_context("spawn")
+    ctx = child_context()
     prefix = f"test:{uuid.uuid4().hex}:"
     barrier = ctx.Barrier(2)
     results = ctx.Queue()

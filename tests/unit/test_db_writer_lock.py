@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from keepstone.db import SqliteWriters, make_engine, sqlite_writers, write_transaction
 from keepstone.errors import StoreUnavailable
+from tests.processes import child_context
 
 
 def _held_elsewhere(writers: SqliteWriters) -> bool:
@@ -38,7 +39,7 @@ def _flock_free(path: str, answer: multiprocessing.SimpleQueue[bool]) -> None:
 
 
 def _free_in_another_process(path: str) -> bool:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     answer: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
     child = ctx.Process(target=_flock_free, args=(path, answer))
     child.start()
@@ -153,7 +154,7 @@ def test_try_enter_takes_only_a_free_turn(tmp_path: Path) -> None:
         assert not _held_elsewhere(writers)
         assert _free_in_another_process(f"{tmp_path}/a.db-writer.lock")
         # Another process has it: no wait, no turn, and the thread lock is given back.
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_context()
         held: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
         done: multiprocessing.SimpleQueue[bool] = ctx.SimpleQueue()
         lock_file = f"{tmp_path}/a.db-writer.lock"

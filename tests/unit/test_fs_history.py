@@ -4,7 +4,6 @@ the plain tree, hand edits picked up, crash safety, retention."""
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import random
 import signal
@@ -25,6 +24,7 @@ from keepstone.spaces import SpaceRef
 from keepstone.store.fs import FilesystemStore, space_components
 from keepstone.store.fs_history import BEFORE_HISTORY, HAND_EDIT, HISTORY_FILE, HistoryDb
 from keepstone.store.fs_tree import FileTree
+from tests.processes import child_context
 
 REF = SpaceRef.build("org", "notes", tenant="acme")
 OTHER = SpaceRef.build("org", "other", tenant="acme")
@@ -458,7 +458,7 @@ def hang_in(step: str, root: str, marker: str, op: str) -> None:
 
 def kill_inside(tmp_path: Path, step: str, op: str) -> None:
     marker = tmp_path / f"marker-{step}-{op}"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     child = ctx.Process(target=hang_in, args=(step, str(tmp_path / "spaces"), str(marker), op))
     child.start()
     try:
@@ -531,7 +531,7 @@ def loop_writes(root: str, ready: str) -> None:
 
 
 def test_kill_9_at_arbitrary_moments_leaves_history_and_files_consistent(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     paths = [f"doc{i}.md" for i in range(5)]
     for round_ in range(4):
         ready = tmp_path / f"ready-{round_}"

@@ -4,7 +4,6 @@ search) finds what writes, deletes and hand edits changed."""
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import sqlite3
 import tarfile
@@ -23,6 +22,7 @@ from keepstone.store.base import ChunkRow
 from keepstone.store.fs import FilesystemStore
 from keepstone.store.fs_history import HISTORY_FILE
 from keepstone.store.fs_layout import INDEX_FILE, LOCK_FILE, RESERVE_FILE, STATE_FILE
+from tests.processes import child_context
 
 REF = SpaceRef.build("user", "notes", tenant="local", user="ann")
 OTHER = SpaceRef.build("project", "docs", tenant="local", project="repo")
@@ -382,7 +382,7 @@ def _writer(root: str, worker: int, count: int, start: Any) -> None:
 def test_two_processes_writing_then_a_reconcile_agree_with_the_files(tmp_path: Path) -> None:
     store = make(tmp_path)
     root = str(tmp_path / "spaces")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     start = ctx.Barrier(2)
     procs = [ctx.Process(target=_writer, args=(root, w, 60, start)) for w in range(2)]
     for p in procs:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import unicodedata
 from datetime import UTC
@@ -38,6 +37,7 @@ from keepstone.store.fs import (
     encode_segment,
     space_components,
 )
+from tests.processes import child_context
 
 BOT = SpaceRef.build("bot", "default", tenant="local", project="repo-0123456789ab", bot="b1")
 
@@ -367,7 +367,7 @@ def _writer(root: str, worker: int) -> None:
 
 def test_writers_in_several_processes_keep_exact_counters(tmp_path: Path) -> None:
     root = str(tmp_path / "spaces")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     procs = [ctx.Process(target=_writer, args=(root, w)) for w in range(3)]
     for p in procs:
         p.start()

@@ -9,7 +9,6 @@ translation of driver failures.
 from __future__ import annotations
 
 import concurrent.futures
-import multiprocessing
 import sqlite3
 import tempfile
 import threading
@@ -46,6 +45,7 @@ from keepstone.store import sql_statements
 from keepstone.store.base import PlatformGrant
 from keepstone.store.sql import NO_TENANT, SqlStore
 from keepstone.store.sql_schema import memory_documents, memory_tenant_usage
+from tests.processes import child_context
 from tests.unit.conftest import Backend
 
 TEAM = "team-a"
@@ -464,7 +464,7 @@ def _process_writer(url: str, schema: str | None, worker: int) -> tuple[bool, in
 @pytest.mark.slow
 def test_cas_holds_across_processes(backend: Backend) -> None:
     store = backend.open(Limits(team_quota=600))
-    ctx = multiprocessing.get_context("spawn")
+    ctx = child_context()
     with concurrent.futures.ProcessPoolExecutor(3, mp_context=ctx) as pool:
         futures = [pool.submit(_process_writer, backend.url, backend.schema, w) for w in range(3)]
         results = [f.result() for f in futures]
