@@ -1,7 +1,7 @@
-"""Where the test suite's CPU goes: runs a command (by default pytest as ``make unit`` runs
-it) while sampling every process of the machine from ``/proc``, then prints the command's
-wall time, how busy the machine's cores were meanwhile, and the CPU seconds and number of
-processes by process name (pytest-xdist's workers and the Python children the tests spawn
+"""Where the test suite's CPU goes: runs a command (by default ``make unit``, the whole
+pytest suite) while sampling every process of the machine from ``/proc``, then prints the
+command's wall time, how busy the machine's cores were meanwhile, and the CPU seconds and
+number of processes by process name (pytest-xdist's workers and the Python children the tests spawn
 are ``python3``; ``keepstone`` is every ``keepstone serve`` and its workers).
 
     .venv/bin/python bench/profile_suite.py                      # the whole suite, ~8 min
@@ -22,17 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = [
-    str(ROOT / ".venv" / "bin" / "pytest"),
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    "-n",
-    "3",
-    "--dist",
-    "loadfile",
-    "--no-loadscope-reorder",
-]
+#: The suite as `make unit` runs it (its flags live in the Makefile, once).
+DEFAULT = ["make", "--no-print-directory", "unit"]
 TICK = os.sysconf("SC_CLK_TCK")
 
 #: (pid, start time) → (name, CPU ticks so far): a pid reused by a later process is another key.
@@ -70,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     sample(before)
     seen: Seen = dict(before)
     busy, start = busy_ticks(), time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    child = subprocess.Popen(args.command or DEFAULT, cwd=ROOT, env=env)
+    child = subprocess.Popen(args.command or DEFAULT, cwd=ROOT)
     while child.poll() is None:
         sample(seen)
         time.sleep(0.2)
