@@ -182,7 +182,8 @@ def hot_once_chunked(dropped: tuple[str, ...], docs: int = 300) -> float:
             if not seed:
                 before = updates(url, schema)
         after = updates(url, schema, before[0])
-        return (after[1] - before[1]) / max(1, after[0] - before[0])
+        made = after[0] - before[0]
+        return (after[1] - before[1]) / made if made else float("nan")
     finally:
         drop_schema(url, schema)
 
