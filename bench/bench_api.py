@@ -7,7 +7,7 @@ A team space is seeded with 100 documents; then ``wrk`` drives each scenario wit
 ``--clients`` connections for ``--seconds``, the servers' figures interleaved with the
 floor's over ``--rounds`` rounds (the median of each is kept, so a noisy moment of a
 shared machine moves both sides). Prints requests/s, p50 and p99, the ratios and the
-goals of issue 13 beside them, and for ``--workers 2`` each round's rate beside how wrk's
+goals beside them, and for ``--workers 2`` each round's rate beside how wrk's
 connections fell between the two workers (``2+2``, ``3+1``; the workers accept from one
 socket, and a worker serves the keep-alive connections it accepted: 30 trials of 4
 connections opened at once split 2+2 18 times and 3+1 12 times, and a 3+1 round measures

@@ -1,4 +1,4 @@
-"""Export and import speed and peak memory on a large space (issue 13's goals).
+"""Export and import speed and peak memory on a large space, against their goals.
 
 Builds a space of ``--size`` (200 MiB by default) on the filesystem store and on a
 SQLite file, then for each runs the export in a child process and the import of that

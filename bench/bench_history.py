@@ -1,5 +1,5 @@
-"""The cost of document history (issue 14): write latency and throughput with and without
-it, the storage one version takes, and an ``as_of`` listing of a 2,000-document space.
+"""The cost of document history: write latency and throughput with and without it, the
+storage one version takes, and an ``as_of`` listing of a 2,000-document space.
 
 Per adapter that declares ``history``: SQLite on a temporary file; PostgreSQL in a
 throw-away schema when ``KEEPSTONE_BENCH_POSTGRES_URL`` (or ``KEEPSTONE_TEST_POSTGRES_URL``) is

@@ -1,18 +1,18 @@
-"""Import time by archive size: ``keepstone memory import`` must be linear (issue 11, finding 9).
+"""Import time by archive size: ``keepstone memory import`` must be linear.
 
 For each size (1,000, 2,500 and 10,000 members by default) builds a gzipped tarball
 of small notes spread over 50 directories, then imports it into an empty space three
 ways, each timed from start to end:
 
 * ``cli``: the real ``keepstone memory import --in FILE`` in a child process, on the
-  filesystem store of a temporary ``KEEPSTONE_HOME`` (what the issue measured: 1k 2 s,
-  2.5k 13 s, 10k 103 s before; the acceptance line is 10k in at most 5 s);
+  filesystem store of a temporary ``KEEPSTONE_HOME`` (the slow case measured before the
+  fix: 1k 2 s, 2.5k 13 s, 10k 103 s; the acceptance line is 10k in at most 5 s);
 * ``fs``: ``FilesystemStore.import_archive`` in this process;
 * ``sqlite``: ``SqlStore.import_archive`` on a SQLite file, for comparison;
 * ``pgserver``: ``keepstone memory import --server`` against a real ``keepstone serve`` on a
   fresh PostgreSQL database (created from ``--postgres``, default
   ``$KEEPSTONE_TEST_POSTGRES_URL``, and dropped after), with an API key of a team member:
-  issue 13's goal is 2,000 documents in at most 5 s, printed beside the figure. Runs
+  the goal is 2,000 documents in at most 5 s, printed beside the figure. Runs
   only when a PostgreSQL URL is given.
 
 Prints seconds, milliseconds per member, and each size's time per member relative to
@@ -56,7 +56,7 @@ from serving import serve
 LIMITS = Limits(team_quota=4 * GiB)
 WAYS = ("cli", "fs", "sqlite", "pgserver")
 ADMIN = "bench-admin-token-0123456789abcdef"
-#: Issue 13: a 2,000-document import through a PostgreSQL server in at most this.
+#: The goal: a 2,000-document import through a PostgreSQL server in at most this.
 GOAL_PG_SERVER_SECONDS = 5.0
 
 

@@ -1,4 +1,4 @@
-"""pgvector HNSW against exact numpy top-k: query p50/p95 and recall@10 (issue 10 §5).
+"""pgvector HNSW against exact numpy top-k: query p50/p95 and recall@10.
 
 For each size (default 20k and 100k vectors of 384 dimensions) the vectors go into a
 fresh ``items(id, embedding vector(384))`` table on a throw-away PostgreSQL with
@@ -45,8 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
-# One BLAS thread, as a Keepstone server runs it (issue 10 §3): a matrix-vector product this
-# size gains nothing from more, and threads spinning against other processes cost a lot.
+# One BLAS thread, as a Keepstone server runs it (docs/search.md, "Threads"): a matrix-vector
+# product this size gains nothing from more, and threads spinning against other processes cost
+# a lot.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 

@@ -1,4 +1,4 @@
-"""Records benchmark. By default, the issue's figures through a real ``keepstone serve``;
+"""Records benchmark. By default, the records figures through a real ``keepstone serve``;
 ``--in-process`` runs the library-call figures. Prints figures; asserts nothing.
 
     python bench/bench_records.py                          # SQLite, then PostgreSQL
@@ -89,7 +89,7 @@ from serving import serve  # noqa: E402
 
 TEAMS = 1000
 SERVICE_TOKEN = "bench-service-token"
-#: The issue's goals for saves through the API, saves per second.
+#: The goals for saves through the API, saves per second.
 SAVE_GOALS = {"sqlite": 1000, "postgres": 600}
 SEARCHES = 300
 WARM = 20
@@ -321,7 +321,7 @@ def many_teams(url: str, label: str, sizes: list[int]) -> None:
     engine.dispose()
 
 
-# --- through a real server: the issue's figures ----------------------------------------------
+# --- through a real server: the records figures --------------------------------------------
 
 
 def _mark(ok: bool) -> str:

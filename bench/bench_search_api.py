@@ -1,4 +1,4 @@
-"""Record search through a real ``keepstone serve``: the issue's latency goals, and the RSS
+"""Record search through a real ``keepstone serve``: the latency goals, and the RSS
 of a server holding many teams' vectors. Prints figures; asserts nothing.
 
     python bench/bench_search_api.py                       # SQLite, then PostgreSQL

@@ -792,7 +792,7 @@ def main() -> None:
             f" on the dense side and cosine >= {fusion.MEANING_FLOOR})"
         )
 
-    print("\n== the records set's first 55 queries (the issue's figures were measured on them) ==")
+    print("\n== the records set's first 55 queries (the records goals were set on them) ==")
     first = sets["records"]
     mask = np.arange(len(first.queries)) < 55
     report["records_first_55"] = {}

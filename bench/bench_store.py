@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     by_name = {r.adapter: r.figures for r in results}
     if "sqlite" in by_name and "postgres" in by_name:
-        # Issue 13: PostgreSQL's 1 KB writes against SQLite's, the same run.
+        # A goal: PostgreSQL's 1 KB writes against SQLite's, the same run.
         def rate(name: str) -> float:
             return float(by_name[name]["write 1 KB docs/s"].replace(",", ""))
 

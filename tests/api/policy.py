@@ -291,7 +291,7 @@ ROWS: list[Row] = [
         READ_GLOBAL,
         "global",
     ),
-    # History (issue 14): the reads of the past as the other reads, a restore as a PUT.
+    # History: the reads of the past as the other reads, a restore as a PUT.
     Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC, version="1"), READ_TEAM, "v"),
     Row("GET", "/api/memory/doc", get("/api/memory/doc", **DOC, as_of=NOW), READ_TEAM, "as_of"),
     Row(

@@ -1,7 +1,7 @@
-"""The admin API's lists (issue 11, finding 6: admins could not list orgs, users or keys):
-``GET /api/admin/orgs|users|api-keys``, paged by an opaque cursor, for platform authority
-only, never showing a key, a key's hash or a password hash. And the ``plan_required``
-message, which sent people to a Billing page that does not exist."""
+"""The admin API's lists of orgs, users and API keys: ``GET /api/admin/orgs|users|api-keys``,
+paged by an opaque cursor, for platform authority only, never showing a key, a key's hash or a
+password hash. And the ``plan_required`` message, which sent people to a Billing page that does
+not exist."""
 
 from __future__ import annotations
 

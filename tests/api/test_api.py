@@ -51,7 +51,7 @@ def test_validation_errors_are_400_naming_the_field(client: TestClient) -> None:
 
 def test_missing_name_and_bad_visibility(client: TestClient, world: World) -> None:
     r = client.get("/api/memory/docs", headers=key(world))
-    # A missing name is a bad space reference (issue 9's defect list), not a bare 400.
+    # A missing name is a bad space reference, not a bare 400.
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_space_ref"
     r = client.get(
         "/api/memory/docs", params={"name": "n", "visibility": "team"}, headers=key(world)

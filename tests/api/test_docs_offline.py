@@ -1,4 +1,4 @@
-"""Issue 11, finding 8: ``/docs`` and ``/redoc`` work offline.
+"""``/docs`` and ``/redoc`` work offline.
 
 Their pages loaded Swagger UI and ReDoc from a CDN (and fonts from Google), so without a
 network they were blank. Keepstone now serves the assets itself, from a pinned package:

@@ -1,6 +1,6 @@
-"""History over REST (issue 14, docs/api.md "History"): versions, reads of a version or an
-instant, listings and exports as of an instant, diff, restore; usage counts history apart;
-an org's history limits; the purge job prunes history. On SQLite and PostgreSQL."""
+"""History over REST (docs/api.md "History"): versions, reads of a version or an instant,
+listings and exports as of an instant, diff, restore; usage counts history apart; an org's
+history limits; the purge job prunes history. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

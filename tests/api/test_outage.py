@@ -26,7 +26,7 @@ from tests.conftest import require_pgvector
 #: Long: handed out first under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.slow
 
-#: Writers through the outage (the issue's fault suite: 8).
+#: Writers through the outage.
 WRITERS = 8
 
 CREDENTIALS = ("api_key", "session", "admin_token")

@@ -1,5 +1,5 @@
 """``GET /api/memory/spaces`` and the HTTP client store over it: the spaces a credential may
-read that exist, with their usage (issue 11, finding 6: no command listed the spaces)."""
+read that exist, with their usage."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``keepstone admin list-orgs|list-users|list-keys|revoke-key`` on the server's database
-(issue 11, finding 6): the same use-cases as the admin API's lists, one JSON object out."""
+"""``keepstone admin list-orgs|list-users|list-keys|revoke-key`` on the server's database:
+the same use-cases as the admin API's lists, one JSON object out."""
 
 from __future__ import annotations
 

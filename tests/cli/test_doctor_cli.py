@@ -1,6 +1,5 @@
 """``keepstone doctor``: one line per check, exit 1 on a FAIL, and the local store's usage
-recounted after hand edits (issue 11, finding 6: ``du`` stayed stale with no way to
-recount)."""
+recounted after hand edits, so that ``du`` does not stay stale."""
 
 from __future__ import annotations
 

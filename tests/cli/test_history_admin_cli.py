@@ -1,4 +1,4 @@
-"""The operator's side of document history (issue 14): ``keepstone admin set-history``,
+"""The operator's side of document history: ``keepstone admin set-history``,
 ``keepstone db prune-history``, and the history line of ``keepstone memory du``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CLI never surprises a newcomer (issue 11, findings 1, 2, 3, 4 and 6).
+"""The CLI never surprises a newcomer.
 
 Each test drives ``keepstone`` as a new user would: in-process through ``cli.main.main``
 on a real local store in a temporary ``KEEPSTONE_HOME``, or as a real subprocess where the
@@ -50,7 +50,7 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-# --- Finding 1: the default visibility is named when it is the problem ----------------------
+# --- The default visibility is named when it is the problem -------------------------------------
 
 
 def test_a_missing_bot_says_the_default_visibility_is_the_problem(
@@ -88,7 +88,7 @@ def test_mcp_without_a_bot_names_the_default_too(
     assert code == 2 and "defaults to --visibility bot" in err
 
 
-# --- Finding 2: a project is a name, or a directory spelled as one ---------------------------
+# --- A project is a name, or a directory spelled as one -----------------------------------------
 
 
 def test_a_project_name_reaches_the_same_space_from_any_directory(
@@ -170,7 +170,7 @@ def test_run_takes_a_project_name_or_directory(home: Path) -> None:
         ref_for("--project", "./nope")
 
 
-# --- Finding 3: an empty listing says which space it looked at ------------------------------
+# --- An empty listing says which space it looked at ---------------------------------------------
 
 
 def test_an_empty_listing_names_the_space_on_stderr(
@@ -198,7 +198,7 @@ def test_a_search_without_hits_names_the_space(
     assert err.startswith("no matches in bot space 'default'") and "keepstone memory spaces" in err
 
 
-# --- Finding 4: put never waits at a terminal, never empties a note by accident --------------
+# --- put never waits at a terminal, never empties a note by accident ----------------------------
 
 
 def test_put_at_a_terminal_refuses_at_once(home: Path, tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_empty_content_does_not_replace_a_note(home: Path, tmp_path: Path) -> No
     assert both.returncode == 2 and b"--empty" in both.stderr
 
 
-# --- Finding 6: suggestions, --token without a server, import's total and --quiet ------------
+# --- Suggestions, --token without a server, import's total and --quiet --------------------------
 
 
 def _subparser(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """``keepstone serve``'s start: a bad port, a port in use and a SQLite database in a missing
-directory are each one line, before anything says "listening" (issue 11, finding 5).
+directory are each one line, before anything says "listening".
 
 The port cases run the real ``keepstone serve`` in a subprocess; the database rule is held
 in-process too, through ``keepstone db upgrade``, which opens the database the same way.

@@ -1,4 +1,4 @@
-"""``keepstone memory spaces``: the local tree's spaces with their usage (issue 11, finding 6)."""
+"""``keepstone memory spaces``: the local tree's spaces with their usage."""
 
 from __future__ import annotations
 

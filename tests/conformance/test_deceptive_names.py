@@ -1,6 +1,6 @@
 """SPEC §11 through every store: a path or name that displays as something it is not
 (bidirectional controls, zero-width characters, BOM, look-alike slashes) is refused
-naming the code point, and nothing is written (issue 11, finding 9)."""
+naming the code point, and nothing is written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The history contract (issue 14, docs/history.md), on every adapter that keeps one.
+"""The history contract (docs/history.md), on every adapter that keeps one.
 
 Every write that changes a document's content, every delete, move and import appends a
 version; versions are numbered from 1 per path and never reused; the past is read by

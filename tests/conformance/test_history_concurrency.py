@@ -1,5 +1,5 @@
 """16 concurrent writers on one document keep every acknowledged version exactly once, in
-commit order (issue 14).
+commit order.
 
 Half the writers loop read → write ``if_match`` the etag read (retrying when another
 writer got in first), half write plainly. Every body is unique, so every acknowledged

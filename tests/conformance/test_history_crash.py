@@ -1,5 +1,5 @@
 """Kill -9 mid-write leaves no version without its document, nor a document without its
-version (issue 14).
+version.
 
 A child process writes, deletes and moves documents in a loop; the test SIGKILLs it at a
 random moment, several rounds over the same store. After each round, every document's

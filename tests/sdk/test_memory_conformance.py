@@ -353,7 +353,7 @@ def test_a_closed_memory_refuses_and_the_context_manager_closes(
     assert memory_factory(project="web").read("a.md").content == "a"
 
 
-# --- History (issue 14, docs/history.md) ----------------------------------------------------
+# --- History (docs/history.md) ------------------------------------------------------------------
 #
 # Run on every kind and on sqlite (HISTORY_KINDS). The instants come from the versions
 # themselves (no kind but sqlite lets a test drive the clock): what was current at a version's

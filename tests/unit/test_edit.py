@@ -1,4 +1,4 @@
-"""Edits of a document's text (issue 11): replace one exact occurrence, insert at a line."""
+"""Edits of a document's text: replace one exact occurrence, insert at a line."""
 
 from __future__ import annotations
 

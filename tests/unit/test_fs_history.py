@@ -1,5 +1,5 @@
-"""The filesystem store's history (issue 14, ``keepstone.store.fs_history``): versions beside
-the plain tree, hand edits picked up, crash safety, retention."""
+"""The filesystem store's history (``keepstone.store.fs_history``): versions beside the plain
+tree, hand edits picked up, crash safety, retention."""
 
 from __future__ import annotations
 

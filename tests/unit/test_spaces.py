@@ -182,7 +182,7 @@ def test_lone_surrogates_are_refused(surrogate: int, field: str) -> None:
     assert info.value.details["field"] == field
 
 
-# --- project_key: a project is a name, or a directory spelled as one (issue 11, finding 2) ---
+# --- project_key: a project is a name, or a directory spelled as one ----------------------------
 
 
 def test_project_key_takes_a_bare_word_as_a_name_even_where_such_a_folder_exists(

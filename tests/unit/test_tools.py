@@ -547,7 +547,7 @@ def test_move_and_delete(tools: MemoryTools) -> None:
     assert tools.dispatch("memory_list", {}).data == {"documents": [], "next_cursor": None}
 
 
-# --- memory_history and the as-of view (issue 14) -------------------------------------------
+# --- memory_history and the as-of view ----------------------------------------------------------
 #
 # On a SQL store (SQLite in tmp_path), which keeps history, with a clock the test moves.
 

@@ -1,7 +1,7 @@
-"""The UI's history pages in-process, on SQLite and PostgreSQL (issue 14, docs/ui.md
-"History"): the list of a document's versions, a version rendered and raw, a diff between
-two versions, restoring one, the refusals of a restore shown next to its control, a deleted
-document's history, and hostile content inert in a version and in a diff."""
+"""The UI's history pages in-process, on SQLite and PostgreSQL (docs/ui.md "History"): the
+list of a document's versions, a version rendered and raw, a diff between two versions,
+restoring one, the refusals of a restore shown next to its control, a deleted document's
+history, and hostile content inert in a version and in a diff."""
 
 from __future__ import annotations
 
