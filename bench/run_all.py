@@ -31,6 +31,7 @@ BENCH = Path(__file__).resolve().parent
 #: Quick arguments per script (one or more runs each); the order they run in.
 QUICK: dict[str, list[list[str]]] = {
     "bench_secrets.py": [[]],
+    "bench_cli.py": [["--runs", "5"]],
     "bench_store.py": [["--small-count", "300", "--large-count", "50"]],
     "bench_write_cost.py": [["--docs", "300", "--rounds", "2"]],
     "bench_records.py": [["--sizes", "10000"]],

@@ -1,6 +1,8 @@
 """The CLI's start loads no SQL stack: building the parser (``keepstone --help``, a
 ``--server`` command's start) imports neither SQLAlchemy nor a store, which the commands
-that use them import when they run (docs/performance.md, "The CLI's start")."""
+that use them import when they run; and the commands on the plain tree (the filesystem
+store) run without SQLAlchemy or numpy, which only a search needs there
+(docs/performance.md, "The CLI's start")."""
 
 from __future__ import annotations
 
@@ -51,3 +53,27 @@ def test_a_local_command_still_finds_its_store() -> None:
         "spaces_for(argparse.Namespace(server=None, token=None))"
     )
     assert _loaded_after(code)["keepstone.store.fs"] is True
+
+
+def test_commands_on_the_plain_tree_load_no_sql_engine_and_no_numpy() -> None:
+    # Every command an agent's hook runs on the local tree, but search, in one process.
+    code = """
+import os, sys, tempfile, io, contextlib
+os.environ['KEEPSTONE_HOME'] = tempfile.mkdtemp()
+from keepstone.cli.main import main
+space = ['--bot', 'b']
+runs = [
+    ['put', 'a.md'], ['cat', 'a.md'], ['ls'], ['du'], ['log', 'a.md'], ['recent'],
+    ['mv', 'a.md', 'b.md'], ['show', 'b.md', '--version', '1'], ['spaces'], ['rm', 'b.md'],
+]
+with contextlib.redirect_stdout(io.StringIO()):
+    codes = [main(['memory', *run, *space] if run[0] != 'spaces' else ['memory', 'spaces'])
+             for run in runs]
+assert codes == [0] * len(runs), codes
+print(sorted(m for m in ('sqlalchemy', 'numpy', 'keepstone.store.sql') if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], input="# notes\n", capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

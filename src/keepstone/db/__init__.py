@@ -2,8 +2,10 @@
 
 The bottom layer: it imports nothing of Keepstone's but :mod:`keepstone.errors`.
 
-* :mod:`keepstone.db.engine`: engines, transactions, driver errors, point reads, claims.
+* :mod:`keepstone.db.files`: what a database file needs before any engine (SQLite's WAL
+  mode, whether an error says the disk is full), without SQLAlchemy.
 * :mod:`keepstone.db.durability`: SQLite's writers' turn and the shared fsync of its WAL.
+* :mod:`keepstone.db.engine`: engines, transactions, driver errors, point reads, claims.
 * :mod:`keepstone.db.migrations`: each component's ordered migrations, recorded in
   ``keepstone_migrations``.
 * :mod:`keepstone.db.statistics`: ``ANALYZE`` after a bulk change, on PostgreSQL.
@@ -13,74 +15,111 @@ The bottom layer: it imports nothing of Keepstone's but :mod:`keepstone.errors`.
   those blobs, its HNSW indexes and their queries; the documents' and the records'
   stores both use it.
 
-The public names of the first four are re-exported here, so that a caller writes
-``from keepstone.db import write_transaction``; the last two (numpy) are imported from
-their own modules, so that what needs only a transaction does not load them.
+The public names of the first five are re-exported here, so that a caller writes
+``from keepstone.db import write_transaction``. Each is loaded on first use, from the module
+that defines it: what needs only :mod:`keepstone.db.files` (the filesystem store) loads no
+SQLAlchemy, and the last two (numpy) are imported from their own modules.
 """
 
-from keepstone.db.durability import (
-    SqliteWriters,
-    WalSync,
-    enter_wal,
-    made_durable,
-    sqlite_writers,
-    syncs_deferred,
-    wal_sync,
-)
-from keepstone.db.engine import (
-    DISK_FULL_MESSAGE,
-    PointRead,
-    as_sqlalchemy,
-    begin_immediate,
-    begins_immediate,
-    claim_rows,
-    driver_cursor,
-    is_disk_full,
-    make_engine,
-    normalize_url,
-    on_pooled,
-    read_statements,
-    read_transaction,
-    sqlite_path,
-    translated_errors,
-    utc,
-    utcnow,
-    validate_schema_name,
-    write_transaction,
-)
-from keepstone.db.migrations import Migration, Steps, applied_versions, upgrade
-from keepstone.db.statistics import refresh_statistics
+from __future__ import annotations
 
-__all__ = [
-    "DISK_FULL_MESSAGE",
-    "Migration",
-    "Steps",
-    "PointRead",
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # "X as X" marks each name exported, as __all__ is built, not literal
+    from keepstone.db.durability import SqliteWriters as SqliteWriters
+    from keepstone.db.durability import WalSync as WalSync
+    from keepstone.db.durability import made_durable as made_durable
+    from keepstone.db.durability import sqlite_writers as sqlite_writers
+    from keepstone.db.durability import syncs_deferred as syncs_deferred
+    from keepstone.db.durability import wal_sync as wal_sync
+    from keepstone.db.engine import PointRead as PointRead
+    from keepstone.db.engine import as_sqlalchemy as as_sqlalchemy
+    from keepstone.db.engine import begin_immediate as begin_immediate
+    from keepstone.db.engine import begins_immediate as begins_immediate
+    from keepstone.db.engine import claim_rows as claim_rows
+    from keepstone.db.engine import driver_cursor as driver_cursor
+    from keepstone.db.engine import make_engine as make_engine
+    from keepstone.db.engine import normalize_url as normalize_url
+    from keepstone.db.engine import on_pooled as on_pooled
+    from keepstone.db.engine import read_statements as read_statements
+    from keepstone.db.engine import read_transaction as read_transaction
+    from keepstone.db.engine import sqlite_path as sqlite_path
+    from keepstone.db.engine import translated_errors as translated_errors
+    from keepstone.db.engine import utc as utc
+    from keepstone.db.engine import utcnow as utcnow
+    from keepstone.db.engine import validate_schema_name as validate_schema_name
+    from keepstone.db.engine import write_transaction as write_transaction
+    from keepstone.db.files import DISK_FULL_MESSAGE as DISK_FULL_MESSAGE
+    from keepstone.db.files import enter_wal as enter_wal
+    from keepstone.db.files import is_disk_full as is_disk_full
+    from keepstone.db.migrations import Migration as Migration
+    from keepstone.db.migrations import Steps as Steps
+    from keepstone.db.migrations import applied_versions as applied_versions
+    from keepstone.db.migrations import upgrade as upgrade
+    from keepstone.db.statistics import refresh_statistics as refresh_statistics
+
+# The names loaded on first use, by the module that defines them.
+_FILES = ("DISK_FULL_MESSAGE", "enter_wal", "is_disk_full")
+_DURABILITY = (
     "SqliteWriters",
     "WalSync",
-    "applied_versions",
+    "made_durable",
+    "sqlite_writers",
+    "syncs_deferred",
+    "wal_sync",
+)
+_ENGINE = (
+    "PointRead",
     "as_sqlalchemy",
     "begin_immediate",
     "begins_immediate",
     "claim_rows",
     "driver_cursor",
-    "enter_wal",
-    "is_disk_full",
-    "made_durable",
     "make_engine",
     "normalize_url",
     "on_pooled",
     "read_statements",
     "read_transaction",
-    "refresh_statistics",
     "sqlite_path",
-    "sqlite_writers",
-    "syncs_deferred",
     "translated_errors",
-    "upgrade",
     "utc",
     "utcnow",
     "validate_schema_name",
-    "wal_sync",
     "write_transaction",
-]
+)
+_MIGRATIONS = ("Migration", "Steps", "applied_versions", "upgrade")
+
+#: Spelled from the tuples above, so each name is written once; refresh_statistics is its own.
+__all__ = [*_FILES, *_DURABILITY, *_ENGINE, *_MIGRATIONS, "refresh_statistics"]
+
+
+def __getattr__(name: str) -> Any:
+    # Plain imports (PEP 562), which the import contracts see: each module is loaded the
+    # first time one of its names is.
+    value: Any
+    if name in _FILES:
+        from keepstone.db import files
+
+        value = getattr(files, name)
+    elif name in _DURABILITY:
+        from keepstone.db import durability
+
+        value = getattr(durability, name)
+    elif name in _ENGINE:
+        from keepstone.db import engine
+
+        value = getattr(engine, name)
+    elif name in _MIGRATIONS:
+        from keepstone.db import migrations
+
+        value = getattr(migrations, name)
+    elif name == "refresh_statistics":
+        from keepstone.db.statistics import refresh_statistics as value
+    else:
+        raise AttributeError(f"module 'keepstone.db' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

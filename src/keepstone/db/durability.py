@@ -6,8 +6,6 @@
 * :class:`WalSync` (one per engine: :func:`wal_sync`): the fsync that makes commits made
   at ``synchronous=NORMAL`` durable, run after the commit, outside the writers' turn,
   and shared by the writers that wait for it at the same time.
-* :func:`enter_wal` puts a SQLite file in WAL mode, waiting out the others that open a new
-  file at the same time.
 * :func:`made_durable` syncs after a durable write (``keepstone.db.write_transaction``);
   :func:`syncs_deferred` hands the sync to a caller on an event loop instead.
 
@@ -23,7 +21,6 @@ import contextvars
 import fcntl
 import os
 import queue
-import sqlite3
 import threading
 import time
 import urllib.parse
@@ -35,35 +32,6 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.errors import StoreUnavailable
-
-
-def enter_wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Put the SQLite file ``conn`` opened in WAL mode, waiting up to ``timeout`` seconds.
-
-    Converting a file to WAL takes it whole, and SQLite runs no busy handler for that: of
-    several processes or threads opening a new file at once, one converts it and another
-    was refused at once with "database is locked", whatever its busy timeout. So the mode
-    is read first (a file already in WAL, every open but the first, takes no lock for it)
-    and a refused conversion is tried again, with a growing pause, until ``timeout``. A
-    database that has no WAL (in memory) keeps the mode SQLite answers."""
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY:
-                raise
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
-#: SQLite's primary result codes of a lock held by another connection.
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 class SqliteWriters:

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import re
@@ -33,7 +32,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine
 
-from keepstone.db.durability import SqliteWriters, enter_wal, made_durable, sqlite_writers
+from keepstone.db.durability import SqliteWriters, made_durable, sqlite_writers
+from keepstone.db.files import DISK_FULL_MESSAGE, enter_wal, is_disk_full
 from keepstone.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 
 T = TypeVar("T")
@@ -465,36 +465,6 @@ class PointRead:
         )
         self._compiled[dialect.name] = done
         return done
-
-
-#: PostgreSQL's SQLSTATE for "disk full" (class 53, insufficient resources).
-_PG_DISK_FULL = "53100"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (a driver's error, SQLAlchemy's wrapping one, or an OSError) says
-    the disk that holds the data is full: SQLite's ``SQLITE_FULL``, PostgreSQL's
-    ``disk_full``, ``ENOSPC`` or ``EDQUOT``."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if getattr(current, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-            return True
-        if getattr(current, "sqlstate", None) == _PG_DISK_FULL:
-            return True
-        orig = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else current.__cause__
-    return False
-
-
-#: The refusal of a write on a full disk (SPEC: reads and deletes keep working).
-DISK_FULL_MESSAGE = (
-    "the disk that holds the database is full: writes are refused until space is freed "
-    "there; reads, searches and deletes go on"
-)
 
 
 @contextlib.contextmanager

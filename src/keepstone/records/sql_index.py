@@ -29,7 +29,8 @@ from keepstone.db import read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
 from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
 from keepstone.records.store import PendingRecord
-from keepstone.search.claim import EmbeddingClaim, EmbeddingTable
+from keepstone.search.claim import EmbeddingClaim
+from keepstone.search.embedding_table import EmbeddingTable
 
 _TS = sa.DateTime(timezone=True)
 R = records

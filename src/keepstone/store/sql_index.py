@@ -34,7 +34,8 @@ from keepstone.db import (
 from keepstone.db.vectors import Float32Array as FloatVector
 from keepstone.errors import InsufficientStorage, InvalidSpaceRef
 from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
-from keepstone.search.claim import EmbeddingClaim, EmbeddingTable
+from keepstone.search.claim import EmbeddingClaim
+from keepstone.search.embedding_table import EmbeddingTable
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
