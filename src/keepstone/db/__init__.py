@@ -23,6 +23,7 @@ SQLAlchemy, and the last two (numpy) are imported from their own modules.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # "X as X" marks each name exported, as __all__ is built, not literal
@@ -94,31 +95,23 @@ __all__ = [*_FILES, *_DURABILITY, *_ENGINE, *_MIGRATIONS, "refresh_statistics"]
 
 
 def __getattr__(name: str) -> Any:
-    # Plain imports (PEP 562), which the import contracts see: each module is loaded the
-    # first time one of its names is.
-    value: Any
+    # Plain imports (PEP 562), which the import contracts see: the module that defines
+    # ``name`` is loaded the first time one of its names is asked for.
+    home: ModuleType
     if name in _FILES:
-        from keepstone.db import files
-
-        value = getattr(files, name)
+        from keepstone.db import files as home
     elif name in _DURABILITY:
-        from keepstone.db import durability
-
-        value = getattr(durability, name)
+        from keepstone.db import durability as home
     elif name in _ENGINE:
-        from keepstone.db import engine
-
-        value = getattr(engine, name)
+        from keepstone.db import engine as home
     elif name in _MIGRATIONS:
-        from keepstone.db import migrations
-
-        value = getattr(migrations, name)
+        from keepstone.db import migrations as home
     elif name == "refresh_statistics":
-        from keepstone.db.statistics import refresh_statistics as value
+        from keepstone.db import statistics as home
     else:
         raise AttributeError(f"module 'keepstone.db' has no attribute {name!r}")
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+    found = globals()[name] = getattr(home, name)  # the next lookup is a plain attribute
+    return found
 
 
 def __dir__() -> list[str]:
