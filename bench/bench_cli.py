@@ -26,12 +26,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent / "src"
 SPACE = ("--bot", "bench")
-#: (label, argv after ``keepstone``, stdin)
+#: (label, argv after ``keepstone``, stdin); the put also writes the note the others read.
+PUT = ("memory put", ("memory", "put", "notes/a.md", *SPACE), b"# notes\nthe next step\n")
 COMMANDS: tuple[tuple[str, tuple[str, ...], bytes], ...] = (
     ("--version", ("--version",), b""),
     ("memory cat", ("memory", "cat", "notes/a.md", *SPACE), b""),
     ("memory ls", ("memory", "ls", *SPACE), b""),
-    ("memory put", ("memory", "put", "notes/a.md", *SPACE), b"# notes\nthe next step\n"),
+    PUT,
     ("memory log", ("memory", "log", "notes/a.md", *SPACE), b""),
 )
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         homes = {src: Path(tmp) / f"home{i}" for i, src in enumerate(trees)}
         for src in trees:  # the note, then one warm-up run of each command
-            for _, command, stdin in (COMMANDS[3], *COMMANDS):
+            for _, command, stdin in (PUT, *COMMANDS):
                 run_once(src, homes[src], command, stdin)
         for turn in range(args.runs):
             for src in trees if turn % 2 == 0 else trees[::-1]:

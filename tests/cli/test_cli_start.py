@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+from tests.cli_runner import keepstone_env
 
 HEAVY = (
     "sqlalchemy",
@@ -55,25 +58,29 @@ def test_a_local_command_still_finds_its_store() -> None:
     assert _loaded_after(code)["keepstone.store.fs"] is True
 
 
-def test_commands_on_the_plain_tree_load_no_sql_engine_and_no_numpy() -> None:
+def test_commands_on_the_plain_tree_load_no_sql_engine_and_no_numpy(tmp_path: Path) -> None:
     # Every command an agent's hook runs on the local tree, but search, in one process.
     code = """
-import os, sys, tempfile, io, contextlib
-os.environ['KEEPSTONE_HOME'] = tempfile.mkdtemp()
+import sys, io, contextlib
 from keepstone.cli.main import main
 space = ['--bot', 'b']
 runs = [
-    ['put', 'a.md'], ['cat', 'a.md'], ['ls'], ['du'], ['log', 'a.md'], ['recent'],
-    ['mv', 'a.md', 'b.md'], ['show', 'b.md', '--version', '1'], ['spaces'], ['rm', 'b.md'],
+    ['put', 'a.md', *space], ['cat', 'a.md', *space], ['ls', *space], ['du', *space],
+    ['log', 'a.md', *space], ['recent', *space], ['mv', 'a.md', 'b.md', *space],
+    ['show', 'b.md', '--version', '1', *space], ['spaces'], ['rm', 'b.md', *space],
 ]
 with contextlib.redirect_stdout(io.StringIO()):
-    codes = [main(['memory', *run, *space] if run[0] != 'spaces' else ['memory', 'spaces'])
-             for run in runs]
+    codes = [main(['memory', *run]) for run in runs]
 assert codes == [0] * len(runs), codes
 print(sorted(m for m in ('sqlalchemy', 'numpy', 'keepstone.store.sql') if m in sys.modules))
 """
     done = subprocess.run(
-        [sys.executable, "-c", code], input="# notes\n", capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        input="# notes\n",
+        env=keepstone_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
