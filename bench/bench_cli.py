@@ -1,11 +1,12 @@
 """How long a ``keepstone memory`` command takes on the plain tree (the filesystem store, the
 local default), from the start of its process to its exit: what an agent's hook pays on
 every call. Prints the median wall time and the process's CPU (user + system) per command,
-and with ``--src``, the same for another checkout's code side by side, the trees taking
+and with ``--baseline SRC`` (as ``bench_freshness.py`` takes it), the same for another
+checkout's code side by side, the trees taking
 turns run by run, and the ratio.
 
     .venv/bin/python bench/bench_cli.py
-    .venv/bin/python bench/bench_cli.py --src ../other-checkout/src --runs 30
+    .venv/bin/python bench/bench_cli.py --baseline ../other-checkout/src --runs 30
 
 Each tree runs as ``python -m keepstone.cli.main`` with its ``src`` first on ``PYTHONPATH``,
 in a home of its own holding one note, after one warm-up run of each command (which
@@ -68,10 +69,12 @@ def _children_cpu() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", type=Path, help="another checkout's src, run beside this one")
+    parser.add_argument("--baseline", type=Path, help="another checkout's src, run beside this one")
     parser.add_argument("--runs", type=int, default=20, help="runs of each command per tree")
     args = parser.parse_args(argv)
-    trees = [HERE] + ([args.src.resolve()] if args.src else [])
+    if args.baseline and args.baseline.resolve() == HERE:
+        parser.error("--baseline is this checkout's own src: give another checkout's")
+    trees = [HERE] + ([args.baseline.resolve()] if args.baseline else [])
     figures: dict[tuple[Path, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         homes = {src: Path(tmp) / f"home{i}" for i, src in enumerate(trees)}
