@@ -15,18 +15,15 @@ from tests.conftest import require_chromium
 
 __all__ = ["app", "browser", "client", "database_url", "world", "ui_headers"]
 
-#: Debian's Chromium, which the browser tests drive (no browser is ever downloaded).
-CHROMIUM = "/usr/bin/chromium"
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """A headless Chromium (Playwright) for the module's browser tests."""
-    require_chromium(CHROMIUM)
+    binary = require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = p.chromium.launch(executable_path=binary, args=["--no-sandbox"])
         try:
             yield launched
         finally:

@@ -1,5 +1,6 @@
 """The UI in a real headless Chromium against a real ``keepstone serve``, on SQLite and
-PostgreSQL (Playwright for Python driving Debian's /usr/bin/chromium; no browser is ever
+PostgreSQL (Playwright for Python driving Debian's Chromium headless shell, or its full
+Chromium where only that is installed: ``tests.conftest.BROWSERS``; no browser is ever
 downloaded).
 
 One browser per module; each test has its own context (its own cookies) and pages that
@@ -29,7 +30,6 @@ from tests.serving import keepstone_serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
 ADMIN_TOKEN = "ui-admin-token-0123456789abcdefghijkl"
 SERVICE_TOKEN = "ui-service-token-0123456789abcdefghij"
 PASSWORD = "correct horse battery"
@@ -56,7 +56,7 @@ class Site:
 def site(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A real ``keepstone serve`` with an org (quota :data:`QUOTA`, a plan with team memory),
     a team, its org owner, a member, and a super-admin."""
-    require_chromium(CHROMIUM)
+    require_chromium()
     env = dict(os.environ)
     env.update(
         KEEPSTONE_HOME=str(tmp_path_factory.mktemp("home")),

@@ -25,7 +25,6 @@ import pytest
 from tests.conftest import require_chromium
 from tests.pgvector_server import free_port
 from tests.serving import keepstone_serve, serve_env
-from tests.web.conftest import CHROMIUM
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -36,7 +35,7 @@ PASSWORD = "attacker's own password"
 @pytest.fixture(scope="module")
 def keepstone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A real ``keepstone serve`` on SQLite with the attacker's account: (base URL, email)."""
-    require_chromium(CHROMIUM)
+    require_chromium()
     home = tmp_path_factory.mktemp("home")
     env = serve_env(home, ADMIN_TOKEN, KEEPSTONE_INDEXER="off")
     log = tmp_path_factory.mktemp("log") / "serve.log"
