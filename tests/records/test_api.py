@@ -548,6 +548,42 @@ def test_the_app_s_lifespan_runs_the_purge(engine: Engine, creds: Creds) -> None
     w.records.delete(w.principal(w.owner, CredentialKind.SESSION), w.team_id, after)
 
 
+def test_stopping_lets_a_purge_under_way_finish() -> None:
+    """The purge's work runs in a thread that a cancel cannot stop: leaving ``purging``
+    waits for a round under way (else it would go on deleting after the app has stopped,
+    on an engine the lifespan closes next), and starts no further chore."""
+    import asyncio
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from keepstone.api.routes.records import purging
+
+    started, rounds = threading.Event(), []
+
+    def slow_purge() -> int:
+        started.set()
+        time.sleep(0.3)
+        rounds.append("records")
+        return 0
+
+    def prune() -> int:
+        rounds.append("history")
+        return 0
+
+    bare = FastAPI()
+    bare.state.settings = SimpleNamespace(records_purge_interval=0.01)
+    bare.state.records = SimpleNamespace(purge_expired=slow_purge)
+    bare.state.admin = SimpleNamespace(prune_history=prune)
+
+    async def stop_mid_round() -> None:
+        async with purging(bare):
+            assert await asyncio.to_thread(started.wait, 10)
+
+    asyncio.run(stop_mid_round())
+    assert rounds == ["records"]  # the round under way finished; the next chore did not start
+
+
 def test_openapi_lists_the_routes(app: FastAPI) -> None:
     paths = app.openapi()["paths"]
     for path in (

@@ -102,29 +102,45 @@ async def purging(app: FastAPI) -> AsyncIterator[None]:
     """Purge expired records and prune old document history periodically
     (``KEEPSTONE_RECORDS_PURGE_INTERVAL`` seconds, default 3600; 0 turns it off) while the
     app runs: a part of the app's lifespan (``keepstone.api.app.app_for``), so this router
-    has none of its own and its routes can be the app's own."""
-    task = asyncio.create_task(purge_periodically(app))
+    has none of its own and its routes can be the app's own.
+
+    On the way out a round under way is let finish, not cancelled: its work runs in a
+    thread that a cancel would not stop, so it could go on deleting after the app has
+    stopped, on an engine the lifespan is about to close."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(purge_periodically(app, stop=stop))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await task
 
 
-async def purge_periodically(app: FastAPI, interval: float | None = None) -> None:
+async def purge_periodically(
+    app: FastAPI, interval: float | None = None, *, stop: asyncio.Event | None = None
+) -> None:
     """Every ``interval`` seconds, run :meth:`RecordService.purge_expired` and
-    :meth:`AdminService.prune_history` (versions past each team's ``history_days``)."""
+    :meth:`AdminService.prune_history` (versions past each team's ``history_days``), until
+    ``stop`` is set (between chores: one under way finishes first) or the task is cancelled."""
     if interval is None:
         interval = app.state.settings.records_purge_interval
     if interval <= 0:
         return
-    while True:
-        await asyncio.sleep(interval)
+    stop = stop or asyncio.Event()
+    while not await _set_within(stop, interval):
         for component, method, done, failed in _CHORES:
             service = getattr(app.state, component, None)
-            if service is not None:
+            if service is not None and not stop.is_set():
                 await _chore(getattr(service, method), done, failed)
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` is set within ``seconds``."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 #: The periodic chores: the component on ``app.state``, its method, what is logged when it
