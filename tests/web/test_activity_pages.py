@@ -98,3 +98,16 @@ def test_a_bad_filter_is_refused_next_to_its_field(client: TestClient, world: Wo
     assert status == 400
     assert 'id="activity-error"' in body and "since" in body
     assert 'aria-invalid="true"' in body
+
+
+def test_a_query_naming_no_space_is_refused_with_why(client: TestClient, world: World) -> None:
+    """Space fields that name no space (a project space without its project, a project
+    without a name) are a 400 saying which field is missing, with no link to that space."""
+    for fields, said in (
+        ({"name": SPACE["name"]}, "requires project"),
+        ({"project": SPACE["project"]}, "name must be"),
+    ):
+        status, body = _page(client, world, **fields)
+        assert status == 400, body[-500:]
+        assert 'id="activity-error"' in body and said in body
+        assert f"/t/{world.team_id}/space?" not in body

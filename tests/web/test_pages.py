@@ -237,14 +237,22 @@ def test_refusals_show_the_service_message_next_to_the_field(
         client, f"/t/{world.team_id}/rename", world, {**SPACE, "path": "seed.md", "to": "no-suffix"}
     )
     assert r.status_code == 422 and 'id="to-error"' in r.text
-    r = post_form(
-        client,
-        f"/t/{world.team_id}/import",
-        world,
-        {**SPACE, "strategy": "skip"},
-        files={"archive": ("x.tar.gz", b"not gzip", "application/gzip")},
-    )
-    assert r.status_code == 422 and 'id="archive-error"' in r.text
+    # An archive that is not one: refused next to its field. A form naming no space (no
+    # name, or a project space without its project): the error page says which field is
+    # missing, as a page asked for no space does.
+    for fields, status, said in (
+        (SPACE, 422, 'id="archive-error"'),
+        ({"project": "p1"}, 400, "name must be"),
+        ({"name": "n"}, 400, "requires project"),
+    ):
+        r = post_form(
+            client,
+            f"/t/{world.team_id}/import",
+            world,
+            {**fields, "strategy": "skip"},
+            files={"archive": ("x.tar.gz", b"not gzip", "application/gzip")},
+        )
+        assert r.status_code == status and said in r.text, r.text[-800:]
     r = post_form(
         client,
         f"/t/{world.team_id}/edit",

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from keepstone.activity import ACTOR_KINDS, Change
 from keepstone.errors import BadRequest
+from keepstone.spaces import SpaceRef
 from keepstone.web.core import UiRoute, page, signed_in, url
 from keepstone.web.pages import spaces_of
 from keepstone.web.spaces import fields_of, label_fields, ref_of, space_fields
@@ -68,12 +69,10 @@ def activity_page(request: Request, team_id: str) -> Response:
         "since": query.get("since", ""),
         "actor_kind": query.get("actor_kind", ""),
     }
-    error = None
+    error, next_cursor, ref = None, None, None
     changes: list[dict[str, Any]] = []
-    next_cursor = None
     try:
         ref = ref_of(who, space) if space else None
-        space = {} if ref is None else fields_of(ref)
         found = service.recent(
             who,
             ref,
@@ -86,9 +85,10 @@ def activity_page(request: Request, team_id: str) -> Response:
         error = exc.message
     else:
         next_cursor = found.next_cursor
-        for c in found.changes:
-            fields = fields_of(ref) if ref is not None else fields_of_id(c.space_id)
-            changes.append({"c": c, "space": fields, "link": change_link(team_id, c, fields)})
+        changes = [_row(team_id, ref, c) for c in found.changes]
+    # The space the page is of, named from its ref: none where the query's fields named no
+    # space (the page says why).
+    space = {} if ref is None else fields_of(ref)
     older = None
     if next_cursor:
         older = url(
@@ -110,6 +110,12 @@ def activity_page(request: Request, team_id: str) -> Response:
         older=older,
         error=error,
     )
+
+
+def _row(team_id: str, ref: SpaceRef | None, c: Change) -> dict[str, Any]:
+    """One change as the page shows it: the change, its space's fields and its link."""
+    fields = fields_of(ref) if ref is not None else fields_of_id(c.space_id)
+    return {"c": c, "space": fields, "link": change_link(team_id, c, fields)}
 
 
 def _id_key(fields: dict[str, str]) -> str:

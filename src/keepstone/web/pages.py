@@ -422,23 +422,26 @@ async def import_upload(request: Request, team_id: str) -> Response:
     strategy = text(form, "strategy", "skip")
     archive = upload(form, "archive")
     service = spaces_of(request)
+    ref: SpaceRef | None = None
     try:
-        ref = ref_of(who, space)
+        ref = named = ref_of(who, space)
         how = parse_import_strategy(strategy)
         if archive is None or not archive.filename:
             raise InvalidRequest("choose a .tar.gz file to upload", field="archive")
         file = archive.file
-        report = await off_loop(lambda: service.import_archive(who, ref, file, how))
+        report = await off_loop(lambda: service.import_archive(who, named, file, how))
     except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
+        if ref is None:  # the form named no space: there is no upload form to show again
+            raise
         return page(
-            request, "import.html", exc.status, space=space,
+            request, "import.html", exc.status, space=fields_of(ref),
             error=exc.message, strategy=strategy, report=None,
         )  # fmt: skip
     finally:
         await form.close()  # the upload's spooled file
     return page(
-        request, "import.html", space=space, error=None,
+        request, "import.html", space=fields_of(named), error=None,
         strategy=strategy, report=report,
     )  # fmt: skip
