@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fastapi.testclient import TestClient
+
 from keepstone.principal import CredentialKind, Principal
 from tests.api.world import PASSWORD, SEED_PATH, SPACE, World, tarball, unique
 
@@ -328,3 +330,33 @@ ROWS: list[UiRow] = [
 def ui_routes() -> set[tuple[str, str]]:
     """The (method, path) of every row: what tests/api/test_policy.py leaves to this table."""
     return {(row.method, row.path) for row in ROWS}
+
+
+def send(
+    client: TestClient, world: World, row: UiRow, cred: str, req: UiReq | None = None
+) -> tuple[int, str, str]:
+    """``row``'s request (or ``req``, one of its route's) as ``cred`` sends it: status,
+    Location and body."""
+    req = req or row.build(world)
+    headers: dict[str, str] = {}
+    data = dict(req.data)
+    if cred == "api_key":
+        headers["Authorization"] = f"Bearer {world.keys['member']}"
+    elif cred != "none":
+        role = "member" if cred == "no_csrf" else cred
+        # A request that ends its session gets a session of its own.
+        cookie, csrf = world.login(role) if row.fresh_session else world.sessions[role]
+        headers["Cookie"] = f"keepstone_session={cookie}; keepstone_csrf={csrf}"
+        if req.method == "POST" and cred != "no_csrf":
+            data["csrf"] = csrf
+    response = client.request(
+        req.method,
+        req.url,
+        params=req.params,
+        data=data or None,
+        files=req.files,
+        headers=headers,
+        follow_redirects=False,
+    )
+    client.cookies.clear()
+    return response.status_code, response.headers.get("location", ""), response.text

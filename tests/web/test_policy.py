@@ -11,7 +11,7 @@ from keepstone import web
 from tests.api.policy import app_routes
 from tests.api.world import World
 from tests.web.conftest import add_outsider
-from tests.web.policy import OK, ROWS, SIGN_IN, UI_CREDENTIALS, UiRow, ui_routes
+from tests.web.policy import OK, ROWS, SIGN_IN, UI_CREDENTIALS, UiRow, send, ui_routes
 
 #: Long: handed out first under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -40,36 +40,10 @@ def test_every_ui_route_is_declared(app: FastAPI) -> None:
     assert not stale, f"UI rows naming no route of the app: {sorted(stale)}"
 
 
-def _request(client: TestClient, world: World, row: UiRow, cred: str) -> tuple[int, str, str]:
-    req = row.build(world)
-    headers: dict[str, str] = {}
-    data = dict(req.data)
-    if cred == "api_key":
-        headers["Authorization"] = f"Bearer {world.keys['member']}"
-    elif cred != "none":
-        role = "member" if cred == "no_csrf" else cred
-        # A request that ends its session gets a session of its own.
-        cookie, csrf = world.login(role) if row.fresh_session else world.sessions[role]
-        headers["Cookie"] = f"keepstone_session={cookie}; keepstone_csrf={csrf}"
-        if req.method == "POST" and cred != "no_csrf":
-            data["csrf"] = csrf
-    response = client.request(
-        req.method,
-        req.url,
-        params=req.params,
-        data=data or None,
-        files=req.files,
-        headers=headers,
-        follow_redirects=False,
-    )
-    client.cookies.clear()
-    return response.status_code, response.headers.get("location", ""), response.text
-
-
 @pytest.mark.parametrize(("row", "cred"), CASES, ids=[f"{r.id}-{c}" for r, c in CASES])
 def test_ui_policy(row: UiRow, cred: str, world: World, client: TestClient) -> None:
     add_outsider(world)
-    status, location, body = _request(client, world, row, cred)
+    status, location, body = send(client, world, row, cred)
     expected = row.expect[cred]
     if expected == OK:
         assert status in (200, 303), (status, body[-500:])
