@@ -27,6 +27,8 @@ import logging
 
 import httpx
 
+from keepstone.errors import InvalidRequest
+
 logger = logging.getLogger("keepstone.http")
 
 #: Seconds a pooled connection may stay idle before the client drops it instead of
@@ -92,3 +94,44 @@ def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
     """The transport of a client of a Keepstone server: ``inner`` (a test's, or a pool of
     real connections idle at most :data:`IDLE_SECONDS`) with :class:`RetryBroken`."""
     return RetryBroken(inner if inner is not None else httpx.HTTPTransport(limits=LIMITS))
+
+
+def server_url(url: str) -> str:
+    """``url`` as the base URL of a client of a Keepstone server (no trailing slash), or
+    :class:`InvalidRequest` naming it: an ``http://`` or ``https://`` URL with a host, in
+    characters a URL can carry. Refused here, before a client is made, a URL holding a
+    control character would otherwise fail in httpx's parser with no word of which
+    setting held it."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        problem = str(exc).rstrip(".")
+    else:
+        if parsed.scheme in ("http", "https") and parsed.host:
+            return url.rstrip("/")
+        problem = "it needs http:// or https:// and a host"
+    raise InvalidRequest(
+        f"the server URL {url!r} cannot be used ({problem}); give one like http://127.0.0.1:8420",
+        field="server",
+    )
+
+
+def visible_ascii(value: str, what: str, field: str) -> str:
+    """``value`` as a request carries it in a header or a URL, or :class:`InvalidRequest`
+    naming ``what``: visible ASCII only (an API key or a team id holds nothing else), where
+    a character outside it would fail as the first request is encoded."""
+    if value and all("!" <= c <= "~" for c in value):
+        return value
+    raise InvalidRequest(
+        f"{what} holds a space, a control character or a letter outside ASCII, which an "
+        "HTTP header cannot carry: copy it again from where it was made",
+        field=field,
+    )
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    """The ``Authorization`` header of API key ``token`` (none without one), checked by
+    :func:`visible_ascii`."""
+    if not token:
+        return {}
+    return {"Authorization": f"Bearer {visible_ascii(token, 'the API key', 'token')}"}

@@ -313,6 +313,25 @@ def test_token_without_a_server_is_a_usage_error(
     assert (code, err) == (0, "")
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--server", "http://127.0.0.1:1\x01"], "the server URL 'http://127.0.0.1:1\\x01'"),
+        (["--server", "127.0.0.1:8420"], "needs http:// or https:// and a host"),
+        (["--server", "http://x", "--token", "kéy"], "the API key holds"),
+        (["--server", "http://x", "--token", "key\r\n"], "the API key holds"),
+    ],
+    ids=["control-character", "no-scheme", "non-ascii-token", "token-with-newline"],
+)
+def test_a_server_url_or_key_no_request_can_carry_is_named(
+    home: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    """Refused before any request, with what to fix: not httpx's parser's traceback."""
+    code, out, err = run_cli(capsys, "memory", "ls", "--bot", "b", *flags)
+    assert code == 1 and out == "", err
+    assert err.startswith("keepstone: invalid_request: ") and said in err, err
+
+
 def test_the_token_comes_from_the_flag_else_the_environment(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -149,3 +149,37 @@ def test_a_serving_process_takes_its_built_app_out_of_the_collectors_view() -> N
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "team", "field"),
+    [
+        ("http://a\x00b", None, None, "server"),
+        ("ftp://x", None, None, "server"),
+        ("http://", None, None, "server"),
+        ("http://x", "kéy", None, "token"),
+        ("http://x", "two words", None, "token"),
+        ("http://x", "key", "team\x1b", "team"),
+    ],
+)
+def test_both_clients_refuse_what_no_request_can_carry(
+    url: str, token: str | None, team: str | None, field: str
+) -> None:
+    """A URL or a value no request can carry is refused as the client is made, naming the
+    setting, where httpx would fail on the first request with no word of which."""
+    for make in (HttpMemoryStore, HttpRecordsSearcher):
+        with pytest.raises(InvalidRequest) as refused:
+            make(url, token, team=team)
+        assert refused.value.details["field"] == field
+
+
+def test_a_team_id_is_one_segment_of_the_search_path() -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx.Response(200, json={"results": []})
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    HttpRecordsSearcher("http://x", "k", team="a/b?c", client=client).search("q", None, None)
+    assert seen == ["/api/teams/a%2Fb%3Fc/memory/search"]

@@ -129,15 +129,13 @@ class HttpMemoryStore(MemoryStore):
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        headers = {"User-Agent": "keepstone-http-store"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = {"User-Agent": "keepstone-http-store", **http_client.bearer(token)}
         if team:
-            headers["X-Keepstone-Team"] = team
+            headers["X-Keepstone-Team"] = http_client.visible_ascii(team, "the team id", "team")
         # Idle connections dropped before the server's keep-alive ends, and a request whose
         # reused connection the server closed under it sent again when that is safe.
         self._client = httpx.Client(
-            base_url=base_url.rstrip("/"),
+            base_url=http_client.server_url(base_url),
             headers=headers,
             timeout=timeout,
             transport=http_client.transport(transport),

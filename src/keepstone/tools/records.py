@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -28,11 +29,10 @@ class HttpRecordsSearcher:
         client: httpx.Client | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._team = team or None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = http_client.server_url(base_url)
+        self._team = http_client.visible_ascii(team, "the team id", "team") if team else None
         self._client = client or httpx.Client(
-            timeout=timeout, headers=headers, transport=http_client.transport()
+            timeout=timeout, headers=http_client.bearer(token), transport=http_client.transport()
         )
 
     def team(self) -> str:
@@ -64,7 +64,7 @@ class HttpRecordsSearcher:
         # A read sent as POST: safe to send again if its connection broke unanswered.
         return self._request(
             "POST",
-            f"/api/teams/{self.team()}/memory/search",
+            f"/api/teams/{quote(self.team(), safe='')}/memory/search",
             json=body,
             extensions={http_client.REPEATABLE: True},
         )
