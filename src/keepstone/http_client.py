@@ -1,7 +1,9 @@
 """The HTTP client of Keepstone's own callers of a Keepstone server (the HTTP store behind
 ``keepstone memory --server`` and the SDK, the records searcher): httpx, its pooled
 connections dropped after :data:`IDLE_SECONDS` idle, and one more try of a request whose
-connection broke before any answer came, when sending it twice is safe.
+connection broke before any answer came, when sending it twice is safe; and the checks of
+what such a client is given (:func:`server_url`, :func:`visible_ascii`), so that a bad
+``--server`` or key is refused by name before any request.
 
 Why: HTTP/1.1 keep-alive has a race no client can rule out. A server closes a connection
 that stayed idle past its keep-alive timeout; a request the client sends on that
@@ -99,9 +101,9 @@ def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
 def server_url(url: str) -> str:
     """``url`` as the base URL of a client of a Keepstone server (no trailing slash), or
     :class:`InvalidRequest` naming it: an ``http://`` or ``https://`` URL with a host, in
-    characters a URL can carry. Refused here, before a client is made, a URL holding a
-    control character would otherwise fail in httpx's parser with no word of which
-    setting held it."""
+    characters a URL can carry. Checked before a client is made: a URL holding a control
+    character would otherwise fail in httpx's parser, with no word of which setting held
+    it."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
