@@ -98,12 +98,11 @@ def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
     return RetryBroken(inner if inner is not None else httpx.HTTPTransport(limits=LIMITS))
 
 
-def server_url(url: str) -> str:
-    """``url`` as the base URL of a client of a Keepstone server (no trailing slash), or
-    :class:`InvalidRequest` naming it: an ``http://`` or ``https://`` URL with a host, in
-    characters a URL can carry. Checked before a client is made: a URL holding a control
-    character would otherwise fail in httpx's parser, with no word of which setting held
-    it."""
+def server_url(url: str, what: str = "the server URL", field: str = "server") -> str:
+    """``url`` as the base URL of a client (no trailing slash), or :class:`InvalidRequest`
+    naming ``what``: an ``http://`` or ``https://`` URL with a host, in characters a URL
+    can carry. Checked before a client is made: a URL holding a control character would
+    otherwise fail in httpx's parser, with no word of which setting held it."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -113,8 +112,8 @@ def server_url(url: str) -> str:
             return url.rstrip("/")
         problem = "it needs http:// or https:// and a host"
     raise InvalidRequest(
-        f"the server URL {url!r} cannot be used ({problem}); give one like http://127.0.0.1:8420",
-        field="server",
+        f"{what} {url!r} cannot be used ({problem}); give one like http://127.0.0.1:8420",
+        field=field,
     )
 
 
@@ -131,9 +130,9 @@ def visible_ascii(value: str, what: str, field: str) -> str:
     )
 
 
-def bearer(token: str | None) -> dict[str, str]:
-    """The ``Authorization`` header of API key ``token`` (none without one), checked by
+def bearer(token: str | None, what: str = "the API key", field: str = "token") -> dict[str, str]:
+    """The ``Authorization`` header of ``token`` (none without one), checked by
     :func:`visible_ascii`."""
     if not token:
         return {}
-    return {"Authorization": f"Bearer {visible_ascii(token, 'the API key', 'token')}"}
+    return {"Authorization": f"Bearer {visible_ascii(token, what, field)}"}

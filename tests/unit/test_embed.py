@@ -202,6 +202,13 @@ def test_open_embedder_by_kind(tmp_path: Path) -> None:
         open_embedder("http", model="m")
     with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_MODEL"):
         open_embedder("http", url="http://127.0.0.1:9")
+    # A URL or key no request can carry: refused by the setting's name, not httpx's traceback.
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_URL 'localhost:9'"):
+        open_embedder("http", url="localhost:9", model="m")
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_URL 'http://a.+ cannot"):
+        open_embedder("http", url="http://a\x01b", model="m")
+    with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_KEY holds"):
+        open_embedder("http", url="http://127.0.0.1:9", model="m", key="kéy")
     with pytest.raises(InvalidRequest, match="not one of minilm, http, none"):
         open_embedder("word2vec")
 

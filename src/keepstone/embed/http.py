@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from keepstone import http_client
 from keepstone.embed.base import DEFAULT_BATCH_SIZE, Vectors, batches, normalise_rows
 from keepstone.errors import StoreUnavailable
 
@@ -52,13 +53,14 @@ class HttpEmbedder:
         batch_size: int = DEFAULT_BATCH_SIZE,
         timeout: httpx.Timeout | None = None,
     ) -> None:
-        self.url = endpoint_url(url)
+        self.url = endpoint_url(
+            http_client.server_url(url, "KEEPSTONE_EMBEDDINGS_URL", "embeddings_url")
+        )
         self.model_id: str = model
         self.batch_size = batch_size
         self._dim: int | None = None
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(
-            headers=headers,
+            headers=http_client.bearer(key, "KEEPSTONE_EMBEDDINGS_KEY", "embeddings_key"),
             timeout=timeout or httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
             # One retry of a connection that failed before anything was sent.
             transport=httpx.HTTPTransport(retries=1),
