@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # "X as X" marks each name exported, as __all__ is built, not
     from keepstone.db.engine import begins_immediate as begins_immediate
     from keepstone.db.engine import claim_rows as claim_rows
     from keepstone.db.engine import driver_cursor as driver_cursor
+    from keepstone.db.engine import lock_waits_at_most as lock_waits_at_most
     from keepstone.db.engine import make_engine as make_engine
     from keepstone.db.engine import normalize_url as normalize_url
     from keepstone.db.engine import on_pooled as on_pooled
@@ -76,6 +77,7 @@ _ENGINE = (
     "begins_immediate",
     "claim_rows",
     "driver_cursor",
+    "lock_waits_at_most",
     "make_engine",
     "normalize_url",
     "on_pooled",

@@ -24,6 +24,7 @@ import re
 import shlex
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -251,7 +252,29 @@ def write_transaction(engine: Engine, *, durable: bool = True) -> Iterator[Conne
                 made_durable(engine)
         else:
             with engine.begin() as conn:
+                wait = _LOCK_WAIT.get()
+                if wait is not None:
+                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait}")
                 yield conn
+
+
+#: The lock wait, in milliseconds, of the PostgreSQL write transactions begun in a block of
+#: :func:`lock_waits_at_most` (None: PostgreSQL's own, no bound).
+_LOCK_WAIT: ContextVar[int | None] = ContextVar("keepstone_lock_wait", default=None)
+
+
+@contextlib.contextmanager
+def lock_waits_at_most(seconds: float) -> Iterator[None]:
+    """Every PostgreSQL write transaction this thread begins in the block waits at most
+    ``seconds`` for a lock, then fails (StoreUnavailable) rather than wait on: for work
+    done while the caller holds locks in another transaction, which a cycle of waits
+    through the caller's thread would otherwise stop for good (PostgreSQL sees a cycle
+    only among waiting transactions). SQLite's writers take turns: no effect there."""
+    token = _LOCK_WAIT.set(max(1, round(seconds * 1000)))
+    try:
+        yield
+    finally:
+        _LOCK_WAIT.reset(token)
 
 
 @contextlib.contextmanager

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from keepstone.db import utcnow
+from keepstone.db import lock_waits_at_most, utcnow
 from keepstone.db.vectors import encode_many
-from keepstone.errors import KeepstoneError
+from keepstone.errors import KeepstoneError, StoreUnavailable
+from keepstone.store.base import Progress
 from keepstone.store.index import ChunkBackfill, SearchIndex
 from keepstone.wire import Jsonable
 
@@ -59,6 +60,8 @@ FRESH_SECONDS = 30.0
 FRESH_BATCH = 8
 #: While the compute thread embeds a backlog batch, the fresh lane is served this often.
 FRESH_POLL_SECONDS = 0.2
+#: The longest the work done meanwhile waits for a lock (see :meth:`Indexer._meanwhile`).
+MEANWHILE_LOCK_WAIT_SECONDS = 1.0
 #: Rows of a source's first batch, before its speed is known.
 FIRST_BATCH = 4
 #: Seconds between passes when nothing was pending.
@@ -114,7 +117,17 @@ def document_sources(store: object) -> list[Source]:
     return []
 
 
-def document_backfill(store: object) -> Callable[[], int] | None:
+class Backfill(Protocol):
+    """What chunks the unindexed documents (a store's ``backfill_chunks``) and says how
+    many it looked at; ``skip_locked``: leaves a document another transaction holds for a
+    later pass rather than waiting for it."""
+
+    def __call__(self, progress: Progress | None = None, *, skip_locked: bool = False) -> int:
+        """Chunk the unindexed documents."""
+        ...
+
+
+def document_backfill(store: object) -> Backfill | None:
     """What chunks every unindexed document of ``store`` in one sweep, when its index
     can (:class:`keepstone.store.index.ChunkBackfill`); None when it chunks a space as
     it reconciles it."""
@@ -149,7 +162,7 @@ class Indexer:
         embedder: Embedder,
         sources: Sequence[Source],
         *,
-        backfill: Callable[[], int] | None = None,
+        backfill: Backfill | None = None,
         batch_size: int = BATCH_SIZE,
         batch_seconds: float = BATCH_SECONDS,
         fresh_seconds: float = FRESH_SECONDS,
@@ -209,18 +222,35 @@ class Indexer:
     def _meanwhile(self, batch: Future[Any]) -> Any:
         """The vectors of a backlog ``batch`` embedding on the compute thread; while it
         runs, this thread serves the fresh lane every :data:`FRESH_POLL_SECONDS` (a
-        starved low-priority batch must not hold back a write made meanwhile)."""
+        starved low-priority batch must not hold back a write made meanwhile).
+
+        The batch's claim holds its rows until it stores their vectors, and a writer of
+        one of them waits for it, holding its document: so the chunking done meanwhile
+        skips the documents others hold. Waiting for one would wait for that writer,
+        which waits for this claim, which waits for this thread: a cycle no database
+        can see, which stopped every write of the space. Any other lock it would wait
+        for longer than :data:`MEANWHILE_LOCK_WAIT_SECONDS` ends the work of that look
+        instead; the next look tries again."""
         while True:
             try:
                 return batch.result(timeout=FRESH_POLL_SECONDS)
             except FutureTimeout:
                 pass
             if self.fresh_seconds > 0 and not self._stopping(None):
-                if self.backfill is not None:
-                    self.documents += self.backfill()
-                for source in self.sources:
-                    if source.fresh is not None:
-                        self._embed_fresh(source, source.fresh)
+                try:
+                    with lock_waits_at_most(MEANWHILE_LOCK_WAIT_SECONDS):
+                        self._serve_fresh_lanes()
+                except StoreUnavailable as exc:  # a lock held too long: after the batch
+                    log.info("indexer: the fresh lane waits for the batch (%s)", exc)
+
+    def _serve_fresh_lanes(self) -> None:
+        """What :meth:`_meanwhile` does between two looks at the batch: chunk what is
+        new, leaving the documents others hold, and embed each source's fresh lane."""
+        if self.backfill is not None:
+            self.documents += self.backfill(skip_locked=True)
+        for source in self.sources:
+            if source.fresh is not None:
+                self._embed_fresh(source, source.fresh)
 
     def _embed_fresh(self, source: Source, fresh: FreshClaimer) -> int:
         """The fresh lane of ``source``: what was written lately, embedded here and now."""
@@ -458,6 +488,7 @@ __all__ = [
     "ReindexReport",
     "Source",
     "backlog",
+    "Backfill",
     "document_backfill",
     "document_sources",
     "drop_record_vectors",

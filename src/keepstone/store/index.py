@@ -192,9 +192,12 @@ def vector_index_of(index: SearchIndex) -> ChunkVectorIndex | None:
 class ChunkBackfill(Protocol):
     """An index that chunks the unindexed documents of every space in one sweep."""
 
-    def backfill_chunks(self, progress: Progress | None = None) -> int:
+    def backfill_chunks(
+        self, progress: Progress | None = None, *, skip_locked: bool = False
+    ) -> int:
         """Chunk every document that has no chunks; return how many it looked at,
-        ``progress(1)`` per document."""
+        ``progress(1)`` per document. ``skip_locked``: leave a document another
+        transaction holds for a later pass instead of waiting for it."""
         ...
 
 

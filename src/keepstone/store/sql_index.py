@@ -378,7 +378,11 @@ class DocumentIndex:
         return self.backfill_chunks(progress, space=(addr["t"], addr["k"]))
 
     def backfill_chunks(
-        self, progress: Progress | None = None, *, space: tuple[str, str] | None = None
+        self,
+        progress: Progress | None = None,
+        *,
+        space: tuple[str, str] | None = None,
+        skip_locked: bool = False,
     ) -> int:
         """Chunk every document (of ``space``, a (tenant, space key) pair, when given) that
         has no chunks; return how many documents were looked at. ``progress(1)`` per
@@ -386,18 +390,22 @@ class DocumentIndex:
 
         Documents are taken in key order, :data:`BACKFILL_BATCH_DOCS` per write
         transaction; each is locked and checked again, so a concurrent write of it wins.
+        ``skip_locked``: a document another transaction holds is left for a later pass
+        rather than waited for (the indexer, while its claim holds chunks a writer of that
+        document may be waiting for).
         A backfill that chunked many documents (a reindex, the first search after a bulk
         import) then refreshes the planner's statistics of the tables it filled
         (:func:`keepstone.db.refresh_statistics`).
         """
-        done, chunked = self._backfill(progress, space)
+        done, chunked = self._backfill(progress, space, skip_locked)
         refresh_statistics(self.engine, (C.name, D.name), chunked)
         return done
 
     def _backfill(
-        self, progress: Progress | None, space: tuple[str, str] | None
+        self, progress: Progress | None, space: tuple[str, str] | None, skip_locked: bool
     ) -> tuple[int, int]:
         """:meth:`backfill_chunks`' work: (documents looked at, documents chunked)."""
+        lock = self._sql.lock_content_if_free if skip_locked else self._sql.lock_content
         done = chunked = 0
         after: dict[str, str] = {"after_t": "", "after_k": "", "p": ""}
         query = self._sql.unindexed
@@ -413,9 +421,9 @@ class DocumentIndex:
                 touched: set[tuple[str, str, str]] = set()
                 for r in batch:
                     key = {"t": r.tenant_id, "k": r.space_key, "sid": r.space_id, "p": r.path}
-                    doc = conn.execute(self._sql.lock_content, key).first()
+                    doc = conn.execute(lock, key).first()
                     if doc is None or conn.execute(self._sql.has_chunks, key).first():
-                        continue  # removed, or written, meanwhile
+                        continue  # removed, or written (or, skip_locked, held), meanwhile
                     bound = {**key, "vis": doc.visibility, "content": doc.content}
                     chunks = _chunk_rows({**bound, "now": utcnow()})
                     if chunks:  # a blank document has none, and changes nothing

@@ -275,36 +275,33 @@ class DocumentMutations:
             if replaced is None and self.keeps_history:
                 last = self._change_sql.last_at(conn, target)
                 now = now if last is None else max(now, last)
-            if replaced is not None:
-                # What m.to held is kept in its history, ended by the moved document (its
-                # next version), not by a marker.
-                self._change(
-                    conn,
-                    ref,
-                    target,
-                    "delete",
-                    -replaced.size_bytes,
-                    drop_chunks=True,
-                    replaced=replaced,
-                    mark=False,
-                    at=now,
-                    attributed=_attributed_team(m.grant),
-                )
-            # History: the old path's version is kept and a marker ends it.
-            team = self._change(conn, ref, key, None, 0, False, current, True, now, None)
-            try:
+            with _created_meanwhile(m.to):
+                # The chunks before any counter, in the store's lock order: the indexer
+                # holds the chunks it embeds until it bumps the space's counter.
+                if replaced is not None:
+                    conn.execute(self._sql.delete_chunks, target)
+                conn.execute(self._sql.move_chunks, {**key, "to": m.to})
+                if replaced is not None:
+                    # What m.to held is kept in its history, ended by the moved document
+                    # (its next version), not by a marker.
+                    self._change(
+                        conn,
+                        ref,
+                        target,
+                        "delete",
+                        -replaced.size_bytes,
+                        drop_chunks=False,
+                        replaced=replaced,
+                        mark=False,
+                        at=now,
+                        attributed=_attributed_team(m.grant),
+                    )
+                # History: the old path's version is kept and a marker ends it.
+                team = self._change(conn, ref, key, None, 0, False, current, True, now, None)
                 moved = conn.execute(
                     self._sql.move_doc,
                     {**key, "to": m.to, "now": now, "actor": _actor(), "kind": current_kind()},
                 ).scalar_one()
-            except sa.exc.IntegrityError:  # the transaction rolls back with the refusal
-                # A writer created a document at m.to after the lock found none (PostgreSQL;
-                # SQLite's writers queue): that is the document the move must not replace.
-                raise Conflict(
-                    f"a document was just created at {m.to!r}; retry the move, with overwrite "
-                    "to replace it"
-                ) from None
-            conn.execute(self._sql.move_chunks, {**key, "to": m.to})
             if team is not None and self.keeps_history:
                 if self._packs_on_write and current.size_bytes >= COMPRESS_FROM:
                     # Its packed row goes with it (SQLite packs the version the move
@@ -445,6 +442,20 @@ def _kept(replaced: Locked | None) -> dict[str, Any]:
     else:
         stored = replaced.size_bytes + 1
     return {"kept_stored": stored, "kept_packed": packed}
+
+
+@contextlib.contextmanager
+def _created_meanwhile(path: str) -> Iterator[None]:
+    """A move's refusal when a writer created a document at ``path`` after the move's lock
+    found none (PostgreSQL; SQLite's writers queue), which the move must not replace: its
+    row, or its chunks (a backfill chunked it meanwhile), are already there. The
+    transaction rolls back with the refusal."""
+    try:
+        yield
+    except sa.exc.IntegrityError:
+        raise Conflict(
+            f"a document was just created at {path!r}; retry the move, with overwrite to replace it"
+        ) from None
 
 
 def _attributed_team(grant: PlatformGrant | None) -> str | None:

@@ -46,12 +46,12 @@ def _address() -> dict[str, sa.BindParameter[Any]]:
     return {"tenant_id": bp("t"), "space_key": bp("k"), "space_id": bp("sid")}
 
 
-def _space_of(table: sa.Table) -> list[sa.ColumnElement[bool]]:
+def _space_of(table: sa.FromClause) -> list[sa.ColumnElement[bool]]:
     """The rows of ``table`` in the space of :func:`_address`."""
     return [table.c[name] == value for name, value in _address().items()]
 
 
-def _one_doc(table: sa.Table) -> tuple[sa.ColumnElement[bool], ...]:
+def _one_doc(table: sa.FromClause) -> tuple[sa.ColumnElement[bool], ...]:
     """The rows of ``table`` of the document at path ``:p`` of the space."""
     return (*_space_of(table), table.c.path == bp("p"))
 
@@ -311,6 +311,17 @@ class Statements:
         # (sql_write.ChangeStatements.put).
         self.lock_content = (
             sa.update(D).where(*one_doc).values(chunked=True).returning(D.c.visibility, D.c.content)
+        )
+        # The same, unless another transaction holds the document (then nothing): for the
+        # indexer while it holds a claim, as a writer holding the document may be waiting
+        # for the claimed chunks (PostgreSQL; SQLite's writers queue).
+        held = D.alias("held")
+        free = sa.select(held.c.tenant_id, held.c.space_key, held.c.path).where(*_one_doc(held))
+        self.lock_content_if_free = (
+            sa.update(D)
+            .where(doc_key.in_(free.with_for_update(skip_locked=True)))
+            .values(chunked=True)
+            .returning(D.c.visibility, D.c.content)
         )
         self.has_chunks = sa.select(C.c.seq).where(*_one_doc(C)).limit(1)
         #: Every document to chunk again (``reindex --rebuild`` drops every chunk).
