@@ -41,6 +41,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_ui_listing.py": [["--requests", "3"]],
     "bench_export_rss.py": [["--size", "32"]],
     "bench_pg_plans.py": [["--documents", "1000", "--searches", "20"]],
+    "bench_soak.py": [["--seconds", "60"]],
     "bench_pg_vs_sqlite.py": [
         ["--small-count", "300", "--large-count", "50", "--api-count", "300"]
     ],
