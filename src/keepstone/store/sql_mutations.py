@@ -275,29 +275,30 @@ class DocumentMutations:
             if replaced is None and self.keeps_history:
                 last = self._change_sql.last_at(conn, target)
                 now = now if last is None else max(now, last)
+            # The chunks before any counter, in the store's lock order: the indexer holds
+            # the chunks it embeds until it bumps the space's counter.
+            if replaced is not None:
+                conn.execute(self._sql.delete_chunks, target)
             with _created_meanwhile(m.to):
-                # The chunks before any counter, in the store's lock order: the indexer
-                # holds the chunks it embeds until it bumps the space's counter.
-                if replaced is not None:
-                    conn.execute(self._sql.delete_chunks, target)
                 conn.execute(self._sql.move_chunks, {**key, "to": m.to})
-                if replaced is not None:
-                    # What m.to held is kept in its history, ended by the moved document
-                    # (its next version), not by a marker.
-                    self._change(
-                        conn,
-                        ref,
-                        target,
-                        "delete",
-                        -replaced.size_bytes,
-                        drop_chunks=False,
-                        replaced=replaced,
-                        mark=False,
-                        at=now,
-                        attributed=_attributed_team(m.grant),
-                    )
-                # History: the old path's version is kept and a marker ends it.
-                team = self._change(conn, ref, key, None, 0, False, current, True, now, None)
+            if replaced is not None:
+                # What m.to held is kept in its history, ended by the moved document (its
+                # next version), not by a marker.
+                self._change(
+                    conn,
+                    ref,
+                    target,
+                    "delete",
+                    -replaced.size_bytes,
+                    drop_chunks=False,
+                    replaced=replaced,
+                    mark=False,
+                    at=now,
+                    attributed=_attributed_team(m.grant),
+                )
+            # History: the old path's version is kept and a marker ends it.
+            team = self._change(conn, ref, key, None, 0, False, current, True, now, None)
+            with _created_meanwhile(m.to):
                 moved = conn.execute(
                     self._sql.move_doc,
                     {**key, "to": m.to, "now": now, "actor": _actor(), "kind": current_kind()},
