@@ -38,20 +38,17 @@ import sys
 import tarfile
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import psycopg
 
 from keepstone.quota import GiB, Limits
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import MemoryStore
 from keepstone.store.fs import FilesystemStore
 from keepstone.store.sql import SqlStore
-from serving import serve
+from serving import fresh_postgres, serve
 
 LIMITS = Limits(team_quota=4 * GiB)
 WAYS = ("cli", "fs", "sqlite", "pgserver")
@@ -107,20 +104,6 @@ def through_cli(data: bytes, where: Path) -> float:
     if done.returncode != 0:
         raise SystemExit(f"keepstone memory import failed ({done.returncode}): {done.stderr}")
     return seconds
-
-
-@contextmanager
-def fresh_postgres(url: str) -> Iterator[str]:
-    """A new, empty database beside ``url``'s, dropped afterwards."""
-    base = url.rpartition("/")[0]
-    name = f"bench_import_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def through_pg_server(data: bytes, where: Path, postgres: str) -> float:

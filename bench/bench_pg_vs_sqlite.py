@@ -39,29 +39,15 @@ sys.path.insert(0, str(ROOT.parent / "src"))
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-import psycopg  # noqa: E402
 
 import bench_records  # noqa: E402
 import bench_store  # noqa: E402
 from keepstone.db import make_engine  # noqa: E402
 from records_world import bench_world  # noqa: E402
+from serving import fresh_postgres  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
 KEEPSTONE = str(Path(sys.executable).with_name("keepstone"))
-
-
-@contextlib.contextmanager
-def pg_database(server_url: str) -> Iterator[str]:
-    """A fresh database ``bench_<hex>`` on ``server_url``'s server, dropped afterwards."""
-    base = server_url.rpartition("/")[0]
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextlib.contextmanager
@@ -74,8 +60,8 @@ def databases(tmp: str, only: list[str]) -> Iterator[list[tuple[str, str, str]]]
         if "sqlite" in only:
             found.append(("sqlite", f"sqlite:///{tmp}/records.db", f"sqlite:///{tmp}/api.db"))
         if "postgres" in only and pg:
-            records_db = stack.enter_context(pg_database(pg))
-            found.append(("postgres", records_db, stack.enter_context(pg_database(pg))))
+            records_db = stack.enter_context(fresh_postgres(pg))
+            found.append(("postgres", records_db, stack.enter_context(fresh_postgres(pg))))
         yield found
 
 

@@ -77,7 +77,6 @@ sys.path.insert(0, _src())
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import psycopg  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from bench_search_api import database_for, fill, run_searches, warm_all  # noqa: E402
@@ -85,7 +84,7 @@ from keepstone.db import make_engine  # noqa: E402
 from keepstone.records.store import RETENTION, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import BenchWorld, bench_world, save_through  # noqa: E402
-from serving import serve  # noqa: E402
+from serving import fresh_postgres, serve  # noqa: E402
 
 TEAMS = 1000
 SERVICE_TOKEN = "bench-service-token"
@@ -407,15 +406,8 @@ def api_search(database: str, label: str, scale: str, args: argparse.Namespace) 
 
 
 def _with_postgres(base_url: str, run: Callable[[str], None]) -> None:
-    base = base_url.rpartition("/")[0]
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        run(f"{base}/{name}")
-    finally:
-        with psycopg.connect(base_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres(base_url) as url:
+        run(url)
 
 
 def main() -> None:

@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
-import psycopg  # noqa: E402
 
 from keepstone.db import make_engine  # noqa: E402
 from keepstone.db.vectors import encode_many  # noqa: E402
@@ -54,7 +53,7 @@ from keepstone.identity.service import IdentityService  # noqa: E402
 from keepstone.records.store import RETENTION, PendingRecord, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import bench_world  # noqa: E402
-from serving import serve  # noqa: E402
+from serving import fresh_postgres, serve  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"
 DIM = 384
@@ -201,15 +200,8 @@ def database_for(backend: str, postgres: str) -> Iterator[str]:
         directory = Path(tempfile.mkdtemp(prefix="keepstone-bench-db-"))
         yield f"sqlite:///{directory / 'keepstone.db'}"
         return
-    base = postgres.rpartition("/")[0]
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(postgres, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres(postgres) as url:
+        yield url
 
 
 def main() -> None:

@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +38,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import serve
+from serving import fresh_postgres, serve
 
 ADMIN = "soak-admin-token-0123456789abcdef"
 WORDS = (
@@ -196,16 +195,8 @@ def database(url: str | None, home: Path) -> Iterator[str]:
     if url or not server:
         yield url or f"sqlite:///{home}/keepstone.db"
         return
-    import psycopg
-
-    name = f"soak_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres(server, "soak") as fresh:
+        yield fresh
 
 
 def run(args: argparse.Namespace, home: Path) -> int:

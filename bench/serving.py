@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,22 @@ class Served:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
+
+
+@contextmanager
+def fresh_postgres(server_url: str, prefix: str = "bench") -> Iterator[str]:
+    """A new, empty database ``<prefix>_<hex>`` on ``server_url``'s server, dropped (its
+    sessions ended) afterwards."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server_url.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def free_port() -> int:

@@ -127,13 +127,21 @@ def claim_held(pg: Backend) -> Iterator[Callable[[SqlStore], threading.Event]]:
         thread.join(STUCK_SECONDS)
 
 
-def test_a_move_waiting_for_claimed_chunks_leaves_the_space_counter_free(
-    pg: Backend, claim_held: Callable[[SqlStore], threading.Event]
-) -> None:
+def chunked_then_written(pg: Backend, *later: str) -> SqlStore:
+    """A store whose space holds a.md, chunked (its chunks pending a vector), and the
+    documents ``later``, written after: still to chunk."""
     store = pg.open()
     store.write(space(), "a.md", doc("a"))
     store.backfill_chunks()
-    store.write(space(), "n.md", doc("n"))  # written later: still to chunk
+    for path in later:
+        store.write(space(), path, doc(path.removesuffix(".md")))
+    return store
+
+
+def test_a_move_waiting_for_claimed_chunks_leaves_the_space_counter_free(
+    pg: Backend, claim_held: Callable[[SqlStore], threading.Event]
+) -> None:
+    store = chunked_then_written(pg, "n.md")
     release = claim_held(store)  # a.md's chunks, as the indexer embeds them
     mover = Background(lambda: pg.open().move(space(), "a.md", "b.md"))
     try:
@@ -156,11 +164,7 @@ def test_a_move_waiting_for_claimed_chunks_leaves_the_space_counter_free(
 def test_the_backfill_beside_a_claim_passes_over_a_document_a_writer_holds(
     pg: Backend, claim_held: Callable[[SqlStore], threading.Event]
 ) -> None:
-    store = pg.open()
-    store.write(space(), "a.md", doc("a"))
-    store.backfill_chunks()
-    store.write(space(), "x.md", doc("x"))  # still to chunk
-    store.write(space(), "y.md", doc("y"))  # still to chunk, held by nobody
+    store = chunked_then_written(pg, "x.md", "y.md")  # y.md held by nobody
     release = claim_held(store)
     # x.md over a.md: the move holds both documents and waits for a.md's claimed chunks.
     mover = Background(lambda: pg.open().move(space(), "x.md", "a.md", overwrite=True))
