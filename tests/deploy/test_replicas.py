@@ -55,16 +55,22 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     require_postgres()
     redis_url = require_redis()
     database_url = create_postgres_database()
     try:
-        with start_cluster(database_url, redis_url, tmp_path_factory.mktemp("deploy")) as cluster:
-            tenant = provision(cluster.urls[0], TEAM_QUOTA)
-            yield Deployment(cluster, tenant)
+        with start_cluster(database_url, redis_url, tmp_path_factory.mktemp("deploy")) as started:
+            yield started
     finally:
         drop_postgres_database(database_url)
+
+
+@pytest.fixture
+def deployment(cluster: Cluster) -> Deployment:
+    """The module's two replicas and a tenant of this test's own: what one test leaves in
+    its team (a quota filled to the last bytes) is no other test's starting point."""
+    return Deployment(cluster, provision(cluster.urls[0], TEAM_QUOTA))
 
 
 def _body(rng: random.Random, size: int) -> str:
