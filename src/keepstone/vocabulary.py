@@ -286,9 +286,10 @@ EDIT = Operation(
         "the edit did not apply: old not found (read the document again and copy the "
         "text exactly), found several times (the lines are named: include more "
         "surrounding text so it is unique), or a line past the end. The edited document is "
-        "checked like any write (quota, no credentials). Someone else's change made since "
-        "the document was read is never overwritten: the edit is refused and you read "
-        "again. " + PATH_RULES
+        "checked like any write (quota, no credentials). Someone else's change is never "
+        "overwritten: the edit applies to the document as it is when the edit lands; pass "
+        "if_match (the etag of your last read) to have it refused instead when the document "
+        "changed since. " + PATH_RULES
     ),
     mutates=True,
     idempotent=False,

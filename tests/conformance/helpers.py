@@ -113,6 +113,12 @@ class ServedHttpStore(HttpMemoryStore):
         super().__init__(str(self._app_client.base_url), transport=AppTransport(self._app_client))
 
     @property
+    def served(self) -> MemoryStore:
+        """The store the app serves: another writer of the same documents, beside this
+        client."""
+        return self._served
+
+    @property
     def clock(self) -> Callable[[], datetime]:
         """The served store's clock: what "now" is for the versions the server records, so
         a test drives time through the client as it would on any other adapter."""

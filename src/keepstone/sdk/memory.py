@@ -249,8 +249,9 @@ class Memory:
         """Change part of the document at ``path``: ``edit(path, old, new)`` replaces the
         one exact occurrence of ``old``; ``edit(path, insert_line=n, text=t)`` inserts
         ``t`` as whole lines after line ``n`` (0 = at the top). ``InvalidEdit`` when
-        ``old`` is absent or occurs more than once, or the line is out of range; a change
-        made meanwhile by anyone is never overwritten (``PreconditionFailed``)."""
+        ``old`` is absent or occurs more than once, or the line is out of range. A change
+        made meanwhile by anyone is never overwritten: the edit applies to the document as
+        it is when the edit lands; with ``if_match``, a change is ``PreconditionFailed``."""
         change = edit_of(old, new, insert_line, text)
         return self._open().edit(self._who, self._space, path, change, if_match=if_match)
 

@@ -282,8 +282,9 @@ class SpaceService:
         """Apply ``edit`` (replace one exact occurrence, or insert lines) to the document at
         ``path`` as ``who``, as a write of the whole new text: quota, size and secrets are
         checked as for any write. The write is conditional on the etag that was read, so
-        a change made meanwhile by anyone is never overwritten (``412``: read and retry).
-        ``if_match`` further requires the document to still be the version the caller saw.
+        a change made meanwhile by anyone is never overwritten: the edit is applied again to
+        the newer text (:meth:`MemoryStore.edit`). ``if_match`` requires the document to
+        still be the version the caller saw (``412`` when it is not).
         ``InvalidEdit`` when the edit cannot apply (absent or ambiguous text, a line out of
         range)."""
         grant = authorize_space_mutation(who, ref)

@@ -55,7 +55,7 @@ from keepstone.documents import (
     encode_document,
     version_as_of,
 )
-from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound
+from keepstone.errors import InvalidRequest, InvalidSpaceRef, NotFound, PreconditionFailed
 from keepstone.paging import Page
 from keepstone.paths import validate_dir_prefix, validate_doc_path
 from keepstone.quota import Limits, check_document_size
@@ -104,6 +104,10 @@ __all__ = [
     "content_etag",
     "encode_document",
 ]
+
+#: How many times an edit without ``if_match`` reads the document and applies itself
+#: before it gives up on a document its writers change faster than it can be written.
+EDIT_ATTEMPTS = 5
 
 
 #: Aliases: the class below defines a method called ``list``.
@@ -311,18 +315,34 @@ class MemoryStore(ABC):
     ) -> WriteResult:
         """Apply ``edit`` to the document at ``path`` (:func:`~keepstone.documents.apply_edit`)
         and write the whole new text, as :meth:`write` checks it. The write is conditional on
-        the etag read, so a change made meanwhile by anyone is refused (PreconditionFailed),
-        never overwritten; ``if_match`` further requires the document to still have that etag.
-        A store in front of a server (the HTTP store) sends the edit itself instead, in one
-        request (its :meth:`_edit`)."""
+        the etag read, so a change made meanwhile by anyone is never overwritten: without
+        ``if_match`` the edit is applied again to the newer text (:data:`EDIT_ATTEMPTS`
+        reads at most, then PreconditionFailed); with it, the document must still have that
+        etag, and a change is PreconditionFailed. A store in front of a server (the HTTP
+        store) sends the edit itself instead, in one request (its :meth:`_edit`)."""
         return self._edit(ref, CheckedEdit(validate_doc_path(path), edit, if_match, grant))
 
     def _edit(self, ref: SpaceRef, e: CheckedEdit) -> WriteResult:
-        """Read, apply and write back the edit ``e`` (:meth:`edit`)."""
-        doc = self.read(ref, e.path)
-        check_precondition(doc.path, doc.etag, e.if_match)
-        content = apply_edit(doc.content, e.edit, doc.path)
-        return self.write(ref, doc.path, content, if_match=doc.etag, grant=e.grant)
+        """Read, apply and write back the edit ``e`` (:meth:`edit`). A caller who named no
+        version asked for the edit of the document as it is when the edit lands, so a write
+        between this read and the write-back sends it round again, to the newer text: the
+        answer is the one it would have had a moment later (a ``404`` when it was deleted, an
+        ``invalid_edit`` when its text no longer holds ``old``), never a ``412`` it could only
+        answer by sending the same edit again."""
+        for _ in range(EDIT_ATTEMPTS):
+            doc = self.read(ref, e.path)
+            check_precondition(doc.path, doc.etag, e.if_match)
+            content = apply_edit(doc.content, e.edit, doc.path)
+            try:
+                return self.write(ref, doc.path, content, if_match=doc.etag, grant=e.grant)
+            except PreconditionFailed:
+                if e.if_match is not None:
+                    raise
+        raise PreconditionFailed(
+            f"{e.path!r} changed {EDIT_ATTEMPTS} times while this edit was applied to it; "
+            "send the edit again when its writers pause",
+            path=e.path,
+        )
 
     def check_write(
         self, ref: SpaceRef, path: str, content: str, terms: WriteTerms = UNCONDITIONAL

@@ -3,7 +3,8 @@ one exact occurrence of a text, or insert lines, in one request.
 
 The edit is the service's (:meth:`~keepstone.service.spaces.SpaceService.edit`), the one
 ``Memory.edit`` and the agent tools call: a read and a write of the whole new text,
-conditional on the etag read, so a change made in between is refused, never overwritten.
+conditional on the etag read, so a change made in between is never overwritten: the edit
+is applied again to the newer text, or, with ``If-Match``, refused.
 The space is named as on every spaces route (:mod:`keepstone.api.routes.spaces`).
 """
 
