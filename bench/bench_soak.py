@@ -10,16 +10,17 @@ client saves its team's records (as the service token), searches and lists them 
 member) and deletes some (as the org's owner, in a browser session), so that the indexer's
 two sources, both claimed while it embeds, meet their writers too; and every ``--toggle``
 seconds the owner turns one team's memory off, saves that must be refused on either worker
-are sent, and memory is turned on again. ``--weight OP=N`` reshapes the mix (``0`` leaves an
-operation out: ``--weight save=10 --weight forget=10`` and the rest 0 churns records alone).
+are sent, and memory is turned on again, then a save that must be kept. ``--weight OP=N``
+reshapes the mix (``0`` leaves an operation out: ``--weight save=10 --weight forget=10`` and
+the rest 0 churns records alone).
 
 Every minute it prints the requests of that minute, their 95th percentile and each server
 process's resident memory; at the end, each operation's answers by status with its p50 and
 p95, whether every space's ``used_bytes`` equals the sum of its listed documents, and
 whether every team's records listed are exactly those saved and not deleted. It exits
-non-zero on a 5xx, a request past ``--timeout``, a save accepted while memory was off, a
-counter that differs or a record lost or come back: the figures are the report, those the
-verdict.
+non-zero on a 5xx, a request past ``--timeout``, a save accepted while memory was off (or
+refused once it was on again), a counter that differs or a record lost or come back: the
+figures are the report, those the verdict.
 
 On PostgreSQL (``--database`` a URL, or a fresh database on ``KEEPSTONE_BENCH_POSTGRES_URL`` /
 ``KEEPSTONE_TEST_POSTGRES_URL`` when set) it found the server stopping every write of a
@@ -303,11 +304,18 @@ def client(
 
 
 def toggler(
-    base: str, who: Member, every: float, until: float, timeout: float, tally: Tally
+    base: str,
+    who: Member,
+    every: float,
+    until: float,
+    timeout: float,
+    tally: Tally,
+    ledger: Ledger,
 ) -> None:
     """Every ``every`` seconds the org's owner turns ``who``'s team memory off, saves a few
     records as the service token on fresh connections (so on either worker), each of which
-    must be refused, and turns memory on again; it is on when this returns."""
+    must be refused, turns memory on again and saves one that must be kept; memory is on
+    when this returns."""
     save = f"/api/internal/teams/{who.team}/memory"
     settings = f"/api/teams/{who.team}/memory-settings"
     service = {"Authorization": f"Bearer {SERVICE}", "Connection": "close"}
@@ -315,22 +323,37 @@ def toggler(
         owner_session(base, who.owner, who.team, timeout) as owner,
         httpx.Client(base_url=base, headers=service, timeout=timeout) as c,
     ):
+
+        def switch(enabled: bool) -> bool:
+            started = time.perf_counter()
+            answer = owner.put(settings, json={"enabled": enabled})
+            ok = answer.status_code == 200
+            tally.add(
+                "toggle",
+                str(answer.status_code),
+                time.perf_counter() - started,
+                "" if ok else answer.text or "(empty)",
+            )
+            return ok
+
+        def saved(op: str, expected: int) -> None:
+            started = time.perf_counter()
+            answer = c.post(save, json={"text": f"saved by the toggler ({op})"})
+            if answer.status_code == 201:
+                ledger.saved(who.team, answer.json()["id"])
+            wrong = "" if answer.status_code == expected else answer.text or "(empty)"
+            tally.add(op, str(answer.status_code), time.perf_counter() - started, wrong)
+
         try:
             while time.monotonic() + every < until:
                 time.sleep(every)
-                started = time.perf_counter()
-                off = owner.put(settings, json={"enabled": False})
-                tally.add("toggle", str(off.status_code), time.perf_counter() - started)
-                for _ in range(4 if off.status_code == 200 else 0):
-                    started = time.perf_counter()
-                    refused = c.post(save, json={"text": "saved while memory is off"})
-                    wrong = "" if refused.status_code == 409 else refused.text or "(empty)"
-                    tally.add(
-                        "save-off", str(refused.status_code), time.perf_counter() - started, wrong
-                    )
+                if switch(False):
+                    for _ in range(4):
+                        saved("save-off", 409)
+                if switch(True):
+                    saved("save-on", 201)
         finally:
-            on = owner.put(settings, json={"enabled": True})
-            tally.add("toggle", str(on.status_code), 0.0, "" if on.status_code == 200 else on.text)
+            switch(True)
 
 
 def rss_mb(pid: int) -> dict[str, int]:
@@ -429,7 +452,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
             for n in range(args.clients)
         ]
         if args.toggle:
-            switch = (served.base, clients[0], args.toggle, until, args.timeout, tally)
+            switch = (served.base, clients[0], args.toggle, until, args.timeout, tally, ledger)
             threads.append(threading.Thread(target=toggler, args=switch))
         for thread in threads:
             thread.start()
@@ -451,7 +474,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
 
 
 def report(tally: Tally, drift: list[str]) -> int:
-    for op in [*WEIGHTS, "toggle", "save-off"]:
+    for op in [*WEIGHTS, "toggle", "save-off", "save-on"]:
         answers = {k[1]: v for k, v in tally.seen.items() if k[0] == op}
         if not answers:
             continue
