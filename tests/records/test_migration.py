@@ -1,7 +1,8 @@
-"""Records migrations 2 to 4 on a database made at migration 1 with records in it: the
+"""Records migrations 2 to 5 on a database made at migration 1 with records in it: the
 full-text index goes, every record's terms are rewritten and its near-duplicate key
 written, the teams get their search versions, and the records are searchable (and pending
-for the indexer) at once, their repeated texts folded."""
+for the indexer) at once, their repeated texts folded; a record saved after migration 5
+extends the rows a search cached of those stored before it."""
 
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
         ("records", 2),
         ("records", 3),
         ("records", 4),
+        ("records", 5),
     ]
 
     inspector = sa.inspect(engine)
@@ -97,7 +99,12 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     assert {"embedding", "model", "vector_version"} <= columns and "tsv" not in columns
     assert "records_fts" not in inspector.get_table_names()
     indexes = {i["name"] for i in inspector.get_indexes("records")}
-    assert {"ix_records_model", "ix_records_team_vectors", "ix_records_unembedded"} <= indexes
+    assert {
+        "ix_records_model",
+        "ix_records_team_vectors",
+        "ix_records_unembedded",
+        "ix_records_team_terms",
+    } <= indexes
     with read_transaction(engine) as conn:
         r = rschema.records.c
         rows = conn.execute(sa.select(r.text, r.terms, r.dup_key)).all()
@@ -121,3 +128,8 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     # Records of one text stored before migration 4 fold as those saved after it do.
     [hit] = records.search(world.principal(world.member), world.team_id, "vault keys").hits
     assert sorted([hit.id, *hit.also_in]) == sorted(twins)
+    # Stored before migration 5 (no terms_version): a save after it extends what the
+    # searches above cached, and both are found.
+    saved = records.save_as_server(world.team_id, "Deploying the ledger service at noon")
+    after = records.search(world.principal(world.member), world.team_id, "deploying ledger")
+    assert after.hits[0].id == saved.id and len(after.hits) == 10

@@ -236,7 +236,9 @@ def test_a_team_s_records_are_read_by_the_team_s_indexes(
     def search_reads() -> None:
         with records.reading() as tx:
             tx.search_state(TEAM)
-            tx.ranking_rows(TEAM)
+            versions = tx.search_versions(TEAM)
+            tx.ranking_rows(TEAM, versions.terms)
+            tx.ranking_rows(TEAM, versions.terms + 1, after=versions.terms)
             tx.record_vectors(TEAM, MODEL, upto=1)
             tx.records_by_id(TEAM, ["r00000001", "r00000002"])
             tx.page(Scope(TEAM, None, None, utcnow()), None, 20)

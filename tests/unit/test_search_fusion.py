@@ -333,3 +333,29 @@ def test_bm25_top_under_a_mask_is_the_full_ranking_filtered(
     everything = index.top(query, len(docs), relative=True)
     expected = [h for h in everything if allowed[h.doc]][:k]
     assert index.top(query, k, relative=True, allowed=allowed) == expected
+
+
+@given(
+    st.lists(st.lists(st.sampled_from("bcdefghj"), max_size=10), max_size=12),
+    st.lists(
+        st.lists(st.lists(st.sampled_from("bcdefghjkm"), max_size=10), max_size=6), max_size=3
+    ),
+    st.lists(st.sampled_from("bcdefghjkmz"), min_size=1, max_size=5),
+)
+def test_bm25_extended_is_the_index_of_the_whole_corpus(
+    first: list[list[str]], batches: list[list[list[str]]], query: list[str]
+) -> None:
+    # A team's index extended by each batch of records saved since, new words among them,
+    # scores and ranks exactly as one built from every record at once.
+    index, corpus = BM25Index(first), list(first)
+    for batch in batches:
+        index, corpus = index.extended(batch), corpus + batch
+    whole = BM25Index(corpus)
+    assert len(index) == len(whole)
+    scores, matched = index.scores(query)
+    expected, expected_matched = whole.scores(query)
+    assert np.array_equal(scores, expected) and np.array_equal(matched, expected_matched)
+    assert index.top(query, len(corpus), relative=True) == whole.top(
+        query, len(corpus), relative=True
+    )
+    assert [index.idf(t) for t in query] == [whole.idf(t) for t in query]

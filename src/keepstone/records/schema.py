@@ -26,7 +26,10 @@
 Migration 1 built a full-text index per dialect (FTS5 with triggers; a ``tsvector``
 column with a GIN index) over team-prefixed tokens; migration 2 drops it, since ranking
 moved into the process, and rewrites every record's ``terms``; migration 4 writes the
-``dup_key`` of every record stored before it.
+``dup_key`` of every record stored before it; migration 5 adds ``terms_version`` (each
+record's: the team's ``terms_version`` of its insert) and ``terms_reset`` (the team's: the
+last ``terms_version`` that removed records), so a team's cached rows are extended by the
+records stored since, not read whole after every save.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ records = sa.Table(
     # v4: :func:`~keepstone.search.floor.duplicate_key` of ``text`` (NULL only in a row
     # written around the product: it folds with nothing).
     sa.Column("dup_key", sa.BigInteger, nullable=True),
+    # v5: the team's terms_version of the insert that stored the record (NULL: stored
+    # before v5, read as 0), so a team's cached BM25 index is extended by newer rows alone.
+    sa.Column("terms_version", sa.BigInteger, nullable=True),
 )
 
 record_search_versions = sa.Table(
@@ -73,6 +79,9 @@ record_search_versions = sa.Table(
     # The last vectors_version that also removed vectors (a delete, a purge, dropping
     # every vector): a cached matrix older than it is reloaded, not extended.
     sa.Column("vectors_reset", sa.BigInteger, nullable=False, server_default="0"),
+    # v5: the last terms_version that removed records (a delete, a purge): a team's rows
+    # cached before it are read again whole, not extended.
+    sa.Column("terms_reset", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 record_settings = sa.Table(
@@ -262,3 +271,22 @@ def _create_v3(conn: Connection) -> None:
 def _create_v4(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE records ADD COLUMN dup_key BIGINT")
     _rewrite(conn, records.c.dup_key, duplicate_key)
+
+
+# v5: a save no longer costs the next search a read of every record of its team. Each
+# record carries the team's terms_version of the insert that stored it, and the team the
+# last version that removed records: a team's cached rows and BM25 index are extended by
+# the records stored since (read by the team's index on terms_version), and read whole only
+# after a removal.
+
+
+@MIGRATIONS.add(5, "records.terms_version, record_search_versions.terms_reset: rows extended")
+def _create_v5(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE records ADD COLUMN terms_version BIGINT")
+    # Step 2 creates record_search_versions from this module's table, which has it now.
+    held = {c["name"] for c in sa.inspect(conn).get_columns(record_search_versions.name)}
+    if "terms_reset" not in held:
+        conn.exec_driver_sql(
+            "ALTER TABLE record_search_versions ADD COLUMN terms_reset BIGINT NOT NULL DEFAULT 0"
+        )
+    conn.exec_driver_sql("CREATE INDEX ix_records_team_terms ON records (team_id, terms_version)")

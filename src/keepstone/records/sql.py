@@ -87,12 +87,26 @@ _ENABLED = sa.select(S.c.enabled).where(S.c.team_id == sa.bindparam("team"))
 _TEAM = sa.select(sa.cast(sa.bindparam("team", type_=sa.String), sa.String(64)).label("id"))
 _team = _TEAM.subquery("k")
 _STATE = sa.select(
-    S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset
+    S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset, V.c.terms_reset
 ).select_from(_team.outerjoin(S, S.c.team_id == _team.c.id).outerjoin(V, V.c.team_id == _team.c.id))
+_RANKING_COLUMNS = (R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at, R.c.dup_key)
+#: A record stored before v5 has no terms_version: it counts as stored at version 0.
+_TERMS_VERSION = sa.func.coalesce(R.c.terms_version, 0)
+_UPTO = sa.bindparam("upto", type_=sa.BigInteger)
 _RANKING_ROWS = (
-    sa.select(R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at, R.c.dup_key)
-    .where(R.c.team_id == sa.bindparam("team"))
-    .order_by(R.c.created_at, R.c.id)
+    sa.select(*_RANKING_COLUMNS)
+    .where(R.c.team_id == sa.bindparam("team"), _TERMS_VERSION <= _UPTO)
+    .order_by(_TERMS_VERSION, R.c.created_at, R.c.id)
+)
+#: The records stored after version ``after``, read by the team's index on terms_version.
+_RANKING_ROWS_SINCE = (
+    sa.select(*_RANKING_COLUMNS)
+    .where(
+        R.c.team_id == sa.bindparam("team"),
+        R.c.terms_version > sa.bindparam("after", type_=sa.BigInteger),
+        R.c.terms_version <= _UPTO,
+    )
+    .order_by(R.c.terms_version, R.c.created_at, R.c.id)
 )
 _VECTORS = (
     sa.select(R.c.id, R.c.embedding, R.c.vector_version)
@@ -180,7 +194,8 @@ class _SqlReader(RecordReader):
     def search_versions(self, team_id: str) -> SearchVersions:
         return self.search_state(team_id).versions
 
-    def ranking_rows(self, team_id: str) -> list[RankingRow]:
+    def ranking_rows(self, team_id: str, upto: int, after: int = 0) -> list[RankingRow]:
+        params = {"team": team_id, "upto": upto, "after": after}
         return [
             RankingRow(
                 str(r.id),
@@ -190,7 +205,7 @@ class _SqlReader(RecordReader):
                 utc(r.expires_at),
                 r.dup_key,
             )
-            for r in self._conn.execute(_RANKING_ROWS, {"team": team_id})
+            for r in self._conn.execute(_RANKING_ROWS_SINCE if after else _RANKING_ROWS, params)
         ]
 
     def record_vectors(
@@ -278,6 +293,14 @@ class _SqlWriter(_SqlReader, RecordWriter):
     def insert(self, records_: Sequence[Record]) -> None:
         if not records_:
             return
+        # The team's counter first: each record carries the version its insert made, which
+        # a search's cached rows are extended from (nothing else waits on rows not yet
+        # written, so holding the counter meanwhile adds no wait to anyone's).
+        bump = search_counters(self._conn).bump_terms
+        versions = {
+            team: int(self._conn.execute(bump, {"team": team}).scalar_one())
+            for team in sorted({r.team_id for r in records_})
+        }
         rows: list[dict[str, Any]] = [
             {
                 "team_id": r.team_id,
@@ -288,11 +311,11 @@ class _SqlWriter(_SqlReader, RecordWriter):
                 "dup_key": duplicate_key(r.text),
                 "created_at": utc(r.created_at),
                 "expires_at": utc(r.expires_at),
+                "terms_version": versions[r.team_id],
             }
             for r in records_
         ]
         self._conn.execute(R.insert(), rows)
-        self._bump(search_counters(self._conn).bump_terms, (r.team_id for r in records_))
 
     def delete(self, team_id: str, record_id: str) -> bool:
         removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})

@@ -133,6 +133,7 @@ class SearchCounters:
             .on_conflict_do_update(
                 index_elements=[V.c.team_id], set_={V.c.terms_version: V.c.terms_version + 1}
             )
+            .returning(V.c.terms_version)
         )
         self.bump_vectors = (
             insert(V)
@@ -144,16 +145,23 @@ class SearchCounters:
             .returning(V.c.vectors_version)
         )
         # A change that removes records (and so maybe vectors): both counters move, and
-        # the vectors' reset mark with them.
+        # both reset marks with them.
         self.bump_removal = (
             insert(V)
-            .values(team_id=team, terms_version=1, vectors_version=1, vectors_reset=1)
+            .values(
+                team_id=team,
+                terms_version=1,
+                vectors_version=1,
+                vectors_reset=1,
+                terms_reset=1,
+            )
             .on_conflict_do_update(
                 index_elements=[V.c.team_id],
                 set_={
                     V.c.terms_version: V.c.terms_version + 1,
                     V.c.vectors_version: V.c.vectors_version + 1,
                     V.c.vectors_reset: V.c.vectors_version + 1,
+                    V.c.terms_reset: V.c.terms_version + 1,
                 },
             )
         )

@@ -77,6 +77,8 @@ class SearchVersions:
     terms: int
     vectors: int
     vectors_reset: int
+    #: The last ``terms`` that removed records: rows cached before it are read again whole.
+    terms_reset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +184,14 @@ class RecordReader(ABC):
         """The team's search counters, in one query (both 0 for a team never written)."""
 
     @abstractmethod
-    def ranking_rows(self, team_id: str) -> list[RankingRow]:
-        """Every record of the team, expired ones included (ranking masks them), oldest
-        first (``created_at``, then ``id``): the same order on both dialects, so equal
-        scores break alike. Read :meth:`search_versions` first, in the same transaction,
-        so what is loaded is at least as new as the version it is cached under."""
+    def ranking_rows(self, team_id: str, upto: int, after: int = 0) -> list[RankingRow]:
+        """The team's records stored at a ``terms_version`` after ``after`` and up to
+        ``upto`` (every record of the team with ``after`` 0), expired ones included
+        (ranking masks them), in the order they were stored (the version, then
+        ``created_at``, then ``id``): the same order on both dialects, so equal scores
+        break alike, and rows read whole or extended by the newer ones stand in the same
+        order. ``upto`` is the version :meth:`search_versions` read, so what is cached
+        under it holds nothing newer, which a later extension would read again."""
 
     @abstractmethod
     def record_vectors(

@@ -5,8 +5,9 @@ same way on SQLite and PostgreSQL (FTS5's ``bm25()`` and PostgreSQL's ``ts_rank_
 order the same matches differently, and ``ts_rank_cd`` ranked worse on the labelled
 records). A :class:`BM25Index` is built from the analysed terms of a team's records or
 a space's chunks (:func:`keepstone.search.text.analyze`) and is immutable: a cache keeps one
-per team or space and builds a new one when the team's version moves (docs/search.md,
-"How it ranks", has what a build and a query cost).
+per team or space and builds a new one when the team's version moves, or, when only new
+documents came, extends it (:meth:`BM25Index.extended`; docs/search.md, "How it ranks", has
+what a build and a query cost).
 
 Scoring (Lucene's BM25): for each query term ``t`` with weight ``w``,
 
@@ -57,28 +58,66 @@ class BM25Index:
     constructor; :meth:`top` answers those numbers.
     """
 
-    __slots__ = ("_avg_len", "_docs_of", "_len_norm", "_offsets", "_tfs", "_vocab", "k1", "b")
+    __slots__ = (
+        "_avg_len",
+        "_docs_of",
+        "_len_norm",
+        "_lengths",
+        "_offsets",
+        "_tfs",
+        "_vocab",
+        "k1",
+        "b",
+    )
 
     def __init__(self, documents: Sequence[Sequence[str]], *, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
         self.b = b
         vocab: dict[str, int] = {}
-        term_ids: list[int] = []
-        lengths = np.zeros(len(documents), dtype=np.int64)
-        for i, terms in enumerate(documents):
-            lengths[i] = len(terms)
-            term_ids.extend(vocab.setdefault(t, len(vocab)) for t in terms)
+        terms, docs, tfs, lengths = _postings(vocab, documents, 0)
+        self._arrange(vocab, terms, docs, tfs, lengths)
+
+    def extended(self, documents: Sequence[Sequence[str]]) -> BM25Index:
+        """This corpus with ``documents`` after its own, numbered on from :func:`len`: the
+        same index as one built from the whole corpus, at the cost of the new documents'
+        terms and a merge of the postings in numpy, not of every document's terms again
+        (a team's index after each save)."""
+        if not documents:
+            return self
+        grown = BM25Index.__new__(BM25Index)
+        grown.k1, grown.b = self.k1, self.b
+        vocab = dict(self._vocab)
+        terms, docs, tfs, lengths = _postings(vocab, documents, len(self))
+        old_terms = np.repeat(np.arange(len(self._vocab), dtype=np.int64), np.diff(self._offsets))
+        # A term's old postings come before its new ones, whose documents are numbered
+        # after every old one: a stable sort by term keeps (term, document) order.
+        merged = np.argsort(np.concatenate([old_terms, terms]), kind="stable")
+        grown._arrange(
+            vocab,
+            np.concatenate([old_terms, terms])[merged],
+            np.concatenate([self._docs_of.astype(np.int64), docs])[merged],
+            np.concatenate([self._tfs, tfs])[merged],
+            np.concatenate([self._lengths, lengths]),
+        )
+        return grown
+
+    def _arrange(
+        self,
+        vocab: dict[str, int],
+        terms: npt.NDArray[np.int64],
+        docs: npt.NDArray[np.int64],
+        tfs: FloatArray,
+        lengths: npt.NDArray[np.int64],
+    ) -> None:
+        """Set the index from its postings in (term, document) order."""
         self._vocab = vocab
-        doc_of_token = np.repeat(np.arange(len(documents), dtype=np.int64), lengths)
-        # One (term, document) key per token; unique keys give the postings and their tf.
-        keys = np.asarray(term_ids, dtype=np.int64) * max(len(documents), 1) + doc_of_token
-        pairs, tfs = np.unique(keys, return_counts=True)
-        terms_of_pair = pairs // max(len(documents), 1)
-        self._docs_of = (pairs % max(len(documents), 1)).astype(np.int32)
-        self._tfs = tfs.astype(np.float32)
-        self._offsets = np.searchsorted(terms_of_pair, np.arange(len(vocab) + 1)).astype(np.int64)
-        self._avg_len = float(lengths.mean()) if len(documents) else 0.0
+        self._docs_of = docs.astype(np.int32)
+        self._tfs = tfs
+        self._offsets = np.searchsorted(terms, np.arange(len(vocab) + 1)).astype(np.int64)
+        self._lengths = lengths
+        self._avg_len = float(lengths.mean()) if len(lengths) else 0.0
         avg = self._avg_len or 1.0
+        k1, b = self.k1, self.b
         self._len_norm = (k1 * (1.0 - b + b * lengths / avg)).astype(np.float32)
 
     def __len__(self) -> int:
@@ -168,3 +207,22 @@ class BM25Index:
         order = np.lexsort((candidates, -cand_scores))
         scale = self.full_match(query_terms, weights) if relative else 1.0
         return [BM25Hit(int(candidates[i]), float(cand_scores[i]) / scale) for i in order]
+
+
+def _postings(
+    vocab: dict[str, int], documents: Sequence[Sequence[str]], first: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], FloatArray, npt.NDArray[np.int64]]:
+    """The postings of ``documents``, numbered from ``first``, in (term, document) order:
+    each posting's term (ids given by ``vocab``, which grows by the terms it lacked), its
+    document and the term's frequency there; and each document's length."""
+    term_ids: list[int] = []
+    lengths = np.zeros(len(documents), dtype=np.int64)
+    for i, terms in enumerate(documents):
+        lengths[i] = len(terms)
+        term_ids.extend(vocab.setdefault(t, len(vocab)) for t in terms)
+    count = max(first + len(documents), 1)
+    doc_of_token = np.repeat(np.arange(first, first + len(documents), dtype=np.int64), lengths)
+    # One (term, document) key per token; unique keys give the postings and their tf.
+    keys = np.asarray(term_ids, dtype=np.int64) * count + doc_of_token
+    pairs, tfs = np.unique(keys, return_counts=True)
+    return pairs // count, pairs % count, tfs.astype(np.float32), lengths

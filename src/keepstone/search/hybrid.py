@@ -245,15 +245,24 @@ class ScopeCache(Generic[T]):
         self._items: OrderedDict[Hashable, tuple[int, T]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, scope: Hashable, version: int, build: Callable[[], T]) -> T:
+    def get(
+        self,
+        scope: Hashable,
+        version: int,
+        build: Callable[[], T],
+        extend: Callable[[int, T], T | None] | None = None,
+    ) -> T:
         """The scope's object at ``version`` or newer; ``build()`` (called after the
-        caller read ``version``) when the cached one is older or absent."""
+        caller read ``version``) when the cached one is older or absent. ``extend(v,
+        older)``, when given, makes the object at ``version`` from the one cached at ``v``
+        (None: it cannot, and ``build()`` does)."""
         with self._lock:
             cached = self._items.get(scope)
             if cached is not None and cached[0] >= version:
                 self._items.move_to_end(scope)
                 return cached[1]
-        built = build()
+        extended = None if cached is None or extend is None else extend(*cached)
+        built = build() if extended is None else extended
         with self._lock:
             current = self._items.get(scope)
             if current is None or current[0] <= version:

@@ -112,9 +112,32 @@ class _TeamRows:
             mask &= np.isin(self.repo_codes, np.asarray(codes, dtype=np.int32))
         return mask
 
+    def extended(self, rows: Sequence[RankingRow]) -> _TeamRows:
+        """These rows and ``rows`` (stored since) after them: what :func:`_team_rows` of
+        the whole would be, at the cost of the new rows and copies of the arrays."""
+        if not rows:
+            return self
+        new = _team_rows(rows, dict(self.repos), len(self.ids))
+        position = {**self.position, **new.position}
+        return _TeamRows(
+            self.ids + new.ids,
+            self.index.extended([r.terms.split() for r in rows]),
+            np.concatenate([self.repo_codes, new.repo_codes]),
+            new.repos,
+            np.concatenate([self.expires, new.expires]),
+            np.concatenate([self.created, new.created]),
+            RowMap(position),
+            position,
+            np.concatenate([self.dup_keys, new.dup_keys]),
+        )
 
-def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
-    repos: dict[str, int] = {}
+
+def _team_rows(
+    rows: Sequence[RankingRow], repos: dict[str, int] | None = None, first: int = 0
+) -> _TeamRows:
+    """The team rows of ``rows``, numbered from ``first``; ``repos``: the repository codes
+    given already, to which new ones are added (:meth:`_TeamRows.extended`)."""
+    repos = {} if repos is None else repos
     codes = np.fromiter(
         (-1 if r.repo_id is None else repos.setdefault(r.repo_id, len(repos)) for r in rows),
         dtype=np.int32,
@@ -123,7 +146,7 @@ def _team_rows(rows: Sequence[RankingRow]) -> _TeamRows:
     expires = np.fromiter((r.expires_at.timestamp() for r in rows), np.float64, len(rows))
     created = np.fromiter((r.created_at.timestamp() for r in rows), np.float64, len(rows))
     ids = [r.id for r in rows]
-    position: dict[Hashable, int] = {record_id: i for i, record_id in enumerate(ids)}
+    position: dict[Hashable, int] = {record_id: first + i for i, record_id in enumerate(ids)}
     index = BM25Index([r.terms.split() for r in rows])
     dup_keys = np.fromiter((r.dup_key or 0 for r in rows), np.int64, len(rows))
     return _TeamRows(
@@ -199,7 +222,15 @@ class RecordSearch:
         filters: SearchFilters,
     ) -> list[RankedRecord]:
         team = scope.team_id
-        rows = self._rows.get(team, versions.terms, lambda: _team_rows(tx.ranking_rows(team)))
+
+        def extend(cached: int, older: _TeamRows) -> _TeamRows | None:
+            if versions.terms_reset > cached:
+                return None  # records were removed since: read them all again
+            return older.extended(tx.ranking_rows(team, versions.terms, after=cached))
+
+        rows = self._rows.get(
+            team, versions.terms, lambda: _team_rows(tx.ranking_rows(team, versions.terms)), extend
+        )
         if not rows.ids:
             return []
         visible = None

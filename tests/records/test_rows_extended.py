@@ -1,0 +1,81 @@
+"""A save does not cost the next search a read of every record of its team: the rows and
+BM25 index a search cached are extended by the records stored since, and rank exactly as
+rows read whole would; a delete makes the next search read them whole again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import event
+
+from keepstone.principal import CredentialKind
+from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.service.records import RecordService
+from tests.records.conftest import World, records_of
+
+NOTES = [
+    "Rolled back the payments deploy after the canary failed",
+    "Deploy of the search service moved to the night window",
+    "Rotated the vault keys used by the payments workers",
+    "The canary for the billing deploy now waits ten minutes",
+]
+
+
+@pytest.fixture
+def reads(world: World) -> Iterator[list[str]]:
+    """The statements that read a team's ranking rows, as they run: ``"whole"`` or
+    ``"since"``."""
+    seen: list[str] = []
+
+    def spy(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "records.terms AS" in statement or "records.terms," in statement:
+            seen.append("since" if "records.terms_version >" in statement else "whole")
+
+    event.listen(world.engine, "before_cursor_execute", spy)
+    yield seen
+    event.remove(world.engine, "before_cursor_execute", spy)
+
+
+def _ranked(records: RecordService, world: World, query: str) -> list[tuple[str, float]]:
+    answer = records.search(world.principal(world.member), world.team_id, query, limit=50)
+    return [(hit.id, hit.score) for hit in answer.hits]
+
+
+def _fresh(world: World) -> RecordService:
+    """A records service of its own (its own caches), reading every row afresh."""
+    return records_of(world.engine, LocalRateLimiter(rate=10**9, max_in_flight=10**9))
+
+
+def test_saves_extend_the_cached_rows_which_rank_as_a_fresh_read(
+    world: World, reads: list[str]
+) -> None:
+    save = world.records.save_as_server
+    for note in NOTES:
+        save(world.team_id, note)
+    assert _ranked(world.records, world, "payments deploy canary")
+    for n in range(3):
+        save(world.team_id, f"Payments deploy number {n} went out behind a canary")
+    save(world.team_id, "Deploy freeze for the payments team over the holidays")
+    reads.clear()
+    extended = _ranked(world.records, world, "payments deploy canary")
+    assert reads == ["since"]
+    assert extended == _ranked(_fresh(world), world, "payments deploy canary")
+    assert len(extended) == len(NOTES) + 4  # every note holds a word of the query
+    # Extended again, from the extended rows.
+    save(world.team_id, "The canary of the payments deploy found the regression")
+    reads.clear()
+    again = _ranked(world.records, world, "payments regression")
+    assert reads == ["since"] and again == _ranked(_fresh(world), world, "payments regression")
+
+
+def test_a_delete_makes_the_next_search_read_the_rows_whole(world: World, reads: list[str]) -> None:
+    kept = [world.records.save_as_server(world.team_id, note) for note in NOTES]
+    assert _ranked(world.records, world, "deploy")
+    owner = world.principal(world.owner, CredentialKind.SESSION)
+    world.records.delete(owner, world.team_id, kept[1].id)
+    reads.clear()
+    found = _ranked(world.records, world, "deploy")
+    assert reads == ["whole"]
+    assert kept[1].id not in {record_id for record_id, _ in found}
+    assert found == _ranked(_fresh(world), world, "deploy")
