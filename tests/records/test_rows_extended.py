@@ -1,16 +1,23 @@
 """A save does not cost the next search a read of every record of its team: the rows and
 BM25 index a search cached are extended by the records stored since, and rank exactly as
-rows read whole would; a delete makes the next search read them whole again."""
+rows read whole would; a delete makes the next search read them whole again, and so does a
+change a replica of the release before makes in a rolling upgrade (it tags nothing)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import event
 
+from keepstone.db import write_transaction
 from keepstone.principal import CredentialKind
 from keepstone.records.ratelimit import LocalRateLimiter
+from keepstone.records.schema import record_search_versions, records
+from keepstone.search.text import analyze
 from keepstone.service.records import RecordService
 from tests.records.conftest import World, records_of
 
@@ -79,3 +86,42 @@ def test_a_delete_makes_the_next_search_read_the_rows_whole(world: World, reads:
     assert reads == ["whole"]
     assert kept[1].id not in {record_id for record_id, _ in found}
     assert found == _ranked(_fresh(world), world, "deploy")
+
+
+def _as_the_release_before(world: World, change: str) -> None:
+    """A save (``change`` "save") or a delete of the team's newest record, written as a
+    replica of the release before records migration 5 writes it in a rolling upgrade: no
+    ``terms_version`` on the record, no ``terms_reset`` on the team."""
+    r, v = records.c, record_search_versions.c
+    now = datetime.now(UTC)
+    with write_transaction(world.engine) as conn:
+        if change == "save":
+            text = "Deploy of the payments gateway by the release before"
+            row = {"team_id": world.team_id, "id": "rec_" + uuid.uuid4().hex, "repo_id": None}
+            row |= {"text": text, "terms": " ".join(analyze(text)), "created_at": now}
+            conn.execute(records.insert().values(**row, expires_at=now + timedelta(days=1)))
+        else:
+            newest = sa.select(r.id).where(r.team_id == world.team_id)
+            gone = conn.execute(newest.order_by(r.created_at.desc())).first()
+            assert gone is not None
+            conn.execute(records.delete().where(r.team_id == world.team_id, r.id == gone.id))
+        conn.execute(
+            record_search_versions.update()
+            .where(v.team_id == world.team_id)
+            .values(terms_version=v.terms_version + 1)
+        )
+
+
+@pytest.mark.parametrize("change", ["save", "delete"])
+def test_a_change_by_the_release_before_makes_the_next_search_read_the_rows_whole(
+    world: World, reads: list[str], change: str
+) -> None:
+    for note in NOTES:
+        world.records.save_as_server(world.team_id, note)
+    assert _ranked(world.records, world, "deploy payments")
+    _as_the_release_before(world, change)
+    world.records.save_as_server(world.team_id, "A second payments deploy after the fix")
+    reads.clear()
+    found = _ranked(world.records, world, "deploy payments")
+    assert reads == ["since", "whole"]
+    assert found == _ranked(_fresh(world), world, "deploy payments")

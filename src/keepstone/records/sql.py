@@ -89,7 +89,15 @@ _team = _TEAM.subquery("k")
 _STATE = sa.select(
     S.c.enabled, V.c.terms_version, V.c.vectors_version, V.c.vectors_reset, V.c.terms_reset
 ).select_from(_team.outerjoin(S, S.c.team_id == _team.c.id).outerjoin(V, V.c.team_id == _team.c.id))
-_RANKING_COLUMNS = (R.c.id, R.c.repo_id, R.c.terms, R.c.created_at, R.c.expires_at, R.c.dup_key)
+_RANKING_COLUMNS = (
+    R.c.id,
+    R.c.repo_id,
+    R.c.terms,
+    R.c.created_at,
+    R.c.expires_at,
+    R.c.dup_key,
+    R.c.terms_version,
+)
 #: A record stored before v5 has no terms_version: it counts as stored at version 0.
 _TERMS_VERSION = sa.func.coalesce(R.c.terms_version, 0)
 _UPTO = sa.bindparam("upto", type_=sa.BigInteger)
@@ -204,6 +212,7 @@ class _SqlReader(RecordReader):
                 utc(r.created_at),
                 utc(r.expires_at),
                 r.dup_key,
+                int(r.terms_version or 0),
             )
             for r in self._conn.execute(_RANKING_ROWS_SINCE if after else _RANKING_ROWS, params)
         ]

@@ -102,6 +102,9 @@ class RankingRow:
     created_at: datetime
     expires_at: datetime
     dup_key: int | None
+    #: The team's ``terms_version`` of the save that stored it (0: stored before records
+    #: migration 5, or by a replica of a version before it).
+    terms_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

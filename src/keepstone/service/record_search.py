@@ -226,7 +226,12 @@ class RecordSearch:
         def extend(cached: int, older: _TeamRows) -> _TeamRows | None:
             if versions.terms_reset > cached:
                 return None  # records were removed since: read them all again
-            return older.extended(tx.ranking_rows(team, versions.terms, after=cached))
+            since = tx.ranking_rows(team, versions.terms, after=cached)
+            if {r.terms_version for r in since} != set(range(cached + 1, versions.terms + 1)):
+                # A version with no record of its own: a writer that does not tag what it
+                # stores or removes (a replica of the release before, in a rolling upgrade).
+                return None
+            return older.extended(since)
 
         rows = self._rows.get(
             team, versions.terms, lambda: _team_rows(tx.ranking_rows(team, versions.terms)), extend
