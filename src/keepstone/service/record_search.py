@@ -117,11 +117,12 @@ class _TeamRows:
         the whole would be, at the cost of the new rows and copies of the arrays."""
         if not rows:
             return self
-        new = _team_rows(rows, dict(self.repos), len(self.ids))
+        index = self.index.extended([r.terms.split() for r in rows])
+        new = _team_rows(rows, dict(self.repos), len(self.ids), index)
         position = {**self.position, **new.position}
         return _TeamRows(
             self.ids + new.ids,
-            self.index.extended([r.terms.split() for r in rows]),
+            index,
             np.concatenate([self.repo_codes, new.repo_codes]),
             new.repos,
             np.concatenate([self.expires, new.expires]),
@@ -133,10 +134,14 @@ class _TeamRows:
 
 
 def _team_rows(
-    rows: Sequence[RankingRow], repos: dict[str, int] | None = None, first: int = 0
+    rows: Sequence[RankingRow],
+    repos: dict[str, int] | None = None,
+    first: int = 0,
+    index: BM25Index | None = None,
 ) -> _TeamRows:
     """The team rows of ``rows``, numbered from ``first``; ``repos``: the repository codes
-    given already, to which new ones are added (:meth:`_TeamRows.extended`)."""
+    given already, to which new ones are added, and ``index`` the BM25 index made already
+    (:meth:`_TeamRows.extended`); else one of ``rows``."""
     repos = {} if repos is None else repos
     codes = np.fromiter(
         (-1 if r.repo_id is None else repos.setdefault(r.repo_id, len(repos)) for r in rows),
@@ -147,7 +152,7 @@ def _team_rows(
     created = np.fromiter((r.created_at.timestamp() for r in rows), np.float64, len(rows))
     ids = [r.id for r in rows]
     position: dict[Hashable, int] = {record_id: first + i for i, record_id in enumerate(ids)}
-    index = BM25Index([r.terms.split() for r in rows])
+    index = index if index is not None else BM25Index([r.terms.split() for r in rows])
     dup_keys = np.fromiter((r.dup_key or 0 for r in rows), np.int64, len(rows))
     return _TeamRows(
         ids, index, codes, repos, expires, created, RowMap(position), position, dup_keys
