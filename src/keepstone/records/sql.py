@@ -306,10 +306,7 @@ class _SqlWriter(_SqlReader, RecordWriter):
         # a search's cached rows are extended from (nothing else waits on rows not yet
         # written, so holding the counter meanwhile adds no wait to anyone's).
         bump = search_counters(self._conn).bump_terms
-        versions = {
-            team: int(self._conn.execute(bump, {"team": team}).scalar_one())
-            for team in sorted({r.team_id for r in records_})
-        }
+        versions = self._bump(bump, (r.team_id for r in records_))
         rows: list[dict[str, Any]] = [
             {
                 "team_id": r.team_id,
@@ -355,10 +352,13 @@ class _SqlWriter(_SqlReader, RecordWriter):
             self._bump(search_counters(self._conn).bump_removal, (t for t, _ in keys))
         return len(keys)
 
-    def _bump(self, statement: Any, teams: Iterable[str]) -> None:
+    def _bump(self, statement: Any, teams: Iterable[str]) -> dict[str, int]:
+        """Each team's ``terms_version`` after ``statement`` moved it."""
         # Teams in key order, so two writers cannot deadlock one another.
-        for team in sorted(set(teams)):
-            self._conn.execute(statement, {"team": team})
+        return {
+            team: int(self._conn.execute(statement, {"team": team}).scalar_one())
+            for team in sorted(set(teams))
+        }
 
 
 def _typed(sql: str, *, paged: bool = False) -> sa.TextualSelect:

@@ -164,6 +164,7 @@ class SearchCounters:
                     V.c.terms_reset: V.c.terms_version + 1,
                 },
             )
+            .returning(V.c.terms_version)
         )
 
 
@@ -264,7 +265,7 @@ class RecordIndex:
             ).rowcount
             teams = conn.execute(sa.select(V.c.team_id).order_by(V.c.team_id)).scalars().all()
             for team in teams:
-                conn.execute(search_counters(conn).bump_removal, {"team": team})
+                conn.execute(search_counters(conn).bump_removal, {"team": team}).scalar_one()
         return int(dropped)
 
 
