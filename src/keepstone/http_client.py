@@ -25,7 +25,9 @@ archive) cannot be sent again either.
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 
 import httpx
 
@@ -94,8 +96,23 @@ def repeatable(request: httpx.Request) -> bool:
 
 def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
     """The transport of a client of a Keepstone server: ``inner`` (a test's, or a pool of
-    real connections idle at most :data:`IDLE_SECONDS`) with :class:`RetryBroken`."""
-    return RetryBroken(inner if inner is not None else httpx.HTTPTransport(limits=LIMITS))
+    real connections idle at most :data:`IDLE_SECONDS`, verifying TLS with :func:`tls`)
+    with :class:`RetryBroken`."""
+    if inner is None:
+        inner = httpx.HTTPTransport(limits=LIMITS, verify=tls())
+    return RetryBroken(inner)
+
+
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """How every client of this process verifies a server's certificate: httpx's own
+    default (certifi's CA bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), made once.
+
+    httpx makes a new context for every transport, and reading the CA bundle is most of
+    what making a client costs: an SDK that opens several spaces, or a face that makes a
+    client per request, paid it every time. A context is safe to share between
+    connections and threads."""
+    return httpx.create_ssl_context()
 
 
 def server_url(url: str, what: str = "the server URL", field: str = "server") -> str:

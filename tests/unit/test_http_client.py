@@ -10,6 +10,7 @@ with httpx's own exceptions for it); ``tests/e2e/test_serve_keepalive.py`` makes
 from __future__ import annotations
 
 import io
+import ssl
 from collections.abc import Callable
 
 import httpx
@@ -19,6 +20,7 @@ from keepstone import http_client
 from keepstone.cli.serve import server_config
 from keepstone.config import Config
 from keepstone.documents import Replace
+from keepstone.embed.http import HttpEmbedder
 from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.http_client import IDLE_SECONDS
 from keepstone.spaces import SpaceRef
@@ -183,3 +185,28 @@ def test_a_team_id_is_one_segment_of_the_search_path() -> None:
     client = httpx.Client(transport=httpx.MockTransport(answer))
     HttpRecordsSearcher("http://x", "k", team="a/b?c", client=client).search("q", None, None)
     assert seen == ["/api/teams/a%2Fb%3Fc/memory/search"]
+
+
+def test_every_client_verifies_servers_with_the_one_context_of_its_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading the CA bundle was most of what making a client cost, once per client: the
+    stores, the records searcher and the HTTP embedder now share one context, made once,
+    and it verifies (a certificate is required, and must name the host)."""
+    context = http_client.tls()
+    assert context is http_client.tls()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+
+    made: list[object] = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: made.append(a) or real())
+    clients = [
+        HttpMemoryStore("https://keepstone.example", "key"),
+        HttpMemoryStore("http://127.0.0.1:8420", "key"),
+        HttpRecordsSearcher("https://keepstone.example", "key", team="team-a"),
+        HttpEmbedder("https://embed.example", "a-model"),
+    ]
+    assert made == []
+    for client in clients:
+        client.close()

@@ -63,7 +63,7 @@ class HttpEmbedder:
             headers=http_client.bearer(key, "KEEPSTONE_EMBEDDINGS_KEY", "embeddings_key"),
             timeout=timeout or httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
             # One retry of a connection that failed before anything was sent.
-            transport=httpx.HTTPTransport(retries=1),
+            transport=httpx.HTTPTransport(retries=1, verify=http_client.tls()),
         )
 
     @property
