@@ -28,6 +28,7 @@ import pytest
 from keepstone.quota import Limits
 from keepstone.store.base import MemoryStore
 from tests.conformance.helpers import StoreSpec, declared_capabilities
+from tests.sqlite_template import migrated_sqlite
 
 #: kind → builder of a fresh, empty location: (pytest request, a fresh directory) → spec.
 Opener = Callable[[pytest.FixtureRequest, Path, Limits], StoreSpec]
@@ -38,7 +39,7 @@ def _fs(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpe
 
 
 def _sqlite(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
-    return StoreSpec("sqlite", f"sqlite:///{where / 'keepstone.db'}", limits)
+    return StoreSpec("sqlite", migrated_sqlite(where / "keepstone.db"), limits)
 
 
 def _postgres(request: pytest.FixtureRequest, where: Path, limits: Limits) -> StoreSpec:
