@@ -28,6 +28,7 @@ import httpx
 import psutil
 import pytest
 
+from keepstone.http_client import tls
 from tests.cli_runner import keepstone_argv
 
 #: How long a server may take to answer: generous, for a loaded machine.
@@ -80,7 +81,7 @@ class ServerProcess:
 
     def answers(self, path: str = "/readyz", ok_status: Sequence[int] = (200,)) -> bool:
         try:
-            return httpx.get(f"{self.url}{path}", timeout=2).status_code in ok_status
+            return httpx.get(f"{self.url}{path}", timeout=2, verify=tls()).status_code in ok_status
         except httpx.HTTPError:
             return False
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from keepstone.http_client import tls
 from tests.conftest import (
     create_postgres_database,
     drop_postgres_database,
@@ -107,7 +108,11 @@ def _writer(
 
 def _team_usage(url: str, tenant: Tenant) -> tuple[int, int]:
     r = httpx.get(
-        f"{url}/api/memory/usage", params=SPACES[0], headers=tenant.key_headers, timeout=30
+        f"{url}/api/memory/usage",
+        params=SPACES[0],
+        headers=tenant.key_headers,
+        timeout=30,
+        verify=tls(),
     )
     body = expect(r, 200)
     return int(body["team_used_bytes"]), int(body["team_quota_bytes"])
@@ -166,7 +171,10 @@ def test_quota_holds_under_concurrent_writes_through_both_replicas(
         assert (used, quota) == (stored, TEAM_QUOTA)
         org = expect(
             httpx.get(
-                f"{url}/api/orgs/{tenant.org_id}/usage", headers=tenant.key_headers, timeout=30
+                f"{url}/api/orgs/{tenant.org_id}/usage",
+                headers=tenant.key_headers,
+                timeout=30,
+                verify=tls(),
             ),
             200,
         )
@@ -191,10 +199,13 @@ def test_a_document_written_through_one_replica_is_read_through_the_other(
             json={"content": content},
             headers=headers,
             timeout=30,
+            verify=tls(),
         ),
         201,
     )
-    read = httpx.get(f"{second}/api/memory/doc", params=params, headers=headers, timeout=30)
+    read = httpx.get(
+        f"{second}/api/memory/doc", params=params, headers=headers, timeout=30, verify=tls()
+    )
     body = expect(read, 200)
     assert body["content"] == content
     assert body["etag"] == written["etag"] and read.headers["etag"].strip('"') == written["etag"]
@@ -202,9 +213,14 @@ def test_a_document_written_through_one_replica_is_read_through_the_other(
 
     # A delete through the second is seen by the first.
     expect(
-        httpx.delete(f"{second}/api/memory/doc", params=params, headers=headers, timeout=30), 204
+        httpx.delete(
+            f"{second}/api/memory/doc", params=params, headers=headers, timeout=30, verify=tls()
+        ),
+        204,
     )
-    gone = httpx.get(f"{first}/api/memory/doc", params=params, headers=headers, timeout=30)
+    gone = httpx.get(
+        f"{first}/api/memory/doc", params=params, headers=headers, timeout=30, verify=tls()
+    )
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
 
 
@@ -218,6 +234,7 @@ def test_records_rate_limit_holds_across_replicas(deployment: Deployment) -> Non
             json={"enabled": True},
             headers=tenant.session_headers,
             timeout=30,
+            verify=tls(),
         ),
         200,
     )
@@ -230,6 +247,7 @@ def test_records_rate_limit_holds_across_replicas(deployment: Deployment) -> Non
             json={"text": "Moved the deployment to PostgreSQL with two replicas."},
             headers={"Authorization": f"Bearer {SERVICE_TOKEN}"},
             timeout=30,
+            verify=tls(),
         ),
         201,
     )
@@ -243,6 +261,7 @@ def test_records_rate_limit_holds_across_replicas(deployment: Deployment) -> Non
                 json={"query": "postgresql replicas"},
                 headers=tenant.key_headers,
                 timeout=30,
+                verify=tls(),
             ),
             200,
         )

@@ -29,6 +29,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from keepstone import Memory
 from keepstone.errors import InvalidRequest
+from keepstone.http_client import tls
 from tests.api.conftest import database_fixture
 from tests.cli_runner import keepstone_argv, keepstone_env
 from tests.serving import keepstone_serve
@@ -64,6 +65,7 @@ class Server:
             params=params,
             headers={"Authorization": f"Bearer {self.key}"},
             timeout=30,
+            verify=tls(),
         )
 
     def records_search(self, **body: Any) -> httpx.Response:
@@ -76,6 +78,7 @@ class Server:
                 json=body,
                 headers={"Authorization": f"Bearer {self.key}"},
                 timeout=30,
+                verify=tls(),
             )
             if r.status_code != 429:
                 return r

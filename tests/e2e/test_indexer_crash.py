@@ -25,6 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from keepstone.db import make_engine
+from keepstone.http_client import tls
 from keepstone.identity.keys import load_key_hasher
 from keepstone.identity.service import IdentityService
 from keepstone.records.schema import records
@@ -174,6 +175,7 @@ def search_records(base: str, key: str, team: str, query: str) -> list[dict[str,
             json={"query": query, "limit": 10},
             headers={"Authorization": f"Bearer {key}"},
             timeout=30,
+            verify=tls(),
         )
         if r.status_code != 429:
             assert r.status_code == 200, r.text

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from keepstone.db import make_engine
+from keepstone.http_client import tls
 from keepstone.identity.keys import load_key_hasher
 from keepstone.identity.service import IdentityService
 from keepstone.schema import upgrade_all
@@ -41,6 +42,7 @@ def _save(base: str, team: str, text: str, repo: str | None = None) -> str:
         json=body,
         headers={"Authorization": f"Bearer {SERVICE}"},
         timeout=30,
+        verify=tls(),
     )
     assert r.status_code == 201, r.text
     return str(r.json()["id"])

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from keepstone.http_client import tls
 from keepstone.spaces import encode_workdir_key
 from tests.cli_runner import keepstone_argv, keepstone_env
 from tests.e2e.test_serve_api import ADMIN_TOKEN, database, env, server  # noqa: F401 - fixtures
@@ -85,12 +86,14 @@ def world(server: str) -> World:  # noqa: F811 - the imported fixture
             params={**_params(**space), "path": path},
             json={"content": text},
             headers={"Authorization": f"Bearer {token}"},
+            verify=tls(),
         )
         assert r.status_code == 201, r.text
         usage = httpx.get(
             f"{server}/api/memory/usage",
             params=_params(**space),
             headers={"Authorization": f"Bearer {token}"},
+            verify=tls(),
         )
         space_id = str(usage.json()["space_id"])
         space_of[path] = space_id
@@ -132,6 +135,7 @@ def _search(world: World, who: str, **params: str) -> list[dict[str, object]]:
         params={"q": WORD, "limit": "50", **params},
         headers={"Authorization": f"Bearer {world.callers[who].key}"},
         timeout=30,
+        verify=tls(),
     )
     assert r.status_code == 200, r.text
     results: list[dict[str, object]] = r.json()["results"]
@@ -183,6 +187,7 @@ def test_pending_drains_to_zero_while_the_server_indexes(world: World) -> None:
             params={"q": WORD, "scope": "readable"},
             headers=headers,
             timeout=30,
+            verify=tls(),
         )
         assert r.status_code == 200, r.text
         seen.append(r.json()["pending"])
@@ -191,9 +196,12 @@ def test_pending_drains_to_zero_while_the_server_indexes(world: World) -> None:
         time.sleep(0.2)
     assert seen[-1] == 0, seen
     assert seen == sorted(seen, reverse=True)
-    ready = httpx.get(f"{world.url}/readyz", timeout=30).json()
+    ready = httpx.get(f"{world.url}/readyz", timeout=30, verify=tls()).json()
     assert ready["status"] == "ready" and ready["backlog"]["chunks"] == 0
-    assert 'keepstone_index_backlog{kind="chunks"} 0.0' in httpx.get(f"{world.url}/metrics").text
+    assert (
+        'keepstone_index_backlog{kind="chunks"} 0.0'
+        in httpx.get(f"{world.url}/metrics", verify=tls()).text
+    )
 
 
 def test_readable_hits_name_their_space(world: World) -> None:
@@ -211,6 +219,7 @@ def test_readable_hits_name_their_space(world: World) -> None:
         f"{world.url}/api/memory/search",
         params={"q": WORD, "scope": "everything"},
         headers={"Authorization": f"Bearer {world.callers['ann'].key}"},
+        verify=tls(),
     )
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "scope"
 
@@ -349,5 +358,6 @@ def test_mcp_client_searches_the_server(world: World, tmp_path: Path) -> None:
             "project": encode_workdir_key(tmp_path),
         },
         headers={"Authorization": f"Bearer {key}"},
+        verify=tls(),
     )
     assert [h["path"] for h in got.json()["results"]] == ["topics/deploy.md"]

@@ -22,6 +22,7 @@ import pytest
 
 from keepstone.api.app import WorkerApp
 from keepstone.config import Config
+from keepstone.http_client import tls
 from tests.api.conftest import database_fixture
 from tests.deploy.cluster import Tenant, expect, provision
 from tests.e2e.workers import connections, two_workers
@@ -57,6 +58,7 @@ def _write_all(url: str, tenant: Tenant, writer: int) -> list[int]:
             json={"content": _content(writer, doc)},
             headers=tenant.key_headers,
             timeout=60,
+            verify=tls(),
         )
         statuses.append(r.status_code)
     return statuses
@@ -87,17 +89,30 @@ def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> Non
                 params={**SPACE, "path": path},
                 headers=tenant.key_headers,
                 timeout=30,
+                verify=tls(),
             ),
             200,
         )
         assert doc["content"] == content
     listed = expect(
-        httpx.get(f"{url}/api/memory/docs", params=SPACE, headers=tenant.key_headers, timeout=30),
+        httpx.get(
+            f"{url}/api/memory/docs",
+            params=SPACE,
+            headers=tenant.key_headers,
+            timeout=30,
+            verify=tls(),
+        ),
         200,
     )
     assert {d["path"] for d in listed["documents"]} == set(expected)
     usage = expect(
-        httpx.get(f"{url}/api/memory/usage", params=SPACE, headers=tenant.key_headers, timeout=30),
+        httpx.get(
+            f"{url}/api/memory/usage",
+            params=SPACE,
+            headers=tenant.key_headers,
+            timeout=30,
+            verify=tls(),
+        ),
         200,
     )
     assert usage["used_bytes"] == sum(len(c.encode()) for c in expected.values())

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from keepstone.http_client import tls
 from keepstone.spaces import AUTO_MEMORY_SPACE, encode_workdir_key
 from keepstone.tools import TOOL_NAMES
 from tests.automemory.agent_script import AGENT
@@ -143,6 +144,7 @@ def test_mcp_against_a_server_searches_records_and_writes(server: Server, tmp_pa
             "path": "MEMORY.md",
         },
         headers={"Authorization": f"Bearer {server.key}"},
+        verify=tls(),
     )
     assert got.status_code == 200 and got.json()["content"] == "via the server"
 
@@ -191,6 +193,7 @@ def test_run_against_a_server_persists_there(server: Server, tmp_path: Path) -> 
             "path": "MEMORY.md",
         },
         headers={"Authorization": f"Bearer {server.key}"},
+        verify=tls(),
     )
     assert got.status_code == 200, got.text
     assert got.json()["content"] == "remembered on the server\n"

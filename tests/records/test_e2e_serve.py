@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from keepstone.db import make_engine
+from keepstone.http_client import tls
 from keepstone.identity.keys import load_key_hasher
 from keepstone.identity.service import IdentityService
 from keepstone.records.ratelimit import RedisRateLimiter
@@ -87,6 +88,7 @@ def _search(c: Cluster, server: int, query: str = "rollback") -> httpx.Response:
         json={"query": query},
         headers={"Authorization": f"Bearer {c.key}"},
         timeout=30,
+        verify=tls(),
     )
 
 
@@ -97,6 +99,7 @@ def test_two_servers_share_records_and_limits(cluster: Cluster) -> None:
         json={"text": "Automated the canary rollback for the payments API"},
         headers={"Authorization": f"Bearer {SERVICE}"},
         timeout=30,
+        verify=tls(),
     )
     assert saved.status_code == 201, saved.text
     # Warm both servers (a server's first search loads the embedding model, which on a

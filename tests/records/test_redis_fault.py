@@ -26,6 +26,7 @@ import httpx
 import pytest
 import redis
 
+from keepstone.http_client import tls
 from tests.cli_runner import keepstone_env, run_cli
 from tests.records.conftest import listed_records, world_with_key
 from tests.serving import ServerProcess, free_port, keepstone_serve, redis_server
@@ -155,7 +156,7 @@ class Load:
 
 
 def _ready(server: ServerProcess) -> tuple[int, object]:
-    r = httpx.get(f"{server.url}/readyz", timeout=CLIENT_TIMEOUT)
+    r = httpx.get(f"{server.url}/readyz", timeout=CLIENT_TIMEOUT, verify=tls())
     return r.status_code, r.json().get("redis")
 
 

@@ -16,6 +16,7 @@ import keepstone
 from keepstone import AsyncMemory, Memory
 from keepstone.cli.main import main
 from keepstone.errors import InvalidRequest, KeepstoneError, StoreUnavailable, Unauthenticated
+from keepstone.http_client import tls
 from keepstone.spaces import encode_workdir_key
 from tests.sdk.conftest import Server
 from tests.serving import free_port
@@ -149,6 +150,7 @@ def test_memory_connect_names_the_space_the_rest_api_does(
         f"{server.url}/api/memory/doc",
         params=params,
         headers={"Authorization": f"Bearer {key}"},
+        verify=tls(),
     )
     assert r.status_code == 200, r.text
     assert r.json()["content"] == "# over the wire\n"
