@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -64,6 +65,19 @@ def _write_all(url: str, tenant: Tenant, writer: int) -> list[int]:
     return statuses
 
 
+def _read(url: str, tenant: Tenant, route: str, **params: str) -> Any:
+    """The JSON of ``GET route`` on the test's space as the tenant's member, on a new
+    connection (so either worker may answer)."""
+    answer = httpx.get(
+        f"{url}{route}",
+        params={**SPACE, **params},
+        headers=tenant.key_headers,
+        timeout=30,
+        verify=tls(),
+    )
+    return expect(answer, 200)
+
+
 def _put_count(metrics: str) -> float:
     pattern = (
         r'keepstone_http_requests_total\{method="PUT",route="/api/memory/doc",status="201"\} (\S+)'
@@ -83,38 +97,10 @@ def test_two_workers_share_the_port_and_the_data(served: tuple[str, int]) -> Non
 
     expected = {f"w{w}/d{d}.md": _content(w, d) for w in range(WRITERS) for d in range(DOCS_EACH)}
     for path, content in expected.items():
-        doc = expect(
-            httpx.get(
-                f"{url}/api/memory/doc",
-                params={**SPACE, "path": path},
-                headers=tenant.key_headers,
-                timeout=30,
-                verify=tls(),
-            ),
-            200,
-        )
-        assert doc["content"] == content
-    listed = expect(
-        httpx.get(
-            f"{url}/api/memory/docs",
-            params=SPACE,
-            headers=tenant.key_headers,
-            timeout=30,
-            verify=tls(),
-        ),
-        200,
-    )
+        assert _read(url, tenant, "/api/memory/doc", path=path)["content"] == content
+    listed = _read(url, tenant, "/api/memory/docs")
     assert {d["path"] for d in listed["documents"]} == set(expected)
-    usage = expect(
-        httpx.get(
-            f"{url}/api/memory/usage",
-            params=SPACE,
-            headers=tenant.key_headers,
-            timeout=30,
-            verify=tls(),
-        ),
-        200,
-    )
+    usage = _read(url, tenant, "/api/memory/usage")
     assert usage["used_bytes"] == sum(len(c.encode()) for c in expected.values())
 
     # Each worker has its own metrics: scrape on fresh connections until both have
