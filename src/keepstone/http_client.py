@@ -1,7 +1,8 @@
 """The HTTP client of Keepstone's own callers of a Keepstone server (the HTTP store behind
 ``keepstone memory --server`` and the SDK, the records searcher): httpx, its pooled
-connections dropped after :data:`IDLE_SECONDS` idle, and one more try of a request whose
-connection broke before any answer came, when sending it twice is safe; and the checks of
+connections dropped after :data:`IDLE_SECONDS` idle, one TLS context for every client of the
+process (:func:`tls`), and one more try of a request whose connection broke before any
+answer came, when sending it twice is safe; and the checks of
 what such a client is given (:func:`server_url`, :func:`visible_ascii`), so that a bad
 ``--server`` or key is refused by name before any request.
 
