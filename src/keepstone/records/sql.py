@@ -21,7 +21,7 @@ identity's but tables in the same database.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -43,6 +43,7 @@ from keepstone.records.schema import (
 from keepstone.records.sql_index import (
     PENDING_IN_TEAM,
     RecordIndex,
+    bump_teams,
     pending_params,
     search_counters,
 )
@@ -306,7 +307,7 @@ class _SqlWriter(_SqlReader, RecordWriter):
         # a search's cached rows are extended from (nothing else waits on rows not yet
         # written, so holding the counter meanwhile adds no wait to anyone's).
         bump = search_counters(self._conn).bump_terms
-        versions = self._bump(bump, (r.team_id for r in records_))
+        versions = bump_teams(self._conn, bump, (r.team_id for r in records_))
         rows: list[dict[str, Any]] = [
             {
                 "team_id": r.team_id,
@@ -326,7 +327,7 @@ class _SqlWriter(_SqlReader, RecordWriter):
     def delete(self, team_id: str, record_id: str) -> bool:
         removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
         if removed.rowcount > 0:
-            self._bump(search_counters(self._conn).bump_removal, [team_id])
+            bump_teams(self._conn, search_counters(self._conn).bump_removal, [team_id])
             return True
         return False
 
@@ -349,16 +350,8 @@ class _SqlWriter(_SqlReader, RecordWriter):
         ).all()
         if keys:
             self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i in keys])
-            self._bump(search_counters(self._conn).bump_removal, (t for t, _ in keys))
+            bump_teams(self._conn, search_counters(self._conn).bump_removal, (t for t, _ in keys))
         return len(keys)
-
-    def _bump(self, statement: Any, teams: Iterable[str]) -> dict[str, int]:
-        """Each team's ``terms_version`` after ``statement`` moved it."""
-        # Teams in key order, so two writers cannot deadlock one another.
-        return {
-            team: int(self._conn.execute(statement, {"team": team}).scalar_one())
-            for team in sorted(set(teams))
-        }
 
 
 def _typed(sql: str, *, paged: bool = False) -> sa.TextualSelect:

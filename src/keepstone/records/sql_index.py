@@ -176,6 +176,17 @@ def search_counters(conn: Connection) -> SearchCounters:
     return _DIALECTS[conn.dialect.name]
 
 
+def bump_teams(conn: Connection, statement: Any, teams: Iterable[str]) -> dict[str, int]:
+    """Move the counters of each of ``teams`` with ``statement`` (one of
+    :class:`SearchCounters`'); return each team's counter it returned. Teams in key order,
+    so two writers cannot deadlock one another; each answer read whole (SQLite keeps a
+    statement with RETURNING open, and its transaction from committing, until it is)."""
+    return {
+        team: int(conn.execute(statement, {"team": team}).scalar_one())
+        for team in sorted(set(teams))
+    }
+
+
 #: A claim of pending records (:meth:`SqlRecordStore.claim_pending_records`).
 RecordClaim = EmbeddingClaim[PendingRecord]
 
@@ -263,9 +274,8 @@ class RecordIndex:
                 .where(R.c.model.is_not(None))
                 .values(embedding=None, model=None, vector_version=None)
             ).rowcount
-            teams = conn.execute(sa.select(V.c.team_id).order_by(V.c.team_id)).scalars().all()
-            for team in teams:
-                conn.execute(search_counters(conn).bump_removal, {"team": team}).scalar_one()
+            teams = conn.execute(sa.select(V.c.team_id)).scalars().all()
+            bump_teams(conn, search_counters(conn).bump_removal, teams)
         return int(dropped)
 
 
