@@ -36,6 +36,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_write_cost.py": [["--docs", "300", "--rounds", "2"]],
     "bench_records.py": [["--sizes", "10000"]],
     "bench_search_quality.py": [[]],
+    "bench_doc_write_search.py": [["--docs", "300", "--rounds", "5"]],
     "bench_levers.py": [["--splits", "2", "--skip-context"]],
     "bench_api.py": [[]],
     "bench_ui_listing.py": [["--requests", "3"]],

@@ -16,6 +16,7 @@ import pytest
 from keepstone.db.vectors import encode_many
 from keepstone.errors import InvalidRequest
 from keepstone.quota import Limits
+from keepstone.search.bm25 import BM25Index
 from keepstone.service.search import DocumentHit, DocumentSearch
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef, Visibility
@@ -249,6 +250,34 @@ def test_the_space_service_searches_its_store(store: MemoryStore) -> None:
         "matched": ["keyword"],
         "also_in": [],
     }
+
+
+def test_a_write_costs_the_next_search_its_own_chunks_and_answers_as_a_fresh_one(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    words = ["rollback", "deploy", "memory", "builder", "dashboards", "limit", "garden", "sun"]
+    for i in range(24):
+        body = " ".join(words[(i + j) % len(words)] for j in range(i % 5 + 3))
+        store.write(ref(), f"d{i:02}.md", f"# Doc {i}\n\n{body}\n\n## Same\n\nrollback twice\n")
+    warm = DocumentSearch(store)
+    warm.search([ref()], "rollback")
+    store.write(ref(), "d03.md", "# Doc 3\n\nrollback memory rewritten\n")
+    store.delete(ref(), "d07.md")
+    store.write(ref(), "new.md", "# New\n\nbuilder limit rollback\n")
+    builds: list[int] = []
+    built = BM25Index.__init__
+
+    def counted(self: BM25Index, documents: Sequence[Sequence[str]], **kw: float) -> None:
+        builds.append(len(documents))
+        built(self, documents, **kw)
+
+    monkeypatch.setattr(BM25Index, "__init__", counted)
+    for query in ("rollback", "memory limit", "garden sun deploy", "twice"):
+        again = warm.search([ref()], query, limit=50)
+        assert again == DocumentSearch(store).search([ref()], query, limit=50), query
+    # Each fresh search built an index of the whole space; the warm one built none: it
+    # dropped the changed chunks from its index and added the new ones.
+    assert len(builds) == 4 and len(set(builds)) == 1 and builds[0] > 40
 
 
 def test_a_store_without_an_index_is_refused() -> None:

@@ -359,3 +359,29 @@ def test_bm25_extended_is_the_index_of_the_whole_corpus(
         query, len(corpus), relative=True
     )
     assert [index.idf(t) for t in query] == [whole.idf(t) for t in query]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from("bcdefghj"), max_size=10), min_size=1, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.lists(st.lists(st.sampled_from("bcdefghjkm"), max_size=10), max_size=4),
+    st.lists(st.sampled_from("bcdefghjkmz"), min_size=1, max_size=5),
+)
+def test_bm25_without_some_documents_is_the_index_of_the_rest(
+    first: list[list[str]], flags: list[bool], added: list[list[str]], query: list[str]
+) -> None:
+    # A space's index less the chunks rewritten or deleted, plus the new ones, scores and
+    # ranks exactly as one built from the chunks that are left and the new ones; words
+    # left in no chunk (the vocabulary compacted or not) count as words never seen.
+    keep = np.asarray(flags[: len(first)], dtype=np.bool_)
+    index = BM25Index(first).without(keep).extended(added)
+    whole = BM25Index([doc for doc, kept in zip(first, keep, strict=True) if kept] + added)
+    assert len(index) == len(whole)
+    scores, matched = index.scores(query)
+    expected, expected_matched = whole.scores(query)
+    assert np.allclose(scores, expected, rtol=1e-6) and np.array_equal(matched, expected_matched)
+    assert [h.doc for h in index.top(query, len(whole), relative=True)] == [
+        h.doc for h in whole.top(query, len(whole), relative=True)
+    ]
+    assert [index.idf(t) for t in query] == [whole.idf(t) for t in query]
+    assert index.full_match(query) == whole.full_match(query)

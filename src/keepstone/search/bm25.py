@@ -5,9 +5,10 @@ same way on SQLite and PostgreSQL (FTS5's ``bm25()`` and PostgreSQL's ``ts_rank_
 order the same matches differently, and ``ts_rank_cd`` ranked worse on the labelled
 records). A :class:`BM25Index` is built from the analysed terms of a team's records or
 a space's chunks (:func:`keepstone.search.text.analyze`) and is immutable: a cache keeps one
-per team or space and builds a new one when the team's version moves, or, when only new
-documents came, extends it (:meth:`BM25Index.extended`; docs/search.md, "How it ranks", has
-what a build and a query cost).
+per team or space and builds a new one when the team's version moves, or, when only some
+documents changed, drops and adds those (:meth:`BM25Index.without`,
+:meth:`BM25Index.extended`; docs/search.md, "How it ranks", has what a build and a query
+cost).
 
 Scoring (Lucene's BM25): for each query term ``t`` with weight ``w``,
 
@@ -88,7 +89,7 @@ class BM25Index:
         grown.k1, grown.b = self.k1, self.b
         vocab = dict(self._vocab)
         terms, docs, tfs, lengths = _postings(vocab, documents, len(self))
-        old_terms = np.repeat(np.arange(len(self._vocab), dtype=np.int64), np.diff(self._offsets))
+        old_terms = self._posting_terms()
         # A term's old postings come before its new ones, whose documents are numbered
         # after every old one: a stable sort by term keeps (term, document) order.
         merged = np.argsort(np.concatenate([old_terms, terms]), kind="stable")
@@ -100,6 +101,33 @@ class BM25Index:
             np.concatenate([self._lengths, lengths]),
         )
         return grown
+
+    def without(self, keep: npt.NDArray[np.bool_]) -> BM25Index:
+        """This corpus with only the documents ``keep`` flags, renumbered in their order:
+        the same index as one built from those documents alone, at the cost of one pass
+        over the postings in numpy (a space's index after a document is rewritten or
+        deleted). A term left in no document scores and matches as one never seen; once
+        such terms are half the vocabulary, the vocabulary is compacted."""
+        if keep.all():
+            return self
+        lean = BM25Index.__new__(BM25Index)
+        lean.k1, lean.b = self.k1, self.b
+        kept = keep[self._docs_of]
+        terms = self._posting_terms()[kept]
+        docs = (np.cumsum(keep, dtype=np.int64) - 1)[self._docs_of[kept]]
+        vocab = self._vocab
+        live = np.bincount(terms, minlength=len(vocab)) > 0
+        if 2 * np.count_nonzero(live) < len(vocab):
+            # Ids stay in the same order, so the postings stay in (term, document) order.
+            renumber = np.cumsum(live, dtype=np.int64) - 1
+            vocab = {term: int(renumber[tid]) for term, tid in vocab.items() if live[tid]}
+            terms = renumber[terms]
+        lean._arrange(vocab, terms, docs, self._tfs[kept], self._lengths[keep])
+        return lean
+
+    def _posting_terms(self) -> npt.NDArray[np.int64]:
+        """The term of each posting, in posting order."""
+        return np.repeat(np.arange(len(self._vocab), dtype=np.int64), np.diff(self._offsets))
 
     def _arrange(
         self,
@@ -125,11 +153,16 @@ class BM25Index:
 
     def idf(self, term: str) -> float:
         """The inverse document frequency of ``term`` (0 for a term no document has)."""
-        tid = self._vocab.get(term)
-        if tid is None:
+        df = self._df(term)
+        if not df:
             return 0.0
-        df = float(self._offsets[tid + 1] - self._offsets[tid])
         return float(np.log1p((len(self) - df + 0.5) / (df + 0.5)))
+
+    def _df(self, term: str) -> int:
+        """How many documents hold ``term`` (0 for one in the vocabulary that no document
+        holds any longer: see :meth:`without`)."""
+        tid = self._vocab.get(term)
+        return 0 if tid is None else int(self._offsets[tid + 1] - self._offsets[tid])
 
     def full_match(
         self, query_terms: Sequence[str], weights: Mapping[str, float] | None = None
@@ -142,7 +175,7 @@ class BM25Index:
         for term in dict.fromkeys(query_terms):
             weight = 1.0 if weights is None else weights.get(term, 1.0)
             if weight > 0.0:
-                total += weight * (self.idf(term) if term in self._vocab else unseen)
+                total += weight * (self.idf(term) if self._df(term) else unseen)
         return total
 
     def scores(

@@ -289,6 +289,8 @@ class DocumentSearch:
                     dense is not None,
                 )
             )
+        # Ties by path and position, whatever order the cached rows are in.
+        out.sort(key=lambda f: (-f.score, f.row.path, f.row.seq))
         return out
 
     def _written(self, ref: SpaceRef, filters: SearchFilters) -> dict[str, datetime]:
@@ -316,19 +318,7 @@ class DocumentSearch:
     def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> _Keyword:
         def build() -> _Keyword:
             rows = index.chunk_rows(ref)  # read after the version: at least as new
-            vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
-            # Only vectors changed (the indexer stored a batch): the BM25 index stands.
-            was = self._keyword.peek(ref.id)
-            if was is not None and _same_terms(was.rows, rows):
-                return _Keyword(rows, was.index, was.row_map, was.position, vectors)
-            position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
-            return _Keyword(
-                rows,
-                BM25Index([row.terms.split() for row in rows]),
-                hybrid.RowMap(position, _split),
-                position,
-                vectors,
-            )
+            return _keyword_of(rows, self._keyword.peek(ref.id))
 
         return self._keyword.get(ref.id, version, build)
 
@@ -491,13 +481,44 @@ def _embed_claimed(claim: ClaimedChunks[R], embedder: Embedder) -> int:
     return len(rows)
 
 
-def _same_terms(was: Sequence[ChunkRow], now: Sequence[ChunkRow]) -> bool:
-    """Whether two readings of a space hold the same chunks with the same terms, in the
-    same order (so a BM25 index of one serves the other)."""
-    return len(was) == len(now) and all(
-        a.seq == b.seq and a.path == b.path and a.terms == b.terms
-        for a, b in zip(was, now, strict=True)
-    )
+def _keyword_of(rows: list[ChunkRow], was: _Keyword | None) -> _Keyword:
+    """The keyword side of a space read as ``rows``. From ``was``, the side of an earlier
+    reading, when most of its chunks are unchanged: its BM25 index less the chunks since
+    rewritten or gone, plus the new ones, scores as one built from ``rows`` (a write costs
+    the next search its own chunks, not the space's). Its rows are then the kept chunks in
+    their old order, the new ones after them: ties are ordered by path and position in
+    :meth:`DocumentSearch._rank_space`, not by this order."""
+    vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
+    fresh = {(row.path, row.seq): row for row in rows}
+    if was is not None:
+        keep = np.fromiter(
+            (_unchanged(row, fresh) for row in was.rows), dtype=bool, count=len(was.rows)
+        )
+        kept = [
+            fresh[(row.path, row.seq)] for row, same in zip(was.rows, keep, strict=True) if same
+        ]
+        if len(kept) == len(was.rows) == len(rows):
+            # Only vectors changed (the indexer stored a batch): the BM25 index stands.
+            return _Keyword(kept, was.index, was.row_map, was.position, vectors)
+        if 2 * len(kept) >= len(rows):
+            known = {(row.path, row.seq) for row in kept}
+            added = [row for row in rows if (row.path, row.seq) not in known]
+            ordered = kept + added
+            index = was.index.without(keep).extended([row.terms.split() for row in added])
+            return _indexed(ordered, index, vectors)
+    return _indexed(rows, BM25Index([row.terms.split() for row in rows]), vectors)
+
+
+def _unchanged(row: ChunkRow, fresh: dict[tuple[str, int], ChunkRow]) -> bool:
+    """Whether the fresh reading holds ``row``'s chunk with the same terms."""
+    now = fresh.get((row.path, row.seq))
+    return now is not None and now.terms == row.terms
+
+
+def _indexed(rows: list[ChunkRow], index: BM25Index, vectors: dict[str | None, int]) -> _Keyword:
+    """The keyword side of ``rows`` over ``index``, whose documents are ``rows`` in order."""
+    position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
+    return _Keyword(rows, index, hybrid.RowMap(position, _split), position, vectors)
 
 
 def _join(path: str, seq: int) -> str:
