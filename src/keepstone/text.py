@@ -9,7 +9,8 @@ whole numbers.
   :func:`no_nul` refuses only NUL, for a body of text (tabs and newlines belong there).
 * :func:`parse_int` reads a whole number as the ASCII digits it is written with, where
   Python's ``int()`` also takes ``1_0`` (ten), other scripts' digits, full-width ``＋５``
-  and surrounding spaces.
+  and surrounding spaces; :func:`parse_decimal` reads a number with a point or an exponent
+  the same way (``float()`` takes all of those, and ``nan`` and ``inf`` as well).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from keepstone.errors import InvalidRequest
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _WHOLE = re.compile(r"[0-9]+")
 _SIGNED = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 def control_in(value: str) -> str | None:
@@ -68,3 +70,9 @@ def parse_int(field: str, raw: str, *, negative: bool = False, what: str = "") -
             field=field,
         )
     return int(raw)
+
+
+def parse_decimal(raw: str) -> float | None:
+    """``raw`` as a number written in ASCII (digits, a sign, one point, an exponent), or
+    None when it is not one: the caller refuses it, naming its field."""
+    return float(raw) if _DECIMAL.fullmatch(raw) else None

@@ -144,12 +144,38 @@ def test_numbers_are_ascii_digits_only(world: World, raw: str) -> None:
         headers=world.headers("member"),
     )
     assert r.status_code == 400, r.text
+    for listing in (f"/api/memory/docs?{Q}&limit={raw}", f"/api/memory/activity?{Q}&limit={raw}"):
+        _refused(c.get(listing, headers=h), 400, "invalid_request", "limit")
+
+
+@pytest.mark.parametrize(
+    ("field", "raw"),
+    [
+        ("recency_days", "1_0"),
+        ("recency_days", "%D9%A3"),
+        ("recency_days", "%205"),
+        ("recency_days", "nan"),
+        ("min_score", "%D9%A0.%D9%A5"),
+        ("min_score", "0_5"),
+        ("min_score", "%200.5"),
+    ],
+)
+def test_decimal_numbers_are_ascii_too(world: World, field: str, raw: str) -> None:
+    r = world.client.get(
+        f"/api/memory/search?{Q}&q=seed&{field}={raw}", headers=world.headers("member")
+    )
+    _refused(r, 400, "invalid_request", field)
 
 
 def test_plain_digits_still_read(world: World) -> None:
     c, h = world.client, world.headers("member")
     assert c.get(f"/api/memory/doc?{Q}&path={SEED_PATH}&version=1", headers=h).status_code == 200
     assert c.get("/api/admin/users?limit=05", headers=admin_headers()).status_code == 200
+    assert c.get(f"/api/memory/docs?{Q}&limit=5", headers=h).status_code == 200
+    assert c.get(f"/api/memory/activity?{Q}&limit=5", headers=h).status_code == 200
+    for decimals in ("min_score=-0.5&recency_days=1e2", "min_score=.25&recency_days=%2B7.5"):
+        r = c.get(f"/api/memory/search?{Q}&q=seed&{decimals}", headers=h)
+        assert r.status_code == 200, r.text
 
 
 def test_content_answers_are_not_stored_by_caches(world: World) -> None:

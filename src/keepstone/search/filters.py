@@ -20,6 +20,7 @@ import yaml
 
 from keepstone.errors import InvalidRequest
 from keepstone.search.floor import check_min_score
+from keepstone.text import parse_decimal
 
 #: How many tags one search may name, and what one tag may be.
 MAX_TAGS = 20
@@ -131,13 +132,12 @@ def _tags(value: object) -> tuple[str, ...]:
 def _recency(value: object) -> float | None:
     if value is None or value == "":
         return None
-    days = math.nan
-    if isinstance(value, int | float | str) and not isinstance(value, bool):
-        try:
-            days = float(value)
-        except ValueError:
-            days = math.nan
-    if not math.isfinite(days) or not 0 < days <= MAX_RECENCY_DAYS:
+    days: float | None = math.nan
+    if isinstance(value, str):
+        days = parse_decimal(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        days = float(value)
+    if days is None or not math.isfinite(days) or not 0 < days <= MAX_RECENCY_DAYS:
         raise InvalidRequest(
             f"recency_days must be a half-life in days, above 0 and at most "
             f"{MAX_RECENCY_DAYS:g}, e.g. recency_days=30; got {value!r}",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keepstone.errors import InvalidRequest
+from keepstone.text import parse_decimal
 
 #: Where the calibrated thresholds are (written by bench/bench_search_floor.py).
 THRESHOLDS_FILE = Path(__file__).with_name("floor.json")
@@ -113,10 +114,7 @@ def check_min_score(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
     elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
+        number = parse_decimal(value)
     if number is None or not math.isfinite(number) or not low <= number <= high:
         raise InvalidRequest(
             f"min_score must be a number from {low:g} to {high:g} (a hit's fused score), "

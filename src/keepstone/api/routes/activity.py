@@ -21,6 +21,7 @@ from keepstone.api.routes.common import AUTH_ERRORS, HandReadRoute, error_respon
 from keepstone.api.routes.maybe_space import MaybeSpace, maybe_space
 from keepstone.errors import InvalidSpaceRef
 from keepstone.principal import Principal as Who
+from keepstone.text import is_whole_number
 
 router = APIRouter(tags=["spaces"], route_class=HandReadRoute)
 
@@ -113,7 +114,4 @@ def _whole(raw: str | None) -> int:
     (refused by the service, naming ``limit``) when it is not, the default when absent."""
     if raw is None:
         return DEFAULT_LIMIT
-    try:
-        return int(raw)
-    except ValueError:
-        return -1
+    return int(raw) if is_whole_number(raw) else -1

@@ -13,7 +13,7 @@ from pydantic import BeforeValidator
 
 from keepstone.api.errors import ERROR_SCHEMA
 from keepstone.errors import InvalidRequest
-from keepstone.text import is_whole_number
+from keepstone.text import is_whole_number, parse_int
 
 _DESCRIPTIONS = {
     400: "Bad request (invalid_request, invalid_space_ref, unknown_parameter, ...)",
@@ -83,14 +83,9 @@ _MAX_VERSION = 2**31 - 1
 
 
 def parse_limit(raw: str) -> int:
-    """A page's size as sent: a whole number (its range is the listing's to check)."""
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise InvalidRequest(
-            f"limit must be a whole number, not {raw!r}; leave it out for the whole listing",
-            field="limit",
-        ) from None
+    """A page's size as sent: a whole number in ASCII digits (its range is the listing's
+    to check)."""
+    return parse_int("limit", raw, what="a page size, or leave limit out for the whole listing")
 
 
 def parse_version(raw: str, field: str = "version") -> int:
