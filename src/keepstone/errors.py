@@ -41,6 +41,7 @@ model) can act on.
     │   └── InvalidEdit               422 invalid_edit
     ├── RateLimited                   429 rate_limited
     └── StoreUnavailable              503 store_unavailable
+        ├── DatabaseMissing           503 store_unavailable (the operator hears more)
         └── InsufficientStorage       507 insufficient_storage
 """
 
@@ -57,6 +58,9 @@ class KeepstoneError(Exception):
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
+    #: A fuller message for the operator of the process, who may be told what a caller of
+    #: the API may not (the CLI prints it, the server logs it); None: the message says all.
+    operator_message: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -200,6 +204,22 @@ class RateLimited(KeepstoneError):
 
 class StoreUnavailable(KeepstoneError):
     status = 503
+
+
+#: What every caller hears while the database is away (the server's log says why).
+DATABASE_AWAY = "the database cannot be reached right now; try again shortly"
+
+
+class DatabaseMissing(StoreUnavailable):
+    """The configured PostgreSQL database does not exist. A caller hears the outage's
+    message; the operator is told the database's name and the command that creates it,
+    which names its host, port and user (:attr:`operator_message`)."""
+
+    code = "store_unavailable"
+
+    def __init__(self, operator_message: str) -> None:
+        super().__init__(DATABASE_AWAY)
+        self.operator_message = operator_message
 
 
 class InsufficientStorage(StoreUnavailable):

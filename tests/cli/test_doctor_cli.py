@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cli_runner import run_cli
+from tests.conftest import require_postgres
 
 
 @pytest.fixture
@@ -183,6 +185,19 @@ def test_a_bad_database_fails_with_exit_1(
     code, out, _ = run_cli(capsys, "doctor", "--database", url)
     assert code == 1
     assert [x for x in out.splitlines() if x.startswith("FAIL")][0].split()[1] == "database"
+
+
+def test_a_missing_postgres_database_is_named_with_the_command_that_creates_it(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = require_postgres().rsplit("/", 1)[0]
+    name = f"missing_{uuid.uuid4().hex[:12]}"
+    code, checks = doctor(capsys, "--database", f"{base}/{name}")
+    assert code == 1 and checks["database"]["status"] == "FAIL"
+    assert (
+        f'database "{name}" does not exist; create it with: createdb'
+        in checks["database"]["detail"]
+    )
 
 
 def test_a_world_writable_home_fails(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

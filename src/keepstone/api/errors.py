@@ -78,7 +78,8 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
         # An outage fails every request alike: one line each, saying what is away (the
         # database, the rate limiter's Redis) and the driver's reason, rather than a
         # traceback each.
-        log.error("request failed: %s: %s (%s)", exc.code, exc.message, _root_cause(exc))
+        told = exc.operator_message or exc.message
+        log.error("request failed: %s: %s (%s)", exc.code, told, _root_cause(exc))
     elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response

@@ -122,7 +122,7 @@ def _database(config: Config) -> Check:
         finally:
             engine.dispose()
     except KeepstoneError as exc:
-        return Check("database", FAIL, f"{shown}: {exc.message}")
+        return Check("database", FAIL, f"{shown}: {exc.operator_message or exc.message}")
     if state.unknown:
         return Check(
             "database",
@@ -234,7 +234,7 @@ def _in_database(config: Config, act: Callable[[Runtime], str]) -> list[str]:
         finally:
             rt.close()
     except KeepstoneError as exc:
-        return [f"database: not counted ({exc.message})"]
+        return [f"database: not counted ({exc.operator_message or exc.message})"]
 
 
 def _on_local_store(

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return func(args)
     except KeepstoneError as exc:
-        print(f"keepstone: {exc.code}: {exc.message}", file=sys.stderr)
+        print(f"keepstone: {exc.code}: {exc.operator_message or exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("keepstone: interrupted", file=sys.stderr)

@@ -35,7 +35,13 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 
 from keepstone.db.durability import SqliteWriters, made_durable, sqlite_writers
 from keepstone.db.files import DISK_FULL_MESSAGE, enter_wal, is_disk_full
-from keepstone.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
+from keepstone.errors import (
+    DATABASE_AWAY,
+    DatabaseMissing,
+    InsufficientStorage,
+    InvalidRequest,
+    StoreUnavailable,
+)
 
 T = TypeVar("T")
 
@@ -152,8 +158,9 @@ _MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
 
 
 def _missing_database(context: sa.engine.ExceptionContext) -> BaseException | None:
-    """A PostgreSQL connection refused because its database does not exist says so, with
-    the command that creates it, instead of "cannot be reached" (retrying cannot help)."""
+    """A PostgreSQL connection refused because its database does not exist tells the
+    operator so, with the command that creates it, instead of "cannot be reached"
+    (retrying cannot help); a caller of the API still hears the outage's message."""
     found = _MISSING_DATABASE.search(str(context.original_exception))
     if found is None or context.engine is None:
         return None
@@ -164,7 +171,7 @@ def _missing_database(context: sa.engine.ExceptionContext) -> BaseException | No
         f"-U {url.username}" if url.username else "",
     ]
     command = " ".join(["createdb", *filter(None, flags), shlex.quote(found[1])])
-    return StoreUnavailable(f'database "{found[1]}" does not exist; create it with: {command}')
+    return DatabaseMissing(f'database "{found[1]}" does not exist; create it with: {command}')
 
 
 #: How long a SQLite connection waits for another's lock (seconds).
@@ -499,9 +506,7 @@ def translated_errors() -> Iterator[None]:
     except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
         if is_disk_full(exc):
             raise InsufficientStorage(DISK_FULL_MESSAGE) from exc
-        raise StoreUnavailable(
-            "the database cannot be reached right now; try again shortly"
-        ) from exc
+        raise StoreUnavailable(DATABASE_AWAY) from exc
     except sa.exc.DataError as exc:
         # The last net under the checks of each field (keepstone.text): PostgreSQL takes no
         # NUL in any text; anything else is a bug and stays one.
