@@ -254,6 +254,28 @@ def test_403_forbidden(client: TestClient, creds: Creds) -> None:
     )
 
 
+def test_a_token_refused_is_told_who_may_instead(client: TestClient, creds: Creds) -> None:
+    # Each refusal names a credential the same route takes, not one it refuses as well.
+    w = creds.world
+    rec = w.records.save_as_server(w.team_id, "keep me as well")
+    admin_token = {"Authorization": f"Bearer {ADMIN}"}
+    said = {
+        "save": save(client, w.team_id, admin_token, text="x"),
+        "delete": client.delete(f"/api/teams/{w.team_id}/memory/{rec.id}", headers=admin_token),
+        "setting": client.put(
+            f"/api/teams/{w.team_id}/memory-settings", json={"enabled": False}, headers=SERVICE_H
+        ),
+        "search": search(client, w.team_id, SERVICE_H),
+    }
+    message = {k: r.json()["error"]["message"] for k, r in said.items()}
+    assert all(code(r) == (403, "forbidden") for r in said.values()), message
+    assert message["save"].startswith("the admin token cannot save")
+    assert "with the service token" in message["save"] and "API key" not in message["save"]
+    assert "signed in, in a browser" in message["delete"] and "API key" not in message["delete"]
+    assert message["setting"].startswith("the service token cannot delete a record or change")
+    assert "team member's API key or browser session" in message["search"]
+
+
 def test_403_csrf_required(client: TestClient, creds: Creds) -> None:
     w = creds.world
     rec = w.records.save_as_server(w.team_id, "keep me too")

@@ -362,6 +362,17 @@ class Action(StrEnum):
     SAVE = "save"  # save a record: the service token only
 
 
+#: What a token credential (the service or the admin token: no one's membership) may not do
+#: with a team's records, and who may: the end of its refusal's message.
+_TOKEN_REFUSALS = {
+    Action.READ: "read team memory records; use a team member's API key or browser session",
+    Action.MANAGE: "delete a record or change the memory setting; a workspace owner or admin "
+    "does it signed in, in a browser",
+    Action.SAVE: "save team memory records; the host application's server saves them, with "
+    "the service token",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TeamAccess:
     """A caller's standing in one team, as the records use-cases need it.
@@ -431,10 +442,8 @@ class Access:
             # a team that exists, then meet the credential check.
             if action is Action.SAVE and who.kind is CredentialKind.SERVICE_TOKEN:
                 return TeamAccess(team_id, standing.org_id, standing.plan, None, False)
-            raise Forbidden(
-                f"this credential cannot {action.value} team memory records; "
-                "use a team member's API key or browser session"
-            )
+            token = "service token" if who.kind is CredentialKind.SERVICE_TOKEN else "admin token"
+            raise Forbidden(f"the {token} cannot {_TOKEN_REFUSALS[action]}")
         if who.kind is CredentialKind.API_KEY and who.team_id != team_id:
             raise _team_not_found(team_id)
         if who.plan and who.team_id == team_id:
