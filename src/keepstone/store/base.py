@@ -194,7 +194,9 @@ class MemoryStore(ABC):
       ``read_version``, ``read_as_of``, ``list_as_of`` answer.
     * ``"platform_grants"`` — refuses a ``global`` mutation that comes without a
       :class:`~keepstone.documents.PlatformGrant` itself. A client of a server lacks it:
-      the server decides from the caller's credential (and audits).
+      the server decides from the caller's credential (and audits), and before any field
+      (a caller without authority hears ``403``, never a ``422``), so such a store sends a
+      global mutation's fields unchecked (:meth:`MemoryStore.checked_path`).
     * ``"stored_totals"`` — sums what it holds across every team and global space
       (:class:`keepstone.store.index.StoredTotals`). A client of a server lacks it: it sees
       only its caller's spaces.
@@ -320,7 +322,7 @@ class MemoryStore(ABC):
         reads at most, then PreconditionFailed); with it, the document must still have that
         etag, and a change is PreconditionFailed. A store in front of a server (the HTTP
         store) sends the edit itself instead, in one request (its :meth:`_edit`)."""
-        return self._edit(ref, CheckedEdit(validate_doc_path(path), edit, if_match, grant))
+        return self._edit(ref, CheckedEdit(self.checked_path(ref, path), edit, if_match, grant))
 
     def _edit(self, ref: SpaceRef, e: CheckedEdit) -> WriteResult:
         """Read, apply and write back the edit ``e`` (:meth:`edit`). A caller who named no
@@ -350,6 +352,9 @@ class MemoryStore(ABC):
         """The prelude of :meth:`write`: path, authority, encoding, size and secrets (in
         the content and in the names it is written under); ``terms`` ride along."""
         if_match, if_none_match, grant = terms
+        if self.server_decides(ref):
+            data = encode_document(content)
+            return CheckedWrite(path, content, data, content_etag(data), *terms)
         path = validate_doc_path(path)
         check_names_free_of_secrets({"path": path})
         _space_names_clean(ref.name, ref.project, ref.bot)
@@ -372,7 +377,7 @@ class MemoryStore(ABC):
     ) -> None:
         """Remove the document at ``path`` and credit its size; NotFound when absent."""
         self.check_authority(ref, grant)
-        checked = CheckedDelete(validate_doc_path(path), if_match, grant)
+        checked = CheckedDelete(self.checked_path(ref, path), if_match, grant)
         if self.reserve is None:
             return self._delete(ref, checked)
         # A delete writes before it frees (a log, a history version): on a full disk it
@@ -400,13 +405,14 @@ class MemoryStore(ABC):
         ``grant`` and is audited as ``memory.global_move``.
         """
         self.check_authority(ref, grant)
-        src, dst = validate_doc_path(path), validate_doc_path(to)
-        check_names_free_of_secrets({"to": dst})
-        if src == dst:
-            raise InvalidRequest(
-                f"the document is already at {src!r}; give the new path to move it to",
-                path=src,
-            )
+        src, dst = self.checked_path(ref, path), self.checked_path(ref, to)
+        if not self.server_decides(ref):
+            check_names_free_of_secrets({"to": dst})
+            if src == dst:
+                raise InvalidRequest(
+                    f"the document is already at {src!r}; give the new path to move it to",
+                    path=src,
+                )
         checked = CheckedMove(src, dst, if_match, overwrite, grant)
         with changing(action="move"):
             if self.reserve is None:
@@ -468,6 +474,16 @@ class MemoryStore(ABC):
     def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
         current = version_as_of(self._versions(ref, info.path), _aware(at))
         return None if current is None else self._read_version(ref, info.path, current.version)
+
+    def server_decides(self, ref: SpaceRef) -> bool:
+        """Whether a mutation of ``ref`` goes to a server that checks its fields itself: a
+        global one, on a store that does not decide platform authority (a client of a
+        server). The server refuses a caller without authority before any field."""
+        return ref.is_global and "platform_grants" not in self.capabilities
+
+    def checked_path(self, ref: SpaceRef, path: str) -> str:
+        """A mutation's ``path`` made canonical, or as given where :meth:`server_decides`."""
+        return path if self.server_decides(ref) else validate_doc_path(path)
 
     def check_authority(self, ref: SpaceRef, grant: PlatformGrant | None) -> None:
         """Refuse a global mutation without a grant, where this store decides authority."""

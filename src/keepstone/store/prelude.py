@@ -9,7 +9,9 @@ once — path, authority, encoding, document cap, secrets — and hands an adapt
 same prelude per member (:mod:`keepstone.store.archive`) and hands each
 :class:`CheckedWrite` to the adapter's :data:`ImportWriter`. ``base`` calls the archive
 functions and the archive calls a store (:class:`ArchiveStore`), so what both need lives
-here, below both.
+here, below both. A global mutation on a client of a server is the exception: the server
+checks its fields after the caller's authority, so the prelude passes them on as given
+(:meth:`~keepstone.store.base.MemoryStore.server_decides`).
 """
 
 from __future__ import annotations
