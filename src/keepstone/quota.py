@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from keepstone.errors import DocumentTooLarge, QuotaExceeded
+from keepstone.errors import DocumentTooLarge, InvalidRequest, QuotaExceeded
 from keepstone.spaces import Visibility
 
 
@@ -135,3 +135,20 @@ class Limits:
 
     def with_subcap(self, visibility: Visibility, quota: int) -> Limits:
         return replace(self, subcaps=tuple({**dict(self.subcaps), visibility: quota}.items()))
+
+
+#: The largest quota, of documents or of history bytes, anyone may set: well inside the signed
+#: 64-bit integer a database keeps it in (and past any disk).
+MAX_QUOTA_BYTES = 2**62
+
+
+def check_quota_bytes(quota_bytes: int) -> int:
+    """``quota_bytes`` when it is a quota that can be set (0 to :data:`MAX_QUOTA_BYTES`), else
+    ``400 invalid_request`` saying the range."""
+    if isinstance(quota_bytes, bool) or not 0 <= quota_bytes <= MAX_QUOTA_BYTES:
+        raise InvalidRequest(
+            f"a quota must be a whole number of bytes from 0 to {MAX_QUOTA_BYTES} "
+            f"(got {quota_bytes})",
+            field="memory_quota_bytes",
+        )
+    return quota_bytes

@@ -52,3 +52,16 @@ def test_a_bad_limit_or_cursor_is_one_line(admin: Any) -> None:
     )
     code, _, err = admin("list-orgs", "--cursor", "nope", ok=False)
     assert code == 1 and len(err.splitlines()) == 1 and "cursor" in err
+
+
+def test_set_quota_refuses_what_the_api_refuses(admin: Any) -> None:
+    org = admin("create-org", "--name", "Acme")["id"]
+    for target in (["--instance"], ["--org", org]):
+        for value in (2**62 + 1, 2**63, 10**23, -1):
+            code, out, err = admin("set-quota", *target, "--bytes", str(value), ok=False)
+            assert code == 1 and out == ""
+            assert err == (
+                "keepstone: invalid_request: a quota must be a whole number of bytes from 0 to "
+                f"4611686018427387904 (got {value})\n"
+            )
+        assert admin("set-quota", *target, "--bytes", str(2**62))  # the bound itself is taken

@@ -28,7 +28,6 @@ from keepstone.cli.common import (
     required_verbs,
     runtime_for,
 )
-from keepstone.errors import InvalidRequest
 from keepstone.paging import DEFAULT_PAGE, MAX_PAGE
 from keepstone.principal import CredentialKind, Principal
 
@@ -96,8 +95,7 @@ def _op_create_api_key(admin: AdminService, a: argparse.Namespace) -> dict[str, 
 
 
 def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
-    if a.bytes < 0:
-        raise InvalidRequest("--bytes must be a whole number >= 0")
+    # Its range (keepstone.quota.MAX_QUOTA_BYTES, the admin API's bound) is the service's to refuse.
     if a.instance:
         admin.set_instance_quota(OPERATOR, a.bytes)
         return {"memory_quota_bytes": a.bytes}

@@ -40,7 +40,12 @@ from keepstone.identity.listing import TeamEntry as TeamEntry
 from keepstone.identity.listing import UserEntry as UserEntry
 from keepstone.identity.service import IdentityService
 from keepstone.principal import Principal
-from keepstone.quota import DEFAULT_TEAM_AGGREGATE_QUOTA, HistoryLimits
+from keepstone.quota import (
+    DEFAULT_TEAM_AGGREGATE_QUOTA,
+    MAX_QUOTA_BYTES,
+    HistoryLimits,
+    check_quota_bytes,
+)
 from keepstone.secrets import check_names_free_of_secrets
 from keepstone.service.access import Access, require_platform_authority, require_user
 from keepstone.store.sql import SqlStore
@@ -83,7 +88,7 @@ class OrgFanOut(Generic[Applied]):
 HISTORY_LIMIT_BOUNDS = {
     "history_days": 36_500,
     "history_versions": 1_000_000,
-    "history_quota_bytes": 2**62,
+    "history_quota_bytes": MAX_QUOTA_BYTES,
 }
 
 
@@ -213,6 +218,8 @@ class AdminService:
         the default (SPEC §4). ``plan`` changes the plan in the same step.
         """
         identity = self._authorized(who)
+        if quota_bytes is not None:
+            check_quota_bytes(quota_bytes)
         org = identity.update_org(org_id, plan=plan, memory_quota_bytes=quota_bytes)
         ceiling = _team_ceiling(quota_bytes)
         updated, failed = _on_each_team(
@@ -461,7 +468,7 @@ class AdminService:
     def set_instance_quota(self, who: Principal, quota_bytes: int) -> None:
         """Re-cap the tenant-less counter that global writes answer to (SPEC §4)."""
         require_platform_authority(who, mutating=True)
-        self._store.set_instance_quota(quota_bytes)
+        self._store.set_instance_quota(check_quota_bytes(quota_bytes))
         self._audit(who, "instance_quota", f"instance quota {quota_bytes}")
 
     def org_usage(self, who: Principal, org_id: str) -> OrgUsage:

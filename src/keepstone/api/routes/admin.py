@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from keepstone.api.deps import Principal
 from keepstone.api.routes.common import AUTH_ERRORS, WholeNumber, error_responses
 from keepstone.principal import Principal as Who
+from keepstone.quota import MAX_QUOTA_BYTES
 from keepstone.service.access import require_platform_authority
 from keepstone.service.admin import (
     DEFAULT_PAGE,
@@ -58,7 +59,7 @@ ERRORS = error_responses(*AUTH_ERRORS, 409)
 Short = Annotated[str, Field(max_length=256)]
 Id = Annotated[str, Field(min_length=1, max_length=64)]
 # Strict: JSON true/false is not 1/0 and "5" is not 5 (a quota of `false` bytes is a mistake).
-QuotaBytes = Annotated[StrictInt, Field(ge=0, le=2**62)]
+QuotaBytes = Annotated[StrictInt, Field(ge=0, le=MAX_QUOTA_BYTES)]
 
 
 class _Body(BaseModel):
