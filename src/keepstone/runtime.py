@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -253,6 +254,7 @@ def _make_engine(config: Config) -> Engine:
     if path is not None:
         directory = os.path.dirname(path)
         if os.path.abspath(config.home) == directory:
+            check_home(config)
             os.makedirs(directory, exist_ok=True)
         elif not os.path.isdir(directory):
             raise InvalidRequest(
@@ -262,10 +264,29 @@ def _make_engine(config: Config) -> Engine:
     return make_engine(config.database_url)
 
 
+def check_home(config: Config, where: str = "KEEPSTONE_HOME") -> None:
+    """Refuse a home that is a file or lies under one (``where`` names the setting that gave
+    it): nothing could be made in it, and every face says so in these words."""
+    try:
+        is_file = not stat.S_ISDIR(os.stat(config.home).st_mode)
+    except NotADirectoryError:
+        is_file = True
+    except OSError:
+        return  # missing: made on first use; unreadable: the store's own error says so
+    if is_file:
+        raise InvalidRequest(
+            f"{where} {str(config.home)!r} is not a directory; give the folder that holds "
+            "(or is to hold) Keepstone's local state"
+        )
+
+
 def open_local_store(config: Config, limits: Limits | None = None) -> MemoryStore:
     """The filesystem store under ``$KEEPSTONE_HOME/spaces``, with ``limits`` (default: the
-    configured ``KEEPSTONE_MEMORY_*`` overrides)."""
+    configured ``KEEPSTONE_MEMORY_*`` overrides); refused first when the home cannot be one
+    (:func:`check_home`)."""
     from keepstone.store.fs import FilesystemStore
+
+    check_home(config)
 
     return FilesystemStore(config.home / "spaces", config.limits() if limits is None else limits)
 

@@ -7,6 +7,7 @@ exists is a valid one and no layer checks it again.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import re
@@ -14,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from keepstone.errors import InvalidSpaceRef
+from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.paths import deceptive_character
 from keepstone.text import CONTROL
 
@@ -189,6 +190,29 @@ def is_directory_spelling(value: str) -> bool:
     return any(s in value for s in seps) or value.startswith((".", "~"))
 
 
+def login_name() -> str | None:
+    """The login name of the process's user, the default ``user`` of a user space; None
+    when the system cannot tell (no entry for the uid, no ``LOGNAME``): each face says so
+    in its own terms."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+def current_directory() -> str:
+    """The process's current directory, the default project of every space flag, memory
+    block and ``keepstone run``; InvalidRequest naming the way out when it was deleted after
+    the process started in it, since no project can be named after it then."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise InvalidRequest(
+            "the current directory no longer exists (it was deleted after the shell entered "
+            "it): cd to a directory that exists, or pass --project NAME|DIR"
+        ) from None
+
+
 def project_key(value: str | None, cwd: str | os.PathLike[str] | None = None) -> str:
     """The ``project`` qualifier a CLI flag, a memory block or the Python API names.
 
@@ -199,7 +223,7 @@ def project_key(value: str | None, cwd: str | os.PathLike[str] | None = None) ->
     the API, the CLI, MCP and ``keepstone run``.
     """
     if not value:
-        return encode_workdir_key(cwd if cwd is not None else os.getcwd())
+        return encode_workdir_key(cwd if cwd is not None else current_directory())
     if is_directory_spelling(value):
         directory = os.path.expanduser(value)
         if cwd is not None and not os.path.isabs(directory):

@@ -214,3 +214,22 @@ def test_project_key_refuses_a_missing_directory_and_an_invalid_name(tmp_path: P
         project_key("./absent", cwd=tmp_path)
     with pytest.raises(InvalidSpaceRef, match="':'"):
         project_key("we:b", cwd=tmp_path)
+
+
+def test_the_current_directory_deleted_under_the_process_is_one_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keepstone.errors import InvalidRequest
+    from keepstone.spaces import current_directory, project_key
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    assert current_directory() == str(gone)
+    gone.rmdir()
+    for read in (current_directory, lambda: project_key(None), lambda: project_key("")):
+        with pytest.raises(InvalidRequest, match="^the current directory no longer exists") as err:
+            read()
+        assert "cd to a directory that exists, or pass --project" in err.value.message
+        assert not isinstance(err.value, InvalidSpaceRef)  # no flag was wrong
+    assert project_key("web") == "web"  # a name needs no current directory

@@ -18,6 +18,7 @@ from keepstone.cli.common import (
     UsageError,
     add_server_args,
     add_space_args,
+    check_port,
     cli_command,
     cli_config,
     open_spaces,
@@ -31,6 +32,7 @@ from keepstone.spaces import (
     AUTO_MEMORY_SPACE,
     SpaceRef,
     Visibility,
+    current_directory,
     is_directory_spelling,
     project_key,
 )
@@ -148,6 +150,7 @@ def _agent_visibility(raw: str) -> Visibility:
 def _mcp(args: argparse.Namespace) -> int:
     from keepstone.mcp.server import serve_http, serve_stdio
 
+    check_port(args.port)  # before a store is opened or anything is served
     tools = build_tools(args)
     if tools.as_of is not None:
         # A store that keeps no history is one line now, not an error on every call later.
@@ -212,8 +215,9 @@ def run_ref(args: argparse.Namespace, bot: str, tenant: str) -> SpaceRef:
     (the same space the API's ``project=NAME`` reaches)."""
     try:
         if args.project is None or is_directory_spelling(args.project):
-            where = os.getcwd()
-            if args.project is not None:
+            if args.project is None:
+                where = current_directory()
+            else:
                 _project_key_or_usage(args.project)  # an existing directory, or exit 2
                 where = os.path.expanduser(args.project)
             return auto_memory_ref(bot, where, tenant=tenant)

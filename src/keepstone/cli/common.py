@@ -16,22 +16,29 @@ import argparse
 import contextlib
 import difflib
 import functools
-import getpass
 import json
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from keepstone import runtime
 from keepstone.config import Config
 from keepstone.errors import InvalidRequest, InvalidSpaceRef
 from keepstone.principal import Principal
-from keepstone.quota import Limits
+from keepstone.quota import KiB, Limits
 from keepstone.service.access import console_principal, remote_principal
 from keepstone.service.spaces import SpaceService
-from keepstone.spaces import ALLOWED_VISIBILITIES, SpaceRef, Visibility, project_key
+from keepstone.spaces import (
+    ALLOWED_VISIBILITIES,
+    SpaceRef,
+    Visibility,
+    login_name,
+    project_key,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -114,7 +121,8 @@ def keepstone_home() -> Path:
 def local_store(limits: Limits | None = None) -> MemoryStore:
     """The filesystem store under ``$KEEPSTONE_HOME/spaces``.
 
-    ``limits`` None takes the configured ``KEEPSTONE_MEMORY_*`` overrides.
+    ``limits`` None takes the configured ``KEEPSTONE_MEMORY_*`` overrides; a home that is
+    a file (or lies under one) is refused first (:func:`keepstone.runtime.check_home`).
     """
     return runtime.open_local_store(cli_config(), limits)
 
@@ -287,7 +295,7 @@ def space_ref_from_args(args: argparse.Namespace, tenant: str) -> SpaceRef:
         )
     user: str | None = None
     if visibility is Visibility.USER:
-        user = args.user or _login_name()
+        user = args.user or login_user()
     try:
         return SpaceRef.build(
             visibility, args.name, tenant=tenant, project=project, bot=args.bot, user=user
@@ -298,11 +306,19 @@ def space_ref_from_args(args: argparse.Namespace, tenant: str) -> SpaceRef:
         raise UsageError(f"{flag}{exc.message}") from exc
 
 
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        raise UsageError("cannot tell your login name; pass --user NAME") from None
+def check_port(port: int) -> None:
+    """Refuse a TCP port outside 1-65535 as a usage error (the system would take it modulo
+    65536, or pick one itself for 0, and serve somewhere else than it says)."""
+    if not 1 <= port <= 65535:
+        raise UsageError("--port must be 1-65535")
+
+
+def login_user() -> str:
+    """The login name, the default ``--user``; a usage error when the system cannot tell."""
+    name = login_name()
+    if name is None:
+        raise UsageError("cannot tell your login name; pass --user NAME")
+    return name
 
 
 def spaces_for(args: argparse.Namespace) -> tuple[SpaceService, Principal]:
@@ -362,6 +378,30 @@ def is_tty(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+#: How much of an input is read at a time while it is measured against a cap.
+READ_CHUNK = 64 * KiB
+
+
+def read_at_most(stream: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``stream``, a chunk at a time: a caller that asks for one byte
+    past its cap learns the input is too large without holding more of it."""
+    chunks: list[bytes] = []
+    while limit > 0 and (chunk := stream.read(min(limit, READ_CHUNK))):
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def size_left(stream: BinaryIO) -> int | None:
+    """The bytes left in ``stream`` when it is a regular file (known without reading them);
+    None for a pipe, a terminal, a device such as ``/dev/zero``, or an in-memory stream."""
+    try:
+        info = os.fstat(stream.fileno())
+        return info.st_size - stream.tell() if stat.S_ISREG(info.st_mode) else None
+    except (OSError, ValueError):
+        return None
 
 
 class Ticker:

@@ -17,7 +17,7 @@ import functools
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from keepstone.cli import reindex
@@ -25,7 +25,6 @@ from keepstone.cli.common import (
     AddArgs,
     Handler,
     UsageError,
-    _login_name,
     add_args,
     add_server_args,
     add_space_args,
@@ -34,17 +33,20 @@ from keepstone.cli.common import (
     cli_config,
     human_bytes,
     is_tty,
+    login_user,
     open_spaces,
     progress,
+    read_at_most,
     required_verbs,
     search_filter_args,
+    size_left,
     space_ref_from_args,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
 from keepstone.cli.history import register_verbs as register_history_verbs
 from keepstone.cli.spaces import register_verb as register_spaces_verb
 from keepstone.documents import Edit, ImportReport, ImportStrategy, Insert, Replace
-from keepstone.errors import InvalidDocument
+from keepstone.errors import DocumentTooLarge, InvalidDocument
 from keepstone.principal import CredentialKind, Principal
 from keepstone.service.access import console_principal
 from keepstone.service.filters import SearchFilters, empty_hint, filters_of, search_answer
@@ -159,24 +161,25 @@ def _cat(args: argparse.Namespace) -> int:
         return 0
 
 
-def _put_content(args: argparse.Namespace) -> bytes:
+def _put_content(args: argparse.Namespace, cap: DocumentCap) -> bytes:
     """The bytes ``put`` writes: ``--file``, else stdin; never waits at a terminal, never
-    empties a note unless ``--empty`` says so."""
+    empties a note unless ``--empty`` says so, never reads more than ``cap`` allows."""
     if args.empty:
         if args.file:
             raise UsageError("--empty writes an empty document; drop --file F (or --empty)")
         return b""
     if args.file:
-        try:
-            raw = Path(args.file).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--file {args.file!r}: {exc.strerror or exc}") from None
         source = f"--file {args.file!r}"
+        try:
+            with open(args.file, "rb") as stream:
+                raw = cap.read(stream, source)
+        except OSError as exc:
+            raise UsageError(f"{source}: {exc.strerror or exc}") from None
     else:
         if is_tty(sys.stdin):
             raise UsageError("no content: use --file F or pipe the content into stdin")
-        raw = sys.stdin.buffer.read()
         source = "stdin"
+        raw = cap.read(sys.stdin.buffer, source)
     if not raw:
         raise UsageError(
             f"no content: {source} is empty; pass --empty to write an empty document on purpose"
@@ -184,9 +187,49 @@ def _put_content(args: argparse.Namespace) -> bytes:
     return raw
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentCap:
+    """The most bytes ``put`` takes (``limit``) and what its refusal says of them (``why``)."""
+
+    limit: int
+    why: str
+
+    def read(self, stream: BinaryIO, source: str) -> bytes:
+        """``stream``'s bytes, or DocumentTooLarge past ``limit``: at most ``limit + 1`` bytes
+        are read, so a file of gigabytes or an endless stream (``/dev/zero``, ``yes |``) is
+        refused in the memory of one document; a regular file's size refuses it unread."""
+        left = size_left(stream)
+        if left is not None and left > self.limit:
+            raise self.refusal(f"is {left} bytes")
+        data = read_at_most(stream, self.limit + 1)
+        if len(data) > self.limit:
+            raise self.refusal(f"is over {self.limit} bytes ({source} was read no further)")
+        return data
+
+    def refusal(self, size: str) -> DocumentTooLarge:
+        return DocumentTooLarge(
+            f"document {size}; {self.why}", limit="document", quota_bytes=self.limit
+        )
+
+
+def _put_cap(service: SpaceService, args: argparse.Namespace) -> DocumentCap:
+    """How much ``put`` reads before it refuses: the local store's document cap (the
+    configured ``KEEPSTONE_MEMORY_MAX_DOC``, else 2 MiB), or with ``--server`` its
+    request-body cap."""
+    limits = service.store.limits
+    if limits is not None:
+        return DocumentCap(limits.max_document, f"the limit is {limits.max_document} bytes")
+    # The server's document cap is its own and unknown here. Whatever it is, a server refuses
+    # a request body over max_json_bytes (set in code, not by the environment, so the same
+    # on every server) before reading it: no more is worth reading. Below that bound the
+    # server decides, and its own refusal is the one shown.
+    body = cli_config(args).max_json_bytes
+    return DocumentCap(body, f"a Keepstone server takes at most {body} bytes in one request")
+
+
 def _put(args: argparse.Namespace) -> int:
-    raw = _put_content(args)
     with _open(args) as (service, ref, who):
+        raw = _put_content(args, _put_cap(service, args))
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -315,7 +358,7 @@ def _search_all(args: argparse.Namespace) -> int:
     filters = filters_of(vars(args))
     with open_spaces(args) as (service, who):
         if who.kind is CredentialKind.CONSOLE:
-            who = console_principal(args.user or _login_name())
+            who = console_principal(args.user or login_user())
         found = service.search_readable(
             who, args.query, limit=args.limit, path_prefix=args.path_prefix, filters=filters
         )

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
-from keepstone.cli.common import UsageError, add_database_arg, cli_command
+from keepstone.cli.common import UsageError, add_database_arg, check_port, cli_command
 from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_WORKER_HEALTHCHECK_SECONDS, Config
 from keepstone.errors import Conflict, InvalidRequest
 
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     config = Config.from_env(database_url=args.database, local=args.local)
     args.host = config.host if args.host is None else args.host
     args.port = config.port if args.port is None else args.port
-    if not 1 <= args.port <= 65535:
-        raise UsageError("--port must be 1-65535")
+    check_port(args.port)
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be 1-{MAX_WORKERS}")
     logs.configure()

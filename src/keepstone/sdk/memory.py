@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import getpass
 import io
 import os
 import threading
@@ -52,6 +51,7 @@ from keepstone.spaces import (
     REQUIRED_QUALIFIERS,
     SpaceRef,
     Visibility,
+    login_name,
     parse_visibility,
     project_key,
 )
@@ -108,16 +108,16 @@ def space_for(
         )
     key = project_key(project) if "project" in takes else None
     if vis is Visibility.USER and not user:
-        user = _login_name()
+        user = _login_user()
     return SpaceRef.build(vis, name, tenant=tenant, project=key, bot=bot, user=user)
 
 
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        message = "cannot tell your login name; pass user='NAME'"
-        raise InvalidSpaceRef(message, field="user") from None
+def _login_user() -> str:
+    """The login name, the default ``user``; refused, naming ``user``, when it is unknown."""
+    name = login_name()
+    if name is None:
+        raise InvalidSpaceRef("cannot tell your login name; pass user='NAME'", field="user")
+    return name
 
 
 class Memory:
@@ -161,12 +161,7 @@ class Memory:
         embedder) are read from the environment.
         """
         config = Config.from_env(home=None if home is None else Path(home))
-        if config.home.exists() and not config.home.is_dir():
-            where = "home" if home is not None else "KEEPSTONE_HOME"
-            raise InvalidRequest(
-                f"{where} {str(config.home)!r} is not a directory; give the folder that holds "
-                "(or is to hold) Keepstone's local state"
-            )
+        runtime.check_home(config, "home" if home is not None else "KEEPSTONE_HOME")
         who = console_principal("local")
         space = space_for(
             who.team_id, bot=bot, project=project, name=name, visibility=visibility, user=user
@@ -408,7 +403,7 @@ class Memory:
             )
         who = self._who
         if who.kind is CredentialKind.CONSOLE:  # locally: whose user spaces, as the CLI's
-            who = console_principal(self._space.user or _login_name())
+            who = console_principal(self._space.user or _login_user())
         return self._open().search_readable(
             who, query, limit=limit, path_prefix=path_prefix, filters=filters
         )

@@ -64,10 +64,12 @@ class DiskReserve:
         disk has no room for it, and nothing is left half-made."""
         if self.size <= 0 or self.held():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # A name of its own: writers of other processes may be making it at the same time.
         spare = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.new")
         try:
+            # Inside the guard: a store directory that cannot be made (it is a file, or lies
+            # under one) is refused, naming it, as any other failure to make the reserve is.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 os.posix_fallocate(fd, 0, self.size)
@@ -88,7 +90,7 @@ class DiskReserve:
         to give."""
         try:
             os.unlink(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
         log.warning(
             "disk full: gave back the %d-byte reserve at %s so that reads and deletes can run; "
@@ -136,5 +138,5 @@ class DiskReserve:
             return True
         try:
             return os.stat(self.path).st_size >= self.size
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # ensure() says why it cannot be made
             return False

@@ -15,9 +15,7 @@ a team), the team's records too.
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,10 +35,11 @@ from keepstone.principal import Principal
 from keepstone.service.access import console_principal
 from keepstone.service.filters import FILTER_PARAMS, filters_of, search_answer
 from keepstone.service.spaces import SNIPPET_NOTICE, SpaceService, fence_for, fenced
-from keepstone.spaces import SpaceRef, Visibility, project_key
+from keepstone.spaces import SpaceRef, Visibility, login_name, project_key
 from keepstone.tools.args import current_names, only_args, optional_str, str_arg
 from keepstone.tools.recent import recent_answer
 from keepstone.tools.schemas import (
+    AS_OF_WITHHELD,
     MEMORY_DELETE,
     MEMORY_EDIT,
     MEMORY_HISTORY,
@@ -81,8 +80,9 @@ def as_of_notice(at: datetime) -> str:
         f"This memory space is shown as it was at {at.isoformat()}, not as it is now: "
         "memory_read, memory_list and memory_history answer as of that moment (memory_history "
         "lists only the versions that existed then). memory_write, memory_edit, memory_delete "
-        "and memory_move are not available (the past cannot be changed), and neither is "
-        "memory_search (its index holds only the current space).\n"
+        "and memory_move are not available (the past cannot be changed), and neither are "
+        "memory_search (its index holds only the current space) and memory_recent (it tells "
+        "what changed after that moment).\n"
         "</workspace_memory_as_of>"
     )
 
@@ -135,18 +135,11 @@ def ref_for_block(
         raise InvalidRequest(
             "a bot memory space needs a bot id: set memory.scope.bot or pass --bot"
         )
-    project = project_key(block.project, cwd or os.getcwd())
-    user = block.user or _login_name()
+    project = project_key(block.project, cwd)
+    user = block.user or login_name() or "local"
     return SpaceRef.build(
         block.visibility, block.name, tenant=tenant, project=project, bot=bot, user=user
     )
-
-
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "local"
 
 
 class MemoryTools:
@@ -211,12 +204,20 @@ class MemoryTools:
     @property
     def names(self) -> tuple[str, ...]:
         """The tools offered, in the order of :data:`SPECS` (read, write, list, search, edit,
-        delete, move, history, recent); the ones that change the space only where writing is
-        enabled, and no search or recent changes of a space seen as of a past moment."""
-        withheld = set() if self.write_enabled else set(MUTATING_TOOLS)
-        if self.as_of is not None:
-            withheld |= {MEMORY_SEARCH, MEMORY_RECENT}  # both would tell what came after
-        return tuple(name for name in SPECS if name not in withheld)
+        delete, move, history, recent): every one :meth:`refusal` does not withhold."""
+        return tuple(name for name in SPECS if self.refusal(name) is None)
+
+    def refusal(self, name: str) -> ToolResult | None:
+        """The answer to a call of ``name`` when this run withholds it, else None: the one
+        rule behind both the tools offered (:attr:`names`) and the calls answered
+        (:meth:`dispatch`). The tools that change the space are withheld unless writing is
+        enabled; search and recent changes of a space seen as of a past moment, since both
+        would tell what came after it."""
+        if name in MUTATING_TOOLS and not self.write_enabled:
+            return self._write_refused(name)
+        if name in AS_OF_WITHHELD and self.as_of is not None:
+            return _error("tool_withheld", as_of_notice(self.as_of))
+        return None
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -277,11 +278,12 @@ class MemoryTools:
                     "unknown_tool",
                     f"there is no tool {name!r} here; the tools are: {', '.join(self.names)}",
                 )
-            if name == MEMORY_SEARCH and self.as_of is not None:
-                return _error("tool_withheld", as_of_notice(self.as_of))
-            if name in MUTATING_TOOLS and not self.write_enabled:
-                return self._write_refused(name)
+            refused = self.refusal(name)
+            if refused is not None:
+                return refused
             return handler(args)
+        except NotFound as exc:
+            return _missing(exc)
         except KeepstoneError as exc:
             return error_result(exc)
         except Exception as exc:  # a tool call must never raise into the agent loop
@@ -303,11 +305,7 @@ class MemoryTools:
 
     def _read(self, args: dict[str, Any]) -> ToolResult:
         only_args(args, MEMORY_READ, {"path"})
-        path = str_arg(args, "path")
-        try:
-            doc = self._read_doc(path)
-        except NotFound as exc:
-            return _missing(exc)
+        doc = self._read_doc(str_arg(args, "path"))
         data = {"path": doc.path, "size_bytes": doc.size_bytes, "etag": doc.etag}
         return ToolResult(False, doc.content, data=data)
 
@@ -330,27 +328,48 @@ class MemoryTools:
         only_args(args, MEMORY_HISTORY, {"path", "version"})
         path = str_arg(args, "path")
         version = args.get("version")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-            raise InvalidRequest("version must be a whole number from 1 (from the list)")
+        if version is not None:
+            return self._one_version(path, version)
+        versions = self._versions_seen(path)
+        text = "\n".join(_version_line(v) for v in versions)
+        return ToolResult(
+            False, text, data={"path": path, "versions": [v.as_fields() for v in versions]}
+        )
+
+    def _versions_seen(self, path: str) -> list[VersionInfo]:
+        """The document's versions newest first, as of :attr:`as_of` when set; NotFound
+        when it has none (then)."""
         versions = self.service.versions(self.ref, path)
         at = self.as_of
         if at is not None:
             versions = [v for v in versions if v.at <= at]
             if not versions:
                 raise NotFound(f"{path!r} had no versions yet at {at.isoformat()}", path=path)
-        if version is None:
-            text = "\n".join(_version_line(v) for v in versions)
-            return ToolResult(
-                False, text, data={"path": path, "versions": [v.as_fields() for v in versions]}
-            )
-        if all(v.version != version for v in versions):
+        return versions
+
+    def _one_version(self, path: str, version: Any) -> ToolResult:
+        """One version's text, fenced as data."""
+        try:
+            # Read first: the store checks the number as every face does (a whole number
+            # from 1), before whether the document or the version exists.
+            doc: Document | None = self.service.read_version(self.ref, path, version)
+        except NotFound:
+            doc = None  # said below, from the versions this run may see
+        found = [v for v in self._versions_seen(path) if v.version == version]
+        if not found:
             raise NotFound(
                 f"{path!r} has no version {version}; call memory_history without version to "
                 "list the versions that exist",
                 path=path,
                 version=version,
             )
-        doc = self.service.read_version(self.ref, path, version)
+        if doc is None:
+            raise NotFound(
+                f"version {version} of {path!r} is its deletion and has no text; call "
+                "memory_history without version to list the versions that exist",
+                path=path,
+                version=version,
+            )
         data = {"path": doc.path, "version": version, "size_bytes": doc.size_bytes}
         data["etag"] = doc.etag
         text = f"{HISTORY_NOTICE}\nversion {version} of {doc.path}:\n{fenced(doc.content)}"
@@ -372,8 +391,6 @@ class MemoryTools:
         )
 
     def _write(self, args: dict[str, Any]) -> ToolResult:
-        if not self.write_enabled:
-            return self._write_refused(MEMORY_WRITE)
         only_args(args, MEMORY_WRITE, {"path", "content", "if_match"})
         path = str_arg(args, "path")
         content = str_arg(args, "content", "content must be a string: the whole Markdown body")
@@ -403,10 +420,7 @@ class MemoryTools:
         only_args(args, MEMORY_DELETE, {"path", "if_match"})
         path = str_arg(args, "path")
         if_match = optional_str(args, "if_match", "if_match must be a string etag")
-        try:
-            self.service.delete(self.who, self.ref, path, if_match=if_match)
-        except NotFound as exc:
-            return _missing(exc)
+        self.service.delete(self.who, self.ref, path, if_match=if_match)
         return ToolResult(False, f"deleted {path}", data={"path": path, "deleted": True})
 
     def _move(self, args: dict[str, Any]) -> ToolResult:
@@ -417,12 +431,9 @@ class MemoryTools:
         if not isinstance(overwrite, bool):
             raise InvalidRequest("overwrite must be true or false")
         if_match = optional_str(args, "if_match", "if_match must be a string etag")
-        try:
-            result = self.service.move(
-                self.who, self.ref, path, to, overwrite=overwrite, if_match=if_match
-            )
-        except NotFound as exc:
-            return _missing(exc)
+        result = self.service.move(
+            self.who, self.ref, path, to, overwrite=overwrite, if_match=if_match
+        )
         replaced = "" if result.created else ", replacing the document that was there"
         text = f"moved {path} to {result.path}{replaced} (etag {result.etag})"
         return ToolResult(False, text, data={**result.as_json(), "from": path})
@@ -541,7 +552,11 @@ def error_result(exc: KeepstoneError) -> ToolResult:
 
 
 def _missing(exc: NotFound) -> ToolResult:
-    """A missing document: the store's one wording, and where a model looks next."""
+    """A missing document, whichever tool met it: the store's one wording, and where a model
+    looks next. A version that is not there says so itself (memory_history lists them), and
+    a missing team or repository is no document."""
+    if "version" in exc.details or exc.code != NotFound.code:
+        return error_result(exc)
     return _error("not_found", f"{exc.message}; call memory_list to see what exists", **exc.details)
 
 

@@ -31,6 +31,10 @@ MUTATING_TOOLS: frozenset[str] = frozenset(
     op.mcp for op in OPERATIONS if op.mcp is not None and op.mutates
 )
 
+#: The read-only tools withheld from a run that sees the space as of a past moment: the
+#: search index and the feed of changes hold the space as it is now.
+AS_OF_WITHHELD: frozenset[str] = frozenset({MEMORY_SEARCH, MEMORY_RECENT})
+
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
