@@ -82,3 +82,30 @@ def test_every_cli_command_is_documented() -> None:
 
 def test_readme_quickstart_is_two_commands() -> None:
     assert "make run" in README and "make test" in README
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+@pytest.mark.parametrize(
+    "page",
+    sorted(
+        p.relative_to(ROOT).as_posix() for p in [ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
+    ),
+)
+def test_every_code_fence_opens_and_closes(page: str) -> None:
+    # A fence without its opening turns the prose after it into one code block (CommonMark: a
+    # closing fence takes no info string), and hides its examples from the tests that run them.
+    opened: tuple[int, str] | None = None
+    for number, line in enumerate((ROOT / page).read_text(encoding="utf-8").splitlines(), 1):
+        found = _FENCE.match(line)
+        if found is None:
+            continue
+        marks, info = found.groups()
+        if opened is None:
+            opened = (number, marks)
+        elif marks[0] == opened[1][0] and len(marks) >= len(opened[1]):
+            inside = f"{page}:{number}: {info.strip()!r} after a fence, inside a block"
+            assert not info.strip(), f"{inside} opened at line {opened[0]}"
+            opened = None
+    assert opened is None, f"{page}: the code block opened at line {opened[0]} never closes"
