@@ -14,6 +14,7 @@ from keepstone.errors import (
     InvalidArchive,
     InvalidRequest,
     PlatformAuthorityRequired,
+    SecretDetected,
 )
 from keepstone.quota import Limits
 from keepstone.spaces import SpaceRef, Visibility
@@ -28,7 +29,7 @@ from tests.conformance.archives import (
     tiny_members,
 )
 from tests.conformance.conftest import StoreFactory
-from tests.conformance.helpers import contents, project_ref, ref_for, snapshot
+from tests.conformance.helpers import TEAM, contents, project_ref, ref_for, snapshot
 
 DOCS = {
     "MEMORY.md": "# Memory\n\nWhere we left off.\n",
@@ -366,6 +367,20 @@ def test_broken_archives_are_refused_whole(store_factory: StoreFactory, case: st
         do_import(store, ref, build(), "overwrite")
     assert word in str(info.value)
     assert snapshot(store, ref) == before
+
+
+@pytest.mark.parametrize("field", ["name", "project"])
+def test_an_import_into_a_space_named_with_a_credential_is_refused_whole(
+    store_factory: StoreFactory, field: str
+) -> None:
+    # One refusal for the request, as a write into the space gets, not one per member.
+    store = store_factory(Limits())
+    names = {"name": "notes", "project": "proj-1", field: "AKIAQ7X2KDZLMNPZT4RV"}
+    ref = SpaceRef.build(Visibility.PROJECT, names["name"], tenant=TEAM, project=names["project"])
+    with pytest.raises(SecretDetected) as info:
+        do_import(store, ref, tar_gz([regular("a.md", "a"), regular("b.md", "b")]))
+    assert info.value.details.get("field") == field
+    assert "AKIAQ7X2KDZLMNPZT4RV" not in info.value.message
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,14 @@ from keepstone.paths import DOC_SUFFIX, validate_doc_path
 from keepstone.quota import DEFAULT_MAX_DOCUMENT_SIZE, GiB, KiB, MiB, check_document_size
 from keepstone.secrets import mask
 from keepstone.spaces import SpaceRef
-from keepstone.store.prelude import ArchiveStore, CheckedWrite, ImportWriter, Progress, WriteTerms
+from keepstone.store.prelude import (
+    ArchiveStore,
+    CheckedWrite,
+    ImportWriter,
+    Progress,
+    WriteTerms,
+    check_space_names,
+)
 
 #: No import ever decompresses to more than this, whatever the quotas say.
 IMPORT_HARD_CEILING: Final = 2 * GiB
@@ -213,10 +220,12 @@ def import_space(
     ``rename`` writes the incoming one to ``<stem>-<n>.md`` with the smallest free
     ``n >= 1``. Raises InvalidArchive / ImportTooLarge (nothing written) for what is
     wrong with the archive as a whole, PlatformAuthorityRequired for a global space
-    without authority; everything wrong with one member is reported in ``rejected``.
+    without authority, SecretDetected for a space whose names hold a credential;
+    everything wrong with one member is reported in ``rejected``.
     """
     strategy = parse_import_strategy(strategy)
     store.check_authority(ref, grant)
+    check_space_names(ref)  # one refusal for the request, not one per member
     if grant is not None:
         grant = replace(grant, importing=True)
     content_bound = _content_bound(store, ref)

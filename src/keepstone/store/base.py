@@ -29,7 +29,6 @@ Rules every adapter keeps (SPEC §2-§4, §10):
 from __future__ import annotations
 
 import contextlib
-import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -75,6 +74,7 @@ from keepstone.store.prelude import (
     authorize_space_write,
     check_move_target,
     check_precondition,
+    check_space_names,
 )
 from keepstone.store.reserve import DiskReserve
 
@@ -164,14 +164,6 @@ class ListsAsJson(Protocol):
     when the listing holds more documents than that."""
 
     def list_json(self, ref: SpaceRef, dir: str = "", at_most: int | None = None) -> str | None: ...
-
-
-@functools.lru_cache(maxsize=4096)
-def _space_names_clean(name: str, project: str, bot: str) -> bool:
-    """Refuse a space whose names hold a credential; remembered once clean (a space is
-    written many times, and its names never change)."""
-    check_names_free_of_secrets({"name": name, "project": project, "bot": bot}, "space")
-    return True
 
 
 class MemoryStore(ABC):
@@ -357,7 +349,7 @@ class MemoryStore(ABC):
             return CheckedWrite(path, content, data, content_etag(data), *terms)
         path = validate_doc_path(path)
         check_names_free_of_secrets({"path": path})
-        _space_names_clean(ref.name, ref.project, ref.bot)
+        check_space_names(ref)
         self.check_authority(ref, grant)
         data = encode_document(content)
         if self.limits is not None:

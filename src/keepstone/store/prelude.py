@@ -17,6 +17,7 @@ checks its fields after the caller's authority, so the prelude passes them on as
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -31,7 +32,22 @@ from keepstone.documents import (
 )
 from keepstone.errors import AlreadyExists, PlatformAuthorityRequired, PreconditionFailed
 from keepstone.quota import Limits
+from keepstone.secrets import check_names_free_of_secrets
 from keepstone.spaces import SpaceRef
+
+
+def check_space_names(ref: SpaceRef) -> None:
+    """Refuse a space whose names hold a credential (``422 secret_detected`` naming the
+    field): before any write into it, and once before an import reads its archive."""
+    _space_names_clean(ref.name, ref.project, ref.bot)
+
+
+@functools.lru_cache(maxsize=4096)
+def _space_names_clean(name: str, project: str, bot: str) -> bool:
+    """:func:`check_space_names`, remembered once clean (a space is written many times, and
+    its names never change)."""
+    check_names_free_of_secrets({"name": name, "project": project, "bot": bot}, "space")
+    return True
 
 
 class WriteTerms(NamedTuple):
