@@ -162,7 +162,7 @@ def test_limit_out_of_bounds_is_refused(store: MemoryStore, limit: int) -> None:
 def test_a_blank_query_is_refused(store: MemoryStore, q: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         DocumentSearch(store).search([ref()], q)
-    assert caught.value.details["field"] == "q"
+    assert caught.value.details["field"] == "query"
 
 
 def test_limit_caps_the_hits(store: MemoryStore) -> None:

@@ -129,11 +129,12 @@ class _Found:
 
 
 def check_query(q: str, limit: int) -> str:
-    """The query stripped; ``400 invalid_request`` naming ``q`` or ``limit`` otherwise."""
+    """The query stripped; ``400 invalid_request`` naming ``query`` (the REST route's ``q``
+    renames it) or ``limit`` otherwise."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}", field="limit")
     if not isinstance(q, str) or not q.strip():
-        raise InvalidRequest("q must be a non-empty search query", field="q")
+        raise InvalidRequest("query must be a non-empty search query", field="query")
     return q.strip()
 
 

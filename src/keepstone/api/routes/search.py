@@ -167,15 +167,27 @@ async def search_docs(
         if limit is not None:
             given["limit"] = _number_or_text(limit)
         spaces = caller.state.spaces
-        found = (
-            spaces.search_readable(who, q or "", **given)
-            if ref is None
-            else spaces.search(who, ref, q or "", **given)
-        )
+        try:
+            found = (
+                spaces.search_readable(who, q or "", **given)
+                if ref is None
+                else spaces.search(who, ref, q or "", **given)
+            )
+        except InvalidRequest as exc:
+            raise _as_q(exc) from None
         results = [hit.as_json() for hit in found]
         return FastJSONResponse(search_answer(results, filters, found.pending))
 
     return await caller.run(run)
+
+
+def _as_q(exc: InvalidRequest) -> InvalidRequest:
+    """The search's refusal of its query, naming the parameter as this route takes it
+    (``q``; the service and every other face call it ``query``)."""
+    if exc.details.get("field") != "query" or not exc.message.startswith("query "):
+        return exc
+    details = {**exc.details, "field": "q"}
+    return InvalidRequest("q " + exc.message.removeprefix("query "), **details)
 
 
 def _searched(who: Who, space: MaybeSpace, scope: str | None) -> SpaceRef | None:
