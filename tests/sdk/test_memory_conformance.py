@@ -219,6 +219,29 @@ def test_a_bad_path_is_invalid_path(memory: Any, path: str) -> None:
     assert memory.list() == []
 
 
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda m: m.read(5), "path"),
+        (lambda m: m.write("a.md", None), "content"),
+        (lambda m: m.write(b"a.md", "x"), "path"),
+        (lambda m: m.move("a.md", 3), "to"),
+        (lambda m: m.delete(None), "path"),
+        (lambda m: m.versions(["a.md"]), "path"),
+    ],
+    ids=["read", "write-content", "write-path", "move", "delete", "versions"],
+)
+def test_an_argument_of_another_type_is_invalid_request_naming_it(
+    memory: Any, call: Any, field: str
+) -> None:
+    # As the agent tools answer the same call, locally and through a server alike.
+    memory.write("a.md", "a")
+    with pytest.raises(InvalidRequest) as info:
+        call(memory)
+    assert (info.value.code, info.value.details.get("field")) == ("invalid_request", field)
+    assert [d.path for d in memory.list()] == ["a.md"]
+
+
 def test_a_secret_is_refused_without_echoing_it(memory: Any) -> None:
     with pytest.raises(SecretDetected) as info:
         memory.write("keys.md", "aws key AKIAABCDEFGHIJKLMNOP here\n")

@@ -112,6 +112,14 @@ def space_for(
     return SpaceRef.build(vis, name, tenant=tenant, project=key, bot=bot, user=user)
 
 
+def _strings(**given: object) -> None:
+    """Refuse an argument that is not text, ``invalid_request`` naming it, as the agent tools
+    refuse one (a path or a body of another type is a malformed call, not a bad path)."""
+    for name, value in given.items():
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{name} must be a string, not {type(value).__name__}", field=name)
+
+
 def _login_user() -> str:
     """The login name, the default ``user``; refused, naming ``user``, when it is unknown."""
     name = login_name()
@@ -212,6 +220,7 @@ class Memory:
         """The document at ``path``; ``NotFound`` when there is none. ``version`` reads
         that version of it (:meth:`versions`), ``as_of`` the document as it was at that
         instant (a naive datetime is UTC); ``NotFound`` when it did not exist then."""
+        _strings(path=path)
         service = self._open()
         if version is not None and as_of is not None:
             raise InvalidRequest("read takes version or as_of, not both")
@@ -227,6 +236,7 @@ class Memory:
         """Create or replace the document at ``path`` (``created`` says which). With
         ``if_match`` (an etag), only if the document still has it; with ``create_only``,
         only if there is none; else ``PreconditionFailed``."""
+        _strings(path=path, content=content)
         return self._open().write(
             self._who, self._space, path, content, if_match=if_match, create_only=create_only
         )
@@ -247,6 +257,7 @@ class Memory:
         ``old`` is absent or occurs more than once, or the line is out of range. A change
         made meanwhile by anyone is never overwritten: the edit applies to the document as
         it is when the edit lands; with ``if_match``, a change is ``PreconditionFailed``."""
+        _strings(path=path)
         change = edit_of(old, new, insert_line, text)
         return self._open().edit(self._who, self._space, path, change, if_match=if_match)
 
@@ -255,12 +266,14 @@ class Memory:
     ) -> WriteResult:
         """Move the document at ``path`` to ``to``, atomically; ``AlreadyExists`` when a
         document is at ``to``, unless ``overwrite``. Returns the document at its new path."""
+        _strings(path=path, to=to)
         return self._open().move(
             self._who, self._space, path, to, overwrite=overwrite, if_match=if_match
         )
 
     def delete(self, path: str, *, if_match: str | None = None) -> None:
         """Remove the document at ``path``; ``NotFound`` when there is none."""
+        _strings(path=path)
         self._open().delete(self._who, self._space, path, if_match=if_match)
 
     def list(
@@ -292,11 +305,13 @@ class Memory:
     def versions(self, path: str) -> Versions:
         """The versions of the document at ``path``, newest first, the live one included
         (deletions too, ``deleted`` True); ``NotFound`` when the path never had one."""
+        _strings(path=path)
         return self._open().versions(self._space, path)
 
     def diff(self, path: str, from_: int, to: int | None = None) -> str:
         """A unified diff of the document from version ``from_`` to version ``to`` (default:
         the newest, i.e. the live document); '' when they are equal."""
+        _strings(path=path)
         service = self._open()
         if to is None:
             to = service.versions(self._space, path)[0].version
@@ -305,6 +320,7 @@ class Memory:
     def restore(self, path: str, version: int, *, if_match: str | None = None) -> WriteResult:
         """Make ``version`` of the document current again: a new write of its content,
         checked like any write (quota, secrets, ``if_match``)."""
+        _strings(path=path)
         return self._open().restore(self._who, self._space, path, version, if_match=if_match)
 
     def recent(
