@@ -144,17 +144,13 @@ class DocumentIndex:
         addr = self._address(ref)
         with read_transaction(self.engine) as conn:
             rows = conn.execute(self._sql.chunk_rows, addr).all()
+        # Unpacked as tuples: a space's every row is read after each write, and a Row's
+        # attribute lookups cost more than the rest of making the row.
         return [
             ChunkRow(
-                r.path,
-                int(r.seq),
-                r.heading,
-                r.text,
-                r.terms,
-                None if r.embedding is None else bytes(r.embedding),
-                r.model,
+                path, int(seq), heading, text, terms, None if vec is None else bytes(vec), model
             )
-            for r in rows
+            for path, seq, heading, text, terms, vec, model in rows
         ]
 
     @property
