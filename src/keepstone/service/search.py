@@ -490,30 +490,25 @@ def _keyword_of(rows: list[ChunkRow], was: _Keyword | None) -> _Keyword:
     their old order, the new ones after them: ties are ordered by path and position in
     :meth:`DocumentSearch._rank_space`, not by this order."""
     vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
-    fresh = {(row.path, row.seq): row for row in rows}
     if was is not None:
-        keep = np.fromiter(
-            (_unchanged(row, fresh) for row in was.rows), dtype=bool, count=len(was.rows)
-        )
-        kept = [
-            fresh[(row.path, row.seq)] for row, same in zip(was.rows, keep, strict=True) if same
-        ]
-        if len(kept) == len(was.rows) == len(rows):
+        # The fresh row of each old chunk still there with the same terms, by old position.
+        same: list[ChunkRow | None] = [None] * len(was.rows)
+        added: list[ChunkRow] = []
+        for row in rows:
+            at = was.position.get((row.path, row.seq))
+            if at is not None and was.rows[at].terms == row.terms:
+                same[at] = row
+            else:
+                added.append(row)
+        kept = [row for row in same if row is not None]
+        if not added and len(kept) == len(was.rows):
             # Only vectors changed (the indexer stored a batch): the BM25 index stands.
             return _Keyword(kept, was.index, was.row_map, was.position, vectors)
         if 2 * len(kept) >= len(rows):
-            known = {(row.path, row.seq) for row in kept}
-            added = [row for row in rows if (row.path, row.seq) not in known]
-            ordered = kept + added
+            keep = np.fromiter((row is not None for row in same), dtype=bool, count=len(same))
             index = was.index.without(keep).extended([row.terms.split() for row in added])
-            return _indexed(ordered, index, vectors)
+            return _indexed(kept + added, index, vectors)
     return _indexed(rows, BM25Index([row.terms.split() for row in rows]), vectors)
-
-
-def _unchanged(row: ChunkRow, fresh: dict[tuple[str, int], ChunkRow]) -> bool:
-    """Whether the fresh reading holds ``row``'s chunk with the same terms."""
-    now = fresh.get((row.path, row.seq))
-    return now is not None and now.terms == row.terms
 
 
 def _indexed(rows: list[ChunkRow], index: BM25Index, vectors: dict[str | None, int]) -> _Keyword:
