@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
@@ -37,8 +38,22 @@ def _unset_when_blank(value: object) -> object:
     return (value.strip() or None) if isinstance(value, str) else value
 
 
-def _switch(value: object) -> object:
-    return value.lower() in ("1", "true", "yes") if isinstance(value, str) else value
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _switch(value: object, info: ValidationInfo) -> object:
+    """A yes/no setting; a word it does not know is refused, never read as no (a
+    ``KEEPSTONE_COOKIE_SECURE=enabled`` would otherwise send the session cookie in clear)."""
+    if not isinstance(value, str):
+        return value
+    word = value.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not yes or no; set 1, true, yes or "
+            "on, or 0, false, no or off (unset: no)"
+        )
+    return word in _TRUE
 
 
 def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> int:
@@ -94,14 +109,21 @@ _embedder_kind = _one_of("minilm", "minilm", "http", "none")
 _pgvector_mode = _one_of("auto", "auto", "on", "off")
 
 
-def _seconds(value: object, info: ValidationInfo) -> object:
-    # Lenient on purpose: a purge interval that does not parse keeps the default.
-    if not isinstance(value, str):
-        return value
+def _interval(value: str, info: ValidationInfo) -> float:
+    # A typo must not turn the purge off, or make it run at another pace, without a word.
     try:
-        return float(value) if value.strip() else _field(info).default
+        seconds = float(value.strip())
     except ValueError:
-        return _field(info).default
+        seconds = math.nan
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise InvalidRequest(
+            f"{_field(info).validation_alias}={value!r} is not an interval; set a number of "
+            "seconds (0 turns it off), or unset it for the default"
+        )
+    return seconds
+
+
+_seconds = _or_default(_interval)
 
 
 def _positive_seconds(value: str, info: ValidationInfo) -> float:
@@ -138,6 +160,26 @@ def _on_off(value: object, info: ValidationInfo) -> object:
 
 
 _port_number = _whole_or_default(1, "a port; set a whole number from 1 to 65535")
+#: argon2id's costs: passes and KiB of memory. Below the least, argon2 refuses to hash (it
+#: needs 8 KiB per lane, of 4); above the most, every sign-in would stall on it or run the
+#: machine out of memory: a typo either way, refused at start instead of at each password.
+ARGON2_TIME_BOUNDS = (1, 64)
+ARGON2_MEMORY_BOUNDS = (32, 4 * 1024 * 1024)
+
+
+def _within(bounds: tuple[int, int], what: str) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a whole number within ``bounds`` (the field's default when blank)."""
+    low, high = bounds
+
+    def check(value: str, info: ValidationInfo) -> int:
+        number = _whole_number(value, info, low, f"{what} from {low} to {high}")
+        if number > high:
+            raise InvalidRequest(
+                f"{_field(info).validation_alias}={value!r} is not {what} from {low} to {high}"
+            )
+        return number
+
+    return _or_default(check)
 
 
 def _port(value: object, info: ValidationInfo) -> object:
@@ -189,6 +231,34 @@ def _gzip_level(value: object, info: ValidationInfo) -> object:
     return level
 
 
+def _redis_url(value: object, info: ValidationInfo) -> object:
+    """A Redis URL redis-py reads as written: its scheme, a port in range, and a database
+    number (redis-py drops a path that is not one and uses database 0 without a word)."""
+    value = _unset_when_blank(value)
+    if not isinstance(value, str):
+        return value
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or 1 <= parts.port
+    except ValueError:
+        port_ok = False
+    db = parts.path.lstrip("/")
+    db_ok = parts.scheme == "unix" or db == "" or (db.isascii() and db.isdigit())
+    if (
+        parts.scheme not in ("redis", "rediss", "unix")
+        or not parts.netloc
+        and parts.scheme != "unix"
+    ):
+        why = "it needs redis://HOST:PORT/DB (rediss:// for TLS, unix:///path.sock)"
+    elif not port_ok:
+        why = "its port is not one from 1 to 65535"
+    elif not db_ok:
+        why = "its database is not a number (redis://HOST:PORT/0)"
+    else:
+        return value
+    raise InvalidRequest(f"{_field(info).validation_alias} is not a Redis URL: {why}")
+
+
 def _field(info: ValidationInfo) -> FieldInfo:
     return Config.model_fields[str(info.field_name)]
 
@@ -235,10 +305,14 @@ class Config(BaseModel):
         False, validation_alias="KEEPSTONE_COOKIE_SECURE"
     )
     #: argon2id cost of password hashes (argon2-cffi's defaults: 3 passes over 64 MiB).
-    argon2_time_cost: _PositiveInt = Field(3, validation_alias="KEEPSTONE_ARGON2_TIME_COST")
-    argon2_memory_kib: _PositiveInt = Field(65536, validation_alias="KEEPSTONE_ARGON2_MEMORY_KIB")
+    argon2_time_cost: Annotated[
+        int, BeforeValidator(_within(ARGON2_TIME_BOUNDS, "a number of passes"))
+    ] = Field(3, validation_alias="KEEPSTONE_ARGON2_TIME_COST")
+    argon2_memory_kib: Annotated[
+        int, BeforeValidator(_within(ARGON2_MEMORY_BOUNDS, "a memory cost in KiB"))
+    ] = Field(65536, validation_alias="KEEPSTONE_ARGON2_MEMORY_KIB")
     #: The Redis of the records search limit; None: an in-process limit.
-    redis_url: Annotated[str | None, BeforeValidator(_unset_when_blank)] = Field(
+    redis_url: Annotated[str | None, BeforeValidator(_redis_url)] = Field(
         None, validation_alias="KEEPSTONE_REDIS_URL"
     )
     redis_prefix: str = Field("keepstone:", validation_alias="KEEPSTONE_REDIS_PREFIX")

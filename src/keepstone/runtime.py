@@ -254,8 +254,7 @@ def _make_engine(config: Config) -> Engine:
     if path is not None:
         directory = os.path.dirname(path)
         if os.path.abspath(config.home) == directory:
-            check_home(config)
-            os.makedirs(directory, exist_ok=True)
+            make_home(config)
         elif not os.path.isdir(directory):
             raise InvalidRequest(
                 f"the directory {directory} of the SQLite database does not exist; "
@@ -277,6 +276,40 @@ def check_home(config: Config, where: str = "KEEPSTONE_HOME") -> None:
         raise InvalidRequest(
             f"{where} {str(config.home)!r} is not a directory; give the folder that holds "
             "(or is to hold) Keepstone's local state"
+        )
+
+
+def check_served_database(config: Config) -> None:
+    """Refuse a database only one connection can see (SQLite in memory) for a server: its
+    pool's connections, its workers and its indexer would each open an empty one of their
+    own, and every request would fail on a table that is not there."""
+    from keepstone.db import normalize_url, sqlite_path
+
+    url = normalize_url(config.database_url)
+    if url.startswith("sqlite") and sqlite_path(url) is None:
+        raise InvalidRequest(
+            f"{url!r} is a database in memory, which a server's connections and processes "
+            "cannot share; give a file (sqlite:///path/keepstone.db) or a PostgreSQL URL"
+        )
+
+
+def make_home(config: Config) -> None:
+    """The home made where it is missing (parents included); refused, naming
+    ``KEEPSTONE_HOME`` and why, when it cannot be made or written in: the database in it
+    could never open, and "cannot be reached, try again" would say retrying might help."""
+    check_home(config)
+    home = str(config.home)
+    try:
+        os.makedirs(home, exist_ok=True)
+    except OSError as exc:
+        raise InvalidRequest(
+            f"KEEPSTONE_HOME {home!r} cannot be made ({exc.strerror or exc}); give a folder "
+            "Keepstone may create, or create it yourself"
+        ) from None
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise InvalidRequest(
+            f"KEEPSTONE_HOME {home!r} is not writable by this user; give a folder it may "
+            "write in, or change its permissions"
         )
 
 

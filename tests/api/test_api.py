@@ -337,8 +337,12 @@ def test_org_quota_is_written_onto_team_counters(client: TestClient, world: Worl
     )
     assert r.status_code == 413 and r.json()["error"]["code"] == "quota_exceeded"
     assert r.json()["error"]["limit"] == "team"
+    over_cap = {"content": "x" * (2 * 1024 * 1024 + 1)}
+    r = client.put("/api/memory/doc", params={**SPACE, "path": "b.md"}, json=over_cap, headers=h)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "document_too_large"
     metrics = client.get("/metrics").text
     assert 'keepstone_quota_refusals_total{limit="team"}' in metrics
+    assert 'keepstone_quota_refusals_total{limit="document"}' in metrics  # the cap too
     r = client.get(f"/api/orgs/{org}/usage", headers=h)
     assert r.json()["effective_memory_quota_bytes"] == 10
     assert r.json()["teams"] == [{"team_id": team, "used_bytes": 0, "quota_bytes": 10}]

@@ -112,3 +112,20 @@ def test_a_store_directory_that_is_a_file_is_the_stores_refusal(
     err = _one_line(capsys, ["memory", "put", "a.md", "--bot", "b1", "--empty"])
     assert err.startswith("keepstone: store_unavailable: cannot make the disk reserve ")
     assert str(home / "spaces") in err
+
+
+def test_a_home_that_cannot_be_made_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KEEPSTONE_HOME", "/proc/keepstone-home")  # no directory is made in /proc
+    err = _one_line(capsys, ["db", "upgrade"])
+    assert err.startswith("keepstone: invalid_request: KEEPSTONE_HOME '/proc/keepstone-home' ")
+    assert "cannot be made" in err
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_a_server_on_a_database_in_memory_is_refused(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    err = _one_line(capsys, ["serve", "--database", url, "--port", "1"])
+    assert "is a database in memory" in err and "sqlite:///path/keepstone.db" in err

@@ -174,8 +174,8 @@ def test_a_bad_database_fails_with_exit_1(
         junk = tmp_path / "junk.db"
         junk.write_bytes(b"this is not a SQLite database, not at all" * 100)
         url, why = f"sqlite:///{junk}", ""
-    else:
-        url, why = "postgresql://keepstone:s3cret@127.0.0.1:1/nothing", ""
+    else:  # the driver's reason, for the operator who runs doctor
+        url, why = "postgresql://keepstone:s3cret@127.0.0.1:1/nothing", "Connection refused"
     code, checks = doctor(capsys, "--database", url)
     assert code == 1 and checks["ok"] is False
     assert checks["database"]["status"] == "FAIL"

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keepstone.api import deps
 from keepstone.errors import (
+    DocumentTooLarge,
     InsufficientStorage,
     InvalidPath,
     InvalidRequest,
@@ -66,7 +67,7 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> JSONRe
 def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONResponse:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
-        if isinstance(exc, QuotaExceeded):
+        if isinstance(exc, QuotaExceeded | DocumentTooLarge):  # the document cap is one too
             metrics.quota_refusals.labels(str(exc.details.get("limit", "unknown"))).inc()
         elif isinstance(exc, StoreUnavailable):
             metrics.store_errors.inc()
@@ -78,8 +79,10 @@ def render_keepstone_error(request: Request, exc: KeepstoneError) -> JSONRespons
         # An outage fails every request alike: one line each, saying what is away (the
         # database, the rate limiter's Redis) and the driver's reason, rather than a
         # traceback each.
-        told = exc.operator_message or exc.message
-        log.error("request failed: %s: %s (%s)", exc.code, told, _root_cause(exc))
+        if exc.operator_message:  # it gives the reason itself, with what to check
+            log.error("request failed: %s: %s", exc.code, exc.operator_message)
+        else:
+            log.error("request failed: %s: %s (%s)", exc.code, exc.message, _root_cause(exc))
     elif exc.status >= 500:
         log.error("request failed: %s", exc.code, exc_info=exc)
     return response

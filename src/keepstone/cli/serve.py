@@ -11,6 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
+from keepstone import runtime
 from keepstone.cli.common import UsageError, add_database_arg, check_port, cli_command
 from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_WORKER_HEALTHCHECK_SECONDS, Config
 from keepstone.errors import Conflict, InvalidRequest
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     args.host = config.host if args.host is None else args.host
     args.port = config.port if args.port is None else args.port
     check_port(args.port)
+    runtime.check_served_database(config)
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be 1-{MAX_WORKERS}")
     logs.configure()

@@ -506,7 +506,16 @@ def translated_errors() -> Iterator[None]:
     except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
         if is_disk_full(exc):
             raise InsufficientStorage(DISK_FULL_MESSAGE) from exc
-        raise StoreUnavailable(DATABASE_AWAY) from exc
+        away = StoreUnavailable(DATABASE_AWAY)
+        # The operator (a command's output, the server's log) hears the driver's reason too.
+        reason = (
+            str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no reason given"]
+        )[0]
+        away.operator_message = (
+            f"the database cannot be reached: {reason}; check KEEPSTONE_DATABASE_URL (or "
+            "--database), or try again once it is up"
+        )
+        raise away from exc
     except sa.exc.DataError as exc:
         # The last net under the checks of each field (keepstone.text): PostgreSQL takes no
         # NUL in any text; anything else is a bug and stays one.
