@@ -88,6 +88,18 @@ def deceptive_character(text: str) -> tuple[str, str] | None:
     return f"U+{ord(ch):04X}" + (f" {name}" if name else ""), why
 
 
+#: What text from outside (a path, an archive member's name) must not be shown as is:
+#: control characters, and those that make it display as something it is not.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f" + "".join(sorted(DECEPTIVE_CHARACTERS)) + "]")
+
+
+def shown(text: str) -> str:
+    """``text`` with each character that would not show as itself escaped (``\\u202e``),
+    so a refusal, a report or a page reads it as what it is (a right-to-left override
+    would reverse the rest of its line)."""
+    return _UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def _refuse_deceptive(what: str, text: str) -> None:
     found = deceptive_character(text)
     if found is not None:

@@ -22,6 +22,7 @@ from keepstone.api.logs import current_request_id, direct_handler
 from keepstone.api.metrics import Metrics
 from keepstone.errors import BodyTooLarge, ImportTooLarge, InvalidRequest, KeepstoneError
 from keepstone.text import clean_text, is_whole_number
+from keepstone.web import error_page_of_scope
 
 access_log = logging.getLogger("keepstone.access")
 log = logging.getLogger("keepstone.api")
@@ -138,12 +139,21 @@ class BodyLimitMiddleware:
     ``Content-Length`` over the limit is refused before any byte is read; a body sent
     without one (chunked) is counted as it arrives, and the read fails with the same
     error the moment it passes the limit. Imports have their own, larger cap.
+    ``page(scope, error)`` renders the refusal on the UI's paths, where a browser posted a
+    form and must get a page (None: JSON), as :class:`QueryTextMiddleware` does.
     """
 
-    def __init__(self, app: ASGIApp, max_json_bytes: int, max_import_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_json_bytes: int,
+        max_import_bytes: int,
+        page: Callable[[Scope, KeepstoneError], Any] | None = error_page_of_scope,
+    ) -> None:
         self.app = app
         self.max_json = max_json_bytes
         self.max_import = max_import_bytes
+        self.page = page
 
     def _error(self, path: str, limit: int) -> KeepstoneError:
         if path == IMPORT_PATH:
@@ -164,8 +174,7 @@ class BodyLimitMiddleware:
         if declared is not None:
             # A malformed length is the server's to refuse; this only reads a well-formed one.
             if is_whole_number(declared) and int(declared) > limit:
-                err = self._error(path, limit)
-                await _send_json(send, err.status, err.to_dict())
+                await self._refuse(scope, receive, send, self._error(path, limit))
                 return
         seen = 0
         refused: KeepstoneError | None = None
@@ -190,9 +199,19 @@ class BodyLimitMiddleware:
                 return
             if not answered and message["type"] == "http.response.start":
                 answered = True
-                await _send_json(send, refused.status, refused.to_dict())
+                await self._refuse(scope, receive, send, refused)
 
         await self.app(scope, counted_receive, guarded_send)
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, refused: KeepstoneError
+    ) -> None:
+        """Answer ``refused``: the UI's page on its paths, else the API's JSON."""
+        response = self.page(scope, refused) if self.page is not None else None
+        if response is None:
+            await _send_json(send, refused.status, refused.to_dict())
+        else:
+            await response(scope, receive, send)
 
 
 #: Query parameters that name a space or a path: their own checks refuse a control

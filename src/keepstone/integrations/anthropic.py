@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import posixpath
-import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -56,7 +55,7 @@ except ImportError as exc:
 
 from keepstone.documents import Document, DocumentInfo
 from keepstone.errors import AlreadyExists, KeepstoneError, NotFound, PreconditionFailed
-from keepstone.paths import DECEPTIVE_CHARACTERS
+from keepstone.paths import shown
 from keepstone.sdk import AsyncMemory, Memory
 
 __all__ = ["AsyncKeepstoneMemoryTool", "KeepstoneMemoryTool"]
@@ -97,19 +96,8 @@ def _refusals(method: Callable[[T, C], str]) -> Callable[[T, C], str]:
 
 def _what(command: Command) -> str:
     if isinstance(command, BetaMemoryTool20250818RenameCommand):
-        return f"rename {_shown(command.old_path)} to {_shown(command.new_path)}"
-    return f"{command.command} {_shown(command.path)}"
-
-
-#: What a refusal must not print as is: control characters and those that make a path
-#: display as another (:data:`keepstone.paths.DECEPTIVE_CHARACTERS`).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f" + "".join(sorted(DECEPTIVE_CHARACTERS)) + "]")
-
-
-def _shown(path: str) -> str:
-    """``path`` for a refusal's text, each character that would not show as itself escaped
-    (``\\u202e``), so the text cannot display as something it is not."""
-    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", path)
+        return f"rename {shown(command.old_path)} to {shown(command.new_path)}"
+    return f"{command.command} {shown(command.path)}"
 
 
 class KeepstoneMemoryTool(BetaAbstractMemoryTool):
@@ -317,10 +305,10 @@ def _space_path(path: object) -> str:
     resolved as the reference resolves it (``.``, ``..``, repeated and trailing ``/``) and
     in NFC, the one spelling the space keeps (the model cannot see which form it typed)."""
     if not isinstance(path, str) or not (path == ROOT or path.startswith(ROOT + "/")):
-        raise ToolError(f"Path must start with /memories, got: {_shown(str(path))}")
+        raise ToolError(f"Path must start with /memories, got: {shown(str(path))}")
     rel = posixpath.normpath(path[len(ROOT) :].lstrip("/") or ".")
     if rel == ".." or rel.startswith("../"):
-        raise ToolError(f"Path {_shown(path)} would escape /memories directory")
+        raise ToolError(f"Path {shown(path)} would escape /memories directory")
     rel = unicodedata.normalize("NFC", rel)
     return "" if rel == "." else rel
 
@@ -332,9 +320,9 @@ def _is_document_name(rel: str) -> bool:
 
 def _require_markdown(verb: str, path: str, rel: str) -> None:
     if not _is_document_name(rel):
-        suggestion = _shown(f"{ROOT}/{posixpath.splitext(rel)[0] or rel}.md")
+        suggestion = shown(f"{ROOT}/{posixpath.splitext(rel)[0] or rel}.md")
         raise ToolError(
-            f"Cannot {verb} {_shown(path)} (invalid_path): {_MARKDOWN_ONLY}; "
+            f"Cannot {verb} {shown(path)} (invalid_path): {_MARKDOWN_ONLY}; "
             f"name it e.g. {suggestion}"
         )
 

@@ -37,6 +37,7 @@ from keepstone.errors import (
     Unauthenticated,
     retry_after,
 )
+from keepstone.paths import shown
 from keepstone.principal import Principal
 from keepstone.service.access import Credentials, require_csrf
 
@@ -88,6 +89,8 @@ env = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+env.filters["shown"] = shown  # an outside name (an archive member's) as what it is
 
 
 def page(
@@ -165,9 +168,15 @@ def _session_principal(
     return who
 
 
-async def posted(request: Request, team_id: str | None = None) -> tuple[Principal, FormData]:
-    """The principal of a form POST and its fields, once its CSRF token checks out."""
-    form = await request.form()
+async def posted(
+    request: Request, team_id: str | None = None, *, max_part_size: int | None = None
+) -> tuple[Principal, FormData]:
+    """The principal of a form POST and its fields, once its CSRF token checks out.
+    ``max_part_size``: the largest text field the form may carry (else Starlette's 1 MiB;
+    an uploaded file is spooled, whatever its size, under the app's body limit)."""
+    form = await (
+        request.form() if max_part_size is None else request.form(max_part_size=max_part_size)
+    )
     try:
         field = form.get(CSRF_FIELD)
         cookie = request.cookies.get(CSRF_COOKIE, "")

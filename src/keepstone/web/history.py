@@ -116,6 +116,8 @@ def version_page(
     number = parse_version(version)
     doc = spaces_of(request).read_version(ref, path, number)
     info = next((v for v in spaces_of(request).versions(ref, path) if v.version == number), None)
+    # Who by name, as the history table names them (an email, a key's label; never an id).
+    by = spaces_of(request).actor_names([info.actor]).get(info.actor, "unknown") if info else ""
     return page(
         request,
         "version.html",
@@ -123,6 +125,7 @@ def version_page(
         path=path,
         version=number,
         info=info,
+        by=by,
         doc=doc,
         raw=bool(raw),
         html="" if raw else render(doc.content),

@@ -33,17 +33,31 @@ def records_of(request: Request) -> RecordService:
 
 @router.get("/t/{team_id}/search")
 def search(
-    request: Request, team_id: str, q: str = "", since: str = "", until: str = "", tags: str = ""
+    request: Request,
+    team_id: str,
+    q: str = "",
+    since: str = "",
+    until: str = "",
+    tags: str = "",
+    min_score: str = "",
 ) -> Response:
     """Documents (the space named, else every readable space) and the team's records,
-    above the relevance floor, narrowed by the optional ``since``/``until`` dates (a
-    date picker's day: ``until`` takes the whole day) and front-matter ``tags``."""
+    above the relevance floor (or ``min_score``, which the empty answer's hint names),
+    narrowed by the optional ``since``/``until`` dates (a date picker's day: ``until``
+    takes the whole day) and front-matter ``tags``."""
     who = signed_in(request, team_id)
     space = space_fields(request.query_params)
     shown: dict[str, Any] = {"docs": [], "doc_groups": [], "records": [], "pending": 0}
     shown |= {"doc_error": None, "record_error": None, "record_hint": None}
     try:
-        filters = filters_of({"since": since, "until": _whole_day(until), "tags": tags})
+        filters = filters_of(
+            {
+                "since": since,
+                "until": _whole_day(until),
+                "tags": tags,
+                "min_score": min_score.strip() or None,
+            }
+        )
     except InvalidRequest as exc:
         filters, shown["doc_error"] = None, exc.message
     if q and filters is not None:
@@ -57,6 +71,7 @@ def search(
         since=since,
         until=until,
         tags=tags,
+        min_score=min_score,
         doc_hint=empty_hint(filtered=filters is not None and filters.narrows),
         **shown,
     )

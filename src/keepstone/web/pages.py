@@ -30,7 +30,6 @@ from keepstone.errors import (
 from keepstone.principal import Principal
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
-from keepstone.text import is_whole_number
 from keepstone.web.core import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -53,6 +52,7 @@ from keepstone.web.spaces import (
     label_fields,
     listing,
     ref_of,
+    restored_notice,
     space_fields,
 )
 
@@ -69,6 +69,18 @@ async def off_loop(fn: Callable[[], T]) -> T:
 def spaces_of(request: Request) -> SpaceService:
     service: SpaceService = request.app.state.spaces
     return service
+
+
+def max_document(request: Request) -> int:
+    """The document cap the store enforces (the settings' when a server behind it does)."""
+    limits = spaces_of(request).store.limits
+    return (limits or request.app.state.settings.limits()).max_document
+
+
+#: Room over twice the document cap for the edit form's text: a browser sends each line
+#: end of a textarea as CRLF (saved as LF), so a document at the cap may arrive up to
+#: twice as long; the service then judges the document's size, and names the cap.
+_TEXT_PART_ROOM = 64 * 1024
 
 
 def asked_space(request: Request, team_id: str) -> tuple[Principal, SpaceRef]:
@@ -204,7 +216,7 @@ def spaces_page(request: Request, team_id: str) -> Response:
         truncated=listing.truncated,
         totals=sorted(totals.items()),
         team_usage=team_usage,
-        max_document=request.app.state.settings.limits().max_document,
+        max_document=max_document(request),
     )
 
 
@@ -221,7 +233,7 @@ def space_page(request: Request, team_id: str) -> Response:
         space_id=ref.id,
         **listing(service, ref, request.query_params),
         usage=service.usage(ref),
-        max_document=request.app.state.settings.limits().max_document,
+        max_document=max_document(request),
     )
 
 
@@ -233,7 +245,8 @@ def doc_page(
     which redirects here with ``restored=<version>``, and after a save or a rename, with
     ``saved=saved|renamed``)."""
     who, ref = asked_space(request, team_id)
-    doc = spaces_of(request).read(ref, path)
+    service = spaces_of(request)
+    doc = service.read(ref, path)
     return page(
         request,
         "doc.html",
@@ -241,7 +254,7 @@ def doc_page(
         space_id=ref.id,
         doc=doc,
         html=render(doc.content),
-        restored=int(restored) if is_whole_number(restored) else None,
+        restored=restored_notice(service, ref, doc, restored),
         saved=SAVED_NOTICES.get(saved),
     )
 
@@ -269,7 +282,11 @@ def edit_form(request: Request, team_id: str, path: str = "") -> Response:
 async def edit_save(request: Request, team_id: str) -> Response:
     """Save: a conditional write on the etag the form was opened with (a new document:
     only if the path is free)."""
-    who, form = await posted(request, team_id)
+    try:
+        cap = 2 * max_document(request) + _TEXT_PART_ROOM
+        who, form = await posted(request, team_id, max_part_size=cap)
+    except Unauthenticated:
+        return await _session_ended(request, team_id)
     space = space_fields(form)
     path = text(form, "path").strip()
     # A browser sends a textarea's lines ending in CRLF; documents keep LF.
@@ -304,6 +321,31 @@ async def edit_save(request: Request, team_id: str) -> Response:
     return see_other(url(f"/t/{team_id}/doc", **space, path=path, saved="saved"))
 
 
+#: What the sign-in page says when an edit was sent after its session ended.
+SESSION_ENDED = (
+    "your session ended before you saved, so your change was not saved; sign in again to "
+    "go back to the form (copy your text below first: it is not kept)"
+)
+
+
+async def _session_ended(request: Request, team_id: str) -> Response:
+    """The sign-in page, for an edit sent after its session ended (expired, or signed out
+    in another tab): it says the change was not saved, leads back to the form once signed
+    in, and shows the text that was sent, to copy. The text is this browser's own post,
+    echoed as text and kept nowhere (not in a URL, not on the server), and only to a form
+    posted from this site."""
+    form = await request.form()
+    etag = text(form, "etag")
+    back = url(
+        f"/t/{team_id}/edit", **space_fields(form), path=text(form, "path") if etag else None
+    )
+    unsaved = "" if from_another_site(request) else text(form, "content").replace("\r\n", "\n")
+    return page(
+        request, "signin.html", 401, next=_safe_next(back), email="", error=None,
+        notice=SESSION_ENDED, unsaved=unsaved,
+    )  # fmt: skip
+
+
 async def _conflict(
     request: Request, who: Any, space: dict[str, str], path: str, mine: str
 ) -> Response:
@@ -332,7 +374,7 @@ def rename_form(request: Request, team_id: str, path: str) -> Response:
     doc = spaces_of(request).read(ref, path)
     return page(
         request, "rename.html", space=fields_of(ref), path=doc.path,
-        to=doc.path, error=None,
+        to=doc.path, overwrite=False, error=None,
     )  # fmt: skip
 
 
@@ -341,16 +383,17 @@ async def rename(request: Request, team_id: str) -> Response:
     who, form = await posted(request, team_id)
     space = space_fields(form)
     path, to = text(form, "path"), text(form, "to").strip()
+    overwrite = bool(text(form, "overwrite"))
     service = spaces_of(request)
     try:
         ref = ref_of(who, space)
-        await off_loop(lambda: service.move(who, ref, path, to))
+        await off_loop(lambda: service.move(who, ref, path, to, overwrite=overwrite))
     except WHOLE_REQUEST:
         raise
     except KeepstoneError as exc:
         return page(
             request, "rename.html", exc.status, space=space, path=path,
-            to=to, error=exc.message,
+            to=to, overwrite=overwrite, error=exc.message,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=to, saved="renamed"))
 

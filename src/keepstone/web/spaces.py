@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from keepstone.documents import DocumentInfo
+from keepstone.documents import Document, DocumentInfo
 from keepstone.principal import Principal
 from keepstone.service.access import space_ref
 from keepstone.service.spaces import SpaceService
 from keepstone.spaces import SpaceRef
+from keepstone.text import is_whole_number
 
 SPACE_FIELDS = ("name", "visibility", "project", "bot")
 #: Documents on one page of a space's listing: a space of any size opens as fast as this.
@@ -27,6 +28,7 @@ SAVED_NOTICES = {
     "renamed": "Renamed: this is the document at its new path.",
     "deleted": "The document was deleted.",
 }
+
 #: The orders a space's listing is shown in, and how the UI names them.
 LISTING_ORDERS = {"path": "Name", "updated": "Last change"}
 
@@ -115,3 +117,19 @@ def listing(service: SpaceService, ref: SpaceRef, query: Mapping[str, str]) -> d
         "documents": page.items,
         "root": tree(list(page.items)) if sort == "path" else None,
     }
+
+
+def restored_notice(service: SpaceService, ref: SpaceRef, doc: Document, asked: str) -> int | None:
+    """The version a restore made live again, from the redirect's ``restored=<version>``:
+    only a kept version of the document, older than the live one, whose content the live
+    document has (the same etag). Anything else shows nothing, as a crafted ``saved=``
+    does, so a crafted link cannot announce a restore that did not happen."""
+    if not is_whole_number(asked):
+        return None
+    number = int(asked)
+    versions = list(service.versions(ref, doc.path))
+    if not versions or versions[0].deleted or versions[0].etag != doc.etag:
+        return None
+    live = versions[0].version
+    kept = next((v for v in versions if v.version == number and not v.deleted), None)
+    return number if kept is not None and number < live and kept.etag == doc.etag else None
