@@ -70,6 +70,10 @@ class Insert:
     text: str
 
 
+#: The highest version number a document can have: past the version column's range (a
+#: 32-bit integer), so a larger one names no version on any store or face.
+MAX_VERSION = 2**31 - 1
+
 #: One change to a document's text, applied by :func:`apply_edit`.
 Edit = Replace | Insert
 

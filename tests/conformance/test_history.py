@@ -166,7 +166,7 @@ def test_read_version_is_byte_exact_and_refuses_what_has_no_content(
     for missing in (deletion, deletion + 1, 99):
         with pytest.raises(NotFound):
             store.read_version(REF, "dir/doc.md", missing)
-    for bad in (0, -1):
+    for bad in (0, -1, 2**31, 2**63):  # past the version column's range too, on any store
         with pytest.raises(InvalidRequest):
             store.read_version(REF, "dir/doc.md", bad)
 

@@ -39,6 +39,7 @@ from keepstone.activity import ChangePage, FeedQuery, changing
 from keepstone.config import DEFAULT_EXPORT_GZIP_LEVEL
 from keepstone.document_pages import PageAsk
 from keepstone.documents import (
+    MAX_VERSION,
     Document,
     DocumentInfo,
     Edit,
@@ -427,6 +428,8 @@ class MemoryStore(ABC):
         path = validate_doc_path(path)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise InvalidRequest(f"version must be a whole number from 1, not {version!r}")
+        if version > MAX_VERSION:  # as the API refuses it (SQLite could not even bind it)
+            raise InvalidRequest(f"version must be a whole number from 1 to {MAX_VERSION}")
         found = self._read_version(ref, path, version)
         if found is None:
             raise NotFound(

@@ -37,6 +37,7 @@ from keepstone.documents import (
     parse_import_strategy,
 )
 from keepstone.paging import Page
+from keepstone.paths import validate_doc_path
 from keepstone.search.found import Found
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import (
@@ -163,6 +164,12 @@ class HttpMemoryStore(MemoryStore):
             kwargs["headers"] = {**kwargs.get("headers", {}), AGENT_RUN_HEADER: "1"}
         try:
             response = self._client.request(method, url, **kwargs)
+        except httpx.InvalidURL as exc:
+            # Past what a URL may carry (httpx's 64 KiB): refused here as the server would
+            # refuse what is in it, never sent.
+            raise errors.InvalidRequest(
+                f"the request is too long to send ({exc}): shorten the path or the query"
+            ) from None
         except httpx.HTTPError as exc:
             raise errors.StoreUnavailable(
                 f"cannot reach the Keepstone server at {self._client.base_url}: {exc}"
@@ -174,6 +181,7 @@ class HttpMemoryStore(MemoryStore):
     # --- the seven -------------------------------------------------------------------------
 
     def read(self, ref: SpaceRef, path: str) -> Document:
+        path = validate_doc_path(path)  # as every store refuses it (a read needs no authority)
         body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
         return _document(body)
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from keepstone.documents import VersionInfo
+from keepstone.documents import MAX_VERSION, VersionInfo
 from keepstone.errors import (
     InvalidRequest,
     KeepstoneError,
@@ -36,14 +36,10 @@ from keepstone.web.spaces import fields_of, ref_of, space_fields
 router = APIRouter(include_in_schema=False, route_class=UiRoute)
 
 
-#: The highest version number a form may name (as the API's parse_version bounds it).
-_MAX_VERSION = 2**62
-
-
 def parse_version(raw: str, field: str = "version") -> int:
     """A version number from a query or form field: a whole number from 1."""
     number = int(raw) if is_whole_number(raw) else 0
-    if not 1 <= number <= _MAX_VERSION:
+    if not 1 <= number <= MAX_VERSION:
         shown = raw.strip() or "nothing"
         raise InvalidRequest(
             f"{field} must be a version number (a whole number from 1), not {shown!r}; "

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from pydantic import BeforeValidator
 
 from keepstone.api.errors import ERROR_SCHEMA
+from keepstone.documents import MAX_VERSION
 from keepstone.errors import InvalidRequest
 from keepstone.text import is_whole_number, parse_int
 
@@ -78,10 +79,6 @@ def parse_as_of(raw: str, field: str = "as_of") -> datetime:
         ) from None
 
 
-#: Past the version column's range (a 32-bit integer): no such version can exist.
-_MAX_VERSION = 2**31 - 1
-
-
 def parse_limit(raw: str) -> int:
     """A page's size as sent: a whole number in ASCII digits (its range is the listing's
     to check)."""
@@ -96,7 +93,7 @@ def parse_version(raw: str, field: str = "version") -> int:
             field=field,
         )
     number = int(raw) if is_whole_number(raw) else 0
-    if not 1 <= number <= _MAX_VERSION:
+    if not 1 <= number <= MAX_VERSION:
         raise InvalidRequest(
             f"{field} must be a version number (a whole number from 1 in digits 0-9), "
             f"not {raw!r}; GET /api/memory/doc/versions lists them",
