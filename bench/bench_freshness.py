@@ -49,10 +49,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_pg_vs_sqlite import pg_database
 from keepstone.db import make_engine
 from keepstone.search.chunking import chunk_markdown
-from serving import serve
+from serving import fresh_postgres, serve
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijklmnop"
 SPACE = {"visibility": "project", "name": "fresh", "project": "bench"}
@@ -257,7 +256,7 @@ def database_of(kind: str, tmp: str, pg: str) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp}/{uuid.uuid4().hex[:8]}.db"
         return
-    with pg_database(pg) as url:
+    with fresh_postgres(pg) as url:
         yield url
 
 

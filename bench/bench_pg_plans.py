@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import event  # noqa: E402
 
-from bench_pg_vs_sqlite import pg_database  # noqa: E402
 from keepstone.db import statistics as db_statistics  # noqa: E402
 from keepstone.service.search import DocumentSearch  # noqa: E402
 from keepstone.spaces import SpaceRef, Visibility  # noqa: E402
 from keepstone.store.sql import SqlStore  # noqa: E402
+from serving import fresh_postgres  # noqa: E402
 
 REF = SpaceRef.build(Visibility.PROJECT, "handbook", tenant="team-bench", project="p1")
 WORDS = (
@@ -153,7 +153,7 @@ def main() -> None:
         print("bench_pg_plans: no PostgreSQL (set KEEPSTONE_TEST_POSTGRES_URL or --url): skipped")
         return
     kinds = ("no statistics", "analyzed")
-    with pg_database(args.url) as stale_url, pg_database(args.url) as fresh_url:
+    with fresh_postgres(args.url) as stale_url, fresh_postgres(args.url) as fresh_url:
         stores = {
             kind: SqlStore.open(url, pgvector_mode="off")
             for kind, url in zip(kinds, (stale_url, fresh_url), strict=True)

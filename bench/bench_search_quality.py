@@ -49,7 +49,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from bench_pg_vs_sqlite import pg_database  # noqa: E402
 from keepstone.db import make_engine  # noqa: E402
 from keepstone.identity.keys import load_key_hasher  # noqa: E402
 from keepstone.identity.service import IdentityService  # noqa: E402
@@ -62,6 +61,7 @@ from keepstone.service.records import build_record_service  # noqa: E402
 from keepstone.service.search import DocumentSearch  # noqa: E402
 from keepstone.store.sql import SqlStore  # noqa: E402
 from records_world import bench_world  # noqa: E402
+from serving import fresh_postgres  # noqa: E402
 from tests.search.labelled import (  # noqa: E402
     KINDS,
     EvalSet,
@@ -183,7 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results["sqlite"] = run(f"sqlite:///{tmp}/quality.db", sets, vectors)
     if args.postgres:
-        with pg_database(args.postgres) as url:
+        with fresh_postgres(args.postgres) as url:
             results["postgresql"] = run(url, sets, vectors)
     print(f"recall@{K}/MRR@{K} through the product's search (stored MiniLM vectors)")
     print(
