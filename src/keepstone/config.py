@@ -109,39 +109,30 @@ _embedder_kind = _one_of("minilm", "minilm", "http", "none")
 _pgvector_mode = _one_of("auto", "auto", "on", "off")
 
 
-def _interval(value: str, info: ValidationInfo) -> float:
-    # A typo must not turn the purge off, or make it run at another pace, without a word.
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        seconds = math.nan
-    if not (seconds >= 0 and math.isfinite(seconds)):
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not an interval; set a number of "
-            "seconds (0 turns it off), or unset it for the default"
-        )
-    return seconds
+def _seconds_of(
+    accept: Callable[[float], bool], what: str
+) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a number of seconds ``accept`` takes (the field's default when blank);
+    ``what`` names it and what to set in its refusal. Strict: a typo would otherwise leave a
+    request waiting forever, or a purge off or at another pace, without a word."""
+
+    def parse(value: str, info: ValidationInfo) -> float:
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and accept(seconds)):
+            raise InvalidRequest(
+                f"{_field(info).validation_alias}={value!r} is not {what}, or unset it for "
+                "the default"
+            )
+        return seconds
+
+    return _or_default(parse)
 
 
-_seconds = _or_default(_interval)
-
-
-def _positive_seconds(value: str, info: ValidationInfo) -> float:
-    # Strict, unlike the purge interval: a typo here would leave requests waiting forever
-    # (0, negative) or silently at another bound.
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not a timeout; set a number of "
-            "seconds above 0, or unset it for the default"
-        )
-    return seconds
-
-
-_timeout = _or_default(_positive_seconds)
+_seconds = _seconds_of(lambda s: s >= 0, "an interval; set a number of seconds (0 turns it off)")
+_timeout = _seconds_of(lambda s: s > 0, "a timeout; set a number of seconds above 0")
 
 
 def _byte_count(value: object, info: ValidationInfo) -> object:
