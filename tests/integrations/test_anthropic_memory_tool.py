@@ -127,6 +127,34 @@ def test_a_directory_exists_while_a_document_lies_under_it(memory_factory: Memor
 
 
 @local_and_server
+def test_nothing_is_put_under_a_file(memory_factory: MemoryFactory) -> None:
+    """A name is a file or a directory, never both: a path whose directory is a document is
+    refused (the reference's filesystem fails with "Not a directory")."""
+    memory = memory_factory(project="web")
+    memory.write("f.md", "f\n")
+    memory.write("d/a.md", "a\n")
+    results = run(
+        KeepstoneMemoryTool(memory),
+        [
+            _create("/memories/f.md/g.md"),
+            _create("/memories/f.md/sub/g.md"),
+            _rename("/memories/d/a.md", "/memories/f.md/a.md"),
+            _rename("/memories/d", "/memories/f.md/d"),
+            _rename("/memories/f.md", "/memories/f.md/g.md"),
+        ],
+    )
+    file = "/memories/f.md is a file, not a directory"
+    assert results == [
+        Result(f"Cannot create /memories/f.md/g.md: {file}", True),
+        Result(f"Cannot create /memories/f.md/sub/g.md: {file}", True),
+        Result(f"Cannot rename /memories/d/a.md to /memories/f.md/a.md: {file}", True),
+        Result(f"Cannot rename /memories/d to /memories/f.md/d: {file}", True),
+        Result(f"Cannot rename /memories/f.md to /memories/f.md/g.md: {file}", True),
+    ]
+    assert [d.path for d in memory.list()] == ["d/a.md", "f.md"]
+
+
+@local_and_server
 def test_the_spaces_refusals_are_tool_errors_the_model_can_read(
     memory_factory: MemoryFactory,
 ) -> None:

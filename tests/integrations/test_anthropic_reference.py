@@ -98,6 +98,41 @@ EDGES: list[dict[str, Any]] = [
     {"command": "view", "path": "/memories"},
 ]
 
+#: A name is a file or a directory, never both: a directory's name is taken as a file's is.
+TREE: list[dict[str, Any]] = [
+    {"command": "create", "path": "/memories/notes.md/todo.md", "file_text": "milk\n"},
+    {"command": "create", "path": "/memories/notes.md", "file_text": "hello\n"},
+    {"command": "create", "path": "/memories/x.md", "file_text": "x\n"},
+    {"command": "rename", "old_path": "/memories/x.md", "new_path": "/memories/notes.md"},
+    {"command": "view", "path": "/memories/notes.md"},
+    {"command": "view", "path": "/memories"},
+]
+
+#: A path is resolved whole before it must lie in /memories: leaving it and coming back is
+#: no escape.
+RESOLVED: list[dict[str, Any]] = [
+    {"command": "create", "path": "/memories/../memories/x.md", "file_text": "x\n"},
+    {"command": "view", "path": "/memories/../memories/x.md"},
+    {"command": "view", "path": "/memories/a/../../memories/x.md"},
+    {"command": "view", "path": "/memories/../memories"},
+    {
+        "command": "str_replace",
+        "path": "/memories/./../memories/x.md",
+        "old_str": "x",
+        "new_str": "y",
+    },
+    {
+        "command": "rename",
+        "old_path": "/memories/../memories/x.md",
+        "new_path": "/memories/a/../y.md",
+    },
+    {"command": "delete", "path": "/memories/../memories/y.md"},
+    {"command": "delete", "path": "/memories/../memories"},
+    {"command": "view", "path": "/memories/../../memories"},
+    {"command": "view", "path": "/memories/a/../../../etc.md"},
+    {"command": "view", "path": "/memories/../memoriesX/x.md"},
+]
+
 
 def _without_directory_sizes(result: Result) -> Result:
     """A listing with each directory's size (its own line and the ones ending in '/') blanked."""
@@ -162,3 +197,17 @@ def test_the_edges_are_the_reference_edges(memory_factory: MemoryFactory, tmp_pa
     for use, mine, ref in zip(EDGES, ours, theirs, strict=True):
         assert _without_directory_sizes(mine) == _without_directory_sizes(ref), use
     assert sum(r.is_error for r in theirs) == 1
+
+
+@local_and_server
+@pytest.mark.parametrize(
+    ("session", "errors"), [(TREE, [1, 3]), (RESOLVED, [7, 8, 9, 10])], ids=["tree", "resolved"]
+)
+def test_a_name_is_one_thing_and_a_path_is_resolved_whole(
+    memory_factory: MemoryFactory, tmp_path: Path, session: list[dict[str, Any]], errors: list[int]
+) -> None:
+    ours = run(KeepstoneMemoryTool(memory_factory(project="web")), session)
+    theirs = reference(tmp_path, session)
+    for use, mine, ref in zip(session, ours, theirs, strict=True):
+        assert _without_directory_sizes(mine) == _without_directory_sizes(ref), use
+    assert [i for i, r in enumerate(theirs) if r.is_error] == errors

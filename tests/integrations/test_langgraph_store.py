@@ -32,6 +32,7 @@ from keepstone.errors import (
 )
 from keepstone.integrations.langgraph import KeepstoneStore
 from keepstone.integrations.langgraph_items import (
+    MAX_VALUE_DEPTH,
     decode_segment,
     encode_segment,
     item_of_path,
@@ -255,6 +256,18 @@ def test_a_query_ranks_by_the_spaces_search_within_the_prefix(store: KeepstoneSt
     assert [(i.namespace, i.key) for i in filtered] == [(("mem", "u2"), "deploy")]
 
 
+@local
+def test_a_blank_query_is_no_query(store: KeepstoneStore) -> None:
+    """As in LangGraph's own stores: a graph that passes the user's message through as the
+    query does not fail on a blank one."""
+    store.put(("t",), "old", {"x": 1})
+    time.sleep(0.002)
+    store.put(("t",), "new", {"x": 2})
+    for blank in ["", "  ", "\t\n"]:
+        found = store.search(("t",), query=blank)
+        assert [(i.key, i.score) for i in found] == [("new", None), ("old", None)], blank
+
+
 # --- batch and async ----------------------------------------------------------------------
 
 
@@ -280,6 +293,21 @@ def test_batch_runs_each_op_in_order(store: KeepstoneStore) -> None:
     assert results[4] is None and results[6] is None
     with pytest.raises(TypeError, match="give a LangGraph op"):
         store.batch(["not an op"])  # type: ignore[list-item]
+
+
+@local
+def test_a_key_that_is_not_a_string_is_read_as_basestore_reads_it(store: KeepstoneStore) -> None:
+    """``str(key)``, as BaseStore's get, put and delete make it, for ops given to batch
+    directly too; a filter key that is not a string names no field (None), as in
+    InMemoryStore."""
+    store.put(("t",), 5, {"x": 1})  # type: ignore[arg-type]
+    assert store.batch([PutOp(("t",), 6, {"x": 2}), GetOp(("t",), 5)])[1].value == {"x": 1}  # type: ignore[arg-type, union-attr]
+    assert store.get(("t",), "6").value == {"x": 2}  # type: ignore[union-attr]
+    assert store.batch([GetOp(("t",), None)]) == [None]  # type: ignore[arg-type]
+    store.batch([PutOp(("t",), 6, None)])  # type: ignore[arg-type]
+    assert [i.key for i in store.search(("t",))] == ["5"]
+    assert store.search(("t",), filter={1: 3}) == []  # type: ignore[dict-item]
+    assert [i.key for i in store.search(("t",), filter={1: None})] == ["5"]  # type: ignore[dict-item]
 
 
 @local
@@ -327,6 +355,62 @@ def test_the_spaces_refusals_are_raised_and_nothing_is_stored(
     assert store.memory.list() == []
     with pytest.raises(TypeError, match="for an AsyncMemory give its .sync"):
         KeepstoneStore(AsyncMemory(store.memory))  # type: ignore[arg-type]
+
+
+@local
+def test_a_value_json_would_not_give_back_is_refused(store: KeepstoneStore) -> None:
+    """BaseStore.put's value "must contain string keys": at any depth, one that is not a
+    string is refused rather than rewritten (1 and "1" would keep one value, True become
+    "true"). A tuple, which JSON has not, comes back as a list."""
+    for value in [
+        {1: "a", "1": "b"},
+        {True: "x"},
+        {"n": [{"ok": {None: 1}}]},
+        {"t": ({2.5: "x"},)},
+    ]:
+        with pytest.raises(InvalidRequest, match=r"dicts with string keys\): the key .* is not"):
+            store.put(("v",), "k", value)  # type: ignore[dict-item]
+    assert store.memory.list() == []
+    store.put(("v",), "t", {"t": (1, (2, "b"))})
+    assert store.get(("v",), "t").value == {"t": [1, [2, "b"]]}  # type: ignore[union-attr]
+
+
+@local
+def test_a_value_nested_too_deep_is_refused(store: KeepstoneStore) -> None:
+    def nested(levels: int) -> dict[str, object]:
+        value: dict[str, object] = {"leaf": [1]}  # two levels
+        for _ in range(levels - 2):
+            value = {"a": value}
+        return value
+
+    store.put(("v",), "deepest", nested(MAX_VALUE_DEPTH))
+    assert store.get(("v",), "deepest").value == nested(MAX_VALUE_DEPTH)  # type: ignore[union-attr]
+    for levels in (MAX_VALUE_DEPTH + 1, 5000):
+        with pytest.raises(InvalidRequest, match=f"at most {MAX_VALUE_DEPTH} levels deep"):
+            store.put(("v",), "deep", nested(levels))
+    held: list[object] = []
+    held.append(held)
+    with pytest.raises(InvalidRequest, match="holds itself"):
+        store.put(("v",), "loop", {"l": held})
+    assert [d.path for d in store.memory.list()] == ["v/deepest.md"]
+
+
+@local
+def test_a_name_beyond_a_paths_limits_holds_nothing(store: KeepstoneStore) -> None:
+    """Only put refuses such a name: nothing can be stored there, so a read finds nothing,
+    a delete has nothing to do and a search no item (BaseStore's "not found" answers)."""
+    store.put(("t",), "k", {"x": 1})
+    too_deep = tuple("abcdefghijklmnop")
+    for namespace, key in [(("t",), "k" * 600), (too_deep, "k"), (("x" * 600,), "k")]:
+        assert store.get(namespace, key) is None
+        store.delete(namespace, key)
+        assert store.batch([GetOp(namespace, key), PutOp(namespace, key, None)]) == [None, None]
+        with pytest.raises(InvalidPath, match="cannot be stored"):
+            store.put(namespace, key, {"x": 1})
+    for prefix in [too_deep, ("x" * 600,), ("t", "x" * 510)]:
+        assert store.search(prefix) == []
+        assert store.search(prefix, query="k") == []
+    assert [d.path for d in store.memory.list()] == ["t/k.md"]
 
 
 # --- Labels and keys ----------------------------------------------------------------------

@@ -117,6 +117,21 @@ def test_the_spaces_refusals_come_back_as_text_not_exceptions(
 
 
 @local_and_server
+def test_search_covers_the_documents_and_repo_id_changes_nothing(
+    memory_factory: MemoryFactory,
+) -> None:
+    """As the page says: the team records are not searched through a Memory, so the
+    records' own argument, offered by the shared schema, has no effect."""
+    memory = memory_factory(project="web")
+    memory.write("deploys.md", "# Deploys\n\nWe deploy on Fridays.\n")
+    search = by_name(memory_tools(memory))["memory_search"]
+    args = dict.fromkeys(search.params_json_schema["properties"]) | {"query": "deploy"}
+    plain = invoke(search, args)
+    assert "deploys.md" in plain and "Team memory records" not in plain
+    assert invoke(search, args | {"repo_id": "some-repo"}) == plain
+
+
+@local_and_server
 def test_runner_run_with_a_model_that_calls_the_tools(memory_factory: MemoryFactory) -> None:
     memory = memory_factory(project="web")
     model = ScriptedModel(

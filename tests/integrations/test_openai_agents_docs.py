@@ -6,6 +6,7 @@ memory, keeps the fact it was told in ``deploys.md``, and a read-only agent read
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from agents.models.multi_provider import MultiProvider
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from keepstone.integrations.openai_agents import memory_tools
 from keepstone.sdk import Memory
 from tests.doc_blocks import as_a_reader, python_blocks, run_block
 
@@ -79,3 +81,14 @@ def test_every_python_block_of_the_page_runs(
     assert [a["output"] for a in answers] == [DEPLOYS]
     with Memory.local(bot="my-bot", project="web") as memory:
         assert memory.read("deploys.md").content == DEPLOYS
+
+
+def test_the_page_names_every_tool_and_what_search_leaves_out(tmp_path: Path) -> None:
+    """The page's list of tools is memory_tools()'s, and the search arguments that can have
+    no effect through a Memory (the team records' filter) are named as such."""
+    text = DOC.read_text(encoding="utf-8")
+    listed = text.split("`memory_tools(memory)` gives it", 1)[1].split("with the names", 1)[0]
+    with Memory.local(bot="b", home=tmp_path) as memory:
+        names = [t.name for t in memory_tools(memory)]
+    assert re.findall(r"`(memory_\w+)`", listed) == names
+    assert "`repo_id` argument" in text and "has no effect" in text

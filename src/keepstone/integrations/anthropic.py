@@ -5,7 +5,8 @@
 ``BetaAbstractMemoryTool`` and ``BetaAsyncAbstractMemoryTool`` over a
 :class:`~keepstone.Memory` / :class:`~keepstone.AsyncMemory`, local or on a server. The model
 sees a tree under ``/memories``: ``/memories/a/b.md`` is the space's document ``a/b.md``, a
-directory is a path prefix that some document lies under.
+directory is a path prefix that some document lies under, and a name is one or the other,
+never both (nothing is created over a directory or under a file).
 
 Every command answers with the text of the SDK's own ``BetaLocalFilesystemMemoryTool`` and
 refuses with its ``ToolError`` wording, so a model that learned the reference reads the same
@@ -54,7 +55,13 @@ except ImportError as exc:
     ) from exc
 
 from keepstone.documents import Document, DocumentInfo
-from keepstone.errors import AlreadyExists, KeepstoneError, NotFound, PreconditionFailed
+from keepstone.errors import (
+    AlreadyExists,
+    InvalidPath,
+    KeepstoneError,
+    NotFound,
+    PreconditionFailed,
+)
 from keepstone.paths import shown
 from keepstone.sdk import AsyncMemory, Memory
 
@@ -132,9 +139,10 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
     def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
         path = command.path
         rel = _space_path(path)
-        if not rel:
+        if not rel or self._is_directory(rel):
             raise ToolError(f"File {path} already exists")
         _require_markdown("create", path, rel)
+        self._require_directories(command, rel)
         try:
             self.memory.write(rel, command.file_text, create_only=True)
         except PreconditionFailed:
@@ -193,6 +201,7 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
         done = f"Successfully renamed {old} to {new}"
         if self._document(old_rel) is not None:
             _require_markdown(f"rename {old} to", new, new_rel)
+            self._require_directories(command, new_rel)
             try:
                 self.memory.move(old_rel, new_rel)
             except AlreadyExists:
@@ -203,6 +212,7 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
             raise _absent(old, old_rel)
         if new_rel.startswith(old_rel + "/"):
             raise ToolError(f"Cannot move the directory {old} into itself ({new})")
+        self._require_directories(command, new_rel)
         for info in under:
             self.memory.move(info.path, new_rel + info.path[len(old_rel) :])
         return done
@@ -228,7 +238,28 @@ class KeepstoneMemoryTool(BetaAbstractMemoryTool):
 
     def _exists(self, rel: str) -> bool:
         """Whether ``rel`` is a document or a directory (a prefix some document lies under)."""
-        return self._document(rel) is not None or bool(self.memory.list(rel))
+        return self._document(rel) is not None or self._is_directory(rel)
+
+    def _is_directory(self, rel: str) -> bool:
+        """Whether some document lies under ``rel``; a name the space cannot hold holds
+        none (the write that follows refuses it with the path's own reason)."""
+        try:
+            return bool(self.memory.list(rel, limit=1))
+        except InvalidPath:
+            return False
+
+    def _require_directories(self, command: Command, rel: str) -> None:
+        """Refuse to put something at ``rel`` when a directory of its path is a document:
+        a name is a file or a directory, never both, so ``view``, ``rename`` and
+        ``delete`` of it act on all of it. The reference cannot make such a path either
+        (its filesystem fails with "Not a directory"); the refusal names the file."""
+        parent = posixpath.dirname(rel)
+        while parent:
+            if self._document(parent) is not None:
+                raise ToolError(
+                    f"Cannot {_what(command)}: {ROOT}/{shown(parent)} is a file, not a directory"
+                )
+            parent = posixpath.dirname(parent)
 
     def _file(self, path: str, rel: str) -> Document:
         """The document the model names as a file, or the reference's error for a directory
@@ -306,11 +337,19 @@ def _space_path(path: object) -> str:
     in NFC, the one spelling the space keeps (the model cannot see which form it typed)."""
     if not isinstance(path, str) or not (path == ROOT or path.startswith(ROOT + "/")):
         raise ToolError(f"Path must start with /memories, got: {shown(str(path))}")
-    rel = posixpath.normpath(path[len(ROOT) :].lstrip("/") or ".")
-    if rel == ".." or rel.startswith("../"):
+    # The whole path is resolved first and only its result must lie in /memories, so
+    # /memories/../memories/a.md is /memories/a.md; a '..' above '/' leaves the tree.
+    resolved: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if not resolved:
+                raise ToolError(f"Path {shown(path)} would escape /memories directory")
+            resolved.pop()
+        elif part not in ("", "."):
+            resolved.append(part)
+    if resolved[:1] != [ROOT.lstrip("/")]:
         raise ToolError(f"Path {shown(path)} would escape /memories directory")
-    rel = unicodedata.normalize("NFC", rel)
-    return "" if rel == "." else rel
+    return unicodedata.normalize("NFC", "/".join(resolved[1:]))
 
 
 def _is_document_name(rel: str) -> bool:

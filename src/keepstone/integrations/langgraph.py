@@ -19,7 +19,11 @@ of the space, with its history, quotas, secret refusal and search.
   last deletion), ``updated_at`` when it was last written.
 - The ops of a :meth:`~KeepstoneStore.batch` run one after the other, in order.
 - The space's refusals (quota, secrets, invalid or too long paths, a server out of reach)
-  are raised as the :class:`~keepstone.errors.KeepstoneError` they are.
+  are raised as the :class:`~keepstone.errors.KeepstoneError` they are. A key or namespace
+  beyond a path's limits is refused by ``put`` only: nothing can be stored there, so
+  ``get`` answers None, ``delete`` does nothing and ``search`` finds no item.
+- An op's key that is not a string is ``str(key)``, as ``BaseStore``'s methods make it,
+  for ops given to :meth:`~KeepstoneStore.batch` directly too.
 - TTLs are not supported: ``put(..., ttl=N)`` raises ``NotImplementedError``.
 """
 
@@ -60,6 +64,7 @@ from keepstone.integrations.langgraph_items import (
     parse_value,
     passes,
     render_value,
+    stored_at,
 )
 from keepstone.sdk import Memory
 
@@ -102,6 +107,8 @@ class KeepstoneStore(BaseStore):
 
     def _run(self, op: Op) -> Result:
         _check_labels(op)
+        if isinstance(op, GetOp | PutOp) and not isinstance(op.key, str):
+            op = op._replace(key=str(op.key))  # as BaseStore's get, put and delete do
         if isinstance(op, GetOp):
             return self._get(op)
         if isinstance(op, PutOp):
@@ -116,7 +123,9 @@ class KeepstoneStore(BaseStore):
     # --- Items ------------------------------------------------------------------------------
 
     def _get(self, op: GetOp) -> Item | None:
-        path = item_path(op.namespace, op.key)
+        path = stored_at(op.namespace, op.key)
+        if path is None:
+            return None  # beyond a path's limits: nothing is ever stored there
         try:
             doc = self.memory.read(path)
         except NotFound:
@@ -133,11 +142,13 @@ class KeepstoneStore(BaseStore):
     def _put(self, op: PutOp) -> None:
         if not op.namespace:
             raise InvalidNamespaceError("Namespace cannot be empty.")
-        path = item_path(op.namespace, op.key)
         if op.value is None:
-            with contextlib.suppress(NotFound):  # deleting what is not there is done
-                self.memory.delete(path)
+            gone = stored_at(op.namespace, op.key)
+            if gone is not None:
+                with contextlib.suppress(NotFound):  # deleting what is not there is done
+                    self.memory.delete(gone)
             return
+        path = item_path(op.namespace, op.key)
         if op.ttl is not None:
             raise TtlNotSupported(
                 "TTL is not supported by KeepstoneStore (a space keeps a document until it "
@@ -197,9 +208,11 @@ class KeepstoneStore(BaseStore):
         hits (each path once, at its best score), then every other document under the
         prefix, most recently updated first, without a score. A query orders the items,
         as in LangGraph's own stores; it never hides one."""
+        if stored_at(op.namespace_prefix, "") is None:
+            return  # not even the shortest item's path fits under the prefix: none is there
         under = namespace_dir(op.namespace_prefix)
         seen: set[str] = set()
-        if op.query:
+        if op.query and op.query.strip():  # a blank query (only whitespace) is no query
             prefix = under + "/" if under else ""
             space = self.memory.space.id
             hits = self.memory.search(op.query, limit=SEARCH_DEPTH, path_prefix=prefix)

@@ -11,8 +11,9 @@ naming, formatting and filtering, no I/O and no LangGraph import (docs/integrati
   :func:`decode_segment` reads a segment back and answers None for any spelling
   :func:`encode_segment` does not make, so the mapping is one-to-one both ways.
 - The value is a fenced ```` ```json ```` block holding the value as indented JSON
-  (:func:`render_value`); :func:`parse_value` reads it back, None when the document is
-  not one.
+  (:func:`render_value`, which refuses what JSON would not give back as it was put: a dict
+  key that is not a string, nesting deeper than :data:`MAX_VALUE_DEPTH`);
+  :func:`parse_value` reads it back, None when the document is not one.
 - :func:`passes` is LangGraph's ``filter`` (with :func:`matches`): equality, nested
   objects, lists element by element, dotted paths into the value, and the operators
   ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``.
@@ -42,6 +43,13 @@ _DRIVE = re.compile("(?<=^[A-Za-z]):")
 _ESCAPED = re.compile("(?:%[0-9A-F]{2})+")
 _OPENING = "```json\n"
 _CLOSING = "\n```\n"
+#: How deep a value may nest dicts and lists (the value itself is level 1): far beyond what
+#: an item holds, and far inside the Python stack that writing it as JSON recurses on.
+MAX_VALUE_DEPTH = 100
+_MUST_BE_JSON = (
+    "a LangGraph item's value must be JSON (strings, finite numbers, booleans, null, "
+    "lists and dicts with string keys)"
+)
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -98,6 +106,16 @@ def item_path(namespace: tuple[str, ...], key: str) -> str:
         ) from None
 
 
+def stored_at(namespace: tuple[str, ...], key: str) -> str | None:
+    """The document that would hold item ``key`` of ``namespace``, or None when there can be
+    none: its path would be beyond a path's limits, so nothing is ever stored there (a read
+    finds nothing, a delete has nothing to do)."""
+    try:
+        return item_path(namespace, key)
+    except InvalidPath:
+        return None
+
+
 def namespace_dir(namespace: tuple[str, ...]) -> str:
     """The directory prefix that holds ``namespace`` and the namespaces under it."""
     return "/".join(map(encode_segment, namespace))
@@ -119,17 +137,44 @@ def item_of_path(path: str) -> tuple[tuple[str, ...], str] | None:
 
 
 def render_value(value: Mapping[str, Any]) -> str:
-    """The document of an item's value: a fenced JSON block, readable and searchable."""
+    """The document of an item's value: a fenced JSON block, readable and searchable. A
+    tuple is written as a list (JSON has no tuple) and comes back as one."""
     if not isinstance(value, Mapping):
         raise InvalidRequest(f"a LangGraph item's value must be a dict, not {type(value).__name__}")
+    _check_shape(value)
     try:
         text = json.dumps(dict(value), ensure_ascii=False, indent=2, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(
-            f"a LangGraph item's value must be JSON (strings, finite numbers, booleans, "
-            f"null, lists and dicts with string keys): {exc}"
-        ) from None
+        raise InvalidRequest(f"{_MUST_BE_JSON}: {exc}") from None
     return _OPENING + text + _CLOSING
+
+
+def _check_shape(value: Mapping[str, Any]) -> None:
+    """Refuse a value JSON would not give back as it was put: a dict key that is not a
+    string (``json.dumps`` writes ``1`` and ``True`` as ``"1"`` and ``"true"``, and two keys
+    spelled alike keep one value), or nesting deeper than :data:`MAX_VALUE_DEPTH`, which
+    ``json.dumps`` would recurse through until Python's stack runs out. Walked with a list,
+    not recursion, so a value of any depth (or one that holds itself) is refused cleanly."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, Mapping):
+            children = list(node.values())
+            for key in node:
+                if not isinstance(key, str):
+                    raise InvalidRequest(
+                        f"{_MUST_BE_JSON}: the key {key!r} ({type(key).__name__}) is not a string"
+                    )
+        elif isinstance(node, list | tuple):
+            children = list(node)
+        else:
+            continue
+        if depth > MAX_VALUE_DEPTH:
+            raise InvalidRequest(
+                f"a LangGraph item's value may nest dicts and lists at most {MAX_VALUE_DEPTH} "
+                "levels deep (or it holds itself); flatten it"
+            )
+        pending.extend((child, depth + 1) for child in children)
 
 
 def parse_value(content: str) -> dict[str, Any] | None:
@@ -156,10 +201,14 @@ def passes(value: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
 
 
 def _field(value: Mapping[str, Any], key: str) -> Any:
-    """``value[key]``, else the value at the dotted path ``key``, else None."""
+    """``value[key]``, else the value at the dotted path ``key``, else None. A key that is
+    not a string names no field (a value's keys are strings): None, a missing field, as
+    LangGraph's ``InMemoryStore`` reads it."""
     found = value.get(key, _MISSING)
     if found is not _MISSING:
         return found
+    if not isinstance(key, str):
+        return None
     node: Any = value
     for part in key.split("."):
         if not isinstance(node, Mapping) or part not in node:
