@@ -129,3 +129,31 @@ def test_a_server_on_a_database_in_memory_is_refused(
 ) -> None:
     err = _one_line(capsys, ["serve", "--database", url, "--port", "1"])
     assert "is a database in memory" in err and "sqlite:///path/keepstone.db" in err
+
+
+@pytest.mark.parametrize("number", ["٢", "+2", " 2", "1_0", "２"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "show", "m.md", "--bot", "b1", "--version"],
+        ["memory", "restore", "m.md", "--bot", "b1", "--version"],
+        ["memory", "diff", "m.md", "--bot", "b1", "--from"],
+        ["admin", "set-quota", "--instance", "--bytes"],
+        ["serve", "--port"],
+    ],
+    ids=lambda argv: "-".join(argv[:2]) if isinstance(argv, list) else None,
+)
+def test_a_number_flag_takes_ascii_digits_only(
+    capsys: pytest.CaptureFixture[str], argv: list[str], number: str
+) -> None:
+    # As every other face reads a number (docs/api.md, "Numbers"): int() would also have
+    # read 1_0 as ten, other scripts' digits and '+2', and a restore would have written.
+    code, out, err = run_cli(capsys, *argv, number)
+    assert code == 2 and out == ""
+    assert f"{number!r} is not a whole number written in digits 0-9" in err
+    assert "Traceback" not in err
+
+
+def test_set_history_takes_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "admin", "set-history", "--org", "o", "--versions", "٣")
+    assert code == 2 and "--versions takes a whole number from 1 in digits 0-9" in err

@@ -27,9 +27,11 @@ from keepstone.cli.common import (
     print_json,
     required_verbs,
     runtime_for,
+    whole,
 )
 from keepstone.paging import DEFAULT_PAGE, MAX_PAGE
 from keepstone.principal import CredentialKind, Principal
+from keepstone.text import is_whole_number
 
 if TYPE_CHECKING:
     from keepstone.service.admin import AdminService, Page
@@ -110,10 +112,9 @@ def _op_set_quota(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
 def _history_arg(flag: str, raw: str) -> int | None:
     if raw == "default":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"{flag} takes a whole number from 1, or 'default'") from None
+    if not is_whole_number(raw):
+        raise UsageError(f"{flag} takes a whole number from 1 in digits 0-9, or 'default'")
+    return int(raw)
 
 
 def _op_set_history(admin: AdminService, a: argparse.Namespace) -> dict[str, Any]:
@@ -252,7 +253,7 @@ def _listing(what: str, op: _Op, *filters: AddArgs) -> _Verb:
         f"list the {what}, a page at a time (never a secret)",
         op,
         (
-            arg("--limit", type=int, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page"),
+            arg("--limit", type=whole, default=DEFAULT_PAGE, help=f"1-{MAX_PAGE} a page"),
             arg("--cursor", default=None, help="the next_cursor of the previous page"),
             arg("--all", action="store_true", help="every page, as one list"),
             *filters,
@@ -317,7 +318,7 @@ _VERBS: dict[str, _Verb] = {
                 arg("--org", help="org id"),
                 arg("--instance", action="store_true", help="the global-space quota"),
             ),
-            arg("--bytes", type=int, required=True, help="quota in bytes"),
+            arg("--bytes", type=whole, required=True, help="quota in bytes"),
         ),
     ),
     "set-history": _Verb(

@@ -25,6 +25,7 @@ from keepstone.cli.common import (
     required_verbs,
     space_ref_from_args,
     spaces_for,
+    whole,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
 from keepstone.errors import InvalidRequest, InvalidSpaceRef, KeepstoneError
@@ -290,7 +291,7 @@ def _register_mcp(subparsers: Any) -> None:
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="--http address (default 127.0.0.1)")
     p.add_argument(
-        "--port", type=int, default=DEFAULT_MCP_PORT, help=f"--http port ({DEFAULT_MCP_PORT})"
+        "--port", type=whole, default=DEFAULT_MCP_PORT, help=f"--http port ({DEFAULT_MCP_PORT})"
     )
     p.set_defaults(func=cli_command(_mcp))
 

@@ -39,6 +39,7 @@ from keepstone.spaces import (
     login_name,
     project_key,
 )
+from keepstone.text import is_whole_number
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -304,6 +305,15 @@ def space_ref_from_args(args: argparse.Namespace, tenant: str) -> SpaceRef:
         field = exc.details.get("field")
         flag = f"--{field}: " if field in ("name", "bot", "user", "project") else ""
         raise UsageError(f"{flag}{exc.message}") from exc
+
+
+def whole(raw: str) -> int:
+    """An argparse type: a whole number in ASCII digits (a leading ``-`` allowed, for the
+    range check that follows to name), as every face reads a number; ``int()`` would also
+    take ``1_0``, other scripts' digits, ``+5`` and `` 5``."""
+    if not is_whole_number(raw, negative=True):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number written in digits 0-9")
+    return int(raw)
 
 
 def check_port(port: int) -> None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from keepstone.activity import ACTOR_KINDS, DEFAULT_LIMIT
-from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args
+from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args, whole
 from keepstone.documents import VersionInfo
 from keepstone.vocabulary import cli_help
 
@@ -75,15 +75,15 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
 
     show = verb("show", cli_help("show"), _show)
     show.add_argument("path", metavar="PATH")
-    show.add_argument("--version", type=int, required=True, metavar="N", help="the version")
+    show.add_argument("--version", type=whole, required=True, metavar="N", help="the version")
 
     diff = verb("diff", cli_help("diff"), _diff)
     diff.add_argument("path", metavar="PATH")
-    diff.add_argument("--from", dest="old", type=int, required=True, metavar="N")
+    diff.add_argument("--from", dest="old", type=whole, required=True, metavar="N")
     diff.add_argument(
         "--to",
         dest="new",
-        type=int,
+        type=whole,
         default=None,
         metavar="M",
         help="the newer version (default: the newest, i.e. the live document)",
@@ -93,7 +93,7 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
     recent.add_argument(
         "--since", metavar="TIME", help="only changes at or after TIME (as --as-of takes it)"
     )
-    recent.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help="1-100")
+    recent.add_argument("--limit", type=whole, default=DEFAULT_LIMIT, metavar="N", help="1-100")
     recent.add_argument("--actor-kind", choices=ACTOR_KINDS, help="only changes by this kind")
     recent.add_argument("--cursor", help="go on after the page that printed this cursor")
     recent.add_argument(
@@ -103,7 +103,7 @@ def register_verbs(verbs: Any, verb: Verb) -> None:
 
     restore = verb("restore", cli_help("restore"), _restore)
     restore.add_argument("path", metavar="PATH")
-    restore.add_argument("--version", type=int, required=True, metavar="N", help="the version")
+    restore.add_argument("--version", type=whole, required=True, metavar="N", help="the version")
     restore.add_argument("--if-match", metavar="ETAG", help="only if the document's etag is ETAG")
 
 

@@ -41,6 +41,7 @@ from keepstone.cli.common import (
     search_filter_args,
     size_left,
     space_ref_from_args,
+    whole,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
 from keepstone.cli.history import register_verbs as register_history_verbs
@@ -490,7 +491,7 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
             arg(
                 "--insert-line",
                 dest="insert_line",
-                type=int,
+                type=whole,
                 metavar="N",
                 help="insert form: insert after line N (0 = at the top)",
             ),
@@ -545,7 +546,7 @@ _SPACE_VERBS: tuple[tuple[str, str, Handler, tuple[AddArgs, ...]], ...] = (
             arg("query", metavar="QUERY", help="what to look for"),
             arg(
                 "--limit",
-                type=int,
+                type=whole,
                 default=10,
                 metavar="N",
                 help="at most N hits, 1-50 (default 10)",

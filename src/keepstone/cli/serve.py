@@ -12,7 +12,7 @@ import tempfile
 from typing import Any
 
 from keepstone import runtime
-from keepstone.cli.common import UsageError, add_database_arg, check_port, cli_command
+from keepstone.cli.common import UsageError, add_database_arg, check_port, cli_command, whole
 from keepstone.config import DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_WORKER_HEALTHCHECK_SECONDS, Config
 from keepstone.errors import Conflict, InvalidRequest
 
@@ -27,12 +27,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--host", default=None, help="address to listen on (KEEPSTONE_HOST, else 127.0.0.1)"
     )
     parser.add_argument(
-        "--port", type=int, default=None, help="port to listen on (KEEPSTONE_PORT, else 8420)"
+        "--port", type=whole, default=None, help="port to listen on (KEEPSTONE_PORT, else 8420)"
     )
     add_database_arg(parser)
     parser.add_argument(
         "--workers",
-        type=int,
+        type=whole,
         default=1,
         metavar="N",
         help="worker processes sharing the port (1); see docs/deploy.md",
