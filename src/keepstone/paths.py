@@ -164,6 +164,22 @@ def validate_doc_path(path: object) -> str:
     return path
 
 
+def check_path_prefix(prefix: object) -> str:
+    """A search's ``path_prefix`` (the start of the paths it keeps, any text a path may
+    begin with): ``422 invalid_path`` for one no path could begin with — not text, or
+    holding a control character, a backslash, a lone surrogate or a deceptive character."""
+    if not isinstance(prefix, str):
+        raise InvalidPath("path_prefix must be a string", field="path_prefix")
+    if CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
+        raise InvalidPath(
+            "path_prefix may not contain '\\', NUL, control characters or lone surrogates: "
+            "no path begins with them",
+            field="path_prefix",
+        )
+    _refuse_deceptive("path_prefix", prefix)
+    return prefix
+
+
 def validate_dir_prefix(prefix: object) -> str:
     """Validate a directory prefix for listing: ``''`` (the whole space) or ``a/b``.
 

@@ -87,6 +87,17 @@ def test_bad_parameters_are_refused(seeded: World, params: dict[str, str], field
     assert error["field"] == field and error["message"].startswith(field)
 
 
+@pytest.mark.parametrize("prefix", ["\x01", "\x00", "a\\b", "\u202eevil"])
+@pytest.mark.parametrize("scope", [{}, {"scope": "readable"}], ids=["space", "readable"])
+def test_a_path_prefix_no_path_begins_with_is_invalid_path(
+    seeded: World, prefix: str, scope: dict[str, str]
+) -> None:
+    params = {"q": "x", "path_prefix": prefix, **scope}
+    r = search(seeded, **({} if scope else SPACE), **params)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_path"
+
+
 def test_an_unknown_parameter_is_refused(seeded: World) -> None:
     r = search(seeded, **SPACE, q="x", tenant="someone-else")
     assert r.status_code == 400

@@ -23,7 +23,7 @@ from keepstone.identity.service import IdentityService
 from keepstone.principal import CredentialKind
 from keepstone.records.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from keepstone.records.render import NOTICE, render_text
-from keepstone.service.records import build_record_service
+from keepstone.service.records import MEMORY_OFF_HINT, build_record_service
 from tests.records.conftest import World, identity_of, make_world, records_of, set_plan
 
 SERVICE = "svc-token-for-tests"
@@ -180,7 +180,14 @@ def test_settings_routes(client: TestClient, creds: Creds) -> None:
     r = client.put(url, json={"enabled": False}, headers=h)
     assert r.status_code == 200 and r.json()["enabled"] is False
     off = search(client, w.team_id, creds.key(w.member)).json()
-    assert off == {"state": "off", "notice": NOTICE, "results": [], "pending": 0}
+    # Empty, so it carries a hint, as every empty search answer does (SPEC §12).
+    assert off == {
+        "state": "off",
+        "notice": NOTICE,
+        "results": [],
+        "pending": 0,
+        "hint": MEMORY_OFF_HINT,
+    }
 
 
 def test_list_pagination_over_http(client: TestClient, creds: Creds) -> None:

@@ -22,7 +22,7 @@ from keepstone.errors import (
 from keepstone.principal import CredentialKind, Principal
 from keepstone.records.render import NOTICE, render_text
 from keepstone.service.access import Action
-from keepstone.service.records import MemoryState, RecordPage, SearchAnswer
+from keepstone.service.records import MEMORY_OFF_HINT, MemoryState, RecordPage, SearchAnswer
 from tests.records.conftest import (
     World,
     access_of,
@@ -230,7 +230,7 @@ def test_off_and_lapsed(world: World) -> None:
     rec = world.records.save_as_server(t, "kept through the switch")
     world.records.set_enabled_as_server(t, False)
     off = _search(world, world.member, "switch")
-    assert off == SearchAnswer(MemoryState.OFF, NOTICE, ())
+    assert off == SearchAnswer(MemoryState.OFF, NOTICE, (), hint=MEMORY_OFF_HINT)
     listed = _list(world, world.member)
     assert listed.state == "off" and _ids(listed) == [rec.id]
     with pytest.raises(MemoryOff):

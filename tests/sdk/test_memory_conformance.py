@@ -541,8 +541,9 @@ def test_spaces_and_a_search_of_every_readable_space(memory_factory: MemoryFacto
     }
     assert found.pending == 0
     assert [h.path for h in web.search("roll back")] == ["deploy.md"]
-    with pytest.raises(InvalidRequest, match="unknown scope 'all'"):
+    with pytest.raises(InvalidRequest, match="unknown scope 'all'") as refused:
         web.search("roll back", scope="all")
+    assert refused.value.details.get("field") == "scope"  # as REST names it
 
 
 def test_a_missing_document_reads_the_same_everywhere(memory: Any) -> None:

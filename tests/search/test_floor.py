@@ -116,6 +116,16 @@ def test_filters_read_dates_tags_and_say_when_they_narrow() -> None:
     assert search_filters(**f.as_params()) == f
 
 
+def test_a_date_alone_is_inclusive_at_both_ends() -> None:
+    # until=2025-01-31 keeps what was written on the 31st, as since=2025-01-31 does.
+    f = search_filters(since="2025-01-31", until="2025-01-31")
+    assert f.in_time(datetime(2025, 1, 31, tzinfo=UTC))
+    assert f.in_time(datetime(2025, 1, 31, 23, 59, 59, tzinfo=UTC))
+    assert not f.in_time(datetime(2025, 2, 1, tzinfo=UTC))
+    assert not f.in_time(datetime(2025, 1, 30, 23, 59, 59, tzinfo=UTC))
+    assert search_filters(**f.as_params()) == f  # the same sent on to a server
+
+
 def test_the_recency_prior_halves_a_score_each_half_life_and_is_off_by_default() -> None:
     now = datetime(2025, 3, 1, tzinfo=UTC)
     prior = search_filters(recency_days=30)

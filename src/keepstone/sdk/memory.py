@@ -415,7 +415,8 @@ class Memory:
         if scope != READABLE:
             raise InvalidRequest(
                 f"unknown scope {scope!r}; use scope='readable' (every space you may read) or "
-                "leave it out to search this space"
+                "leave it out to search this space",
+                field="scope",
             )
         who = self._who
         if who.kind is CredentialKind.CONSOLE:  # locally: whose user spaces, as the CLI's

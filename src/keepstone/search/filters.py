@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 
 import yaml
 
@@ -84,20 +84,28 @@ NO_FILTERS = SearchFilters()
 FILTER_PARAMS = ("since", "until", "min_score", "tags", "recency_days")
 
 
-def _instant(value: object, name: str) -> datetime | None:
+def _instant(value: object, name: str, *, day_ends: bool = False) -> datetime | None:
+    """``value`` as an aware instant (naive is UTC); a date alone is its first instant, or
+    with ``day_ends`` its last (``until=2025-01-31`` keeps what was written that day: the
+    filters are inclusive)."""
     if value is None or value == "":
         return None
+    day: date | None = None
+    parsed: datetime | None = None
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, date):
-        parsed = datetime(value.year, value.month, value.day)
+        day = value
     elif isinstance(value, str):
         try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            day = date.fromisoformat(value.strip())
         except ValueError:
-            parsed = None
-    else:
-        parsed = None
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                parsed = None
+    if day is not None:
+        parsed = datetime.combine(day, time.max if day_ends else time.min)
     if parsed is None:
         raise InvalidRequest(
             f"{name} must be an ISO 8601 date or time, e.g. {name}=2025-01-31 or "
@@ -155,7 +163,7 @@ def search_filters(
     recency_days: object = None,
 ) -> SearchFilters:
     """The filters given, checked (``400 invalid_request`` naming the bad one)."""
-    start, end = _instant(since, "since"), _instant(until, "until")
+    start, end = _instant(since, "since"), _instant(until, "until", day_ends=True)
     if start is not None and end is not None and start > end:
         raise InvalidRequest(
             f"since ({start.isoformat()}) is after until ({end.isoformat()}); "

@@ -138,12 +138,14 @@ def duplicate_key(text: str) -> int:
     return int.from_bytes(digest, "big", signed=True) or 1
 
 
-def empty_hint(*, filtered: bool) -> str:
+def empty_hint(*, filtered: bool, tags: bool = True) -> str:
     """The one line an empty answer carries: why nothing came back and what to try.
-    ``filtered``: the search was narrowed (since, until, tags or min_score)."""
+    ``filtered``: the search was narrowed (since, until, tags or min_score); ``tags``:
+    the search takes tags (the records' does not, so its hint does not offer them)."""
     if filtered:
+        widen = "since/until/tags" if tags else "since/until"
         return (
-            "nothing relevant enough matched within the filters; widen since/until/tags, "
+            f"nothing relevant enough matched within the filters; widen {widen}, "
             "lower min_score, or try other words"
         )
     return (

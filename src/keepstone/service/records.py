@@ -110,10 +110,17 @@ class RecordHit:
     also_in: tuple[str, ...] = ()
 
 
+#: The hint of a search while the team's memory is off (every empty answer carries one).
+MEMORY_OFF_HINT = (
+    "team memory is off for this team, so nothing was searched; an org owner or admin "
+    "turns it on in the team's settings"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class SearchAnswer:
-    """Search results, best first (none while ``state`` is off); ``hint``, when memory
-    is on and nothing was relevant enough, says so in one line."""
+    """Search results, best first (none while ``state`` is off); ``hint``, when nothing
+    came back, says why in one line (memory off, or nothing relevant enough)."""
 
     state: MemoryState
     notice: str
@@ -431,7 +438,7 @@ class RecordService:
         with self._store.reading() as tx:
             state = tx.search_state(access.team_id)
             if not state.enabled:
-                return SearchAnswer(MemoryState.OFF, NOTICE, ())
+                return SearchAnswer(MemoryState.OFF, NOTICE, (), hint=MEMORY_OFF_HINT)
             if repo_id is not None:
                 check_repo(tx, access, repo_id)
             with admitted(self._limiter, access.team_id):
@@ -452,7 +459,7 @@ class RecordService:
             for hit in found
             for r in [hit.record]
         )
-        hint = None if hits else empty_hint(filtered=filters.narrows)
+        hint = None if hits else empty_hint(filtered=filters.narrows, tags=False)
         return SearchAnswer(MemoryState.ON, NOTICE, hits, pending, hint)
 
     # --- delete, settings, purge ------------------------------------------------------------

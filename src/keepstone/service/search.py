@@ -34,6 +34,7 @@ import numpy.typing as npt
 from keepstone.db import utcnow
 from keepstone.db.vectors import Float32Array, decode_many, encode_many
 from keepstone.errors import InvalidRequest
+from keepstone.paths import check_path_prefix
 from keepstone.search import hybrid
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
@@ -188,6 +189,7 @@ class DocumentSearch:
         near-duplicates folded into the best of them (its ``also_in``); and how many chunks
         of them are not yet embedded (``pending``)."""
         q = check_query(query, limit)
+        path_prefix = check_path_prefix(path_prefix)
         index = self._index
         if index is None:
             assert self._searching is not None
