@@ -93,8 +93,9 @@ export class Memory {
       ...(options.project === undefined ? {} : { project: options.project }),
       ...(options.bot === undefined ? {} : { bot: options.bot }),
     };
-    const headers: Record<string, string> = { Authorization: `Bearer ${options.apiKey}` };
-    if (options.team) headers["X-Keepstone-Team"] = options.team;
+    const key = headerValue(options.apiKey, "apiKey");
+    const headers: Record<string, string> = { Authorization: `Bearer ${key}` };
+    if (options.team) headers["X-Keepstone-Team"] = headerValue(options.team, "team");
     this.client = createClient<paths>({
       baseUrl: this.baseUrl,
       headers,
@@ -105,7 +106,7 @@ export class Memory {
   /** The document at `path`; with `version`, that version of it; with `as_of`, the
    * document as it was at that instant. `not_found` when there is none. */
   async read(path: string, options: { version?: number; as_of?: Instant } = {}): Promise<Document> {
-    const query = { ...this.space, path, ...options, as_of: instant(options.as_of) };
+    const query = { ...this.space, path, ...options, as_of: instant(options.as_of, "as_of") };
     return this.call(() => this.client.GET("/api/memory/doc", { params: { query } }));
   }
 
@@ -160,7 +161,7 @@ export class Memory {
   /** The documents under directory prefix `dir` ('' = all), sorted by path; with `as_of`,
    * as the space held them at that instant. */
   async list(dir = "", options: { as_of?: Instant } = {}): Promise<DocumentInfo[]> {
-    const query = { ...this.space, dir, as_of: instant(options.as_of) };
+    const query = { ...this.space, dir, as_of: instant(options.as_of, "as_of") };
     const body = await this.call(() => this.client.GET("/api/memory/docs", { params: { query } }));
     return body.documents;
   }
@@ -172,8 +173,8 @@ export class Memory {
       ...this.space,
       q: query,
       ...rest,
-      since: instant(since),
-      until: instant(until),
+      since: instant(since, "since"),
+      until: instant(until, "until"),
       tags: Array.isArray(tags) ? tags.join(",") : tags,
     };
     return this.call(() => this.client.GET("/api/memory/search", { params: { query: params } }));
@@ -226,6 +227,7 @@ export class Memory {
     try {
       answer = await send();
     } catch (cause) {
+      if (cause instanceof KeepstoneError) throw cause; // the caller's own, found before sending
       throw unreachable(this.baseUrl, cause);
     }
     if (!answer.response.ok) throw errorFromAnswer(answer.response.status, answer.error);
@@ -234,11 +236,27 @@ export class Memory {
 }
 
 function ifMatch(options: IfMatch): { "If-Match"?: string } {
-  return options.if_match === undefined ? {} : { "If-Match": `"${options.if_match}"` };
+  const etag = options.if_match;
+  return etag === undefined ? {} : { "If-Match": `"${headerValue(etag, "if_match")}"` };
 }
 
-function instant(at: Instant | undefined): string | undefined {
-  return at instanceof Date ? at.toISOString() : at;
+/** `value` when an HTTP header can carry it (visible ASCII and spaces); else the caller's
+ * own mistake, `invalid_request` naming it, before anything is sent (fetch would refuse
+ * it with an error that reads as an unreachable server). */
+function headerValue(value: string, name: string): string {
+  if (!/^[\x20-\x7e]*$/.test(value)) {
+    throw usage(`${name} holds a character an HTTP header cannot carry; give it as it was given`);
+  }
+  return value;
+}
+
+/** An instant as the API takes it: a `Date` (a valid one) as ISO 8601, text as given. */
+function instant(at: Instant | undefined, name: string): string | undefined {
+  if (!(at instanceof Date)) return at;
+  if (Number.isNaN(at.getTime())) {
+    throw usage(`${name} is an invalid Date; give a Date that holds a time, or ISO 8601 text`);
+  }
+  return at.toISOString();
 }
 
 function usage(message: string): KeepstoneError {

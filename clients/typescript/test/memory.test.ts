@@ -174,6 +174,21 @@ describe("the space and the key", () => {
     assert.equal(down.status, 0);
   });
 
+  test("what the caller gave wrong is invalid_request, never an outage", async () => {
+    const refused = await refusal(memory.read("a.md", { as_of: new Date("x") }));
+    assert.equal(refused.code, "invalid_request");
+    assert.match(refused.message, /^as_of is an invalid Date/);
+    const since = await refusal(memory.search("x", { since: new Date(Number.NaN) }));
+    assert.match(since.message, /^since is an invalid Date/);
+    assert.throws(
+      () => new Memory({ baseUrl: server.url, apiKey: "key-€", project: "p" }),
+      (error) => error instanceof KeepstoneError && error.code === "invalid_request",
+    );
+    const etag = await refusal(memory.write("a.md", "x", { if_match: 'a"\r\nX-Evil: 1' }));
+    assert.equal(etag.code, "invalid_request");
+    assert.match(etag.message, /^if_match holds a character/);
+  });
+
   test("a parameter of the wrong space is refused by name", async () => {
     const botless = new Memory({ baseUrl: server.url, apiKey: server.apiKey, visibility: "bot" });
     const refused = await refusal(botless.list());
