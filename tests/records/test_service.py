@@ -257,6 +257,17 @@ def test_delete(world: World) -> None:
         world.records.delete(manage, world.team_id, rec.id)
 
 
+def test_an_expired_record_is_not_found_for_a_delete(world: World) -> None:
+    # Expired, it is gone to every reader (search, list) until the purge removes it; a
+    # delete answers for what a reader could see, and leaves the purge its work.
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rec = world.records.save_as_server(world.team_id, "expires in a year", now=t0)
+    manage = _who(world, world.admin, Action.MANAGE)
+    with pytest.raises(RecordNotFound):
+        world.records.delete(manage, world.team_id, rec.id, now=t0 + timedelta(days=366))
+    world.records.delete(manage, world.team_id, rec.id, now=t0 + timedelta(days=364))
+
+
 def test_settings(world: World) -> None:
     e, t = world.engine, world.team_id
     got = world.records.get_settings(_who(world, world.member), t)

@@ -81,6 +81,9 @@ _VISIBLE_REPOS = sa.text(
 _DELETE_BY_KEY = R.delete().where(
     R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id")
 )
+#: A delete's: the record, if it has not expired (one that has is gone to every reader,
+#: and the purge removes it), so a delete answers for what a reader could see.
+_DELETE_LIVE = _DELETE_BY_KEY.where(R.c.expires_at > sa.bindparam("now"))
 S = record_settings
 _ENABLED = sa.select(S.c.enabled).where(S.c.team_id == sa.bindparam("team"))
 # A search's first read: the team's setting and its search counters in one statement
@@ -324,8 +327,9 @@ class _SqlWriter(_SqlReader, RecordWriter):
         ]
         self._conn.execute(R.insert(), rows)
 
-    def delete(self, team_id: str, record_id: str) -> bool:
-        removed = self._conn.execute(_DELETE_BY_KEY, {"k_team": team_id, "k_id": record_id})
+    def delete(self, team_id: str, record_id: str, now: datetime) -> bool:
+        params = {"k_team": team_id, "k_id": record_id, "now": utc(now)}
+        removed = self._conn.execute(_DELETE_LIVE, params)
         if removed.rowcount > 0:
             bump_teams(self._conn, search_counters(self._conn).bump_removal, [team_id])
             return True

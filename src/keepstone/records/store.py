@@ -263,9 +263,9 @@ class RecordWriter(RecordReader):
         ``terms_version``."""
 
     @abstractmethod
-    def delete(self, team_id: str, record_id: str) -> bool:
+    def delete(self, team_id: str, record_id: str, now: datetime) -> bool:
         """Remove one record of the team (bumping its ``terms_version``); False when the
-        team has no such record."""
+        team has no such record, or it had expired by ``now`` (gone to every reader)."""
 
     @abstractmethod
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:

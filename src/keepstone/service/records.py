@@ -464,13 +464,18 @@ class RecordService:
 
     # --- delete, settings, purge ------------------------------------------------------------
 
-    def delete(self, who: Principal, team_id: str, record_id: str) -> None:
+    def delete(
+        self, who: Principal, team_id: str, record_id: str, *, now: datetime | None = None
+    ) -> None:
         """Remove one record of the team (an org owner or admin, in a browser);
-        ``404 record_not_found`` when the team has no such record."""
+        ``404 record_not_found`` when the team has no such record, or it has expired (no
+        reader sees it any more; the purge removes it)."""
         access = self._access.team_access(who, team_id, Action.MANAGE)
         with self._store.writing() as tx:
             # An id no record can have never reaches the driver.
-            removed = is_clean_id(record_id) and tx.delete(access.team_id, record_id)
+            removed = is_clean_id(record_id) and tx.delete(
+                access.team_id, record_id, self._now(now)
+            )
         if not removed:
             raise RecordNotFound(
                 f"record {record_id!r} is not in this team; check the id from the list"
