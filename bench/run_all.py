@@ -37,6 +37,7 @@ QUICK: dict[str, list[list[str]]] = {
     "bench_records.py": [["--sizes", "10000"]],
     "bench_search_quality.py": [[]],
     "bench_doc_write_search.py": [["--docs", "300", "--rounds", "5"]],
+    "bench_contention.py": [["--seconds", "5"]],
     "bench_levers.py": [["--splits", "2", "--skip-context"]],
     "bench_api.py": [[]],
     "bench_ui_listing.py": [["--requests", "3"]],

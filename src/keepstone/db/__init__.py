@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # "X as X" marks each name exported, as __all__ is built, not
     from keepstone.db.durability import syncs_deferred as syncs_deferred
     from keepstone.db.durability import wal_sync as wal_sync
     from keepstone.db.engine import PointRead as PointRead
+    from keepstone.db.engine import again_if_rolled_back as again_if_rolled_back
     from keepstone.db.engine import as_sqlalchemy as as_sqlalchemy
     from keepstone.db.engine import begin_immediate as begin_immediate
     from keepstone.db.engine import begins_immediate as begins_immediate
@@ -72,6 +73,7 @@ _DURABILITY = (
 )
 _ENGINE = (
     "PointRead",
+    "again_if_rolled_back",
     "as_sqlalchemy",
     "begin_immediate",
     "begins_immediate",

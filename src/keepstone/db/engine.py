@@ -497,6 +497,40 @@ class PointRead:
         return done
 
 
+#: PostgreSQL's codes for a deadlock's victim and a serialization failure: rolled back whole.
+_ROLLED_BACK = frozenset({"40P01", "40001"})
+#: How often such a write is made again before its caller hears of it.
+ROLLBACK_ATTEMPTS = 3
+
+
+def rolled_back(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is PostgreSQL rolling a transaction back as a
+    deadlock's victim or a serialization failure: sending the same write again is safe."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        found = getattr(cause, "sqlstate", None) or getattr(
+            getattr(cause, "orig", None), "sqlstate", None
+        )
+        if found in _ROLLED_BACK:
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def again_if_rolled_back(work: Callable[[], T]) -> T:
+    """``work()`` (a whole write transaction) made again when PostgreSQL rolled it back as
+    a deadlock's victim, at most :data:`ROLLBACK_ATTEMPTS` times: writers of the same paths
+    can wait on each other through rows no lock order covers (a path with no document yet),
+    and the victim's caller should not hear of it as an outage."""
+    for attempt in range(1, ROLLBACK_ATTEMPTS + 1):
+        try:
+            return work()
+        except StoreUnavailable as exc:
+            if attempt == ROLLBACK_ATTEMPTS or not rolled_back(exc):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
     """Driver failures (connection refused, database gone, disk I/O) → StoreUnavailable;
@@ -512,8 +546,11 @@ def translated_errors() -> Iterator[None]:
             str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no reason given"]
         )[0]
         away.operator_message = (
-            f"the database cannot be reached: {reason}; check KEEPSTONE_DATABASE_URL (or "
-            "--database), or try again once it is up"
+            f"a write was rolled back by the database ({reason}) each time it was sent; "
+            "writers of the same documents are contending"
+            if rolled_back(exc)
+            else f"the database cannot be reached: {reason}; check KEEPSTONE_DATABASE_URL "
+            "(or --database), or try again once it is up"
         )
         raise away from exc
     except sa.exc.DataError as exc:

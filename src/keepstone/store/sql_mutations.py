@@ -32,16 +32,23 @@ etag) keeps the chunks and their vectors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from keepstone.activity import current_action, current_kind
-from keepstone.db import translated_errors, utc, utcnow, write_transaction
+from keepstone.db import (
+    again_if_rolled_back,
+    translated_errors,
+    utc,
+    utcnow,
+    write_transaction,
+)
 from keepstone.documents import PlatformGrant, WriteResult, current_actor
 from keepstone.errors import Conflict, QuotaExceeded, no_document
 from keepstone.quota import Limits
@@ -84,6 +91,22 @@ def _who() -> dict[str, str]:
     }
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _again_if_rolled_back(write: Callable[P, R]) -> Callable[P, R]:
+    """A single write, made again when PostgreSQL rolls its transaction back as a
+    deadlock's victim (:func:`keepstone.db.again_if_rolled_back`): a move and a create of
+    its target, or a delete, can wait on each other through a path no row locks yet."""
+
+    @functools.wraps(write)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return again_if_rolled_back(lambda: write(*args, **kwargs))
+
+    return run
+
+
 class DocumentMutations:
     """Mixin: the writes of :class:`~keepstone.store.sql.SqlStore` (see the module doc).
 
@@ -103,6 +126,7 @@ class DocumentMutations:
     _keep_history: Callable[[Connection, str, dict[str, str], int, Team], None]
     _trim_versions: Callable[[Connection, str, dict[str, str], int, Team], None]
 
+    @_again_if_rolled_back
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         self._address(ref)  # a tenant-less team ref is refused before any I/O
         if self._change_sql.postgres and w.grant is None:
@@ -234,6 +258,7 @@ class DocumentMutations:
         current = self._change_sql.lock(conn, key)
         return None if current is None else self._change_sql.renumbered(conn, key, current)
 
+    @_again_if_rolled_back
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         addr = self._address(ref)
         key = {**addr, "p": d.path}
@@ -257,6 +282,7 @@ class DocumentMutations:
             if d.grant is not None and ref.is_global:
                 _audit(conn, d.grant, "delete", ref, d.path)
 
+    @_again_if_rolled_back
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         addr = self._address(ref)
         key, target = {**addr, "p": m.path}, {**addr, "p": m.to}
