@@ -5,7 +5,6 @@ user; the operator's log has the command that creates it again."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -16,21 +15,13 @@ from keepstone.api.app import create_app
 from keepstone.errors import DATABASE_AWAY
 from tests.api.conftest import make_settings
 from tests.api.world import PASSWORD, SEED_PATH, SPACE, World, admin_headers, build_world
-from tests.conftest import create_postgres_database, drop_postgres_database
-
-
-@pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
+from tests.conftest import drop_postgres_database
 
 
 def test_a_dropped_database_is_an_outage_to_callers_and_a_command_to_the_operator(
-    database_url: str, caplog: pytest.LogCaptureFixture
+    postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    database_url = postgres_url
     app: FastAPI = create_app(make_settings(database_url))
     try:
         with TestClient(app) as client:

@@ -1,7 +1,10 @@
-"""A global mutation through the HTTP store (``keepstone memory --server``, ``Memory.connect``)
-is answered in the server's order: a caller without platform authority hears ``403
-platform_authority_required`` whatever its fields hold, as on every other face, and one
-with authority hears the server's own refusal of a bad field."""
+"""What a client of a server (``keepstone memory --server``, ``Memory.connect``) refuses,
+and in what order, as the server and every other face answer the same call: a global
+mutation by a caller without platform authority is ``403 platform_authority_required``
+whatever its fields hold (one with authority hears the server's own refusal of a bad
+field); what it cannot send (a URL past httpx's 64 KiB) is a KeepstoneError naming what to
+shorten, never httpx's own exception escaping to the caller (an agent framework's tool
+runner)."""
 
 from __future__ import annotations
 
@@ -65,3 +68,17 @@ def test_a_caller_with_authority_hears_the_servers_refusal_of_a_field(
         assert admin.write(GLOBAL, "ok.md", "fine").path == "ok.md"
     finally:
         admin.close()
+
+
+def test_a_path_too_long_for_a_url_is_the_paths_refusal(
+    member: HttpMemoryStore, world: World
+) -> None:
+    with pytest.raises(errors.InvalidPath):
+        member.read(world.team_ref(), "x" * 70_000 + ".md")
+
+
+def test_a_query_too_long_for_a_url_is_invalid_request(
+    member: HttpMemoryStore, world: World
+) -> None:
+    with pytest.raises(errors.InvalidRequest, match="too long to send"):
+        member.search(world.team_ref(), "hello " * 12_000, 10, "", {})
