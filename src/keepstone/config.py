@@ -150,7 +150,6 @@ def _on_off(value: object, info: ValidationInfo) -> object:
     return word == "on"
 
 
-_port_number = _whole_or_default(1, "a port; set a whole number from 1 to 65535")
 #: argon2id's costs: passes and KiB of memory. Below the least, argon2 refuses to hash (it
 #: needs 8 KiB per lane, of 4); above the most, every sign-in would stall on it or run the
 #: machine out of memory: a typo either way, refused at start instead of at each password.
@@ -158,29 +157,26 @@ ARGON2_TIME_BOUNDS = (1, 64)
 ARGON2_MEMORY_BOUNDS = (32, 4 * 1024 * 1024)
 
 
-def _within(bounds: tuple[int, int], what: str) -> Callable[[object, ValidationInfo], object]:
-    """A validator of a whole number within ``bounds`` (the field's default when blank)."""
-    low, high = bounds
+def _within(low: int, high: int, what: str) -> Callable[[object, ValidationInfo], object]:
+    """A validator of a whole number from ``low`` to ``high`` (the field's default when
+    blank); ``what`` ends its refusal, ``<VARIABLE>='<value>' is not <what>``."""
 
     def check(value: str, info: ValidationInfo) -> int:
-        number = _whole_number(value, info, low, f"{what} from {low} to {high}")
+        number = _whole_number(value, info, low, what)
         if number > high:
-            raise InvalidRequest(
-                f"{_field(info).validation_alias}={value!r} is not {what} from {low} to {high}"
-            )
+            raise InvalidRequest(f"{_field(info).validation_alias}={value!r} is not {what}")
         return number
 
     return _or_default(check)
 
 
-def _port(value: object, info: ValidationInfo) -> object:
-    number = _port_number(value, info)
-    if isinstance(value, str) and isinstance(number, int) and number > 65535:
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not a port; set a whole number "
-            "from 1 to 65535"
-        )
-    return number
+_port = _within(1, 65535, "a port; set a whole number from 1 to 65535")
+_argon2_passes = _within(
+    *ARGON2_TIME_BOUNDS, "a number of passes from {} to {}".format(*ARGON2_TIME_BOUNDS)
+)
+_argon2_memory = _within(
+    *ARGON2_MEMORY_BOUNDS, "a memory cost in KiB from {} to {}".format(*ARGON2_MEMORY_BOUNDS)
+)
 
 
 #: The gzip level of an export (``KEEPSTONE_EXPORT_GZIP_LEVEL``): 1, chosen for throughput
@@ -205,21 +201,12 @@ DEFAULT_REDIS_TIMEOUT_SECONDS = 5.0
 DEFAULT_WORKER_HEALTHCHECK_SECONDS = 30
 
 
-def _gzip_level(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    if value.strip() == "":
-        return _field(info).default
-    try:
-        level = int(value.strip())
-    except ValueError:
-        level = -1
-    if not 0 <= level <= 9:
-        raise InvalidRequest(
-            f"{_field(info).validation_alias}={value!r} is not a gzip level: set a whole "
-            "number from 0 (no compression) to 9 (smallest, slowest), or unset it for 1"
-        )
-    return level
+_gzip_level = _within(
+    0,
+    9,
+    "a gzip level: set a whole number from 0 (no compression) to 9 (smallest, slowest), or "
+    "unset it for 1",
+)
 
 
 def _redis_url(value: object, info: ValidationInfo) -> object:
@@ -296,11 +283,12 @@ class Config(BaseModel):
         False, validation_alias="KEEPSTONE_COOKIE_SECURE"
     )
     #: argon2id cost of password hashes (argon2-cffi's defaults: 3 passes over 64 MiB).
-    argon2_time_cost: Annotated[
-        int, BeforeValidator(_within(ARGON2_TIME_BOUNDS, "a number of passes"))
-    ] = Field(3, validation_alias="KEEPSTONE_ARGON2_TIME_COST")
+    argon2_time_cost: Annotated[int, BeforeValidator(_argon2_passes)] = Field(
+        3, validation_alias="KEEPSTONE_ARGON2_TIME_COST"
+    )
     argon2_memory_kib: Annotated[
-        int, BeforeValidator(_within(ARGON2_MEMORY_BOUNDS, "a memory cost in KiB"))
+        int,
+        BeforeValidator(_argon2_memory),
     ] = Field(65536, validation_alias="KEEPSTONE_ARGON2_MEMORY_KIB")
     #: The Redis of the records search limit; None: an in-process limit.
     redis_url: Annotated[str | None, BeforeValidator(_redis_url)] = Field(

@@ -170,14 +170,19 @@ def check_path_prefix(prefix: object) -> str:
     holding a control character, a backslash, a lone surrogate or a deceptive character."""
     if not isinstance(prefix, str):
         raise InvalidPath("path_prefix must be a string", field="path_prefix")
-    if CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
-        raise InvalidPath(
-            "path_prefix may not contain '\\', NUL, control characters or lone surrogates: "
-            "no path begins with them",
-            field="path_prefix",
-        )
-    _refuse_deceptive("path_prefix", prefix)
+    _refuse_unprintable("path_prefix", prefix, field="path_prefix")
     return prefix
+
+
+def _refuse_unprintable(what: str, text: str, **details: str) -> None:
+    """Refuse ``text`` that no path holds: a backslash, NUL or another control character,
+    a lone surrogate, or a character that makes it display as something it is not."""
+    if CONTROL.search(text) or "\\" in text or _SURROGATE.search(text):
+        raise InvalidPath(
+            f"{what} may not contain '\\', NUL, control characters or lone surrogates",
+            **details,
+        )
+    _refuse_deceptive(what, text)
 
 
 def validate_dir_prefix(prefix: object) -> str:
@@ -189,9 +194,7 @@ def validate_dir_prefix(prefix: object) -> str:
         return ""
     if not isinstance(prefix, str):
         raise InvalidPath("dir must be a string")
-    if CONTROL.search(prefix) or "\\" in prefix or _SURROGATE.search(prefix):
-        raise InvalidPath("dir may not contain '\\', NUL, control characters or lone surrogates")
-    _refuse_deceptive("dir", prefix)
+    _refuse_unprintable("dir", prefix)
     if prefix.startswith("/") or _DRIVE.match(prefix):
         raise InvalidPath(f"dir {prefix!r} is absolute; give a directory relative to the space")
     if ".." in prefix.split("/"):

@@ -42,6 +42,14 @@ def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return err
 
 
+def _in_a_deleted_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run on in a directory deleted after the process entered it, as a shell can be."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+
+
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: argv[0])
 def test_a_deleted_current_directory_is_one_line(
     tmp_path: Path,
@@ -49,10 +57,7 @@ def test_a_deleted_current_directory_is_one_line(
     capsys: pytest.CaptureFixture[str],
     argv: list[str],
 ) -> None:
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    monkeypatch.chdir(gone)
-    gone.rmdir()
+    _in_a_deleted_directory(tmp_path, monkeypatch)
     assert _one_line(capsys, argv) == (
         "keepstone: invalid_request: the current directory no longer exists (it was deleted "
         "after the shell entered it): cd to a directory that exists, or pass --project NAME|DIR\n"
@@ -62,10 +67,7 @@ def test_a_deleted_current_directory_is_one_line(
 def test_a_deleted_current_directory_is_no_matter_with_project_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    monkeypatch.chdir(gone)
-    gone.rmdir()
+    _in_a_deleted_directory(tmp_path, monkeypatch)
     code, _, err = run_cli(capsys, "memory", "ls", "--bot", "b1", "--project", "web")
     assert code == 0 and "project web" in err
 

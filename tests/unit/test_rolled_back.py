@@ -4,6 +4,8 @@ that keeps losing is told to the operator as contention, not as an unreachable d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg.errors
 import pytest
 import sqlalchemy as sa
@@ -36,13 +38,19 @@ def test_a_victim_is_sent_again_until_it_commits(orig: Exception) -> None:
     assert again_if_rolled_back(write) == "committed" and len(sent) == ROLLBACK_ATTEMPTS
 
 
-def test_a_victim_that_keeps_losing_is_told_as_contention() -> None:
+def _always_failing(orig: Exception) -> tuple[list[int], Callable[[], None]]:
+    """A write that fails with ``orig`` every time, and the list of its attempts."""
     sent: list[int] = []
 
     def write() -> None:
         sent.append(1)
-        raise _failure(psycopg.errors.DeadlockDetected("deadlock detected"))
+        raise _failure(orig)
 
+    return sent, write
+
+
+def test_a_victim_that_keeps_losing_is_told_as_contention() -> None:
+    sent, write = _always_failing(psycopg.errors.DeadlockDetected("deadlock detected"))
     with pytest.raises(StoreUnavailable) as raised:
         again_if_rolled_back(write)
     assert len(sent) == ROLLBACK_ATTEMPTS
@@ -51,12 +59,7 @@ def test_a_victim_that_keeps_losing_is_told_as_contention() -> None:
 
 
 def test_any_other_failure_is_not_sent_again() -> None:
-    sent: list[int] = []
-
-    def write() -> None:
-        sent.append(1)
-        raise _failure(psycopg.errors.AdminShutdown("terminating connection"))
-
+    sent, write = _always_failing(psycopg.errors.AdminShutdown("terminating connection"))
     with pytest.raises(StoreUnavailable) as raised:
         again_if_rolled_back(write)
     assert len(sent) == 1 and not rolled_back(raised.value)
