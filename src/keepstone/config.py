@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from keepstone.errors import InvalidRequest
 from keepstone.quota import Limits, MiB
+from keepstone.text import is_whole_number, parse_decimal
 
 # How a variable's text becomes a value. A keyword argument that is not text is taken
 # as given, so code and tests construct Config(...) with typed values.
@@ -57,10 +58,8 @@ def _switch(value: object, info: ValidationInfo) -> object:
 
 
 def _whole_number(value: str, info: ValidationInfo, least: int, what: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = -1
+    # ASCII digits only: int() would also read "1_0", "+5" and other scripts' digits.
+    number = int(value.strip()) if is_whole_number(value.strip()) else -1
     if number < least:
         raise InvalidRequest(f"{_field(info).validation_alias}={value!r} is not {what}")
     return number
@@ -117,11 +116,8 @@ def _seconds_of(
     request waiting forever, or a purge off or at another pace, without a word."""
 
     def parse(value: str, info: ValidationInfo) -> float:
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and accept(seconds)):
+        seconds = parse_decimal(value.strip())
+        if not (seconds is not None and math.isfinite(seconds) and accept(seconds)):
             raise InvalidRequest(
                 f"{_field(info).validation_alias}={value!r} is not {what}, or unset it for "
                 "the default"

@@ -25,6 +25,12 @@ from keepstone.errors import InvalidRequest
         ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "abc", "is not an interval"),
         ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "-5", "is not an interval"),
         ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "nan", "is not an interval"),
+        # Numbers are ASCII, as on every other face: int() and float() would read these.
+        ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "\u0665", "is not an interval"),
+        ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "1_0", "is not an interval"),
+        ("KEEPSTONE_PORT", "\u0668\u0664\u0662\u0660", "is not a port"),
+        ("KEEPSTONE_EMBED_THREADS", "1_0", "is not a positive whole number"),
+        ("KEEPSTONE_MEMORY_MAX_DOC", "+5", "is not a byte count"),
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_naming_it(
@@ -59,6 +65,8 @@ def test_a_redis_url_refusal_never_echoes_its_password() -> None:
         ("KEEPSTONE_REDIS_URL", " ", "redis_url", None),
         ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "0", "records_purge_interval", 0.0),
         ("KEEPSTONE_RECORDS_PURGE_INTERVAL", "", "records_purge_interval", 3600.0),
+        ("KEEPSTONE_RECORDS_PURGE_INTERVAL", " 1.5e1 ", "records_purge_interval", 15.0),
+        ("KEEPSTONE_PORT", " 8080 ", "port", 8080),
     ],
 )
 def test_what_each_setting_takes_still_reads(
