@@ -226,7 +226,8 @@ def _parse_memory(c: _Collector, node: Node, base_dir: Path) -> MemoryBlock | No
             "C319",
             Severity.WARNING,
             "visibility: global with write left on; a run never gets memory_write on the "
-            "global space (it gets read and list only); set write: false to say so",
+            "global space (it gets the read-only tools, and a notice that writes are refused); "
+            "set write: false to say so",
         )
     return MemoryBlock(
         enabled=enabled,

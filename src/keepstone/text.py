@@ -76,3 +76,9 @@ def parse_decimal(raw: str) -> float | None:
     """``raw`` as a number written in ASCII (digits, a sign, one point, an exponent), or
     None when it is not one: the caller refuses it, naming its field."""
     return float(raw) if _DECIMAL.fullmatch(raw) else None
+
+
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural but for one: ``1 chunk``, ``2 chunks``, ``0 hand
+    edits`` (``noun`` is the singular; a plural adds ``s``)."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

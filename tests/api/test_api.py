@@ -346,6 +346,14 @@ def test_org_quota_is_written_onto_team_counters(client: TestClient, world: Worl
     r = client.get(f"/api/orgs/{org}/usage", headers=h)
     assert r.json()["effective_memory_quota_bytes"] == 10
     assert r.json()["teams"] == [{"team_id": team, "used_bytes": 0, "quota_bytes": 10}]
+    # Back to the default: the audit log says so in words, not as Python's None.
+    r = client.patch(
+        f"/api/admin/orgs/{org}", json={"memory_quota_bytes": None}, headers=admin_headers()
+    )
+    assert r.status_code == 200 and r.json()["memory_quota_bytes"] is None
+    events = client.get("/api/admin/audit", headers=admin_headers()).json()["events"]
+    assert events[0]["action"] == "admin.org_quota"
+    assert events[0]["path"] == f"org {org} quota default plan free"
 
 
 def test_instance_quota_and_global_audit(client: TestClient, world: World) -> None:

@@ -135,7 +135,7 @@ def test_the_backlog_check_counts_what_waits_for_a_vector(
     assert checks["backlog"]["status"] == "ok"
     assert checks["backlog"]["detail"] == (
         "waiting for a vector of all-MiniLM-L6-v2: database: 0 chunks, 0 records; "
-        "local store: 1 chunks"
+        "local store: 1 chunk"
     )
 
 

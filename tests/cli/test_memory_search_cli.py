@@ -160,3 +160,18 @@ def test_search_all_reads_every_readable_local_space(
     assert lines[1].startswith("  in bot space 'default', project ") and lines[1].endswith(
         ", bot b1"
     )
+
+
+@pytest.mark.usefixtures("keyword_only")
+def test_since_and_until_take_a_time_ago_as_the_history_flags_do(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    put(capsys, tmp_path, "ops/runbook.md", RUNBOOK)
+    found = run_memory(capsys, "search", "quokka", "--bot", "b1", "--since", "1h", "--json")
+    assert found[0] == 0, found[2]
+    assert [hit["path"] for hit in json.loads(found[1])["results"]] == ["ops/runbook.md"]
+    before = run_memory(capsys, "search", "quokka", "--bot", "b1", "--until", "1h", "--json")
+    assert before[0] == 0, before[2]
+    assert json.loads(before[1])["results"] == []
+    code, _, err = run_memory(capsys, "search", "quokka", "--bot", "b1", "--since", "soon")
+    assert code == 1 and "since must be an ISO 8601 date or time" in err

@@ -31,6 +31,7 @@ from keepstone.cli.common import add_database_arg, cli_command, cli_config, huma
 from keepstone.config import Config
 from keepstone.errors import KeepstoneError
 from keepstone.service.access import LOCAL_TEAM
+from keepstone.text import counted
 
 if TYPE_CHECKING:
     from keepstone.documents import StoredBytes
@@ -192,14 +193,19 @@ def _backlog(config: Config) -> Check:
 
     def count(rt: Runtime) -> str:
         found = rt.backlog()
-        return f"{found.chunks} chunks, {found.records} records"
+        return f"{_counted(found.chunks, 'chunk')}, {_counted(found.records, 'record')}"
 
     said = _in_database(config, count)
     local = _on_local_store(config, "backlog", "cannot count", lambda s: backlog(s, None, model))
     if not isinstance(local, Check):
-        said.append(f"local store: {local.chunks} chunks")
+        said.append(f"local store: {_counted(local.chunks, 'chunk')}")
     waiting = "; ".join(said) or "nothing to count yet"
     return Check("backlog", OK, f"waiting for a vector of {model}: {waiting}")
+
+
+def _counted(number: int | None, noun: str) -> str:
+    """``3 chunks``, ``1 chunk``; ``chunks not counted`` for a store that cannot count them."""
+    return f"{noun}s not counted" if number is None else counted(number, noun)
 
 
 def _stored(config: Config) -> Check:
@@ -257,7 +263,7 @@ def _local_history(config: Config) -> Check:
     found = _on_local_store(config, "history", "cannot record hand edits", record_hand_edits)
     if isinstance(found, Check):
         return found
-    return Check("history", OK, f"{found} hand edits recorded as versions")
+    return Check("history", OK, f"{counted(found, 'hand edit')} recorded as versions")
 
 
 def _local_usage(config: Config) -> Check:

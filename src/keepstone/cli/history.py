@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from keepstone.activity import ACTOR_KINDS, DEFAULT_LIMIT
-from keepstone.cli.common import UsageError, human_bytes, open_spaces, space_ref_from_args, whole
+from keepstone.cli.common import (
+    UsageError,
+    human_bytes,
+    open_spaces,
+    space_ref_from_args,
+    time_ago,
+    whole,
+)
 from keepstone.documents import VersionInfo
 from keepstone.vocabulary import cli_help
-
-#: ``--as-of``'s relative forms: a whole number and a unit, meaning that long ago.
-_RELATIVE = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 AS_OF_HELP = (
     "the space as it was at TIME: ISO 8601 (2026-11-30T14:00:00Z, an offset such as +02:00, "
@@ -34,10 +36,9 @@ def parse_time(value: str, *, flag: str = "--as-of", now: datetime | None = None
     """``value`` as an aware instant: ISO 8601 (``Z`` or an offset; naive = UTC) or a
     relative ``<n><s|m|h|d|w>`` meaning that long before ``now``. A value that is neither
     is a :class:`UsageError` naming ``flag`` and both forms."""
-    relative = _RELATIVE.match(value)
-    if relative:
-        ago = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
-        return (now or datetime.now(UTC)) - ago
+    ago = time_ago(value, now)
+    if ago is not None:
+        return ago
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"

@@ -39,6 +39,7 @@ from keepstone.cli.common import (
     read_at_most,
     required_verbs,
     search_filter_args,
+    search_filters_of,
     size_left,
     space_ref_from_args,
     whole,
@@ -50,7 +51,7 @@ from keepstone.documents import Edit, ImportReport, ImportStrategy, Insert, Repl
 from keepstone.errors import DocumentTooLarge, InvalidDocument
 from keepstone.principal import CredentialKind, Principal
 from keepstone.service.access import console_principal
-from keepstone.service.filters import SearchFilters, empty_hint, filters_of, search_answer
+from keepstone.service.filters import SearchFilters, empty_hint, search_answer
 from keepstone.service.spaces import SpaceLabel, SpaceService
 from keepstone.spaces import SpaceRef
 from keepstone.vocabulary import cli_help
@@ -339,7 +340,7 @@ def _import(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     if args.scope == READABLE:
         return _search_all(args)
-    filters = filters_of(vars(args))
+    filters = search_filters_of(args)
     with _open(args) as (service, ref, who):
         hits = service.search(
             who, ref, args.query, limit=args.limit, path_prefix=args.path_prefix, filters=filters
@@ -356,7 +357,7 @@ def _search(args: argparse.Namespace) -> int:
 def _search_all(args: argparse.Namespace) -> int:
     """``--scope readable`` (``--all``): every space the caller may read; the space flags
     are not used, but locally ``--user`` (default the login name) says whose user spaces."""
-    filters = filters_of(vars(args))
+    filters = search_filters_of(args)
     with open_spaces(args) as (service, who):
         if who.kind is CredentialKind.CONSOLE:
             who = console_principal(args.user or login_user())

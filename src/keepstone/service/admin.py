@@ -227,7 +227,8 @@ class AdminService:
             lambda team_id: self._store.set_team_quota(team_id, ceiling),
             "team quota not updated",
         )
-        self._audit(who, "org_quota", f"org {org_id} quota {quota_bytes} plan {org['plan']}")
+        quota = "default" if quota_bytes is None else quota_bytes  # never Python's "None"
+        self._audit(who, "org_quota", f"org {org_id} quota {quota} plan {org['plan']}")
         return OrgFanOut(OrgView(**org), updated, failed)
 
     def set_org_history_limits(
