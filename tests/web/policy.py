@@ -72,8 +72,9 @@ TEAM_WRITE = ui_policy(
 TEAM_MANAGE = ui_policy(
     403, none=SIGN_IN, api_key=SIGN_IN, super_admin=404, outsider=404, org_owner=OK
 )
-#: Saving the edit form: as :data:`TEAM_WRITE`, but without a session the answer is the
-#: sign-in page itself (401), saying the change was not saved and showing its text.
+#: Saving the edit form or sending the rename form: as :data:`TEAM_WRITE`, but without a
+#: session the answer is the sign-in page itself (401), saying nothing was done and
+#: carrying what was typed across the sign-in (keepstone.web.resume).
 EDIT_SAVE = {**TEAM_WRITE, "none": 401, "api_key": 401}
 SIGNED_IN = ui_policy(OK, none=SIGN_IN, api_key=SIGN_IN)
 SIGNED_IN_POST = ui_policy(OK, none=SIGN_IN, api_key=SIGN_IN, no_csrf=403)
@@ -205,7 +206,7 @@ ROWS: list[UiRow] = [
     UiRow("GET", "/t/{team_id}/edit", team("/edit", **DOC), TEAM_READ),
     UiRow("POST", "/t/{team_id}/edit", _save, EDIT_SAVE),
     UiRow("GET", "/t/{team_id}/rename", team("/rename", **DOC), TEAM_READ),
-    UiRow("POST", "/t/{team_id}/rename", _rename, TEAM_WRITE),
+    UiRow("POST", "/t/{team_id}/rename", _rename, EDIT_SAVE),
     UiRow("GET", "/t/{team_id}/delete", team("/delete", **DOC), TEAM_READ),
     UiRow("POST", "/t/{team_id}/delete", _delete, TEAM_WRITE),
     UiRow("GET", "/t/{team_id}/history", team("/history", **DOC), TEAM_READ),

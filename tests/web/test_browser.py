@@ -297,6 +297,38 @@ def test_sign_in_open_a_space_and_create_edit_rename_delete(people: Callable[[],
     assert narrow.evaluate("() => document.activeElement.textContent") == "Skip to content"
 
 
+def test_an_edit_whose_session_ended_opens_again_after_signing_in(
+    people: Callable[[], Tab],
+) -> None:
+    """Signed out in another tab while editing: Save shows the sign-in page with the text;
+    signing in opens the edit form with it again, unsaved, and Save then saves it."""
+    tab = people()
+    site = tab.site
+    page = tab.sign_in("member")
+    new_document(page, site, "resume/plan.md", "# Plan\n\nShip on Friday.\n")
+    page.get_by_role("link", name="Edit").click()
+    typed = "# Plan\n\nShip on Monday </textarea><script>alert(1)</script>\n"
+    page.get_by_label("Markdown").fill(typed)
+    other = tab.open()
+    other.goto(f"{site.base}/t/{site.team_id}/spaces")
+    other.get_by_role("button", name="Sign out").click()
+    expect(other.get_by_role("heading", name="Sign in")).to_be_visible()
+
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("#unsaved")).to_have_value(typed)
+    assert_labelled(page)
+    page.get_by_label("Email").fill(site.emails["member"])
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("status")).to_contain_text("not saved yet")
+    expect(page.get_by_label("Markdown")).to_have_value(typed)
+    assert_labelled(page)
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("article")).to_contain_text("Ship on Monday </textarea>")
+    assert page.locator("script").count() == 0
+
+
 def test_quota_and_secret_refusals_show_next_to_the_field(people: Callable[[], Tab]) -> None:
     tab = people()
     page = tab.sign_in("member")

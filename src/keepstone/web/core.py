@@ -152,6 +152,12 @@ def signed_in(request: Request, team_id: str | None = None) -> Principal:
     return _session_principal(request, session, None, team_id)
 
 
+def signed_in_with(request: Request, session: str, team_id: str | None = None) -> Principal:
+    """The principal of ``session``, a session the request itself just opened (its cookie
+    is set on the answer, not sent with the request), in ``team_id`` as :func:`signed_in`."""
+    return _session_principal(request, session, None, team_id)
+
+
 def _session_principal(
     request: Request, session: str, csrf_token: str | None, team_id: str | None
 ) -> Principal:

@@ -46,6 +46,7 @@ from keepstone.web.core import (
     url,
 )
 from keepstone.web.markdown import render
+from keepstone.web.resume import EDIT, RENAME, Carried, resumed, safe_next, session_ended
 from keepstone.web.spaces import (
     SAVED_NOTICES,
     fields_of,
@@ -83,17 +84,16 @@ def max_document(request: Request) -> int:
 _TEXT_PART_ROOM = 64 * 1024
 
 
+def _text_part_cap(request: Request) -> int:
+    """The longest text field a form may carry: the edit form's (and the sign-in form's,
+    which carries an edit's text across a sign-in)."""
+    return 2 * max_document(request) + _TEXT_PART_ROOM
+
+
 def asked_space(request: Request, team_id: str) -> tuple[Principal, SpaceRef]:
     """The signed-in principal and the space the query names: every space page's prelude."""
     who = signed_in(request, team_id)
     return who, ref_of(who, space_fields(request.query_params))
-
-
-def _safe_next(value: str) -> str:
-    """A local path to go to after signing in ('/' for anything else: no open redirect)."""
-    if not value.startswith("/") or value.startswith("//") or "\\" in value:
-        return "/"
-    return value
 
 
 # --- signing in and out -----------------------------------------------------------------------
@@ -122,16 +122,19 @@ LOCAL_MODE = (
 @router.get("/signin")
 def signin_form(request: Request, next: str = "/") -> Response:
     error = LOCAL_MODE if request.app.state.settings.local else None
-    return page(request, "signin.html", next=_safe_next(next), email="", error=error)
+    return page(request, "signin.html", next=safe_next(next), email="", error=error)
 
 
 @router.post("/signin")
 async def signin(request: Request) -> Response:
-    form = await request.form()
+    """Sign in, then go to ``next``; a form sent after its session ended (its text carried
+    in the sign-in form: :mod:`keepstone.web.resume`) opens again, filled in, unsaved."""
+    form = await request.form(max_part_size=_text_part_cap(request))
     email, password = text(form, "email"), text(form, "password")
-    target = _safe_next(text(form, "next", "/"))
+    target = safe_next(text(form, "next", "/"))
     if from_another_site(request):
-        # A sign-in form posted from another site (login CSRF): refused outright.
+        # A sign-in form posted from another site (login CSRF): refused outright, and
+        # nothing it carries is echoed.
         return page(
             request,
             "signin.html",
@@ -140,6 +143,7 @@ async def signin(request: Request) -> Response:
             email=email,
             error="this sign-in came from another site; sign in from this page",
         )
+    carried = Carried.of_signin(form)
     throttle: LoginThrottleLike = request.app.state.login_throttle
     client = request.client.host if request.client else "unknown"
     credentials = request.app.state.credentials
@@ -152,12 +156,14 @@ async def signin(request: Request) -> Response:
             raise
     except KeepstoneError as exc:
         refused = page(
-            request, "signin.html", exc.status, next=target, email=email, error=exc.message
-        )
+            request, "signin.html", exc.status, next=target, email=email, error=exc.message,
+            carried=carried,
+        )  # fmt: skip
         refused.headers.update(retry_after(exc))
         return refused
     throttle.succeeded(email, client)
-    response = see_other(target)
+    again = await resumed(request, target, carried, session.token, session.csrf_token)
+    response = again or see_other(target)
     settings = request.app.state.settings
     for name, value in ((SESSION_COOKIE, session.token), (CSRF_COOKIE, session.csrf_token)):
         response.set_cookie(
@@ -283,10 +289,9 @@ async def edit_save(request: Request, team_id: str) -> Response:
     """Save: a conditional write on the etag the form was opened with (a new document:
     only if the path is free)."""
     try:
-        cap = 2 * max_document(request) + _TEXT_PART_ROOM
-        who, form = await posted(request, team_id, max_part_size=cap)
+        who, form = await posted(request, team_id, max_part_size=_text_part_cap(request))
     except Unauthenticated:
-        return await _session_ended(request, team_id)
+        return session_ended(request, team_id, EDIT, await request.form())
     space = space_fields(form)
     path = text(form, "path").strip()
     # A browser sends a textarea's lines ending in CRLF; documents keep LF.
@@ -319,31 +324,6 @@ async def edit_save(request: Request, team_id: str) -> Response:
             etag=etag, new=not etag, error=exc.message,
         )  # fmt: skip
     return see_other(url(f"/t/{team_id}/doc", **space, path=path, saved="saved"))
-
-
-#: What the sign-in page says when an edit was sent after its session ended.
-SESSION_ENDED = (
-    "your session ended before you saved, so your change was not saved; sign in again to "
-    "go back to the form (copy your text below first: it is not kept)"
-)
-
-
-async def _session_ended(request: Request, team_id: str) -> Response:
-    """The sign-in page, for an edit sent after its session ended (expired, or signed out
-    in another tab): it says the change was not saved, leads back to the form once signed
-    in, and shows the text that was sent, to copy. The text is this browser's own post,
-    echoed as text and kept nowhere (not in a URL, not on the server), and only to a form
-    posted from this site."""
-    form = await request.form()
-    etag = text(form, "etag")
-    back = url(
-        f"/t/{team_id}/edit", **space_fields(form), path=text(form, "path") if etag else None
-    )
-    unsaved = "" if from_another_site(request) else text(form, "content").replace("\r\n", "\n")
-    return page(
-        request, "signin.html", 401, next=_safe_next(back), email="", error=None,
-        notice=SESSION_ENDED, unsaved=unsaved,
-    )  # fmt: skip
 
 
 async def _conflict(
@@ -380,7 +360,10 @@ def rename_form(request: Request, team_id: str, path: str) -> Response:
 
 @router.post("/t/{team_id}/rename")
 async def rename(request: Request, team_id: str) -> Response:
-    who, form = await posted(request, team_id)
+    try:
+        who, form = await posted(request, team_id)
+    except Unauthenticated:
+        return session_ended(request, team_id, RENAME, await request.form())
     space = space_fields(form)
     path, to = text(form, "path"), text(form, "to").strip()
     overwrite = bool(text(form, "overwrite"))
