@@ -1,6 +1,7 @@
 import createClient, { type Client } from "openapi-fetch";
-import { KeepstoneError, errorFromAnswer, unreachable } from "./errors.js";
+import { KeepstoneError, isRecord, wrongShape } from "./errors.js";
 import type { components, paths } from "./generated/schema.js";
+import { readAnswers, transport } from "./transport.js";
 
 type Schemas = components["schemas"];
 
@@ -46,8 +47,11 @@ export interface MemoryOptions {
   /** `X-Keepstone-Team`: only for a credential of a user in several teams (an API key
    * already names its team). */
   team?: string;
-  /** The fetch to use (default: the global one). */
-  fetch?: typeof globalThis.fetch;
+  /** Milliseconds a request may take, its whole answer read (default 60000, as the Python
+   * client's 60 s; `Infinity`: no limit). */
+  timeoutMs?: number;
+  /** The fetch to use (default: the global one); it is given a `Request`. */
+  fetch?: (request: Request) => Promise<Response>;
 }
 
 export interface IfMatch {
@@ -83,9 +87,8 @@ export class Memory {
   private readonly client: Client<paths>;
 
   constructor(options: MemoryOptions) {
-    if (!options.baseUrl) throw usage("give the server's URL, e.g. 'http://127.0.0.1:8420'");
+    this.baseUrl = serverUrl(options.baseUrl);
     if (!options.apiKey) throw usage("give an API key (keepstone admin create-api-key)");
-    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     const visibility = options.visibility ?? (options.bot === undefined ? "project" : "bot");
     this.space = {
       name: options.name ?? "default",
@@ -93,30 +96,35 @@ export class Memory {
       ...(options.project === undefined ? {} : { project: options.project }),
       ...(options.bot === undefined ? {} : { bot: options.bot }),
     };
-    const key = headerValue(options.apiKey, "apiKey");
+    const key = visibleAscii(options.apiKey, "apiKey");
     const headers: Record<string, string> = { Authorization: `Bearer ${key}` };
-    if (options.team) headers["X-Keepstone-Team"] = headerValue(options.team, "team");
+    if (options.team) headers["X-Keepstone-Team"] = visibleAscii(options.team, "team");
+    const fetch = options.fetch ?? ((request: Request) => globalThis.fetch(request));
     this.client = createClient<paths>({
       baseUrl: this.baseUrl,
       headers,
-      ...(options.fetch ? { fetch: options.fetch } : {}),
+      redirect: "manual",
+      fetch: transport(fetch, this.baseUrl, timeout(options.timeoutMs)),
     });
+    this.client.use(readAnswers(this.baseUrl));
   }
 
   /** The document at `path`; with `version`, that version of it; with `as_of`, the
    * document as it was at that instant. `not_found` when there is none. */
   async read(path: string, options: { version?: number; as_of?: Instant } = {}): Promise<Document> {
     const query = { ...this.space, path, ...options, as_of: instant(options.as_of, "as_of") };
-    return this.call(() => this.client.GET("/api/memory/doc", { params: { query } }));
+    return this.call(() => this.client.GET("/api/memory/doc", { params: { query } }), DOCUMENT);
   }
 
   /** Create or replace the document at `path` (`created` says which). */
   async write(path: string, content: string, options: IfMatch = {}): Promise<WriteResult> {
-    return this.call(() =>
-      this.client.PUT("/api/memory/doc", {
-        params: { query: { ...this.space, path }, header: ifMatch(options) },
-        body: { content },
-      }),
+    return this.call(
+      () =>
+        this.client.PUT("/api/memory/doc", {
+          params: { query: { ...this.space, path }, header: ifMatch(options) },
+          body: { content },
+        }),
+      WRITTEN,
     );
   }
 
@@ -125,11 +133,13 @@ export class Memory {
    * that line (0 = at the top). `invalid_edit` when `old` is absent or occurs several
    * times (`details.occurrences`, `details.lines`) or the line is out of range. */
   async edit(path: string, edit: Edit, options: IfMatch = {}): Promise<WriteResult> {
-    return this.call(() =>
-      this.client.POST("/api/memory/doc/edit", {
-        params: { query: { ...this.space, path }, header: ifMatch(options) },
-        body: edit,
-      }),
+    return this.call(
+      () =>
+        this.client.POST("/api/memory/doc/edit", {
+          params: { query: { ...this.space, path }, header: ifMatch(options) },
+          body: edit,
+        }),
+      WRITTEN,
     );
   }
 
@@ -141,10 +151,12 @@ export class Memory {
     options: IfMatch & { overwrite?: boolean } = {},
   ): Promise<WriteResult> {
     const query = { ...this.space, path, to, overwrite: options.overwrite ?? false };
-    return this.call(() =>
-      this.client.POST("/api/memory/doc/move", {
-        params: { query, header: ifMatch(options) },
-      }),
+    return this.call(
+      () =>
+        this.client.POST("/api/memory/doc/move", {
+          params: { query, header: ifMatch(options) },
+        }),
+      WRITTEN,
     );
   }
 
@@ -162,7 +174,10 @@ export class Memory {
    * as the space held them at that instant. */
   async list(dir = "", options: { as_of?: Instant } = {}): Promise<DocumentInfo[]> {
     const query = { ...this.space, dir, as_of: instant(options.as_of, "as_of") };
-    const body = await this.call(() => this.client.GET("/api/memory/docs", { params: { query } }));
+    const body = await this.call(
+      () => this.client.GET("/api/memory/docs", { params: { query } }),
+      ["a listing of documents", { documents: "array" }],
+    );
     return body.documents;
   }
 
@@ -177,14 +192,18 @@ export class Memory {
       until: instant(until, "until"),
       tags: Array.isArray(tags) ? tags.join(",") : tags,
     };
-    return this.call(() => this.client.GET("/api/memory/search", { params: { query: params } }));
+    return this.call(
+      () => this.client.GET("/api/memory/search", { params: { query: params } }),
+      ["a search's answer", { results: "array" }],
+    );
   }
 
   /** The versions of the document at `path`, newest first, the live one included. */
   async versions(path: string): Promise<Version[]> {
     const query = { ...this.space, path };
-    const body = await this.call(() =>
-      this.client.GET("/api/memory/doc/versions", { params: { query } }),
+    const body = await this.call(
+      () => this.client.GET("/api/memory/doc/versions", { params: { query } }),
+      ["a list of versions", { versions: "array" }],
     );
     return body.versions;
   }
@@ -201,53 +220,150 @@ export class Memory {
 
   /** Make `version` of the document current again: a new write of its content. */
   async restore(path: string, version: number, options: IfMatch = {}): Promise<WriteResult> {
-    return this.call(() =>
-      this.client.POST("/api/memory/doc/restore", {
-        params: { query: { ...this.space, path, version }, header: ifMatch(options) },
-      }),
+    return this.call(
+      () =>
+        this.client.POST("/api/memory/doc/restore", {
+          params: { query: { ...this.space, path, version }, header: ifMatch(options) },
+        }),
+      WRITTEN,
     );
   }
 
   /** Bytes used by the space and by all of the team's spaces, against their quotas. */
   async usage(): Promise<Usage> {
     const query = { ...this.space };
-    return this.call(() => this.client.GET("/api/memory/usage", { params: { query } }));
+    return this.call(() => this.client.GET("/api/memory/usage", { params: { query } }), USAGE);
   }
 
   /** Every space the key may read that exists (this one need not be among them). */
   async spaces(): Promise<Spaces> {
-    return this.call(() => this.client.GET("/api/memory/spaces"));
+    return this.call(
+      () => this.client.GET("/api/memory/spaces"),
+      ["a list of spaces", { spaces: "array" }],
+    );
   }
 
-  /** The answer's data, or the server's refusal (or an unreachable server) thrown. */
+  /** The answer's data, checked to be of `shape` when given. What went wrong is thrown by
+   * the transport as a KeepstoneError: the caller's mistake found before sending, an
+   * unreachable server, an error answer, a 2xx that is not JSON (src/transport.ts). */
   private async call<T>(
     send: () => Promise<{ data?: T; error?: unknown; response: Response }>,
+    shape?: Shape<T>,
   ): Promise<T> {
-    let answer: { data?: T; error?: unknown; response: Response };
-    try {
-      answer = await send();
-    } catch (cause) {
-      if (cause instanceof KeepstoneError) throw cause; // the caller's own, found before sending
-      throw unreachable(this.baseUrl, cause);
-    }
-    if (!answer.response.ok) throw errorFromAnswer(answer.response.status, answer.error);
+    const answer = await send();
+    if (shape) checkShape(answer.data, shape, answer.response.status, this.baseUrl);
     return answer.data as T;
   }
 }
 
-function ifMatch(options: IfMatch): { "If-Match"?: string } {
-  const etag = options.if_match;
-  return etag === undefined ? {} : { "If-Match": `"${headerValue(etag, "if_match")}"` };
+/** The JSON type a field of an answer must have. */
+type Kind = "string" | "number" | "boolean" | "array";
+
+/** What an answer must be for the class to hand it on: its name in a message, and the kinds
+ * of the fields the Python client reads of it. */
+type Shape<T> = readonly [what: string, fields: { readonly [K in keyof T]?: Kind }];
+
+const DOCUMENT: Shape<Document> = [
+  "a document",
+  { path: "string", content: "string", etag: "string", size_bytes: "number", updated_at: "string" },
+];
+const WRITTEN: Shape<WriteResult> = [
+  "a write's answer",
+  { path: "string", etag: "string", size_bytes: "number", created: "boolean" },
+];
+const USAGE: Shape<Usage> = [
+  "a space's usage",
+  {
+    space_id: "string",
+    used_bytes: "number",
+    quota_bytes: "number",
+    team_used_bytes: "number",
+    team_quota_bytes: "number",
+  },
+];
+const KIND_NAMES: Readonly<Record<Kind, string>> = {
+  string: "a string",
+  number: "a number",
+  boolean: "a boolean",
+  array: "a list",
+};
+
+/** `data` when it is a JSON object with `shape`'s fields; else the answer of `status` was
+ * JSON of another shape (another server's, or a proxy's), thrown as such. */
+function checkShape<T>(data: unknown, shape: Shape<T>, status: number, baseUrl: string): void {
+  const [what, fields] = shape;
+  if (!isRecord(data)) {
+    throw wrongShape(status, what, `it is ${kindOf(data)}, not an object`, baseUrl);
+  }
+  for (const [name, kind] of Object.entries(fields) as [string, Kind][]) {
+    const value = data[name];
+    if (value === undefined) throw wrongShape(status, what, `"${name}" is missing`, baseUrl);
+    const found = kindOf(value);
+    if (found !== KIND_NAMES[kind]) {
+      throw wrongShape(status, what, `"${name}" is ${found}, not ${KIND_NAMES[kind]}`, baseUrl);
+    }
+  }
 }
 
-/** `value` when an HTTP header can carry it (visible ASCII and spaces); else the caller's
- * own mistake, `invalid_request` naming it, before anything is sent (fetch would refuse
- * it with an error that reads as an unreachable server). */
-function headerValue(value: string, name: string): string {
-  if (!/^[\x20-\x7e]*$/.test(value)) {
-    throw usage(`${name} holds a character an HTTP header cannot carry; give it as it was given`);
+/** What a JSON value is, as a message names it. */
+function kindOf(value: unknown): string {
+  if (Array.isArray(value)) return "a list";
+  if (value === null) return "null";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
+}
+
+function ifMatch(options: IfMatch): { "If-Match"?: string } {
+  const etag = options.if_match;
+  return etag === undefined ? {} : { "If-Match": `"${visibleAscii(etag, "if_match")}"` };
+}
+
+/** `value` when an HTTP header can carry it as the Python client sends it (visible ASCII,
+ * no space: an API key, a team id or an etag holds nothing else); else the caller's own
+ * mistake, `invalid_request` naming it, before anything is sent (fetch would refuse it
+ * with an error that reads as an unreachable server). */
+function visibleAscii(value: string, name: string): string {
+  if (!/^[\x21-\x7e]*$/.test(value)) {
+    throw usage(
+      `${name} holds a space, a control character or a letter outside ASCII, which an HTTP ` +
+        "header cannot carry: copy it again from where it was made",
+    );
   }
   return value;
+}
+
+/** `url` as the client's base URL (no trailing slash), or `invalid_request` naming it: an
+ * http:// or https:// URL with a host, as the Python client takes it. */
+function serverUrl(url: string): string {
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch {
+    parsed = undefined;
+  }
+  if ((parsed?.protocol === "http:" || parsed?.protocol === "https:") && parsed.hostname) {
+    return url.replace(/\/+$/, "");
+  }
+  const problem = url ? "it needs http:// or https:// and a host" : "it is empty";
+  throw usage(
+    `baseUrl ${JSON.stringify(url)} cannot be used (${problem}); ` +
+      "give one like http://127.0.0.1:8420",
+  );
+}
+
+/** The longest timer a runtime keeps (a longer one fires at once, in Node). */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/** Milliseconds a request may take: `ms` when it is a number above 0 that a timer can hold,
+ * or `Infinity` (no limit); 60000 when not given. */
+function timeout(ms: number | undefined): number {
+  if (ms === undefined) return 60_000;
+  if (typeof ms !== "number" || !(ms > 0) || (ms > LONGEST_TIMER_MS && ms !== Infinity)) {
+    throw usage(
+      `timeoutMs is ${String(ms)}; give a number of milliseconds from 1 to ` +
+        `${LONGEST_TIMER_MS} (default 60000), or Infinity for no limit`,
+    );
+  }
+  return ms;
 }
 
 /** An instant as the API takes it: a `Date` (a valid one) as ISO 8601, text as given. */
