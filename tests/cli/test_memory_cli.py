@@ -184,7 +184,8 @@ def test_export_import_round_trip_and_strategies(
         store.write(src, path, content)
     archive = tmp_path / "mem.tar.gz"
     code, out, err = run_memory(capsys, "export", "--bot", "src", "--out", str(archive))
-    assert code == 0 and "exported 3 document(s)" in err
+    assert code == 0 and "exported 3 document(s) of bot space 'default' (" in err
+    assert "bot src)" in err  # the space as the flags name it, as every other verb says
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == sorted(docs)
 

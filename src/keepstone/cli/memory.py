@@ -307,7 +307,10 @@ def _export(args: argparse.Namespace) -> int:
                 sys.stdout.buffer.flush()
         where = args.out or "stdout"
         when = "" if at is None else f" as of {at.isoformat()}"
-        print(f"exported {count} document(s) of {ref.id}{when} to {where}", file=sys.stderr)
+        # The space as the flags name it (over a server the client knows no team id).
+        print(
+            f"exported {count} document(s) of {_where(args, ref)}{when} to {where}", file=sys.stderr
+        )
         return 0
 
 
