@@ -20,9 +20,9 @@ from keepstone.cli.common import (
     human_bytes,
     open_spaces,
     space_ref_from_args,
-    time_ago,
     whole,
 )
+from keepstone.cli.search_flags import time_ago
 from keepstone.documents import VersionInfo
 from keepstone.vocabulary import cli_help
 

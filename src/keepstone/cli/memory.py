@@ -38,14 +38,13 @@ from keepstone.cli.common import (
     progress,
     read_at_most,
     required_verbs,
-    search_filter_args,
-    search_filters_of,
     size_left,
     space_ref_from_args,
     whole,
 )
 from keepstone.cli.history import add_as_of_arg, as_of_arg
 from keepstone.cli.history import register_verbs as register_history_verbs
+from keepstone.cli.search_flags import search_filter_args, search_filters_of
 from keepstone.cli.spaces import register_verb as register_spaces_verb
 from keepstone.documents import Edit, ImportReport, ImportStrategy, Insert, Replace
 from keepstone.errors import DocumentTooLarge, InvalidDocument
