@@ -250,20 +250,38 @@ def all_error_classes() -> list[type[KeepstoneError]]:
 _BY_STATUS = {cls.status: cls for cls in KeepstoneError.__subclasses__()}
 
 
-def error_from_wire(status: int, content: bytes, retry_after: str | None = None) -> KeepstoneError:
+def error_from_wire(
+    status: int,
+    content: bytes,
+    retry_after: str | None = None,
+    *,
+    content_type: str = "",
+    server: str = "",
+) -> KeepstoneError:
     """The error a Keepstone server's answer stands for: the class named by the JSON body's
-    ``{"error": {"code", "message", ...}}`` (else by the HTTP ``status``), with its
-    details; ``retry_after`` is the answer's Retry-After header."""
-    code, message, details = "", f"the server answered HTTP {status}", {}
+    ``{"error": {"code", "message", ...}}``, with its details; else (a proxy's HTML page, an
+    empty body, another server's JSON) the class of the HTTP ``status``, with a message that
+    names the status, says what the body was (``content_type``) and what to check
+    (:func:`what_to_check` of ``server``, the client's base URL). ``retry_after`` is the
+    answer's Retry-After header."""
     try:
-        body = json.loads(content)
+        body: Any = json.loads(content) if content else _NO_JSON
     except (ValueError, RecursionError):
-        body = None
+        body = _NO_JSON
     err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        code = str(err.get("code", ""))
-        message = str(err.get("message", message))
+    code = err.get("code") if isinstance(err, dict) else None
+    if isinstance(err, dict) and isinstance(code, str) and code:
+        said = err.get("message")
+        message = said if isinstance(said, str) else f"the server answered HTTP {status}"
         details = {k: v for k, v in err.items() if k not in ("code", "message")}
+    else:
+        code, details = "", {}
+        what = (
+            describe_body(content, content_type)
+            if body is _NO_JSON
+            else "a JSON body that is no Keepstone error (no error.code in it)"
+        )
+        message = f"the server answered HTTP {status} with {what}: {what_to_check(status, server)}"
     by_code = {cls.code: cls for cls in reversed(all_error_classes())}
     cls = by_code.get(code) or _BY_STATUS.get(status, KeepstoneError)
     if cls is RateLimited:
@@ -273,3 +291,45 @@ def error_from_wire(status: int, content: bytes, retry_after: str | None = None)
             retry = 1.0
         return RateLimited(message, retry_after=retry, **details)
     return cls(message, **details)
+
+
+#: What an answer's body parses to when it holds no JSON at all (JSON ``null`` is None).
+_NO_JSON = object()
+
+#: How much of a body that is not JSON a message quotes, in characters.
+_SNIPPET = 60
+
+
+def describe_body(content: bytes, content_type: str = "") -> str:
+    """A body that is not JSON, as a message names it: empty, or its media type (of the
+    ``Content-Type`` header ``content_type``), its size and its first words, quoted with
+    every character that does not print escaped (a page may hold control characters)."""
+    if not content:
+        return "an empty body"
+    media = printable(content_type.split(";")[0].strip()) or "no media type"
+    words = " ".join(content.decode("utf-8", "replace").split())
+    start = words[:_SNIPPET] + ("..." if len(words) > _SNIPPET else "")
+    quoted = printable(json.dumps(start, ensure_ascii=False))
+    return f"a body that is not JSON ({media}, {len(content)} bytes: {quoted})"
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that does not print (a control, a format character
+    such as a bidirectional override) as its escape, for a one-line message."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def what_to_check(status: int, server: str = "") -> str:
+    """What an answer of ``status`` that the server did not shape as a Keepstone answer asks
+    the caller to check: behind a 5xx, most often a proxy whose Keepstone server is down;
+    else an address (``server``, the client's base URL) that is not a Keepstone server's."""
+    if status >= 500:
+        behind = f" behind {server}" if server else ""
+        return (
+            f"check that the Keepstone server{behind} is running, and the log of any proxy "
+            "in front of it (which may have answered for it)"
+        )
+    return (
+        f"check that {server or 'the URL'} is the Keepstone server's address "
+        "(another server or a proxy may have answered)"
+    )

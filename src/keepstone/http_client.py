@@ -2,9 +2,12 @@
 ``keepstone memory --server`` and the SDK, the records searcher): httpx, its pooled
 connections dropped after :data:`IDLE_SECONDS` idle, one TLS context for every client of the
 process (:func:`tls`), and one more try of a request whose connection broke before any
-answer came, when sending it twice is safe; and the checks of
+answer came, when sending it twice is safe; the checks of
 what such a client is given (:func:`server_url`, :func:`visible_ascii`), so that a bad
-``--server`` or key is refused by name before any request.
+``--server`` or key is refused by name before any request; and the reading of what comes
+back (:func:`send`, :func:`answer`, :class:`Fields`), so that whatever answers (a proxy's
+HTML page, a body cut short, another server's JSON) is a ``KeepstoneError`` that says so,
+never a traceback.
 
 Why: HTTP/1.1 keep-alive has a race no client can rule out. A server closes a connection
 that stayed idle past its keep-alive timeout; a request the client sends on that
@@ -26,13 +29,26 @@ archive) cannot be sent again either.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import logging
 import ssl
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import httpx
 
-from keepstone.errors import InvalidRequest
+from keepstone.errors import (
+    InvalidRequest,
+    KeepstoneError,
+    StoreUnavailable,
+    describe_body,
+    error_from_wire,
+    printable,
+    what_to_check,
+)
 
 logger = logging.getLogger("keepstone.http")
 
@@ -154,3 +170,270 @@ def bearer(token: str | None, what: str = "the API key", field: str = "token") -
     if not token:
         return {}
     return {"Authorization": f"Bearer {visible_ascii(token, what, field)}"}
+
+
+# --- what comes back ------------------------------------------------------------------------
+#
+# The TypeScript client (clients/typescript/src/errors.ts) says the same of the same answers.
+
+
+def send(
+    client: httpx.Client, server: str, method: str, url: str, *, stream: bool = False, **kw: Any
+) -> httpx.Response:
+    """The 2xx answer of the Keepstone server at ``server`` (the client's base URL) to a
+    request made of ``kw`` (httpx's ``params``, ``json``, ``content``, ``headers``,
+    ``extensions``), its body read whole (``stream``: left to read inside :func:`reading`).
+
+    Anything else is the :class:`KeepstoneError` that says what happened: an error answer
+    (:func:`error_of`), a redirect (not followed: a write could come back as a read), no
+    answer (the server unreachable, silent past the client's timeout, or the connection
+    broken before an answer came), or an answer broken half-way."""
+    try:
+        request = client.build_request(method, url, **kw)
+    except httpx.InvalidURL as exc:
+        # Past what a URL may carry (httpx's 64 KiB): refused here as the server would
+        # refuse what is in it, never sent.
+        raise InvalidRequest(
+            f"the request is too long to send ({exc}): shorten the path or the query"
+        ) from None
+    try:
+        response = client.send(request, stream=True)
+    except httpx.TimeoutException as exc:
+        raise _timed_out(server, _limit(client.timeout, exc)) from exc
+    except _BROKEN as exc:
+        raise StoreUnavailable(
+            f"the connection to the Keepstone server at {server} broke before an answer "
+            f"came ({_why(exc)}): try again; if it goes on, check the server's log and that "
+            "of any proxy in front of it"
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise StoreUnavailable(
+            f"cannot reach the Keepstone server at {server}: {_why(exc)}; check that it is "
+            "running and that the URL is its address"
+        ) from exc
+    if stream and response.is_success:
+        return response
+    try:
+        with reading(response, server, client.timeout):
+            response.read()
+    finally:
+        response.close()
+    if 300 <= response.status_code < 400:
+        raise _redirected(response, server)
+    if not response.is_success:
+        raise error_of(response, server)
+    return response
+
+
+@contextlib.contextmanager
+def reading(response: httpx.Response, server: str, timeout: httpx.Timeout) -> Iterator[None]:
+    """Reading ``response``'s body inside: a read that times out, or a connection that
+    breaks before the body is whole, is :class:`StoreUnavailable` saying so."""
+    status = response.status_code
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise _timed_out(server, _limit(timeout, exc), status) from exc
+    except httpx.DecodingError as exc:
+        raise StoreUnavailable(
+            f"the server answered HTTP {status} with a body that cannot be decoded "
+            f"({_why(exc)}): {what_to_check(status, server)}"
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise StoreUnavailable(
+            f"the connection to the Keepstone server at {server} broke while its answer "
+            f"(HTTP {status}) was being read: {_why(exc)}; try again"
+        ) from exc
+
+
+def error_of(response: httpx.Response, server: str = "") -> KeepstoneError:
+    """The :mod:`keepstone.errors` instance an error answer (read whole) stands for."""
+    return error_from_wire(
+        response.status_code,
+        response.content,
+        response.headers.get("retry-after"),
+        content_type=response.headers.get("content-type", ""),
+        server=server,
+    )
+
+
+def answer(response: httpx.Response, server: str, what: str) -> Fields:
+    """The JSON object of a 2xx ``response`` (read whole), to be read as ``what`` (e.g.
+    "a document"): a body that is empty or not JSON, or JSON that is no object, is
+    :class:`StoreUnavailable` naming the answer's status and what it held."""
+    status, content = response.status_code, response.content
+    try:
+        body = json.loads(content) if content else _NO_JSON
+    except (ValueError, RecursionError):
+        body = _NO_JSON
+    if body is _NO_JSON:
+        held = describe_body(content, response.headers.get("content-type", ""))
+        raise StoreUnavailable(
+            f"the server answered HTTP {status} with {held} where JSON was expected: "
+            f"{what_to_check(status, server)}"
+        )
+    return Fields(body, what, status, server)
+
+
+class Fields:
+    """A JSON object of an answer, read a field at a time in the kind the caller needs: a
+    field that is missing or of another kind is :class:`StoreUnavailable` naming it (and
+    where it is, ``"documents[2].etag"``), never a ``KeyError`` or a ``TypeError``."""
+
+    def __init__(self, body: object, what: str, status: int, server: str, where: str = "") -> None:
+        self._what, self._status, self._server, self._where = what, status, server, where
+        if not isinstance(body, dict):
+            it = f'"{where}"' if where else "it"
+            raise self._wrong(f"{it} is {kind_of(body)}, not an object")
+        #: The object as the server sent it.
+        self.body: dict[str, Any] = body
+
+    def text(self, name: str) -> str:
+        value = self._get(name)
+        if not isinstance(value, str):
+            raise self._wrong_kind(name, value, "a string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        """The string of ``name``; None when it is missing or null."""
+        return None if self.body.get(name) is None else self.text(name)
+
+    def integer(self, name: str, default: int | None = None) -> int:
+        """The whole number of ``name`` (``default`` when given and it is missing: a field
+        an older server does not send)."""
+        if default is not None and name not in self.body:
+            return default
+        value = self._get(name)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self._wrong_kind(name, value, "a whole number")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
+        """The whole number of ``name``; None when it is missing or null."""
+        return None if self.body.get(name) is None else self.integer(name)
+
+    def number(self, name: str) -> float:
+        value = self._get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self._wrong_kind(name, value, "a number")
+        return float(value)
+
+    def flag(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise self._wrong_kind(name, value, "a boolean")
+        return value
+
+    def when(self, name: str) -> datetime:
+        """The instant of ``name``, an ISO 8601 string."""
+        value = self.text(name)
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise self._wrong(
+                f'"{self._path(name)}" is not an ISO 8601 time ({printable(value[:40])!r})'
+            ) from None
+
+    def strings(self, name: str) -> list[str]:
+        items = self._list(name)
+        if not all(isinstance(item, str) for item in items):
+            raise self._wrong(f'"{self._path(name)}" holds something else than strings')
+        return items
+
+    def string_map(self, name: str) -> dict[str, str]:
+        value = self.nested(name).body
+        if not all(isinstance(v, str) for v in value.values()):
+            raise self._wrong(f'"{self._path(name)}" holds something else than strings')
+        return value
+
+    def nested(self, name: str) -> Fields:
+        value = self._get(name)
+        return Fields(value, self._what, self._status, self._server, self._path(name))
+
+    def objects(self, name: str, *, optional: bool = False) -> list[Fields]:
+        """The objects of the list ``name`` (none when ``optional`` and it is missing)."""
+        if optional and name not in self.body:
+            return []
+        path = self._path(name)
+        return [
+            Fields(item, self._what, self._status, self._server, f"{path}[{i}]")
+            for i, item in enumerate(self._list(name))
+        ]
+
+    def _list(self, name: str) -> list[Any]:
+        value = self._get(name)
+        if not isinstance(value, list):
+            raise self._wrong_kind(name, value, "a list")
+        return value
+
+    def _get(self, name: str) -> Any:
+        if name not in self.body:
+            raise self._wrong(f'"{self._path(name)}" is missing')
+        return self.body[name]
+
+    def _path(self, name: str) -> str:
+        return f"{self._where}.{name}" if self._where else name
+
+    def _wrong_kind(self, name: str, value: object, kind: str) -> StoreUnavailable:
+        return self._wrong(f'"{self._path(name)}" is {kind_of(value)}, not {kind}')
+
+    def _wrong(self, why: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"the server answered HTTP {self._status} with JSON that is not {self._what} "
+            f"({why}): check that {self._server or 'the URL'} is the address of a Keepstone "
+            "server (another server or a proxy may have answered)"
+        )
+
+
+def kind_of(value: object) -> str:
+    """What a JSON value is, as a message names it."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number" if isinstance(value, int | float) else "a string"
+
+
+#: What an answer's body parses to when it holds no JSON at all (JSON ``null`` is None).
+_NO_JSON = object()
+
+
+def _timed_out(server: str, seconds: float | None, status: int | None = None) -> StoreUnavailable:
+    """No whole answer within the client's timeout (``status``: the answer had begun)."""
+    what = "did not answer" if status is None else f"did not finish its answer (HTTP {status})"
+    within = f" within {seconds:g} s" if seconds is not None else ""
+    return StoreUnavailable(
+        f"the Keepstone server at {server} {what}{within}: check that it is not overloaded "
+        "(its log, and that of any proxy in front of it, say what it is doing), then try again"
+    )
+
+
+def _limit(timeout: httpx.Timeout, exc: httpx.TimeoutException) -> float | None:
+    """The seconds of ``timeout`` that ran out for ``exc``."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return timeout.connect
+    if isinstance(exc, httpx.WriteTimeout):
+        return timeout.write
+    if isinstance(exc, httpx.PoolTimeout):
+        return timeout.pool
+    return timeout.read
+
+
+def _redirected(response: httpx.Response, server: str) -> StoreUnavailable:
+    location = response.headers.get("location")
+    where = f"a redirect to {printable(location)}" if location else "a redirect"
+    return StoreUnavailable(
+        f"the server at {server} answered HTTP {response.status_code}, {where}: give the "
+        "address it redirects to as the server URL (redirects are not followed)"
+    )
+
+
+def _why(exc: Exception) -> str:
+    """What an httpx error says (some say nothing: then their kind)."""
+    return printable(str(exc)) or type(exc).__name__

@@ -2,9 +2,11 @@
 server's REST API (SPEC §5), for ``keepstone memory --server`` and the tools.
 
 Errors come back as the same :mod:`keepstone.errors` classes the server raised (mapped
-from the ``{"error": {"code"}}`` body); a server that cannot be reached is
-:class:`~keepstone.errors.StoreUnavailable`. Export and import stream: neither holds a
-whole archive in memory.
+from the ``{"error": {"code"}}`` body); a server that cannot be reached, does not answer in
+time or breaks off its answer is :class:`~keepstone.errors.StoreUnavailable`, and so is an
+answer that is not the JSON a Keepstone server sends (a proxy's page, another server's JSON),
+each saying which (:mod:`keepstone.http_client` reads every answer). Export and import
+stream: neither holds a whole archive in memory.
 
 The server stamps the tenant and user from the token, so ``ref.tenant`` and
 ``ref.user`` are not sent (and cannot name another team's space).
@@ -36,6 +38,7 @@ from keepstone.documents import (
     VersionInfo,
     parse_import_strategy,
 )
+from keepstone.http_client import Fields
 from keepstone.paging import Page
 from keepstone.paths import validate_doc_path
 from keepstone.search.found import Found
@@ -58,21 +61,27 @@ from keepstone.store.base import (
 
 _CHUNK = 64 * 1024
 
+#: What the answers read here are, as a message about a wrong one names them.
+_WRITTEN = "a write's answer"
+_LISTING = "a listing of documents"
 
-def error_from_response(response: httpx.Response) -> errors.KeepstoneError:
-    """The :mod:`keepstone.errors` instance an error answer stands for."""
-    retry_after = response.headers.get("retry-after")
-    return errors.error_from_wire(response.status_code, response.read(), retry_after)
+
+def error_from_response(response: httpx.Response, server: str = "") -> errors.KeepstoneError:
+    """The :mod:`keepstone.errors` instance an error answer of the server at ``server``
+    stands for."""
+    response.read()
+    return http_client.error_of(response, server)
 
 
 def _if_match(etag: str | None) -> dict[str, str]:
     return {"If-Match": f'"{etag}"'} if etag is not None else {}
 
 
-def _info(body: dict[str, Any]) -> DocumentInfo:
+def _info(body: Fields) -> DocumentInfo:
     """A document's metadata as the server renders it."""
-    when = datetime.fromisoformat(body["updated_at"])
-    return DocumentInfo(body["path"], int(body["size_bytes"]), when, body["etag"])
+    return DocumentInfo(
+        body.text("path"), body.integer("size_bytes"), body.when("updated_at"), body.text("etag")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +105,16 @@ Infos = list[DocumentInfo]
 SpacedHits = Found[tuple[SearchHit, dict[str, Any]]]
 
 
-def _hit(body: dict[str, Any]) -> SearchHit:
+def _hit(body: Fields) -> SearchHit:
     """A hit as the server renders it."""
     return SearchHit(
-        str(body["path"]),
-        str(body["heading"]),
-        str(body["snippet"]),
-        float(body["score"]),
-        tuple(str(m) for m in body["matched"]),
+        body.text("path"),
+        body.text("heading"),
+        body.text("snippet"),
+        body.number("score"),
+        tuple(body.strings("matched")),
         # A server from before near-duplicates were folded sends none.
-        tuple((str(a["space_id"]), str(a["path"])) for a in body.get("also_in", ())),
+        tuple((a.text("space_id"), a.text("path")) for a in body.objects("also_in", optional=True)),
     )
 
 
@@ -133,10 +142,12 @@ class HttpMemoryStore(MemoryStore):
         headers = {"User-Agent": "keepstone-http-store", **http_client.bearer(token)}
         if team:
             headers["X-Keepstone-Team"] = http_client.visible_ascii(team, "the team id", "team")
+        #: The server's base URL, as every message about its answers names it.
+        self._server = http_client.server_url(base_url)
         # Idle connections dropped before the server's keep-alive ends, and a request whose
         # reused connection the server closed under it sent again when that is safe.
         self._client = httpx.Client(
-            base_url=http_client.server_url(base_url),
+            base_url=self._server,
             headers=headers,
             timeout=timeout,
             transport=http_client.transport(transport),
@@ -157,33 +168,28 @@ class HttpMemoryStore(MemoryStore):
         params.update(extra)
         return params
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self, method: str, url: str, *, stream: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """The server's 2xx answer, or the error that says what came instead
+        (:func:`keepstone.http_client.send`)."""
         if method != "GET" and current_kind() == AGENT_RUN:
             # ``keepstone run --server`` folding an agent's files back: the server records
             # the change as the agent run's (its key still decides what it may do).
             kwargs["headers"] = {**kwargs.get("headers", {}), AGENT_RUN_HEADER: "1"}
-        try:
-            response = self._client.request(method, url, **kwargs)
-        except httpx.InvalidURL as exc:
-            # Past what a URL may carry (httpx's 64 KiB): refused here as the server would
-            # refuse what is in it, never sent.
-            raise errors.InvalidRequest(
-                f"the request is too long to send ({exc}): shorten the path or the query"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise errors.StoreUnavailable(
-                f"cannot reach the Keepstone server at {self._client.base_url}: {exc}"
-            ) from exc
-        if response.status_code >= 400:
-            raise error_from_response(response)
-        return response
+        return http_client.send(self._client, self._server, method, url, stream=stream, **kwargs)
+
+    def _answer(self, what: str, method: str, url: str, **kwargs: Any) -> Fields:
+        """The JSON object of the server's answer, to be read as ``what`` (e.g. "a
+        document"): every answer this store reads comes through here."""
+        response = self._request(method, url, **kwargs)
+        return http_client.answer(response, self._server, what)
 
     # --- the seven -------------------------------------------------------------------------
 
     def read(self, ref: SpaceRef, path: str) -> Document:
         path = validate_doc_path(path)  # as every store refuses it (a read needs no authority)
-        body = self._request("GET", "/api/memory/doc", params=self._params(ref, path=path)).json()
-        return _document(body)
+        return self._document(self._params(ref, path=path))
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         # The grant only says the caller claims authority: the server checks it again
@@ -191,13 +197,14 @@ class HttpMemoryStore(MemoryStore):
         if w.if_none_match and self.exists(ref, w.path):
             # Not atomic over HTTP: a create racing another create may still replace it.
             check_precondition(w.path, "", None, if_none_match=True)
-        body = self._request(
+        body = self._answer(
+            _WRITTEN,
             "PUT",
             "/api/memory/doc",
             params=self._params(ref, path=w.path),
             content=w.data,
             headers={**_if_match(w.if_match), "Content-Type": "text/markdown; charset=utf-8"},
-        ).json()
+        )
         return _write_result(body)
 
     def _edit(self, ref: SpaceRef, e: CheckedEdit) -> WriteResult:
@@ -207,24 +214,25 @@ class HttpMemoryStore(MemoryStore):
             body: dict[str, Any] = {"old": e.edit.old, "new": e.edit.new}
         else:
             body = {"insert_line": e.edit.line, "text": e.edit.text}
-        response = self._request(
+        answer = self._answer(
+            _WRITTEN,
             "POST",
             "/api/memory/doc/edit",
             params=self._params(ref, path=e.path),
             json=body,
             headers=_if_match(e.if_match),
         )
-        return _write_result(response.json())
+        return _write_result(answer)
 
     def _move(self, ref: SpaceRef, m: CheckedMove) -> WriteResult:
         extra = {"path": m.path, "to": m.to}
         if m.overwrite:
             extra["overwrite"] = "true"
         params = self._params(ref, **extra)
-        response = self._request(
-            "POST", "/api/memory/doc/move", params=params, headers=_if_match(m.if_match)
+        answer = self._answer(
+            _WRITTEN, "POST", "/api/memory/doc/move", params=params, headers=_if_match(m.if_match)
         )
-        return _write_result(response.json())
+        return _write_result(answer)
 
     def _delete(self, ref: SpaceRef, d: CheckedDelete) -> None:
         params = self._params(ref, path=d.path)
@@ -232,15 +240,17 @@ class HttpMemoryStore(MemoryStore):
 
     def list(self, ref: SpaceRef, dir: str = "") -> list[DocumentInfo]:
         params = self._params(ref, dir=dir) if dir else self._params(ref)
-        body = self._request("GET", "/api/memory/docs", params=params).json()
-        return [_info(d) for d in body["documents"]]
+        body = self._answer(_LISTING, "GET", "/api/memory/docs", params=params)
+        return [_info(d) for d in body.objects("documents")]
 
     def list_page(self, ref: SpaceRef, ask: PageAsk) -> Page[DocumentInfo]:
         """The server's page: the cursor is the server's, passed on as it was given."""
         given = {"dir": ask.dir, "limit": str(ask.limit), "sort": ask.sort, "cursor": ask.cursor}
         params = self._params(ref, **{k: v for k, v in given.items() if v})
-        body = self._request("GET", "/api/memory/docs", params=params).json()
-        return Page(tuple(_info(d) for d in body["documents"]), body.get("next_cursor"))
+        body = self._answer(_LISTING, "GET", "/api/memory/docs", params=params)
+        return Page(
+            tuple(_info(d) for d in body.objects("documents")), body.optional_text("next_cursor")
+        )
 
     def search(
         self,
@@ -253,7 +263,7 @@ class HttpMemoryStore(MemoryStore):
         """The server's answer to ``GET /api/memory/search`` for the space, best first
         (``filters``: since, until, min_score, tags, recency_days as query parameters)."""
         body = self._search(self._params(ref), q, limit, path_prefix, filters)
-        return Found([_hit(hit) for hit in body["results"]], int(body.get("pending", 0)))
+        return Found([_hit(hit) for hit in body.objects("results")], body.integer("pending", 0))
 
     def search_readable(
         self,
@@ -266,8 +276,8 @@ class HttpMemoryStore(MemoryStore):
         the space it was found in, as the server renders it; the server decides which
         spaces the credential may read."""
         body = self._search({"scope": "readable"}, q, limit, path_prefix, filters)
-        hits = [(_hit(hit), dict(hit["space"])) for hit in body["results"]]
-        return Found(hits, int(body.get("pending", 0)))
+        hits = [(_hit(hit), dict(hit.nested("space").body)) for hit in body.objects("results")]
+        return Found(hits, body.integer("pending", 0))
 
     def _search(
         self,
@@ -276,20 +286,24 @@ class HttpMemoryStore(MemoryStore):
         limit: int,
         path_prefix: str,
         filters: Mapping[str, str] | None,
-    ) -> dict[str, Any]:
+    ) -> Fields:
         """The body of ``GET /api/memory/search`` for what ``params`` names (a space, or
         ``scope=readable``) with the search's own query parameters."""
         query = {**params, "q": q, "limit": str(limit), **(filters or {})}
         if path_prefix:
             query["path_prefix"] = path_prefix
-        body: dict[str, Any] = self._request("GET", "/api/memory/search", params=query).json()
-        return body
+        return self._answer("a search's answer", "GET", "/api/memory/search", params=query)
 
     def list_readable_spaces(self) -> dict[str, Any]:
         """The server's answer to ``GET /api/memory/spaces``: the spaces the credential
-        may read, with their usage, as the server renders them."""
-        body: dict[str, Any] = self._request("GET", "/api/memory/spaces").json()
-        return body
+        may read, with their usage, as the server renders them (checked to hold what a
+        reader of it reads)."""
+        body = self._answer("a list of spaces", "GET", "/api/memory/spaces")
+        for item in body.objects("spaces"):
+            item.nested("space")
+            item.integer("used_bytes")
+            item.integer("quota_bytes")
+        return body.body
 
     def activity(self, refs: Sequence[SpaceRef], query: FeedQuery) -> ChangePage:
         """``GET /api/memory/activity``: the server decides what the caller sees and names
@@ -302,45 +316,45 @@ class HttpMemoryStore(MemoryStore):
             params["actor_kind"] = query.kind
         if query.cursor is not None:
             params["cursor"] = query.cursor
-        body = self._request("GET", "/api/memory/activity", params=params).json()
+        body = self._answer("a page of changes", "GET", "/api/memory/activity", params=params)
         changes = tuple(
             Change(
-                at=datetime.fromisoformat(c["at"]),
-                space_id=str(c["space_id"]),
-                path=str(c["path"]),
-                action=str(c["action"]),
-                actor=Actor(str(c["actor"]["kind"]), str(c["actor"]["name"])),
-                size_delta=None if c["size_delta"] is None else int(c["size_delta"]),
-                version=int(c["version"]),
+                at=c.when("at"),
+                space_id=c.text("space_id"),
+                path=c.text("path"),
+                action=c.text("action"),
+                actor=Actor(c.nested("actor").text("kind"), c.nested("actor").text("name")),
+                size_delta=c.optional_integer("size_delta"),
+                version=c.integer("version"),
             )
-            for c in body["changes"]
+            for c in body.objects("changes")
         )
-        return ChangePage(changes, body.get("next_cursor"))
+        return ChangePage(changes, body.optional_text("next_cursor"))
 
     def restore_version(
         self, ref: SpaceRef, path: str, version: int, if_match: str | None
     ) -> WriteResult:
         """``POST /api/memory/doc/restore``: the server restores (and records a restore)."""
         params = self._params(ref, path=path, version=str(version))
-        response = self._request(
-            "POST", "/api/memory/doc/restore", params=params, headers=_if_match(if_match)
+        answer = self._answer(
+            _WRITTEN, "POST", "/api/memory/doc/restore", params=params, headers=_if_match(if_match)
         )
-        return _write_result(response.json())
+        return _write_result(answer)
 
     def usage(self, ref: SpaceRef, *, index: bool = True) -> Usage:
         # The server's answer carries the index's bytes either way.
-        body = self._request("GET", "/api/memory/usage", params=self._params(ref)).json()
+        body = self._answer("a space's usage", "GET", "/api/memory/usage", params=self._params(ref))
         return Usage(
-            space_id=body["space_id"],
-            used_bytes=int(body["used_bytes"]),
-            quota_bytes=int(body["quota_bytes"]),
-            team_used_bytes=int(body["team_used_bytes"]),
-            team_quota_bytes=int(body["team_quota_bytes"]),
+            space_id=body.text("space_id"),
+            used_bytes=body.integer("used_bytes"),
+            quota_bytes=body.integer("quota_bytes"),
+            team_used_bytes=body.integer("team_used_bytes"),
+            team_quota_bytes=body.integer("team_quota_bytes"),
             # A server from before document history does not send them.
-            history_used_bytes=int(body.get("history_used_bytes", 0)),
-            history_quota_bytes=int(body.get("history_quota_bytes", 0)),
+            history_used_bytes=body.integer("history_used_bytes", 0),
+            history_quota_bytes=body.integer("history_quota_bytes", 0),
             # Nor one from before index bytes were reported.
-            index_bytes=int(body.get("index_bytes", 0)),
+            index_bytes=body.integer("index_bytes", 0),
         )
 
     def iter_documents(self, ref: SpaceRef, dir: str = "") -> Iterator[Document]:
@@ -357,12 +371,11 @@ class HttpMemoryStore(MemoryStore):
 
     def _versions(self, ref: SpaceRef, path: str) -> Versions:
         params = self._params(ref, path=path)
-        body = self._request("GET", "/api/memory/doc/versions", params=params).json()
-        return [_version(v) for v in body["versions"]]
+        body = self._answer("a list of versions", "GET", "/api/memory/doc/versions", params=params)
+        return [_version(v) for v in body.objects("versions")]
 
     def _read_version(self, ref: SpaceRef, path: str, version: int) -> Document | None:
-        params = self._params(ref, path=path, version=str(version))
-        return _document(self._request("GET", "/api/memory/doc", params=params).json())
+        return self._document(self._params(ref, path=path, version=str(version)))
 
     def _read_version_at(self, ref: SpaceRef, info: DocumentInfo, at: datetime) -> Document | None:
         # One request per document of an as-of export, not a listing of versions and a read.
@@ -371,29 +384,31 @@ class HttpMemoryStore(MemoryStore):
     def read_as_of(self, ref: SpaceRef, path: str, at: datetime) -> Document:
         """The server's answer to ``GET /api/memory/doc?as_of=`` (its 404 when the
         document did not exist then)."""
-        body = self._request(
-            "GET",
-            "/api/memory/doc",
-            params=self._params(ref, path=path, as_of=_aware(at).isoformat()),
-        ).json()
-        return _document(body)
+        return self._document(self._params(ref, path=path, as_of=_aware(at).isoformat()))
 
     def _read_past(self, ref: SpaceRef, path: str, **when: str) -> Document | None:
-        params = self._params(ref, path=path, **when)
         try:
-            body = self._request("GET", "/api/memory/doc", params=params).json()
+            return self._document(self._params(ref, path=path, **when))
         except errors.NotFound as exc:
             if exc.code != errors.NotFound.code:
                 raise
             return None
-        return _document(body)
+
+    def _document(self, params: dict[str, str]) -> Document:
+        """``GET /api/memory/doc`` of ``params``: a document of now or of the past."""
+        body = self._answer("a document", "GET", "/api/memory/doc", params=params)
+        info = _info(body)
+        return Document(
+            info.path, body.text("content"), info.size_bytes, info.updated_at, info.etag
+        )
 
     def _list_as_of(self, ref: SpaceRef, at: datetime, prefix: str) -> Infos:
         extra = {"as_of": _aware(at).isoformat()}
         if prefix:
             extra["dir"] = prefix
-        body = self._request("GET", "/api/memory/docs", params=self._params(ref, **extra)).json()
-        return [_info(d) for d in body["documents"]]
+        params = self._params(ref, **extra)
+        body = self._answer(_LISTING, "GET", "/api/memory/docs", params=params)
+        return [_info(d) for d in body.objects("documents")]
 
     # --- streaming export / import -------------------------------------------------------
 
@@ -402,16 +417,14 @@ class HttpMemoryStore(MemoryStore):
         The server compresses at its own ``KEEPSTONE_EXPORT_GZIP_LEVEL``: ``level`` is not
         sent; nor is ``progress`` called."""
         count = len(self.list(ref))
+        params = self._params(ref)
+        response = self._request("GET", "/api/memory/export", stream=True, params=params)
         try:
-            with self._client.stream(
-                "GET", "/api/memory/export", params=self._params(ref)
-            ) as response:
-                if response.status_code >= 400:
-                    raise error_from_response(response)  # it reads the streamed body
+            with http_client.reading(response, self._server, self._client.timeout):
                 for chunk in response.iter_bytes(_CHUNK):
                     sink.write(chunk)
-        except httpx.HTTPError as exc:
-            raise errors.StoreUnavailable(f"the export from the server failed: {exc}") from exc
+        finally:
+            response.close()
         return count
 
     def _import(self, ref: SpaceRef, source: BinaryIO, ask: ImportAsk) -> ImportReport:
@@ -426,18 +439,19 @@ class HttpMemoryStore(MemoryStore):
             members = count_members(source)
             if members is not None:
                 ask.total(members)
-        body = self._request(
+        body = self._answer(
+            "an import's report",
             "POST",
             "/api/memory/import",
             params=self._params(ref, strategy=parse_import_strategy(ask.strategy).value),
             content=iter(lambda: source.read(_CHUNK), b""),
             headers={"Content-Type": "application/gzip"},
-        ).json()
+        )
         report = ImportReport(
-            written=list(body["written"]),
-            skipped=list(body["skipped"]),
-            renamed=dict(body["renamed"]),
-            rejected=[Rejected(r["path"], r["reason"]) for r in body["rejected"]],
+            written=body.strings("written"),
+            skipped=body.strings("skipped"),
+            renamed=body.string_map("renamed"),
+            rejected=[Rejected(r.text("path"), r.text("reason")) for r in body.objects("rejected")],
         )
         if ask.progress is not None:
             ask.progress(
@@ -449,21 +463,15 @@ class HttpMemoryStore(MemoryStore):
         return report
 
 
-def _document(body: dict[str, Any]) -> Document:
-    """A document (of now or of the past) as the server renders it."""
-    info = _info(body)
-    return Document(info.path, body["content"], info.size_bytes, info.updated_at, info.etag)
-
-
-def _version(body: dict[str, Any]) -> VersionInfo:
+def _version(body: Fields) -> VersionInfo:
     """One version as ``GET /api/memory/doc/versions`` renders it."""
     return VersionInfo(
-        version=int(body["version"]),
-        etag=str(body["etag"]),
-        size_bytes=int(body["size"]),
-        at=datetime.fromisoformat(body["at"]),
-        actor=str(body["actor"]),
-        deleted=bool(body["deleted"]),
+        version=body.integer("version"),
+        etag=body.text("etag"),
+        size_bytes=body.integer("size"),
+        at=body.when("at"),
+        actor=body.text("actor"),
+        deleted=body.flag("deleted"),
     )
 
 
@@ -472,10 +480,10 @@ def _aware(at: datetime) -> datetime:
     return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
-def _write_result(body: dict[str, Any]) -> WriteResult:
+def _write_result(body: Fields) -> WriteResult:
     return WriteResult(
-        path=body["path"],
-        size_bytes=int(body["size_bytes"]),
-        etag=body["etag"],
-        created=bool(body["created"]),
+        path=body.text("path"),
+        size_bytes=body.integer("size_bytes"),
+        etag=body.text("etag"),
+        created=body.flag("created"),
     )

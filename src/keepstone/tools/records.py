@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 
 from keepstone import http_client
-from keepstone.errors import StoreUnavailable, error_from_wire
+from keepstone.errors import StoreUnavailable
 
 
 class HttpRecordsSearcher:
@@ -38,9 +38,12 @@ class HttpRecordsSearcher:
     def team(self) -> str:
         if self._team is None:
             answer = self._request(
-                "GET", "/api/memory/usage", params={"visibility": "org", "name": "default"}
+                "a space's usage",
+                "GET",
+                "/api/memory/usage",
+                params={"visibility": "org", "name": "default"},
             )
-            parts = str(answer.get("space_id", "")).split(":")
+            parts = answer.text("space_id").split(":")
             if len(parts) < 3 or not parts[2]:
                 raise StoreUnavailable(
                     "could not learn the team of this credential from the server; "
@@ -62,29 +65,22 @@ class HttpRecordsSearcher:
         if limit is not None:
             body["limit"] = limit
         # A read sent as POST: safe to send again if its connection broke unanswered.
-        return self._request(
+        answer = self._request(
+            "a records search's answer",
             "POST",
             f"/api/teams/{quote(self.team(), safe='')}/memory/search",
             json=body,
             extensions={http_client.REPEATABLE: True},
         )
+        answer.objects("results", optional=True)  # each result is read as an object
+        return answer.body
 
     def close(self) -> None:
         self._client.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            resp = self._client.request(method, self.base_url + path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise StoreUnavailable(
-                f"cannot reach the server at {self.base_url}: {type(exc).__name__}"
-            ) from None
-        if resp.status_code >= 400:
-            raise error_from_wire(resp.status_code, resp.content, resp.headers.get("retry-after"))
-        try:
-            payload = resp.json()
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict):
-            raise StoreUnavailable("the server's answer was not a JSON object")
-        return payload
+    def _request(self, what: str, method: str, path: str, **kwargs: Any) -> http_client.Fields:
+        """The JSON object the server answers, to be read as ``what``; anything else is the
+        error that says what came instead (:func:`keepstone.http_client.send`)."""
+        url = self.base_url + path
+        response = http_client.send(self._client, self.base_url, method, url, **kwargs)
+        return http_client.answer(response, self.base_url, what)
