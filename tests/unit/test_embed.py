@@ -25,6 +25,7 @@ from keepstone.cli.main import THREAD_VARIABLES, main
 from keepstone.config import Config
 from keepstone.embed import (
     MODEL_ID,
+    LazyEmbedder,
     MiniLMEmbedder,
     describe_embedder,
     locate_model,
@@ -192,12 +193,66 @@ def test_a_broken_weights_file_is_an_error(tmp_path: Path) -> None:
         MiniLMEmbedder(tmp_path)
 
 
+def test_a_weights_file_cut_short_is_refused_before_any_load(tmp_path: Path) -> None:
+    packaged = locate_model()
+    whole = (packaged / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "tokenizer.json").symlink_to(packaged / "tokenizer.json")
+    with pytest.raises(StoreUnavailable, match="could not read") as caught:
+        open_embedder("minilm", model_dir=tmp_path)
+    assert "keepstone models install" in caught.value.message
+    status = describe_embedder("minilm", model_dir=tmp_path)
+    assert not status.ready and status.problem is not None and "could not read" in status.problem
+
+
+def test_a_tokenizer_that_cannot_be_read_is_refused_before_any_load(tmp_path: Path) -> None:
+    # Found at start, as a missing model is (search by keyword only, said once), not as a
+    # failure of the first search by meaning.
+    packaged = locate_model()
+    (tmp_path / "model.safetensors").symlink_to(packaged / "model.safetensors")
+    (tmp_path / "config.json").symlink_to(packaged / "config.json")
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(StoreUnavailable, match="could not read .*tokenizer.json"):
+        open_embedder("minilm", model_dir=tmp_path)
+
+
+def test_a_checkpoint_missing_a_tensor_is_refused_naming_it(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    from keepstone.embed.minilm import model_dim
+
+    packaged = locate_model()
+    (tmp_path / "tokenizer.json").symlink_to(packaged / "tokenizer.json")
+    layer = "encoder.layer.0."
+    parts = ("attention.self.query", "attention.self.key", "attention.self.value")
+    parts += ("attention.output.dense", "attention.output.LayerNorm", "intermediate.dense")
+    parts += ("output.dense", "output.LayerNorm")
+    tensors = {
+        f"{layer}{part}.{kind}": np.zeros(2, np.float32)
+        for part in parts
+        for kind in ("weight", "bias")
+    }
+    for name in ("word_embeddings.weight", "position_embeddings.weight"):
+        tensors[f"embeddings.{name}"] = np.zeros((4, 12), np.float32)
+    for name in ("token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias"):
+        tensors[f"embeddings.{name}"] = np.zeros(12, np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    assert model_dim(tmp_path) == 12  # every tensor there: only the header was read
+    del tensors[f"{layer}output.LayerNorm.bias"]
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(StoreUnavailable, match=f"it has no {layer}output.LayerNorm.bias"):
+        open_embedder("minilm", model_dir=tmp_path)
+
+
 # --- The factory, the status, the settings ---------------------------------------------------
 
 
 def test_open_embedder_by_kind(tmp_path: Path) -> None:
     assert open_embedder("none") is None
-    assert isinstance(open_embedder("minilm", home=tmp_path), MiniLMEmbedder)
+    minilm = open_embedder("minilm", home=tmp_path)
+    assert isinstance(minilm, LazyEmbedder)  # the model loads on its first embedding
+    assert (minilm.model_id, minilm.dim, minilm.loaded) == (MODEL_ID, 384, False)
+    assert isinstance(minilm.load(), MiniLMEmbedder) and minilm.loaded
     with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_URL"):
         open_embedder("http", model="m")
     with pytest.raises(InvalidRequest, match="KEEPSTONE_EMBEDDINGS_MODEL"):

@@ -2,7 +2,8 @@
 all-MiniLM-L6-v2 on numpy; an OpenAI-compatible endpoint and ``none`` are the others.
 
     Embedder            the protocol: model_id, dim, embed(texts) -> (n, dim) float32 unit rows
-    MiniLMEmbedder      KEEPSTONE_EMBEDDER=minilm (default): the model's files (locate_model)
+    MiniLMEmbedder      KEEPSTONE_EMBEDDER=minilm (default): the model's files (locate_model),
+                        loaded on the first embedding (LazyEmbedder)
     HttpEmbedder        KEEPSTONE_EMBEDDER=http: POST {KEEPSTONE_EMBEDDINGS_URL}/v1/embeddings
     None                KEEPSTONE_EMBEDDER=none: keyword search only
 
@@ -17,7 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from keepstone.embed.base import DEFAULT_BATCH_SIZE, Embedder, Vectors, normalise_rows
+from keepstone.embed.base import (
+    DEFAULT_BATCH_SIZE,
+    Embedder,
+    LazyEmbedder,
+    Vectors,
+    normalise_rows,
+)
 from keepstone.embed.http import HttpEmbedder, endpoint_url
 from keepstone.embed.install import install_model, model_home
 from keepstone.embed.minilm import (
@@ -26,6 +33,7 @@ from keepstone.embed.minilm import (
     MODEL_PACKAGE,
     MiniLMEmbedder,
     locate_model,
+    model_dim,
 )
 from keepstone.errors import InvalidRequest, KeepstoneError
 
@@ -38,6 +46,7 @@ __all__ = [
     "EmbedderSettings",
     "EmbedderStatus",
     "HttpEmbedder",
+    "LazyEmbedder",
     "MiniLMEmbedder",
     "Vectors",
     "configured_model_id",
@@ -72,16 +81,20 @@ def open_embedder(
 ) -> Embedder | None:
     """The embedder ``kind`` names (``KEEPSTONE_EMBEDDER``); None for ``"none"``.
 
-    ``minilm`` loads the model from ``model_dir`` / ``home`` / the installed package
-    (:func:`~keepstone.embed.minilm.locate_model`); ``http`` needs ``url`` and ``model``,
-    ``key`` is optional. A missing model is :class:`~keepstone.errors.StoreUnavailable`;
-    an unknown kind or a missing setting is :class:`~keepstone.errors.InvalidRequest`.
+    ``minilm`` finds the model in ``model_dir`` / ``home`` / the installed package
+    (:func:`~keepstone.embed.minilm.locate_model`) and checks its files' headers now, but
+    loads it on the first embedding (:class:`LazyEmbedder`): a process with nothing to
+    embed never holds it. ``http`` needs ``url`` and ``model``, ``key`` is optional. A
+    missing or broken model is :class:`~keepstone.errors.StoreUnavailable`; an unknown
+    kind or a missing setting is :class:`~keepstone.errors.InvalidRequest`.
     """
     if kind == "none":
         return None
     if kind == "minilm":
         where = locate_model(settings.get("model_dir"), settings.get("home"))
-        return MiniLMEmbedder(where, batch_size=batch_size)
+        return LazyEmbedder(
+            MODEL_ID, model_dim(where), lambda: MiniLMEmbedder(where, batch_size=batch_size)
+        )
     if kind == "http":
         url, model = settings.get("url"), settings.get("model")
         if not url or not model:

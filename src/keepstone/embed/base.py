@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from keepstone.errors import KeepstoneError, StoreUnavailable
 
 #: Rows of unit vectors, one per text.
 Vectors = npt.NDArray[np.float32]
@@ -38,6 +41,64 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class LazyEmbedder:
+    """An embedder made by ``load()`` on its first :meth:`embed` (or :meth:`load`), then
+    kept for the life of the process: a process that never embeds — a server whose rows
+    all have vectors, a keyword-only search — never pays for the model's memory and load
+    time. ``model_id`` and ``dim`` are known without loading.
+
+    Thread-safe: threads that embed while it loads wait for the one load. A load that
+    fails raises its error, and every later call raises it again without loading again
+    (a model that cannot load stays so until the process restarts, as an embedder that
+    failed to open does); ``loads`` counts the loads tried (0 or 1).
+    """
+
+    def __init__(self, model_id: str, dim: int, load: Callable[[], Embedder]) -> None:
+        self._model_id = model_id
+        self._dim = dim
+        self._load = load
+        self._lock = threading.Lock()
+        self._embedder: Embedder | None = None
+        self._failure: str | None = None
+        self.loads = 0
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (in memory)."""
+        return self._embedder is not None
+
+    def load(self) -> Embedder:
+        """The loaded embedder, loaded now if it is not yet."""
+        embedder = self._embedder
+        if embedder is not None:
+            return embedder
+        with self._lock:
+            if self._embedder is None:
+                if self._failure is not None:
+                    raise StoreUnavailable(self._failure)
+                self.loads += 1
+                try:
+                    self._embedder = self._load()
+                except KeepstoneError as exc:
+                    self._failure = exc.message
+                    raise
+            return self._embedder
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit vectors of ``texts`` (see :class:`Embedder`); nothing to embed loads nothing."""
+        if not texts:
+            return np.empty((0, self._dim), dtype=np.float32)
+        return self.load().embed(texts)
 
 
 def normalise_rows(matrix: npt.NDArray[np.float32]) -> Vectors:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from safetensors import safe_open
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
@@ -163,10 +164,75 @@ class _Tensors:
         return self.get(prefix + ".weight", transpose=True), self.get(prefix + ".bias")
 
     def layer_count(self) -> int:
-        return 1 + max(
-            (int(name.split(".")[2]) for name in self.named if name.startswith("encoder.layer.")),
-            default=-1,
-        )
+        return _layer_count(self.named)
+
+
+def _layer_count(names: Iterable[str]) -> int:
+    """The encoder layers of a checkpoint whose tensors are ``names`` (``bert.`` removed)."""
+    parts = [name.split(".") for name in names if name.startswith("encoder.layer.")]
+    return 1 + max((int(p[2]) for p in parts if len(p) > 2 and p[2].isdigit()), default=-1)
+
+
+#: The tensors the forward pass reads: the embeddings', and each layer's after its
+#: ``encoder.layer.<i>.`` (what :func:`_load_weights` and :func:`_layer` take).
+_EMBEDDING_TENSORS = tuple(
+    f"embeddings.{name}"
+    for name in ("word_embeddings.weight", "position_embeddings.weight")
+    + ("token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")
+)
+_LAYER_TENSORS = tuple(
+    f"{part}.{kind}"
+    for part in ("attention.self.query", "attention.self.key", "attention.self.value")
+    + ("attention.output.dense", "attention.output.LayerNorm", "intermediate.dense")
+    + ("output.dense", "output.LayerNorm")
+    for kind in ("weight", "bias")
+)
+
+
+def load_tokenizer(directory: Path) -> Tokenizer:
+    """The model's tokenizer (``tokenizer.json``: small, read in milliseconds); one that
+    cannot be read is :class:`~keepstone.errors.StoreUnavailable`."""
+    try:
+        return Tokenizer.from_file(str(directory / "tokenizer.json"))
+    except Exception as exc:  # tokenizers raises a bare Exception
+        raise StoreUnavailable(
+            f"could not read {directory / 'tokenizer.json'}: {exc}; {INSTALL_HINT}"
+        ) from exc
+
+
+def model_dim(directory: Path) -> int:
+    """The length of the vectors of the model in ``directory``, read from the headers of
+    its files without loading its weights: what :func:`~keepstone.embed.open_embedder`
+    checks before it defers the load to the first embedding. A ``config.json`` that
+    cannot be used, a weights file that is unreadable, cut short or lacks a tensor of the
+    encoder, or a tokenizer that cannot be read, is
+    :class:`~keepstone.errors.StoreUnavailable`, as the load would say: a broken model is
+    found at start (search by keyword only, said once), not by the first search."""
+    load_tokenizer(directory)
+    heads, _ = _bert_config(directory)
+    path = directory / "model.safetensors"
+    try:
+        # The header only: the file is mapped, and its tensors' bytes are never read.
+        with safe_open(str(path), framework="numpy") as tensors:
+            names = {name.removeprefix("bert."): name for name in tensors.keys()}
+            words = names.get("embeddings.word_embeddings.weight")
+            shape = None if words is None else tensors.get_slice(words).get_shape()
+    except Exception as exc:  # safetensors raises its own error types and OSError
+        raise StoreUnavailable(f"could not read {path}: {exc}; {INSTALL_HINT}") from exc
+    layers = _layer_count(names)
+    needed = _EMBEDDING_TENSORS + tuple(
+        f"encoder.layer.{i}.{name}" for i in range(layers) for name in _LAYER_TENSORS
+    )
+    missing = [name for name in needed if name not in names]
+    if missing or shape is None or len(shape) != 2:
+        what = missing[0] if missing else "a 2-D embeddings.word_embeddings.weight"
+        raise StoreUnavailable(f"{path} is not a BERT model: it has no {what}")
+    if not layers:
+        raise StoreUnavailable(f"{path} has no encoder layers")
+    hidden = int(shape[1])
+    if hidden % heads:
+        raise StoreUnavailable(f"{directory}: hidden size {hidden} is not divisible by {heads}")
+    return hidden
 
 
 def _load_weights(directory: Path) -> _Weights:
@@ -339,8 +405,10 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 on numpy (see the module docstring); 384 dimensions.
 
     ``directory`` holds ``model.safetensors`` and ``tokenizer.json``
-    (:func:`locate_model` finds it). Loading takes a fraction of a second and about
-    120 MB. :meth:`embed` is safe to call from several threads at once.
+    (:func:`locate_model` finds it). Making one loads the model (up to a second, about
+    100 MB), so :func:`~keepstone.embed.open_embedder` defers it to the first embedding
+    (:class:`~keepstone.embed.base.LazyEmbedder`). :meth:`embed` is safe to call from
+    several threads at once.
     """
 
     model_id: str = MODEL_ID
@@ -350,12 +418,7 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self._weights = _load_weights(directory)
         self.dim: int = int(self._weights.words.shape[1])
-        try:
-            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        except Exception as exc:  # tokenizers raises a bare Exception
-            raise StoreUnavailable(
-                f"could not read {directory / 'tokenizer.json'}: {exc}; {INSTALL_HINT}"
-            ) from exc
+        tokenizer = load_tokenizer(directory)
         tokenizer.enable_truncation(MAX_TOKENS)
         tokenizer.no_padding()  # each batch is padded to its own longest text below
         self._tokenizer = tokenizer

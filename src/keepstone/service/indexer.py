@@ -11,11 +11,13 @@ that fails (the embedder is unreachable, the process dies) stores nothing: the r
 pending, never half-indexed. On PostgreSQL a claim is ``FOR UPDATE SKIP LOCKED``, so the
 indexers of several replicas share the rows and embed each once.
 
-:meth:`Indexer.run` is the loop — no pause while work remains, ``idle_seconds`` when
-there is none, a doubling back-off (one log line each) after a failure, which never ends
-it — run by ``keepstone serve`` in a child process (:mod:`keepstone.api.indexer_process`), or on a
-daemon thread by :meth:`Indexer.start`. :meth:`Indexer.drain` runs passes until nothing is
-pending (``keepstone reindex``, ``keepstone memory reindex``).
+:meth:`Indexer.run` is the loop — no pause while work remains; idle, a pass only once the
+database changed (:class:`DatabaseChanges`, looked at every ``idle_seconds``); a doubling
+back-off (one log line each) after a failure, which never ends it — run by ``keepstone
+serve`` in a child process (:mod:`keepstone.api.indexer_process`), or on a daemon thread by
+:meth:`Indexer.start`. :meth:`Indexer.drain` runs passes until nothing is pending
+(``keepstone reindex``, ``keepstone memory reindex``). A lazy embedder
+(:class:`keepstone.embed.base.LazyEmbedder`) loads its model when a claim first finds rows.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from keepstone.db import lock_waits_at_most, utcnow
+from sqlalchemy.engine import Engine
+
+from keepstone.db import lock_waits_at_most, on_pooled, sqlite_path, utcnow
 from keepstone.db.vectors import encode_many
 from keepstone.errors import KeepstoneError, StoreUnavailable
 from keepstone.store.base import Progress
@@ -64,8 +68,11 @@ FRESH_POLL_SECONDS = 0.2
 MEANWHILE_LOCK_WAIT_SECONDS = 1.0
 #: Rows of a source's first batch, before its speed is known.
 FIRST_BATCH = 4
-#: Seconds between passes when nothing was pending.
+#: Seconds between two looks for new work when nothing was pending: a write waits at most
+#: this long to be seen (docs/search.md, "Freshness").
 IDLE_SECONDS = 0.5
+#: Idle, a pass runs at least this often even when the database reports no change.
+IDLE_RECHECK_SECONDS = 30.0
 #: The first and the longest pause after a failed pass (doubling in between).
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
@@ -149,6 +156,56 @@ def _fresh_claimer(store: object, rows: str) -> FreshClaimer | None:
     return fresh if callable(fresh) else None
 
 
+class DatabaseChanges:
+    """A token of a database's state that every commit moves, read in one trivial
+    statement: equal looks mean nothing was committed between them, so an idle indexer
+    has no new work (:meth:`Indexer.run`). SQLite: ``PRAGMA data_version`` on a connection
+    of its own, which any other connection's commit (of any process) changes. PostgreSQL:
+    ``pg_current_wal_lsn()``, which every commit moves (and every other write of the
+    server: beside busy databases the indexer passes as often as without it)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._own: Any = None  # SQLite: the connection data_version is read on
+
+    def __call__(self) -> object:
+        if self.engine.dialect.name == "postgresql":
+            wal = "SELECT pg_current_wal_lsn()"
+            return on_pooled(self.engine, lambda driver: driver.execute(wal).fetchone()[0])
+        if self._own is None:
+            self._own = self.engine.raw_connection()
+            self._own.detach()  # out of the pool: no other statement ever runs on it
+        try:
+            # Run to its end (fetchall), so the statement holds no snapshot afterwards.
+            return self._own.dbapi_connection.execute("PRAGMA data_version").fetchall()[0][0]
+        except Exception:
+            self.close()  # a broken connection: the next look opens another
+            raise
+
+    def close(self) -> None:
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
+
+
+def _changes_of(sources: Sequence[Source], backfill: Backfill | None) -> list[DatabaseChanges]:
+    """One :class:`DatabaseChanges` per database the claims of ``sources`` and ``backfill``
+    read (methods of stores over a PostgreSQL or SQLite file engine); none when one is not
+    (a test's function, the filesystem store), as its changes would go unseen."""
+    steps: list[object] = [s.claim for s in sources]
+    steps += [s.fresh for s in sources if s.fresh is not None]
+    steps += [backfill] if backfill is not None else []
+    found: dict[int, DatabaseChanges] = {}
+    for step in steps:
+        engine = getattr(getattr(step, "__self__", None), "engine", None)
+        if not isinstance(engine, Engine):
+            return []
+        if engine.dialect.name != "postgresql" and sqlite_path(str(engine.url)) is None:
+            return []  # another dialect, or a SQLite database in memory
+        found.setdefault(id(engine), DatabaseChanges(engine))
+    return list(found.values())
+
+
 class Indexer:
     """Embeds what ``sources`` have pending with ``embedder``; ``backfill``
     (:func:`document_backfill`) chunks unindexed documents first on every pass.
@@ -167,6 +224,7 @@ class Indexer:
         batch_seconds: float = BATCH_SECONDS,
         fresh_seconds: float = FRESH_SECONDS,
         idle_seconds: float = IDLE_SECONDS,
+        recheck_seconds: float = IDLE_RECHECK_SECONDS,
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         niceness: int = NICENESS,
@@ -184,6 +242,9 @@ class Indexer:
         #: The next claim's size per source: as many rows as embed in ``batch_seconds``.
         self._limits: dict[str, int] = {}
         self.idle_seconds = idle_seconds
+        self.recheck_seconds = recheck_seconds
+        #: What tells an idle :meth:`run` that a database changed (empty: it passes anyway).
+        self.changes = _changes_of(self.sources, backfill)
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self.niceness = niceness
@@ -272,6 +333,7 @@ class Indexer:
             if not rows:
                 return 0
             texts = [row.search_text for row in rows]
+            self._load_model()
             started = time.monotonic()
             if self.compute is None:
                 vectors = self.embedder.embed(texts)
@@ -289,6 +351,14 @@ class Indexer:
             return 0
         self._last_claimed[source.name] = claimed
         return len(rows)
+
+    def _load_model(self) -> None:
+        """The embedder's model loaded on this thread (its ``load``, where it loads on first
+        use), not on the low-priority compute thread, where a starved load would hold up
+        the fresh lane too; and before a batch is timed, so its speed is the embedding's."""
+        load = getattr(self.embedder, "load", None)
+        if callable(load):
+            load()
 
     def _next_limit(self, limit: int, rows: int, seconds: float) -> int:
         """The rows the next claim takes: as many as embed in :attr:`batch_seconds` at the
@@ -337,26 +407,55 @@ class Indexer:
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Run passes in the calling thread (a thread's or a process's loop) until
         :meth:`stop` or ``until()`` (checked at least every :data:`IDLE_SECONDS`): no
-        pause while work remains, ``idle_seconds`` when there was none, a doubling
-        back-off after a failure, logged in one line. It lowers the thread's priority."""
+        pause while work remains, :meth:`_rest` when there was none, a doubling back-off
+        after a failure, logged in one line. It lowers the thread's priority."""
         lower_thread_priority(self.niceness)
         delay = 0.0
-        while not self._stopping(until):
-            try:
-                done = self.run_once()
-            except Exception as exc:  # the loop outlives any failure: log, back off, retry
-                delay = min(self.max_backoff, max(self.first_backoff, delay * 2))
-                self.failures += 1
-                self.last_error = _describe(exc)
-                log.warning("indexer: %s; retrying in %.3g s", self.last_error, delay)
-                self._pause(delay, until)
-                continue
-            if delay:
-                log.info("indexer: working again")
-            delay = 0.0
-            self.last_error = None
-            if not done:
-                self._pause(self.idle_seconds, until)
+        try:
+            while not self._stopping(until):
+                # Looked at before the pass: a commit the pass may miss moves the next look.
+                seen = self._look()
+                try:
+                    done = self.run_once()
+                except Exception as exc:  # the loop outlives any failure: log, back off, retry
+                    delay = min(self.max_backoff, max(self.first_backoff, delay * 2))
+                    self.failures += 1
+                    self.last_error = _describe(exc)
+                    log.warning("indexer: %s; retrying in %.3g s", self.last_error, delay)
+                    self._pause(delay, until)
+                    continue
+                if delay:
+                    log.info("indexer: working again")
+                delay = 0.0
+                self.last_error = None
+                if not done:
+                    self._rest(seen, until)
+        finally:
+            for changes in self.changes:
+                changes.close()
+
+    def _look(self) -> tuple[object, ...] | None:
+        """The databases' :class:`DatabaseChanges` tokens; None when they cannot tell (none,
+        or a look failed: the pass after it says what is wrong)."""
+        if not self.changes:
+            return None
+        try:
+            return tuple(changes() for changes in self.changes)
+        except Exception:
+            return None
+
+    def _rest(self, seen: tuple[object, ...] | None, until: Callable[[], bool] | None) -> None:
+        """Idle after a pass that found nothing, looked at ``seen``: pause ``idle_seconds``
+        at a time until a look differs (a commit since: maybe work), :attr:`recheck_seconds`
+        have passed, or (``seen`` None) after one pause. A look is one trivial statement,
+        a pass a transaction per claim."""
+        resting = time.monotonic()
+        while True:
+            self._pause(self.idle_seconds, until)
+            if seen is None or self._stopping(until):
+                return
+            if time.monotonic() - resting >= self.recheck_seconds or self._look() != seen:
+                return
 
     def request_stop(self) -> None:
         """Make :meth:`run` return after the current batch (safe from a signal handler)."""
