@@ -17,7 +17,8 @@ The child opens its own runtime on the same database (no migrations: the server 
 them), builds the indexer as :func:`keepstone.runtime.open_indexer` does, and runs it until
 the server asks it to stop (SIGTERM: it finishes its batch) or the server is gone (it
 dies with it: Linux's parent-death signal, and a parent check on every pause). A kill
-of either mid-batch loses nothing: the claim's transaction rolls back.
+of either mid-batch loses nothing: the claim's transaction rolls back. SIGINT and SIGHUP,
+which a terminal sends to every process of the server, it leaves to the server.
 """
 
 from __future__ import annotations
@@ -76,16 +77,23 @@ class IndexerProcess:
         process.terminate()  # SIGTERM: the child finishes its batch, then returns
         process.join(STOP_SECONDS)
         if process.is_alive():
+            log.warning("indexer: its batch was not done within %s s; killed", STOP_SECONDS)
             process.kill()
             process.join()
+        elif process.exitcode not in (0, -signal.SIGTERM):  # SIGTERM: before its handler
+            log.warning("indexer: its process had ended (exit code %s)", process.exitcode)
 
 
 def run_child(config: Config, parent: int) -> None:
-    """The child's body: log as the server does, die with the server, run the indexer."""
+    """The child's body: log as the server does, die with the server, run the indexer.
+    SIGINT (Ctrl-C) and SIGHUP (a terminal hanging up) reach every process of the server's
+    group, and are the server's to act on: it stops this process with SIGTERM, or keeps it."""
     from keepstone.api import logs
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     logs.configure()
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)
     runtime = open_runtime(config, migrate=False)
     compute = ThreadPoolExecutor(
         1, "keepstone-embed", initializer=lower_thread_priority, initargs=(EMBED_NICENESS,)
@@ -97,7 +105,6 @@ def run_child(config: Config, parent: int) -> None:
         indexer.niceness = 0  # this thread holds the claims and locks: normal priority
         indexer.compute = compute
         signal.signal(signal.SIGTERM, lambda _sig, _frame: indexer.request_stop())
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
         log.info("indexer: embedding with %s", indexer.model)
         indexer.run(until=lambda: os.getppid() != parent)
     finally:
@@ -105,15 +112,17 @@ def run_child(config: Config, parent: int) -> None:
         runtime.close()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the server dies, at once (a kill -9 of the
-    server must not leave an orphan embedding). Elsewhere the parent check suffices."""
+def die_with_parent(signum: int) -> None:
+    """Linux: have the kernel send ``signum`` to this process when its parent dies, at once
+    (the indexer takes SIGKILL: a kill -9 of the server must not leave an orphan embedding;
+    a worker of ``keepstone serve --workers N`` takes SIGTERM and finishes its requests).
+    Elsewhere the caller's own parent check must do. Call it first thing in the child."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
         pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signum)
     except (OSError, AttributeError):
         pass

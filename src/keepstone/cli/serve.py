@@ -6,9 +6,11 @@ import argparse
 import contextlib
 import errno
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from keepstone import runtime
@@ -47,10 +49,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 @cli_command
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    """Serve until a stop signal; exit 0 once the stop has finished cleanly, 1 when it could
+    not (docs/operations.md, "Stopping: signals and exit status")."""
+    with Starting() as starting:
+        try:
+            return _serve(args, starting)
+        except StopRequested as stop:
+            print(f"keepstone serve: stopped by {stop.name} while starting", file=sys.stderr)
+            return 0
 
+
+def _serve(args: argparse.Namespace, starting: Starting) -> int:
     from keepstone.api import logs
-    from keepstone.api.app import create_app, settle_heap
 
     config = Config.from_env(database_url=args.database, local=args.local)
     args.host = config.host if args.host is None else args.host
@@ -71,15 +81,115 @@ def run(args: argparse.Namespace) -> int:
     # "listening" (uvicorn binds only once its app has started, and then logs a traceback).
     with _bind(args.host, args.port) as sock:
         if args.workers == 1:
-            app = create_app(config, indexer=True)
-            settle_heap()
-            print(_banner(args, config), file=sys.stderr)
-            uvicorn.Server(server_config(app, keep_alive=config.keep_alive_seconds)).run(
-                sockets=[sock]
-            )
-            return 0
-        _serve_workers(config, sock, args)
-    return 0
+            problems = _serve_one(config, sock, args, starting)
+        else:
+            problems = _serve_workers(config, sock, args, starting)
+    for problem in problems:
+        print(f"keepstone serve: the stop did not finish cleanly: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+#: The signals that stop ``keepstone serve`` (with ``--workers N``, SIGHUP replaces the
+#: workers once they serve: uvicorn's restart).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopRequested(BaseException):
+    """A stop signal late in the start (:meth:`Starting.built`): it unwinds the start, whose
+    ``finally`` blocks stop the indexer's process and remove the workers' files. A
+    ``BaseException``, as ``KeyboardInterrupt`` is: no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.name = signal.Signals(signum).name
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise StopRequested(signum)
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    """A signal's handler that does nothing: it makes Python catch the signal, and write
+    its number to the wakeup fd that :class:`Starting`'s thread reads."""
+
+
+class Starting:
+    """How ``keepstone serve`` meets a stop signal (:data:`STOP_SIGNALS`; a SIGHUP ignored
+    already, as under ``nohup``, stays so) while it starts, before uvicorn handles them.
+
+    Until :meth:`built` (the migrations ran, the app is built) the process exits at once
+    with status 0: nothing is half-done (a migration's transaction rolls back with its
+    connection) and nothing else is started yet. A thread does it, woken by the signal's
+    number on a wakeup fd: a signal's own handler runs only between two instructions of
+    the main thread, which may be waiting inside SQLite or the database's driver for as
+    long as another process holds the database locked. After :meth:`built`, a signal
+    raises :class:`StopRequested`. On leaving, the previous handlers are back.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._watch: threading.Thread | None = None
+        self._wakeup = -1
+
+    def __enter__(self) -> Starting:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread sets handlers (an in-process call from a test)
+        # The thread and the wakeup fd first: a signal caught before them would be lost.
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._watch = threading.Thread(target=_exit_on_signal, args=(self._pipe[0],), daemon=True)
+        self._watch.start()
+        self._wakeup = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, _noted)
+        return self
+
+    def built(self) -> None:
+        """The start has passed the point where exiting at once is safe: from here a
+        signal unwinds it (:class:`StopRequested`)."""
+        if self._watch is None or self._pipe is None:
+            return
+        for sig in self._previous:  # first: no signal may fall between the two ways
+            signal.signal(sig, _raise_stop)
+        signal.set_wakeup_fd(self._wakeup)
+        os.write(self._pipe[1], b"\0")  # not a signal's number: the thread ends
+        self._watch.join()
+        for fd in self._pipe:
+            os.close(fd)
+        self._watch = self._pipe = None
+
+    def __exit__(self, *_exc: object) -> None:
+        self.built()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _exit_on_signal(wakeup: int) -> None:
+    """:class:`Starting`'s thread: at a signal's number on ``wakeup``, say so and exit 0."""
+    number = os.read(wakeup, 1)
+    if number and number[0]:
+        name = signal.Signals(number[0]).name
+        os.write(2, f"keepstone serve: stopped by {name} while starting\n".encode())
+        os._exit(0)
+
+
+def _serve_one(
+    config: Config, sock: socket.socket, args: argparse.Namespace, starting: Starting
+) -> list[str]:
+    """One worker, in this process, until a stop signal: what kept the stop from finishing
+    cleanly, if anything (:class:`keepstone.cli.serve_balance.StoppingServer`)."""
+    from keepstone.api.app import create_app, settle_heap
+    from keepstone.cli.serve_balance import StoppingServer
+
+    app = create_app(config, indexer=True)
+    starting.built()
+    settle_heap()
+    print(_banner(args, config), file=sys.stderr)
+    server = StoppingServer(server_config(app, keep_alive=config.keep_alive_seconds))
+    server.run(sockets=[sock])
+    return server.problems()
 
 
 #: A bound on --workers: each is a whole interpreter with its own connection pool.
@@ -123,17 +233,20 @@ def server_config(
     )
 
 
-def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace) -> None:
+def _serve_workers(
+    config: Config, sock: socket.socket, args: argparse.Namespace, starting: Starting
+) -> list[str]:
     """``--workers N``: N uvicorn processes accepting on the one socket bound here, each
     taking a new connection only while it holds no more open connections than the least
     loaded of the others (:mod:`keepstone.cli.serve_balance`: otherwise a few keep-alive
     connections that arrive together often all land on one worker).
 
     This process supervises (uvicorn's ``Multiprocess``: a worker that dies is replaced,
-    SIGTERM/SIGINT stop them all). It runs the migrations once before any worker starts,
-    and the background indexer once, as its own child; each worker builds its app with
-    no migrations and no indexer. The periodic purge runs in one worker only: the one
-    holding the lock file's ``flock`` (:class:`keepstone.api.app.WorkerApp`).
+    SIGTERM/SIGINT stop them all, a second SIGINT forces, SIGHUP replaces them one by
+    one). It runs the migrations once before any worker starts, and the background
+    indexer once, as its own child; each worker builds its app with no migrations and no
+    indexer. The periodic purge runs in one worker only: the one holding the lock file's
+    ``flock`` (:class:`keepstone.api.app.WorkerApp`).
     """
     from keepstone.api.app import WorkerApp
     from keepstone.api.indexer_process import IndexerProcess
@@ -141,6 +254,7 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
     from keepstone.runtime import open_runtime
 
     open_runtime(config).close()  # migrations (and the key-hash secret), once
+    starting.built()
     indexer = IndexerProcess(config)
     handle, lock_path = tempfile.mkstemp(prefix="keepstone-serve-", suffix=".lock")
     os.close(handle)
@@ -154,7 +268,7 @@ def _serve_workers(config: Config, sock: socket.socket, args: argparse.Namespace
             keep_alive=config.keep_alive_seconds,
             healthcheck=config.worker_healthcheck_seconds,
         )
-        serve_balanced(uvicorn_config, sock)
+        return serve_balanced(uvicorn_config, sock)
     finally:
         indexer.stop()
         with contextlib.suppress(OSError):

@@ -24,30 +24,37 @@ worker that dies (uvicorn starts a replacement, which claims a free slot) frees 
 when the kernel drops the lock; a slot whose lock nobody holds counts as no worker at
 all, whatever number it last held.
 
-One worker (``--workers 1``) does not come here: uvicorn's own accept loop serves it.
+One worker (``--workers 1``) has uvicorn's own accept loop; it and every worker here are a
+:class:`StoppingServer`, which stops on a signal without dying of it (docs/operations.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import mmap
+import multiprocessing
 import os
 import pickle
 import select
 import shutil
+import signal
 import socket
 import ssl
 import struct
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import multiprocess
+
+from keepstone.api.indexer_process import die_with_parent
 
 logger = logging.getLogger("keepstone.serve")
 
@@ -64,6 +71,8 @@ SWEEP = 1.0
 #: accept loop waits as long).
 ACCEPT_PAUSE = 1.0
 
+#: Why a stop did not finish, when a second SIGINT forced it.
+FORCED = "forced by a second SIGINT: requests in flight and the app's shutdown were cut short"
 #: The value of a slot no worker holds.
 ABSENT = -1
 #: Seconds between the supervisor's looks at a worker it awaits the health check of.
@@ -371,15 +380,60 @@ class BalancedAcceptor:
         """Nothing to wait for: uvicorn's shutdown waits for the connections itself."""
 
 
-class BalancedServer(uvicorn.Server):
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, stopped by a signal without dying of it: uvicorn raises the signal
+    again once stopped, and a process manager reads 143 for a stop it asked for as a failure.
+    :meth:`problems` says what kept the stop from finishing. ``stop_signals`` stop it (a
+    SIGHUP ignored already, as under ``nohup``, stays so); ``ignored_signals`` are ignored.
+    A second SIGINT forces, as in uvicorn: requests in flight and the app's shutdown are
+    dropped, and the tracebacks of the tasks cancelled for it are not logged."""
+
+    stop_signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    ignored_signals: tuple[int, ...] = ()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in self.ignored_signals}
+        for sig in self.stop_signals:
+            if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:  # nohup
+                previous[sig] = signal.signal(sig, self.handle_exit)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        super().handle_exit(sig, frame)  # type: ignore[arg-type]
+        if self.force_exit:
+            logging.getLogger("uvicorn.error").disabled = True
+
+    def problems(self) -> list[str]:
+        """Why the stop did not finish cleanly; empty when every request was answered and
+        the app's shutdown (which closes the store) ran and succeeded."""
+        if self.force_exit:
+            return [FORCED]
+        lifespan = getattr(self, "lifespan", None)
+        failed = getattr(lifespan, "shutdown_failed", False)
+        return ["the app's shutdown failed (logged above)"] if failed else []
+
+
+class BalancedServer(StoppingServer):
     """A uvicorn worker whose connections come from a :class:`BalancedAcceptor`.
 
     ``startup`` is uvicorn's for a list of sockets (the app's lifespan first, then one
     protocol per connection sharing the server's state, so uvicorn's connection tracking
     and graceful shutdown work unchanged), with the accept loop in place of
     ``loop.create_server``. The worker claims its slot once the app has started: until
-    then the others take every connection.
+    then the others take every connection. SIGHUP is the supervisor's (a terminal hanging
+    up sends it to every process of the group): the worker ignores it.
     """
+
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    ignored_signals = (signal.SIGHUP,)
 
     def __init__(self, config: uvicorn.Config, slots_directory: str) -> None:
         super().__init__(config)
@@ -417,10 +471,22 @@ class BalancedProcess(multiprocess.Process):
         super().__init__(config, sockets)
 
     @property
-    def server(self) -> uvicorn.Server:
+    def server(self) -> BalancedServer:
         if self._server is None:
             self._server = BalancedServer(self.config, self.slots_directory)
-        return self._server
+        return self._server  # type: ignore[return-value]
+
+    def target(self, sockets: list[socket.socket] | None = None) -> None:
+        """The worker's body: it stops when the supervisor dies (SIGTERM: its requests in
+        flight are answered; otherwise it would serve the port on, an orphan), and exits 1
+        when its stop did not finish cleanly."""
+        die_with_parent(signal.SIGTERM)
+        parent = multiprocessing.parent_process()
+        if parent is not None and os.getppid() != parent.pid:
+            return  # the supervisor died before the signal was asked for
+        super().target(sockets)
+        if self.server.problems():
+            sys.exit(1)
 
     def ping(self, timeout: float = 5) -> bool:
         """uvicorn's health check (one ping, its answer awaited up to ``timeout``), awaited
@@ -453,6 +519,7 @@ class BalancedMultiprocess(multiprocess.Multiprocess):
     ) -> None:
         super().__init__(config, sockets)
         self.slots_directory = slots_directory
+        self.forced = False
 
     def run(self) -> None:
         # Multiprocess makes every worker, the first N and each replacement, by calling
@@ -488,14 +555,44 @@ class BalancedMultiprocess(multiprocess.Multiprocess):
                     new.pid,
                 )
 
+    def terminate_all(self) -> None:
+        """Close the supervisor's copy of the socket, then SIGTERM every worker (each closes
+        its own): a new connection is refused, not left waiting for an accept that never comes."""
+        for sock in self.sockets:
+            sock.close()
+        super().terminate_all()
 
-def serve_balanced(config: uvicorn.Config, sock: socket.socket) -> None:
+    def join_all(self) -> None:
+        """Wait for every worker to finish; a SIGINT meanwhile (the second: the first
+        began the stop) is passed on to the workers, which then stop at once."""
+        for process in self.processes:
+            while process.process.is_alive():
+                process.process.join(PING_SLICE)
+                if signal.SIGINT in self.signal_queue:
+                    self.signal_queue.clear()
+                    self.forced = True
+                    for other in self.processes:
+                        if other.process.is_alive() and other.pid is not None:
+                            os.kill(other.pid, signal.SIGINT)
+
+    def problems(self) -> list[str]:
+        """Why the stop did not finish cleanly; empty when every worker finished its own
+        (exit 0, or SIGTERM before it had begun to serve)."""
+        found = [FORCED] if self.forced else []
+        ended = [p for p in self.processes if p.exitcode not in (0, -signal.SIGTERM)]
+        return found + [f"worker {p.pid} exited with status {p.exitcode}" for p in ended]
+
+
+def serve_balanced(config: uvicorn.Config, sock: socket.socket) -> list[str]:
     """Run ``config.workers`` balanced workers on the listening socket ``sock`` until
-    SIGTERM or SIGINT. The slots are twice the workers: room for a replacement started
-    before the worker it replaces has gone (uvicorn's SIGHUP restart) and for SIGTTIN."""
+    SIGTERM or SIGINT; what kept the stop from finishing cleanly, if anything. The slots
+    are twice the workers: room for a replacement started before the worker it replaces
+    has gone (uvicorn's SIGHUP restart) and for SIGTTIN."""
     directory = tempfile.mkdtemp(prefix="keepstone-serve-")
     try:
         ConnectionSlots.create(directory, 2 * config.workers)
-        BalancedMultiprocess(config, [sock], directory).run()
+        supervisor = BalancedMultiprocess(config, [sock], directory)
+        supervisor.run()
+        return supervisor.problems()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
