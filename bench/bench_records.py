@@ -45,11 +45,16 @@ the team's version bumped).
 In-process save rates: ``save_as_server()`` (one caller at a time, then 8 threads: their
 saves share group commits) and ``save_many()`` into a team of its own; ``--src`` runs
 them against another checkout's ``src`` (a before/after).
+
+``--in-process --deletes`` (10k, 50k records in one team unless ``--sizes``): p50/p95 of
+the first search after a delete of one record, and after a purge of 100 expired ones
+(untimed), keyword-only and hybrid (ranking only: random vectors for records and queries).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import random
 import statistics
@@ -77,12 +82,16 @@ def _src() -> str:
 sys.path.insert(0, _src())
 sys.path.insert(0, str(ROOT))
 
+# ``--src``'s bound first: bench_search_api puts this checkout's src first on the path.
+KEEPSTONE = importlib.import_module("keepstone")
+
 import numpy as np  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from bench_search_api import database_for, fill, run_searches, warm_all  # noqa: E402
-from keepstone.db import make_engine  # noqa: E402
-from keepstone.records.store import RETENTION, Record  # noqa: E402
+from keepstone.db import make_engine, write_transaction  # noqa: E402
+from keepstone.records.schema import records  # noqa: E402
+from keepstone.records.store import RETENTION, PendingRecord, Record  # noqa: E402
 from make_records_corpus import COMPONENTS, PROBLEMS, _filler  # noqa: E402
 from records_world import BenchWorld, bench_world, save_through  # noqa: E402
 from serving import fresh_postgres, serve  # noqa: E402
@@ -95,6 +104,8 @@ SEARCHES = 300
 WARM = 20
 #: Searches timed each right after a save (the in-process one-team figures).
 SEARCHES_AFTER_SAVES = 100
+#: Searches timed each right after a delete (``--deletes``; ten more after a purge each).
+SEARCHES_AFTER_DELETES = 50
 
 
 def _query_words() -> list[str]:
@@ -205,7 +216,6 @@ def one_team(url: str, label: str, sizes: list[int]) -> None:
     from keepstone.identity.keys import load_key_hasher
     from keepstone.identity.service import IdentityService
     from keepstone.records.ratelimit import LocalRateLimiter
-    from keepstone.records.store import PendingRecord
     from keepstone.search.cache import VectorCache
     from keepstone.service.record_search import RecordSearch
     from keepstone.service.records import RecordService, build_record_service
@@ -271,6 +281,95 @@ def one_team(url: str, label: str, sizes: list[int]) -> None:
         embedder.embed([f"query number {i} about deploys"])
         embed_ms[i] = (time.perf_counter() - t0) * 1000
     print(f"[{label}] one query embedded: p50 {statistics.median(embed_ms):.2f} ms", flush=True)
+    engine.dispose()
+
+
+# --- a search right after a delete or a purge --------------------------------------------
+
+
+def _delete_one(world: BenchWorld, ids: list[str], rng: random.Random) -> None:
+    team = world.teams[0][0]
+    with world.store.writing() as tx:
+        tx.delete(team, ids.pop(rng.randrange(len(ids))), datetime.now(UTC))
+
+
+def _purge(world: BenchWorld, ids: list[str], rng: random.Random, n: int = 100) -> None:
+    """Expire ``n`` of the team's records (as time would), then purge them."""
+    gone = [ids.pop(rng.randrange(len(ids))) for _ in range(n)]
+    with write_transaction(world.store.engine) as conn:
+        conn.execute(
+            records.update()
+            .where(records.c.team_id == world.teams[0][0], records.c.id.in_(gone))
+            .values(expires_at=datetime.now(UTC) - RETENTION)
+        )
+    world.records.purge_expired()
+
+
+def _each_after(
+    search: Callable[[str], int], queries: list[str], change: Callable[[], None]
+) -> tuple[float, float]:
+    """(p50 ms, p95 ms) of searches each right after ``change()`` (untimed)."""
+    timings = []
+    for query in queries:
+        change()
+        t0 = time.perf_counter()
+        search(query)
+        timings.append((time.perf_counter() - t0) * 1000)
+    return _pct(timings)
+
+
+def after_deletes(url: str, label: str, sizes: list[int]) -> None:
+    from keepstone.db.vectors import encode_many
+    from keepstone.identity.keys import load_key_hasher
+    from keepstone.identity.service import IdentityService
+    from keepstone.records.ratelimit import LocalRateLimiter
+    from keepstone.search.cache import VectorCache
+    from keepstone.service.record_search import RecordSearch
+    from keepstone.service.records import RecordService, build_record_service
+
+    engine = make_engine(url)
+    rng, vectors_rng = random.Random(7), np.random.default_rng(7)
+    world = bench_world(engine, 1)
+    team, member = world.teams[0]
+    identity = IdentityService(engine, load_key_hasher(engine, None))
+    unlimited = LocalRateLimiter(rate=10**9, max_in_flight=10**9)
+    model, dim, ids = "bench-random", 384, list[str]()
+
+    def unit(n: int) -> np.ndarray:
+        matrix = vectors_rng.standard_normal((n, dim)).astype(np.float32)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    where = Path(str(KEEPSTONE.__file__)).parent
+    print(f"[{label}] ({where}) the first search after a delete, a purge:", flush=True)
+    for size in sizes:
+        rows = _records([team], size - len(ids), rng)
+        _insert(world, rows)
+        ids.extend(r.id for r in rows)
+        pending = [PendingRecord(team, r.id, r.text) for r in rows]
+        for i in range(0, len(rows), 2000):
+            batch = pending[i : i + 2000]
+            world.store.store_record_embeddings(batch, encode_many(unit(len(batch))), model)
+        _analyze(engine)
+        queries = _queries(rng, SEARCHES_AFTER_DELETES + WARM)
+        known = dict(zip(queries, unit(len(queries)), strict=True))
+        search = RecordSearch(_Remembered(model, dim, known), VectorCache())
+        hybrid = build_record_service(engine, identity, unlimited, search)
+        figures = []
+        for name, service in (("keyword-only", world.records), ("hybrid", hybrid)):
+
+            def one(query: str, service: RecordService = service) -> int:
+                return len(service.search(member, team, query, limit=10).hits)
+
+            for query in queries[:WARM]:
+                one(query)
+            timed = queries[WARM:]
+            deleted = _each_after(one, timed, lambda: _delete_one(world, ids, rng))
+            purged = _each_after(one, timed[:10], lambda: _purge(world, ids, rng))
+            figures.append(
+                f"{name}: after a delete p50 {deleted[0]:7.2f} ms p95 {deleted[1]:7.2f} ms, "
+                f"after a purge of 100 p50 {purged[0]:7.2f} ms p95 {purged[1]:7.2f} ms"
+            )
+        print(f"[{label}] records={size:>6,} | " + " | ".join(figures), flush=True)
     engine.dispose()
 
 
@@ -451,6 +550,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="", help="in-process search sizes")
     parser.add_argument("--saves-only", action="store_true", help="in-process save rates")
     parser.add_argument("--many-teams", action="store_true", help="in-process, 1,000 teams")
+    parser.add_argument(
+        "--deletes", action="store_true", help="in-process, a search after a delete or a purge"
+    )
     parser.add_argument("--src", default="", help="run against another checkout's src")
     args = parser.parse_args()
     if not args.in_process:
@@ -468,12 +570,16 @@ def main() -> None:
                         api_search(database, label, scale, args)
         return
     default = "10000,100000,1000000" if args.many_teams else "2000,20000"
+    default = "10000,50000" if args.deletes else default
     sizes = [int(s) for s in (args.sizes or default).split(",")]
 
     def run(fresh: Callable[[Callable[[str], None]], None], label: str) -> None:
         """Each part in a database of its own (``fresh(part)`` makes one)."""
         if args.many_teams:
             fresh(lambda url: many_teams(url, label, sizes))
+            return
+        if args.deletes:
+            fresh(lambda url: after_deletes(url, label, sizes))
             return
         if not args.saves_only:
             fresh(lambda url: one_team(url, label, sizes))

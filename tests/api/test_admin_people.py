@@ -199,6 +199,8 @@ def _rows(world: World, team_id: str) -> dict[str, int]:
             ("memory_tenant_usage", "tenant_id"),
             ("records", "team_id"),
             ("record_settings", "team_id"),
+            ("record_search_versions", "team_id"),
+            ("record_removals", "team_id"),
             ("api_keys", "team_id"),
             ("team_members", "team_id"),
             ("projects", "team_id"),
@@ -229,8 +231,12 @@ def test_team_deleted_with_everything_it_holds(client: TestClient, world: World)
         f"/api/internal/teams/{team}/memory", json={"text": "a record"}, headers=service
     )
     assert r.status_code in (200, 201), r.text
+    r = client.post(f"/api/internal/teams/{team}/memory", json={"text": "gone"}, headers=service)
+    gone = r.json()["id"]
+    _ok(client.delete(f"/api/teams/{team}/memory/{gone}", headers=session), 204)
     before = _rows(world, team)
-    assert all(before[t] for t in ("memory_documents", "memory_document_versions", "records"))
+    held = ("memory_documents", "memory_document_versions", "records", "record_removals")
+    assert all(before[t] for t in held), before
     url = f"/api/admin/teams/{team}"
     _refused(client.delete(url, headers=A), 400, "invalid_request", "confirm")
     _refused(client.delete(url, params={"confirm": "doomed"}, headers=A), 400, "invalid_request")

@@ -1,8 +1,9 @@
-"""Records migrations 2 to 5 on a database made at migration 1 with records in it: the
+"""Records migrations 2 to 6 on a database made at migration 1 with records in it: the
 full-text index goes, every record's terms are rewritten and its near-duplicate key
 written, the teams get their search versions, and the records are searchable (and pending
 for the indexer) at once, their repeated texts folded; a record saved after migration 5
-extends the rows a search cached of those stored before it."""
+extends the rows a search cached of those stored before it, and a delete of one stored
+before it (listed as stored at version 0) patches them."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from sqlalchemy.engine import Engine
 
 from keepstone.db import make_engine, read_transaction, upgrade, write_transaction
 from keepstone.identity import schema as ids
+from keepstone.principal import CredentialKind
 from keepstone.records import schema as rschema
+from keepstone.records.ratelimit import LocalRateLimiter
 from keepstone.records.sql import SqlRecordStore
 from keepstone.search.floor import duplicate_key
 from keepstone.search.text import analyze
 from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.records.conftest import make_world
+from tests.records.conftest import make_world, records_of
 
 V1 = [*ids.MIGRATIONS, rschema.MIGRATIONS[0]]
 TEXTS = [
@@ -92,12 +95,14 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
         ("records", 3),
         ("records", 4),
         ("records", 5),
+        ("records", 6),
     ]
 
     inspector = sa.inspect(engine)
     columns = {c["name"] for c in inspector.get_columns("records")}
     assert {"embedding", "model", "vector_version"} <= columns and "tsv" not in columns
     assert "records_fts" not in inspector.get_table_names()
+    assert "record_removals" in inspector.get_table_names()
     indexes = {i["name"] for i in inspector.get_indexes("records")}
     assert {
         "ix_records_model",
@@ -133,3 +138,11 @@ def test_migration_2_on_a_database_with_records(v1_engine: Engine) -> None:
     saved = records.save_as_server(world.team_id, "Deploying the ledger service at noon")
     after = records.search(world.principal(world.member), world.team_id, "deploying ledger")
     assert after.hits[0].id == saved.id and len(after.hits) == 10
+    # A delete of a record stored before migration 5 patches them, and it is gone.
+    owner = world.principal(world.owner, CredentialKind.SESSION)
+    records.delete(owner, world.team_id, after.hits[1].id)
+    patched = records.search(world.principal(world.member), world.team_id, "deploying ledger")
+    assert after.hits[1].id not in {h.id for h in patched.hits}
+    fresh = records_of(engine, LocalRateLimiter(rate=10**9, max_in_flight=10**9))
+    again = fresh.search(world.principal(world.member), world.team_id, "deploying ledger")
+    assert [(h.id, h.score) for h in patched.hits] == [(h.id, h.score) for h in again.hits]

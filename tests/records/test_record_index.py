@@ -95,8 +95,9 @@ def test_versions_move_with_saves_deletes_and_vectors(world: World) -> None:
     world.records.delete(
         world.principal(world.owner, CredentialKind.SESSION), world.team_id, rec.id
     )
-    removed = _versions(store, world.team_id)
-    assert removed.terms == 3 and removed.vectors_reset == removed.vectors > after.vectors
+    # A delete moves the terms alone: the removed record's vector left in a cached matrix
+    # matches no row, so the matrix stands (extended, not reloaded).
+    assert _versions(store, world.team_id) == SearchVersions(3, after.vectors, 0)
     assert _versions(store, world.other_team).terms == other.terms  # never another team's
 
 
@@ -136,6 +137,56 @@ def test_cached_vectors_extend_and_never_cross_teams(world: World) -> None:
     _embed_all(store, embedder)  # the cached matrix is extended by the new vector
     assert sorted(_ids(hybrid, world, "release")) == sorted([mine.id, second.id])
     assert hybrid.record_search().cache.stats().extends >= 1
+
+
+def _hits(service: RecordService, world: World, query: str) -> list[tuple[str, float]]:
+    answer = service.search(world.principal(world.member), world.team_id, query, limit=50)
+    return [(h.id, h.score) for h in answer.hits]
+
+
+def _as_fresh(service: RecordService, world: World, embedder: ConceptEmbedder, query: str) -> None:
+    """``service`` ranks ``query`` as a service with caches of its own, loaded afresh."""
+    found, fresh = (
+        _hits(service, world, query),
+        _hits(_hybrid(world.engine, embedder), world, query),
+    )
+    assert [i for i, _ in found] == [i for i, _ in fresh]
+    assert [s for _, s in found] == pytest.approx([s for _, s in fresh], abs=2e-6)
+
+
+def test_a_delete_keeps_the_cached_vectors_until_most_are_removed(world: World) -> None:
+    embedder = ConceptEmbedder(_model())
+    hybrid = _hybrid(world.engine, embedder)
+    store = SqlRecordStore(world.engine)
+    texts = ["database failover", "password reset", "release train", "sql tuning"]
+    saved = [
+        world.records.save_as_server(world.team_id, f"{t} number {n}")
+        for n in range(3)
+        for t in texts
+    ]
+    _embed_all(store, embedder)
+    assert _hits(hybrid, world, "postgres outage")
+    stats = hybrid.record_search().cache.stats
+    loads = stats().loads
+    owner = world.principal(world.owner, CredentialKind.SESSION)
+    world.records.delete(owner, world.team_id, saved[0].id)
+    # The removed record's vector stays in the matrix, matched to no row: no reload.
+    assert saved[0].id not in dict(_hits(hybrid, world, "postgres outage"))
+    assert stats().loads == loads
+    _as_fresh(hybrid, world, embedder, "postgres outage")
+    for rec in saved[1:7]:
+        world.records.delete(owner, world.team_id, rec.id)
+    # Most of the matrix is of records removed: reloaded once, with the team's vectors alone.
+    _as_fresh(hybrid, world, embedder, "credentials rollout")
+    assert stats().loads == loads + 1
+    assert (
+        len(
+            hybrid.record_search().cache.get(
+                ("records", world.team_id, embedder.model_id), 0, lambda: pytest.fail("loaded")
+            )
+        )
+        == len(saved) - 7
+    )
 
 
 def test_a_limited_member_never_sees_other_projects_by_meaning(world: World) -> None:

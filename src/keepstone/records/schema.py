@@ -17,8 +17,13 @@
   the same transaction), ``vectors_version`` with every batch of vectors stored. A cached
   BM25 index is stamped with the first, a cached vector matrix with the second, so a
   batch of vectors does not throw away the team's BM25 index. ``vectors_reset`` is the
-  last ``vectors_version`` that removed vectors too (a delete, a purge, dropping every
-  vector): a matrix cached before it is reloaded rather than extended by newer rows.
+  last ``vectors_version`` that removed vectors too (dropping every vector; before records
+  migration 6, a delete or purge too): a matrix cached before it is reloaded rather than
+  extended by newer rows. A removed record's vector left in a cached matrix matches no
+  cached row, so ranking skips it.
+* ``record_removals`` — per team, each record removed (a delete, a purge) under the
+  ``terms_version`` of its removal, with the version that stored it: what a search patches
+  its cached rows by. Forgotten a while later (the team's ``terms_reset`` then moves).
 * ``record_settings`` — the per-team on/off switch (off until turned on).
 * ``records_meta`` — instance-wide values, e.g. the key that signs list page tokens,
   created once in the database so every replica shares it without configuration.
@@ -29,7 +34,9 @@ moved into the process, and rewrites every record's ``terms``; migration 4 write
 ``dup_key`` of every record stored before it; migration 5 adds ``terms_version`` (each
 record's: the team's ``terms_version`` of its insert) and ``terms_reset`` (the team's: the
 last ``terms_version`` that removed records), so a team's cached rows are extended by the
-records stored since, not read whole after every save.
+records stored since, not read whole after every save; migration 6 adds
+``record_removals`` (per team, the records removed under each ``terms_version``), so a
+delete or purge patches them too: the removed records are dropped from the cached rows.
 """
 
 from __future__ import annotations
@@ -76,12 +83,28 @@ record_search_versions = sa.Table(
     id_key("team_id"),
     sa.Column("terms_version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("vectors_version", sa.BigInteger, nullable=False, server_default="0"),
-    # The last vectors_version that also removed vectors (a delete, a purge, dropping
-    # every vector): a cached matrix older than it is reloaded, not extended.
+    # The last vectors_version that also removed vectors (dropping every vector; before
+    # v6, a delete or purge too): a cached matrix older than it is reloaded, not extended.
     sa.Column("vectors_reset", sa.BigInteger, nullable=False, server_default="0"),
-    # v5: the last terms_version that removed records (a delete, a purge): a team's rows
-    # cached before it are read again whole, not extended.
+    # v5: the last terms_version that removed records unlisted in record_removals (a
+    # delete or purge by a replica of a release before v6, or removals forgotten since): a
+    # team's rows cached before it are read again whole, not patched.
     sa.Column("terms_reset", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+# v6: one row per record removed (a delete, a purge), under the team's terms_version of the
+# removal: a team's cached rows are patched by the records removed since, as by those
+# stored since, rather than read whole. Kept :data:`~keepstone.records.store.REMOVALS_KEPT`,
+# then forgotten (the team's terms_reset moved past them) by the periodic purge.
+record_removals = sa.Table(
+    "record_removals",
+    metadata,
+    id_key("team_id"),
+    sa.Column("terms_version", sa.BigInteger, primary_key=True),
+    id_key(),
+    # The terms_version of the save that stored the record (0: stored before v5).
+    sa.Column("stored_version", sa.BigInteger, nullable=False),
+    timestamp("removed_at", index=True),
 )
 
 record_settings = sa.Table(
@@ -290,3 +313,14 @@ def _create_v5(conn: Connection) -> None:
             "ALTER TABLE record_search_versions ADD COLUMN terms_reset BIGINT NOT NULL DEFAULT 0"
         )
     conn.exec_driver_sql("CREATE INDEX ix_records_team_terms ON records (team_id, terms_version)")
+
+
+# v6: a delete or purge no longer costs the next search a read of every record of its team.
+# Each removal lists the records it removed under its terms_version (with the version that
+# stored each), and a search drops those from its cached rows and BM25 index, as it adds the
+# records stored since.
+
+
+@MIGRATIONS.add(6, "record_removals: cached rows patched by the records removed")
+def _create_v6(conn: Connection) -> None:
+    record_removals.create(conn)

@@ -6,7 +6,8 @@ and its ``dup_key`` :func:`keepstone.search.floor.duplicate_key` of it, written 
 so it is keyword-searchable as soon as its save commits; ranking reads
 a team's rows (:meth:`RecordReader.ranking_rows`) and vectors into the process
 (:mod:`keepstone.service.record_search`), the same way on both dialects. Every insert,
-delete and purge bumps the team's ``terms_version`` in its own transaction.
+delete and purge bumps the team's ``terms_version`` in its own transaction (a delete or
+purge listing the records it removed under it, ``record_removals``).
 
 Vectors are written by the background indexer, never by a save: that side of the store,
 and the per-team counters, are :mod:`keepstone.records.sql_index`'s.
@@ -35,6 +36,7 @@ from keepstone.db.pgvector import Nearest, Pgvector, VectorRows
 from keepstone.db.vectors import Float32Array
 from keepstone.records.schema import (
     CURSOR_KEY_NAME,
+    record_removals,
     record_search_versions,
     record_settings,
     records,
@@ -44,6 +46,8 @@ from keepstone.records.sql_index import (
     PENDING_IN_TEAM,
     RecordIndex,
     bump_teams,
+    forget_removals,
+    list_removals,
     pending_params,
     search_counters,
 )
@@ -54,6 +58,7 @@ from keepstone.records.store import (
     RecordReader,
     RecordStore,
     RecordWriter,
+    RemovedRecord,
     Scope,
     SearchState,
     SearchVersions,
@@ -66,6 +71,7 @@ from keepstone.search.text import analyze
 _TS = sa.DateTime(timezone=True)
 R = records
 V = record_search_versions
+G = record_removals
 
 # A repository's project, read straight from identity's table (see the module doc).
 _REPO_PROJECT = sa.text("SELECT project_id FROM repos WHERE team_id = :team AND id = :repo")
@@ -82,8 +88,17 @@ _DELETE_BY_KEY = R.delete().where(
     R.c.team_id == sa.bindparam("k_team"), R.c.id == sa.bindparam("k_id")
 )
 #: A delete's: the record, if it has not expired (one that has is gone to every reader,
-#: and the purge removes it), so a delete answers for what a reader could see.
-_DELETE_LIVE = _DELETE_BY_KEY.where(R.c.expires_at > sa.bindparam("now"))
+#: and the purge removes it), so a delete answers for what a reader could see; with the
+#: version that stored it, which its listing in record_removals carries.
+_DELETE_LIVE = _DELETE_BY_KEY.where(R.c.expires_at > sa.bindparam("now")).returning(
+    R.c.terms_version
+)
+#: What a purge removes: expired records of any team, with the version that stored each.
+_EXPIRED = (
+    sa.select(R.c.team_id, R.c.id, R.c.terms_version)
+    .where(R.c.expires_at <= sa.bindparam("now", type_=_TS))
+    .limit(sa.bindparam("limit"))
+)
 S = record_settings
 _ENABLED = sa.select(S.c.enabled).where(S.c.team_id == sa.bindparam("team"))
 # A search's first read: the team's setting and its search counters in one statement
@@ -119,6 +134,12 @@ _RANKING_ROWS_SINCE = (
         R.c.terms_version <= _UPTO,
     )
     .order_by(R.c.terms_version, R.c.created_at, R.c.id)
+)
+#: The records removed after version ``after``, by the primary key's range of the team.
+_REMOVED_SINCE = sa.select(G.c.id, G.c.terms_version, G.c.stored_version).where(
+    G.c.team_id == sa.bindparam("team"),
+    G.c.terms_version > sa.bindparam("after", type_=sa.BigInteger),
+    G.c.terms_version <= _UPTO,
 )
 _VECTORS = (
     sa.select(R.c.id, R.c.embedding, R.c.vector_version)
@@ -219,6 +240,13 @@ class _SqlReader(RecordReader):
                 int(r.terms_version or 0),
             )
             for r in self._conn.execute(_RANKING_ROWS_SINCE if after else _RANKING_ROWS, params)
+        ]
+
+    def removed_records(self, team_id: str, upto: int, after: int) -> list[RemovedRecord]:
+        params = {"team": team_id, "upto": upto, "after": after}
+        return [
+            RemovedRecord(str(r.id), int(r.terms_version), int(r.stored_version))
+            for r in self._conn.execute(_REMOVED_SINCE, params)
         ]
 
     def record_vectors(
@@ -329,11 +357,10 @@ class _SqlWriter(_SqlReader, RecordWriter):
 
     def delete(self, team_id: str, record_id: str, now: datetime) -> bool:
         params = {"k_team": team_id, "k_id": record_id, "now": utc(now)}
-        removed = self._conn.execute(_DELETE_LIVE, params)
-        if removed.rowcount > 0:
-            bump_teams(self._conn, search_counters(self._conn).bump_removal, [team_id])
-            return True
-        return False
+        # Read whole: SQLite holds a statement with RETURNING open until it is.
+        stored = self._conn.execute(_DELETE_LIVE, params).scalars().all()
+        list_removals(self._conn, [(team_id, record_id, v) for v in stored], utc(now))
+        return bool(stored)
 
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
         updated = self._conn.execute(
@@ -349,13 +376,14 @@ class _SqlWriter(_SqlReader, RecordWriter):
             )
 
     def purge_expired(self, now: datetime, limit: int) -> int:
-        keys = self._conn.execute(
-            sa.select(R.c.team_id, R.c.id).where(R.c.expires_at <= utc(now)).limit(limit)
-        ).all()
-        if keys:
-            self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i in keys])
-            bump_teams(self._conn, search_counters(self._conn).bump_removal, (t for t, _ in keys))
-        return len(keys)
+        found = self._conn.execute(_EXPIRED, {"now": utc(now), "limit": limit}).all()
+        if found:
+            self._conn.execute(_DELETE_BY_KEY, [{"k_team": t, "k_id": i} for t, i, _ in found])
+            list_removals(self._conn, [(t, i, v) for t, i, v in found], utc(now))
+        return len(found)
+
+    def forget_removals(self, before: datetime) -> int:
+        return forget_removals(self._conn, utc(before))
 
 
 def _typed(sql: str, *, paged: bool = False) -> sa.TextualSelect:
@@ -398,11 +426,11 @@ class SqlRecordStore(RecordIndex, RecordStore):
         return self._open(write=False)
 
     def drop_team(self, team_id: str) -> int:
-        """Delete every record of the team, its search counters and its setting, in one
-        transaction; returns how many records went."""
+        """Delete every record of the team, its search counters, its listed removals and
+        its setting, in one transaction; returns how many records went."""
         with write_transaction(self.engine) as conn:
             gone = int(conn.execute(R.delete().where(R.c.team_id == team_id)).rowcount)
-            for table in (record_search_versions, record_settings):
+            for table in (record_removals, record_search_versions, record_settings):
                 conn.execute(table.delete().where(table.c.team_id == team_id))
         return gone
 

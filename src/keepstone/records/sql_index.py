@@ -2,8 +2,12 @@
 the background indexer's side of :class:`~keepstone.records.sql.SqlRecordStore`.
 
 Every insert, delete and purge bumps the team's ``terms_version`` in its own transaction
-(:func:`search_counters`). Vectors are written by the background indexer, never by a
-save: :meth:`RecordIndex.claim_pending_records` mirrors the document store's
+(:func:`search_counters`); a delete or purge lists each record it removed under that
+version in ``record_removals`` (:func:`list_removals`), which the periodic purge forgets
+after :data:`~keepstone.records.store.REMOVALS_KEPT` (:func:`forget_removals`).
+
+Vectors are written by the background indexer, never by a save:
+:meth:`RecordIndex.claim_pending_records` mirrors the document store's
 ``claim_pending_chunks`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite a read
 without a lock and one short write at the end), and every batch stored bumps its teams'
 ``vectors_version``, teams in key order. Where the database has pgvector, the same
@@ -24,10 +28,18 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from keepstone.db import read_transaction, utcnow, write_transaction
 from keepstone.db.pgvector import Pgvector
-from keepstone.records.schema import UNEMBEDDED, record_search_versions, records
+from keepstone.records.schema import (
+    UNEMBEDDED,
+    record_removals,
+    record_search_versions,
+    records,
+)
 from keepstone.records.store import PendingRecord
 from keepstone.search.claim import EmbeddingClaim
 from keepstone.search.embedding_table import EmbeddingTable
@@ -35,6 +47,7 @@ from keepstone.search.embedding_table import EmbeddingTable
 _TS = sa.DateTime(timezone=True)
 R = records
 V = record_search_versions
+G = record_removals
 
 # Written as three conditions (not ``model IS DISTINCT FROM``) so the ``model`` index
 # serves it rather than a scan of every record.
@@ -64,16 +77,36 @@ _BACKLOG = (
 )
 
 
+class _Unindexed(FunctionElement[Any]):
+    """A column no index may answer for: SQLite's planner is told so by a unary ``+`` (its
+    documented way); elsewhere the column as it is."""
+
+    inherit_cache = True
+    name = "unindexed"
+
+
+@compiles(_Unindexed)
+def _as_is(element: _Unindexed, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.clauses, **kw)
+
+
+@compiles(_Unindexed, "sqlite")
+def _unary_plus(element: _Unindexed, compiler: SQLCompiler, **kw: Any) -> str:
+    return "+" + compiler.process(element.clauses, **kw)
+
+
 def _in_team(model_is: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
     """How many unexpired records of ``:team`` satisfy ``model_is``: one range of
-    ix_records_team_vectors (team, model), so it reads the pending rows only."""
+    ix_records_team_vectors (team, model), so it reads the pending rows only. Its expiry
+    is a filter, never an index's range: with statistics of one large team (``ANALYZE``)
+    SQLite took ix_records_expires instead and read every record of the team."""
     return (
         sa.select(sa.func.count())
         .select_from(R)
         .where(
             R.c.team_id == sa.bindparam("team"),
             model_is,
-            R.c.expires_at > sa.bindparam("now", type_=_TS),
+            _Unindexed(R.c.expires_at) > sa.bindparam("now", type_=_TS),
         )
         .scalar_subquery()
     )
@@ -144,27 +177,21 @@ class SearchCounters:
             )
             .returning(V.c.vectors_version)
         )
-        # A change that removes records (and so maybe vectors): both counters move, and
-        # both reset marks with them.
-        self.bump_removal = (
+        # Every vector dropped: vectors_version moves, and the reset mark with it. (A
+        # delete or purge moves terms_version alone, as an insert does: see
+        # :func:`list_removals`; a removed record's vector left in a cached matrix matches
+        # no cached row, so the matrix stands.)
+        self.reset_vectors = (
             insert(V)
-            .values(
-                team_id=team,
-                terms_version=1,
-                vectors_version=1,
-                vectors_reset=1,
-                terms_reset=1,
-            )
+            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=1)
             .on_conflict_do_update(
                 index_elements=[V.c.team_id],
                 set_={
-                    V.c.terms_version: V.c.terms_version + 1,
                     V.c.vectors_version: V.c.vectors_version + 1,
                     V.c.vectors_reset: V.c.vectors_version + 1,
-                    V.c.terms_reset: V.c.terms_version + 1,
                 },
             )
-            .returning(V.c.terms_version)
+            .returning(V.c.vectors_version)
         )
 
 
@@ -185,6 +212,49 @@ def bump_teams(conn: Connection, statement: Any, teams: Iterable[str]) -> dict[s
         team: int(conn.execute(statement, {"team": team}).scalar_one())
         for team in sorted(set(teams))
     }
+
+
+def list_removals(
+    conn: Connection, removed: Sequence[tuple[str, str, int | None]], now: datetime
+) -> None:
+    """After ``removed`` records (team, id, the ``terms_version`` that stored it) were
+    deleted in ``conn``'s transaction: bump each team's ``terms_version`` (teams in key
+    order) and list each record under its team's new version, at ``now``."""
+    if not removed:
+        return
+    versions = bump_teams(conn, search_counters(conn).bump_terms, (t for t, _, _ in removed))
+    rows = [
+        {
+            "team_id": team,
+            "terms_version": versions[team],
+            "id": record_id,
+            "stored_version": stored or 0,
+            "removed_at": now,
+        }
+        for team, record_id, stored in removed
+    ]
+    conn.execute(G.insert(), rows)
+
+
+def forget_removals(conn: Connection, before: datetime) -> int:
+    """Forget the removals listed before ``before``: per team (in key order) every
+    version up to the last such one, whole, and the team's ``terms_reset`` moved to it,
+    so rows cached before it are read whole rather than patched by an incomplete list.
+    Returns how many listings went."""
+    last = (
+        sa.select(G.c.team_id, sa.func.max(G.c.terms_version))
+        .where(G.c.removed_at < before)
+        .group_by(G.c.team_id)
+        .order_by(G.c.team_id)
+    )
+    forgotten = 0
+    for team, upto in conn.execute(last).all():
+        conn.execute(
+            V.update().where(V.c.team_id == team, V.c.terms_reset < upto).values(terms_reset=upto)
+        )
+        gone = conn.execute(G.delete().where(G.c.team_id == team, G.c.terms_version <= upto))
+        forgotten += gone.rowcount
+    return forgotten
 
 
 #: A claim of pending records (:meth:`SqlRecordStore.claim_pending_records`).
@@ -275,7 +345,7 @@ class RecordIndex:
                 .values(embedding=None, model=None, vector_version=None)
             ).rowcount
             teams = conn.execute(sa.select(V.c.team_id)).scalars().all()
-            bump_teams(conn, search_counters(conn).bump_removal, teams)
+            bump_teams(conn, search_counters(conn).reset_vectors, teams)
         return int(dropped)
 
 

@@ -23,8 +23,10 @@ never ranks. The store decides nothing; it only keeps the rules of storage:
   returned, whether or not it has been purged yet (ranking masks it out by the
   ``expires_at`` of its ranking row).
 * **Search versions move with the data.** Every insert, delete and purge bumps the
-  team's ``terms_version`` in its own transaction; every batch of vectors stored bumps
-  the team's ``vectors_version`` (teams in key order).
+  team's ``terms_version`` in its own transaction, and tags what it changed with it: an
+  insert its records, a delete or purge a :class:`RemovedRecord` for each record removed
+  (kept :data:`REMOVALS_KEPT`); every batch of vectors stored bumps the team's
+  ``vectors_version`` (teams in key order).
 * **Driver failures** surface as :class:`~keepstone.errors.StoreUnavailable`; an error
   raised inside the ``with`` block (a refusal) rolls the transaction back and passes
   through unchanged.
@@ -54,6 +56,9 @@ if TYPE_CHECKING:
 
 #: A record is kept this long after it is saved, then never returned and purged.
 RETENTION = timedelta(days=365)
+#: How long a removal stays listed (:meth:`RecordReader.removed_records`): a search whose
+#: cached rows are older than the removals forgotten since reads them whole.
+REMOVALS_KEPT = timedelta(days=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +76,17 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class SearchVersions:
     """A team's search counters: ``terms`` moves with every insert, delete and purge of
-    its records, ``vectors`` with every batch of its vectors stored and every removal
-    (0: never); ``vectors_reset`` is the last ``vectors`` that removed vectors too."""
+    its records, ``vectors`` with every batch of its vectors stored and every drop of
+    them all (0: never); ``vectors_reset`` is the last ``vectors`` that removed vectors
+    too (a removed record's vector left in a cached matrix matches no row: ranking skips
+    it)."""
 
     terms: int
     vectors: int
     vectors_reset: int
-    #: The last ``terms`` that removed records: rows cached before it are read again whole.
+    #: The last ``terms`` that removed records not listed by
+    #: :meth:`RecordReader.removed_records` (forgotten since, or removed by a replica of a
+    #: release that lists none): rows cached before it are read again whole.
     terms_reset: int = 0
 
 
@@ -105,6 +114,17 @@ class RankingRow:
     #: The team's ``terms_version`` of the save that stored it (0: stored before records
     #: migration 5, or by a replica of a version before it).
     terms_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedRecord:
+    """A record a delete or purge removed: its id, the team's ``terms_version`` of the
+    removal, and the one of the save that stored it (0: stored before records migration
+    5)."""
+
+    id: str
+    version: int
+    stored_version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +217,13 @@ class RecordReader(ABC):
         under it holds nothing newer, which a later extension would read again."""
 
     @abstractmethod
+    def removed_records(self, team_id: str, upto: int, after: int) -> list[RemovedRecord]:
+        """The team's records removed at a ``terms_version`` after ``after`` and up to
+        ``upto`` and not forgotten since (see :meth:`RecordWriter.forget_removals`): with
+        :meth:`ranking_rows` of the same bounds, what turns rows cached at ``after`` into
+        the rows at ``upto``."""
+
+    @abstractmethod
     def record_vectors(
         self, team_id: str, model: str, upto: int, after: int = 0
     ) -> list[StoredVector]:
@@ -264,8 +291,9 @@ class RecordWriter(RecordReader):
 
     @abstractmethod
     def delete(self, team_id: str, record_id: str, now: datetime) -> bool:
-        """Remove one record of the team (bumping its ``terms_version``); False when the
-        team has no such record, or it had expired by ``now`` (gone to every reader)."""
+        """Remove one record of the team (bumping its ``terms_version``, and listing the
+        record removed under it); False when the team has no such record, or it had
+        expired by ``now`` (gone to every reader)."""
 
     @abstractmethod
     def set_enabled(self, team_id: str, enabled: bool, now: datetime) -> None:
@@ -274,7 +302,13 @@ class RecordWriter(RecordReader):
     @abstractmethod
     def purge_expired(self, now: datetime, limit: int) -> int:
         """Remove at most ``limit`` expired records of any team, bumping each such team's
-        ``terms_version``; return how many."""
+        ``terms_version`` and listing the records removed under it; return how many."""
+
+    @abstractmethod
+    def forget_removals(self, before: datetime) -> int:
+        """Forget the removals listed before ``before``, whole versions at a time,
+        moving each team's ``terms_reset`` past them (teams in key order); return how
+        many records' listings went."""
 
 
 class RecordStore(ABC):

@@ -3,15 +3,16 @@
 :class:`RecordSearch` is the ranking half of :meth:`RecordService.search
 <keepstone.service.records.RecordService.search>`; it runs inside the search's one read
 transaction. It reads the team's two search counters (one query), takes the team's rows
-and BM25 index from a cache stamped with ``terms_version`` and its vectors of the
-embedder's model from the shared :class:`~keepstone.search.cache.VectorCache` stamped with
-``vectors_version`` (extended by the rows stored since, unless vectors were removed),
-masks what the caller may not see — expired, another repository than the one asked
-for, outside a limited caller's projects (a record without a repository is never
-visible to a limited caller) — and ranks the rest with the scope ranking documents use
-(:func:`keepstone.search.hybrid.rank`: BM25 relative to the query's full match, cosine,
-fixed-scale weighted sum, matched signals). Only the texts of the hits returned are
-read, by id, in the same transaction.
+and BM25 index from a cache stamped with ``terms_version`` (patched by the records stored
+and removed since) and its vectors of the embedder's model from the shared
+:class:`~keepstone.search.cache.VectorCache` stamped with ``vectors_version`` (extended by
+the rows stored since, unless vectors were dropped), masks what the caller may not
+see — expired, another repository than the one asked for, outside a limited caller's
+projects (a record without a repository is never visible to a limited caller) — and
+ranks the rest with the scope ranking documents use (:func:`keepstone.search.hybrid.rank`:
+BM25 relative to the query's full match, cosine, fixed-scale weighted sum, matched
+signals). Only the texts of the hits returned are read, by id, in the same
+transaction.
 
 Without an embedder, with no vector of its model yet, or when the embedder fails, the
 ranking is by keyword alone. Isolation is structural: every read takes the team id, and
@@ -21,10 +22,11 @@ every cache is keyed by it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import compress
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,7 +34,14 @@ import numpy.typing as npt
 
 from keepstone.db.vectors import Float32Array, decode_many
 from keepstone.errors import KeepstoneError
-from keepstone.records.store import RankingRow, Record, RecordReader, Scope, SearchVersions
+from keepstone.records.store import (
+    RankingRow,
+    Record,
+    RecordReader,
+    RemovedRecord,
+    Scope,
+    SearchVersions,
+)
 from keepstone.records.store import StoredVector as StoredVector
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
@@ -112,6 +121,30 @@ class _TeamRows:
             mask &= np.isin(self.repo_codes, np.asarray(codes, dtype=np.int32))
         return mask
 
+    def patched(self, removed: Collection[str], rows: Sequence[RankingRow]) -> _TeamRows:
+        """These rows less the records ``removed`` (an id not among them is ignored), then
+        ``rows`` (stored since) after them: what :func:`_team_rows` of the whole would be,
+        at the cost of the changed rows and one pass over the arrays and postings."""
+        gone = [self.position[i] for i in removed if i in self.position]
+        if not gone:
+            return self.extended(rows)
+        keep: BoolArray = np.ones(len(self.ids), dtype=np.bool_)
+        keep[gone] = False
+        ids = list(compress(self.ids, keep.tolist()))
+        position: dict[Hashable, int] = dict(zip(ids, range(len(ids)), strict=True))
+        lean = _TeamRows(
+            ids,
+            self.index.without(keep),
+            self.repo_codes[keep],
+            self.repos,
+            self.expires[keep],
+            self.created[keep],
+            RowMap(position),
+            position,
+            self.dup_keys[keep],
+        )
+        return lean.extended(rows)
+
     def extended(self, rows: Sequence[RankingRow]) -> _TeamRows:
         """These rows and ``rows`` (stored since) after them: what :func:`_team_rows` of
         the whole would be, at the cost of the new rows and copies of the arrays."""
@@ -157,6 +190,30 @@ def _team_rows(
     return _TeamRows(
         ids, index, codes, repos, expires, created, RowMap(position), position, dup_keys
     )
+
+
+def _patched(
+    tx: RecordReader, team: str, versions: SearchVersions, cached: int, older: _TeamRows
+) -> _TeamRows | None:
+    """The team's rows at ``versions.terms`` made from ``older``, cached at ``cached``: less
+    the records removed since, plus those stored since. None when they cannot be: a removal
+    no longer listed (before ``terms_reset``), or a version since that neither stored a
+    record still there nor lists one removed — a writer that tags nothing (a replica of a
+    release before, mid rolling upgrade), or a listing forgotten after the counters were
+    read. Every version since is accounted for, or the rows are read whole."""
+    if versions.terms_reset > cached:
+        return None
+    since = tx.ranking_rows(team, versions.terms, after=cached)
+    wanted = set(range(cached + 1, versions.terms + 1))
+    seen = {r.terms_version for r in since}
+    removed: list[RemovedRecord] = []
+    if seen != wanted:  # a version with no record stored: a removal, or one saved and removed
+        removed = tx.removed_records(team, versions.terms, after=cached)
+        seen.update(g.version for g in removed)
+        seen.update(g.stored_version for g in removed if g.stored_version > cached)
+        if seen != wanted:
+            return None
+    return older.patched({g.id for g in removed}, since)
 
 
 def _entry(vectors: Sequence[StoredVector], dim: int) -> Entry:
@@ -229,14 +286,7 @@ class RecordSearch:
         team = scope.team_id
 
         def extend(cached: int, older: _TeamRows) -> _TeamRows | None:
-            if versions.terms_reset > cached:
-                return None  # records were removed since: read them all again
-            since = tx.ranking_rows(team, versions.terms, after=cached)
-            if {r.terms_version for r in since} != set(range(cached + 1, versions.terms + 1)):
-                # A version with no record of its own: a writer that does not tag what it
-                # stores or removes (a replica of the release before, in a rolling upgrade).
-                return None
-            return older.extended(since)
+            return _patched(tx, team, versions, cached, older)
 
         rows = self._rows.get(
             team, versions.terms, lambda: _team_rows(tx.ranking_rows(team, versions.terms)), extend
@@ -331,13 +381,23 @@ class RecordSearch:
             return _entry(tx.record_vectors(team, model, upto, after=cached), embedder.dim)
 
         # Keyed by team and model: vectors of one model are never compared with another's.
-        entry = self.cache.get((VECTOR_SCOPE, team, model), upto, load, load_since=load_since)
+        key = (VECTOR_SCOPE, team, model)
+        entry = self.cache.get(key, upto, load, load_since=load_since)
+        mapped = rows.row_map.rows_of(entry)
+        if 2 * int(np.count_nonzero(mapped < 0)) > len(entry):
+            # Mostly vectors of records removed since it was loaded (a removal leaves them:
+            # they match no row, so ranking skips them): reloaded once they outnumber the
+            # rest, so a matrix holds at most twice the team's vectors, and a removal costs
+            # a search a share of a reload, not a whole one.
+            self.cache.discard(key)
+            entry = self.cache.get(key, upto, load)
+            mapped = rows.row_map.rows_of(entry)
         if not len(entry):
             return None
         query_vector = embedded.result()
         if query_vector is None:
             return None
-        return ExactDense(entry.matrix, rows.row_map.rows_of(entry), query_vector)
+        return ExactDense(entry.matrix, mapped, query_vector)
 
 
 def _weighted(

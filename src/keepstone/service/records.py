@@ -58,7 +58,14 @@ from keepstone.records.models import is_clean_id
 from keepstone.records.ratelimit import RateLimiter, admitted
 from keepstone.records.render import NOTICE, render_text
 from keepstone.records.sql import SqlRecordStore
-from keepstone.records.store import PagePosition, RecordStore, Scope, new_record, utc
+from keepstone.records.store import (
+    REMOVALS_KEPT,
+    PagePosition,
+    RecordStore,
+    Scope,
+    new_record,
+    utc,
+)
 from keepstone.records.store import (
     Record as Record,  # what a save answers (re-exported for the faces)
 )
@@ -507,7 +514,10 @@ class RecordService:
         """Delete every expired record, ``batch`` per transaction; return how many.
 
         The server runs it periodically; ``keepstone records purge`` runs it once. Expired
-        records are already invisible to every read, so this only frees space.
+        records are already invisible to every read, so this only frees space. It then
+        forgets the removals listed more than
+        :data:`~keepstone.records.store.REMOVALS_KEPT` ago, in a transaction of its own (a
+        search whose cached rows are older than those reads them whole).
         """
         current = self._now(now)
         removed = 0
@@ -516,7 +526,10 @@ class RecordService:
                 done = tx.purge_expired(current, batch)
             removed += done
             if done < batch:
-                return removed
+                break
+        with self._store.writing() as tx:
+            tx.forget_removals(current - REMOVALS_KEPT)
+        return removed
 
     # --- list (last: its name shadows the builtin in the class body) ---------------------
 
