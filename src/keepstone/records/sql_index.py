@@ -160,39 +160,30 @@ class SearchCounters:
     def __init__(self, dialect: str) -> None:
         insert: Any = pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
         team: sa.BindParameter[str] = sa.bindparam("team")
-        self.bump_terms = (
-            insert(V)
-            .values(team_id=team, terms_version=1, vectors_version=0, vectors_reset=0)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id], set_={V.c.terms_version: V.c.terms_version + 1}
+
+        def bump(counter: sa.Column[int], *, reset: bool = False) -> Any:
+            """Move ``counter`` one up (with ``reset``, ``vectors_reset`` to its new value:
+            every vector dropped), creating the team's row at 1; returning the new value."""
+            moved = {counter: counter + 1}
+            first = {"terms_version": 0, "vectors_version": 0, "vectors_reset": 0}
+            first[counter.name] = 1
+            if reset:
+                moved[V.c.vectors_reset] = counter + 1
+                first["vectors_reset"] = 1
+            return (
+                insert(V)
+                .values(team_id=team, **first)
+                .on_conflict_do_update(index_elements=[V.c.team_id], set_=moved)
+                .returning(counter)
             )
-            .returning(V.c.terms_version)
-        )
-        self.bump_vectors = (
-            insert(V)
-            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=0)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id],
-                set_={V.c.vectors_version: V.c.vectors_version + 1},
-            )
-            .returning(V.c.vectors_version)
-        )
+
+        self.bump_terms = bump(V.c.terms_version)
+        self.bump_vectors = bump(V.c.vectors_version)
         # Every vector dropped: vectors_version moves, and the reset mark with it. (A
         # delete or purge moves terms_version alone, as an insert does: see
         # :func:`list_removals`; a removed record's vector left in a cached matrix matches
         # no cached row, so the matrix stands.)
-        self.reset_vectors = (
-            insert(V)
-            .values(team_id=team, terms_version=0, vectors_version=1, vectors_reset=1)
-            .on_conflict_do_update(
-                index_elements=[V.c.team_id],
-                set_={
-                    V.c.vectors_version: V.c.vectors_version + 1,
-                    V.c.vectors_reset: V.c.vectors_version + 1,
-                },
-            )
-            .returning(V.c.vectors_version)
-        )
+        self.reset_vectors = bump(V.c.vectors_version, reset=True)
 
 
 _DIALECTS = {name: SearchCounters(name) for name in ("sqlite", "postgresql")}
