@@ -12,11 +12,13 @@ from __future__ import annotations
 import uuid
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from keepstone.db import make_engine, upgrade, write_transaction
@@ -294,3 +296,23 @@ def world_with_key(database: str) -> tuple[World, str]:
     key = identity_of(engine).create_api_key(world.member, world.team_id)[1]
     engine.dispose()
     return world, key
+
+
+@contextmanager
+def ranking_reads(engine: Engine) -> Iterator[list[str]]:
+    """The reads of a team's ranking rows on ``engine`` as they run: ``"whole"``,
+    ``"since"`` (the rows stored after a version) and ``"removed"`` (the records removed
+    since)."""
+    seen: list[str] = []
+
+    def spy(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "records.terms AS" in statement or "records.terms," in statement:
+            seen.append("since" if "records.terms_version >" in statement else "whole")
+        elif statement.lstrip().startswith("SELECT") and "FROM record_removals" in statement:
+            seen.append("removed")
+
+    event.listen(engine, "before_cursor_execute", spy)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", spy)

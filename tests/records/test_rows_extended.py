@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from keepstone.db import write_transaction
 from keepstone.principal import CredentialKind
@@ -21,7 +20,7 @@ from keepstone.records.schema import record_search_versions, records
 from keepstone.records.store import RETENTION
 from keepstone.search.text import analyze
 from keepstone.service.records import RecordService
-from tests.records.conftest import World, records_of
+from tests.records.conftest import World, ranking_reads, records_of
 
 NOTES = [
     "Rolled back the payments deploy after the canary failed",
@@ -33,19 +32,9 @@ NOTES = [
 
 @pytest.fixture
 def reads(world: World) -> Iterator[list[str]]:
-    """The statements that read a team's ranking rows, as they run: ``"whole"`` or
-    ``"since"``, and ``"removed"`` for the records removed since."""
-    seen: list[str] = []
-
-    def spy(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        if "records.terms AS" in statement or "records.terms," in statement:
-            seen.append("since" if "records.terms_version >" in statement else "whole")
-        elif statement.lstrip().startswith("SELECT") and "FROM record_removals" in statement:
-            seen.append("removed")
-
-    event.listen(world.engine, "before_cursor_execute", spy)
-    yield seen
-    event.remove(world.engine, "before_cursor_execute", spy)
+    """The reads of the team's ranking rows as they run (:func:`ranking_reads`)."""
+    with ranking_reads(world.engine) as seen:
+        yield seen
 
 
 def _ranked(records: RecordService, world: World, query: str) -> list[tuple[str, float]]:

@@ -9,15 +9,12 @@ one that read the team's counters before it went."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from keepstone.db import read_transaction
@@ -27,7 +24,7 @@ from keepstone.records.schema import record_removals
 from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import REMOVALS_KEPT, RETENTION, Scope
 from keepstone.service.records import RecordService
-from tests.records.conftest import World, make_world, records_of
+from tests.records.conftest import World, make_world, ranking_reads, records_of
 
 WORDS = ["deploy", "canary", "payments", "vault", "billing", "rollback", "ledger", "gateway"]
 QUERIES = ["deploy canary", "payments ledger vault", "rollback gateway billing"]
@@ -45,25 +42,6 @@ def _ranked(service: RecordService, world: World, query: str) -> list[tuple[str,
 
 def _rankings(service: RecordService, world: World) -> dict[str, list[tuple[str, float]]]:
     return {query: _ranked(service, world, query) for query in QUERIES}
-
-
-@contextmanager
-def _reads(engine: Engine) -> Iterator[list[str]]:
-    """The reads of a team's ranking rows as they run: ``"whole"``, ``"since"``, and
-    ``"removed"`` (the records removed since)."""
-    seen: list[str] = []
-
-    def spy(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        if "records.terms AS" in statement or "records.terms," in statement:
-            seen.append("since" if "records.terms_version >" in statement else "whole")
-        elif statement.lstrip().startswith("SELECT") and "FROM record_removals" in statement:
-            seen.append("removed")
-
-    event.listen(engine, "before_cursor_execute", spy)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", spy)
 
 
 def _owner(world: World) -> Any:
@@ -99,7 +77,7 @@ def test_patched_rows_rank_as_a_fresh_read(engine: Engine, steps: list[dict[str,
     for worker in workers:
         _rankings(worker, world)  # each worker's rows cached
     old = datetime.now(UTC) - RETENTION - timedelta(minutes=1)
-    with _reads(engine) as reads:
+    with ranking_reads(engine) as reads:
         for step in steps:
             live += save(world.team_id, [(text, None) for text in step["saved"]])
             expired += save(world.team_id, [(text, None) for text in step["expired"]], now=old)
@@ -145,7 +123,7 @@ def test_a_removal_is_listed_under_its_version_until_forgotten(world: World) -> 
         assert tx.search_versions(world.team_id).terms_reset == 3
     # A cache at the version forgotten needs nothing; one older is read whole.
     world.records.delete(_owner(world), world.team_id, second.id)
-    with _reads(world.engine) as reads:
+    with ranking_reads(world.engine) as reads:
         assert _ranked(world.records, world, "deploy") == []
         assert reads == ["since", "removed"]
     store.drop_team(world.team_id)
@@ -167,7 +145,7 @@ def test_a_listing_forgotten_after_the_counters_were_read_means_a_whole_read(
         versions = tx.search_versions(world.team_id)
     world.records.purge_expired(now=datetime.now(UTC) + REMOVALS_KEPT + timedelta(minutes=1))
     scope = Scope(world.team_id, None, None, datetime.now(UTC))
-    with _reads(world.engine) as reads, store.reading() as tx:
+    with ranking_reads(world.engine) as reads, store.reading() as tx:
         found = ranking.rank(tx, scope, "deploy", 10, versions)
     assert reads == ["since", "removed", "whole"]
     fresh = _ranked(_worker(world.engine), world, "deploy")

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { KeepstoneError, Memory } from "keepstone";
+import { refusal } from "./refusal.js";
 
 const BASE = "http://keepstone.test";
 
@@ -29,16 +30,6 @@ function answering(answer: () => Response): { memory: Memory; sent: Sent[] } {
 
 function reply(status: number, body: string, headers: Record<string, string> = {}): () => Response {
   return () => new Response(status === 204 ? null : body, { status, headers });
-}
-
-async function refusal(work: Promise<unknown>): Promise<KeepstoneError> {
-  try {
-    await work;
-  } catch (error) {
-    assert.ok(error instanceof KeepstoneError, `not a KeepstoneError: ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a KeepstoneError");
 }
 
 const NGINX_502 =

@@ -5,6 +5,7 @@ import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 // Through the package's own name: its "exports" map, as a user imports it.
 import { KeepstoneError, Memory } from "keepstone";
+import { refusal } from "./refusal.js";
 import { testServer, type TestServer } from "./server.js";
 
 let server: TestServer;
@@ -20,16 +21,6 @@ before(async () => {
 after(async () => {
   await server?.stop();
 });
-
-async function refusal(work: Promise<unknown>): Promise<KeepstoneError> {
-  try {
-    await work;
-  } catch (error) {
-    assert.ok(error instanceof KeepstoneError, `not a KeepstoneError: ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected the server to refuse");
-}
 
 describe("documents", () => {
   test("write creates then replaces, read answers the content and etag", async () => {

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { createServer, type Server, type Socket } from "node:net";
 import { after, describe, test } from "node:test";
 import { KeepstoneError, Memory } from "keepstone";
+import { refusal } from "./refusal.js";
 
 const servers: Server[] = [];
 const sockets = new Set<Socket>();
@@ -46,16 +47,6 @@ function answer(socket: Socket, body: string): void {
   socket.end(
     `HTTP/1.1 ${status}\r\n${type}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
-}
-
-async function refusal(work: Promise<unknown>): Promise<KeepstoneError> {
-  try {
-    await work;
-  } catch (error) {
-    assert.ok(error instanceof KeepstoneError, `not a KeepstoneError: ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a KeepstoneError");
 }
 
 const LISTING =
