@@ -123,8 +123,7 @@ def test_an_edit_sent_after_the_session_ended_leads_back_to_the_form(
     world: World, client: TestClient
 ) -> None:
     path = f"{unique('ended')}.md"
-    world.store.write(world.team_ref(), path, "# before\n")
-    etag = world.store.read(world.team_ref(), path).etag
+    etag = world.store.write(world.team_ref(), path, "# before\n").etag
     form = {**SPACE, "path": path, "etag": etag, "csrf": "stale-token"}
     typed = "# An hour of typing\r\n\r\n<b>mine</b>\r\n"
     for cookie in ("", "keepstone_session=ended-session; keepstone_csrf=stale-token"):

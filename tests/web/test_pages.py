@@ -182,8 +182,7 @@ def test_edit_conflict_shows_both_versions_and_saves_mine_over_theirs(
     world: World, client: TestClient
 ) -> None:
     path = f"{unique('conflict')}.md"
-    world.store.write(world.team_ref(), path, "first")
-    etag = world.store.read(world.team_ref(), path).etag
+    etag = world.store.write(world.team_ref(), path, "first").etag
     world.store.write(world.team_ref(), path, "theirs </textarea><b>x</b>")
     r = post_form(
         client,

@@ -144,8 +144,7 @@ def session_of(r: httpx.Response) -> dict[str, str]:
 
 
 def _doc(world: World, path: str, content: str) -> str:
-    world.store.write(world.team_ref(), path, content)
-    return world.store.read(world.team_ref(), path).etag
+    return world.store.write(world.team_ref(), path, content).etag
 
 
 def _ended_edit(client: TestClient, world: World, path: str, etag: str, typed: str) -> str:
