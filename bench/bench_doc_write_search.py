@@ -3,7 +3,8 @@
 ranks").
 
 For each size (``--docs``: documents of five sections each, about six chunks a document) a
-fresh SQLite store is filled, every chunk is given a vector of a stand-in model (random unit
+fresh SQLite store (and, with ``--postgres URL``, a store in a throw-away schema of that
+PostgreSQL database) is filled, every chunk is given a vector of a stand-in model (random unit
 vectors: the cost of the dense side, not its quality), and one ``DocumentSearch`` with that
 model searches the space. Then, ``--rounds`` times: a search alone (the caches warm), and a
 search right after one document is rewritten and its chunks embedded. Keyword-only is the
@@ -14,6 +15,7 @@ taking turns with this one: figures side by side from the same minutes of a nois
 
     .venv/bin/python bench/bench_doc_write_search.py
     .venv/bin/python bench/bench_doc_write_search.py --docs 500,2000 --baseline /tmp/old/src
+    .venv/bin/python bench/bench_doc_write_search.py --postgres "$KEEPSTONE_TEST_POSTGRES_URL"
 
 Prints figures; asserts nothing.
 """
@@ -61,9 +63,12 @@ def document(rnd: random.Random, i: int) -> str:
     return f"# Document {i}\n\n" + "\n".join(sections)
 
 
-def measure(docs: int, rounds: int, hybrid: bool) -> dict[str, float]:
-    """p50 ms of a search alone and of one right after a write, in a fresh store."""
-    from bench_store import BENCH_LIMITS
+def measure(docs: int, rounds: int, hybrid: bool, postgres: str = "") -> dict[str, float]:
+    """p50 ms of a search alone and of one right after a write, in a fresh store (in a
+    throw-away schema of the database ``postgres``, when given)."""
+    import uuid
+
+    from bench_store import BENCH_LIMITS, drop_schema
     from keepstone.db.vectors import encode_many
     from keepstone.service.search import DocumentSearch
     from keepstone.spaces import SpaceRef, Visibility
@@ -71,8 +76,12 @@ def measure(docs: int, rounds: int, hybrid: bool) -> dict[str, float]:
 
     rnd = random.Random(docs)
     model = RandomModel()
+    schema = f"bench_{uuid.uuid4().hex[:12]}" if postgres else ""
     with tempfile.TemporaryDirectory() as tmp:
-        store = SqlStore.open(f"sqlite:///{tmp}/bench.db", BENCH_LIMITS)
+        if postgres:
+            store = SqlStore.open(postgres, BENCH_LIMITS, schema=schema)
+        else:
+            store = SqlStore.open(f"sqlite:///{tmp}/bench.db", BENCH_LIMITS)
         ref = SpaceRef.build(Visibility.PROJECT, "notes", tenant="t1", project="p1")
         for i in range(docs):
             store.write(ref, f"notes/d{i}.md", document(rnd, i))
@@ -98,14 +107,17 @@ def measure(docs: int, rounds: int, hybrid: bool) -> dict[str, float]:
             search.search([ref], "quota worker")
             after.append(time.perf_counter() - started)
         store.close()
+    if schema:
+        drop_schema(postgres, schema)
     return {"alone": statistics.median(alone) * 1e3, "after": statistics.median(after) * 1e3}
 
 
-def run_in(src: Path, docs: int, rounds: int, hybrid: bool) -> dict[str, float]:
+def run_in(src: Path, docs: int, rounds: int, hybrid: bool, postgres: str) -> dict[str, float]:
     """:func:`measure` in a child process importing the product from ``src`` (this
     checkout's too, so both trees start alike)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{Path(__file__).resolve().parent}"}
     argv = [sys.executable, __file__, "--child", f"{docs},{rounds},{int(hybrid)}"]
+    argv += ["--postgres", postgres] if postgres else []
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.splitlines()[-1]))
 
@@ -115,24 +127,31 @@ def main() -> None:
     parser.add_argument("--docs", default="500,2000", help="space sizes, comma-separated")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--baseline", type=Path, help="another checkout's src, run beside this")
+    parser.add_argument("--postgres", default="", help="a PostgreSQL URL: measure there too")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         docs, rounds, hybrid = (int(x) for x in args.child.split(","))
-        print(json.dumps(measure(docs, rounds, bool(hybrid))))
+        print(json.dumps(measure(docs, rounds, bool(hybrid), args.postgres)))
         return
     trees = [("this", HERE)] + ([("base", args.baseline.resolve())] if args.baseline else [])
-    print(f"{'docs':>6} {'side':<8} {'tree':<5} {'search alone p50':>17} {'after a write p50':>18}")
-    for docs in (int(x) for x in args.docs.split(",")):
-        for hybrid in (False, True):
-            for name, src in reversed(trees) if docs % 2 else trees:
-                got = run_in(src, docs, args.rounds, hybrid)
-                side = "hybrid" if hybrid else "keyword"
-                print(
-                    f"{docs:>6} {side:<8} {name:<5} {got['alone']:>14.1f} ms "
-                    f"{got['after']:>15.1f} ms",
-                    flush=True,
-                )
+    databases = ["sqlite"] + (["postgres"] if args.postgres else [])
+    print(
+        f"{'db':<9} {'docs':>6} {'side':<8} {'tree':<5} {'search alone p50':>17} "
+        f"{'after a write p50':>18}"
+    )
+    for db in databases:
+        for docs in (int(x) for x in args.docs.split(",")):
+            for hybrid in (False, True):
+                for name, src in reversed(trees) if docs % 2 else trees:
+                    url = args.postgres if db == "postgres" else ""
+                    got = run_in(src, docs, args.rounds, hybrid, url)
+                    side = "hybrid" if hybrid else "keyword"
+                    print(
+                        f"{db:<9} {docs:>6} {side:<8} {name:<5} {got['alone']:>14.1f} ms "
+                        f"{got['after']:>15.1f} ms",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -82,6 +82,11 @@ class InFlight:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=STOP_TIMEOUT_SECONDS)
         self.rest = body.encode()[10:]
         self.sock.sendall(head.encode() + body.encode()[:10])
+        # Sent is not yet read: a stop before the server has read the request's head finds
+        # no request on the connection, and closes it. Wait until the server's end of the
+        # connection holds nothing unread (uvicorn parses what it reads at once).
+        client = self.sock.getsockname()[1]
+        _until(lambda: _unread(port, client) == 0, "the server read the request's head")
 
     def finish(self) -> int:
         """Send the rest of the body; the answer's status."""
@@ -112,6 +117,17 @@ def _in_flight(port: int) -> Iterator[InFlight]:
         yield request
     finally:
         request.close()
+
+
+def _unread(port: int, client: int) -> int | None:
+    """The bytes the kernel holds unread on the server's end (local ``port``) of the
+    loopback connection from ``client`` (``/proc/net/tcp``); None: no such connection."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == client:
+            return int(queues.split(":")[1], 16)
+    return None
 
 
 def _refuses(port: int) -> bool:

@@ -311,3 +311,29 @@ def test_documents_v9_counts_the_bytes_of_chunks_written_before(blank_engine: En
     assert counted == {seq: chunk_bytes(*row) for seq, *row in rows}
     assert counted[0] == 5 + 4 + 15 + 12 + 4  # UTF-8 bytes, not characters
     assert "ix_memory_chunks_space_bytes" in chunks
+
+
+def test_documents_v11_stamps_chunks_written_before_with_zero(blank_engine: Engine) -> None:
+    """A database at documents v10, its chunks without ``stamp``: v11 adds the column (0 on
+    every row written before: they are read whole by a first search anyway) and the index
+    a search reads each document's digest of stamps from."""
+    v10 = sql_schema.MIGRATIONS[:10]
+    assert upgrade(blank_engine, v10) == v10
+    with blank_engine.begin() as conn:
+        # As v3 made the table before v11 existed (v3 builds today's table on a blank one).
+        conn.exec_driver_sql("DROP INDEX ix_memory_chunks_space_stamps")
+        conn.exec_driver_sql("ALTER TABLE memory_chunks DROP COLUMN stamp")
+        conn.execute(
+            sa.text(
+                "INSERT INTO memory_chunks (tenant_id, space_key, path, space_id, seq, "
+                "visibility, heading, context, start_offset, end_offset, text, terms, "
+                "updated_at) VALUES ('t', 'k', 'a.md', 's', 0, 'project', '', '', 0, 1, 'x', "
+                "'x', CURRENT_TIMESTAMP)"
+            )
+        )
+    assert upgrade(blank_engine, sql_schema.MIGRATIONS) == sql_schema.MIGRATIONS[10:]
+    c = sql_schema.memory_chunks
+    with blank_engine.connect() as conn:
+        assert conn.execute(sa.select(c.c.path, c.c.stamp)).all() == [("a.md", 0)]
+        chunks = {i["name"] for i in sa.inspect(conn).get_indexes("memory_chunks")}
+    assert "ix_memory_chunks_space_stamps" in chunks

@@ -186,6 +186,22 @@ def test_a_space_s_chunks_and_version_are_read_by_their_keys(
     assert read & leading_with_the_space, read
 
 
+def test_a_search_after_a_write_reads_the_stamps_index_and_the_documents_changed(
+    stores: tuple[SqlStore, SqlRecordStore],
+) -> None:
+    store = stores[0]
+    paths = ["doc/000007.md", "doc/004242.md"]
+    statements = captured(
+        store.engine, lambda: (store.chunk_digests(REF), store.chunk_rows_of(REF, paths))
+    )
+    digests, rows = (assert_index_driven(store.engine, [one]) for one in statements)
+    # Any index led by the space (with no statistics the planner may take the one that
+    # counts a space's pending chunks and read the rows' stamps beside it); the documents'
+    # rows by their keys.
+    assert {"ix_memory_chunks_space_stamps", "ix_memory_chunks_space_model"} & set(digests)
+    assert rows == ["memory_chunks_pkey"], rows
+
+
 @pytest.mark.parametrize("model", ["model-a", MODEL, "model-c"])
 def test_the_scan_of_chunks_to_embed_reads_its_partial_index(
     stores: tuple[SqlStore, SqlRecordStore], model: str

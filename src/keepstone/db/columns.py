@@ -26,7 +26,10 @@ def timestamp(name: str, *, nullable: bool = False, index: bool = False) -> sa.C
 
 
 def partial_index(
-    name: str, table: sa.Table, columns: tuple[str, ...], where: sa.ColumnElement[bool]
+    name: str,
+    table: sa.Table,
+    columns: tuple[str, ...],
+    where: sa.ColumnElement[bool] | sa.TextClause,
 ) -> sa.Index:
     """An index of ``table``'s rows that satisfy ``where`` alone, on both dialects: a
     statement whose conditions include ``where`` itself reads it (SQLite uses a partial

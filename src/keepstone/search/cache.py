@@ -61,16 +61,20 @@ class Entry:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def extended(self, delta: Entry) -> Entry:
-        """This entry with ``delta``'s rows appended (converted to this entry's format)."""
+    def extended(self, delta: Entry, *, ids: npt.NDArray[Any] | None = None) -> Entry:
+        """This entry with ``delta``'s rows appended (converted to this entry's format);
+        ``ids``: this entry's rows renamed so (one id a row), as when some are retired."""
+        own = self.ids if ids is None else np.asarray(ids)
+        if len(own) != len(self):
+            raise VectorFormatError("an entry needs one id per row")
         if not len(delta):
-            return self
+            return self if ids is None else Entry(own, self.matrix)
         rows = _converted(delta.matrix, quantized=isinstance(self.matrix, QuantizedMatrix))
         if not len(self):
             return Entry(delta.ids, rows)
         if matrix_dim(rows) != matrix_dim(self.matrix):
             raise VectorFormatError("an extension of another dimension")
-        return Entry(np.concatenate([self.ids, delta.ids]), _concatenated(self.matrix, rows))
+        return Entry(np.concatenate([own, delta.ids]), _concatenated(self.matrix, rows))
 
 
 def _converted(matrix: Matrix, *, quantized: bool) -> Matrix:
@@ -135,7 +139,10 @@ class VectorCache:
     extended by the rows it returns (an :class:`Entry` of the new rows only), or
     reloaded in full when it returns None (a row deleted or replaced). :meth:`extend`
     does the same for a caller that already holds the new rows. At 20k vectors an
-    extension copies the matrix once (a few ms) instead of reading 20k rows.
+    extension copies the matrix once (a few ms) instead of reading 20k rows. With
+    ``patch(stale_entry)`` given, the caller makes the new entry from the stale one (a
+    document search whose rows changed in a few documents: their old vectors left
+    unmatched, the new appended), or None to load.
 
     Eviction is least-recently-used by :attr:`Entry.nbytes`; an entry larger than the
     whole bound is returned to its caller but not kept.
@@ -158,9 +165,11 @@ class VectorCache:
         load: Callable[[], Entry],
         *,
         load_since: Callable[[int], Entry | None] | None = None,
+        patch: Callable[[Entry], Entry | None] | None = None,
     ) -> Entry:
         """The scope's entry at ``version`` or newer, loading (or extending) it when the
-        cached one is older or absent."""
+        cached one is older or absent. ``patch(stale)``, when given, makes the new entry
+        from the stale one itself (None: it cannot, and ``load()`` does)."""
         with self._lock:
             hit = self._fresh(scope, version)
         if hit is not None:
@@ -176,6 +185,8 @@ class VectorCache:
                 delta = load_since(stale.version)
                 if delta is not None:
                     entry = stale.entry.extended(delta)
+            if patch is not None and stale is not None:
+                entry = patch(stale.entry)
             extended = entry is not None
             if entry is None:
                 entry = load()

@@ -213,6 +213,8 @@ class RowMap:
 
     __slots__ = ("_key", "_mapped", "_position")
 
+    _mapped: list[tuple[weakref.ref[Entry], IndexArray, bool]]
+
     def __init__(
         self,
         position: Mapping[Hashable, int],
@@ -220,19 +222,36 @@ class RowMap:
     ) -> None:
         self._position = position
         self._key = key
-        self._mapped: list[tuple[weakref.ref[Entry], IndexArray]] = []
+        self._mapped = []
 
     def rows_of(self, entry: Entry) -> IndexArray:
         """The row number of each vector of ``entry`` (-1: not among these rows, as when
         the two were loaded at different versions)."""
-        for known, rows in self._mapped:
+        for known, rows, _ in self._mapped:
             if known() is entry:
                 return rows
         get, key = self._position.get, self._key
         rows = np.fromiter((get(key(i), -1) for i in entry.ids), dtype=np.int64, count=len(entry))
-        rows.flags.writeable = False
-        self._mapped[:] = [(weakref.ref(entry), rows)]
+        self._remember(entry, rows, made=False)
         return rows
+
+    def made(self, entry: Entry, rows: IndexArray) -> None:
+        """``entry`` was made from these rows, its vector ``i`` from row ``rows[i]`` (-1:
+        none): :meth:`rows_of` answers that without looking ids up, and
+        :meth:`made_from` knows it."""
+        self._remember(entry, rows, made=True)
+
+    def made_from(self, entry: Entry) -> IndexArray | None:
+        """The row of each vector of ``entry`` when it was :meth:`made` from these rows
+        (so it holds every vector they had of its model), else None."""
+        for known, rows, made in self._mapped:
+            if known() is entry:
+                return rows if made else None
+        return None
+
+    def _remember(self, entry: Entry, rows: IndexArray, *, made: bool) -> None:
+        rows.flags.writeable = False
+        self._mapped[:] = [(weakref.ref(entry), rows, made)]
 
 
 class ScopeCache(Generic[T]):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,11 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from keepstone.db import utcnow
-from keepstone.db.vectors import Float32Array, decode_many, encode_many
+from keepstone.db.vectors import Float32Array, encode_many
 from keepstone.errors import InvalidRequest
 from keepstone.paths import check_path_prefix
 from keepstone.search import hybrid
-from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry, VectorCache
 from keepstone.search.chunking import snippet
 from keepstone.search.filters import NO_FILTERS, SearchFilters, front_matter_tags
@@ -44,6 +42,12 @@ from keepstone.search.floor import Floor, duplicate_key, empty_hint, floor_for
 from keepstone.search.found import Found, pending_of
 from keepstone.search.hybrid import CANDIDATES as CANDIDATES
 from keepstone.search.text import query_terms
+from keepstone.service.space_rows import (
+    SpaceRows,
+    patched_entry,
+    space_rows,
+    vector_entry,
+)
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, MemoryStore
 from keepstone.store.index import (
@@ -99,19 +103,6 @@ class DocumentHit:
 
 
 R = TypeVar("R", bound=ChunkToEmbed)
-
-
-@dataclass(frozen=True, slots=True)
-class _Keyword:
-    """A space's chunks at one version, their BM25 index, and the row of each cached
-    vector (through the chunk's (path, seq))."""
-
-    rows: list[ChunkRow]
-    index: BM25Index
-    row_map: hybrid.RowMap
-    #: Each chunk's row number by its (path, seq), and how many vectors each model has.
-    position: dict[Hashable, int]
-    vectors: dict[str | None, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +164,7 @@ class DocumentSearch:
         self.cache = cache if cache is not None else VectorCache()
         self.embed_budget = embed_budget
         self.notice = notice
-        self._keyword: hybrid.ScopeCache[_Keyword] = hybrid.ScopeCache(BM25_CACHE_SPACES)
+        self._keyword: hybrid.ScopeCache[SpaceRows] = hybrid.ScopeCache(BM25_CACHE_SPACES)
 
     def search(
         self,
@@ -318,10 +309,10 @@ class DocumentSearch:
                 break
         return out
 
-    def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> _Keyword:
-        def build() -> _Keyword:
-            rows = index.chunk_rows(ref)  # read after the version: at least as new
-            return _keyword_of(rows, self._keyword.peek(ref.id))
+    def _keyword_entry(self, index: SearchIndex, ref: SpaceRef, version: int) -> SpaceRows:
+        def build() -> SpaceRows:
+            # Read after the version: at least as new.
+            return space_rows(index, ref, self._keyword.peek(ref.id))
 
         return self._keyword.get(ref.id, version, build)
 
@@ -330,7 +321,7 @@ class DocumentSearch:
         index: SearchIndex,
         ref: SpaceRef,
         version: int,
-        keyword: _Keyword,
+        keyword: SpaceRows,
         query: Float32Array,
         path_prefix: str,
     ) -> hybrid.DenseSide | None:
@@ -366,20 +357,20 @@ class DocumentSearch:
 
         return hybrid.dense_side(keyword.vectors.get(model, 0), min_vectors, exact, indexed)
 
-    def _vector_entry(self, ref: SpaceRef, version: int, keyword: _Keyword) -> Entry:
+    def _vector_entry(self, ref: SpaceRef, version: int, keyword: SpaceRows) -> Entry:
         assert self.embedder is not None
         model = self.embedder.model_id
         dim = self.embedder.dim
 
         def load() -> Entry:
             # Rows of the keyword entry: loaded after reading a version >= ``version``.
-            embedded = [r for r in keyword.rows if r.embedding is not None and r.model == model]
-            ids = np.array([_join(r.path, r.seq) for r in embedded], dtype=object)
-            blobs = [r.embedding for r in embedded if r.embedding is not None]
-            return Entry(ids, decode_many(blobs, dim))
+            return vector_entry(keyword, model, dim)
+
+        def patch(stale: Entry) -> Entry | None:
+            return patched_entry(keyword, stale, model, dim)
 
         # Keyed by space and model: vectors of one model are never compared with another's.
-        return self.cache.get((ref.id, model), version, load)
+        return self.cache.get((ref.id, model), version, load, patch=patch)
 
     def _embed_pending(self, index: SearchIndex) -> int:
         """Embed pending chunks of the index (no vector of this embedder's model), a few
@@ -482,47 +473,3 @@ def _embed_claimed(claim: ClaimedChunks[R], embedder: Embedder) -> int:
     if rows:
         claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])), rows)
     return len(rows)
-
-
-def _keyword_of(rows: list[ChunkRow], was: _Keyword | None) -> _Keyword:
-    """The keyword side of a space read as ``rows``. From ``was``, the side of an earlier
-    reading, when most of its chunks are unchanged: its BM25 index less the chunks since
-    rewritten or gone, plus the new ones, scores as one built from ``rows`` (a write costs
-    the next search its own chunks, not the space's). Its rows are then the kept chunks in
-    their old order, the new ones after them: ties are ordered by path and position in
-    :meth:`DocumentSearch._rank_space`, not by this order."""
-    vectors = dict(Counter(row.model for row in rows if row.embedding is not None))
-    if was is not None:
-        # The fresh row of each old chunk still there with the same terms, by old position.
-        same: list[ChunkRow | None] = [None] * len(was.rows)
-        added: list[ChunkRow] = []
-        for row in rows:
-            at = was.position.get((row.path, row.seq))
-            if at is not None and was.rows[at].terms == row.terms:
-                same[at] = row
-            else:
-                added.append(row)
-        kept = [row for row in same if row is not None]
-        if not added and len(kept) == len(was.rows):
-            # Only vectors changed (the indexer stored a batch): the BM25 index stands.
-            return _Keyword(kept, was.index, was.row_map, was.position, vectors)
-        if 2 * len(kept) >= len(rows):
-            keep = np.fromiter((row is not None for row in same), dtype=bool, count=len(same))
-            index = was.index.without(keep).extended([row.terms.split() for row in added])
-            return _indexed(kept + added, index, vectors)
-    return _indexed(rows, BM25Index([row.terms.split() for row in rows]), vectors)
-
-
-def _indexed(rows: list[ChunkRow], index: BM25Index, vectors: dict[str | None, int]) -> _Keyword:
-    """The keyword side of ``rows`` over ``index``, whose documents are ``rows`` in order."""
-    position: dict[Hashable, int] = {(row.path, row.seq): i for i, row in enumerate(rows)}
-    return _Keyword(rows, index, hybrid.RowMap(position, _split), position, vectors)
-
-
-def _join(path: str, seq: int) -> str:
-    return f"{path}\x00{seq}"
-
-
-def _split(key: object) -> tuple[str, int]:
-    path, _, seq = str(key).rpartition("\x00")
-    return path, int(seq)

@@ -125,6 +125,8 @@ class ChunkRow:
     (:func:`keepstone.search.text.analyze` of its ``search_text``) joined by single spaces,
     ``embedding`` the vector blob (:mod:`keepstone.db.vectors`) or None until it is
     embedded, and ``model`` the model that made the vector (None with no vector).
+    ``stamp`` is new whenever the row is written, from an index that says which chunks
+    changed (:class:`keepstone.store.index.ChunkStamps`); 0 from one that does not.
     """
 
     path: str
@@ -134,6 +136,7 @@ class ChunkRow:
     terms: str
     embedding: bytes | None
     model: str | None
+    stamp: int = 0
 
 
 def space_of_id(space_id: str) -> SpaceRef | None:

@@ -31,6 +31,12 @@ with ``isinstance`` (they are runtime-checkable):
 * :class:`ChunkBackfill`: the index can chunk the unindexed documents of every space in
   one sweep (the SQL store: the background indexer runs it on every pass). An index
   without it chunks a space when it reconciles it.
+* :class:`ChunkStamps`: the index says cheaply which of a space's documents have chunks
+  that changed (a digest of each document's chunk rows'
+  :attr:`~keepstone.store.base.ChunkRow.stamp`, summed in the database from an index), and
+  reads the chunks of some documents only: a search after a write then reads the written
+  document's chunks, not the space's. Without it, a search reads a space's rows
+  again whenever its version moved.
 * :class:`StoredTotals`: the store can say what it holds in all, every team together:
   documents and index (the operator's figures, ``keepstone doctor``). The stores that keep an
   index keep each chunk's :func:`chunk_bytes` on its row, under an index of the database
@@ -53,7 +59,8 @@ The rules every index keeps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -207,6 +214,49 @@ def chunk_bytes(*parts: str | bytes | None) -> int:
     return sum(len(p.encode("utf-8") if isinstance(p, str) else p) for p in parts if p)
 
 
+#: The two primes a document's :func:`stamp_digest` sums its chunks' stamps modulo.
+DIGEST_PRIMES = (2_147_483_647, 2_147_483_629)
+
+
+@runtime_checkable
+class ChunkStamps(Protocol):
+    """An index whose chunk rows carry a stamp that is new whenever a row is written
+    (chunked, or given a vector), so a reader holding a space's rows can ask which
+    documents changed and read only those again."""
+
+    def chunk_digests(self, ref: SpaceRef) -> dict[str, tuple[int, int, int]]:
+        """Each document of the space that has chunks, with the :func:`stamp_digest` of
+        its chunks' stamps, without their text: a document's chunks are new, gone or
+        rewritten exactly where this differs from the rows a reader holds. Read
+        :meth:`SearchIndex.search_version` before it."""
+        ...
+
+    def chunk_rows_of(self, ref: SpaceRef, paths: Sequence[str]) -> list[ChunkRow]:
+        """Every chunk of the documents ``paths`` of the space (a path with none: no
+        rows), by path then position, each with its stamp."""
+        ...
+
+
+def stamp_digest(stamps: Iterable[int]) -> tuple[int, int, int]:
+    """How many stamps, and their sums modulo each of :data:`DIGEST_PRIMES`: two
+    documents' chunks that differ in a stamp differ here but with odds of about 2**-62.
+    An index computes the same in its database (sums of residues fit 64 bits)."""
+    count = first = second = 0
+    p, q = DIGEST_PRIMES
+    for stamp in stamps:
+        count += 1
+        first += stamp % p
+        second += stamp % q
+    return count, first, second
+
+
+def new_stamp() -> int:
+    """A stamp for a chunk row being written (:class:`ChunkStamps`): random, 63 bits from
+    the OS, so no writer (a process forked from another included) gives a row the stamp it
+    had, and it fits a signed 64-bit column."""
+    return secrets.randbits(63)
+
+
 @runtime_checkable
 class StoredTotals(Protocol):
     """A store that can sum what it holds across every team and global space."""
@@ -288,6 +338,7 @@ def search_capability(store: object) -> SearchIndex | SearchingStore:
 
 __all__ = [
     "ChunkBackfill",
+    "ChunkStamps",
     "ChunkToEmbed",
     "ChunkVectorIndex",
     "ClaimedChunks",
@@ -296,10 +347,13 @@ __all__ = [
     "RemoteHitLike",
     "SearchIndex",
     "SearchingStore",
+    "DIGEST_PRIMES",
     "StoredTotals",
     "VectorIndexed",
     "chunk_bytes",
+    "new_stamp",
     "pending_of",
     "search_capability",
+    "stamp_digest",
     "vector_index_of",
 ]

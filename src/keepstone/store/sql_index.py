@@ -39,7 +39,7 @@ from keepstone.search.embedding_table import EmbeddingTable
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow, Progress
-from keepstone.store.index import chunk_bytes
+from keepstone.store.index import chunk_bytes, new_stamp
 from keepstone.store.reserve import DiskReserve
 from keepstone.store.sql_schema import (
     UNCHUNKED,
@@ -111,6 +111,7 @@ def _chunk_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "model": None,
                 "updated_at": doc["now"],
                 "stored_bytes": chunk_bytes(chunk.heading, context, chunk.text, terms),
+                "stamp": new_stamp(),
             }
         )
     return rows
@@ -143,15 +144,24 @@ class DocumentIndex:
         under."""
         addr = self._address(ref)
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(self._sql.chunk_rows, addr).all()
-        # Unpacked as tuples: a space's every row is read after each write, and a Row's
-        # attribute lookups cost more than the rest of making the row.
-        return [
-            ChunkRow(
-                path, int(seq), heading, text, terms, None if vec is None else bytes(vec), model
-            )
-            for path, seq, heading, text, terms, vec, model in rows
-        ]
+            return _rows_of(conn.execute(self._sql.chunk_rows, addr).all())
+
+    def chunk_digests(self, ref: SpaceRef) -> dict[str, tuple[int, int, int]]:
+        """Each document of the space that has chunks, with the digest of its chunks'
+        stamps (:class:`keepstone.store.index.ChunkStamps`), summed from an index alone: a
+        row's stamp is new whenever it is chunked or given a vector."""
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(self._sql.chunk_digests, addr).all()
+        return {path: (int(n), int(first), int(second)) for path, n, first, second in rows}
+
+    def chunk_rows_of(self, ref: SpaceRef, paths: Sequence[str]) -> ChunkRows:
+        """Every chunk of the documents ``paths`` of the space, by path then position."""
+        if not paths:
+            return []
+        addr = self._address(ref)
+        with read_transaction(self.engine) as conn:
+            return _rows_of(conn.execute(self._sql.chunk_rows_of, {**addr, "paths": paths}).all())
 
     @property
     def vector_index(self) -> ChunkVectors | None:
@@ -346,6 +356,7 @@ class DocumentIndex:
                 "blob": blob,
                 "blob_bytes": len(blob),
                 "by_model": model,
+                "stamp": new_stamp(),
                 **({"vec": vecs[i][0]} if vecs is not None else {}),
             }
             stored += conn.execute(self._sql.store_embedding, params).rowcount
@@ -483,6 +494,17 @@ class ChunkVectors:
 #: Chunks claimed by :meth:`SqlStore.claim_pending_chunks`, and their vectors (the claim
 #: shape every index shares).
 ChunkClaim = EmbeddingClaim[PendingChunk]
+
+
+def _rows_of(rows: Sequence[Any]) -> ChunkRows:
+    # Unpacked as tuples: a space's every row is read when its cache is cold, and a Row's
+    # attribute lookups cost more than the rest of making the row.
+    return [
+        ChunkRow(
+            path, int(seq), heading, text, terms, None if vec is None else bytes(vec), model, stamp
+        )
+        for path, seq, heading, text, terms, vec, model, stamp in rows
+    ]
 
 
 def _chunk_key(r: PendingChunk) -> tuple[str, str, str, int]:

@@ -230,6 +230,8 @@ memory_chunks = sa.Table(
     timestamp("updated_at"),
     # v9: the bytes the row holds for search (keepstone.store.index.chunk_bytes).
     sa.Column("stored_bytes", sa.BigInteger, nullable=False, server_default="0"),
+    # v11: new (random) whenever the row is chunked or given a vector (see chunk_stamps).
+    sa.Column("stamp", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_memory_chunks_model", "model"),
     # v7: a space's chunks by model, so a search counts what its space has pending.
     sa.Index(
@@ -443,6 +445,12 @@ unembedded_chunks = partial_index(
     ("updated_at", "tenant_id", "space_key", "path", "seq"),
     UNEMBEDDED,
 )
+chunk_stamps = partial_index(  # v11: a space's chunks' stamps, read from this index alone
+    "ix_memory_chunks_space_stamps",
+    memory_chunks,
+    ("tenant_id", "space_key", "path", "seq", "stamp"),
+    SPACE_WIDE,
+)
 
 
 @MIGRATIONS.add(
@@ -570,6 +578,14 @@ def _v10_partial_by_time(conn: Connection) -> None:
             if index.name and index.name.endswith(("recent", "space_bytes", "space_model")):
                 conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index.name}")
                 index.create(conn)
+
+
+@MIGRATIONS.add(11, "memory_chunks.stamp: a search reads again only the chunks that changed")
+def _v11_chunk_stamps(conn: Connection) -> None:
+    # Rows written before share stamp 0: a first search reads a space whole anyway.
+    if "stamp" not in {c["name"] for c in sa.inspect(conn).get_columns("memory_chunks")}:
+        conn.exec_driver_sql("ALTER TABLE memory_chunks ADD COLUMN stamp BIGINT NOT NULL DEFAULT 0")
+    chunk_stamps.create(conn, checkfirst=True)
 
 
 #: Every table that holds a team's rows under ``tenant_id``: what deleting a team deletes

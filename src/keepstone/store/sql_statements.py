@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from keepstone.db import PointRead, pgvector
+from keepstone.store.index import DIGEST_PRIMES
 from keepstone.store.sql_schema import (
     SPACE_WIDE,
     UNCHUNKED,
@@ -201,10 +202,20 @@ class Statements:
         # A chunk is its text's alone (no path in it): a moved document keeps its vectors.
         self.move_chunks = sa.update(C).where(*chunk_doc).values(path=bp("to"))
         self.insert_chunks = sa.insert(C)
-        self.chunk_rows = (
-            sa.select(C.c.path, C.c.seq, C.c.heading, C.c.text, C.c.terms, C.c.embedding, C.c.model)
-            .where(*chunk_space)
-            .order_by(C.c.path, C.c.seq)
+        row = (C.c.path, C.c.seq, C.c.heading, C.c.text, C.c.terms, C.c.embedding, C.c.model)
+        self.chunk_rows = sa.select(*row, C.c.stamp).where(*chunk_space).order_by(C.c.path, C.c.seq)
+        self.chunk_rows_of = self.chunk_rows.where(
+            C.c.path.in_(sa.bindparam("paths", expanding=True))
+        )
+        #: Each document's chunk count and sums of stamp residues (store.index.stamp_digest),
+        #: along ix_memory_chunks_space_stamps alone (the space key names one space, as for
+        #: ``index_used``), in its order: nothing sorted, nothing of the rows' text read.
+        p, q = DIGEST_PRIMES
+        sums = (sa.cast(sa.func.sum(C.c.stamp % n), sa.BigInteger) for n in (p, q))
+        self.chunk_digests = (
+            sa.select(C.c.path, sa.func.count(), *sums)
+            .where(C.c.tenant_id == bp("t"), C.c.space_key == bp("k"), SPACE_WIDE)
+            .group_by(C.c.path)
         )
         # With pgvector, the same statement sets the vector's ``vec`` (pgvector.py).
         into = C if vec is None else vec.with_vec(C)
@@ -223,6 +234,7 @@ class Statements:
             .values(
                 embedding=bp("blob"),
                 model=bp("by_model"),
+                stamp=bp("stamp"),
                 # The row's bytes with this vector in place of the one it had, if any.
                 stored_bytes=into.c.stored_bytes
                 - sa.func.coalesce(sa.func.length(into.c.embedding), 0)

@@ -1,0 +1,219 @@
+"""A document search after writes reads only the documents whose chunks changed: the SQL
+index stamps every chunk row when it is written (chunked, or given a vector), sums each
+document's stamps in the database, and the search reads again only the documents whose sums
+differ from the rows it holds — its BM25 index and vector matrix patched, ranking exactly
+as rows read whole would, whatever the order of writes, deletes, moves, embeddings and
+searches (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keepstone.db.vectors import encode_many
+from keepstone.quota import Limits
+from keepstone.search.cache import VectorCache
+from keepstone.service.search import DocumentSearch
+from keepstone.spaces import SpaceRef, Visibility
+from keepstone.store.index import stamp_digest
+from keepstone.store.sql import SqlStore
+from tests.conftest import fresh_database
+from tests.unit.test_document_search import FakeEmbedder
+
+WORDS = ["deploy", "rollback", "memory", "tomato", "ship", "revert", "ledger", "canary"]
+QUERIES = ["deploy rollback", "memory ledger", "tomato canary ship"]
+PATHS = [f"notes/{name}.md" for name in "abcdef"]
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SqlStore]:
+    with fresh_database(request.param, tmp_path_factory) as url:
+        opened = SqlStore.open(url, Limits())
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+
+def a_space() -> SpaceRef:
+    """A space of its own for each test and example (the database is the module's)."""
+    return SpaceRef.build(Visibility.PROJECT, "notes", tenant=uuid.uuid4().hex, project="p1")
+
+
+def embed_some(store: SqlStore, embedder: FakeEmbedder, limit: int) -> int:
+    rows = store.pending_chunks(limit, embedder.model_id)
+    blobs = encode_many(embedder.embed([r.search_text for r in rows]))
+    return store.store_embeddings(rows, blobs, embedder.model_id) if rows else 0
+
+
+def ranked(search: DocumentSearch, space: SpaceRef) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        q: [(h.path, h.heading, h.score, h.matched) for h in search.search([space], q, limit=50)]
+        for q in QUERIES
+    }
+
+
+def fresh(store: SqlStore) -> DocumentSearch:
+    return DocumentSearch(store, FakeEmbedder(), VectorCache())
+
+
+class Reads:
+    """Counts the store's reads of a whole space's rows and of some documents' rows."""
+
+    def __init__(self, store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.whole: list[str] = []
+        self.some: list[list[str]] = []
+        whole, some = store.chunk_rows, store.chunk_rows_of
+
+        def chunk_rows(ref: SpaceRef) -> Any:
+            self.whole.append(ref.id)
+            return whole(ref)
+
+        def chunk_rows_of(ref: SpaceRef, paths: Any) -> Any:
+            self.some.append(list(paths))
+            return some(ref, paths)
+
+        monkeypatch.setattr(store, "chunk_rows", chunk_rows)
+        monkeypatch.setattr(store, "chunk_rows_of", chunk_rows_of)
+
+
+def text_of(words: list[str], n: int) -> str:
+    body = " ".join(words)
+    return f"# Note {n}\n\n{body}\n\n## More\n\n{' '.join(reversed(words))} {n}\n"
+
+
+_step = st.one_of(
+    st.tuples(st.just("write"), st.integers(0, 5), st.lists(st.sampled_from(WORDS), max_size=6)),
+    st.tuples(st.just("delete"), st.integers(0, 5)),
+    st.tuples(st.just("move"), st.integers(0, 5), st.integers(0, 5)),
+    st.tuples(st.just("embed"), st.integers(1, 6)),
+    st.tuples(st.just("search"), st.booleans()),
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(_step, min_size=1, max_size=14))
+def test_a_search_patched_by_what_changed_ranks_as_a_fresh_read(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch, steps: list[tuple[Any, ...]]
+) -> None:
+    space = a_space()
+    embedder = FakeEmbedder()
+    for n, path in enumerate(PATHS[:3]):
+        store.write(space, path, text_of(WORDS[n : n + 4], n))
+    workers = [fresh(store), fresh(store)]  # each with caches of its own
+    for worker in workers:
+        ranked(worker, space)
+    numbers = itertools.count(10)
+    with monkeypatch.context() as patch:
+        reads = Reads(store, patch)
+        for step in steps:
+            kind = step[0]
+            if kind == "write":
+                store.write(space, PATHS[step[1]], text_of(step[2], next(numbers)))
+            elif kind == "delete":
+                _delete(store, space, PATHS[step[1]])
+            elif kind == "move":
+                _move(store, space, PATHS[step[1]], PATHS[step[2]])
+            elif kind == "embed":
+                store.reconcile(space)
+                embed_some(store, embedder, step[1])
+            else:
+                for worker in workers if step[1] else workers[:1]:
+                    reads.whole.clear()
+                    patched = ranked(worker, space)
+                    assert reads.whole == []  # patched by what changed, never read whole
+                    assert patched == ranked(fresh(store), space)
+        for worker in workers:
+            reads.whole.clear()
+            patched = ranked(worker, space)
+            assert reads.whole == []
+            assert patched == ranked(fresh(store), space)
+    assert all(set(paths) <= set(PATHS) for paths in reads.some)
+
+
+def _delete(store: SqlStore, space: SpaceRef, path: str) -> None:
+    if store.exists(space, path):
+        store.delete(space, path)
+
+
+def _move(store: SqlStore, space: SpaceRef, source: str, target: str) -> None:
+    if source != target and store.exists(space, source):
+        store.move(space, source, target, overwrite=True)
+
+
+def test_a_shared_vector_cache_never_matches_a_rewritten_chunk_with_its_old_vector(
+    store: SqlStore,
+) -> None:
+    # Two searches of one process share its vector cache. The first patches the space's
+    # matrix after a rewrite (the old vectors stay in it, unmatched); the second, whose
+    # rows are read whole, maps that matrix by each vector's chunk id: a rewritten chunk's
+    # old vector, at the same (path, seq), must not match the chunk's new text.
+    space, embedder, cache = a_space(), FakeEmbedder(), VectorCache()
+    first = DocumentSearch(store, embedder, cache)
+    store.write(space, "notes/a.md", "# Ship\n\ndeploy ship production\n")
+    store.write(space, "notes/b.md", "# Garden\n\ntomato garden\n")
+    store.reconcile(space)
+    embed_some(store, embedder, 50)
+    assert ranked(first, space) == ranked(fresh(store), space)
+    store.write(space, "notes/a.md", "# Ship\n\nmemory ledger ram\n")
+    store.reconcile(space)
+    embed_some(store, embedder, 50)
+    assert ranked(first, space) == ranked(fresh(store), space)
+    second = DocumentSearch(store, embedder, cache)
+    assert ranked(second, space) == ranked(fresh(store), space)
+
+
+def test_each_documents_digest_is_its_chunks_stamps_summed_in_the_database(
+    store: SqlStore,
+) -> None:
+    space, embedder = a_space(), FakeEmbedder()
+    long = "\n\n".join(f"## Part {n}\n\n" + "deploy rollback memory " * 40 for n in range(6))
+    store.write(space, "notes/long.md", f"# Long\n\n{long}")
+    store.write(space, "notes/short.md", "# Short\n\ntomato\n")
+    store.write(space, "notes/blank.md", "   \n")
+    store.reconcile(space)
+
+    def stamps() -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for row in store.chunk_rows(space):
+            out.setdefault(row.path, []).append(row.stamp)
+        return out
+
+    before = stamps()
+    assert set(before) == {"notes/long.md", "notes/short.md"}  # a blank document has none
+    assert len(before["notes/long.md"]) > 3
+    assert store.chunk_digests(space) == {p: stamp_digest(s) for p, s in before.items()}
+    assert all(stamp > 2**40 for s in before.values() for stamp in s)  # 63 random bits
+    # A vector given to some chunks of a document changes their stamps alone.
+    embed_some(store, embedder, 2)
+    embedded = stamps()
+    changed = [
+        (a != b) for path in before for a, b in zip(before[path], embedded[path], strict=True)
+    ]
+    assert sum(changed) == 2
+    assert store.chunk_digests(space) == {p: stamp_digest(s) for p, s in embedded.items()}
+    # A move keeps the chunks (and their vectors): their stamps go with them.
+    store.move(space, "notes/short.md", "notes/moved.md")
+    moved = stamps()
+    assert moved["notes/moved.md"] == embedded["notes/short.md"]
+    # New text is chunked again: every chunk of the document new.
+    store.write(space, "notes/long.md", f"# Long\n\n{long}\n\nmore")
+    store.reconcile(space)
+    again = stamps()
+    assert not set(again["notes/long.md"]) & set(moved["notes/long.md"])
+    assert store.chunk_rows_of(space, ["notes/moved.md", "notes/none.md"]) == [
+        row for row in store.chunk_rows(space) if row.path == "notes/moved.md"
+    ]
+    assert store.chunk_rows_of(space, []) == []
