@@ -7,7 +7,9 @@ searches (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keepstone.db.vectors import encode_many
+from keepstone.errors import Conflict, NotFound
 from keepstone.quota import Limits
 from keepstone.search.cache import VectorCache
 from keepstone.service.search import DocumentSearch
@@ -217,3 +220,62 @@ def test_each_documents_digest_is_its_chunks_stamps_summed_in_the_database(
         row for row in store.chunk_rows(space) if row.path == "notes/moved.md"
     ]
     assert store.chunk_rows_of(space, []) == []
+
+
+def test_searches_beside_writers_and_an_indexer_end_as_a_fresh_read(store: SqlStore) -> None:
+    # Two searches (caches of their own) search while three writers write, delete and move
+    # and an indexer gives chunks their vectors: whatever each patched its rows and matrix
+    # from meanwhile, once the writes stop each ranks as a fresh read.
+    space, embedder = a_space(), FakeEmbedder()
+    workers = [fresh(store), fresh(store)]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(12):
+                path = PATHS[(n + i) % len(PATHS)]
+                store.write(space, path, text_of(WORDS[(n + i) % 5 : (n + i) % 5 + 3], i))
+                with contextlib.suppress(NotFound, Conflict):  # another writer was first
+                    if i % 4 == 3:
+                        _delete(store, space, path)
+                    if i % 5 == 4:
+                        _move(store, space, path, PATHS[(n + i + 1) % len(PATHS)])
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+
+    def index() -> None:
+        try:
+            while not stop.is_set():
+                store.reconcile(space)
+                embed_some(store, embedder, 3)
+        except BaseException as exc:
+            failures.append(exc)
+
+    def search(worker: DocumentSearch) -> None:
+        try:
+            while not stop.is_set():
+                ranked(worker, space)
+        except BaseException as exc:
+            failures.append(exc)
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    others = [threading.Thread(target=index)]
+    others += [threading.Thread(target=search, args=(w,)) for w in workers]
+    for thread in writers + others:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    stop.set()
+    for thread in others:
+        thread.join()
+    assert not failures
+    if not store.exists(space, PATHS[0]):  # the writers may have left nothing to find
+        store.write(space, PATHS[0], text_of(WORDS, 99))
+    store.reconcile(space)
+    while embed_some(store, embedder, 50):
+        pass
+    expected = ranked(fresh(store), space)
+    assert any(hits for hits in expected.values())
+    for worker in workers:
+        assert ranked(worker, space) == expected
