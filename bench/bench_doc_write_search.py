@@ -3,9 +3,10 @@
 ranks").
 
 For each size (``--docs``: documents of five sections each, about six chunks a document) a
-fresh SQLite store (and, with ``--postgres URL``, a store in a throw-away schema of that
-PostgreSQL database) is filled, every chunk is given a vector of a stand-in model (random unit
-vectors: the cost of the dense side, not its quality), and one ``DocumentSearch`` with that
+fresh store is filled (the SQL store on SQLite, the filesystem store with its sidecar index,
+and with ``--postgres URL`` the SQL store in a throw-away schema of that database), every
+chunk is given a vector of a stand-in model (random unit vectors: the cost of the dense
+side, not its quality), and one ``DocumentSearch`` with that
 model searches the space. Then, ``--rounds`` times: a search alone (the caches warm), and a
 search right after one document is rewritten and its chunks embedded. Keyword-only is the
 same without the model. p50 in milliseconds of each.
@@ -33,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,23 +65,27 @@ def document(rnd: random.Random, i: int) -> str:
     return f"# Document {i}\n\n" + "\n".join(sections)
 
 
-def measure(docs: int, rounds: int, hybrid: bool, postgres: str = "") -> dict[str, float]:
-    """p50 ms of a search alone and of one right after a write, in a fresh store (in a
-    throw-away schema of the database ``postgres``, when given)."""
+def measure(docs: int, rounds: int, hybrid: bool, kind: str, postgres: str) -> dict[str, float]:
+    """p50 ms of a search alone and of one right after a write, in a fresh store of
+    ``kind`` (``sqlite``, ``fs``, or ``postgres``: in a throw-away schema of ``postgres``)."""
     import uuid
 
     from bench_store import BENCH_LIMITS, drop_schema
     from keepstone.db.vectors import encode_many
     from keepstone.service.search import DocumentSearch
     from keepstone.spaces import SpaceRef, Visibility
+    from keepstone.store.fs import FilesystemStore
     from keepstone.store.sql import SqlStore
 
     rnd = random.Random(docs)
     model = RandomModel()
-    schema = f"bench_{uuid.uuid4().hex[:12]}" if postgres else ""
+    schema = f"bench_{uuid.uuid4().hex[:12]}" if kind == "postgres" else ""
     with tempfile.TemporaryDirectory() as tmp:
-        if postgres:
+        store: Any
+        if kind == "postgres":
             store = SqlStore.open(postgres, BENCH_LIMITS, schema=schema)
+        elif kind == "fs":
+            store = FilesystemStore(Path(tmp) / "spaces", BENCH_LIMITS)
         else:
             store = SqlStore.open(f"sqlite:///{tmp}/bench.db", BENCH_LIMITS)
         ref = SpaceRef.build(Visibility.PROJECT, "notes", tenant="t1", project="p1")
@@ -112,11 +118,13 @@ def measure(docs: int, rounds: int, hybrid: bool, postgres: str = "") -> dict[st
     return {"alone": statistics.median(alone) * 1e3, "after": statistics.median(after) * 1e3}
 
 
-def run_in(src: Path, docs: int, rounds: int, hybrid: bool, postgres: str) -> dict[str, float]:
+def run_in(
+    src: Path, docs: int, rounds: int, hybrid: bool, kind: str, postgres: str
+) -> dict[str, float]:
     """:func:`measure` in a child process importing the product from ``src`` (this
     checkout's too, so both trees start alike)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{Path(__file__).resolve().parent}"}
-    argv = [sys.executable, __file__, "--child", f"{docs},{rounds},{int(hybrid)}"]
+    argv = [sys.executable, __file__, "--child", f"{docs},{rounds},{int(hybrid)},{kind}"]
     argv += ["--postgres", postgres] if postgres else []
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.splitlines()[-1]))
@@ -131,11 +139,12 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        docs, rounds, hybrid = (int(x) for x in args.child.split(","))
-        print(json.dumps(measure(docs, rounds, bool(hybrid), args.postgres)))
+        *numbers, kind = args.child.split(",")
+        docs, rounds, hybrid = (int(x) for x in numbers)
+        print(json.dumps(measure(docs, rounds, bool(hybrid), kind, args.postgres)))
         return
     trees = [("this", HERE)] + ([("base", args.baseline.resolve())] if args.baseline else [])
-    databases = ["sqlite"] + (["postgres"] if args.postgres else [])
+    databases = ["sqlite", "fs"] + (["postgres"] if args.postgres else [])
     print(
         f"{'db':<9} {'docs':>6} {'side':<8} {'tree':<5} {'search alone p50':>17} "
         f"{'after a write p50':>18}"
@@ -144,8 +153,7 @@ def main() -> None:
         for docs in (int(x) for x in args.docs.split(",")):
             for hybrid in (False, True):
                 for name, src in reversed(trees) if docs % 2 else trees:
-                    url = args.postgres if db == "postgres" else ""
-                    got = run_in(src, docs, args.rounds, hybrid, url)
+                    got = run_in(src, docs, args.rounds, hybrid, db, args.postgres)
                     side = "hybrid" if hybrid else "keyword"
                     print(
                         f"{db:<9} {docs:>6} {side:<8} {name:<5} {got['alone']:>14.1f} ms "

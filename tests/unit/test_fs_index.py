@@ -428,6 +428,34 @@ def test_a_sidecar_of_another_schema_is_started_over(tmp_path: Path) -> None:
     assert store.reconcile(REF) == 0
 
 
+def test_a_sidecar_of_the_layout_before_stamps_keeps_its_chunks_and_vectors(
+    tmp_path: Path,
+) -> None:
+    # The layout before chunk stamps: the same tables, without the column. Opening it adds
+    # the column (0 on every row) in place: nothing is chunked or embedded again.
+    store = make(tmp_path)
+    store.write(REF, "a.md", DOC)
+    store.reconcile(REF)
+    rows = store.pending_chunks(10, "m")
+    assert store.store_embeddings(rows, [b"\x01" * 8] * len(rows), "m") == len(rows)
+    before = store.chunk_rows(REF)
+    store.close()
+    with sqlite3.connect(tmp_path / "spaces" / INDEX_FILE) as conn:
+        conn.execute("DROP INDEX chunks_space_stamps")
+        conn.execute("ALTER TABLE chunks DROP COLUMN stamp")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
+    conn.close()
+    store = FilesystemStore(tmp_path / "spaces", Limits())
+    assert store.reconcile(REF) == 0
+    after = store.chunk_rows(REF)
+    assert [(r.path, r.seq, r.text, r.embedding, r.model) for r in after] == [
+        (r.path, r.seq, r.text, r.embedding, r.model) for r in before
+    ]
+    assert {r.stamp for r in after} == {0}
+    assert store.chunk_digests(REF) == {"a.md": (len(after), 0, 0)}
+    store.close()
+
+
 def test_threads_writing_and_reconciling_leave_a_consistent_index(tmp_path: Path) -> None:
     store = make(tmp_path)
 

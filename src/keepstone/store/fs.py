@@ -41,7 +41,6 @@ from keepstone.activity import ChangePage, FeedQuery
 from keepstone.documents import VersionInfo
 from keepstone.errors import (
     Conflict,
-    InvalidDocument,
     StoreUnavailable,
     UnsupportedVisibility,
     no_document,
@@ -70,7 +69,7 @@ from keepstone.store.base import (
     content_etag,
 )
 from keepstone.store.fs_counters import Counters
-from keepstone.store.fs_files import os_errors, sidecar_errors
+from keepstone.store.fs_files import document_of, mtime_of, os_errors, sidecar_errors, stat_key
 from keepstone.store.fs_history import Observed, Record, history_errors
 from keepstone.store.fs_import import import_batch
 from keepstone.store.fs_index import FsIndex, PendingChunk
@@ -157,7 +156,7 @@ class FilesystemStore(MemoryStore):
         if got is None:
             raise no_document(path, ref.id)
         data, st = got
-        return _document(path, data, st)
+        return document_of(path, data, st)
 
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
         # No audit log here: a filesystem store is one person's local tree.
@@ -272,14 +271,14 @@ class FilesystemStore(MemoryStore):
         out: Infos = []
         with os_errors(prefix):
             for doc_path, comps, st in self._tree.walk_space(ref, prefix):
-                etag = self._etags.get(_stat_key(st))
+                etag = self._etags.get(stat_key(st))
                 if etag is None:
                     got = self._tree.read_file(space_components(ref) + comps, doc_path)
                     if got is None:  # removed while listing
                         continue
                     data, st = got
                     etag = self._remember_etag(st, data)
-                out.append(DocumentInfo(doc_path, st.st_size, _mtime(st), etag))
+                out.append(DocumentInfo(doc_path, st.st_size, mtime_of(st), etag))
         out.sort(key=lambda info: info.path)
         return out
 
@@ -322,7 +321,7 @@ class FilesystemStore(MemoryStore):
             with os_errors(doc_path):
                 got = self._tree.read_file(space + comps, doc_path)
             if got is not None:
-                yield _document(doc_path, got[0], got[1])
+                yield document_of(doc_path, got[0], got[1])
 
     # --- The search index -----------------------------------------------------------------
 
@@ -372,6 +371,17 @@ class FilesystemStore(MemoryStore):
         ref = self._checked(ref)
         with _index_errors():
             return self._index.chunk_rows(ref)
+
+    def chunk_rows_of(self, ref: SpaceRef, paths: Sequence[str]) -> Chunks:
+        """The chunks of the documents ``paths`` of the space, as last reconciled."""
+        with _index_errors():
+            return self._index.chunk_rows(self._checked(ref), paths)
+
+    def chunk_digests(self, ref: SpaceRef) -> dict[str, tuple[int, int, int]]:
+        """Each document's digest of its chunks' stamps, as last reconciled
+        (:class:`keepstone.store.index.ChunkStamps`)."""
+        with _index_errors():
+            return self._index.chunk_digests(self._checked(ref))
 
     def reconciled_versions(self, refs: Sequence[SpaceRef]) -> dict[str, int]:
         """:meth:`reconcile` then :meth:`search_version` of every space of ``refs``, by
@@ -539,33 +549,15 @@ class FilesystemStore(MemoryStore):
         if len(self._etags) >= _ETAG_CACHE_MAX:
             self._etags.clear()
         etag = content_etag(data)
-        self._etags[_stat_key(st)] = etag
+        self._etags[stat_key(st)] = etag
         return etag
 
 
 # --- Helpers --------------------------------------------------------------------------------
 
 
-def _document(path: str, data: bytes, st: os.stat_result) -> Document:
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidDocument(
-            f"document {path!r} on disk is not valid UTF-8; fix or remove the file", path=path
-        ) from None
-    return Document(path, content, len(data), _mtime(st), content_etag(data))
-
-
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _mtime(st: os.stat_result) -> datetime:
-    return datetime.fromtimestamp(st.st_mtime, UTC)
-
-
-def _stat_key(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _index_errors() -> AbstractContextManager[None]:

@@ -20,10 +20,12 @@ import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from keepstone.db import enter_wal
-from keepstone.errors import InsufficientStorage, InvalidPath, StoreUnavailable
+from keepstone.documents import Document, content_etag
+from keepstone.errors import InsufficientStorage, InvalidDocument, InvalidPath, StoreUnavailable
 from keepstone.store.fs_layout import TEMP_PREFIX, TEMP_SUFFIX
 
 log = logging.getLogger("keepstone.store")
@@ -191,3 +193,25 @@ def connect_wal(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def document_of(path: str, data: bytes, st: os.stat_result) -> Document:
+    """The document a file's bytes ``data`` and its ``st`` make; a file that is not UTF-8 is
+    :class:`~keepstone.errors.InvalidDocument`."""
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidDocument(
+            f"document {path!r} on disk is not valid UTF-8; fix or remove the file", path=path
+        ) from None
+    return Document(path, content, len(data), mtime_of(st), content_etag(data))
+
+
+def mtime_of(st: os.stat_result) -> datetime:
+    """A file's modification time, in UTC."""
+    return datetime.fromtimestamp(st.st_mtime, UTC)
+
+
+def stat_key(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies a file's content without reading it (device, inode, size, times)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

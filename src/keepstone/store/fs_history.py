@@ -9,7 +9,7 @@ table holding the tree's history counter (bytes of versions that are no longer t
 of their path: the filesystem store has one tree-wide aggregate, so its history counter is
 tree-wide too), the limits set by :meth:`HistoryDb.set_limits`, and whether the documents
 that predate the file were recorded. Connections are the search index's plumbing
-(:class:`~keepstone.store.fs_index.SqliteSidecar`: one per thread, reopened after a fork or
+(:class:`~keepstone.store.sidecar.SqliteSidecar`: one per thread, reopened after a fork or
 when the file is replaced; WAL). A file SQLite cannot read is moved aside
 (``.keepstone-history.sqlite.corrupt-<time>``) and a new one started, so a broken history
 never blocks a live write.
@@ -41,7 +41,7 @@ from keepstone.documents import Document, DocumentInfo, VersionInfo, content_eta
 from keepstone.errors import InvalidDocument
 from keepstone.quota import HistoryLimits, Limits, clamp
 from keepstone.store.fs_files import sidecar_errors
-from keepstone.store.fs_index import SqliteSidecar, write_transaction
+from keepstone.store.sidecar import SqliteSidecar, write_transaction
 from keepstone.store.version_pack import pack_version, unpack_version
 
 HISTORY_FILE: Final = ".keepstone-history.sqlite"

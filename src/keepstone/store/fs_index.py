@@ -37,14 +37,10 @@ is never served for new rows.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import sqlite3
-import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,14 +49,17 @@ from keepstone.search.chunking import TRAIL_SEPARATOR, chunk_markdown
 from keepstone.search.text import analyze
 from keepstone.spaces import SpaceRef
 from keepstone.store.base import ChunkRow
-from keepstone.store.fs_files import connect_wal, made_already, open_sidecar
 from keepstone.store.fs_layout import INDEX_FILE
-from keepstone.store.index import chunk_bytes
+from keepstone.store.index import DIGEST_PRIMES, chunk_bytes, new_stamp
+from keepstone.store.sidecar import SqliteSidecar, write_transaction
 
 log = logging.getLogger("keepstone.store")
 
-#: Bumped when the schema or what a chunk row holds changes: an older sidecar is rebuilt.
-SCHEMA_VERSION = "2"
+#: Bumped when the schema or what a chunk row holds changes: an older sidecar is rebuilt,
+#: but for one of the layout before (:data:`STAMPED_FROM`), which gains its stamps in place.
+SCHEMA_VERSION = "3"
+#: The layout whose chunks lack only their stamps (a column added, 0 on every row).
+STAMPED_FROM = "2"
 #: Files re-chunked per reconcile transaction.
 _BATCH = 64
 
@@ -80,10 +79,12 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS chunks (
     space_id TEXT NOT NULL, path TEXT NOT NULL, seq INTEGER NOT NULL,
     heading TEXT NOT NULL, context TEXT NOT NULL, text TEXT NOT NULL, terms TEXT NOT NULL,
-    embedding BLOB, model TEXT, stored_bytes INTEGER NOT NULL,
+    embedding BLOB, model TEXT, stored_bytes INTEGER NOT NULL, stamp INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (space_id, path, seq)
 );
 CREATE INDEX IF NOT EXISTS chunks_space_bytes ON chunks (space_id, stored_bytes);
+CREATE INDEX IF NOT EXISTS chunks_space_stamps ON chunks (space_id, path, stamp);
+CREATE INDEX IF NOT EXISTS chunks_space_model ON chunks (space_id, model);
 """
 
 #: A file whose mtime is this close to when its row was written may have been edited
@@ -132,121 +133,17 @@ def chunk_document(content: str) -> list[_NewChunk]:
     return rows
 
 
-@dataclass(slots=True)
-class _Held:
-    conn: sqlite3.Connection
-    ino: int
-    pid: int
-
-
-class SqliteSidecar(ABC):
-    """Per-thread connections to one SQLite file at the store's root (the search index,
-    the history): each thread holds its own connection, reopened when the file was
-    replaced or deleted (its inode changed) or the process forked (SQLite forbids using an
-    inherited connection). A subclass makes a connection (:meth:`_connect`) and says what
-    becomes of a file SQLite cannot read (:meth:`_unreadable`); ``label`` names the file in
-    the warning that says so."""
-
-    def __init__(self, path: Path, label: str) -> None:
-        self.path = path
-        self.label = label
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
-
-    @abstractmethod
-    def _connect(self) -> sqlite3.Connection:
-        """A new connection to the file, created with its schema when missing."""
-
-    @abstractmethod
-    def _unreadable(self) -> str:
-        """Clear the way for a new file when SQLite cannot read this one; says how."""
-
-    def _open(self) -> sqlite3.Connection:
-        return open_sidecar(self.label, self.path, self._connect, self._unreadable)
-
-    def _conn(self, *, create: bool) -> sqlite3.Connection | None:
-        """This thread's connection to the file, reopened when the file was replaced
-        or deleted; None when there is no file and ``create`` is false."""
-        held: _Held | None = getattr(self._local, "held", None)
-        try:
-            ino: int | None = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            ino = None
-        if held is not None and held.ino == ino and held.pid == os.getpid():
-            return held.conn
-        if held is not None:
-            self._forget(held)
-        if ino is None and not create:
-            return None
-        conn = self._open()
-        self._local.held = _Held(conn, os.stat(self.path).st_ino, os.getpid())
-        return conn
-
-    def _connect_with(
-        self, schema: str, prepare: Callable[[sqlite3.Connection], None] | None = None
-    ) -> sqlite3.Connection:
-        """A new connection to the file (:func:`connect_wal`) with ``prepare``, then each
-        statement of ``schema``, run in one write transaction; kept for :meth:`close`."""
-        conn = connect_wal(self.path)
-        try:
-            with write_transaction(conn):
-                if prepare is not None:
-                    prepare(conn)
-                for statement in schema.split(";"):
-                    if statement.strip() and not made_already(conn, statement):
-                        conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        self._remember(conn)
-        return conn
-
-    def _remember(self, conn: sqlite3.Connection) -> None:
-        with self._all_lock:
-            self._all.append(conn)
-
-    def _forget(self, held: _Held) -> None:
-        self._local.held = None
-        with self._all_lock:
-            if held.conn in self._all:
-                self._all.remove(held.conn)
-        if held.pid != os.getpid():
-            return  # inherited over fork(): SQLite forbids using it, closing included
-        with contextlib.suppress(sqlite3.Error):
-            held.conn.close()
-
-    def _delete_files(self) -> None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-
-    def _reset(self) -> None:
-        held: _Held | None = getattr(self._local, "held", None)
-        if held is not None:
-            self._forget(held)
-        self._delete_files()
-
-    def close(self) -> None:
-        with self._all_lock:
-            conns, self._all = self._all, []
-        held: _Held | None = getattr(self._local, "held", None)
-        if held is not None and held.pid != os.getpid():
-            conns = []  # a forked child's copies belong to its parent
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
-
-
 def _start_over_on_new_layout(conn: sqlite3.Connection) -> None:
     """Drop the index's rows when they were written in another layout (the spaces'
     versions are kept, so they never go back)."""
     conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     got = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    if got is None or got[0] != SCHEMA_VERSION:
+    if got is not None and got[0] == STAMPED_FROM:  # vectors kept: nothing to embed again
+        conn.execute("ALTER TABLE chunks ADD COLUMN stamp INTEGER NOT NULL DEFAULT 0")
+    elif got is None or got[0] != SCHEMA_VERSION:
         conn.execute("DROP TABLE IF EXISTS chunks")
         conn.execute("DROP TABLE IF EXISTS documents")
+    if got is None or got[0] != SCHEMA_VERSION:
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
             (SCHEMA_VERSION,),
@@ -399,8 +296,8 @@ class FsIndex(SqliteSidecar):
         conn.execute("DELETE FROM chunks WHERE space_id = ? AND path = ?", (ref.id, path))
         conn.executemany(
             "INSERT INTO chunks (space_id, path, seq, heading, context, text, terms, "
-            "stored_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(ref.id, path, *chunk) for chunk in chunk_document(content)],
+            "stored_bytes, stamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(ref.id, path, *chunk, new_stamp()) for chunk in chunk_document(content)],
         )
         _bump(conn, ref)
         return 1
@@ -415,19 +312,37 @@ class FsIndex(SqliteSidecar):
 
     # --- Reads --------------------------------------------------------------------------------
 
-    def chunk_rows(self, ref: SpaceRef) -> list[ChunkRow]:
-        """Every chunk of the space, by path then sequence (as last reconciled)."""
+    def chunk_rows(self, ref: SpaceRef, paths: Sequence[str] | None = None) -> list[ChunkRow]:
+        """Every chunk of the space (of the documents ``paths`` only, when given), by path
+        then sequence (as last reconciled)."""
         conn = self._conn(create=False)
-        if conn is None:
+        if conn is None or paths is not None and not paths:
             return []
+        which, args = "", [ref.id]
+        if paths is not None:
+            which, args = f" AND path IN ({', '.join('?' * len(paths))})", [ref.id, *paths]
         return [
-            ChunkRow(path, seq, heading, text, terms, None if blob is None else bytes(blob), model)
-            for path, seq, heading, text, terms, blob, model in conn.execute(
-                "SELECT path, seq, heading, text, terms, embedding, model FROM chunks "
-                "WHERE space_id = ? ORDER BY path, seq",
-                (ref.id,),
+            ChunkRow(path, seq, heading, text, terms, None if v is None else bytes(v), model, stamp)
+            for path, seq, heading, text, terms, v, model, stamp in conn.execute(
+                "SELECT path, seq, heading, text, terms, embedding, model, stamp FROM chunks "
+                f"WHERE space_id = ?{which} ORDER BY path, seq",
+                args,
             )
         ]
+
+    def chunk_digests(self, ref: SpaceRef) -> dict[str, tuple[int, int, int]]:
+        """Each document of the space that has chunks, with the digest of its chunks'
+        stamps (:func:`keepstone.store.index.stamp_digest`), from ``chunks_space_stamps``."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return {}
+        p, q = DIGEST_PRIMES
+        rows = conn.execute(
+            "SELECT path, count(*), sum(stamp % ?), sum(stamp % ?) FROM chunks "
+            "WHERE space_id = ? GROUP BY path",
+            (p, q, ref.id),
+        )
+        return {path: (int(n), int(first), int(second)) for path, n, first, second in rows}
 
     def search_version(self, ref: SpaceRef) -> int:
         """The space's version: it moves whenever the space's chunks or vectors change."""
@@ -457,24 +372,19 @@ class FsIndex(SqliteSidecar):
         conn = self._conn(create=False)
         if conn is None:
             return 0
-        query = "SELECT count(*) FROM chunks WHERE embedding IS NULL OR model IS NOT ?"
+        # A chunk has a vector exactly when it has a model (both are set, and cleared, together).
+        query = "SELECT count(*) FROM chunks WHERE model IS NOT ?"
         return int(conn.execute(query, (model,)).fetchone()[0])
 
     def count_pending(self, space_ids: Sequence[str], model: str) -> int:
-        """How many chunks of the spaces ``space_ids`` have no vector of ``model``."""
+        """How many chunks of the spaces ``space_ids`` have no vector of ``model``, counted
+        in ``chunks_space_model`` alone (a chunk has a vector exactly when it has a model):
+        every search of a space asks, and the vectors beside are not read."""
         conn = self._conn(create=False)
         if conn is None:
             return 0
-        return sum(
-            int(
-                conn.execute(
-                    "SELECT count(*) FROM chunks WHERE space_id = ? "
-                    "AND (embedding IS NULL OR model IS NOT ?)",
-                    (space_id, model),
-                ).fetchone()[0]
-            )
-            for space_id in space_ids
-        )
+        query = "SELECT count(*) FROM chunks WHERE space_id = ? AND model IS NOT ?"
+        return sum(int(conn.execute(query, (sid, model)).fetchone()[0]) for sid in space_ids)
 
     def pending(self, limit: int, model: str) -> list[PendingChunk]:
         """Up to ``limit`` chunks with no vector, or a vector of another model."""
@@ -509,12 +419,15 @@ class FsIndex(SqliteSidecar):
         with write_transaction(conn):
             for chunk, blob in zip(rows, blobs, strict=True):
                 n = conn.execute(
-                    "UPDATE chunks SET embedding = ?, model = ?, "
+                    "UPDATE chunks SET embedding = ?, model = ?, stamp = ?, "
                     "stored_bytes = stored_bytes - coalesce(length(embedding), 0) + ? "
                     "WHERE space_id = ? AND path = ? AND seq = ? AND EXISTS ("
                     " SELECT 1 FROM documents d WHERE d.space_id = chunks.space_id"
                     " AND d.path = chunks.path AND d.etag = ?)",
-                    (blob, model, len(blob), chunk.space_id, chunk.path, chunk.seq, chunk.etag),
+                    (
+                        *(blob, model, new_stamp(), len(blob)),
+                        *(chunk.space_id, chunk.path, chunk.seq, chunk.etag),
+                    ),
                 ).rowcount
                 if n:
                     stored += n
@@ -525,20 +438,6 @@ class FsIndex(SqliteSidecar):
 
 
 # --- Helpers --------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction, taken at once (``BEGIN IMMEDIATE``), so two writers never
-    deadlock upgrading a read lock; rolled back on any error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _current(conn: sqlite3.Connection, space_id: str, path: str) -> Indexed | None:
