@@ -5,10 +5,11 @@ A search reads a space's rows again only when the space's ``search_version`` mov
 rows it holds, and then as little as it can:
 
 * From an index that says which chunks changed (:class:`~keepstone.store.index.ChunkStamps`:
-  the SQL stores), it reads each chunk's (path, seq, stamp) from an index of the database,
-  compares them with the stamps of the rows it holds, and reads the chunks of the documents
-  that differ only. A write then costs the next search its own document's chunks, not the
-  space's; a space where most documents changed is read whole.
+  the SQL store and the filesystem store's sidecar), it reads each document's digest of its
+  chunks' stamps, compares them with the digests of the rows it holds, and reads the chunks
+  of the documents that differ only. A write then costs the next search its own document's
+  chunks, not the space's; past :data:`MAX_CHANGED_DOCUMENTS` the space is read whole.
+  The cached matrix of vectors is then patched as well (:func:`patched_entry`).
 * From any other index, it reads the space's rows whole and keeps the BM25 index of the
   chunks whose terms are unchanged.
 
@@ -112,8 +113,7 @@ def _read_whole(rows: list[ChunkRow], was: SpaceRows | None) -> SpaceRows:
         # Only vectors changed (the indexer stored a batch): the BM25 index stands.
         return SpaceRows(kept, was.index, was.row_map, was.position, _models(kept), _digests(kept))
     keep = np.fromiter((row is not None for row in same), dtype=bool, count=len(same))
-    fresh = [row for row in same if row is not None] + added
-    return _patched(was, keep, added, kept) or _built(fresh)
+    return _patched(was, keep, added, kept) or _built(kept + added)
 
 
 def _patched(

@@ -5,10 +5,11 @@ document, its space (the ref's fields, so a space's rows can be selected), its p
 the ``size`` and ``mtime_ns`` it had when indexed, its content etag, and its chunks
 (:func:`keepstone.search.chunking.chunk_markdown`: sequence number, heading trail, the
 context trail the chunk's text does not show, text, analysed terms, a vector blob NULL
-until embedded, the model that made it and the bytes the row holds for search,
+until embedded, the model that made it, the bytes the row holds for search,
 :func:`~keepstone.store.index.chunk_bytes`, summed per space from an index of their
-own), plus one version counter per space that moves whenever the space's searchable rows
-change.
+own, and a stamp drawn anew whenever the row is written, whose sums per document tell a
+search which documents changed: :class:`~keepstone.store.index.ChunkStamps`), plus one
+version counter per space that moves whenever the space's searchable rows change.
 
 The index is *derived data*. The files are the truth; the index follows them, and only
 through a reconcile:
