@@ -76,12 +76,14 @@ class BM25Index:
         self.b = b
         vocab: dict[str, int] = {}
         terms, docs, tfs, lengths = _postings(vocab, documents, 0)
-        self._arrange(vocab, terms, docs, tfs, lengths)
+        self._arrange(
+            vocab, docs, tfs, lengths, _offsets_of(np.bincount(terms, minlength=len(vocab)))
+        )
 
     def extended(self, documents: Sequence[Sequence[str]]) -> BM25Index:
         """This corpus with ``documents`` after its own, numbered on from :func:`len`: the
         same index as one built from the whole corpus, at the cost of the new documents'
-        terms and a merge of the postings in numpy, not of every document's terms again
+        terms and one copy of the postings in numpy, not of every document's terms again
         (a team's index after each save)."""
         if not documents:
             return self
@@ -89,16 +91,19 @@ class BM25Index:
         grown.k1, grown.b = self.k1, self.b
         vocab = dict(self._vocab)
         terms, docs, tfs, lengths = _postings(vocab, documents, len(self))
-        old_terms = self._posting_terms()
-        # A term's old postings come before its new ones, whose documents are numbered
-        # after every old one: a stable sort by term keeps (term, document) order.
-        merged = np.argsort(np.concatenate([old_terms, terms]), kind="stable")
+        # The new documents are numbered after every old one: a term's new postings go
+        # right after its old ones, and those of terms new to the vocabulary after every
+        # old posting, in term order (``_postings`` gives them in (term, document) order).
+        known = len(self._vocab)
+        at = self._offsets[np.minimum(terms + 1, known)]
+        counts = np.bincount(terms, minlength=len(vocab))
+        counts[:known] += np.diff(self._offsets)
         grown._arrange(
             vocab,
-            np.concatenate([old_terms, terms])[merged],
-            np.concatenate([self._docs_of.astype(np.int64), docs])[merged],
-            np.concatenate([self._tfs, tfs])[merged],
+            np.insert(self._docs_of, at, docs.astype(np.int32)),
+            np.insert(self._tfs, at, tfs),
             np.concatenate([self._lengths, lengths]),
+            _offsets_of(counts),
         )
         return grown
 
@@ -113,35 +118,34 @@ class BM25Index:
         lean = BM25Index.__new__(BM25Index)
         lean.k1, lean.b = self.k1, self.b
         kept = keep[self._docs_of]
-        terms = self._posting_terms()[kept]
-        docs = (np.cumsum(keep, dtype=np.int64) - 1)[self._docs_of[kept]]
+        docs = (np.cumsum(keep, dtype=np.int32) - 1)[self._docs_of[kept]]
+        # Each term's postings kept: its count less those dropped, found by where they are.
+        dropped = np.searchsorted(self._offsets, np.flatnonzero(~kept), side="right") - 1
+        counts = np.diff(self._offsets) - np.bincount(dropped, minlength=len(self._vocab))
         vocab = self._vocab
-        live = np.bincount(terms, minlength=len(vocab)) > 0
+        live = counts > 0
         if 2 * np.count_nonzero(live) < len(vocab):
             # Ids stay in the same order, so the postings stay in (term, document) order.
             renumber = np.cumsum(live, dtype=np.int64) - 1
             vocab = {term: int(renumber[tid]) for term, tid in vocab.items() if live[tid]}
-            terms = renumber[terms]
-        lean._arrange(vocab, terms, docs, self._tfs[kept], self._lengths[keep])
+            counts = counts[live]
+        lean._arrange(vocab, docs, self._tfs[kept], self._lengths[keep], _offsets_of(counts))
         return lean
-
-    def _posting_terms(self) -> npt.NDArray[np.int64]:
-        """The term of each posting, in posting order."""
-        return np.repeat(np.arange(len(self._vocab), dtype=np.int64), np.diff(self._offsets))
 
     def _arrange(
         self,
         vocab: dict[str, int],
-        terms: npt.NDArray[np.int64],
-        docs: npt.NDArray[np.int64],
+        docs: npt.NDArray[np.int64] | npt.NDArray[np.int32],
         tfs: FloatArray,
         lengths: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
     ) -> None:
-        """Set the index from its postings in (term, document) order."""
+        """Set the index from its postings in (term, document) order, term ``t``'s from
+        ``offsets[t]`` to ``offsets[t + 1]``."""
         self._vocab = vocab
-        self._docs_of = docs.astype(np.int32)
+        self._docs_of = docs.astype(np.int32, copy=False)
         self._tfs = tfs
-        self._offsets = np.searchsorted(terms, np.arange(len(vocab) + 1)).astype(np.int64)
+        self._offsets = offsets
         self._lengths = lengths
         self._avg_len = float(lengths.mean()) if len(lengths) else 0.0
         avg = self._avg_len or 1.0
@@ -259,3 +263,10 @@ def _postings(
     keys = np.asarray(term_ids, dtype=np.int64) * count + doc_of_token
     pairs, tfs = np.unique(keys, return_counts=True)
     return pairs // count, pairs % count, tfs.astype(np.float32), lengths
+
+
+def _offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each term's postings start (and, last, where they end) from their counts."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
