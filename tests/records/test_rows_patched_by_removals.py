@@ -8,7 +8,7 @@ one that read the team's counters before it went."""
 
 from __future__ import annotations
 
-import threading
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from keepstone.records.sql import SqlRecordStore
 from keepstone.records.store import REMOVALS_KEPT, RETENTION, Scope
 from keepstone.service.records import RecordService
 from tests.records.conftest import World, make_world, ranking_reads, records_of
+from tests.threads import run_beside
 
 WORDS = ["deploy", "canary", "payments", "vault", "billing", "rollback", "ledger", "gateway"]
 QUERIES = ["deploy canary", "payments ledger vault", "rollback gateway billing"]
@@ -159,35 +160,18 @@ def test_workers_patched_under_concurrent_saves_and_deletes_rank_as_a_fresh_read
     # Two workers search while three writers save and delete: whatever each cache was
     # patched from meanwhile, once the writes stop each worker ranks as a fresh read.
     workers = [_worker(world.engine), _worker(world.engine)]
-    stop = threading.Event()
-    failures: list[BaseException] = []
 
     def write(n: int) -> None:
-        try:
-            for i in range(15):
-                words = " ".join(WORDS[(n + i + j) % len(WORDS)] for j in range(3))
-                rec = world.records.save_as_server(world.team_id, f"{words} {n} {i}")
-                if i % 2:
-                    world.records.delete(_owner(world), world.team_id, rec.id)
-        except BaseException as exc:  # reported by the test's thread
-            failures.append(exc)
+        for i in range(15):
+            words = " ".join(WORDS[(n + i + j) % len(WORDS)] for j in range(3))
+            rec = world.records.save_as_server(world.team_id, f"{words} {n} {i}")
+            if i % 2:
+                world.records.delete(_owner(world), world.team_id, rec.id)
 
-    def search(worker: RecordService) -> None:
-        try:
-            while not stop.is_set():
-                _rankings(worker, world)
-        except BaseException as exc:
-            failures.append(exc)
-
-    writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
-    searchers = [threading.Thread(target=search, args=(w,)) for w in workers]
-    for thread in writers + searchers:
-        thread.start()
-    for thread in writers:
-        thread.join()
-    stop.set()
-    for thread in searchers:
-        thread.join()
+    failures = run_beside(
+        [functools.partial(write, n) for n in range(3)],
+        [functools.partial(_rankings, worker, world) for worker in workers],
+    )
     assert not failures
     fresh = _rankings(_worker(world.engine), world)
     assert sum(len(hits) for hits in fresh.values()) > 0

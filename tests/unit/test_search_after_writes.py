@@ -7,8 +7,8 @@ searches (the SQL store on SQLite and PostgreSQL, and the filesystem store's sid
 
 from __future__ import annotations
 
+import functools
 import itertools
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,9 +23,10 @@ from keepstone.search.cache import VectorCache
 from keepstone.service.search import DocumentSearch
 from keepstone.spaces import SpaceRef, Visibility
 from keepstone.store.fs import FilesystemStore
-from keepstone.store.index import stamp_digest
+from keepstone.store.index import ChunkToEmbed, stamp_digest
 from keepstone.store.sql import SqlStore
 from tests.conftest import fresh_database
+from tests.threads import run_beside
 from tests.unit.test_document_search import FakeEmbedder
 
 WORDS = ["deploy", "rollback", "memory", "tomato", "ship", "revert", "ledger", "canary"]
@@ -65,9 +66,12 @@ def a_space() -> SpaceRef:
 
 
 def embed_some(store: Store, embedder: FakeEmbedder, limit: int) -> int:
-    rows = store.pending_chunks(limit, embedder.model_id)
-    blobs = encode_many(embedder.embed([r.search_text for r in rows]))
-    return store.store_embeddings(rows, blobs, embedder.model_id) if rows else 0
+    """Give up to ``limit`` pending chunks their vectors, as an indexer does; how many."""
+    with store.claim_pending_chunks(limit, embedder.model_id) as claim:
+        rows: list[ChunkToEmbed] = list(claim.rows)
+        if rows:
+            claim.store_embeddings(encode_many(embedder.embed([r.search_text for r in rows])))
+    return len(rows)
 
 
 def ranked(search: DocumentSearch, space: SpaceRef) -> dict[str, list[tuple[Any, ...]]]:
@@ -243,49 +247,27 @@ def test_searches_beside_writers_and_an_indexer_end_as_a_fresh_read(store: Store
     # from meanwhile, once the writes stop each ranks as a fresh read.
     space, embedder = a_space(), FakeEmbedder()
     workers = [fresh(store), fresh(store)]
-    stop = threading.Event()
-    failures: list[BaseException] = []
 
     def write(n: int) -> None:
         # Each writer its own documents: the writers race the searches and the indexer,
         # not one another (writers of the same paths are bench_contention's).
         mine = [f"notes/w{n}-{k}.md" for k in range(3)]
-        try:
-            for i in range(12):
-                path = mine[i % 3]
-                store.write(space, path, text_of(WORDS[(n + i) % 5 : (n + i) % 5 + 3], i))
-                if i % 4 == 3:
-                    _delete(store, space, path)
-                if i % 5 == 4:
-                    _move(store, space, path, mine[(i + 1) % 3])
-        except BaseException as exc:  # reported by the test's thread
-            failures.append(exc)
+        for i in range(12):
+            path = mine[i % 3]
+            store.write(space, path, text_of(WORDS[(n + i) % 5 : (n + i) % 5 + 3], i))
+            if i % 4 == 3:
+                _delete(store, space, path)
+            if i % 5 == 4:
+                _move(store, space, path, mine[(i + 1) % 3])
 
     def index() -> None:
-        try:
-            while not stop.is_set():
-                store.reconcile(space)
-                embed_some(store, embedder, 3)
-        except BaseException as exc:
-            failures.append(exc)
+        store.reconcile(space)
+        embed_some(store, embedder, 3)
 
-    def search(worker: DocumentSearch) -> None:
-        try:
-            while not stop.is_set():
-                ranked(worker, space)
-        except BaseException as exc:
-            failures.append(exc)
-
-    writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
-    others = [threading.Thread(target=index)]
-    others += [threading.Thread(target=search, args=(w,)) for w in workers]
-    for thread in writers + others:
-        thread.start()
-    for thread in writers:
-        thread.join()
-    stop.set()
-    for thread in others:
-        thread.join()
+    failures = run_beside(
+        [functools.partial(write, n) for n in range(3)],
+        [index, *(functools.partial(ranked, worker, space) for worker in workers)],
+    )
     assert not failures
     if not store.exists(space, PATHS[0]):  # the writers may have left nothing to find
         store.write(space, PATHS[0], text_of(WORDS, 99))
