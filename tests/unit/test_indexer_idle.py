@@ -171,14 +171,19 @@ def passes_of(indexer: Indexer) -> list[int]:
     return passes
 
 
-def test_an_idle_indexer_passes_again_once_a_write_commits(store: SqlStore) -> None:
-    indexer = Indexer(
+def idle_indexer(store: SqlStore, recheck_seconds: float) -> Indexer:
+    """The store's indexer, looking every millisecond whether anything was committed."""
+    return Indexer(
         HashEmbedder(),
         document_sources(store),
         backfill=store.backfill_chunks,
         idle_seconds=0.001,
-        recheck_seconds=3600,
+        recheck_seconds=recheck_seconds,
     )
+
+
+def test_an_idle_indexer_passes_again_once_a_write_commits(store: SqlStore) -> None:
+    indexer = idle_indexer(store, recheck_seconds=3600)
     assert len(indexer.changes) == 1  # the claims and the backfill share one database
     passes = passes_of(indexer)
     write = lambda: store.write(space(), "notes/1.md", doc(1))  # noqa: E731
@@ -193,13 +198,7 @@ def test_an_idle_indexer_passes_again_once_a_write_commits(store: SqlStore) -> N
 
 
 def test_an_idle_indexer_still_passes_every_recheck(store: SqlStore) -> None:
-    indexer = Indexer(
-        HashEmbedder(),
-        document_sources(store),
-        backfill=store.backfill_chunks,
-        idle_seconds=0.001,
-        recheck_seconds=0,  # every look is past the recheck: a pass each time
-    )
+    indexer = idle_indexer(store, recheck_seconds=0)  # every look is past it: a pass each
     passes = passes_of(indexer)
     indexer.run(until=Scheduled(stop=200, at={}))
     assert len(passes) >= 10 and set(passes) == {0}
