@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from keepstone.db import read_transaction
 from keepstone.db.vectors import encode_many
+from keepstone.errors import StoreUnavailable
 from keepstone.principal import CredentialKind
 from keepstone.records.ratelimit import LocalRateLimiter
 from keepstone.records.schema import records
@@ -121,6 +122,27 @@ def test_search_by_meaning_once_embedded(world: World) -> None:
         (login.id, ("meaning",)),
         (fresh.id, ("keyword",)),
     ]
+
+
+def test_an_embedder_that_fails_leaves_the_search_keyword_only(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = ConceptEmbedder(_model())
+    world.records.save_as_server(world.team_id, "Fixed the signin form for SSO users")
+    rotation = world.records.save_as_server(world.team_id, "password rotation for the bots")
+    _embed_all(SqlRecordStore(world.engine), embedder)
+
+    def down(texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+        raise StoreUnavailable("the embeddings endpoint cannot be reached")
+
+    embedder.embed = down  # type: ignore[method-assign]
+    hits = (
+        _hybrid(world.engine, embedder)
+        .search(world.principal(world.member), world.team_id, "password problems")
+        .hits
+    )
+    assert [(h.id, h.matched) for h in hits] == [(rotation.id, ("keyword",))]
+    assert "records search by keyword only: the embedder failed" in caplog.text
 
 
 def test_cached_vectors_extend_and_never_cross_teams(world: World) -> None:

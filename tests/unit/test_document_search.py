@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from keepstone.db.vectors import encode_many
-from keepstone.errors import InvalidRequest
+from keepstone.errors import InvalidRequest, StoreUnavailable
 from keepstone.quota import Limits
 from keepstone.search.bm25 import BM25Index
 from keepstone.service.search import DocumentHit, DocumentSearch
@@ -69,6 +69,14 @@ class FakeEmbedder:
             if not out[i].any():
                 out[i, DIM - 1] = 1.0
         return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+class DownEmbedder(FakeEmbedder):
+    """The same model, with its server gone: every call fails as the HTTP embedder's do."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+        self.calls.append(list(texts))
+        raise StoreUnavailable("the embeddings endpoint cannot be reached")
 
 
 def ref(tenant: str = "local", name: str = "notes") -> SpaceRef:
@@ -233,6 +241,36 @@ def test_a_local_search_embeds_the_pending_chunks_first(store: MemoryStore) -> N
     again = search.search([ref()], "undo")  # the rewritten chunks are embedded again
     assert again and again[0].heading == "Deploy runbook > Rollback"
     assert "graphs" in again[0].snippet
+
+
+def test_an_embedder_that_fails_leaves_the_search_keyword_only(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.write(ref(), "ops/runbook.md", RUNBOOK)
+    store.write(ref(), "home/garden.md", "# Garden\nTomato beds by the fence; rollback never.\n")
+    embed_everything(store, FakeEmbedder())
+    down = DownEmbedder()
+    for query in ("rollback", "revert", "memory limit"):
+        found = DocumentSearch(store, down).search([ref()], query, limit=20)
+        keyword = DocumentSearch(store).search([ref()], query, limit=20)
+        assert found == keyword and found.pending == keyword.pending == 0, query
+        assert all(h.matched == ("keyword",) for h in found)
+    assert DocumentSearch(store, down).search([ref()], "rollback")  # not a 503
+    assert len(down.calls) == 4  # the query, once a search: never once a space or a chunk
+    assert "documents search by keyword only: the embedder failed" in caplog.text
+
+
+def test_a_local_search_whose_embedder_fails_answers_by_keyword_and_keeps_the_backlog(
+    store: MemoryStore,
+) -> None:
+    store.write(ref(), "ops/runbook.md", RUNBOOK)
+    found = DocumentSearch(store, DownEmbedder(), embed_budget=60.0).search([ref()], "rollback")
+    assert [h.heading for h in found][:1] == ["Deploy runbook > Rollback"]
+    assert found.pending > 0  # nothing was embedded, and the claim gave every chunk back
+    # The failed claim is released: a working embedder embeds the whole backlog at once.
+    working = DocumentSearch(store, FakeEmbedder(), embed_budget=60.0)
+    again = working.search([ref()], "undo")
+    assert again.pending == 0 and again[0].matched == ("meaning",)
 
 
 def test_the_space_service_searches_its_store(store: MemoryStore) -> None:

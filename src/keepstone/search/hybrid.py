@@ -7,17 +7,19 @@ over the scope's cached vectors the same mask allows (:class:`ExactDense`, or an
 :class:`DenseSide`: one call, so a scope can answer it another way, e.g. an HNSW index);
 the two are fused with the fixed-scale weighted sum at :data:`~keepstone.search.fusion.ALPHA`,
 each hit saying which signals matched. A scope with no vector to compare (no embedder,
-nothing embedded yet, or nothing the mask allows) is ranked by keyword alone (alpha 0, so
-its scores stay on the keyword scale).
+nothing embedded yet, nothing the mask allows, or an embedder that failed on the query:
+:func:`query_vector`) is ranked by keyword alone (alpha 0, so its scores stay on the
+keyword scale).
 
 Rows are numbered by their position in the scope's keyword rows (the corpus the
 :class:`~keepstone.search.bm25.BM25Index` was built from); :class:`RowMap` maps a cached
 vector entry's ids onto those numbers. :class:`ScopeCache` keeps one built object per
-scope, stamped with the scope's version. Pure code: no I/O.
+scope, stamped with the scope's version. Pure code: no I/O but the embedder it is given.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import OrderedDict
@@ -29,10 +31,14 @@ import numpy as np
 import numpy.typing as npt
 
 from keepstone.db.vectors import Float32Array, IndexArray, QuantizedMatrix
+from keepstone.errors import KeepstoneError
 from keepstone.search.bm25 import BM25Index
 from keepstone.search.cache import Entry
 from keepstone.search.fusion import ALPHA, KEYWORD, FusedHit, weighted_sum
 from keepstone.search.vectors import Matrix, scores, top_k
+
+#: An embedder's one call (:class:`keepstone.embed.Embedder` ``.embed``): texts to unit vectors.
+Embed = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 
 #: Candidates taken from each side before fusing.
 CANDIDATES = 50
@@ -303,3 +309,16 @@ class ScopeCache(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def query_vector(embed: Embed, query: str, log: logging.Logger, what: str) -> Float32Array | None:
+    """The unit vector of ``query``, or None when the embedder fails (an unreachable
+    ``KEEPSTONE_EMBEDDINGS_URL``, a model that cannot load): the search ranks ``what`` by
+    keyword alone, with a warning in ``log``, rather than answering ``503`` while its
+    keyword side works."""
+    try:
+        vector: Float32Array = embed([query])[0]
+    except KeepstoneError as exc:
+        log.warning("%s search by keyword only: the embedder failed: %s", what, exc.message)
+        return None
+    return vector

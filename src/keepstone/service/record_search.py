@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from keepstone.db.vectors import Float32Array, decode_many
-from keepstone.errors import KeepstoneError
 from keepstone.records.store import (
     RankingRow,
     Record,
@@ -57,6 +56,7 @@ from keepstone.search.hybrid import (
     RowMap,
     ScopeCache,
     dense_side,
+    query_vector,
     rank,
 )
 from keepstone.search.text import query_terms
@@ -353,12 +353,7 @@ class RecordSearch:
 
     def _embed(self, query: str) -> Float32Array | None:
         assert self.embedder is not None
-        try:
-            vector: Float32Array = self.embedder.embed([query])[0]
-        except KeepstoneError as exc:
-            log.warning("records search by keyword only: the embedder failed: %s", exc.message)
-            return None
-        return vector
+        return query_vector(self.embedder.embed, query, log, "records")
 
     def _exact(
         self,
@@ -394,10 +389,10 @@ class RecordSearch:
             mapped = rows.row_map.rows_of(entry)
         if not len(entry):
             return None
-        query_vector = embedded.result()
-        if query_vector is None:
+        vector = embedded.result()
+        if vector is None:
             return None
-        return ExactDense(entry.matrix, mapped, query_vector)
+        return ExactDense(entry.matrix, mapped, vector)
 
 
 def _weighted(

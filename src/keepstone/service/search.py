@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from keepstone.db import utcnow
 from keepstone.db.vectors import Float32Array, encode_many
-from keepstone.errors import InvalidRequest
+from keepstone.errors import InvalidRequest, KeepstoneError
 from keepstone.paths import check_path_prefix
 from keepstone.search import hybrid
 from keepstone.search.cache import Entry, VectorCache
@@ -187,11 +187,11 @@ class DocumentSearch:
             return self._ask_store(self._searching, refs, q, limit, path_prefix, filters)
         terms = query_terms(q)
         versions = self._versions(index, refs)
-        query_vector = self._query_vector(q)
+        embedded = self._query_vector(q)
         found: list[_Found] = []
         for ref in refs:
             found += self._rank_space(
-                index, ref, versions[ref.id], terms, query_vector, path_prefix, filters
+                index, ref, versions[ref.id], terms, embedded, path_prefix, filters
             )
         model = self.embedder.model_id if self.embedder is not None else None
         pending = 0 if model is None else index_pending(index, refs, model)
@@ -231,17 +231,17 @@ class DocumentSearch:
             versions = {ref.id: index.search_version(ref) for ref in refs}
         return versions
 
-    def _query_vector(self, q: str) -> Callable[[], Float32Array] | None:
+    def _query_vector(self, q: str) -> Callable[[], Float32Array | None] | None:
         """The query's vector, embedded on first use (only a space holding vectors of the
-        model needs it) and once for every space; None without an embedder."""
+        model needs it) and once for every space; None without an embedder. When the
+        embedder fails, every space of this search ranks by keyword alone."""
         embedder = self.embedder
         if embedder is None:
             return None
 
         @functools.cache
-        def embedded() -> Float32Array:
-            vector: Float32Array = embedder.embed([q])[0]
-            return vector
+        def embedded() -> Float32Array | None:
+            return hybrid.query_vector(embedder.embed, q, log, "documents")
 
         return embedded
 
@@ -251,7 +251,7 @@ class DocumentSearch:
         ref: SpaceRef,
         version: int,
         terms: Sequence[str],
-        query_vector: Callable[[], Float32Array] | None,
+        query: Callable[[], Float32Array | None] | None,
         path_prefix: str,
         filters: SearchFilters,
     ) -> list[_Found]:
@@ -262,9 +262,10 @@ class DocumentSearch:
         allowed = _allowed(keyword.rows, path_prefix, filters, written)
         dense = None
         embedder = self.embedder
-        if embedder is not None and query_vector is not None:
-            if keyword.vectors.get(embedder.model_id):
-                dense = self._dense(index, ref, version, keyword, query_vector(), path_prefix)
+        if embedder is not None and query is not None and keyword.vectors.get(embedder.model_id):
+            vector = query()
+            if vector is not None:
+                dense = self._dense(index, ref, version, keyword, vector, path_prefix)
         now = utcnow()
         out = []
         for fused in hybrid.rank(keyword.index, terms, allowed=allowed, dense=dense):
@@ -376,7 +377,8 @@ class DocumentSearch:
         """Embed pending chunks of the index (no vector of this embedder's model), a few
         at a time, until none is left or :attr:`embed_budget` seconds are spent (a local
         command, before it searches; what is left is the answer's ``pending``); return
-        how many. Past :data:`SLOW_NOTICE_SECONDS`, ``notice`` gets one line."""
+        how many. Past :data:`SLOW_NOTICE_SECONDS`, ``notice`` gets one line; an embedder
+        that fails stops it (a warning), and the search goes on with what is embedded."""
         embedder = self.embedder
         if embedder is None:
             return 0
@@ -384,8 +386,13 @@ class DocumentSearch:
         done = 0
         told = False
         while time.monotonic() - started < self.embed_budget:
-            with index.claim_pending_chunks(LOCAL_BATCH, embedder.model_id) as claim:
-                embedded = _embed_claimed(claim, embedder)
+            try:
+                with index.claim_pending_chunks(LOCAL_BATCH, embedder.model_id) as claim:
+                    embedded = _embed_claimed(claim, embedder)
+            except KeepstoneError as exc:
+                # The claim is released; what is embedded already is searched by meaning.
+                log.warning("pending chunks left unembedded: the embedder failed: %s", exc.message)
+                break
             if not embedded:
                 break
             done += embedded
