@@ -144,11 +144,15 @@ class Tab:
         page.goto(f"{self.site.base}/")
         assert_labelled(page)
         shot(page, "sign-in")
+        self.fill_in_sign_in(page, role)
+        return page
+
+    def fill_in_sign_in(self, page: Any, role: str) -> None:
+        """The sign-in form ``page`` shows filled in for ``role`` and sent."""
         page.get_by_label("Email").fill(self.site.emails[role])
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_load_state()
-        return page
 
 
 @pytest.fixture
@@ -223,6 +227,19 @@ def new_document(page: Any, site: Site, path: str, content: str) -> None:
     page.get_by_label("Markdown").fill(content)
     page.get_by_role("button", name="Save").click()
     page.wait_for_load_state()
+
+
+def editing_beside_a_second_tab(tab: Tab, path: str, typed: str) -> tuple[Any, Any]:
+    """The member signed in, editing a new document at ``path`` with ``typed`` in the text
+    box (not saved), and a second page of the same browser on the team's spaces."""
+    site = tab.site
+    page = tab.sign_in("member")
+    new_document(page, site, path, "# Before\n")
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_label("Markdown").fill(typed)
+    other = tab.open()
+    other.goto(f"{site.base}/t/{site.team_id}/spaces")
+    return page, other
 
 
 # --- the tests --------------------------------------------------------------------------------
@@ -303,14 +320,8 @@ def test_an_edit_whose_session_ended_opens_again_after_signing_in(
     """Signed out in another tab while editing: Save shows the sign-in page with the text;
     signing in opens the edit form with it again, unsaved, and Save then saves it."""
     tab = people()
-    site = tab.site
-    page = tab.sign_in("member")
-    new_document(page, site, "resume/plan.md", "# Plan\n\nShip on Friday.\n")
-    page.get_by_role("link", name="Edit").click()
     typed = "# Plan\n\nShip on Monday </textarea><script>alert(1)</script>\n"
-    page.get_by_label("Markdown").fill(typed)
-    other = tab.open()
-    other.goto(f"{site.base}/t/{site.team_id}/spaces")
+    page, other = editing_beside_a_second_tab(tab, "resume/plan.md", typed)
     other.get_by_role("button", name="Sign out").click()
     expect(other.get_by_role("heading", name="Sign in")).to_be_visible()
 
@@ -318,15 +329,33 @@ def test_an_edit_whose_session_ended_opens_again_after_signing_in(
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.locator("#unsaved")).to_have_value(typed)
     assert_labelled(page)
-    page.get_by_label("Email").fill(site.emails["member"])
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    tab.fill_in_sign_in(page, "member")
     expect(page.get_by_role("status")).to_contain_text("not saved yet")
     expect(page.get_by_label("Markdown")).to_have_value(typed)
     assert_labelled(page)
     page.get_by_role("button", name="Save").click()
     expect(page.locator("article")).to_contain_text("Ship on Monday </textarea>")
     assert page.locator("script").count() == 0
+
+
+def test_an_edit_opened_before_signing_in_again_keeps_its_text(
+    people: Callable[[], Tab],
+) -> None:
+    """Signed out and in again in another tab while editing: Save is refused for the old
+    sign-in's token, and the edit form opens again with the text and the new token; Save
+    then saves it."""
+    tab = people()
+    typed = "# Stale\n\nTyped before signing in again.\n"
+    page, other = editing_beside_a_second_tab(tab, "resume/stale.md", typed)
+    other.get_by_role("button", name="Sign out").click()
+    tab.fill_in_sign_in(other, "member")
+
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("opened before your latest sign-in")
+    expect(page.get_by_label("Markdown")).to_have_value(typed)
+    assert_labelled(page)
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("article")).to_contain_text("Typed before signing in again.")
 
 
 def test_quota_and_secret_refusals_show_next_to_the_field(people: Callable[[], Tab]) -> None:

@@ -5,7 +5,9 @@ form again filled in and unsaved; a document changed or deleted meanwhile is the
 page, never overwritten. A wrong password keeps what is carried; a sign-in posted from
 another site, or by someone who cannot act in the team, drops it. Hostile text stays inert
 on every page it is echoed on, a document at the cap is carried whole, and nothing carried
-is logged.
+is logged. A form opened before the person signed in again (in another tab) and sent with
+that earlier sign-in's token opens again filled in, with the live sign-in's token; a post
+from another site, or one whose cookie is not its session's token, is refused as it was.
 
 Each test reads the forms off the pages and posts them as a browser would (every control
 of the form, those tied to it by ``form=`` too; a textarea's line ends as CRLF)."""
@@ -255,10 +257,19 @@ def test_a_rename_opens_again_with_the_new_path(world: World, client: TestClient
 
     r = sign_in_from(client, r.text, world.emails["member"])
     assert r.status_code == 200 and "not done yet" in r.text, r.text[-400:]
-    again = form_of(r.text, f"/t/{world.team_id}/rename")
+    _sending_it_again_moves(client, world, r.text, session_of(r), path, to)
+
+
+def _sending_it_again_moves(
+    client: TestClient, world: World, body: str, cookies: dict[str, str], path: str, to: str
+) -> None:
+    """``body`` holds the rename form as it was sent (``path`` to ``to``, *Overwrite*) with
+    the token of ``cookies``, nothing is moved yet, and sending it moves the document."""
+    again = form_of(body, f"/t/{world.team_id}/rename")
     assert again["path"] == path and again["to"] == to and again["overwrite"] == "1"
+    assert again["csrf"] == cookies["keepstone_csrf"]
     world.store.read(world.team_ref(), path)  # not moved
-    moved = send(client, f"/t/{world.team_id}/rename", again, session_of(r))
+    moved = send(client, f"/t/{world.team_id}/rename", again, cookies)
     assert moved.status_code == 303
     assert world.store.read(world.team_ref(), to).content == "# to move\n"
 
@@ -332,3 +343,84 @@ def test_a_document_at_the_cap_is_carried_whole(world: World, client: TestClient
     saved = send(client, f"/t/{world.team_id}/edit", edit, session_of(r))
     assert saved.status_code == 303, saved.text[-400:]
     assert world.store.read(world.team_ref(), path).size_bytes == cap
+
+
+def _stale(world: World) -> tuple[str, dict[str, str]]:
+    """The token of an earlier sign-in, and the cookies of the member's latest one (signed
+    in again since, as in another tab)."""
+    _cookie, old_token = world.login("member")
+    cookie, csrf = world.login("member")
+    return old_token, {"keepstone_session": cookie, "keepstone_csrf": csrf}
+
+
+def test_a_form_opened_before_signing_in_again_opens_with_its_text_and_the_new_token(
+    world: World, client: TestClient
+) -> None:
+    path = f"{unique('stale')}.md"
+    etag = _doc(world, path, "# before\n")
+    typed = f"# typed under the old sign-in\r\n\r\n{unique('marker')}\r\n"
+    old_token, cookies = _stale(world)
+    form = {**SPACE, "csrf": old_token, "path": path, "etag": etag, "content": typed}
+    r = send(client, f"/t/{world.team_id}/edit", form, cookies)
+    assert r.status_code == 403 and "csrf_required" in r.text, r.text[-400:]
+    assert "opened before your latest sign-in" in r.text and "press Save" in r.text
+    assert_safe_page(dict(r.headers), r.text)
+    again = form_of(r.text, f"/t/{world.team_id}/edit")
+    assert again["content"] == typed and again["etag"] == etag and again["path"] == path
+    assert again["csrf"] == cookies["keepstone_csrf"]  # the live sign-in's token
+    assert world.store.read(world.team_ref(), path).content == "# before\n"  # not saved
+    saved = send(client, f"/t/{world.team_id}/edit", again, cookies)
+    assert saved.status_code == 303, saved.text[-400:]
+    assert world.store.read(world.team_ref(), path).content == typed.replace("\r\n", "\n")
+
+    # Changed since the form was opened: the conflict page, theirs kept.
+    form = {**form, "etag": world.store.read(world.team_ref(), path).etag}
+    _doc(world, path, "# theirs\n")
+    r = send(client, f"/t/{world.team_id}/edit", form, cookies)
+    assert r.status_code == 403 and "changed since you opened it" in r.text, r.text[-400:]
+    assert form_of(r.text, f"/t/{world.team_id}/edit")["content"] == typed
+    assert world.store.read(world.team_ref(), path).content == "# theirs\n"
+
+    # A new document: its path and text, still created only while the path is free.
+    fresh = f"{unique('fresh')}.md"
+    new = {**SPACE, "csrf": old_token, "path": fresh, "etag": "", "content": "# new\r\n"}
+    r = send(client, f"/t/{world.team_id}/edit", new, cookies)
+    assert r.status_code == 403 and "New document" in r.text, r.text[-400:]
+    assert form_of(r.text, f"/t/{world.team_id}/edit")["path"] == fresh
+
+
+def test_a_rename_opened_before_signing_in_again_opens_with_its_new_path(
+    world: World, client: TestClient
+) -> None:
+    path, to = f"{unique('old')}.md", f"{unique('new')}.md"
+    _doc(world, path, "# to move\n")
+    old_token, cookies = _stale(world)
+    form = {**SPACE, "csrf": old_token, "path": path, "to": to, "overwrite": "1"}
+    r = send(client, f"/t/{world.team_id}/rename", form, cookies)
+    assert r.status_code == 403 and "was not renamed" in r.text, r.text[-400:]
+    _sending_it_again_moves(client, world, r.text, cookies, path, to)
+
+
+def test_a_stale_token_from_another_site_or_a_foreign_cookie_is_only_refused(
+    world: World, client: TestClient
+) -> None:
+    path = f"{unique('refused')}.md"
+    etag = _doc(world, path, "# before\n")
+    old_token, cookies = _stale(world)
+    form = {**SPACE, "csrf": old_token, "path": path, "etag": etag, "content": "planted"}
+    for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://elsewhere.example"}):
+        r = send(client, f"/t/{world.team_id}/edit", form, cookies, headers)
+        assert r.status_code == 403 and "planted" not in r.text, headers
+        assert "reload the page" in r.text
+    # The cookie is not this session's token (another user's): no form to send again.
+    foreign = {**cookies, "keepstone_csrf": world.sessions["admin"][1]}
+    r = send(client, f"/t/{world.team_id}/edit", form, foreign)
+    assert r.status_code == 403 and "planted" not in r.text
+    # No token at all is no form of ours.
+    r = send(client, f"/t/{world.team_id}/edit", {**form, "csrf": ""}, cookies)
+    assert r.status_code == 403 and "planted" not in r.text
+    # The session itself has ended too: the sign-in page, carrying the text.
+    ended = {**cookies, "keepstone_session": "ended-session"}
+    r = send(client, f"/t/{world.team_id}/edit", form, ended)
+    assert r.status_code == 401 and form_of(r.text, "/signin")["carried_content"] == "planted"
+    assert world.store.read(world.team_ref(), path).content == "# before\n"

@@ -158,6 +158,20 @@ def signed_in_with(request: Request, session: str, team_id: str | None = None) -
     return _session_principal(request, session, None, team_id)
 
 
+def signed_in_with_cookie_token(request: Request, team_id: str) -> Principal | None:
+    """The principal of the session cookie, in ``team_id``, when the CSRF cookie is that
+    session's token; None without the cookies or when it is not. A form refused for
+    carrying another token while this holds was opened under an earlier sign-in (the
+    person signed in again since, in another tab): a form filled in with what it sent and
+    this cookie's token can be sent again. ``401`` without a live session."""
+    session = request.cookies.get(SESSION_COOKIE)
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    if not session or not cookie:
+        return None
+    who = _session_principal(request, session, cookie, team_id)
+    return who if who.csrf_ok else None
+
+
 def _session_principal(
     request: Request, session: str, csrf_token: str | None, team_id: str | None
 ) -> Principal:

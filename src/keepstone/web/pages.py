@@ -20,6 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 from keepstone.documents import parse_import_strategy
 from keepstone.errors import (
     AlreadyExists,
+    CsrfRequired,
     InvalidRequest,
     KeepstoneError,
     NotFound,
@@ -46,7 +47,15 @@ from keepstone.web.core import (
     url,
 )
 from keepstone.web.markdown import render
-from keepstone.web.resume import EDIT, RENAME, Carried, resumed, safe_next, session_ended
+from keepstone.web.resume import (
+    EDIT,
+    RENAME,
+    Carried,
+    resumed,
+    safe_next,
+    session_ended,
+    token_stale,
+)
 from keepstone.web.spaces import (
     SAVED_NOTICES,
     fields_of,
@@ -292,6 +301,8 @@ async def edit_save(request: Request, team_id: str) -> Response:
         who, form = await posted(request, team_id, max_part_size=_text_part_cap(request))
     except Unauthenticated:
         return session_ended(request, team_id, EDIT, await request.form())
+    except CsrfRequired as refusal:
+        return await token_stale(request, team_id, EDIT, await request.form(), refusal)
     space = space_fields(form)
     path = text(form, "path").strip()
     # A browser sends a textarea's lines ending in CRLF; documents keep LF.
@@ -364,6 +375,8 @@ async def rename(request: Request, team_id: str) -> Response:
         who, form = await posted(request, team_id)
     except Unauthenticated:
         return session_ended(request, team_id, RENAME, await request.form())
+    except CsrfRequired as refusal:
+        return await token_stale(request, team_id, RENAME, await request.form(), refusal)
     space = space_fields(form)
     path, to = text(form, "path"), text(form, "to").strip()
     overwrite = bool(text(form, "overwrite"))

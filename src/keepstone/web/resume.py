@@ -27,10 +27,19 @@ from fastapi.responses import Response
 from starlette.datastructures import FormData, QueryParams
 
 from keepstone.documents import Document
-from keepstone.errors import KeepstoneError, NotFound
+from keepstone.errors import CsrfRequired, KeepstoneError, NotFound, Unauthenticated
 from keepstone.principal import Principal
 from keepstone.service.spaces import SpaceService
-from keepstone.web.core import from_another_site, page, signed_in_with, text, url
+from keepstone.web.core import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    from_another_site,
+    page,
+    signed_in_with,
+    signed_in_with_cookie_token,
+    text,
+    url,
+)
 from keepstone.web.spaces import fields_of, ref_of, space_fields
 
 #: The forms whose post is carried across the sign-in, as named in their path.
@@ -63,6 +72,40 @@ RESUMED_CONFLICT = (
     "You are signed in again. Your text, sent when your session ended, was not saved, and "
     "the document changed while you were signed out."
 )
+
+#: What the form says when it was sent with the token of an earlier sign-in.
+TOKEN_STALE = {
+    EDIT: (
+        "This form was opened before your latest sign-in, so it carried an old token "
+        "(csrf_required) and your change was not saved. This is the text you sent: check "
+        "it, then press Save."
+    ),
+    RENAME: (
+        "This form was opened before your latest sign-in, so it carried an old token "
+        "(csrf_required) and the document was not renamed. This is the rename you sent: "
+        "check it, then press Rename."
+    ),
+}
+TOKEN_STALE_CONFLICT = (
+    "This form was opened before your latest sign-in, so your text was not saved, and the "
+    "document changed since you opened it."
+)
+
+
+@dataclass(frozen=True)
+class _Again:
+    """Why a form opens again filled in: its notice, the conflict page's, its status."""
+
+    notice: str
+    conflict: str = ""
+    status: int = 200
+
+
+_SIGNED_IN_AGAIN = {EDIT: _Again(RESUMED[EDIT], RESUMED_CONFLICT), RENAME: _Again(RESUMED[RENAME])}
+_STALE_TOKEN = {
+    EDIT: _Again(TOKEN_STALE[EDIT], TOKEN_STALE_CONFLICT, 403),
+    RENAME: _Again(TOKEN_STALE[RENAME], status=403),
+}
 
 _FORM_PATH = re.compile(r"/t/(?P<team>[^/?#]+)/(?P<kind>edit|rename)")
 
@@ -138,12 +181,45 @@ async def resumed(
     query = QueryParams(urlsplit(target).query)
     try:
         who = await anyio.to_thread.run_sync(lambda: signed_in_with(request, session, team_id))
-        if carried.kind == RENAME:
-            return await _rename_again(request, who, query, carried, csrf)
-        return await _edit_again(request, who, query, carried, csrf)
+        return await _again(request, who, query, carried, csrf, _SIGNED_IN_AGAIN[carried.kind])
     except KeepstoneError:
         # Whoever signed in cannot act in the team or open the form: the redirect shows why.
         return None
+
+
+async def token_stale(
+    request: Request, team_id: str, kind: str, form: FormData, refusal: CsrfRequired
+) -> Response:
+    """The ``kind`` form again (``403``), filled in with what was sent, when it was refused
+    for a CSRF token that is not its session's while the CSRF cookie is: it was opened
+    under an earlier sign-in (the person signed in again since, in another tab). Nothing is
+    written; the form now carries this sign-in's token, to check and send again. A post
+    without a token, another site's, or one whose cookie is not its session's token gets
+    ``refusal`` itself; one whose session has ended, :func:`session_ended`."""
+    if not text(form, CSRF_FIELD) or from_another_site(request):
+        raise refusal
+    try:
+        who = await anyio.to_thread.run_sync(lambda: signed_in_with_cookie_token(request, team_id))
+    except Unauthenticated:
+        return session_ended(request, team_id, kind, form)
+    if who is None:
+        raise refusal
+    query = QueryParams({**space_fields(form), "path": text(form, "path")})
+    csrf = request.cookies.get(CSRF_COOKIE, "")
+    return await _again(request, who, query, Carried.of_form(form, kind), csrf, _STALE_TOKEN[kind])
+
+
+async def _again(
+    request: Request,
+    who: Principal,
+    query: QueryParams,
+    carried: Carried,
+    csrf: str,
+    why: _Again,
+) -> Response:
+    if carried.kind == RENAME:
+        return await _rename_again(request, who, query, carried, csrf, why)
+    return await _edit_again(request, who, query, carried, csrf, why)
 
 
 def _spaces(request: Request) -> SpaceService:
@@ -157,7 +233,7 @@ async def _read(request: Request, who: Principal, fields: dict[str, str], path: 
 
 
 async def _edit_again(
-    request: Request, who: Principal, query: QueryParams, carried: Carried, csrf: str
+    request: Request, who: Principal, query: QueryParams, carried: Carried, csrf: str, why: _Again
 ) -> Response:
     """The edit form with the carried text, on the etag it started from; the conflict page
     when the document changed or went meanwhile."""
@@ -165,8 +241,9 @@ async def _edit_again(
     team_id = who.team_id
     if not carried.etag:  # a new document: still written only if its path is free
         return page(
-            request, "edit.html", space=fields, path=carried.path, content=carried.content,
-            etag="", new=True, error=None, notice=RESUMED[EDIT], csrf=csrf, team_id=team_id,
+            request, "edit.html", why.status, space=fields, path=carried.path,
+            content=carried.content, etag="", new=True, error=None, notice=why.notice,
+            csrf=csrf, team_id=team_id,
         )  # fmt: skip
     path = query.get("path", "")
     try:
@@ -175,24 +252,24 @@ async def _edit_again(
         doc = None
     if doc is None or doc.etag != carried.etag:
         return page(
-            request, "conflict.html", space=fields, path=path, mine=carried.content,
-            theirs=doc, notice=RESUMED_CONFLICT, csrf=csrf, team_id=team_id,
+            request, "conflict.html", why.status, space=fields, path=path,
+            mine=carried.content, theirs=doc, notice=why.conflict, csrf=csrf, team_id=team_id,
         )  # fmt: skip
     return page(
-        request, "edit.html", space=fields, path=doc.path, content=carried.content,
-        etag=carried.etag, new=False, error=None, notice=RESUMED[EDIT], csrf=csrf,
+        request, "edit.html", why.status, space=fields, path=doc.path, content=carried.content,
+        etag=carried.etag, new=False, error=None, notice=why.notice, csrf=csrf,
         team_id=team_id,
     )  # fmt: skip
 
 
 async def _rename_again(
-    request: Request, who: Principal, query: QueryParams, carried: Carried, csrf: str
+    request: Request, who: Principal, query: QueryParams, carried: Carried, csrf: str, why: _Again
 ) -> Response:
     """The rename form with the new path and *Overwrite* as they were sent."""
     fields = fields_of(ref_of(who, space_fields(query)))
     doc = await _read(request, who, fields, query.get("path", ""))
     return page(
-        request, "rename.html", space=fields, path=doc.path, to=carried.to,
-        overwrite=carried.overwrite, error=None, notice=RESUMED[RENAME], csrf=csrf,
+        request, "rename.html", why.status, space=fields, path=doc.path, to=carried.to,
+        overwrite=carried.overwrite, error=None, notice=why.notice, csrf=csrf,
         team_id=who.team_id,
     )  # fmt: skip
