@@ -519,9 +519,9 @@ def rolled_back(exc: BaseException) -> bool:
 
 def again_if_rolled_back(work: Callable[[], T]) -> T:
     """``work()`` (a whole write transaction) made again when PostgreSQL rolled it back as
-    a deadlock's victim, at most :data:`ROLLBACK_ATTEMPTS` times: writers of the same paths
-    can wait on each other through rows no lock order covers (a path with no document yet),
-    and the victim's caller should not hear of it as an outage."""
+    a deadlock's victim, at most :data:`ROLLBACK_ATTEMPTS` times: a cycle of waits the
+    store's lock order does not rule out (its callers say which) is no outage, and the
+    victim's caller should not hear of it as one."""
     for attempt in range(1, ROLLBACK_ATTEMPTS + 1):
         try:
             return work()

@@ -19,9 +19,13 @@ Steps 2 and 3 (and the version the change keeps) are the change statement
 as ONE statement in autocommit, which hands the write to this transaction path whenever it
 cannot answer alone (:meth:`keepstone.store.sql_write.ChangeStatements.put`).
 
-Credits (shrink, delete) clamp at zero. Locks are always taken in the order document →
-its chunks → space counter → team/instance counter → attributed team counter, so writers
-cannot deadlock one another (the indexer takes chunks → space counters, in key order).
+Credits (shrink, delete) clamp at zero. Locks are always taken in the order path (on
+PostgreSQL: an advisory lock, :func:`~keepstone.store.sql_steps.path_lock`; a move takes
+both of its paths', in key order) → document → its chunks → space counter → team/instance
+counter → attributed team counter, so writers cannot deadlock one another (the indexer
+takes chunks → space counters, in key order). Without the path lock, a path with no
+document had no row to lock, and a move changes its row's path: writers of the same paths
+met in cycles of row waits.
 
 A write of new content and a delete remove the path's chunk rows and bump the space's
 ``search_version``, in the write's one transaction (a refused write leaves the old ones);
@@ -34,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -65,6 +69,7 @@ from keepstone.store.sql_import import DocumentWrites, import_batch
 from keepstone.store.sql_index import NO_TENANT
 from keepstone.store.sql_schema import ACTOR_WIDTH, audit_events
 from keepstone.store.sql_statements import Statements
+from keepstone.store.sql_steps import path_lock
 from keepstone.store.sql_write import ChangeStatements, DocStep, Locked, Team
 from keepstone.store.version_pack import COMPRESS_FROM, pack_version
 
@@ -97,8 +102,9 @@ R = TypeVar("R")
 
 def _again_if_rolled_back(write: Callable[P, R]) -> Callable[P, R]:
     """A single write, made again when PostgreSQL rolls its transaction back as a
-    deadlock's victim (:func:`keepstone.db.again_if_rolled_back`): a move and a create of
-    its target, or a delete, can wait on each other through a path no row locks yet."""
+    deadlock's victim (:func:`keepstone.db.again_if_rolled_back`): writers of the same
+    paths queue on their path locks, but an import batch's document takes its lock only
+    when it is free, so a writer may still meet the batch's rows."""
 
     @functools.wraps(write)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -134,8 +140,9 @@ class DocumentMutations:
             done = self._put_at_once(ref, w)
             if done is not None:
                 return done
+        locks = self._change_sql.path_locks(self._address(ref), w.path)
         with write_transaction(self.engine) as conn:
-            return self._write_in(conn, ref, w)
+            return self._write_in(conn, ref, w, locks)
 
     def _put_at_once(
         self, ref: SpaceRef, w: CheckedWrite, batch: Connection | None = None
@@ -144,9 +151,11 @@ class DocumentMutations:
         batch's transaction ``batch``, :meth:`ChangeStatements.put_in`); None when it must
         run on the transaction path instead (nothing was written)."""
         now = self.clock()
-        key = {**self._address(ref), "p": w.path}
+        addr = self._address(ref)
+        key = {**addr, "p": w.path}
         params = {
             **self._change_params(ref, key, 0, None, now),
+            "path_lock": path_lock(addr, w.path),
             **self._body(ref, w),
             "now": self._time(now),
             "if_match": w.if_match,
@@ -167,10 +176,13 @@ class DocumentMutations:
         check_precondition(w.path, current, w.if_match, w.if_none_match)  # raises
         return None
 
-    def _write_in(self, conn: Connection, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
-        """The write ``w``, in the transaction of ``conn`` (its own, or an import batch's)."""
+    def _write_in(
+        self, conn: Connection, ref: SpaceRef, w: CheckedWrite, path_locks: Sequence[int] = ()
+    ) -> WriteResult:
+        """The write ``w``, in the transaction of ``conn`` (its own, after its path's lock,
+        or an import batch's)."""
         doc = {**self._address(ref), "p": w.path, **self._body(ref, w)}
-        created = self._put(conn, ref, doc, w)
+        created = self._put(conn, ref, doc, w, path_locks)
         if w.grant is not None and ref.is_global:
             verb = "import" if w.grant.importing else "write"
             _audit(conn, w.grant, verb, ref, w.path)
@@ -214,11 +226,20 @@ class DocumentMutations:
         with import_batch(self.engine, writes) as write:
             yield write
 
-    def _put(self, conn: Connection, ref: SpaceRef, doc: dict[str, Any], w: CheckedWrite) -> bool:
-        """Lock the row, check the write's condition, then create or replace the document
-        in one change (:mod:`keepstone.store.sql_write`); return whether it was created."""
+    def _put(
+        self,
+        conn: Connection,
+        ref: SpaceRef,
+        doc: dict[str, Any],
+        w: CheckedWrite,
+        path_locks: Sequence[int],
+    ) -> bool:
+        """Lock the row (after ``path_locks``), check the write's condition, then create or
+        replace the document in one change (:mod:`keepstone.store.sql_write`); return
+        whether it was created."""
         for _ in range(_WRITE_ATTEMPTS):
-            current = self._locked(conn, doc)
+            current = self._locked(conn, doc, path_locks)
+            path_locks = ()  # held to the transaction's end
             check_precondition(
                 w.path, current.etag if current else None, w.if_match, w.if_none_match
             )
@@ -252,10 +273,13 @@ class DocumentMutations:
             # A concurrent writer created it and has committed: lock and replace it.
         raise Conflict(f"{w.path!r} is being created and removed concurrently; retry the write")
 
-    def _locked(self, conn: Connection, key: dict[str, Any]) -> Locked | None:
-        """The document row of ``key`` locked for a change, renumbered first when it holds a
-        number its path's history holds too (``Locked.newest_kept``)."""
-        current = self._change_sql.lock(conn, key)
+    def _locked(
+        self, conn: Connection, key: dict[str, Any], path_locks: Sequence[int] = ()
+    ) -> Locked | None:
+        """The document row of ``key`` locked for a change (after ``path_locks``),
+        renumbered first when it holds a number its path's history holds too
+        (``Locked.newest_kept``)."""
+        current = self._change_sql.lock(conn, key, path_locks)
         return None if current is None else self._change_sql.renumbered(conn, key, current)
 
     @_again_if_rolled_back
@@ -263,7 +287,7 @@ class DocumentMutations:
         addr = self._address(ref)
         key = {**addr, "p": d.path}
         with write_transaction(self.engine) as conn:
-            current = self._locked(conn, key)
+            current = self._locked(conn, key, self._change_sql.path_locks(addr, d.path))
             if current is None:
                 raise no_document(d.path, addr["sid"])
             check_precondition(d.path, current.etag, d.if_match)
@@ -287,10 +311,7 @@ class DocumentMutations:
         addr = self._address(ref)
         key, target = {**addr, "p": m.path}, {**addr, "p": m.to}
         with write_transaction(self.engine) as conn:
-            # Both rows locked in path order, as every writer of two documents takes them.
-            first, second = sorted((key, target), key=lambda k: k["p"])
-            rows = {k["p"]: self._locked(conn, k) for k in (first, second)}
-            current, replaced = rows[m.path], rows[m.to]
+            current, replaced = self._both_locked(conn, key, target)
             if current is None:
                 raise no_document(m.path, addr["sid"])
             check_precondition(m.path, current.etag, m.if_match)
@@ -341,6 +362,17 @@ class DocumentMutations:
             if m.grant is not None and ref.is_global:
                 _audit(conn, m.grant, "move", ref, m.path, to=m.to)
         return WriteResult(m.to, current.size_bytes, current.etag, replaced is None)
+
+    def _both_locked(
+        self, conn: Connection, key: dict[str, Any], target: dict[str, Any]
+    ) -> tuple[Locked | None, Locked | None]:
+        """A move's rows, ``key``'s and ``target``'s, locked after both paths' locks, in
+        path order, as every writer of two documents takes them."""
+        locks = self._change_sql.path_locks(key, key["p"], target["p"])
+        first, second = sorted((key, target), key=lambda k: k["p"])
+        rows = {first["p"]: self._locked(conn, first, locks)}
+        rows[second["p"]] = self._locked(conn, second)
+        return rows[key["p"]], rows[target["p"]]
 
     def _aggregate(self, ref: SpaceRef) -> tuple[str, int]:
         """The counter a space answers to, and the quota it starts at."""

@@ -12,6 +12,8 @@ text here is the same for every call.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Literal
 
 from keepstone.store.version_pack import COMPRESS_FROM
@@ -43,6 +45,21 @@ _UNKEPT = (
     "AND v.space_id = memory_documents.space_id AND v.path = memory_documents.path "
     "AND v.version = memory_documents.version)"
 )
+
+#: PostgreSQL: wait for the path's lock (:func:`path_lock`), held to the transaction's end.
+PATH_LOCK = "SELECT pg_advisory_xact_lock(CAST(:path_lock AS bigint))"
+
+
+def path_lock(address: Mapping[str, str], path: str) -> int:
+    """The key of a document path's advisory lock on PostgreSQL: 64 bits of a hash of its
+    team, space and path (``address``: ``t`` and ``k``), as ``pg_advisory_xact_lock``'s one
+    signed bigint. Every writer of the path takes it first, before any row, so writers of
+    the same paths queue on it instead of meeting in a cycle of row waits (a path with no
+    document yet has no row to lock, and a move changes a row's path); two paths whose keys
+    collide only queue too."""
+    name = "\0".join((address["t"], address["k"], path)).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big", signed=True)
+
 
 # --- A path's versions -----------------------------------------------------------------------
 
@@ -115,6 +132,31 @@ def lock_statement(postgres: bool, history: bool) -> str:
         newest=_NEWEST_KEPT if history and postgres else "NULL",
     )
     return lock + " FOR UPDATE OF d" if postgres else lock
+
+
+def try_lock_statement(history: bool, paths: int) -> str:
+    """PostgreSQL: the locks of ``paths`` paths taken in order while each is free
+    (:data:`PATH_LOCK`'s, keys ``:path_lock0``, ``:path_lock1``, ...), then the row lock
+    (:func:`lock_statement`), in one statement: ``got``, then the row lock's columns (NULL
+    without a document). When another writer holds one of the paths' locks, no later one
+    is tried and no row is locked: the caller waits for them in the same order and locks
+    the row then. Each materialized CTE takes its lock once, after the one before it (it
+    reads its answer), and the lateral row lock reads the last."""
+    steps = []
+    for n in range(paths):
+        after = f" FROM g{n - 1} WHERE g{n - 1}.got" if n else ""
+        steps.append(
+            f"g{n} AS MATERIALIZED (SELECT pg_try_advisory_xact_lock("
+            f"CAST(:path_lock{n} AS bigint)) AS got{after})"
+        )
+    steps.append(
+        f"g AS MATERIALIZED (SELECT coalesce((SELECT got FROM g{paths - 1}), false) AS got)"
+    )
+    lock = lock_statement(True, history).removesuffix(" FOR UPDATE OF d")
+    return (
+        f"WITH {', '.join(steps)} SELECT g.got, l.* FROM g "
+        f"LEFT JOIN LATERAL ({lock} AND g.got FOR UPDATE OF d) AS l ON true"
+    )
 
 
 # --- The steps of a change ----------------------------------------------------------------
@@ -320,14 +362,18 @@ def _put_pre(record: bool) -> str:
     """``pre``: the live version's number, what it adds to the history when replaced, and
     whether its packed row is in the table already (a large one), as the statement's
     snapshot sees them, and the history's limits. A write that would trim or prune (the
-    path's versions past the count, the team's history past its quota: ``record`` only)
-    takes the transaction path (``busy``) before locking anything."""
-    busy = (
+    path's versions past the count, the team's history past its quota: ``record`` only),
+    or whose path's lock another writer holds (``:path_lock``, :func:`path_lock`), takes
+    the transaction path (``busy``) before locking anything."""
+    trim = (
         "r.next > coalesce(u.history_versions, :keep) OR coalesce(u.history_used_bytes, 0) "
-        f"+ r.replaced > {_history_quota('u', ', :default_quota')}"
+        f"+ r.replaced > {_history_quota('u', ', :default_quota')} OR "
         if record
-        else "false"
+        else ""
     )
+    # The path's lock taken if it is free (the transaction path waits for it): a writer in
+    # a transaction holds it, so this statement never waits on that writer's rows.
+    busy = f"({trim}NOT pg_try_advisory_xact_lock(CAST(:path_lock AS bigint)))"
     # The document row read once (none for a new path), beside the team's counter.
     return (
         "pre AS MATERIALIZED (SELECT r.replaced, r.prekept, "

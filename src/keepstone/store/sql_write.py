@@ -10,8 +10,8 @@ replaces it, from the content the row lock read (in-process, a read costs micros
 PostgreSQL when it is written, while its bytes are at hand, into a row of the table beside
 the live document (the one-statement write could not read and compress the replaced
 content, and a second round trip costs more than the compression). A change is up to eight
-steps, in this order on PostgreSQL (the store's lock order: document → its chunks → space
-counter → team counter, then the history, which only inserts):
+steps, in this order on PostgreSQL (the store's lock order after the path's: document → its
+chunks → space counter → team counter, then the history, which only inserts):
 
 1. ``doc``: the document row itself — inserted as the path's next version
    (``ON CONFLICT DO NOTHING``: a concurrent creator makes it return nothing), updated to
@@ -51,7 +51,7 @@ execution of them, and as much as a round trip on PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -64,14 +64,17 @@ from keepstone.store.sql_schema import memory_documents
 from keepstone.store.sql_steps import (
     CARRY,
     LAST_AT,
+    PATH_LOCK,
     RENUMBER,
     UNDO,
     DocStep,
     Shape,
     lock_statement,
+    path_lock,
     postgres_change,
     postgres_put,
     sqlite_steps,
+    try_lock_statement,
 )
 
 #: The SQLSTATE of the one-statement write's undo (:data:`~keepstone.store.sql_steps.UNDO`).
@@ -187,17 +190,30 @@ class ChangeStatements:
         self._carry = self._for_driver(CARRY)
         self._last_at = self._for_driver(LAST_AT)
         self._renumber = _pyformat(RENUMBER)  # PostgreSQL only (Locked.newest_kept)
+        self._path_lock = _pyformat(PATH_LOCK)  # PostgreSQL only
+        self._history = history
+        self._try_locks: dict[int, str] = {}  # PostgreSQL only, by how many paths
 
     def _for_driver(self, sql: str) -> str:
         """``sql`` with its parameters as the dialect's driver takes them."""
         return _pyformat(sql) if self.postgres else sql
 
-    def lock(self, conn: Connection, params: dict[str, Any]) -> Locked | None:
+    def path_locks(self, address: dict[str, Any], *paths: str) -> tuple[int, ...]:
+        """PostgreSQL: the keys of the locks of ``paths`` in the space at ``address`` (its
+        ``t`` and ``k``), in the order every writer takes them, so two writers of the same
+        two paths cannot each hold one (:func:`~keepstone.store.sql_steps.path_lock`).
+        SQLite: none (its writers queue for the whole database)."""
+        if not self.postgres:
+            return ()
+        return tuple(sorted({path_lock(address, path) for path in paths}))
+
+    def lock(
+        self, conn: Connection, params: dict[str, Any], path_locks: Sequence[int] = ()
+    ) -> Locked | None:
         """Lock the document row of ``params`` (its address and path); None when there is
-        no document."""
-        with driver_cursor(conn, "lock") as cursor:
-            cursor.execute(self._lock, params)
-            row = cursor.fetchone()
+        no document. First wait for ``path_locks`` (:meth:`path_locks`), held to the end
+        of the transaction."""
+        row = self._row_lock(conn, params, path_locks)
         if row is None:
             return None
         return Locked(
@@ -209,6 +225,28 @@ class ChangeStatements:
             self._time_of(row[5]),
             None if row[6] is None else int(row[6]),
         )
+
+    def _try_lock(self, paths: int) -> str:
+        sql = self._try_locks.get(paths)
+        if sql is None:
+            sql = self._try_locks[paths] = _pyformat(try_lock_statement(self._history, paths))
+        return sql
+
+    def _row_lock(self, conn: Connection, params: dict[str, Any], path_locks: Sequence[int]) -> Any:
+        """The row lock's row (None: no document), after ``path_locks``: taken while free
+        in the row lock's own statement (no round trip more while no other writer holds
+        one), else waited for first, in the same order."""
+        with driver_cursor(conn, "lock") as cursor:
+            if path_locks:
+                keys = {f"path_lock{n}": key for n, key in enumerate(path_locks)}
+                cursor.execute(self._try_lock(len(path_locks)), {**params, **keys})
+                got, *row = cursor.fetchone()
+                if got:
+                    return None if row[0] is None else row
+            for key in path_locks:
+                cursor.execute(self._path_lock, {"path_lock": key})
+            cursor.execute(self._lock, params)
+            return cursor.fetchone()
 
     def renumbered(self, conn: Connection, params: dict[str, Any], locked: Locked) -> Locked:
         """``locked`` as its change must see it: a document numbered below the newest version
