@@ -134,13 +134,13 @@ class DocumentMutations:
 
     @_again_if_rolled_back
     def _write(self, ref: SpaceRef, w: CheckedWrite) -> WriteResult:
-        self._address(ref)  # a tenant-less team ref is refused before any I/O
+        addr = self._address(ref)  # a tenant-less team ref is refused before any I/O
         if self._change_sql.postgres and w.grant is None:
             # One statement (no attribution, no audit row: those are a grant's).
             done = self._put_at_once(ref, w)
             if done is not None:
                 return done
-        locks = self._change_sql.path_locks(self._address(ref), w.path)
+        locks = self._change_sql.path_locks(addr, w.path)
         with write_transaction(self.engine) as conn:
             return self._write_in(conn, ref, w, locks)
 
