@@ -73,24 +73,6 @@ RESUMED_CONFLICT = (
     "the document changed while you were signed out."
 )
 
-#: What the form says when it was sent with the token of an earlier sign-in.
-TOKEN_STALE = {
-    EDIT: (
-        "This form was opened before your latest sign-in, so it carried an old token "
-        "(csrf_required) and your change was not saved. This is the text you sent: check "
-        "it, then press Save."
-    ),
-    RENAME: (
-        "This form was opened before your latest sign-in, so it carried an old token "
-        "(csrf_required) and the document was not renamed. This is the rename you sent: "
-        "check it, then press Rename."
-    ),
-}
-TOKEN_STALE_CONFLICT = (
-    "This form was opened before your latest sign-in, so your text was not saved, and the "
-    "document changed since you opened it."
-)
-
 
 @dataclass(frozen=True)
 class _Again:
@@ -102,9 +84,22 @@ class _Again:
 
 
 _SIGNED_IN_AGAIN = {EDIT: _Again(RESUMED[EDIT], RESUMED_CONFLICT), RENAME: _Again(RESUMED[RENAME])}
+#: What the form says when it was sent with the token of an earlier sign-in (``403``).
 _STALE_TOKEN = {
-    EDIT: _Again(TOKEN_STALE[EDIT], TOKEN_STALE_CONFLICT, 403),
-    RENAME: _Again(TOKEN_STALE[RENAME], status=403),
+    EDIT: _Again(
+        "This form was opened before your latest sign-in, so it carried an old token "
+        "(csrf_required) and your change was not saved. This is the text you sent: check "
+        "it, then press Save.",
+        "This form was opened before your latest sign-in, so your text was not saved, and "
+        "the document changed since you opened it.",
+        403,
+    ),
+    RENAME: _Again(
+        "This form was opened before your latest sign-in, so it carried an old token "
+        "(csrf_required) and the document was not renamed. This is the rename you sent: "
+        "check it, then press Rename.",
+        status=403,
+    ),
 }
 
 _FORM_PATH = re.compile(r"/t/(?P<team>[^/?#]+)/(?P<kind>edit|rename)")
